@@ -1,0 +1,17 @@
+// Subcommand registration. Each cli/cmd_*.cpp adds its subcommand to the app and a runner to the
+// list; main() runs the one that was parsed. Runners return the process exit code.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <utility>
+#include <vector>
+
+namespace geotrain::cli {
+
+using CommandList = std::vector<std::pair<CLI::App*, std::function<int()>>>;
+
+void add_bench_command(CLI::App& app, CommandList& commands);
+
+}  // namespace geotrain::cli

@@ -1,0 +1,25 @@
+# geotrain_add_suite(NAME <name> LABEL <folder> SOURCES <...> LIBS <...> [GPU] [TIMEOUT s])
+# One doctest executable per suite, registered as one ctest test labelled with its folder.
+# GPU suites also get the label `gpu`; they exit with 77 when no device is present, which
+# ctest reports as SKIPPED (SKIP_RETURN_CODE), never as a pass.
+add_library(geotrain_doctest_main OBJECT ${PROJECT_SOURCE_DIR}/tests/doctest_main.cpp)
+target_link_libraries(geotrain_doctest_main PUBLIC doctest::doctest)
+
+function(geotrain_add_suite)
+  cmake_parse_arguments(S "GPU" "NAME;LABEL;TIMEOUT" "SOURCES;LIBS" ${ARGN})
+  add_executable(${S_NAME} ${S_SOURCES})
+  target_link_libraries(${S_NAME} PRIVATE geotrain_doctest_main ${S_LIBS})
+  target_include_directories(${S_NAME} PRIVATE ${PROJECT_SOURCE_DIR})
+  set_target_properties(${S_NAME} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  geotrain_target_defaults(${S_NAME})
+  add_test(NAME ${S_NAME} COMMAND ${S_NAME} --no-version)
+  set(labels ${S_LABEL})
+  if(S_GPU)
+    list(APPEND labels gpu)
+    set_tests_properties(${S_NAME} PROPERTIES SKIP_RETURN_CODE 77)
+  endif()
+  if(NOT S_TIMEOUT)
+    set(S_TIMEOUT 300)
+  endif()
+  set_tests_properties(${S_NAME} PROPERTIES LABELS "${labels}" TIMEOUT ${S_TIMEOUT})
+endfunction()

@@ -1,0 +1,64 @@
+// Codec: lossy or lossless compression of an fp32 span into a self-describing payload
+// (compression/payload.hpp), and back.
+//
+// Ownership and threads: a Codec owns only its parameters and a counter for stochastic
+// rounding; encode() advances that counter, so one Codec object is used by one thread at a time.
+// decode() and decode_add() are const and may run concurrently. Nothing blocks. Output buffers
+// are the caller's; encode() resizes `out` to the exact payload size.
+//
+// Decoding validates the whole payload (header, lengths, checksum, codec fields) before it
+// touches the output: on any error it throws InputError naming the problem and `y` is unchanged.
+//
+// Error feedback is a decorator (compression/error_feedback.hpp). A codec may offer a fused
+// fast path for it, encode_with_feedback(), which must produce exactly the bytes and residual
+// of the reference order implemented there.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "compression/payload.hpp"
+#include "core/span.hpp"
+
+namespace geotrain::compression {
+
+class Codec {
+ public:
+  virtual ~Codec() = default;
+  Codec() = default;
+  Codec(const Codec&) = delete;
+  Codec& operator=(const Codec&) = delete;
+
+  virtual CodecId id() const = 0;
+  // Canonical spec, accepted by make_codec (e.g. "int4:chunk=256,stochastic,seed=7").
+  virtual std::string spec() const = 0;
+  virtual bool lossless() const = 0;
+  // Upper bound on the payload size for n elements.
+  virtual size_t max_payload_bytes(size_t n) const = 0;
+
+  // out = payload encoding x.
+  virtual void encode(ConstFloatSpan x, Bytes& out) = 0;
+
+  // Fused error feedback: x = g + residual; out = C(x); residual = x - D(out), in one pass.
+  // Returns false (and does nothing) when this codec has no fused path.
+  virtual bool encode_with_feedback(ConstFloatSpan g, FloatSpan residual, Bytes& out) {
+    (void)g, (void)residual, (void)out;
+    return false;
+  }
+
+  // y = D(payload). y.size() must equal the payload's element count.
+  virtual void decode(ConstByteSpan payload, FloatSpan y) const = 0;
+  // y += D(payload).
+  virtual void decode_add(ConstByteSpan payload, FloatSpan y) const = 0;
+};
+
+// Decodes any payload by the codec id in its header (the receiving side of the wire does not
+// need to know the sender's settings). Same validation and guarantees as Codec::decode.
+void decode_payload(ConstByteSpan payload, FloatSpan y);
+void decode_add_payload(ConstByteSpan payload, FloatSpan y);
+
+// Element count a payload claims, after validating its header.
+uint64_t payload_elements(ConstByteSpan payload);
+
+}  // namespace geotrain::compression

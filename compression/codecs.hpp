@@ -1,0 +1,47 @@
+// The codecs, built explicitly (no registry). make_codec() in factory.hpp builds them from
+// spec strings; these functions are for code that already has typed options.
+//
+//   fp32     identity (lossless), 32 bits/element
+//   fp16     IEEE half, round to nearest even, 16 bits/element
+//   bf16     bfloat16, round to nearest even, 16 bits/element
+//   int8     per-chunk absmax scale, 8 + 32/chunk bits/element
+//   int4     per-chunk absmax scale, 4 + 32/chunk bits/element
+//   onebit   sign + per-chunk mean |x| (the MSE-optimal scale for the sign pattern), 1 + 32/chunk
+//   topk     the k = ceil(ratio*n) largest |x|: fp32 values + delta-varint indices
+//   +zstd    a zstd stage after any of the above
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "compression/codec.hpp"
+
+namespace geotrain::compression {
+
+inline constexpr uint32_t kDefaultChunk = 1024;
+
+struct QuantOptions {
+  uint32_t chunk = kDefaultChunk;  // multiple of 32, in [32, 2^20]
+  bool stochastic = false;         // unbiased stochastic rounding instead of round-to-nearest
+  uint64_t seed = 0;               // seed of the counter-based RNG (stochastic only)
+};
+
+struct TopkOptions {
+  double ratio = 0.01;     // fraction of entries kept, in (0, 1]
+  uint32_t sample = 4096;  // entries sampled to estimate the threshold
+};
+
+std::unique_ptr<Codec> make_fp32_codec();
+std::unique_ptr<Codec> make_fp16_codec();
+std::unique_ptr<Codec> make_bf16_codec();
+std::unique_ptr<Codec> make_int8_codec(QuantOptions options = {});
+std::unique_ptr<Codec> make_int4_codec(QuantOptions options = {});
+std::unique_ptr<Codec> make_onebit_codec(uint32_t chunk = kDefaultChunk);
+std::unique_ptr<Codec> make_topk_codec(TopkOptions options = {});
+// zstd after `inner`; level in [1, 19].
+std::unique_ptr<Codec> make_zstd_stage(std::unique_ptr<Codec> inner, int level = 3);
+
+// k that topk keeps out of n entries.
+uint64_t topk_count(uint64_t n, double ratio);
+
+}  // namespace geotrain::compression

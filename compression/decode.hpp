@@ -1,0 +1,23 @@
+// Internal: the decoders of every codec, dispatched on a validated header. Used by the Codec
+// classes and by decode_payload(). Not part of the public interface of compression/.
+#pragma once
+
+#include <optional>
+
+#include "compression/payload.hpp"
+#include "core/span.hpp"
+
+namespace geotrain::compression::detail {
+
+// Validates `payload` completely and decodes it into y (add: accumulate). Throws InputError
+// before touching y when anything is wrong; `expected` rejects payloads of another codec.
+void decode_checked(ConstByteSpan payload, FloatSpan y, bool add, std::optional<CodecId> expected);
+
+// Per-family validation + decode of a parsed payload; each throws before writing y.
+void decode_dense(const PayloadHeader& h, ConstByteSpan body, FloatSpan y, bool add);
+void decode_topk(const PayloadHeader& h, ConstByteSpan body, FloatSpan y, bool add);
+void decode_zstd(const PayloadHeader& h, ConstByteSpan body, FloatSpan y, bool add);
+
+void require_chunk(uint32_t chunk, std::string_view what);
+
+}  // namespace geotrain::compression::detail

@@ -1,0 +1,52 @@
+#include "compression/error_feedback.hpp"
+
+#include "core/error.hpp"
+
+namespace geotrain::compression {
+
+ErrorFeedback::ErrorFeedback(std::unique_ptr<Codec> codec, bool use_fused)
+    : codec_(std::move(codec)), use_fused_(use_fused) {
+  GT_ASSERT(codec_ != nullptr, "ErrorFeedback needs a codec");
+}
+
+std::vector<float>& ErrorFeedback::residual_for(uint64_t stream, size_t n) {
+  auto [it, created] = residuals_.try_emplace(stream);
+  if (created) it->second.assign(n, 0.0f);
+  GT_REQUIRE(it->second.size() == n,
+             "error feedback: stream {} has a residual of {} elements, but {} were given", stream,
+             it->second.size(), n);
+  return it->second;
+}
+
+void ErrorFeedback::encode(uint64_t stream, ConstFloatSpan g, Bytes& out) {
+  std::vector<float>& e = residual_for(stream, g.size());
+  if (use_fused_ && codec_->encode_with_feedback(g, e, out)) return;
+
+  // The reference order. Kept in this one place; fused kernels must match it exactly.
+  const size_t n = g.size();
+  x_.resize(n);
+  decoded_.resize(n);
+  for (size_t i = 0; i < n; ++i) x_[i] = g[i] + e[i];   // x = g + e
+  codec_->encode(x_, out);                              // c = C(x)
+  codec_->decode(out, decoded_);                        //     D(c)
+  for (size_t i = 0; i < n; ++i) e[i] = x_[i] - decoded_[i];  // e = x - D(c)
+}
+
+ConstFloatSpan ErrorFeedback::residual(uint64_t stream) const {
+  auto it = residuals_.find(stream);
+  return it == residuals_.end() ? ConstFloatSpan{} : ConstFloatSpan(it->second);
+}
+
+void ErrorFeedback::set_residual(uint64_t stream, ConstFloatSpan values) {
+  residuals_[stream].assign(values.begin(), values.end());
+}
+
+void ErrorFeedback::reset(uint64_t stream) { residuals_.erase(stream); }
+
+std::vector<uint64_t> ErrorFeedback::streams() const {
+  std::vector<uint64_t> s;
+  for (const auto& [id, e] : residuals_) s.push_back(id);
+  return s;
+}
+
+}  // namespace geotrain::compression

@@ -1,0 +1,123 @@
+#include "compression/factory.hpp"
+
+#include <charconv>
+#include <map>
+#include <string>
+
+#include "compression/codecs.hpp"
+#include "core/error.hpp"
+
+namespace geotrain::compression {
+namespace {
+
+struct Options {
+  std::string codec;
+  std::map<std::string, std::string, std::less<>> values;  // flags map to ""
+};
+
+Options split_options(std::string_view text, std::string_view whole) {
+  Options o;
+  const size_t colon = text.find(':');
+  o.codec = std::string(text.substr(0, colon));
+  if (colon == std::string_view::npos) return o;
+  std::string_view rest = text.substr(colon + 1);
+  GT_REQUIRE(!rest.empty(), "codec spec '{}': empty option list after ':'", whole);
+  while (!rest.empty()) {
+    const size_t comma = rest.find(',');
+    const std::string_view item = rest.substr(0, comma);
+    GT_REQUIRE(!item.empty(), "codec spec '{}': empty option", whole);
+    const size_t eq = item.find('=');
+    std::string key(item.substr(0, eq));
+    std::string value = eq == std::string_view::npos ? "" : std::string(item.substr(eq + 1));
+    GT_REQUIRE(eq == std::string_view::npos || !value.empty(), "codec spec '{}': option '{}' has no value",
+               whole, key);
+    GT_REQUIRE(o.values.emplace(key, value).second, "codec spec '{}': option '{}' given twice", whole, key);
+    rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
+    GT_REQUIRE(comma == std::string_view::npos || !rest.empty(), "codec spec '{}': trailing ','", whole);
+  }
+  return o;
+}
+
+template <typename T>
+T parse_number(const Options& o, std::string_view key, T fallback, std::string_view whole) {
+  auto it = o.values.find(key);
+  if (it == o.values.end()) return fallback;
+  const std::string& s = it->second;
+  T value{};
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
+  GT_REQUIRE(ec == std::errc{} && end == s.data() + s.size() && !s.empty(),
+             "codec spec '{}': {}={} is not a valid {}", whole, key, s,
+             std::is_floating_point_v<T> ? "number" : "non-negative integer");
+  return value;
+}
+
+bool take_flag(const Options& o, std::string_view key, std::string_view whole) {
+  auto it = o.values.find(key);
+  if (it == o.values.end()) return false;
+  GT_REQUIRE(it->second.empty(), "codec spec '{}': '{}' is a flag and takes no value", whole, key);
+  return true;
+}
+
+void allow_only(const Options& o, std::initializer_list<std::string_view> allowed, std::string_view whole) {
+  for (const auto& [key, value] : o.values) {
+    bool ok = false;
+    for (auto a : allowed) ok = ok || key == a;
+    std::string list;
+    for (auto a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
+    GT_REQUIRE(ok, "codec spec '{}': unknown option '{}' for {} (allowed: {})", whole, key, o.codec,
+               list.empty() ? "none" : list);
+  }
+}
+
+std::unique_ptr<Codec> make_base(std::string_view text, std::string_view whole) {
+  const Options o = split_options(text, whole);
+  if (o.codec == "fp32" || o.codec == "fp16" || o.codec == "bf16") {
+    allow_only(o, {}, whole);
+    return o.codec == "fp32" ? make_fp32_codec() : o.codec == "fp16" ? make_fp16_codec() : make_bf16_codec();
+  }
+  if (o.codec == "int8" || o.codec == "int4") {
+    allow_only(o, {"chunk", "stochastic", "seed"}, whole);
+    QuantOptions q;
+    q.chunk = parse_number<uint32_t>(o, "chunk", kDefaultChunk, whole);
+    q.stochastic = take_flag(o, "stochastic", whole);
+    q.seed = parse_number<uint64_t>(o, "seed", 0, whole);
+    GT_REQUIRE(q.stochastic || !o.values.contains("seed"),
+               "codec spec '{}': seed only applies with stochastic rounding", whole);
+    return o.codec == "int8" ? make_int8_codec(q) : make_int4_codec(q);
+  }
+  if (o.codec == "onebit") {
+    allow_only(o, {"chunk"}, whole);
+    return make_onebit_codec(parse_number<uint32_t>(o, "chunk", kDefaultChunk, whole));
+  }
+  if (o.codec == "topk") {
+    allow_only(o, {"ratio", "sample"}, whole);
+    TopkOptions t;
+    t.ratio = parse_number<double>(o, "ratio", t.ratio, whole);
+    t.sample = parse_number<uint32_t>(o, "sample", t.sample, whole);
+    return make_topk_codec(t);
+  }
+  GT_REQUIRE(false, "codec spec '{}': unknown codec '{}' (allowed: fp32, fp16, bf16, int8, int4, onebit, topk)",
+             whole, o.codec);
+  return nullptr;
+}
+
+}  // namespace
+
+std::unique_ptr<Codec> make_codec(std::string_view spec) {
+  GT_REQUIRE(!spec.empty(), "codec spec is empty (allowed: fp32, fp16, bf16, int8, int4, onebit, topk)");
+  const size_t plus = spec.find('+');
+  auto codec = make_base(spec.substr(0, plus), spec);
+  if (plus == std::string_view::npos) return codec;
+  const std::string_view stage = spec.substr(plus + 1);
+  const Options o = split_options(stage, spec);
+  GT_REQUIRE(o.codec == "zstd", "codec spec '{}': unknown stage '{}' after '+' (allowed: zstd)", spec, o.codec);
+  allow_only(o, {"level"}, spec);
+  return make_zstd_stage(std::move(codec), parse_number<int>(o, "level", 3, spec));
+}
+
+std::vector<std::string> standard_codec_specs() {
+  return {"fp32",  "fp16",          "bf16",   "int8",        "int8:stochastic", "int4",
+          "onebit", "onebit+zstd",  "topk:ratio=0.01", "topk:ratio=0.01+zstd", "int8+zstd"};
+}
+
+}  // namespace geotrain::compression

@@ -1,0 +1,27 @@
+// Builds codecs from spec strings, explicitly (no registry):
+//
+//   spec   := codec [":" option ("," option)*] ["+zstd" [":level=" N]]
+//   codec  := fp32 | fp16 | bf16 | int8 | int4 | onebit | topk
+//   option := key "=" value | flag
+//     int8, int4: chunk=N (multiple of 32, default 1024), stochastic, seed=N
+//     onebit:     chunk=N
+//     topk:       ratio=R (0 < R <= 1, default 0.01), sample=N (default 4096)
+//
+// Examples: "onebit", "int4:chunk=256,stochastic", "topk:ratio=0.001+zstd", "onebit+zstd:level=1".
+// A bad spec throws InputError naming the part that is wrong and what is allowed.
+#pragma once
+
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "compression/codec.hpp"
+
+namespace geotrain::compression {
+
+std::unique_ptr<Codec> make_codec(std::string_view spec);
+
+// Every codec with default settings, and a few variants: the set `geotrain bench codecs` runs.
+std::vector<std::string> standard_codec_specs();
+
+}  // namespace geotrain::compression

@@ -1,0 +1,74 @@
+// The self-describing codec payload: a fixed 40-byte little-endian header followed by the body.
+//
+//   offset size field
+//        0    4 magic        "GTC1"
+//        4    1 codec        CodecId
+//        5    1 version      body format version of that codec
+//        6    2 flags        bit 0: stochastic rounding was used (informational)
+//        8    4 chunk        elements per scale chunk (0 for codecs without chunks)
+//       12    4 aux          codec-specific: topk's k, zstd's inner codec id
+//       16    8 elements     fp32 elements encoded
+//       24    8 body_bytes   bytes after the header; the payload is exactly 40 + body_bytes
+//       32    8 checksum     XXH3-64 of the body, seeded with XXH3-64 of header bytes 0..31
+//
+// parse_header validates everything that does not depend on the codec (size, magic, lengths,
+// checksum); each codec then validates its own fields (chunk, body size, indices) before it
+// writes a single output element. Every failure is an InputError naming the field and value.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "core/span.hpp"
+
+namespace geotrain::compression {
+
+enum class CodecId : uint8_t {
+  fp32 = 1,
+  fp16 = 2,
+  bf16 = 3,
+  int8 = 4,
+  int4 = 5,
+  onebit = 6,
+  topk = 7,
+  zstd = 8,
+};
+
+// "int8" for CodecId::int8; "unknown(42)" for values that are not codecs.
+std::string codec_name(CodecId id);
+std::string codec_name(uint8_t raw);
+
+inline constexpr uint32_t kPayloadMagic = 0x31435447u;  // "GTC1" read little-endian
+inline constexpr size_t kHeaderBytes = 40;
+inline constexpr uint16_t kFlagStochastic = 1u << 0;
+// Largest element count a payload may claim: bounds every size computed from it.
+inline constexpr uint64_t kMaxElements = uint64_t{1} << 36;
+inline constexpr uint32_t kMaxChunk = uint32_t{1} << 20;
+
+struct PayloadHeader {
+  CodecId codec = CodecId::fp32;
+  uint8_t version = 1;
+  uint16_t flags = 0;
+  uint32_t chunk = 0;
+  uint32_t aux = 0;
+  uint64_t elements = 0;
+  uint64_t body_bytes = 0;
+  uint64_t checksum = 0;
+};
+
+// Writes `header` (with body_bytes and checksum computed from `body`) into the first 40 bytes.
+void write_header(PayloadHeader header, ByteSpan payload);
+
+// Reads and validates the header of a payload: size, magic, body length, checksum.
+// Throws InputError ("codec payload: ...") when any of them is wrong.
+PayloadHeader parse_header(ConstByteSpan payload);
+
+// Body of a payload (after the header); call after parse_header succeeded.
+inline ConstByteSpan payload_body(ConstByteSpan payload) { return payload.subspan(kHeaderBytes); }
+
+// The checksum a payload's header must carry: covers header bytes 0..31 and the whole body,
+// so a flipped bit anywhere but in the checksum itself is caught.
+uint64_t payload_checksum(ConstByteSpan payload);
+
+}  // namespace geotrain::compression

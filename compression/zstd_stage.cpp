@@ -1,0 +1,113 @@
+// The zstd stage: compresses the whole payload of an inner codec. Outer header: codec zstd,
+// aux = inner codec id, elements = n; body = one zstd frame whose content is the inner payload.
+#include <zstd.h>
+
+#include <memory>
+
+#include "compression/codecs.hpp"
+#include "compression/decode.hpp"
+#include "core/check_zstd.hpp"
+#include "core/error.hpp"
+
+namespace geotrain::compression {
+namespace {
+
+struct CCtxDeleter {
+  void operator()(ZSTD_CCtx* c) const { ZSTD_freeCCtx(c); }
+};
+struct DCtxDeleter {
+  void operator()(ZSTD_DCtx* d) const { ZSTD_freeDCtx(d); }
+};
+
+// Largest inner payload any codec produces for n elements (topk at ratio 1: 4 + 10 bytes each).
+uint64_t max_inner_payload(uint64_t n) { return kHeaderBytes + 14 * n + 64; }
+
+class ZstdStage final : public Codec {
+ public:
+  ZstdStage(std::unique_ptr<Codec> inner, int level) : inner_(std::move(inner)), level_(level) {
+    GT_ASSERT(inner_ != nullptr, "zstd stage without an inner codec");
+    GT_REQUIRE(inner_->id() != CodecId::zstd, "zstd: cannot stack two zstd stages ('{}')", inner_->spec());
+    GT_REQUIRE(level_ >= 1 && level_ <= 19, "zstd: level {} is invalid: must be in [1, 19]", level_);
+    cctx_.reset(ZSTD_createCCtx());
+    GT_ASSERT(cctx_ != nullptr, "ZSTD_createCCtx failed");
+    GT_ZSTD_CHECK(ZSTD_CCtx_setParameter(cctx_.get(), ZSTD_c_compressionLevel, level_));
+    // The frame states its size (decoders bound memory by it) and carries its own checksum.
+    GT_ZSTD_CHECK(ZSTD_CCtx_setParameter(cctx_.get(), ZSTD_c_contentSizeFlag, 1));
+    GT_ZSTD_CHECK(ZSTD_CCtx_setParameter(cctx_.get(), ZSTD_c_checksumFlag, 1));
+  }
+
+  CodecId id() const override { return CodecId::zstd; }
+  bool lossless() const override { return inner_->lossless(); }
+  std::string spec() const override { return fmt::format("{}+zstd:level={}", inner_->spec(), level_); }
+  size_t max_payload_bytes(size_t n) const override {
+    return kHeaderBytes + ZSTD_compressBound(inner_->max_payload_bytes(n));
+  }
+
+  void encode(ConstFloatSpan x, Bytes& out) override {
+    inner_->encode(x, inner_payload_);
+    compress(x.size(), out);
+  }
+
+  bool encode_with_feedback(ConstFloatSpan g, FloatSpan residual, Bytes& out) override {
+    if (!inner_->encode_with_feedback(g, residual, inner_payload_)) return false;
+    compress(g.size(), out);
+    return true;
+  }
+
+  void decode(ConstByteSpan payload, FloatSpan y) const override {
+    detail::decode_checked(payload, y, false, CodecId::zstd);
+  }
+  void decode_add(ConstByteSpan payload, FloatSpan y) const override {
+    detail::decode_checked(payload, y, true, CodecId::zstd);
+  }
+
+ private:
+  void compress(size_t n, Bytes& out) {
+    out.resize(kHeaderBytes + ZSTD_compressBound(inner_payload_.size()));
+    const size_t packed = GT_ZSTD_CHECK(ZSTD_compress2(cctx_.get(), out.data() + kHeaderBytes,
+                                                       out.size() - kHeaderBytes,
+                                                       inner_payload_.data(), inner_payload_.size()));
+    out.resize(kHeaderBytes + packed);
+    PayloadHeader h;
+    h.codec = CodecId::zstd;
+    h.aux = static_cast<uint8_t>(inner_->id());
+    h.elements = n;
+    write_header(h, out);
+  }
+
+  std::unique_ptr<Codec> inner_;
+  int level_;
+  std::unique_ptr<ZSTD_CCtx, CCtxDeleter> cctx_;
+  Bytes inner_payload_;
+};
+
+}  // namespace
+
+std::unique_ptr<Codec> make_zstd_stage(std::unique_ptr<Codec> inner, int level) {
+  return std::make_unique<ZstdStage>(std::move(inner), level);
+}
+
+namespace detail {
+
+void decode_zstd(const PayloadHeader& h, ConstByteSpan body, FloatSpan y, bool add) {
+  GT_REQUIRE(h.chunk == 0, "codec payload: zstd: chunk field is {}, must be 0", h.chunk);
+  GT_REQUIRE(h.aux != static_cast<uint8_t>(CodecId::zstd) && h.aux >= 1 &&
+                 h.aux <= static_cast<uint8_t>(CodecId::topk),
+             "codec payload: zstd: inner codec id {} is not a codec zstd can wrap", h.aux);
+  const unsigned long long size = ZSTD_getFrameContentSize(body.data(), body.size());
+  GT_REQUIRE(size != ZSTD_CONTENTSIZE_ERROR, "codec payload: zstd: body is not a zstd frame");
+  GT_REQUIRE(size != ZSTD_CONTENTSIZE_UNKNOWN, "codec payload: zstd: frame does not state its size");
+  const uint64_t limit = max_inner_payload(h.elements);
+  GT_REQUIRE(size <= limit, "codec payload: zstd: frame claims {} bytes, more than {} elements can need ({})",
+             size, h.elements, limit);
+  thread_local std::unique_ptr<ZSTD_DCtx, DCtxDeleter> dctx{ZSTD_createDCtx()};
+  GT_ASSERT(dctx != nullptr, "ZSTD_createDCtx failed");
+  Bytes inner(size);
+  const size_t got = ZSTD_decompressDCtx(dctx.get(), inner.data(), inner.size(), body.data(), body.size());
+  GT_REQUIRE(!ZSTD_isError(got), "codec payload: zstd: corrupt frame: {}", ZSTD_getErrorName(got));
+  GT_REQUIRE(got == size, "codec payload: zstd: frame decompressed to {} bytes, header said {}", got, size);
+  decode_checked(inner, y, add, static_cast<CodecId>(h.aux));
+}
+
+}  // namespace detail
+}  // namespace geotrain::compression

@@ -1,0 +1,138 @@
+// Scalar arithmetic shared, line for line, by the CPU codecs and their CUDA twins. Keeping one
+// definition of each rounding, conversion and reduction is what makes the packed bytes of the
+// two paths identical. Everything here is a pure function usable on host and device.
+//
+// Floating-point contract: callers are compiled without FMA contraction (-ffp-contract=off on
+// the host, --fmad=false for the codec kernels) and without flush-to-zero.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#if defined(__CUDACC__)
+#define GT_HD __host__ __device__ __forceinline__
+#else
+#define GT_HD inline
+#endif
+
+namespace geotrain::kernels {
+
+// Lanes of the canonical reduction: element i of a chunk accumulates into lane i % kLanes, lanes
+// are summed in order of index, and then folded pairwise (16, 8, 4, 2, 1). On the GPU one warp
+// owns a chunk, lane j walks elements j, j+32, ... and the fold is a shuffle-xor butterfly; since
+// float addition is commutative, every lane of the butterfly holds exactly the CPU's result.
+inline constexpr unsigned kLanes = 32;
+
+// Elements per packed one-bit word; chunks are multiples of it so words never straddle chunks.
+inline constexpr unsigned kBitsPerWord = 32;
+
+GT_HD uint32_t float_bits(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+#endif
+}
+
+GT_HD float bits_float(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+#endif
+}
+
+GT_HD float abs_f(float x) { return bits_float(float_bits(x) & 0x7fffffffu); }
+
+// max that ignores ordering of equal values; NaN-free input is assumed for exactness.
+GT_HD float max_f(float a, float b) { return a > b ? a : b; }
+
+// ---- fp16 (IEEE binary16), round to nearest even; after M. Dukhan's FP16 library. ----
+GT_HD uint16_t fp16_from_float(float f) {
+  const float scale_to_inf = 0x1.0p+112f;
+  const float scale_to_zero = 0x1.0p-110f;
+  float base = (abs_f(f) * scale_to_inf) * scale_to_zero;
+  const uint32_t w = float_bits(f);
+  const uint32_t shl1_w = w + w;
+  const uint32_t sign = w & 0x80000000u;
+  uint32_t bias = shl1_w & 0xFF000000u;
+  if (bias < 0x71000000u) bias = 0x71000000u;
+  base = bits_float((bias >> 1) + 0x07800000u) + base;
+  const uint32_t bits = float_bits(base);
+  const uint32_t exp_bits = (bits >> 13) & 0x00007C00u;
+  const uint32_t mantissa_bits = bits & 0x00000FFFu;
+  const uint32_t nonsign = exp_bits + mantissa_bits;
+  return static_cast<uint16_t>((sign >> 16) | (shl1_w > 0xFF000000u ? 0x7E00u : nonsign));
+}
+
+GT_HD float fp16_to_float(uint16_t h) {
+  const uint32_t w = static_cast<uint32_t>(h) << 16;
+  const uint32_t sign = w & 0x80000000u;
+  const uint32_t two_w = w + w;
+  const uint32_t exp_offset = 0xE0u << 23;
+  const float exp_scale = 0x1.0p-112f;
+  const float normalized = bits_float((two_w >> 4) + exp_offset) * exp_scale;
+  const uint32_t magic_mask = 126u << 23;
+  const float magic_bias = 0.5f;
+  const float denormalized = bits_float((two_w >> 17) | magic_mask) - magic_bias;
+  const uint32_t denormalized_cutoff = 1u << 27;
+  const uint32_t result =
+      sign | (two_w < denormalized_cutoff ? float_bits(denormalized) : float_bits(normalized));
+  return bits_float(result);
+}
+
+// ---- bf16, round to nearest even; NaN stays a (quiet) NaN. ----
+GT_HD uint16_t bf16_from_float(float f) {
+  const uint32_t u = float_bits(f);
+  const uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+  const bool is_nan = (u & 0x7FFFFFFFu) > 0x7F800000u;
+  return static_cast<uint16_t>(is_nan ? ((u >> 16) | 0x40u) : rounded);
+}
+
+GT_HD float bf16_to_float(uint16_t h) { return bits_float(static_cast<uint32_t>(h) << 16); }
+
+// ---- counter-based RNG for stochastic rounding ----
+// A uniform in [0, 1) that depends only on (seed, nonce, index): any thread, on any device, in
+// any order, draws the same number for the same element. splitmix64's finaliser is a bijection
+// with full avalanche, which is all that rounding noise needs.
+GT_HD uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+GT_HD float uniform01(uint64_t seed, uint64_t nonce, uint64_t index) {
+  const uint64_t h = mix64(mix64(seed ^ (nonce * 0x9E3779B97F4A7C15ull)) + index);
+  return static_cast<float>(static_cast<uint32_t>(h >> 40)) * 0x1.0p-24f;  // exact: 24 bits
+}
+
+// ---- integer quantisation with a per-chunk absmax scale ----
+// levels = 127 (int8) or 7 (int4). inv = levels/absmax and scale = absmax/levels are computed
+// once per chunk; q = round(x*inv), clamped to [-levels, levels]; decoded value q*scale.
+GT_HD float quant_inv(float absmax, float levels) { return absmax > 0.0f ? levels / absmax : 0.0f; }
+GT_HD float quant_scale(float absmax, float levels) { return absmax / levels; }
+
+GT_HD int quantize(float x, float inv, float levels, bool stochastic, float u) {
+  const float v = x * inv;
+#if defined(__CUDA_ARCH__)
+  float r = stochastic ? floorf(v + u) : rintf(v);
+#else
+  float r = stochastic ? __builtin_floorf(v + u) : __builtin_rintf(v);
+#endif
+  r = r > levels ? levels : r;
+  r = r < -levels ? -levels : r;
+  r = r == r ? r : 0.0f;  // NaN quantises to 0 rather than to an undefined integer
+  return static_cast<int>(r);
+}
+
+// ---- one-bit ----
+// Bit set <=> x < 0 (so +0, -0 and NaN decode to +scale). Decoded value: bit ? -scale : scale.
+GT_HD float onebit_value(uint32_t word, unsigned bit, float scale) {
+  return ((word >> bit) & 1u) ? -scale : scale;
+}
+
+}  // namespace geotrain::kernels

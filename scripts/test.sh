@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Installs the build dependencies, builds everything (CUDA too when nvcc is present), and runs
+# every test suite. GPU suites report SKIPPED when no device is present.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/bootstrap.sh
+cmake --preset release
+cmake --build --preset release
+ctest --preset release --timeout 600 "$@"
