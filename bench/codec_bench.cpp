@@ -96,7 +96,8 @@ nlohmann::json to_json(const CodecResult& r) {
           {"decode_gbps", r.decode_gbps},
           {"encode_vs_memcpy", r.encode_vs_memcpy},
           {"decode_vs_memcpy", r.decode_vs_memcpy},
-          {"rel_error", r.rel_error}};
+          {"rel_error", r.rel_error},
+          {"encode_bandwidth_vs_copy", r.encode_bandwidth_vs_copy}};
 }
 
 void print_table(const std::vector<CodecResult>& results, double memcpy_gbps, const std::string& path) {

@@ -30,6 +30,8 @@ struct CodecResult {
   // Without EF: ||D(C(x)) - x|| / ||x||. With EF: after R encodes of the same g, the error
   // of the sum of decoded outputs, ||R g - sum D(c_r)|| / ||R g|| = ||e_R|| / ||R g||.
   double rel_error = 0;
+  // CUDA only: bytes the encode moves (reads + writes) per second, over the copy's. 0 on CPU.
+  double encode_bandwidth_vs_copy = 0;
 };
 
 int run_codec_bench(const CodecBenchOptions& options);

@@ -106,7 +106,7 @@ TEST_CASE("onebit decodes to +-scale with the sign of x, scale = the chunk's mea
     const size_t count = std::min<size_t>(chunk, x.size() - begin);
     double mean_abs = 0;
     for (size_t i = begin; i < begin + count; ++i) mean_abs += std::fabs(x[i]);
-    mean_abs /= count;
+    mean_abs /= double(count);
     for (size_t i = begin; i < begin + count; ++i) {
       REQUIRE(std::fabs(y[i]) == doctest::Approx(mean_abs).epsilon(1e-5));
       REQUIRE(std::signbit(y[i]) == (x[i] < 0));

@@ -1,0 +1,296 @@
+// CUDA codec kernels. Built with --fmad=false so that products and sums round exactly as the
+// host code does (-ffp-contract=off); the scalar arithmetic is shared via codec_math.hpp.
+#include "core/check_cuda.hpp"
+#include "kernels/codec_cuda.cuh"
+#include "kernels/codec_math.hpp"
+
+namespace geotrain::kernels::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+__host__ __device__ inline size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
+constexpr unsigned kFullMask = 0xffffffffu;
+
+unsigned grid_for(size_t n, int threads = kThreads) {
+  const size_t blocks = (n + threads - 1) / threads;
+  return static_cast<unsigned>(blocks < 65535 * 16 ? (blocks == 0 ? 1 : blocks) : 65535 * 16);
+}
+
+// ---- elementwise codecs ----
+
+__global__ void fp32_encode_kernel(const float* __restrict__ g, float* __restrict__ residual,
+                                   size_t n, float* __restrict__ out) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    if (residual) {
+      out[i] = g[i] + residual[i];
+      residual[i] = 0.0f;
+    } else {
+      out[i] = g[i];
+    }
+  }
+}
+
+__global__ void fp32_decode_kernel(const float* __restrict__ in, size_t n, float* __restrict__ y, bool add) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    y[i] = add ? y[i] + in[i] : in[i];
+}
+
+template <bool kBf16>
+__global__ void half_encode_kernel(const float* __restrict__ g, float* __restrict__ residual, size_t n,
+                                   uint16_t* __restrict__ out) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const float x = residual ? g[i] + residual[i] : g[i];
+    const uint16_t h = kBf16 ? bf16_from_float(x) : fp16_from_float(x);
+    out[i] = h;
+    if (residual) residual[i] = x - (kBf16 ? bf16_to_float(h) : fp16_to_float(h));
+  }
+}
+
+template <bool kBf16>
+__global__ void half_decode_kernel(const uint16_t* __restrict__ in, size_t n, float* __restrict__ y, bool add) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const float v = kBf16 ? bf16_to_float(in[i]) : fp16_to_float(in[i]);
+    y[i] = add ? y[i] + v : v;
+  }
+}
+
+// ---- int8 / int4: one block per chunk ----
+
+__device__ float block_absmax(const float* x, const float* e, size_t count) {
+  __shared__ float warp_max[kThreads / 32];
+  float m = 0.0f;
+  for (size_t i = threadIdx.x; i < count; i += blockDim.x) m = max_f(m, abs_f(e ? x[i] + e[i] : x[i]));
+  for (int offset = 16; offset > 0; offset /= 2) m = max_f(m, __shfl_xor_sync(kFullMask, m, offset));
+  if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = m;
+  __syncthreads();
+  float result = 0.0f;
+  for (int w = 0; w < kThreads / 32; ++w) result = max_f(result, warp_max[w]);
+  return result;  // max is exact in any order
+}
+
+template <int kLevels>
+__global__ void quant_encode_kernel(const float* __restrict__ g, float* __restrict__ residual, size_t n,
+                                    uint32_t chunk, Rounding r, float* __restrict__ scales,
+                                    uint8_t* __restrict__ packed) {
+  const size_t c = blockIdx.x;
+  const size_t begin = c * chunk;
+  const size_t count = min_size(chunk, n - begin);
+  const float* x = g + begin;
+  float* e = residual ? residual + begin : nullptr;
+  const float absmax = block_absmax(x, e, count);
+  const float levels = float(kLevels);
+  const float inv = quant_inv(absmax, levels);
+  const float scale = quant_scale(absmax, levels);
+  if (threadIdx.x == 0) scales[c] = scale;
+  if (kLevels == 127) {
+    auto* q = reinterpret_cast<int8_t*>(packed) + begin;
+    for (size_t i = threadIdx.x; i < count; i += blockDim.x) {
+      const float v = e ? x[i] + e[i] : x[i];
+      const float u = r.stochastic ? uniform01(r.seed, r.nonce, begin + i) : 0.0f;
+      const int qi = quantize(v, inv, levels, r.stochastic, u);
+      q[i] = static_cast<int8_t>(qi);
+      if (e) e[i] = v - float(qi) * scale;
+    }
+  } else {
+    // int4: thread t packs elements 2t, 2t+1 of the chunk into byte t (chunk is even).
+    uint8_t* out = packed + begin / 2;
+    for (size_t p = threadIdx.x; 2 * p < count; p += blockDim.x) {
+      int nib[2] = {0, 0};
+      for (int h = 0; h < 2; ++h) {
+        const size_t i = 2 * p + h;
+        if (i >= count) break;
+        const float v = e ? x[i] + e[i] : x[i];
+        const float u = r.stochastic ? uniform01(r.seed, r.nonce, begin + i) : 0.0f;
+        nib[h] = quantize(v, inv, levels, r.stochastic, u);
+        if (e) e[i] = v - float(nib[h]) * scale;
+      }
+      out[p] = static_cast<uint8_t>((nib[0] & 0xF) | ((nib[1] & 0xF) << 4));
+    }
+  }
+}
+
+__global__ void int8_decode_kernel(const float* __restrict__ scales, const int8_t* __restrict__ q, size_t n,
+                                   uint32_t chunk, float* __restrict__ y, bool add) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const float v = float(q[i]) * scales[i / chunk];
+    y[i] = add ? y[i] + v : v;
+  }
+}
+
+__global__ void int4_decode_kernel(const float* __restrict__ scales, const uint8_t* __restrict__ packed,
+                                   size_t n, uint32_t chunk, float* __restrict__ y, bool add) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const unsigned byte = packed[i / 2];
+    const int nib = int(((i & 1) ? (byte >> 4) : (byte & 0xFu)) ^ 8u) - 8;
+    const float v = float(nib) * scales[i / chunk];
+    y[i] = add ? y[i] + v : v;
+  }
+}
+
+// ---- onebit: one warp per chunk ----
+
+constexpr int kWarpsPerBlock = 8;
+
+__device__ float warp_fold(float lane_sum) {
+  // Butterfly: after the step with offset o, lanes j and j^o hold the same (commutative) sum, so
+  // every lane ends with the CPU's fold lane[j] += lane[j + o] for o = 16, 8, 4, 2, 1.
+  for (int offset = 16; offset > 0; offset /= 2) lane_sum += __shfl_xor_sync(kFullMask, lane_sum, offset);
+  return lane_sum;
+}
+
+// kPasses > 0: chunk == 32 * kPasses, values stay in registers. kPasses == 0: any chunk, the
+// second pass re-reads x (from the residual, where the first pass stored it).
+template <int kPasses>
+__global__ void onebit_encode_kernel(const float* __restrict__ g, float* __restrict__ residual, size_t n,
+                                     uint32_t chunk, float* __restrict__ scales, uint32_t* __restrict__ bits) {
+  const unsigned lane = threadIdx.x % 32;
+  const size_t c = size_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  const size_t begin = c * chunk;
+  if (begin >= n) return;  // whole warp leaves together
+  const size_t count = min_size(chunk, n - begin);
+  const float* gc = g + begin;
+  float* ec = residual ? residual + begin : nullptr;
+  uint32_t* words = bits + begin / 32;
+
+  float lane_sum = 0.0f;
+  float scale;
+  if constexpr (kPasses > 0) {
+    float x[kPasses];
+#pragma unroll
+    for (int k = 0; k < kPasses; ++k) {
+      const size_t i = size_t(k) * 32 + lane;
+      x[k] = i < count ? (ec ? gc[i] + ec[i] : gc[i]) : 0.0f;
+      lane_sum += abs_f(x[k]);  // adding +0 for lanes past the end leaves the sum exact
+    }
+    scale = warp_fold(lane_sum) / float(count);
+    uint32_t my_word = 0;
+#pragma unroll
+    for (int k = 0; k < kPasses; ++k) {
+      const size_t i = size_t(k) * 32 + lane;
+      const uint32_t word = __ballot_sync(kFullMask, i < count && x[k] < 0.0f);
+      if (k % 32 == int(lane)) my_word = word;
+      if (ec && i < count) ec[i] = x[k] - (x[k] < 0.0f ? -scale : scale);
+    }
+    if (int(lane) < kPasses && size_t(lane) * 32 < count) words[lane] = my_word;
+  } else {
+    for (size_t k = 0; k * 32 < count; ++k) {
+      const size_t i = k * 32 + lane;
+      if (i < count) {
+        const float x = ec ? gc[i] + ec[i] : gc[i];
+        if (ec) ec[i] = x;
+        lane_sum += abs_f(x);
+      }
+    }
+    scale = warp_fold(lane_sum) / float(count);
+    __syncwarp();
+    const float* xc = ec ? ec : gc;
+    for (size_t k = 0; k * 32 < count; ++k) {
+      const size_t i = k * 32 + lane;
+      const float x = i < count ? xc[i] : 0.0f;
+      const uint32_t word = __ballot_sync(kFullMask, i < count && x < 0.0f);
+      if (lane == 0) words[k] = word;
+      if (ec && i < count) ec[i] = x - (x < 0.0f ? -scale : scale);
+    }
+  }
+  if (lane == 0) scales[c] = scale;
+}
+
+__global__ void onebit_decode_kernel(const float* __restrict__ scales, const uint32_t* __restrict__ bits,
+                                     size_t n, uint32_t chunk, float* __restrict__ y, bool add) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const float v = onebit_value(bits[i / 32], unsigned(i % 32), scales[i / chunk]);
+    y[i] = add ? y[i] + v : v;
+  }
+}
+
+}  // namespace
+
+void fp32_encode(const float* g, float* residual, size_t n, float* out, cudaStream_t stream) {
+  if (n == 0) return;
+  fp32_encode_kernel<<<grid_for(n), kThreads, 0, stream>>>(g, residual, n, out);
+  GT_CUDA_CHECK_LAUNCH();
+}
+void fp32_decode(const float* in, size_t n, float* y, bool add, cudaStream_t stream) {
+  if (n == 0) return;
+  fp32_decode_kernel<<<grid_for(n), kThreads, 0, stream>>>(in, n, y, add);
+  GT_CUDA_CHECK_LAUNCH();
+}
+void fp16_encode(const float* g, float* residual, size_t n, uint16_t* out, cudaStream_t stream) {
+  if (n == 0) return;
+  half_encode_kernel<false><<<grid_for(n), kThreads, 0, stream>>>(g, residual, n, out);
+  GT_CUDA_CHECK_LAUNCH();
+}
+void fp16_decode(const uint16_t* in, size_t n, float* y, bool add, cudaStream_t stream) {
+  if (n == 0) return;
+  half_decode_kernel<false><<<grid_for(n), kThreads, 0, stream>>>(in, n, y, add);
+  GT_CUDA_CHECK_LAUNCH();
+}
+void bf16_encode(const float* g, float* residual, size_t n, uint16_t* out, cudaStream_t stream) {
+  if (n == 0) return;
+  half_encode_kernel<true><<<grid_for(n), kThreads, 0, stream>>>(g, residual, n, out);
+  GT_CUDA_CHECK_LAUNCH();
+}
+void bf16_decode(const uint16_t* in, size_t n, float* y, bool add, cudaStream_t stream) {
+  if (n == 0) return;
+  half_decode_kernel<true><<<grid_for(n), kThreads, 0, stream>>>(in, n, y, add);
+  GT_CUDA_CHECK_LAUNCH();
+}
+
+void int8_encode(const float* g, float* residual, size_t n, uint32_t chunk, Rounding rounding, float* scales,
+                 int8_t* q, cudaStream_t stream) {
+  if (n == 0) return;
+  quant_encode_kernel<127><<<unsigned(chunk_count(n, chunk)), kThreads, 0, stream>>>(
+      g, residual, n, chunk, rounding, scales, reinterpret_cast<uint8_t*>(q));
+  GT_CUDA_CHECK_LAUNCH();
+}
+void int8_decode(const float* scales, const int8_t* q, size_t n, uint32_t chunk, float* y, bool add,
+                 cudaStream_t stream) {
+  if (n == 0) return;
+  int8_decode_kernel<<<grid_for(n), kThreads, 0, stream>>>(scales, q, n, chunk, y, add);
+  GT_CUDA_CHECK_LAUNCH();
+}
+void int4_encode(const float* g, float* residual, size_t n, uint32_t chunk, Rounding rounding, float* scales,
+                 uint8_t* packed, cudaStream_t stream) {
+  if (n == 0) return;
+  quant_encode_kernel<7><<<unsigned(chunk_count(n, chunk)), kThreads, 0, stream>>>(g, residual, n, chunk,
+                                                                                   rounding, scales, packed);
+  GT_CUDA_CHECK_LAUNCH();
+}
+void int4_decode(const float* scales, const uint8_t* packed, size_t n, uint32_t chunk, float* y, bool add,
+                 cudaStream_t stream) {
+  if (n == 0) return;
+  int4_decode_kernel<<<grid_for(n), kThreads, 0, stream>>>(scales, packed, n, chunk, y, add);
+  GT_CUDA_CHECK_LAUNCH();
+}
+
+void onebit_encode(const float* g, float* residual, size_t n, uint32_t chunk, float* scales, uint32_t* bits,
+                   cudaStream_t stream) {
+  if (n == 0) return;
+  const unsigned blocks = unsigned((chunk_count(n, chunk) + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  const int threads = 32 * kWarpsPerBlock;
+  switch (chunk) {
+    case 256: onebit_encode_kernel<8><<<blocks, threads, 0, stream>>>(g, residual, n, chunk, scales, bits); break;
+    case 512: onebit_encode_kernel<16><<<blocks, threads, 0, stream>>>(g, residual, n, chunk, scales, bits); break;
+    case 1024: onebit_encode_kernel<32><<<blocks, threads, 0, stream>>>(g, residual, n, chunk, scales, bits); break;
+    default: onebit_encode_kernel<0><<<blocks, threads, 0, stream>>>(g, residual, n, chunk, scales, bits); break;
+  }
+  GT_CUDA_CHECK_LAUNCH();
+}
+void onebit_decode(const float* scales, const uint32_t* bits, size_t n, uint32_t chunk, float* y, bool add,
+                   cudaStream_t stream) {
+  if (n == 0) return;
+  onebit_decode_kernel<<<grid_for(n), kThreads, 0, stream>>>(scales, bits, n, chunk, y, add);
+  GT_CUDA_CHECK_LAUNCH();
+}
+
+int device_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError();  // clear the sticky "no driver" error
+    return 0;
+  }
+  return count;
+}
+
+}  // namespace geotrain::kernels::cuda
