@@ -21,9 +21,8 @@
 namespace geotrain::compression {
 namespace {
 
-// |x| as an unsigned key: for non-negative floats the integer order is the float order, and NaN
-// sorts above +inf, which makes this a strict weak order for any input.
-inline uint32_t magnitude_key(float x) { return kernels::float_bits(x) & 0x7fffffffu; }
+// |x| as an unsigned key (kernels::abs_bits): a strict weak order for any input, NaN included.
+inline uint32_t magnitude_key(float x) { return kernels::abs_bits(x); }
 
 size_t varint_size(uint64_t v) {
   size_t n = 1;

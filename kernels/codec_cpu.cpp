@@ -47,9 +47,9 @@ inline void elementwise_decode(const uint16_t* GT_RESTRICT in, size_t n, float* 
 }
 
 inline float chunk_absmax(const float* GT_RESTRICT x, size_t n) {
-  float m = 0.0f;
-  for (size_t i = 0; i < n; ++i) m = max_f(m, abs_f(x[i]));
-  return m;
+  uint32_t m = 0;
+  for (size_t i = 0; i < n; ++i) m = max_u(m, abs_bits(x[i]));
+  return bits_float(m);
 }
 
 // Canonical lane sum of |x| (see codec_math.hpp): lane i % 32, then a pairwise fold.

@@ -58,15 +58,15 @@ __global__ void half_decode_kernel(const uint16_t* __restrict__ in, size_t n, fl
 // ---- int8 / int4: one block per chunk ----
 
 __device__ float block_absmax(const float* x, const float* e, size_t count) {
-  __shared__ float warp_max[kThreads / 32];
-  float m = 0.0f;
-  for (size_t i = threadIdx.x; i < count; i += blockDim.x) m = max_f(m, abs_f(e ? x[i] + e[i] : x[i]));
-  for (int offset = 16; offset > 0; offset /= 2) m = max_f(m, __shfl_xor_sync(kFullMask, m, offset));
+  __shared__ uint32_t warp_max[kThreads / 32];
+  uint32_t m = 0;
+  for (size_t i = threadIdx.x; i < count; i += blockDim.x) m = max_u(m, abs_bits(e ? x[i] + e[i] : x[i]));
+  for (int offset = 16; offset > 0; offset /= 2) m = max_u(m, __shfl_xor_sync(kFullMask, m, offset));
   if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = m;
   __syncthreads();
-  float result = 0.0f;
-  for (int w = 0; w < kThreads / 32; ++w) result = max_f(result, warp_max[w]);
-  return result;  // max is exact in any order
+  uint32_t result = 0;
+  for (int w = 0; w < kThreads / 32; ++w) result = max_u(result, warp_max[w]);
+  return bits_float(result);  // an integer max: exact in any order
 }
 
 template <int kLevels>

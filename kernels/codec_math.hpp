@@ -48,8 +48,11 @@ GT_HD float bits_float(uint32_t u) {
 
 GT_HD float abs_f(float x) { return bits_float(float_bits(x) & 0x7fffffffu); }
 
-// max that ignores ordering of equal values; NaN-free input is assumed for exactness.
-GT_HD float max_f(float a, float b) { return a > b ? a : b; }
+// |x| as an integer: for non-NaN floats the integer order is the order of |x|, and NaN sorts
+// above +inf. Integer max vectorises (a float max reduction does not without -ffast-math) and
+// gives the same result in any order, on any device.
+GT_HD uint32_t abs_bits(float x) { return float_bits(x) & 0x7fffffffu; }
+GT_HD uint32_t max_u(uint32_t a, uint32_t b) { return a > b ? a : b; }
 
 // ---- fp16 (IEEE binary16), round to nearest even; after M. Dukhan's FP16 library. ----
 GT_HD uint16_t fp16_from_float(float f) {
