@@ -64,15 +64,18 @@ inline float chunk_abs_sum(const float* GT_RESTRICT x, size_t n) {
   return lane[0];
 }
 
-// Quantised integer values of one chunk, in order, through `emit(i, q)`.
-template <typename Emit>
+// Quantised integer values of one chunk, in order, into out[0, count).
 inline void quantize_chunk(const float* GT_RESTRICT x, size_t begin, size_t count, float inv,
-                           float levels, Rounding r, Emit emit) {
+                           float levels, Rounding r, int8_t* GT_RESTRICT out) {
   if (r.stochastic) {
-    for (size_t i = 0; i < count; ++i)
-      emit(i, quantize(x[i], inv, levels, true, uniform01(r.seed, r.nonce, begin + i)));
+    const uint64_t key = rounding_key(r.seed, r.nonce);
+    for (size_t i = 0; i < count; ++i) {
+      const float u = uniform01_keyed(key, begin + i);
+      out[i] = static_cast<int8_t>(quantize(x[i], inv, levels, true, u));
+    }
   } else {
-    for (size_t i = 0; i < count; ++i) emit(i, quantize(x[i], inv, levels, false, 0.0f));
+    for (size_t i = 0; i < count; ++i)
+      out[i] = static_cast<int8_t>(quantize(x[i], inv, levels, false, 0.0f));
   }
 }
 
@@ -123,8 +126,7 @@ void int8_encode(const float* GT_RESTRICT g, float* GT_RESTRICT residual, size_t
     const float scale = quant_scale(absmax, kLevels);
     scales[c] = scale;
     int8_t* out = q + begin;
-    quantize_chunk(x, begin, count, inv, kLevels, rounding,
-                   [&](size_t i, int v) { out[i] = static_cast<int8_t>(v); });
+    quantize_chunk(x, begin, count, inv, kLevels, rounding, out);
     if (res != nullptr)
       for (size_t i = 0; i < count; ++i) res[i] = x[i] - static_cast<float>(out[i]) * scale;
   }
@@ -168,8 +170,7 @@ void int4_encode(const float* GT_RESTRICT g, float* GT_RESTRICT residual, size_t
     scales[c] = scale;
     for (size_t part = 0; part < count; part += sizeof values) {
       const size_t m = std::min(sizeof values, count - part);
-      quantize_chunk(x + part, begin + part, m, inv, kLevels, rounding,
-                     [&](size_t i, int v) { values[i] = static_cast<int8_t>(v); });
+      quantize_chunk(x + part, begin + part, m, inv, kLevels, rounding, values);
       uint8_t* out = packed + (begin + part) / 2;
       for (size_t i = 0; i < m / 2; ++i)
         out[i] = static_cast<uint8_t>((values[2 * i] & 0xF) | ((values[2 * i + 1] & 0xF) << 4));

@@ -79,6 +79,7 @@ __global__ void quant_encode_kernel(const float* __restrict__ g, float* __restri
   const float* x = g + begin;
   float* e = residual ? residual + begin : nullptr;
   const float absmax = block_absmax(x, e, count);
+  const uint64_t key = rounding_key(r.seed, r.nonce);
   const float levels = float(kLevels);
   const float inv = quant_inv(absmax, levels);
   const float scale = quant_scale(absmax, levels);
@@ -87,7 +88,7 @@ __global__ void quant_encode_kernel(const float* __restrict__ g, float* __restri
     auto* q = reinterpret_cast<int8_t*>(packed) + begin;
     for (size_t i = threadIdx.x; i < count; i += blockDim.x) {
       const float v = e ? x[i] + e[i] : x[i];
-      const float u = r.stochastic ? uniform01(r.seed, r.nonce, begin + i) : 0.0f;
+      const float u = r.stochastic ? uniform01_keyed(key, begin + i) : 0.0f;
       const int qi = quantize(v, inv, levels, r.stochastic, u);
       q[i] = static_cast<int8_t>(qi);
       if (e) e[i] = v - float(qi) * scale;
@@ -101,7 +102,7 @@ __global__ void quant_encode_kernel(const float* __restrict__ g, float* __restri
         const size_t i = 2 * p + h;
         if (i >= count) break;
         const float v = e ? x[i] + e[i] : x[i];
-        const float u = r.stochastic ? uniform01(r.seed, r.nonce, begin + i) : 0.0f;
+        const float u = r.stochastic ? uniform01_keyed(key, begin + i) : 0.0f;
         nib[h] = quantize(v, inv, levels, r.stochastic, u);
         if (e) e[i] = v - float(nib[h]) * scale;
       }

@@ -100,17 +100,36 @@ GT_HD float bf16_to_float(uint16_t h) { return bits_float(static_cast<uint32_t>(
 
 // ---- counter-based RNG for stochastic rounding ----
 // A uniform in [0, 1) that depends only on (seed, nonce, index): any thread, on any device, in
-// any order, draws the same number for the same element. splitmix64's finaliser is a bijection
-// with full avalanche, which is all that rounding noise needs.
+// any order, draws the same number for the same element. The (seed, nonce) pair is mixed once
+// into a 64-bit key (splitmix64's finaliser); per element, two rounds of murmur3's 32-bit
+// finaliser over the index and the key: 32-bit multiplies, so the CPU loop vectorises.
 GT_HD uint64_t mix64(uint64_t z) {
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
 }
 
+GT_HD uint32_t fmix32(uint32_t h) {
+  h ^= h >> 16;
+  h *= 0x85EBCA6Bu;
+  h ^= h >> 13;
+  h *= 0xC2B2AE35u;
+  h ^= h >> 16;
+  return h;
+}
+
+GT_HD uint64_t rounding_key(uint64_t seed, uint64_t nonce) {
+  return mix64(seed ^ mix64(nonce + 0x9E3779B97F4A7C15ull));
+}
+
+GT_HD float uniform01_keyed(uint64_t key, uint64_t index) {
+  uint32_t h = fmix32(static_cast<uint32_t>(index) ^ static_cast<uint32_t>(key));
+  h = fmix32(h + static_cast<uint32_t>(key >> 32) + static_cast<uint32_t>(index >> 32));
+  return static_cast<float>(h >> 8) * 0x1.0p-24f;  // exact: 24 bits
+}
+
 GT_HD float uniform01(uint64_t seed, uint64_t nonce, uint64_t index) {
-  const uint64_t h = mix64(mix64(seed ^ (nonce * 0x9E3779B97F4A7C15ull)) + index);
-  return static_cast<float>(static_cast<uint32_t>(h >> 40)) * 0x1.0p-24f;  // exact: 24 bits
+  return uniform01_keyed(rounding_key(seed, nonce), index);
 }
 
 // ---- integer quantisation with a per-chunk absmax scale ----
@@ -119,13 +138,24 @@ GT_HD float uniform01(uint64_t seed, uint64_t nonce, uint64_t index) {
 GT_HD float quant_inv(float absmax, float levels) { return absmax > 0.0f ? levels / absmax : 0.0f; }
 GT_HD float quant_scale(float absmax, float levels) { return absmax / levels; }
 
+GT_HD float round_even(float v) {
+#if defined(__CUDA_ARCH__)
+  return rintf(v);
+#else
+  return __builtin_rintf(v);
+#endif
+}
+
+// floor through rint: exact for every float, and it vectorises (GCC will not vectorise floorf
+// without -fno-trapping-math).
+GT_HD float floor_exact(float v) {
+  const float r = round_even(v);
+  return r > v ? r - 1.0f : r;
+}
+
 GT_HD int quantize(float x, float inv, float levels, bool stochastic, float u) {
   const float v = x * inv;
-#if defined(__CUDA_ARCH__)
-  float r = stochastic ? floorf(v + u) : rintf(v);
-#else
-  float r = stochastic ? __builtin_floorf(v + u) : __builtin_rintf(v);
-#endif
+  float r = stochastic ? floor_exact(v + u) : round_even(v);
   r = r > levels ? levels : r;
   r = r < -levels ? -levels : r;
   r = r == r ? r : 0.0f;  // NaN quantises to 0 rather than to an undefined integer
