@@ -7,6 +7,9 @@
 #include "core/check_cuda.hpp"
 #include "kernels/codec_cpu.hpp"
 #include "kernels/codec_cuda.cuh"
+#include "kernels/topk_cuda.cuh"
+#include "compression/codecs.hpp"
+#include "compression/payload.hpp"
 #include "../compression/test_util.hpp"
 
 using namespace geotrain;
@@ -144,4 +147,58 @@ TEST_CASE("fp32, fp16 and bf16: CUDA matches the CPU bit for bit") {
       if (ef) CHECK(same_bits(de.to_host(), ec));
     }
   }
+}
+
+TEST_CASE("topk: the CUDA body and residual match the CPU codec's, byte for byte") {
+  for (double ratio : {0.001, 0.01, 0.3, 1.0}) {
+    for (size_t n : {1ul, 1000ul, 100'003ul}) {
+      for (bool ef : {false, true}) {
+        CAPTURE(ratio); CAPTURE(n); CAPTURE(ef);
+        auto g = test::heavy_tailed(n, unsigned(n) + 3);
+        for (size_t i = 0; i < n; i += 7) g[i] = 0.5f;  // plenty of ties
+        auto e = test::gaussian(n, 8, 0.1f);
+        auto codec = compression::make_topk_codec({ratio, 4096});
+        Bytes payload;
+        std::vector<float> e_cpu = e;
+        if (ef) codec->encode_with_feedback(g, e_cpu, payload);
+        else codec->encode(g, payload);
+        const std::vector<std::byte> body(payload.begin() + compression::kHeaderBytes, payload.end());
+
+        const uint64_t k = compression::topk_count(n, ratio);
+        DeviceArray<float> dg(g), de(e);
+        DeviceArray<std::byte> dbody(14 * k + 16);
+        const size_t size = cuda::topk_encode(dg.get(), ef ? de.get() : nullptr, n, k, 4096, dbody.get(), 0);
+        REQUIRE(size == body.size());
+        auto got = dbody.to_host();
+        got.resize(size);
+        CHECK(got == body);
+        if (ef) CHECK(same_bits(de.to_host(), e_cpu));
+      }
+    }
+  }
+}
+
+TEST_CASE("topk: CUDA decode scatters the values like the CPU decoder") {
+  const size_t n = 5000;
+  auto x = test::heavy_tailed(n, 12);
+  auto codec = compression::make_topk_codec({0.02, 4096});
+  Bytes payload;
+  codec->encode(x, payload);
+  std::vector<float> decoded(n), expected(n, 2.0f);
+  codec->decode(payload, decoded);
+  codec->decode_add(payload, expected);
+  // Indices and values as the host decoder would hand them over (heavy-tailed values are never 0).
+  std::vector<float> values;
+  std::vector<uint32_t> index;
+  for (size_t i = 0; i < n; ++i) {
+    if (decoded[i] != 0.0f) {
+      index.push_back(uint32_t(i));
+      values.push_back(decoded[i]);
+    }
+  }
+  REQUIRE(index.size() == compression::topk_count(n, 0.02));
+  DeviceArray<float> dv(values), dy(std::vector<float>(n, 2.0f));
+  DeviceArray<uint32_t> di(index);
+  cuda::topk_decode(dv.get(), di.get(), index.size(), n, dy.get(), true, 0);
+  CHECK(same_bits(dy.to_host(), expected));
 }
