@@ -11,6 +11,7 @@
 #include "compression/codecs.hpp"
 #include "core/check_cuda.hpp"
 #include "kernels/codec_cuda.cuh"
+#include "kernels/topk_cuda.cuh"
 
 namespace geotrain::bench {
 namespace {
@@ -115,6 +116,15 @@ CudaBenchReport run_cuda_codec_bench(std::size_t n, int repeats) {
        [&] { kc::cuda::onebit_decode(scales, reinterpret_cast<uint32_t*>(packed), n, chunk, dy.as<float>(), false, 0); }},
   };
 
+  // topk at 1%: the body length is data-dependent; decode scatters host-parsed indices.
+  const uint64_t k = compression::topk_count(n, 0.01);
+  size_t topk_body = 0;
+  Buffer dindex(4 * k);
+  cases.push_back(
+      {"topk:ratio=0.01", 0,
+       [&](float* e) { topk_body = kc::cuda::topk_encode(dg.as<float>(), e, n, k, 4096, dbody.as<std::byte>(), 0); },
+       [&] { kc::cuda::topk_decode(dbody.as<float>(), dindex.as<uint32_t>(), k, n, dy.as<float>(), false, 0); }});
+
   std::vector<float> y(n);
   for (auto& c : cases) {
     for (bool ef : {false, true}) {
@@ -126,6 +136,24 @@ CudaBenchReport run_cuda_codec_bench(std::size_t n, int repeats) {
       r.error_feedback = ef;
       r.bits_per_element = c.bits;
       const double enc_s = ev.best_seconds(repeats, [&] { c.encode(ef ? de.as<float>() : nullptr); });
+      if (c.name.rfind("topk", 0) == 0) {
+        // Parse the varints of the last body on the host, as the receiving decoder would.
+        std::vector<uint8_t> body(topk_body);
+        GT_CUDA_CHECK(cudaMemcpy(body.data(), dbody.ptr, topk_body, cudaMemcpyDeviceToHost));
+        std::vector<uint32_t> index(k);
+        size_t p = 4 * k;
+        uint32_t prev = 0;
+        for (uint64_t j = 0; j < k; ++j) {
+          uint32_t v = 0;
+          for (unsigned shift = 0;; shift += 7) {
+            v |= uint32_t(body[p] & 0x7f) << shift;
+            if (!(body[p++] & 0x80)) break;
+          }
+          index[j] = prev = (j == 0 ? v : prev + v);
+        }
+        GT_CUDA_CHECK(cudaMemcpy(dindex.ptr, index.data(), 4 * k, cudaMemcpyHostToDevice));
+        c.bits = 8.0 * double(topk_body + 40) / double(n);
+      }
       const double dec_s = ev.best_seconds(repeats, [&] { c.decode(); });
       GT_CUDA_CHECK(cudaMemcpy(y.data(), dy.ptr, 4 * n, cudaMemcpyDeviceToHost));
       if (ef) {
