@@ -22,6 +22,10 @@ int main(int argc, char** argv) {
   geotrain::cli::CommandList commands;
   geotrain::cli::add_bench_command(app, commands);
 
+  if (argc == 1) {  // no subcommand: show what there is, rather than only that one is missing
+    std::fputs(app.help().c_str(), stderr);
+    return 2;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "core/check_zmq.hpp"
 #include "core/check_zstd.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
@@ -31,6 +32,22 @@ TEST_CASE("a failing zstd call reports the API, file:line and the expression") {
     CHECK(what.find("test_error.cpp:") != std::string::npos);
     CHECK(what.find("ZSTD_decompress(out, sizeof out, in, sizeof in)") != std::string::npos);
   }
+}
+
+TEST_CASE("a failing ZeroMQ call reports errno's text, file:line and the expression") {
+  void* context = zmq_ctx_new();
+  void* socket = zmq_socket(context, ZMQ_PAIR);
+  try {
+    GT_ZMQ_CHECK(zmq_bind(socket, "nonsense://here"));
+    FAIL("no exception");
+  } catch (const SystemError& e) {
+    const std::string what = e.what();
+    CHECK(e.api() == "zmq");
+    CHECK(what.find("zmq_bind(socket, \"nonsense://here\")") != std::string::npos);
+    CHECK(what.find("errno") != std::string::npos);
+  }
+  CHECK(GT_ZMQ_CHECK(zmq_close(socket)) == 0);
+  zmq_ctx_term(context);
 }
 
 TEST_CASE("a passing zstd call yields its value") {
