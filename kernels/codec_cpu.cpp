@@ -114,22 +114,33 @@ void bf16_decode(const uint16_t* in, size_t n, float* y, bool add) {
   elementwise_decode(in, n, y, add, bf16_to_float);
 }
 
-void int8_encode(const float* GT_RESTRICT g, float* GT_RESTRICT residual, size_t n, uint32_t chunk,
-                 Rounding rounding, float* GT_RESTRICT scales, int8_t* GT_RESTRICT q) {
-  constexpr float kLevels = 127.0f;
+namespace {
+// The chunk loop shared by int8 and int4: EF input, absmax scale, then `pack` quantises and
+// packs the chunk (and updates its residual) given x, its offset, count, 1/scale and scale.
+template <typename Pack>
+inline void quant_encode(const float* GT_RESTRICT g, float* GT_RESTRICT residual, size_t n,
+                         uint32_t chunk, float levels, float* GT_RESTRICT scales, Pack pack) {
   for (size_t c = 0, begin = 0; begin < n; ++c, begin += chunk) {
     const size_t count = std::min<size_t>(chunk, n - begin);
     float* res = residual ? residual + begin : nullptr;
     const float* x = feedback_input(g + begin, res, count);
     const float absmax = chunk_absmax(x, count);
-    const float inv = quant_inv(absmax, kLevels);
-    const float scale = quant_scale(absmax, kLevels);
-    scales[c] = scale;
-    int8_t* out = q + begin;
-    quantize_chunk(x, begin, count, inv, kLevels, rounding, out);
-    if (res != nullptr)
-      for (size_t i = 0; i < count; ++i) res[i] = x[i] - static_cast<float>(out[i]) * scale;
+    scales[c] = quant_scale(absmax, levels);
+    pack(x, res, begin, count, quant_inv(absmax, levels), scales[c]);
   }
+}
+}  // namespace
+
+void int8_encode(const float* GT_RESTRICT g, float* GT_RESTRICT residual, size_t n, uint32_t chunk,
+                 Rounding rounding, float* GT_RESTRICT scales, int8_t* GT_RESTRICT q) {
+  constexpr float kLevels = 127.0f;
+  quant_encode(g, residual, n, chunk, kLevels, scales,
+               [&](const float* x, float* res, size_t begin, size_t count, float inv, float scale) {
+                 int8_t* out = q + begin;
+                 quantize_chunk(x, begin, count, inv, kLevels, rounding, out);
+                 if (res != nullptr)
+                   for (size_t i = 0; i < count; ++i) res[i] = x[i] - static_cast<float>(out[i]) * scale;
+               });
 }
 
 void int8_decode(const float* GT_RESTRICT scales, const int8_t* GT_RESTRICT q, size_t n,
@@ -159,27 +170,21 @@ void int4_encode(const float* GT_RESTRICT g, float* GT_RESTRICT residual, size_t
                  Rounding rounding, float* GT_RESTRICT scales, uint8_t* GT_RESTRICT packed) {
   constexpr float kLevels = 7.0f;
   // chunk is even (a multiple of 32), so a byte never straddles two chunks.
-  int8_t values[1024];
-  for (size_t c = 0, begin = 0; begin < n; ++c, begin += chunk) {
-    const size_t count = std::min<size_t>(chunk, n - begin);
-    float* res = residual ? residual + begin : nullptr;
-    const float* x = feedback_input(g + begin, res, count);
-    const float absmax = chunk_absmax(x, count);
-    const float inv = quant_inv(absmax, kLevels);
-    const float scale = quant_scale(absmax, kLevels);
-    scales[c] = scale;
-    for (size_t part = 0; part < count; part += sizeof values) {
-      const size_t m = std::min(sizeof values, count - part);
-      quantize_chunk(x + part, begin + part, m, inv, kLevels, rounding, values);
-      uint8_t* out = packed + (begin + part) / 2;
-      for (size_t i = 0; i < m / 2; ++i)
-        out[i] = static_cast<uint8_t>((values[2 * i] & 0xF) | ((values[2 * i + 1] & 0xF) << 4));
-      if (m & 1) out[m / 2] = static_cast<uint8_t>(values[m - 1] & 0xF);
-      if (res != nullptr)
-        for (size_t i = 0; i < m; ++i)
-          res[part + i] = x[part + i] - static_cast<float>(values[i]) * scale;
-    }
-  }
+  quant_encode(g, residual, n, chunk, kLevels, scales,
+               [&](const float* x, float* res, size_t begin, size_t count, float inv, float scale) {
+                 int8_t values[1024];
+                 for (size_t part = 0; part < count; part += sizeof values) {
+                   const size_t m = std::min(sizeof values, count - part);
+                   quantize_chunk(x + part, begin + part, m, inv, kLevels, rounding, values);
+                   uint8_t* out = packed + (begin + part) / 2;
+                   for (size_t i = 0; i < m / 2; ++i)
+                     out[i] = static_cast<uint8_t>((values[2 * i] & 0xF) | ((values[2 * i + 1] & 0xF) << 4));
+                   if (m & 1) out[m / 2] = static_cast<uint8_t>(values[m - 1] & 0xF);
+                   if (res != nullptr)
+                     for (size_t i = 0; i < m; ++i)
+                       res[part + i] = x[part + i] - static_cast<float>(values[i]) * scale;
+                 }
+               });
 }
 
 void int4_decode(const float* GT_RESTRICT scales, const uint8_t* GT_RESTRICT packed, size_t n,
