@@ -266,7 +266,7 @@ zmq::message_t frame_from_bytes(Bytes&& bytes) {
   return m;
 }
 
-void check_frames(const std::vector<Segment>& segments, const std::vector<zmq::message_t>& frames,
+void check_frames(const std::vector<Segment>& segments, std::span<const zmq::message_t> frames,
                   uint64_t request_id) {
   if (segments.size() != frames.size())
     throw WireError(ErrorCode::malformed,

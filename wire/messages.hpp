@@ -11,6 +11,7 @@
 #include <zmq.hpp>
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <variant>
 #include <vector>
@@ -145,7 +146,7 @@ inline ConstByteSpan frame_bytes(const zmq::message_t& m) {
 
 // Checks that `frames` (the payload frames, after frame 0) match `segments`: same count, and
 // each frame exactly segment.bytes long. Throws WireError{malformed} naming the mismatch.
-void check_frames(const std::vector<Segment>& segments, const std::vector<zmq::message_t>& frames,
+void check_frames(const std::vector<Segment>& segments, std::span<const zmq::message_t> frames,
                   uint64_t request_id);
 
 }  // namespace geotrain::wire
