@@ -13,5 +13,6 @@ namespace geotrain::cli {
 using CommandList = std::vector<std::pair<CLI::App*, std::function<int()>>>;
 
 void add_bench_command(CLI::App& app, CommandList& commands);
+void add_server_command(CLI::App& app, CommandList& commands);
 
 }  // namespace geotrain::cli

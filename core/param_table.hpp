@@ -1,0 +1,59 @@
+// ParamTable: the ordered list of named fp32 tensors of a model, stored in one flat buffer.
+//
+// Owns: the layout (names, sizes, offsets, critical flag) and the flat values. Each tensor is
+// critical or not by glob patterns ('*' any run, '?' one character) matched against its name.
+// Deltas, residuals and optimizer state use the same flat layout, so a range [offset, offset+n)
+// means the same elements everywhere. layout_hash() identifies the layout (names, sizes, order,
+// criticality) and is what processes compare before they exchange parameters.
+// Nothing blocks; not thread-safe for concurrent writers (plain value type).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/span.hpp"
+
+namespace geotrain {
+
+struct TensorSpec {
+  std::string name;
+  uint64_t size = 0;  // fp32 elements
+};
+
+struct TensorInfo {
+  std::string name;
+  uint64_t offset = 0;  // first element in the flat buffer
+  uint64_t size = 0;
+  bool critical = false;
+};
+
+// True when `name` matches the glob `pattern` ('*' = any run of characters, '?' = one character).
+bool glob_match(std::string_view pattern, std::string_view name);
+
+class ParamTable {
+ public:
+  ParamTable() = default;
+  // Tensor names must be unique and non-empty, sizes > 0 (InputError otherwise). Values start at 0.
+  ParamTable(const std::vector<TensorSpec>& tensors, const std::vector<std::string>& critical_globs);
+
+  const std::vector<TensorInfo>& tensors() const { return tensors_; }
+  uint64_t total_elements() const { return values_.size(); }
+  uint64_t layout_hash() const { return hash_; }
+
+  FloatSpan values() { return values_; }
+  ConstFloatSpan values() const { return values_; }
+  // Values of one tensor; InputError when the name is unknown.
+  FloatSpan tensor(std::string_view name);
+
+  // One byte per element: 1 when the element belongs to a critical tensor, for [begin, end).
+  std::vector<uint8_t> critical_mask(uint64_t begin, uint64_t end) const;
+
+ private:
+  std::vector<TensorInfo> tensors_;
+  std::vector<float> values_;
+  uint64_t hash_ = 0;
+};
+
+}  // namespace geotrain

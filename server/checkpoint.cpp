@@ -1,0 +1,187 @@
+#include "server/checkpoint.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+
+namespace geotrain::server {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr uint32_t kMagic = 0x4b435447u;  // "GTCK"
+constexpr uint32_t kFormat = 1;
+
+struct FileHeader {
+  uint32_t magic, format, id, pad;
+  uint64_t offset, count, version, released_round;
+};
+static_assert(sizeof(FileHeader) == 48);
+
+void fail_errno(const char* what, const fs::path& p) {
+  throw SystemError("posix", what, __FILE__, __LINE__, fmt::format("{}: {}", p.string(), std::strerror(errno)));
+}
+
+// Writes bytes to path and fsyncs it.
+void write_file_synced(const fs::path& path, const std::string& bytes) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail_errno("open", path);
+  size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      ::close(fd);
+      fail_errno("write", path);
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0) {
+    ::close(fd);
+    fail_errno("fsync", path);
+  }
+  ::close(fd);
+}
+
+void fsync_dir(const fs::path& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) fail_errno("open dir", dir);
+  ::fsync(fd);
+  ::close(fd);
+}
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  GT_REQUIRE(in.good(), "file '{}' cannot be read", path.string());
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+std::string folder_name(uint64_t round) { return fmt::format("ckpt-{:012}", round); }
+
+}  // namespace
+
+CheckpointStore::CheckpointStore(fs::path dir, uint32_t keep) : dir_(std::move(dir)), keep_(keep) {
+  GT_REQUIRE(keep_ >= 1, "checkpoint keep is {}, must be at least 1", keep_);
+}
+
+fs::path CheckpointStore::write(const CheckpointState& state) {
+  fs::create_directories(dir_);
+  const fs::path final_dir = dir_ / folder_name(state.round);
+  const fs::path tmp = dir_ / (folder_name(state.round) + ".tmp");
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  nlohmann::json manifest{{"format", kFormat}, {"round", state.round}, {"state_hash", state.state_hash}};
+  manifest["shards"] = nlohmann::json::array();
+  manifest["files"] = nlohmann::json::array();
+  for (const auto& s : state.shards) {
+    GT_ASSERT(s.values.size() == s.range.count && s.momentum.size() == s.range.count,
+              "snapshot of shard {} has sizes {} {}, range {}", s.range.id, s.values.size(), s.momentum.size(),
+              s.range.count);
+    FileHeader h{kMagic, kFormat, s.range.id, 0, s.range.offset, s.range.count, s.version, s.released_round};
+    std::string bytes(sizeof h + 2 * s.range.count * sizeof(float), '\0');
+    std::memcpy(bytes.data(), &h, sizeof h);
+    std::memcpy(bytes.data() + sizeof h, s.values.data(), s.values.size() * sizeof(float));
+    std::memcpy(bytes.data() + sizeof h + s.values.size() * sizeof(float), s.momentum.data(),
+                s.momentum.size() * sizeof(float));
+    const std::string name = fmt::format("shard-{}.bin", s.range.id);
+    write_file_synced(tmp / name, bytes);
+    manifest["files"].push_back({{"name", name}, {"bytes", bytes.size()},
+                                 {"xxh3", XXH3_64bits(bytes.data(), bytes.size())}});
+    manifest["shards"].push_back({{"id", s.range.id}, {"version", s.version}, {"round", s.released_round}});
+  }
+  write_file_synced(tmp / "manifest.json", manifest.dump(2) + "\n");
+  fsync_dir(tmp);
+  fs::remove_all(final_dir);
+  fs::rename(tmp, final_dir);
+  fsync_dir(dir_);
+  auto all = list();
+  for (size_t i = keep_; i < all.size(); ++i) fs::remove_all(all[i]);
+  return final_dir;
+}
+
+std::vector<fs::path> CheckpointStore::list() const {
+  std::vector<fs::path> out;
+  if (!fs::is_directory(dir_)) return out;
+  for (const auto& e : fs::directory_iterator(dir_)) {
+    auto name = e.path().filename().string();
+    if (e.is_directory() && name.starts_with("ckpt-") && name.find(".tmp") == std::string::npos)
+      out.push_back(e.path());
+  }
+  std::sort(out.begin(), out.end(), [](const fs::path& a, const fs::path& b) { return a.filename() > b.filename(); });
+  return out;
+}
+
+CheckpointState CheckpointStore::load(const fs::path& folder, uint64_t state_hash,
+                                      const std::vector<ShardRange>& expected) const {
+  nlohmann::json manifest;
+  try {
+    manifest = nlohmann::json::parse(read_file(folder / "manifest.json"));
+  } catch (const nlohmann::json::exception& e) {
+    GT_REQUIRE(false, "manifest.json is not valid JSON ({})", e.what());
+  }
+  CheckpointState state;
+  try {
+    GT_REQUIRE(manifest.at("format").get<uint32_t>() == kFormat, "manifest format {} is not {}",
+               manifest.at("format").dump(), kFormat);
+    state.round = manifest.at("round").get<uint64_t>();
+    state.state_hash = manifest.at("state_hash").get<uint64_t>();
+    GT_REQUIRE(state.state_hash == state_hash,
+               "state hash {:#x} does not match this configuration's {:#x} (table, shards or optimizer changed)",
+               state.state_hash, state_hash);
+    const auto& files = manifest.at("files");
+    GT_REQUIRE(files.size() == expected.size(), "manifest lists {} shard files, this server owns {} shards",
+               files.size(), expected.size());
+    for (size_t i = 0; i < expected.size(); ++i) {
+      const auto name = files[i].at("name").get<std::string>();
+      GT_REQUIRE(name == fmt::format("shard-{}.bin", expected[i].id), "manifest file {} is '{}', expected shard-{}.bin",
+                 i, name, expected[i].id);
+      const std::string bytes = read_file(folder / name);
+      GT_REQUIRE(bytes.size() == files[i].at("bytes").get<uint64_t>(), "{}: {} bytes, manifest says {}", name,
+                 bytes.size(), files[i].at("bytes").dump());
+      const uint64_t sum = XXH3_64bits(bytes.data(), bytes.size());
+      GT_REQUIRE(sum == files[i].at("xxh3").get<uint64_t>(), "{}: checksum {:#x} does not match the manifest's {:#x}",
+                 name, sum, files[i].at("xxh3").get<uint64_t>());
+      FileHeader h;
+      GT_REQUIRE(bytes.size() >= sizeof h, "{}: truncated header", name);
+      std::memcpy(&h, bytes.data(), sizeof h);
+      GT_REQUIRE(h.magic == kMagic && h.format == kFormat, "{}: bad magic or format", name);
+      GT_REQUIRE(h.id == expected[i].id && h.offset == expected[i].offset && h.count == expected[i].count,
+                 "{}: shard {} range [{}, +{}) does not match this configuration's [{}, +{})", name, h.id, h.offset,
+                 h.count, expected[i].offset, expected[i].count);
+      GT_REQUIRE(bytes.size() == sizeof h + 2 * h.count * sizeof(float), "{}: {} bytes for {} elements", name,
+                 bytes.size(), h.count);
+      ShardSnapshot s{expected[i], h.version, h.released_round, std::vector<float>(h.count),
+                      std::vector<float>(h.count)};
+      std::memcpy(s.values.data(), bytes.data() + sizeof h, h.count * sizeof(float));
+      std::memcpy(s.momentum.data(), bytes.data() + sizeof h + h.count * sizeof(float), h.count * sizeof(float));
+      state.shards.push_back(std::move(s));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    GT_REQUIRE(false, "manifest.json lacks a field or has a wrong type ({})", e.what());
+  }
+  return state;
+}
+
+std::optional<CheckpointState> CheckpointStore::restore_latest(uint64_t state_hash,
+                                                               const std::vector<ShardRange>& expected,
+                                                               std::vector<std::string>* skipped) const {
+  for (const auto& folder : list()) {
+    try {
+      return load(folder, state_hash, expected);
+    } catch (const InputError& e) {
+      if (skipped) skipped->push_back(fmt::format("{}: {}", folder.string(), e.what()));
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace geotrain::server

@@ -1,0 +1,179 @@
+#include "server/config.hpp"
+
+#include <yaml-cpp/yaml.h>
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "compression/factory.hpp"
+#include "core/error.hpp"
+
+namespace geotrain::server {
+
+namespace {
+
+struct Ctx {
+  std::string source;
+};
+
+void check_keys(const Ctx& c, const YAML::Node& node, const std::string& where,
+                const std::set<std::string>& allowed) {
+  GT_REQUIRE(node.IsMap(), "{}: '{}' must be a mapping", c.source, where);
+  for (const auto& kv : node) {
+    auto key = kv.first.as<std::string>();
+    if (!allowed.count(key)) {
+      std::string list;
+      for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
+      GT_REQUIRE(false, "{}: unknown key '{}{}' (allowed: {})", c.source, where.empty() ? "" : where + ".",
+                 key, list);
+    }
+  }
+}
+
+template <typename T>
+T get(const Ctx& c, const YAML::Node& node, const std::string& key, T lo, T hi) {
+  try {
+    T v = node.as<T>();
+    GT_REQUIRE(v >= lo && v <= hi, "{}: {} is {}, allowed: [{}, {}]", c.source, key, v, lo, hi);
+    return v;
+  } catch (const YAML::Exception&) {
+    GT_REQUIRE(false, "{}: {} is '{}', allowed: a number in [{}, {}]", c.source, key, YAML::Dump(node), lo, hi);
+  }
+  return lo;
+}
+
+std::string get_str(const Ctx& c, const YAML::Node& node, const std::string& key) {
+  GT_REQUIRE(node.IsScalar(), "{}: {} must be a string, not '{}'", c.source, key, YAML::Dump(node));
+  return node.as<std::string>();
+}
+
+bool get_bool(const Ctx& c, const YAML::Node& node, const std::string& key) {
+  try {
+    return node.as<bool>();
+  } catch (const YAML::Exception&) {
+    GT_REQUIRE(false, "{}: {} is '{}', allowed: true or false", c.source, key, YAML::Dump(node));
+  }
+  return false;
+}
+
+std::vector<std::string> get_strings(const Ctx& c, const YAML::Node& node, const std::string& key) {
+  GT_REQUIRE(node.IsSequence(), "{}: {} must be a list of strings", c.source, key);
+  std::vector<std::string> out;
+  for (const auto& n : node) out.push_back(get_str(c, n, key + "[]"));
+  return out;
+}
+
+void parse_server(const Ctx& c, const YAML::Node& s, ServerConfig& cfg) {
+  check_keys(c, s, "server",
+             {"endpoints", "shards_per_region", "chunk", "staleness_bound", "staleness_weighting",
+              "optimizer", "downlink_codec", "heartbeat_ms", "dead_after_ms", "max_message_bytes",
+              "high_water_mark", "checkpoint", "run_dir", "metrics_every_ms"});
+  if (auto n = s["endpoints"]) {
+    check_keys(c, n, "server.endpoints", std::set<std::string>(cfg.regions.begin(), cfg.regions.end()));
+    for (const auto& kv : n) {
+      auto region = kv.first.as<std::string>();
+      cfg.endpoints[region] = get_str(c, kv.second, "server.endpoints." + region);
+    }
+  }
+  if (auto n = s["shards_per_region"]) cfg.shards_per_region = get<uint32_t>(c, n, "server.shards_per_region", 1, 1024);
+  if (auto n = s["chunk"]) cfg.chunk = get<uint64_t>(c, n, "server.chunk", 1, uint64_t{1} << 20);
+  if (auto n = s["staleness_bound"]) cfg.shard.staleness_bound = get<uint32_t>(c, n, "server.staleness_bound", 0, 1000);
+  if (auto n = s["staleness_weighting"]) {
+    auto w = get_str(c, n, "server.staleness_weighting");
+    GT_REQUIRE(w == "none" || w == "inverse", "{}: server.staleness_weighting is '{}', allowed: none, inverse",
+               c.source, w);
+    cfg.shard.weighting = w == "none" ? StalenessWeighting::none : StalenessWeighting::inverse;
+  }
+  if (auto o = s["optimizer"]) {
+    check_keys(c, o, "server.optimizer", {"lr", "momentum", "nesterov"});
+    if (auto n = o["lr"]) cfg.shard.optimizer.lr = get<float>(c, n, "server.optimizer.lr", 1e-6f, 100.0f);
+    if (auto n = o["momentum"]) cfg.shard.optimizer.momentum = get<float>(c, n, "server.optimizer.momentum", 0.0f, 0.999f);
+    if (auto n = o["nesterov"]) cfg.shard.optimizer.nesterov = get_bool(c, n, "server.optimizer.nesterov");
+  }
+  if (auto n = s["downlink_codec"]) {
+    cfg.shard.downlink_codec = get_str(c, n, "server.downlink_codec");
+    try {
+      compression::make_codec(cfg.shard.downlink_codec);
+    } catch (const InputError& e) {
+      GT_REQUIRE(false, "{}: server.downlink_codec: {}", c.source, e.what());
+    }
+  }
+  if (auto n = s["heartbeat_ms"]) cfg.heartbeat = std::chrono::milliseconds(get<int64_t>(c, n, "server.heartbeat_ms", 1, 3600000));
+  if (auto n = s["dead_after_ms"]) cfg.dead_after = std::chrono::milliseconds(get<int64_t>(c, n, "server.dead_after_ms", 1, 86400000));
+  if (auto n = s["max_message_bytes"]) cfg.max_message_bytes = get<int64_t>(c, n, "server.max_message_bytes", 4096, int64_t{1} << 34);
+  if (auto n = s["high_water_mark"]) cfg.high_water_mark = get<int>(c, n, "server.high_water_mark", 1, 100000);
+  if (auto k = s["checkpoint"]) {
+    check_keys(c, k, "server.checkpoint", {"every", "keep", "dir"});
+    if (auto n = k["every"]) cfg.checkpoint.every = get<uint64_t>(c, n, "server.checkpoint.every", 0, uint64_t{1} << 40);
+    if (auto n = k["keep"]) cfg.checkpoint.keep = get<uint32_t>(c, n, "server.checkpoint.keep", 1, 1000);
+    if (auto n = k["dir"]) cfg.checkpoint.dir = get_str(c, n, "server.checkpoint.dir");
+  }
+  if (auto n = s["run_dir"]) cfg.run_dir = get_str(c, n, "server.run_dir");
+  if (auto n = s["metrics_every_ms"]) cfg.metrics_every = std::chrono::milliseconds(get<int64_t>(c, n, "server.metrics_every_ms", 10, 3600000));
+  GT_REQUIRE(cfg.dead_after > cfg.heartbeat, "{}: server.dead_after_ms ({}) must exceed server.heartbeat_ms ({})",
+             c.source, cfg.dead_after.count(), cfg.heartbeat.count());
+}
+
+}  // namespace
+
+uint32_t ServerConfig::region_index(std::string_view name) const {
+  for (size_t i = 0; i < regions.size(); ++i)
+    if (regions[i] == name) return static_cast<uint32_t>(i);
+  std::string list;
+  for (const auto& r : regions) list += (list.empty() ? "" : ", ") + r;
+  GT_REQUIRE(false, "region '{}' is not configured (regions: {})", name, list);
+  return 0;
+}
+
+uint64_t ServerConfig::state_hash(uint64_t table_hash) const {
+  uint64_t h = table_hash;
+  auto mix = [&h](uint64_t v) { h = (h ^ v) * 0x100000001b3ull; };
+  mix(regions.size());
+  mix(shards_per_region);
+  mix(chunk);
+  mix(shard.optimizer.momentum > 0 ? 1 : 0);
+  return h;
+}
+
+ServerConfig parse_server_config(std::string_view yaml_text, std::string_view source) {
+  Ctx c{std::string(source)};
+  YAML::Node root;
+  try {
+    root = YAML::Load(std::string(yaml_text));
+  } catch (const YAML::Exception& e) {
+    GT_REQUIRE(false, "{}: not valid YAML: {}", c.source, e.what());
+  }
+  check_keys(c, root, "", {"regions", "model", "server", "worker", "netsim", "run", "sweep"});
+  ServerConfig cfg;
+  GT_REQUIRE(root["regions"], "{}: key 'regions' is missing (a list of region names)", c.source);
+  cfg.regions = get_strings(c, root["regions"], "regions");
+  GT_REQUIRE(!cfg.regions.empty() && cfg.regions.size() <= 64, "{}: regions has {} entries, allowed: 1 to 64",
+             c.source, cfg.regions.size());
+  GT_REQUIRE(std::set<std::string>(cfg.regions.begin(), cfg.regions.end()).size() == cfg.regions.size(),
+             "{}: regions lists a name twice", c.source);
+  auto model = root["model"];
+  GT_REQUIRE(model, "{}: key 'model' is missing (model.tensors: list of {{name, size}})", c.source);
+  check_keys(c, model, "model", {"tensors", "critical"});
+  GT_REQUIRE(model["tensors"] && model["tensors"].IsSequence(), "{}: model.tensors must be a list of {{name, size}}",
+             c.source);
+  for (const auto& t : model["tensors"]) {
+    check_keys(c, t, "model.tensors[]", {"name", "size"});
+    GT_REQUIRE(t["name"] && t["size"], "{}: each model.tensors entry needs name and size", c.source);
+    cfg.tensors.push_back({get_str(c, t["name"], "model.tensors[].name"),
+                           get<uint64_t>(c, t["size"], "model.tensors[].size", 1, uint64_t{1} << 36)});
+  }
+  if (auto n = model["critical"]) cfg.critical = get_strings(c, n, "model.critical");
+  if (auto s = root["server"]) parse_server(c, s, cfg);
+  return cfg;
+}
+
+ServerConfig load_server_config(const std::filesystem::path& file) {
+  std::ifstream in(file);
+  GT_REQUIRE(in.good(), "config file '{}' cannot be read", file.string());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_server_config(ss.str(), file.string());
+}
+
+}  // namespace geotrain::server

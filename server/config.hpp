@@ -1,0 +1,59 @@
+// ServerConfig: everything a server process needs, parsed from the shared YAML config.
+//
+//   regions: [us-east, eu-west]          # order = region index; every process sees the same list
+//   model:
+//     tensors: [{name: w, size: 4096}, ...]
+//     critical: ["*norm*"]               # glob patterns: these tensors are synchronous per round
+//   server: { endpoints: {us-east: "tcp://127.0.0.1:7101", ...}, staleness_bound: 2, ... }
+//
+// Keys of `server` and their defaults are listed in docs/server.md. Unknown keys in `model` and
+// `server` are errors; top-level sections other processes own (worker, netsim, run, sweep) are
+// ignored here. Every error names the key, the value and what is allowed (InputError).
+// Plain struct; parsing does not block beyond reading the file.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/param_table.hpp"
+#include "server/shard.hpp"
+
+namespace geotrain::server {
+
+struct CheckpointConfig {
+  uint64_t every = 0;  // rounds between checkpoints; 0 = only on request
+  uint32_t keep = 3;   // newest checkpoints kept
+  std::filesystem::path dir = "checkpoints";  // relative paths are under run_dir
+};
+
+struct ServerConfig {
+  std::vector<std::string> regions;
+  std::vector<TensorSpec> tensors;
+  std::vector<std::string> critical;
+  std::map<std::string, std::string> endpoints;  // region -> endpoint its server binds
+  uint32_t shards_per_region = 1;
+  uint64_t chunk = 1024;
+  ShardSettings shard;
+  std::chrono::milliseconds heartbeat{1000};
+  std::chrono::milliseconds dead_after{10000};
+  int64_t max_message_bytes = int64_t{256} << 20;
+  int high_water_mark = 64;
+  CheckpointConfig checkpoint;
+  std::filesystem::path run_dir = "runs/server";
+  std::chrono::milliseconds metrics_every{5000};
+
+  // Index of a region name; InputError naming the allowed names otherwise.
+  uint32_t region_index(std::string_view name) const;
+  // Hash of what a checkpoint depends on: table layout, shard map, optimizer kind.
+  uint64_t state_hash(uint64_t table_hash) const;
+};
+
+ServerConfig parse_server_config(std::string_view yaml_text, std::string_view source = "<config>");
+ServerConfig load_server_config(const std::filesystem::path& file);
+
+}  // namespace geotrain::server

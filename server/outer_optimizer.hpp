@@ -1,0 +1,31 @@
+// OuterOptimizer: the update a server applies to its shard from the regions' averaged deltas,
+// as in DiLoCo (Douillard et al. 2023). The pseudo-gradient is g = -delta (delta = theta_local -
+// theta_base), so SGD with lr 1 and no momentum is plain averaging: theta += mean(delta).
+//
+//   momentum:  m = mu*m + g;  theta -= lr*m
+//   nesterov:  m = mu*m + g;  theta -= lr*(g + mu*m)
+//
+// Owns only its settings; the momentum buffer belongs to the shard (it is checkpointed with
+// it). step() touches only elements whose mask byte equals `select`. Pure, nothing blocks.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "core/span.hpp"
+
+namespace geotrain::server {
+
+struct OuterOptimizerConfig {
+  float lr = 1.0f;
+  float momentum = 0.0f;  // in [0, 1)
+  bool nesterov = false;
+  std::string describe() const;
+};
+
+// theta and m: the shard; delta: the (weighted) average delta over the same range.
+void outer_step(const OuterOptimizerConfig& config, FloatSpan theta, FloatSpan m, ConstFloatSpan delta,
+                std::span<const uint8_t> mask, uint8_t select);
+
+}  // namespace geotrain::server

@@ -1,0 +1,477 @@
+#include "server/param_server.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "compression/codec.hpp"
+#include "compression/payload.hpp"
+#include "core/error.hpp"
+
+namespace geotrain::server {
+
+using wire::ErrorCode;
+using wire::WireError;
+using TimePoint = std::chrono::steady_clock::time_point;
+
+namespace {
+template <class... F>
+struct Overload : F... {
+  using F::operator()...;
+};
+
+std::filesystem::path under(const std::filesystem::path& base, const std::filesystem::path& p) {
+  return p.is_absolute() ? p : base / p;
+}
+}  // namespace
+
+ParamServer::ParamServer(const ServerConfig& config, uint32_t region, zmq::context_t& context,
+                         ServerOptions options)
+    : config_(config),
+      region_(region),
+      options_(std::move(options)),
+      table_(config.tensors, config.critical),
+      map_(table_.total_elements(), static_cast<uint32_t>(config.regions.size()), config.shards_per_region,
+           config.chunk),
+      regions_(config.regions.size()),
+      checkpoints_(under(config.run_dir, config.checkpoint.dir) / config.regions.at(region), config.checkpoint.keep),
+      metrics_(config.regions, config.shard.staleness_bound,
+               options_.write_metrics ? std::optional(config.run_dir / fmt::format("server-{}.metrics.jsonl",
+                                                                                     config.regions.at(region)))
+                                      : std::nullopt) {
+  GT_REQUIRE(region < config.regions.size(), "server region index {} is outside the {} configured regions", region,
+             config.regions.size());
+  for (const auto& range : map_.owned_by(region))
+    shards_.emplace_back(range, table_.critical_mask(range.offset, range.offset + range.count),
+                         config.regions.size(), config.shard);
+  std::string endpoint;
+  if (options_.endpoint) {
+    endpoint = *options_.endpoint;
+  } else {
+    auto it = config.endpoints.find(config.regions[region]);
+    GT_REQUIRE(it != config.endpoints.end(), "server.endpoints has no entry for region '{}'", config.regions[region]);
+    endpoint = it->second;
+  }
+  wire::ChannelOptions channel;
+  channel.send_hwm = channel.receive_hwm = config.high_water_mark;
+  channel.max_frame_bytes = config.max_message_bytes;
+  channel.max_frames = kMaxSegments + 1;
+  channel_ = wire::bind_router(context, endpoint, channel);
+  restore();
+  spdlog::info("server {}: {} shard(s) of {} elements, {} on {}", config.regions[region], shards_.size(),
+               table_.total_elements(), config.shard.optimizer.describe(), channel_->endpoint());
+}
+
+void ParamServer::restore() {
+  std::vector<ShardRange> ranges;
+  for (const auto& s : shards_) ranges.push_back(s.range());
+  std::vector<std::string> skipped;
+  auto state = checkpoints_.restore_latest(config_.state_hash(table_.layout_hash()), ranges, &skipped);
+  for (const auto& why : skipped) spdlog::warn("checkpoint skipped, not loaded: {}", why);
+  if (!state) return;
+  for (size_t i = 0; i < shards_.size(); ++i) {
+    const auto& s = state->shards[i];
+    shards_[i].restore(s.version, s.released_round, s.values, s.momentum);
+  }
+  last_checkpoint_round_ = state->round;
+  spdlog::info("restored checkpoint of round {} from {}", state->round, checkpoints_.dir().string());
+  metrics_.event("restore", {{"round", state->round}});
+}
+
+void ParamServer::run(std::stop_token stop) {
+  auto last_snapshot = options_.clock();
+  while (!stop.stop_requested() && step(options_.poll)) {
+    if (options_.clock() - last_snapshot >= config_.metrics_every) {
+      metrics_.event("stats", stats());
+      last_snapshot = options_.clock();
+    }
+  }
+  metrics_.event("stats", stats());
+}
+
+bool ParamServer::step(std::chrono::milliseconds timeout) {
+  if (auto env = channel_->receive(timeout)) {
+    if (handle(*env, std::nullopt) == Outcome::park) {
+      size_t mine = std::count_if(parked_.begin(), parked_.end(),
+                                  [&](const Parked& p) { return p.envelope.peer == env->peer; });
+      if (mine >= kMaxParkedPerPeer) {
+        reply_error(env->peer, 0, ErrorCode::busy,
+                    fmt::format("{} requests already wait at this server, limit {}", mine, kMaxParkedPerPeer));
+      } else {
+        parked_.push_back({std::move(*env), options_.clock()});
+      }
+    }
+  }
+  sweep();
+  retry_parked();
+  return !shutdown_;
+}
+
+ParamServer::Outcome ParamServer::handle(wire::Envelope& env, std::optional<TimePoint> parked_since) {
+  uint64_t request_id = 0;
+  try {
+    if (env.frames.size() > kMaxSegments + 1)
+      throw WireError(ErrorCode::too_large, fmt::format("message has more than {} frames", kMaxSegments + 1));
+    const wire::Header h = wire::decode_header(env.frames.front());
+    request_id = h.request_id;
+    uint64_t total = 0;
+    for (const auto& f : env.frames) total += f.size();
+    if (total > static_cast<uint64_t>(config_.max_message_bytes))
+      throw WireError(ErrorCode::too_large,
+                      fmt::format("message has {} bytes, limit is {}", total, config_.max_message_bytes), request_id);
+    return dispatch(env.peer, h, std::span<const zmq::message_t>(env.frames).subspan(1), parked_since);
+  } catch (const WireError& e) {
+    reply_error(env.peer, e.request_id() ? e.request_id() : request_id, e.code(), e.what());
+  } catch (const InputError& e) {
+    reply_error(env.peer, request_id, ErrorCode::bad_payload, e.what());
+  }
+  return Outcome::done;
+}
+
+ParamServer::Outcome ParamServer::dispatch(const std::string& peer, const wire::Header& h,
+                                           std::span<const zmq::message_t> payloads,
+                                           std::optional<TimePoint> parked_since) {
+  if (auto* hello = std::get_if<wire::Hello>(&h.body)) {
+    on_hello(peer, h, *hello);
+    return Outcome::done;
+  }
+  auto it = peers_.find(peer);
+  if (it == peers_.end())
+    throw WireError(ErrorCode::unregistered,
+                    fmt::format("{} from a peer that is not registered: send hello first", wire::body_name(h.body)),
+                    h.request_id);
+  const uint32_t r = it->second;
+  regions_[r].last_seen = options_.clock();
+  if (!std::holds_alternative<wire::Push>(h.body) && !std::holds_alternative<wire::PullRequest>(h.body) &&
+      !payloads.empty())
+    throw WireError(ErrorCode::malformed,
+                    fmt::format("{} carries {} payload frames, expected none", wire::body_name(h.body), payloads.size()),
+                    h.request_id);
+  return std::visit(
+      Overload{
+          [&](const wire::Push& m) { return on_push(r, h, m, payloads, parked_since); },
+          [&](const wire::PullRequest& m) {
+            if (!payloads.empty())
+              throw WireError(ErrorCode::malformed, "pull carries payload frames, expected none", h.request_id);
+            return on_pull(r, h, m);
+          },
+          [&](const wire::Heartbeat&) {
+            reply(peer, h.request_id, wire::Ack{});
+            return Outcome::done;
+          },
+          [&](const wire::StatsRequest&) {
+            reply(peer, h.request_id, wire::StatsReply{stats().dump()});
+            return Outcome::done;
+          },
+          [&](const wire::CheckpointRequest&) {
+            reply(peer, h.request_id, wire::CheckpointReply{checkpoint()});
+            return Outcome::done;
+          },
+          [&](const wire::Shutdown&) {
+            spdlog::info("shutdown requested by region {}", config_.regions[r]);
+            shutdown_ = true;
+            reply(peer, h.request_id, wire::Ack{});
+            return Outcome::done;
+          },
+          [&](const wire::KvSet& m) {
+            kv_[m.key] = m.value;
+            reply(peer, h.request_id, wire::Ack{});
+            return Outcome::done;
+          },
+          [&](const wire::KvGet& m) {
+            auto kv = kv_.find(m.key);
+            if (kv == kv_.end()) return Outcome::park;  // rendezvous: wait until someone sets it
+            reply(peer, h.request_id, wire::KvReply{m.key, kv->second});
+            return Outcome::done;
+          },
+          [&](const auto&) -> Outcome {
+            throw WireError(ErrorCode::malformed,
+                            fmt::format("'{}' is a reply, not a request", wire::body_name(h.body)), h.request_id);
+          },
+      },
+      h.body);
+}
+
+void ParamServer::on_hello(const std::string& peer, const wire::Header& h, const wire::Hello& m) {
+  if (m.protocol_version != wire::kProtocolVersion)
+    throw WireError(ErrorCode::bad_version,
+                    fmt::format("hello.protocolVersion is {}, this server speaks {}", m.protocol_version,
+                                wire::kProtocolVersion),
+                    h.request_id);
+  if (m.table_hash != table_.layout_hash())
+    throw WireError(ErrorCode::bad_table_hash,
+                    fmt::format("hello.tableHash is {:#x}, this server's parameter table is {:#x}", m.table_hash,
+                                table_.layout_hash()),
+                    h.request_id);
+  uint32_t r = 0;
+  try {
+    r = config_.region_index(m.region);
+  } catch (const InputError& e) {
+    throw WireError(ErrorCode::unknown_region, fmt::format("hello.region: {}", e.what()), h.request_id);
+  }
+  auto& st = regions_[r];
+  const bool rejoin = st.peer.has_value() || metrics_.region(r).pushes > 0;
+  if (st.peer && *st.peer != peer) {
+    peers_.erase(*st.peer);
+    std::erase_if(parked_, [&](const Parked& p) { return p.envelope.peer == *st.peer; });
+  }
+  if (auto old = peers_.find(peer); old != peers_.end() && old->second != r)
+    throw WireError(ErrorCode::malformed,
+                    fmt::format("this connection is already registered as region '{}'",
+                                config_.regions[old->second]),
+                    h.request_id);
+  st.peer = peer;
+  st.live = true;
+  st.last_seen = options_.clock();
+  peers_[peer] = r;
+  for (auto& s : shards_) s.rejoin(r);
+  spdlog::info("membership: region {} {}", m.region, rejoin ? "rejoined" : "joined");
+  metrics_.event("membership", {{"region", m.region}, {"change", rejoin ? "rejoined" : "joined"}});
+  wire::HelloReply out{config_.regions[region_], {}, 1, static_cast<uint32_t>(config_.heartbeat.count()),
+                       {"ef-downlink", "full-pull", "kv"}};
+  uint64_t next = UINT64_MAX;
+  for (const auto& s : shards_) {
+    out.shards.push_back({s.range().id, s.range().offset, s.range().count});
+    next = std::min(next, s.released_round() + 1);
+  }
+  out.next_round = shards_.empty() ? 1 : next;
+  reply(peer, h.request_id, std::move(out));
+}
+
+Shard& ParamServer::shard_for(uint32_t id, uint64_t request_id) {
+  for (auto& s : shards_)
+    if (s.range().id == id) return s;
+  std::string owned;
+  for (const auto& s : shards_) owned += (owned.empty() ? "" : ", ") + std::to_string(s.range().id);
+  throw WireError(ErrorCode::bad_shard,
+                  fmt::format("shard {} is not owned by this server (it owns: {})", id, owned), request_id);
+}
+
+ParamServer::Outcome ParamServer::on_push(uint32_t r, const wire::Header& h, const wire::Push& m,
+                                          std::span<const zmq::message_t> payloads,
+                                          std::optional<TimePoint> parked_since) {
+  const uint64_t id = h.request_id;
+  Shard& shard = shard_for(m.shard, id);
+  if (m.round != shard.gate().clock(r) + 1)
+    throw WireError(ErrorCode::bad_round,
+                    fmt::format("push.round is {}, region {} must push round {} next", m.round, config_.regions[r],
+                                shard.gate().clock(r) + 1),
+                    id);
+  if (m.base_version > shard.version())
+    throw WireError(ErrorCode::bad_round,
+                    fmt::format("push.baseVersion {} is newer than shard {} version {}", m.base_version, m.shard,
+                                shard.version()),
+                    id);
+  if (m.segments.size() > kMaxSegments)
+    throw WireError(ErrorCode::too_large, fmt::format("push has {} segments, limit {}", m.segments.size(), kMaxSegments), id);
+  wire::check_frames(m.segments, payloads, id);
+  const uint64_t n = shard.range().count;
+  uint64_t covered = 0;
+  for (size_t i = 0; i < m.segments.size(); ++i) {
+    const auto& s = m.segments[i];
+    if (s.codec < static_cast<uint8_t>(compression::CodecId::fp32) ||
+        s.codec > static_cast<uint8_t>(compression::CodecId::zstd))
+      throw WireError(ErrorCode::bad_codec, fmt::format("segment {}: codec id {} is not a codec", i, s.codec), id);
+    if (s.offset < covered || s.count > n || s.offset > n - s.count)
+      throw WireError(ErrorCode::bad_range,
+                      fmt::format("segment {}: range [{}, +{}) is outside shard {} of {} elements or overlaps "
+                                  "the previous segment",
+                                  i, s.offset, s.count, m.shard, n),
+                      id);
+    covered = s.offset + s.count;
+  }
+  // Everything about the header holds; now the gate decides whether this push may proceed.
+  const auto live_now = live();
+  if (!shard.gate().admits(m.round, live_now)) return Outcome::park;
+
+  delta_.assign(n, 0.0f);
+  for (size_t i = 0; i < m.segments.size(); ++i) {
+    const auto& s = m.segments[i];
+    const auto bytes = wire::frame_bytes(payloads[i]);
+    try {
+      const auto header = compression::parse_header(bytes);
+      if (static_cast<uint8_t>(header.codec) != s.codec)
+        throw WireError(ErrorCode::bad_codec,
+                        fmt::format("segment {}: header says codec {}, payload is {}", i,
+                                    compression::codec_name(s.codec), compression::codec_name(header.codec)),
+                        id);
+      if (header.elements != s.count)
+        throw WireError(ErrorCode::bad_payload,
+                        fmt::format("segment {}: header says {} elements, payload has {}", i, s.count, header.elements),
+                        id);
+      compression::decode_payload(bytes, FloatSpan(delta_).subspan(s.offset, s.count));
+    } catch (const WireError&) {
+      throw;
+    } catch (const InputError& e) {
+      throw WireError(ErrorCode::bad_payload, fmt::format("segment {}: {}", i, e.what()), id);
+    }
+  }
+  for (float x : delta_)
+    if (!std::isfinite(x)) throw WireError(ErrorCode::bad_payload, "push delta contains NaN or infinity", id);
+
+  auto result = shard.apply_push(r, m.round, delta_, live_now);
+  auto& c = metrics_.region(r);
+  ++c.pushes;
+  for (const auto& f : payloads) c.bytes_in += f.size();
+  metrics_.record_staleness(r, result.staleness);
+  uint64_t waited_us = 0;
+  if (parked_since) {
+    waited_us = static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::microseconds>(options_.clock() - *parked_since).count());
+    ++c.gate_waits;
+    c.gate_wait_us += waited_us;
+  }
+  release_rounds();
+  reply(peers_.count(*regions_[r].peer) ? *regions_[r].peer : std::string(), id,
+        wire::PushReply{m.shard, m.round, result.staleness, waited_us});
+  return Outcome::done;
+}
+
+ParamServer::Outcome ParamServer::on_pull(uint32_t r, const wire::Header& h, const wire::PullRequest& m) {
+  const uint64_t id = h.request_id;
+  Shard& shard = shard_for(m.shard, id);
+  if (m.min_round > shard.gate().clock(r))
+    throw WireError(ErrorCode::bad_round,
+                    fmt::format("pull.minRound is {} but region {} pushed only up to round {}", m.min_round,
+                                config_.regions[r], shard.gate().clock(r)),
+                    id);
+  if (!m.full) {
+    if (!shard.has_downlink(r))
+      throw WireError(ErrorCode::bad_round,
+                      fmt::format("region {} has no values of shard {} yet: pull with full=true first",
+                                  config_.regions[r], m.shard),
+                      id);
+    if (m.since_version != shard.sent_version(r))
+      throw WireError(ErrorCode::bad_round,
+                      fmt::format("pull.sinceVersion is {}, the server last sent version {}: pull with full=true",
+                                  m.since_version, shard.sent_version(r)),
+                      id);
+  }
+  if (shard.released_round() < m.min_round) return Outcome::park;
+  Bytes payload = m.full ? shard.pull_full(r) : shard.pull_change(r);
+  const auto codec = compression::parse_header(payload).codec;
+  wire::PullReply out{m.shard, shard.version(), shard.released_round(), m.full,
+                      {{0, shard.range().count, static_cast<uint8_t>(codec), payload.size()}}};
+  auto& c = metrics_.region(r);
+  ++c.pulls;
+  c.bytes_out += payload.size();
+  std::vector<zmq::message_t> frames;
+  frames.push_back(wire::frame_from_bytes(std::move(payload)));
+  reply(*regions_[r].peer, id, std::move(out), std::move(frames));
+  return Outcome::done;
+}
+
+void ParamServer::release_rounds() {
+  const auto live_now = live();
+  for (auto& s : shards_)
+    for (const auto& rel : s.release_ready(live_now)) metrics_.round_released(s.range().id, rel.round, rel.contributors);
+  if (config_.checkpoint.every == 0 || shards_.empty()) return;
+  uint64_t round = UINT64_MAX;
+  for (const auto& s : shards_) round = std::min(round, s.released_round());
+  if (round >= last_checkpoint_round_ + config_.checkpoint.every) checkpoint();
+}
+
+uint64_t ParamServer::checkpoint() {
+  CheckpointState state;
+  state.state_hash = config_.state_hash(table_.layout_hash());
+  state.round = shards_.empty() ? 0 : UINT64_MAX;
+  for (const auto& s : shards_) {
+    state.round = std::min(state.round, s.released_round());
+    state.shards.push_back({s.range(), s.version(), s.released_round(),
+                            std::vector<float>(s.values().begin(), s.values().end()),
+                            std::vector<float>(s.momentum().begin(), s.momentum().end())});
+  }
+  auto folder = checkpoints_.write(state);
+  last_checkpoint_round_ = state.round;
+  spdlog::info("checkpoint of round {} written to {}", state.round, folder.string());
+  metrics_.event("checkpoint", {{"round", state.round}, {"path", folder.string()}});
+  return state.round;
+}
+
+void ParamServer::mark_dead(uint32_t r, const std::string& why) {
+  auto& st = regions_[r];
+  st.live = false;
+  if (st.peer) {
+    const std::string peer = *st.peer;
+    peers_.erase(peer);
+    std::vector<Parked> keep;
+    for (auto& p : parked_) {
+      if (p.envelope.peer == peer)
+        reply_error(peer, 0, ErrorCode::unregistered, fmt::format("region {} was marked dead", config_.regions[r]));
+      else
+        keep.push_back(std::move(p));
+    }
+    parked_ = std::move(keep);
+  }
+  st.peer.reset();
+  spdlog::warn("membership: region {} marked dead ({})", config_.regions[r], why);
+  metrics_.event("membership", {{"region", config_.regions[r]}, {"change", "dead"}, {"why", why}});
+}
+
+void ParamServer::sweep() {
+  const auto now = options_.clock();
+  bool changed = false;
+  for (uint32_t r = 0; r < regions_.size(); ++r) {
+    if (regions_[r].live && now - regions_[r].last_seen > config_.dead_after) {
+      mark_dead(r, fmt::format("silent for more than {} ms", config_.dead_after.count()));
+      changed = true;
+    }
+  }
+  if (changed) release_rounds();
+}
+
+void ParamServer::retry_parked() {
+  bool progress = true;
+  while (progress && !parked_.empty()) {
+    progress = false;
+    for (size_t i = 0; i < parked_.size(); ++i) {
+      Parked p = std::move(parked_[i]);
+      parked_.erase(parked_.begin() + static_cast<std::ptrdiff_t>(i));
+      if (handle(p.envelope, p.since) == Outcome::park) {
+        parked_.insert(parked_.begin() + static_cast<std::ptrdiff_t>(i), std::move(p));
+      } else {
+        progress = true;
+        break;
+      }
+    }
+  }
+}
+
+std::vector<bool> ParamServer::live() const {
+  std::vector<bool> out(regions_.size());
+  for (size_t r = 0; r < regions_.size(); ++r) out[r] = regions_[r].live;
+  return out;
+}
+
+nlohmann::json ParamServer::stats() const {
+  auto j = metrics_.snapshot();
+  j["server"] = config_.regions[region_];
+  j["parked"] = parked_.size();
+  nlohmann::json shards = nlohmann::json::array();
+  for (const auto& s : shards_)
+    shards.push_back({{"id", s.range().id},
+                      {"version", s.version()},
+                      {"released_round", s.released_round()},
+                      {"clocks", s.gate().clocks()}});
+  j["shards"] = shards;
+  for (size_t r = 0; r < regions_.size(); ++r) j["regions"][config_.regions[r]]["live"] = regions_[r].live;
+  return j;
+}
+
+void ParamServer::reply(const std::string& peer, uint64_t request_id, wire::Body body,
+                        std::vector<zmq::message_t> payloads) {
+  if (peer.empty()) return;
+  wire::Envelope env{peer, {}};
+  env.frames.push_back(wire::encode_header(wire::Header{request_id, std::move(body)}));
+  for (auto& p : payloads) env.frames.push_back(std::move(p));
+  if (!channel_->send(std::move(env))) spdlog::warn("reply to a peer dropped: it is gone or not reading");
+}
+
+void ParamServer::reply_error(const std::string& peer, uint64_t request_id, ErrorCode code, const std::string& message) {
+  if (auto it = peers_.find(peer); it != peers_.end()) ++metrics_.region(it->second).errors;
+  spdlog::debug("error reply ({}): {}", wire::error_code_name(code), message);
+  reply(peer, request_id, wire::Error{code, message});
+}
+
+}  // namespace geotrain::server

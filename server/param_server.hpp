@@ -1,0 +1,112 @@
+// ParamServer: one region's server process. Owns a ROUTER channel, the shards this region owns
+// (ShardMap), membership of the regions, parked requests, checkpoints and metrics.
+//
+// Every message is validated before it changes anything; a bad one gets an Error reply naming
+// the problem (wire/messages.hpp ErrorCode) and leaves every shard, clock and counter but the
+// region's error count as it was. Messages other than Hello from a peer that has not registered
+// (or whose region was marked dead since) are refused with `unregistered`.
+// Requests that must wait - a push beyond the staleness gate, a pull for a round not yet
+// released - are parked (at most kMaxParkedPerPeer per peer) and retried after every change.
+//
+// Threads: run() is the loop and blocks until stop is requested or a Shutdown arrives; every
+// other method is for that loop's thread (tests read state through StatsRequest, or after run()
+// returned). The clock is injectable so tests decide when a silent region is dead.
+#pragma once
+
+#include <zmq.hpp>
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <stop_token>
+#include <string>
+#include <vector>
+
+#include "core/param_table.hpp"
+#include "server/checkpoint.hpp"
+#include "server/config.hpp"
+#include "server/metrics.hpp"
+#include "server/shard.hpp"
+#include "wire/channel.hpp"
+#include "wire/messages.hpp"
+
+namespace geotrain::server {
+
+using Clock = std::function<std::chrono::steady_clock::time_point()>;
+
+struct ServerOptions {
+  std::optional<std::string> endpoint;  // overrides config.endpoints[region] (tests: inproc://)
+  Clock clock = [] { return std::chrono::steady_clock::now(); };
+  bool write_metrics = true;            // JSONL under config.run_dir
+  std::chrono::milliseconds poll{20};   // loop tick: liveness sweeps run at least this often
+};
+
+inline constexpr size_t kMaxParkedPerPeer = 4;
+inline constexpr size_t kMaxSegments = 4096;
+
+class ParamServer {
+ public:
+  ParamServer(const ServerConfig& config, uint32_t region, zmq::context_t& context, ServerOptions options = {});
+
+  std::string endpoint() const { return channel_->endpoint(); }
+  uint64_t table_hash() const { return table_.layout_hash(); }
+  const std::vector<Shard>& shards() const { return shards_; }
+
+  void run(std::stop_token stop);
+  // Handles at most one message (after waiting up to `timeout`), sweeps liveness and retries
+  // parked requests. Returns false once a Shutdown was received.
+  bool step(std::chrono::milliseconds timeout);
+  // Writes a checkpoint of every shard now; returns the round it records.
+  uint64_t checkpoint();
+
+ private:
+  struct RegionState {
+    std::optional<std::string> peer;
+    bool live = false;
+    std::chrono::steady_clock::time_point last_seen;
+  };
+  struct Parked {
+    wire::Envelope envelope;
+    std::chrono::steady_clock::time_point since;
+  };
+  enum class Outcome { done, park };
+
+  Outcome handle(wire::Envelope& env, std::optional<std::chrono::steady_clock::time_point> parked_since);
+  Outcome dispatch(const std::string& peer, const wire::Header& h, std::span<const zmq::message_t> payloads,
+                   std::optional<std::chrono::steady_clock::time_point> parked_since);
+  void on_hello(const std::string& peer, const wire::Header& h, const wire::Hello& m);
+  Outcome on_push(uint32_t r, const wire::Header& h, const wire::Push& m, std::span<const zmq::message_t> payloads,
+                  std::optional<std::chrono::steady_clock::time_point> parked_since);
+  Outcome on_pull(uint32_t r, const wire::Header& h, const wire::PullRequest& m);
+  Shard& shard_for(uint32_t id, uint64_t request_id);
+  void reply(const std::string& peer, uint64_t request_id, wire::Body body, std::vector<zmq::message_t> payloads = {});
+  void reply_error(const std::string& peer, uint64_t request_id, wire::ErrorCode code, const std::string& message);
+  void release_rounds();
+  void sweep();
+  void retry_parked();
+  void mark_dead(uint32_t r, const std::string& why);
+  std::vector<bool> live() const;
+  nlohmann::json stats() const;
+  void restore();
+
+  ServerConfig config_;
+  uint32_t region_;
+  ServerOptions options_;
+  ParamTable table_;
+  ShardMap map_;
+  std::vector<Shard> shards_;
+  std::unique_ptr<wire::Channel> channel_;
+  std::vector<RegionState> regions_;
+  std::map<std::string, uint32_t> peers_;  // routing id -> region
+  std::vector<Parked> parked_;
+  std::map<std::string, Bytes> kv_;        // rendezvous key-value store (reserved)
+  CheckpointStore checkpoints_;
+  uint64_t last_checkpoint_round_ = 0;
+  ServerMetrics metrics_;
+  std::vector<float> delta_;               // scratch: decoded push
+  bool shutdown_ = false;
+};
+
+}  // namespace geotrain::server

@@ -1,0 +1,104 @@
+// Shard: one contiguous range of the global parameters and everything the server keeps for it.
+//
+// Owns: the values, the outer optimizer's momentum, the shard version (bumped whenever values
+// change), the synchronous round counter, the staleness gate's clocks, the critical deltas of
+// rounds not yet released (one per region, summed in region order at release so the result does
+// not depend on arrival order), and the downlink state per region (the values last sent and the
+// ErrorFeedback residual stream of that region).
+//
+// Consistency (docs/protocol.md): critical elements change only when a round is released, by the
+// outer optimizer applied to the average of the live regions' deltas for that round;
+// non-critical elements change on every push, by the optimizer applied to w(tau) * delta / live.
+// Callers validate input first: every method here asserts its preconditions (our bugs).
+// Nothing blocks; not thread-safe (the server's loop thread owns it).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "compression/error_feedback.hpp"
+#include "core/span.hpp"
+#include "server/outer_optimizer.hpp"
+#include "server/shard_map.hpp"
+#include "server/staleness_gate.hpp"
+
+namespace geotrain::server {
+
+enum class StalenessWeighting { none, inverse };  // w = 1, or w = 1/(1+tau)
+
+float staleness_weight(StalenessWeighting weighting, uint32_t tau);
+
+struct ShardSettings {
+  OuterOptimizerConfig optimizer;
+  uint32_t staleness_bound = 0;
+  StalenessWeighting weighting = StalenessWeighting::none;
+  std::string downlink_codec = "fp32";
+};
+
+class Shard {
+ public:
+  Shard(ShardRange range, std::vector<uint8_t> critical_mask, size_t regions, const ShardSettings& settings);
+
+  const ShardRange& range() const { return range_; }
+  StalenessGate& gate() { return gate_; }
+  const StalenessGate& gate() const { return gate_; }
+  uint64_t version() const { return version_; }
+  uint64_t released_round() const { return released_round_; }
+  ConstFloatSpan values() const { return values_; }
+  FloatSpan values() { return values_; }
+  ConstFloatSpan momentum() const { return momentum_; }
+  const std::vector<uint8_t>& critical_mask() const { return mask_; }
+  bool has_critical() const { return critical_count_ > 0; }
+
+  struct PushResult {
+    uint32_t staleness = 0;
+    float weight = 1.0f;
+  };
+  // Records region's delta for `round` (must be clock+1 and admitted by the gate): applies the
+  // non-critical part now, keeps the critical part until the round is released.
+  PushResult apply_push(size_t region, uint64_t round, ConstFloatSpan delta, const std::vector<bool>& live);
+
+  struct Released {
+    uint64_t round = 0;
+    size_t contributors = 0;
+  };
+  // Releases, in order, every round that all live regions have pushed.
+  std::vector<Released> release_ready(const std::vector<bool>& live);
+
+  // A region (re)joins: its pending deltas are dropped, its clock restarts at the last released
+  // round, and it must pull full values before it can pull changes.
+  void rejoin(size_t region);
+
+  bool has_downlink(size_t region) const { return base_.at(region).has_value(); }
+  uint64_t sent_version(size_t region) const { return sent_version_.at(region); }
+  // fp32 payload of the current values; restarts the region's downlink stream.
+  Bytes pull_full(size_t region);
+  // Payload of (values - values last sent) + residual, with the region's error feedback.
+  Bytes pull_change(size_t region);
+  compression::ErrorFeedback& downlink() { return downlink_; }
+
+  // Checkpoint restore: values and momentum must have the shard's size.
+  void restore(uint64_t version, uint64_t released_round, ConstFloatSpan values, ConstFloatSpan momentum);
+
+ private:
+  ShardRange range_;
+  std::vector<uint8_t> mask_;  // 1 = critical element
+  uint64_t critical_count_ = 0;
+  ShardSettings settings_;
+  std::vector<float> values_;
+  std::vector<float> momentum_;
+  uint64_t version_ = 0;
+  uint64_t released_round_ = 0;
+  StalenessGate gate_;
+  // round -> per region critical delta (empty optional: not pushed yet)
+  std::map<uint64_t, std::vector<std::optional<std::vector<float>>>> pending_;
+  std::vector<std::optional<std::vector<float>>> base_;  // downlink: values last sent
+  std::vector<uint64_t> sent_version_;
+  compression::ErrorFeedback downlink_;
+  std::unique_ptr<compression::Codec> full_codec_;
+  std::vector<float> scratch_;
+};
+
+}  // namespace geotrain::server

@@ -1,0 +1,37 @@
+// ShardMap: splits the flat parameter buffer into contiguous shard ranges, balanced by size and
+// with every boundary on a multiple of the codec chunk (so per-chunk scales never straddle two
+// shards). Shard s belongs to region s / shards_per_region. A pure function of (elements,
+// regions, shards_per_region, chunk): every process derives the same map from the config.
+// Immutable value type; thread-safe to read.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace geotrain::server {
+
+struct ShardRange {
+  uint32_t id = 0;
+  uint64_t offset = 0;  // first element in the flat buffer
+  uint64_t count = 0;
+  uint32_t region = 0;  // index of the owning region
+};
+
+class ShardMap {
+ public:
+  // InputError when regions or shards_per_region is 0 or chunk is 0. Shards may be empty when
+  // the buffer has fewer chunks than shards.
+  ShardMap(uint64_t elements, uint32_t regions, uint32_t shards_per_region, uint64_t chunk);
+
+  const std::vector<ShardRange>& shards() const { return shards_; }
+  std::vector<ShardRange> owned_by(uint32_t region) const;
+  uint64_t elements() const { return elements_; }
+  uint64_t chunk() const { return chunk_; }
+
+ private:
+  uint64_t elements_;
+  uint64_t chunk_;
+  std::vector<ShardRange> shards_;
+};
+
+}  // namespace geotrain::server

@@ -1,0 +1,149 @@
+#include <doctest/doctest.h>
+
+#include "server/shard.hpp"
+#include "server/shard_map.hpp"
+#include "server_fixture.hpp"
+
+using namespace geotrain;
+using namespace geotrain::test;
+
+TEST_CASE("the shard map covers the buffer with chunk-aligned ranges balanced within one chunk plus the short last one") {
+  for (uint64_t elements : {1ull, 1000ull, 6144ull, 1000003ull}) {
+    for (uint32_t regions : {1u, 3u}) {
+      for (uint32_t per : {1u, 2u}) {
+        server::ShardMap map(elements, regions, per, 1024);
+        const auto& s = map.shards();
+        REQUIRE(s.size() == regions * per);
+        uint64_t next = 0, lo = UINT64_MAX, hi = 0;
+        for (const auto& r : s) {
+          CHECK(r.offset == next);
+          if (r.offset + r.count != elements) CHECK((r.offset + r.count) % 1024 == 0);
+          CHECK(r.region == r.id / per);
+          next = r.offset + r.count;
+          lo = std::min(lo, r.count);
+          hi = std::max(hi, r.count);
+        }
+        CHECK(next == elements);
+        // one chunk of rounding, plus what the short last chunk lacks
+        if (elements >= 1024ull * regions * per) CHECK(hi - lo < 2048);
+      }
+    }
+  }
+  CHECK_THROWS_AS(server::ShardMap(10, 0, 1, 1024), InputError);
+}
+
+TEST_CASE("a synchronous round equals the exact average of the regions' deltas") {
+  auto dir = fresh_dir("sync");
+  Cluster cluster(small_config(dir, 0));
+  auto a = cluster.client(), b = cluster.client(), c = cluster.client();
+  hello(a, "a", cluster.table_hash());
+  hello(b, "b", cluster.table_hash());
+  hello(c, "c", cluster.table_hash());
+  std::vector<float> da(kShard), db(kShard), dc(kShard);
+  for (size_t i = 0; i < kShard; ++i) {
+    da[i] = static_cast<float>(i % 7);          // small integers: the average is exact
+    db[i] = -2.0f * static_cast<float>(i % 5);
+    dc[i] = 0.5f;
+  }
+  push(a, 1, da);
+  push(b, 1, db);
+  // Round 1 is not released while c has not pushed: a's pull for round 1 waits.
+  auto waiting = a.send(wire::PullRequest{0, 0, true, 1});
+  REQUIRE(waiting);
+  CHECK(stats(b)["shards"][0]["released_round"] == 0);
+  push(c, 1, dc);
+  auto r = a.receive(20s);
+  REQUIRE(r);
+  REQUIRE(r->header.request_id == *waiting);
+  const auto& reply = as<wire::PullReply>(*r);
+  CHECK(reply.round == 1);
+  std::vector<float> values(kShard);
+  compression::decode_payload(wire::frame_bytes(r->payloads.at(0)), values);
+  for (size_t i = 0; i < kShard; ++i) {
+    // critical: (da+db+dc)/3 once; non-critical: each push applied on arrival as d/3
+    const float expected = i < kCrit ? (da[i] + db[i] + dc[i]) / 3.0f : da[i] / 3.0f + db[i] / 3.0f + dc[i] / 3.0f;
+    if (i < kCrit)
+      REQUIRE(values[i] == expected);
+    else
+      REQUIRE(values[i] == doctest::Approx(expected).epsilon(1e-6));
+  }
+}
+
+TEST_CASE("the gate blocks a region s+1 rounds ahead and releases it when the slowest catches up") {
+  auto dir = fresh_dir("gate");
+  const uint32_t s = 2;
+  Cluster cluster(small_config(dir, s));
+  auto fast = cluster.client(), slow = cluster.client();
+  hello(fast, "a", cluster.table_hash());
+  hello(slow, "b", cluster.table_hash());
+  auto zero = filled(kShard, 0.0f);
+  for (uint64_t t = 1; t <= s + 1; ++t) CHECK(push(fast, t, zero).round == t);  // s rounds ahead: admitted
+  auto blocked = send_push(fast, s + 2, zero);                                // s+1 ahead: waits
+  auto st = stats(slow);
+  CHECK(st["parked"] == 1);
+  CHECK(st["shards"][0]["clocks"][0] == s + 1);
+  push(slow, 1, zero);
+  auto r = fast.receive(20s);
+  REQUIRE(r);
+  CHECK(r->header.request_id == blocked);
+  CHECK(as<wire::PushReply>(*r).round == s + 2);
+  auto after = stats(slow);
+  CHECK(after["parked"] == 0);
+  CHECK(after["regions"]["a"]["gate_waits"] == 1);
+}
+
+TEST_CASE("staleness weighting 1/(1+tau) scales a stale non-critical delta") {
+  auto dir = fresh_dir("weight");
+  Cluster cluster(small_config(dir, 3, "  staleness_weighting: inverse"));
+  auto fast = cluster.client(), slow = cluster.client();
+  hello(fast, "a", cluster.table_hash());
+  hello(slow, "b", cluster.table_hash());
+  auto one = filled(kShard, 1.0f);
+  CHECK(push(fast, 1, one).staleness == 0);
+  CHECK(push(fast, 2, one).staleness == 0);
+  CHECK(push(fast, 3, one).staleness == 0);
+  auto late = push(slow, 1, one);  // the fast region is 2 rounds ahead of this push
+  CHECK(late.staleness == 2);
+  auto p = pull(slow, true);
+  // two live regions: each fresh push adds 1/2, the stale one (1/(1+2)) * 1/2
+  const float expected = 0.5f + 0.5f + 0.5f + (1.0f / 3.0f) * 1.0f / 2.0f;
+  CHECK(p.values[kCrit] == doctest::Approx(expected).epsilon(1e-6));
+  CHECK(p.values[kShard - 1] == doctest::Approx(expected).epsilon(1e-6));
+  CHECK(server::staleness_weight(server::StalenessWeighting::inverse, 4) == doctest::Approx(0.2));
+  CHECK(server::staleness_weight(server::StalenessWeighting::none, 4) == 1.0f);
+  auto hist = stats(slow)["regions"]["b"]["staleness_histogram"];
+  CHECK(hist[2] == 1);
+}
+
+TEST_CASE("downlink error feedback: what a region reconstructed plus its residual equals the values") {
+  server::ShardSettings settings;
+  settings.downlink_codec = "int8:chunk=64";
+  server::ShardRange range{0, 0, 3000, 0};
+  server::Shard shard(range, std::vector<uint8_t>(3000, 0), 2, settings);
+  const std::vector<bool> live{true, true};
+  auto full = shard.pull_full(1);
+  std::vector<float> view(3000);
+  compression::decode_payload(full, view);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> delta(3000), change(3000);
+  for (uint64_t t = 1; t <= 12; ++t) {
+    for (size_t region = 0; region < 2; ++region) {
+      for (float& x : delta) x = d(rng);
+      shard.apply_push(region, t, delta, live);
+    }
+    const auto payload = shard.pull_change(1);
+    REQUIRE(compression::parse_header(payload).codec == compression::CodecId::int8);
+    compression::decode_payload(payload, change);
+    for (size_t i = 0; i < 3000; ++i) view[i] += change[i];
+    auto e = shard.downlink().residual(1);
+    REQUIRE(e.size() == 3000);
+    double err = 0;
+    for (size_t i = 0; i < 3000; ++i) {
+      REQUIRE(std::fabs(view[i] + e[i] - shard.values()[i]) <= 1e-4f * (1.0f + std::fabs(shard.values()[i])));
+      err = std::max(err, static_cast<double>(std::fabs(e[i])));
+    }
+    CHECK(err > 0.0);  // int8 is lossy: the residual carries something
+    CHECK(shard.sent_version(1) == shard.version());
+  }
+}

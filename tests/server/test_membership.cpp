@@ -1,0 +1,79 @@
+#include <doctest/doctest.h>
+
+#include "server_fixture.hpp"
+
+using namespace geotrain;
+using namespace geotrain::test;
+
+TEST_CASE("a region marked dead stops blocking synchronous rounds, and rejoins with full values") {
+  auto dir = fresh_dir("dead");
+  Cluster cluster(small_config(dir, 0));  // dead_after_ms: 1000 on the manual clock
+  auto a = cluster.client(), b = cluster.client();
+  hello(a, "a", cluster.table_hash());
+  hello(b, "b", cluster.table_hash());
+  push(a, 1, filled(kShard, 3.0f));
+  auto waiting = a.send(wire::PullRequest{0, 0, true, 1});  // round 1 needs b too
+  REQUIRE(waiting);
+  cluster.clock().set(600);
+  as<wire::Ack>(expect_reply(a, wire::Heartbeat{}));  // a is seen at 600, b last at 0
+  CHECK(stats(a)["shards"][0]["released_round"] == 0);
+  cluster.clock().set(1200);  // b silent for 1200 ms > 1000: dead; a silent 600 ms: live
+  std::optional<wire::Reply> r;
+  while (!(r = a.receive(20s)) || r->header.request_id != *waiting) REQUIRE(r);
+  const auto& released = as<wire::PullReply>(*r);
+  CHECK(released.round == 1);
+  std::vector<float> va(kShard);
+  compression::decode_payload(wire::frame_bytes(r->payloads.at(0)), va);
+  CHECK(va[0] == 3.0f);  // the average over the one live region
+
+  // b's next message is refused: it must register again.
+  auto refused = expect_reply(b, wire::Heartbeat{});
+  REQUIRE(std::holds_alternative<wire::Error>(refused.header.body));
+  CHECK(std::get<wire::Error>(refused.header.body).code == wire::ErrorCode::unregistered);
+  auto st = stats(a);
+  CHECK(st["regions"]["b"]["live"] == false);
+
+  // Rejoin: b registers again, resumes at the next round and pulls full values.
+  auto welcome = hello(b, "b", cluster.table_hash());
+  CHECK(welcome.next_round == 2);
+  auto pb = pull(b, true);
+  CHECK(pb.values == va);
+  CHECK(pb.header.version == released.version);
+  // b blocks round 2 again: now both must push it.
+  push(a, 2, filled(kShard, 1.0f));
+  CHECK(stats(a)["shards"][0]["released_round"] == 1);
+  push(b, 2, filled(kShard, 3.0f));
+  CHECK(stats(a)["shards"][0]["released_round"] == 2);
+  auto pa = pull(a, false, released.version, 2);
+  CHECK(pa.header.round == 2);
+}
+
+TEST_CASE("messages from an unregistered peer are refused and change nothing") {
+  auto dir = fresh_dir("unreg");
+  Cluster cluster(small_config(dir, 1));
+  auto a = cluster.client(), stranger = cluster.client();
+  hello(a, "a", cluster.table_hash());
+  auto before = stats(a);
+  auto payload = encode(filled(kShard, 1.0f));
+  auto h = push_header(0, 1, 0, payload, kShard);
+  auto r = expect_reply(stranger, h, frames(std::move(payload)));
+  REQUIRE(std::holds_alternative<wire::Error>(r.header.body));
+  CHECK(std::get<wire::Error>(r.header.body).code == wire::ErrorCode::unregistered);
+  CHECK(std::get<wire::Error>(r.header.body).message.find("hello") != std::string::npos);
+  CHECK(stats(a)["shards"] == before["shards"]);
+}
+
+TEST_CASE("the rendezvous key-value store answers a get once the key is set") {
+  auto dir = fresh_dir("kv");
+  Cluster cluster(small_config(dir, 1));
+  auto a = cluster.client(), b = cluster.client();
+  hello(a, "a", cluster.table_hash());
+  hello(b, "b", cluster.table_hash());
+  auto get = b.send(wire::KvGet{"nccl-id"});
+  REQUIRE(get);
+  as<wire::Ack>(expect_reply(a, wire::KvSet{"nccl-id", Bytes{std::byte{1}, std::byte{2}}}));
+  auto r = b.receive(20s);
+  REQUIRE(r);
+  CHECK(r->header.request_id == *get);
+  CHECK(as<wire::KvReply>(*r).value == Bytes{std::byte{1}, std::byte{2}});
+}

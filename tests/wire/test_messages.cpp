@@ -1,0 +1,105 @@
+#include <doctest/doctest.h>
+
+#include "wire/messages.hpp"
+
+using namespace geotrain;
+using namespace geotrain::wire;
+
+TEST_CASE("every message type survives encode and decode with its fields") {
+  std::vector<Body> bodies = {
+      Hello{"us-east", kProtocolVersion, 0x1234567890abcdefull, {"ef-downlink", "full-pull"}},
+      HelloReply{"eu-west", {{1, 1024, 2048}, {2, 3072, 100}}, 17, 500, {"kv"}},
+      Heartbeat{},
+      Push{3, 9, 41, {{0, 1024, 6, 168}, {1024, 5, 1, 60}}},
+      PushReply{3, 9, 2, 1500},
+      PullRequest{3, 40, true, 8},
+      PullReply{3, 44, 9, false, {{0, 4096, 4, 4200}}},
+      Error{ErrorCode::bad_shard, "shard 9 is not owned"},
+      StatsRequest{},
+      StatsReply{"{\"a\":1}"},
+      CheckpointRequest{},
+      CheckpointReply{12},
+      Shutdown{},
+      Ack{},
+      KvSet{"gloo/0", Bytes{std::byte{0}, std::byte{255}}},
+      KvGet{"gloo/0"},
+      KvReply{"gloo/0", Bytes{std::byte{7}}},
+  };
+  REQUIRE(bodies.size() == std::variant_size_v<Body>);
+  for (const auto& body : bodies) {
+    CAPTURE(body_name(body));
+    auto frame = encode_header(Header{99, body});
+    CHECK(frame.size() % 8 == 0);
+    auto back = decode_header(frame);
+    CHECK(back.request_id == 99);
+    CHECK(back.version == kProtocolVersion);
+    REQUIRE(back.body.index() == body.index());
+  }
+  auto push = std::get<Push>(decode_header(encode_header(Header{1, bodies[3]})).body);
+  CHECK(push.shard == 3);
+  CHECK(push.round == 9);
+  CHECK(push.base_version == 41);
+  REQUIRE(push.segments.size() == 2);
+  CHECK(push.segments[1].offset == 1024);
+  CHECK(push.segments[1].count == 5);
+  CHECK(push.segments[1].codec == 1);
+  CHECK(push.segments[1].bytes == 60);
+  auto hello = std::get<Hello>(decode_header(encode_header(Header{1, bodies[0]})).body);
+  CHECK(hello.region == "us-east");
+  CHECK(hello.table_hash == 0x1234567890abcdefull);
+  CHECK(hello.capabilities == std::vector<std::string>{"ef-downlink", "full-pull"});
+  auto err = std::get<Error>(decode_header(encode_header(Header{1, bodies[7]})).body);
+  CHECK(err.code == ErrorCode::bad_shard);
+  CHECK(err.message == "shard 9 is not owned");
+  auto kv = std::get<KvSet>(decode_header(encode_header(Header{1, bodies[14]})).body);
+  CHECK(kv.value == Bytes{std::byte{0}, std::byte{255}});
+}
+
+TEST_CASE("a header that is truncated, garbage or of another version is refused with its code") {
+  auto good = encode_header(Header{5, Push{1, 2, 3, {{0, 10, 1, 80}}}});
+  auto code_of = [](const zmq::message_t& m) {
+    try {
+      decode_header(m);
+    } catch (const WireError& e) {
+      return e.code();
+    }
+    return ErrorCode::internal;  // not refused
+  };
+  CHECK(code_of(zmq::message_t()) == ErrorCode::malformed);
+  CHECK(code_of(zmq::message_t(good.data(), good.size() - 8)) == ErrorCode::malformed);
+  CHECK(code_of(zmq::message_t(good.data(), good.size() - 3)) == ErrorCode::malformed);
+  std::vector<uint8_t> junk(48, 0xab);
+  CHECK(code_of(zmq::message_t(junk.data(), junk.size())) == ErrorCode::malformed);
+  Header other{6, Heartbeat{}};
+  other.version = 2;
+  auto frame = encode_header(other);
+  CHECK(code_of(frame) == ErrorCode::bad_version);
+  try {
+    decode_header(frame);
+  } catch (const WireError& e) {
+    CHECK(e.request_id() == 6);
+    CHECK(std::string(e.what()).find("version 2") != std::string::npos);
+  }
+  std::vector<uint8_t> huge((kMaxHeaderWords + 1) * 8, 0);
+  CHECK(code_of(zmq::message_t(huge.data(), huge.size())) == ErrorCode::too_large);
+}
+
+TEST_CASE("payload frames must match the header's segments in number and size") {
+  std::vector<zmq::message_t> frames;
+  frames.emplace_back(size_t{80});
+  frames.emplace_back(size_t{16});
+  std::vector<Segment> segments{{0, 10, 1, 80}, {10, 2, 1, 16}};
+  CHECK_NOTHROW(check_frames(segments, frames, 1));
+  segments[1].bytes = 17;
+  CHECK_THROWS_WITH_AS(check_frames(segments, frames, 1), doctest::Contains("segment 1"), WireError);
+  segments.pop_back();
+  CHECK_THROWS_WITH_AS(check_frames(segments, frames, 1), doctest::Contains("1 segments but 2"), WireError);
+}
+
+TEST_CASE("a frame built from bytes owns them without copying") {
+  Bytes b(1000, std::byte{3});
+  const void* data = b.data();
+  auto frame = frame_from_bytes(std::move(b));
+  CHECK(frame.data() == data);
+  CHECK(frame.size() == 1000);
+}

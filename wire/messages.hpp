@@ -1,0 +1,152 @@
+// Wire messages as plain structs, and their Cap'n Proto encoding in frame 0.
+//
+// Owns nothing beyond the structs. encode_header() builds frame 0; decode_header() reads it
+// with bounded traversal (ReaderOptions) and converts every field into the structs below. It
+// checks the protocol version and the structure; the meaning of each field (shard ranges,
+// codecs, sizes against frames, table hash) is checked where it is used, by the server.
+// Failures throw WireError (an InputError with an ErrorCode and the request id when it could be
+// read). Pure functions: nothing blocks, everything is thread-safe.
+#pragma once
+
+#include <zmq.hpp>
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "core/error.hpp"
+#include "core/span.hpp"
+
+namespace geotrain::wire {
+
+inline constexpr uint16_t kProtocolVersion = 1;
+// Largest frame 0 accepted, in 8-byte words (headers are a few hundred bytes).
+inline constexpr size_t kMaxHeaderWords = size_t{1} << 16;
+
+enum class ErrorCode : uint16_t {
+  malformed, bad_version, unregistered, bad_table_hash, bad_shard, bad_range, bad_codec,
+  bad_round, bad_payload, too_large, busy, unknown_region, internal,
+};
+const char* error_code_name(ErrorCode code);
+
+class WireError : public InputError {
+ public:
+  WireError(ErrorCode code, const std::string& message, uint64_t request_id = 0)
+      : InputError(message), code_(code), request_id_(request_id) {}
+  ErrorCode code() const { return code_; }
+  uint64_t request_id() const { return request_id_; }
+
+ private:
+  ErrorCode code_;
+  uint64_t request_id_;
+};
+
+struct Segment {
+  uint64_t offset = 0;  // relative to the shard
+  uint64_t count = 0;
+  uint8_t codec = 0;    // compression::CodecId
+  uint64_t bytes = 0;   // size of this segment's payload frame
+};
+
+struct Hello {
+  std::string region;
+  uint16_t protocol_version = kProtocolVersion;
+  uint64_t table_hash = 0;
+  std::vector<std::string> capabilities;
+};
+struct ShardInfo {
+  uint32_t id = 0;
+  uint64_t offset = 0;
+  uint64_t count = 0;
+};
+struct HelloReply {
+  std::string server_region;
+  std::vector<ShardInfo> shards;
+  uint64_t next_round = 1;
+  uint32_t heartbeat_ms = 0;
+  std::vector<std::string> capabilities;
+};
+struct Heartbeat {};
+struct Push {
+  uint32_t shard = 0;
+  uint64_t round = 0;
+  uint64_t base_version = 0;
+  std::vector<Segment> segments;
+};
+struct PushReply {
+  uint32_t shard = 0;
+  uint64_t round = 0;
+  uint32_t staleness = 0;
+  uint64_t gate_wait_us = 0;
+};
+struct PullRequest {
+  uint32_t shard = 0;
+  uint64_t since_version = 0;
+  bool full = false;
+  uint64_t min_round = 0;
+};
+struct PullReply {
+  uint32_t shard = 0;
+  uint64_t version = 0;
+  uint64_t round = 0;
+  bool full = false;
+  std::vector<Segment> segments;
+};
+struct Error {
+  ErrorCode code = ErrorCode::internal;
+  std::string message;
+};
+struct StatsRequest {};
+struct StatsReply {
+  std::string json;
+};
+struct CheckpointRequest {};
+struct CheckpointReply {
+  uint64_t round = 0;
+};
+struct Shutdown {};
+struct Ack {};
+struct KvSet {
+  std::string key;
+  Bytes value;
+};
+struct KvGet {
+  std::string key;
+};
+struct KvReply {
+  std::string key;
+  Bytes value;
+};
+
+using Body = std::variant<Hello, HelloReply, Heartbeat, Push, PushReply, PullRequest, PullReply,
+                          Error, StatsRequest, StatsReply, CheckpointRequest, CheckpointReply,
+                          Shutdown, Ack, KvSet, KvGet, KvReply>;
+
+struct Header {
+  uint64_t request_id = 0;
+  Body body;
+  uint16_t version = kProtocolVersion;  // only tests set anything else
+};
+
+// "push", "pullReply", ...: for logs and error messages.
+const char* body_name(const Body& body);
+
+zmq::message_t encode_header(const Header& header);
+// Throws WireError{malformed} for anything that is not a valid header (truncated, misaligned
+// size, traversal limit, unknown union member) and WireError{bad_version} for another version.
+Header decode_header(const zmq::message_t& frame);
+
+// Frame that takes ownership of `bytes` without copying them.
+zmq::message_t frame_from_bytes(Bytes&& bytes);
+inline ConstByteSpan frame_bytes(const zmq::message_t& m) {
+  return {static_cast<const std::byte*>(m.data()), m.size()};
+}
+
+// Checks that `frames` (the payload frames, after frame 0) match `segments`: same count, and
+// each frame exactly segment.bytes long. Throws WireError{malformed} naming the mismatch.
+void check_frames(const std::vector<Segment>& segments, std::span<const zmq::message_t> frames,
+                  uint64_t request_id);
+
+}  // namespace geotrain::wire

@@ -1,0 +1,118 @@
+# geotrain wire protocol, frame 0 of every ZeroMQ multipart message (docs/protocol.md).
+# Payload bytes (codec payloads, compression/payload.hpp) travel in frames 1..n, one per
+# Segment, in order; each Segment states the exact byte size of its frame.
+#
+# Versioning: `version` is kProtocolVersion (wire/messages.hpp); a peer speaking another
+# version gets an Error{code = badVersion}. New fields are appended with new ordinals only.
+@0xa5573a50f31fba87;
+
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("geotrain::wire::schema");
+
+struct Segment {
+  offset @0 :UInt64;     # first element, relative to the shard's range
+  count @1 :UInt64;      # elements covered
+  codec @2 :UInt8;       # compression::CodecId of the payload in this segment's frame
+  bytes @3 :UInt64;      # exact size of the payload frame
+}
+
+struct Hello {
+  region @0 :Text;           # region name, must be one of the configured regions
+  protocolVersion @1 :UInt16;
+  tableHash @2 :UInt64;      # ParamTable::layout_hash() of the sender
+  capabilities @3 :List(Text);  # e.g. "ef-downlink", "full-pull"
+}
+
+struct ShardInfo {
+  id @0 :UInt32;
+  offset @1 :UInt64;     # in the flat parameter buffer
+  count @2 :UInt64;
+}
+
+struct HelloReply {
+  serverRegion @0 :Text;
+  shards @1 :List(ShardInfo);   # the shards this server owns
+  nextRound @2 :UInt64;         # the round this region pushes next
+  heartbeatMs @3 :UInt32;       # send a heartbeat at least this often
+  capabilities @4 :List(Text);
+}
+
+struct Push {
+  shard @0 :UInt32;
+  round @1 :UInt64;
+  baseVersion @2 :UInt64;       # shard version the delta was computed against
+  segments @3 :List(Segment);   # delta = theta_local - theta_base, per segment
+}
+
+struct PushReply {
+  shard @0 :UInt32;
+  round @1 :UInt64;
+  staleness @2 :UInt32;         # tau used to weight the non-critical part
+  gateWaitUs @3 :UInt64;        # time this push waited at the staleness gate
+}
+
+struct PullRequest {
+  shard @0 :UInt32;
+  sinceVersion @1 :UInt64;      # the version this region last received
+  full @2 :Bool;                # full fp32 values instead of a compressed change
+  minRound @3 :UInt64;          # reply only once rounds <= minRound are released (0: now)
+}
+
+struct PullReply {
+  shard @0 :UInt32;
+  version @1 :UInt64;           # version the region holds after applying this reply
+  round @2 :UInt64;             # synchronous rounds released so far
+  full @3 :Bool;                # segments are values, not changes
+  segments @4 :List(Segment);
+}
+
+enum ErrorCode {
+  malformed @0;       # frame 0 is not a valid header, or frames do not match it
+  badVersion @1;
+  unregistered @2;
+  badTableHash @3;
+  badShard @4;
+  badRange @5;
+  badCodec @6;
+  badRound @7;
+  badPayload @8;
+  tooLarge @9;
+  busy @10;
+  unknownRegion @11;
+  internal @12;
+}
+
+struct Error {
+  code @0 :ErrorCode;
+  message @1 :Text;             # names the field and the value
+}
+
+struct KeyValue {
+  key @0 :Text;
+  value @1 :Data;
+}
+
+struct Header {
+  version @0 :UInt16;
+  requestId @1 :UInt64;         # echoed in the reply
+  union {
+    hello @2 :Hello;
+    helloReply @3 :HelloReply;
+    heartbeat @4 :Void;
+    push @5 :Push;
+    pushReply @6 :PushReply;
+    pull @7 :PullRequest;
+    pullReply @8 :PullReply;
+    error @9 :Error;
+    statsRequest @10 :Void;
+    statsReply @11 :Text;       # one JSON object (server metrics)
+    checkpoint @12 :Void;
+    checkpointReply @13 :UInt64;  # round of the checkpoint written
+    shutdown @14 :Void;
+    ack @15 :Void;              # heartbeat and shutdown replies
+    # Reserved for the Gloo/NCCL rendezvous store: set / get by key.
+    kvSet @16 :KeyValue;
+    kvGet @17 :Text;
+    kvReply @18 :KeyValue;
+  }
+}
