@@ -1,0 +1,172 @@
+// RegionSync against real in-process ParamServers (one per region, over inproc://): the leader
+// side of the protocol, from hello to compressed rounds.
+#include <doctest/doctest.h>
+
+#include <future>
+#include <thread>
+
+#include "server/param_server.hpp"
+#include "worker/region_sync.hpp"
+
+using namespace geotrain;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::filesystem::path temp_dir(const std::string& name) {
+  auto dir = std::filesystem::temp_directory_path() / fmt::format("geotrain-sync-{}-{}", name, ::getpid());
+  std::filesystem::remove_all(dir);
+  return dir;
+}
+
+// Two regions, a and b; each runs a server owning half of the 3072 parameters.
+// crit.w (critical) is 1024 elements, free.w 2048.
+server::ServerConfig two_region_config(const std::filesystem::path& dir, uint32_t bound, const std::string& downlink) {
+  return server::parse_server_config(fmt::format(R"(
+regions: [a, b]
+model:
+  tensors: [{{name: crit.w, size: 1024}}, {{name: free.w, size: 2048}}]
+  critical: ["crit.*"]
+server:
+  staleness_bound: {}
+  downlink_codec: "{}"
+  dead_after_ms: 60000
+  run_dir: "{}"
+)",
+                                                 bound, downlink, dir.string()));
+}
+
+class Deployment {
+ public:
+  Deployment(const server::ServerConfig& config, const std::string& name) : config_(config), dir_(temp_dir(name)) {
+    for (uint32_t r = 0; r < 2; ++r) {
+      server::ServerOptions options;
+      options.endpoint = fmt::format("inproc://{}-server-{}", name, r);
+      options.poll = 5ms;
+      options.write_metrics = false;
+      servers_.push_back(std::make_unique<server::ParamServer>(config_, r, context_, options));
+    }
+    for (auto& s : servers_) threads_.emplace_back([&s](std::stop_token st) { s->run(st); });
+  }
+  ~Deployment() {
+    for (auto& t : threads_) t.request_stop();
+    threads_.clear();
+    std::filesystem::remove_all(dir_);
+  }
+
+  ParamTable table() const {
+    return ParamTable(config_.tensors, config_.critical);
+  }
+  worker::SyncConfig sync(const std::string& region, const std::string& crit, const std::string& free,
+                          uint32_t bound) {
+    worker::SyncConfig c;
+    c.region = region;
+    for (uint32_t r = 0; r < 2; ++r) c.servers.push_back({config_.regions[r], servers_[r]->endpoint()});
+    c.critical_codec = crit;
+    c.noncritical_codec = free;
+    c.staleness_bound = bound;
+    c.timeout = 20s;
+    return c;
+  }
+  zmq::context_t& context() { return context_; }
+
+ private:
+  server::ServerConfig config_;
+  std::filesystem::path dir_;
+  zmq::context_t context_;
+  std::vector<std::unique_ptr<server::ParamServer>> servers_;
+  std::vector<std::jthread> threads_;
+};
+
+std::vector<float> ramp(size_t n, float scale) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = scale * float(int(i % 13) - 6);
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("a synchronous round gives both regions the average of their deltas") {
+  const auto dir = temp_dir("sync");
+  Deployment d(two_region_config(dir, 0, "fp32"), "sync");
+  const ParamTable table = d.table();
+  worker::RegionSync a(table, d.sync("a", "fp32", "fp32", 0), d.context());
+  worker::RegionSync b(table, d.sync("b", "fp32", "fp32", 0), d.context());
+  CHECK(a.connect() == 1);
+  CHECK(b.connect() == 1);
+  for (float v : a.base()) REQUIRE(v == 0.0f);
+
+  const size_t n = table.total_elements();
+  auto da = ramp(n, 0.5f), db = ramp(n, -0.25f);
+  auto fa = std::async(std::launch::async, [&] { return a.exchange(da); });
+  auto rb = b.exchange(db);
+  auto ra = fa.get();
+  CHECK(ra.round == 1);
+  CHECK(rb.round == 1);
+  // shard 0 = crit.w + half of free.w (2 segments), shard 1 = the rest of free.w (1 segment)
+  CHECK(ra.bytes_pushed == n * 4 + 3 * compression::kHeaderBytes);
+  for (size_t i = 0; i < n; ++i) {
+    const float expected = (da[i] + db[i]) / 2;
+    REQUIRE(a.base()[i] == doctest::Approx(expected).epsilon(1e-6));
+    REQUIRE(b.base()[i] == a.base()[i]);
+  }
+  CHECK(a.next_round() == 2);
+}
+
+TEST_CASE("compressed rounds with error feedback keep both regions on the same values") {
+  const auto dir = temp_dir("ef");
+  Deployment d(two_region_config(dir, 0, "fp32"), "ef");
+  const ParamTable table = d.table();
+  worker::RegionSync a(table, d.sync("a", "onebit", "int8", 0), d.context());
+  worker::RegionSync b(table, d.sync("b", "onebit", "int8", 0), d.context());
+  a.connect();
+  b.connect();
+  const size_t n = table.total_elements();
+  // Each region keeps moving its local copy by a fixed step per round; EF makes the global
+  // values follow the average step, however coarse one round's compression is.
+  std::vector<float> la(n, 0.0f), lb(n, 0.0f);
+  auto step_a = ramp(n, 0.01f), step_b = ramp(n, 0.03f);
+  const int rounds = 30;
+  uint64_t pushed = 0;
+  for (int r = 0; r < rounds; ++r) {
+    for (size_t i = 0; i < n; ++i) {
+      la[i] = a.base()[i] + step_a[i];
+      lb[i] = b.base()[i] + step_b[i];
+    }
+    auto fa = std::async(std::launch::async, [&] { return a.exchange(la); });
+    pushed += b.exchange(lb).bytes_pushed;
+    fa.get();
+    for (size_t i = 0; i < n; ++i) REQUIRE(a.base()[i] == b.base()[i]);
+  }
+  double err = 0, norm = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double expected = rounds * (step_a[i] + step_b[i]) / 2.0;
+    err += (a.base()[i] - expected) * (a.base()[i] - expected);
+    norm += expected * expected;
+  }
+  MESSAGE("relative error after ", rounds, " onebit/int8 rounds: ", std::sqrt(err / norm));
+  CHECK(std::sqrt(err / norm) < 0.05);
+  CHECK(pushed < rounds * n * 4 / 3);  // far less than fp32
+}
+
+TEST_CASE("with staleness bound 1 a region runs one round ahead, and no further") {
+  const auto dir = temp_dir("stale");
+  Deployment d(two_region_config(dir, 1, "fp32"), "stale");
+  const ParamTable table = d.table();
+  worker::RegionSync a(table, d.sync("a", "fp32", "fp32", 1), d.context());
+  worker::RegionSync b(table, d.sync("b", "fp32", "fp32", 1), d.context());
+  a.connect();
+  b.connect();
+  const size_t n = table.total_elements();
+  std::vector<float> ones(n, 1.0f);
+  // Round 1 for a alone: its pull waits only for round 0, so it completes.
+  auto r1 = a.exchange(ones);
+  CHECK(r1.round == 1);
+  // Round 2 for a: it needs round 1 released, which needs b.
+  auto fa = std::async(std::launch::async, [&] { return a.exchange(ones); });
+  CHECK(fa.wait_for(300ms) == std::future_status::timeout);
+  b.exchange(ones);
+  auto r2 = fa.get();
+  CHECK(r2.round == 2);
+  CHECK(r2.released_round >= 1);
+}
