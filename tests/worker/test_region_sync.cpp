@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "server/param_server.hpp"
+#include "worker/overlapped_sync.hpp"
 #include "worker/region_sync.hpp"
 
 using namespace geotrain;
@@ -169,4 +170,29 @@ TEST_CASE("with staleness bound 1 a region runs one round ahead, and no further"
   auto r2 = fa.get();
   CHECK(r2.round == 2);
   CHECK(r2.released_round >= 1);
+}
+
+TEST_CASE("overlap: the exchange runs in the background and merges one round late") {
+  const auto dir = temp_dir("overlap");
+  Deployment d(two_region_config(dir, 0, "fp32"), "overlap");
+  const ParamTable table = d.table();
+  worker::RegionSync a(table, d.sync("a", "fp32", "fp32", 0), d.context());
+  worker::RegionSync b(table, d.sync("b", "fp32", "fp32", 0), d.context());
+  a.connect();
+  b.connect();
+  const size_t n = table.total_elements();
+  worker::OverlappedSync overlapped(a);
+  std::vector<float> local(n, 1.0f);  // region a's round-1 local values: delta 1
+  CHECK_FALSE(overlapped.step(local).has_value());  // starts round 1, returns at once
+  CHECK(overlapped.in_flight());
+  for (float& v : local) v += 10.0f;  // a keeps training while round 1 is on the wire
+
+  std::vector<float> local_b(n, 3.0f);  // b's delta 3: the average is 2
+  b.exchange(local_b);
+  auto report = overlapped.finish(local);
+  REQUIRE(report.has_value());
+  CHECK(report->round == 1);
+  // base_new = 2, snapshot = 1, local = 11: merged = 2 + (11 - 1) = 12
+  for (size_t i = 0; i < n; ++i) REQUIRE(local[i] == 12.0f);
+  CHECK_FALSE(overlapped.in_flight());
 }
