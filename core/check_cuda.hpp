@@ -6,7 +6,9 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
-#include "core/error.hpp"
+#include <string>
+
+#include "core/error_types.hpp"
 
 #if __has_include(<nccl.h>)
 #include <nccl.h>
@@ -18,20 +20,22 @@ namespace geotrain::detail {
 inline void cuda_check(cudaError_t rc, const char* expr, const char* file, int line) {
   if (rc != cudaSuccess) [[unlikely]]
     throw SystemError("CUDA", expr, file, line,
-                      fmt::format("{} ({})", cudaGetErrorString(rc), cudaGetErrorName(rc)));
+                      std::string(cudaGetErrorString(rc)) + " (" + cudaGetErrorName(rc) + ")");
 }
 
 inline void cublas_check(cublasStatus_t rc, const char* expr, const char* file, int line) {
   if (rc != CUBLAS_STATUS_SUCCESS) [[unlikely]]
     throw SystemError("cuBLAS", expr, file, line,
-                      fmt::format("{} (status {})", cublasGetStatusString(rc), static_cast<int>(rc)));
+                      std::string(cublasGetStatusString(rc)) + " (status " +
+                          std::to_string(static_cast<int>(rc)) + ")");
 }
 
 #ifdef GEOTRAIN_CHECK_HAS_NCCL
 inline void nccl_check(ncclResult_t rc, const char* expr, const char* file, int line) {
   if (rc != ncclSuccess) [[unlikely]]
     throw SystemError("NCCL", expr, file, line,
-                      fmt::format("{} (result {})", ncclGetErrorString(rc), static_cast<int>(rc)));
+                      std::string(ncclGetErrorString(rc)) + " (result " +
+                          std::to_string(static_cast<int>(rc)) + ")");
 }
 #endif
 

@@ -11,34 +11,13 @@
 
 #include <fmt/format.h>
 
-#include <stdexcept>
 #include <string>
-#include <string_view>
 
-namespace geotrain {
+#include "core/error_types.hpp"
 
-// Bad input from outside the process: a message, a config value, a file.
-class InputError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
-// A call into a system library failed. what() reads "<api> error at file:line: <expr>: <detail>".
-class SystemError : public std::runtime_error {
- public:
-  SystemError(std::string_view api, std::string_view expr, std::string_view file, int line,
-              std::string_view detail);
-  const std::string& api() const { return api_; }
-
- private:
-  std::string api_;
-};
-
-namespace detail {
+namespace geotrain::detail {
 [[noreturn]] void assert_fail(const char* expr, const char* file, int line, const std::string& msg);
-}  // namespace detail
-
-}  // namespace geotrain
+}  // namespace geotrain::detail
 
 // GT_ASSERT(cond, "fmt {}", args...): an invariant of our own code. Never for input checks.
 #define GT_ASSERT(cond, ...)                                                                  \
