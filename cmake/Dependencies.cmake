@@ -13,3 +13,10 @@ if(GEOTRAIN_BUILD_TESTS)
   find_package(doctest CONFIG REQUIRED)
 endif()
 find_package(nlohmann_json CONFIG REQUIRED)
+# Models and workers: OpenBLAS (cblas_sgemm) and Gloo (CPU collectives), both Debian packages.
+pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas)
+find_library(GEOTRAIN_GLOO_LIBRARY gloo REQUIRED)
+find_path(GEOTRAIN_GLOO_INCLUDE gloo/allreduce.h REQUIRED)
+add_library(geotrain::gloo UNKNOWN IMPORTED)
+set_target_properties(geotrain::gloo PROPERTIES IMPORTED_LOCATION ${GEOTRAIN_GLOO_LIBRARY}
+                                                INTERFACE_INCLUDE_DIRECTORIES ${GEOTRAIN_GLOO_INCLUDE})

@@ -1,0 +1,109 @@
+// GlooCommunicator and BucketedAllReduce with N ranks as threads of one process, rendezvous over
+// Gloo's in-memory HashStore, TCP on 127.0.0.1; closed-form sums (gloo's own test style).
+#include <doctest/doctest.h>
+#include <gloo/rendezvous/hash_store.h>
+#include <gloo/rendezvous/prefix_store.h>
+
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "core/error.hpp"
+#include "core/param_table.hpp"
+#include "worker/bucketed_allreduce.hpp"
+#include "worker/gloo_communicator.hpp"
+
+using namespace geotrain;
+using namespace geotrain::worker;
+
+namespace {
+
+// Runs body(comm) on `size` threads, one rank each; rethrows the first failure.
+void run_ranks(int size, const std::function<void(GlooCommunicator&)>& body) {
+  gloo::rendezvous::HashStore store;
+  std::vector<std::thread> threads;
+  std::exception_ptr error;
+  std::mutex mu;
+  for (int r = 0; r < size; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        gloo::rendezvous::PrefixStore prefixed("test", store);
+        GlooCommunicator comm(prefixed, r, size);
+        body(comm);
+      } catch (...) {
+        std::lock_guard lock(mu);
+        if (!error) error = std::current_exception();
+      }
+    });
+  for (auto& t : threads) t.join();
+  if (error) std::rethrow_exception(error);
+}
+
+}  // namespace
+
+TEST_CASE("3 ranks allreduce to the closed-form sum and broadcast the root's values") {
+  std::mutex mu;
+  std::vector<std::vector<float>> sums(3), bcasts(3);
+  run_ranks(3, [&](GlooCommunicator& comm) {
+    const int r = comm.rank();
+    std::vector<float> x(1000);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(r + 1) * static_cast<float>(i);
+    comm.allreduce_sum(x);  // sum over r of (r + 1) i = 6 i
+    std::vector<float> b(10, static_cast<float>(r));
+    comm.broadcast(b, 1);
+    std::lock_guard lock(mu);
+    sums[r] = x;
+    bcasts[r] = b;
+  });
+  for (int r = 0; r < 3; ++r) {
+    REQUIRE(sums[r].size() == 1000);
+    for (size_t i = 0; i < 1000; i += 37) CHECK(sums[r][i] == static_cast<float>(6 * i));
+    CHECK(bcasts[r] == std::vector<float>(10, 1.0f));
+  }
+}
+
+TEST_CASE("bucketed allreduce plans whole tensors in reverse order and sums every bucket") {
+  // Tensors of 300k, 10, 200k, 300k floats with a 1 MB (262144-float) cap. Filling from the
+  // last tensor, a bucket closes once it reaches the cap: {d} (300000), {c, b, a} (500010).
+  const ParamTable table({{"a", 300000}, {"b", 10}, {"c", 200000}, {"d", 300000}}, {});
+  std::mutex mu;
+  std::vector<std::vector<float>> results(2);
+  std::vector<uint64_t> early(2);
+  run_ranks(2, [&](GlooCommunicator& comm) {
+    BucketedAllReduce bar(comm, table.tensors(), 1.0);
+    REQUIRE(bar.buckets().size() == 2);
+    CHECK(bar.buckets()[0].tensors == std::vector<size_t>{3});
+    CHECK(bar.buckets()[0].offset == 500010);
+    CHECK(bar.buckets()[1].tensors == std::vector<size_t>{2, 1, 0});
+    CHECK(bar.buckets()[1].offset == 0);
+    CHECK(bar.buckets()[1].size == 500010);
+    std::vector<float> g(table.total_elements(), static_cast<float>(comm.rank() + 1));
+    bar.tensor_ready(3, g);  // completes bucket 0: reduced now
+    bar.tensor_ready(2, g);  // bucket 1 still waits for b and a
+    const uint64_t after_first = bar.reductions();
+    bar.finish(g);
+    std::lock_guard lock(mu);
+    results[comm.rank()] = g;
+    early[comm.rank()] = after_first;
+  });
+  for (int r = 0; r < 2; ++r) {
+    CHECK(early[r] == 1);
+    CHECK(std::all_of(results[r].begin(), results[r].end(), [](float v) { return v == 3.0f; }));
+  }
+}
+
+TEST_CASE("a rank outside [0, size) and a zero bucket cap are InputErrors") {
+  gloo::rendezvous::HashStore store;
+  CHECK_THROWS_AS(GlooCommunicator(store, 2, 2), InputError);
+  struct Solo final : Communicator {
+    int rank() const override { return 0; }
+    int size() const override { return 1; }
+    void allreduce_sum(FloatSpan) override {}
+    void broadcast(FloatSpan, int) override {}
+  } solo;
+  CHECK_THROWS_WITH_AS(BucketedAllReduce(solo, {}, 0.0), doctest::Contains("bucket_cap_mb 0"),
+                       InputError);
+}

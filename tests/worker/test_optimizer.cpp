@@ -1,0 +1,149 @@
+// Local optimizer, schedule, clipping, accumulation and the anomaly guard, against closed-form
+// values (PyTorch's update rules worked by hand).
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <limits>
+#include <numbers>
+#include <vector>
+
+#include "core/error.hpp"
+#include "models/mlp.hpp"
+#include "worker/anomaly_guard.hpp"
+#include "worker/local_step.hpp"
+#include "worker/optimizer.hpp"
+
+using namespace geotrain;
+using namespace geotrain::worker;
+
+TEST_CASE("SGD with momentum 0.9 on a constant gradient follows the buffer 1, 1.9, 2.71") {
+  Optimizer opt({.kind = OptimizerKind::kSgd, .momentum = 0.9f}, 1);
+  std::vector<float> p{1.0f};
+  const std::vector<float> g{1.0f};
+  opt.step(p, g, 0.1f);
+  CHECK(p[0] == doctest::Approx(0.9));
+  opt.step(p, g, 0.1f);
+  CHECK(p[0] == doctest::Approx(0.71));
+  opt.step(p, g, 0.1f);
+  CHECK(p[0] == doctest::Approx(0.439));
+  CHECK(opt.steps() == 3);
+}
+
+TEST_CASE("SGD weight decay adds wd * p to the gradient; Nesterov looks one step ahead") {
+  Optimizer plain({.kind = OptimizerKind::kSgd, .momentum = 0.0f, .weight_decay = 0.5f}, 1);
+  std::vector<float> p{2.0f};
+  plain.step(p, std::vector<float>{1.0f}, 0.1f);
+  CHECK(p[0] == doctest::Approx(2.0 - 0.1 * (1.0 + 0.5 * 2.0)));
+  Optimizer nesterov({.kind = OptimizerKind::kSgd, .momentum = 0.5f, .nesterov = true}, 1);
+  std::vector<float> q{0.0f};
+  nesterov.step(q, std::vector<float>{1.0f}, 1.0f);  // buf = 1, update = 1 + 0.5 * 1
+  CHECK(q[0] == doctest::Approx(-1.5));
+  nesterov.step(q, std::vector<float>{1.0f}, 1.0f);  // buf = 1.5, update = 1 + 0.75
+  CHECK(q[0] == doctest::Approx(-3.25));
+}
+
+TEST_CASE("AdamW's bias-corrected first steps move each weight by lr * sign(g), after decay") {
+  Optimizer opt({.kind = OptimizerKind::kAdamW, .weight_decay = 0.1f}, 2);
+  std::vector<float> p{1.0f, -1.0f};
+  const std::vector<float> g{0.5f, -2.0f};
+  opt.step(p, g, 0.01f);
+  // m_hat = g, v_hat = g^2: update = g / (|g| + eps) = sign(g).
+  CHECK(p[0] == doctest::Approx(1.0 * (1 - 0.01 * 0.1) - 0.01).epsilon(1e-6));
+  CHECK(p[1] == doctest::Approx(-1.0 * (1 - 0.01 * 0.1) + 0.01).epsilon(1e-6));
+  const float p0 = p[0];
+  opt.step(p, g, 0.01f);  // a constant gradient keeps m_hat = g, v_hat = g^2
+  CHECK(p[0] == doctest::Approx(p0 * (1 - 0.001) - 0.01).epsilon(1e-6));
+  CHECK_THROWS_AS(Optimizer({.kind = OptimizerKind::kAdamW, .beta2 = 1.0f}, 1), InputError);
+  CHECK_THROWS_WITH_AS(parse_optimizer_kind("lamb"), doctest::Contains("'lamb'"), InputError);
+}
+
+TEST_CASE("the schedule warms up linearly, then holds or follows a cosine to min_lr") {
+  LrSchedule s{.base_lr = 0.4f, .warmup_steps = 4, .total_steps = 14, .decay = LrDecay::kCosine,
+               .min_lr = 0.0f};
+  s.validate();
+  CHECK(s.at(0) == doctest::Approx(0.1));
+  CHECK(s.at(3) == doctest::Approx(0.4));
+  CHECK(s.at(4) == doctest::Approx(0.4));
+  CHECK(s.at(9) == doctest::Approx(0.2));  // halfway through the decay: cos(pi/2) = 0
+  CHECK(s.at(14) == doctest::Approx(0.0));
+  CHECK(s.at(100) == doctest::Approx(0.0));
+  LrSchedule c{.base_lr = 0.1f, .reference_batch = 256, .global_batch = 1024};
+  CHECK(c.at(0) == doctest::Approx(0.4));  // linear scaling by 1024 / 256
+  CHECK(c.at(1000) == doctest::Approx(0.4));
+  LrSchedule bad{.base_lr = 0.1f, .warmup_steps = 10, .total_steps = 10, .decay = LrDecay::kCosine};
+  CHECK_THROWS_AS(bad.validate(), InputError);
+}
+
+TEST_CASE("global-norm clipping scales (3, 4) to norm 1 and leaves small gradients alone") {
+  std::vector<float> g{3.0f, 0.0f, 4.0f};
+  CHECK(clip_grad_norm(g, 1.0) == doctest::Approx(5.0));
+  CHECK(g[0] == doctest::Approx(0.6).epsilon(1e-5));
+  CHECK(g[2] == doctest::Approx(0.8).epsilon(1e-5));
+  std::vector<float> small{0.3f, 0.4f};
+  CHECK(clip_grad_norm(small, 1.0) == doctest::Approx(0.5));
+  CHECK(small == std::vector<float>{0.3f, 0.4f});
+}
+
+TEST_CASE("the guard refuses non-finite gradients and losses beyond k sigma, and counts them") {
+  AnomalyGuard guard({.window = 8, .k_sigma = 3.0, .min_samples = 4});
+  const std::vector<float> ok{1.0f}, nan{std::numeric_limits<float>::quiet_NaN()};
+  // Window 1.0, 1.1, 0.9, 1.0: mean 1.0, sample sigma sqrt(0.02 / 3) = 0.0816.
+  for (double l : {1.0, 1.1, 0.9, 1.0}) CHECK(guard.check(0, l, ok) == Verdict::kAccept);
+  CHECK(guard.check(1, 1.2, ok) == Verdict::kAccept);     // 2.4 sigma
+  CHECK(guard.check(2, 5.0, ok) == Verdict::kLossSpike);
+  CHECK(guard.check(3, 1.0, nan) == Verdict::kNonFiniteGradient);
+  CHECK(guard.check(4, std::numeric_limits<double>::infinity(), ok) == Verdict::kNonFiniteLoss);
+  CHECK(guard.skipped() == 3);
+  CHECK(guard.check(5, 1.05, ok) == Verdict::kAccept);  // the spike did not enter the window
+}
+
+TEST_CASE("a refused step leaves parameters and optimizer state untouched") {
+  LocalStep step({.optimizer = {.kind = OptimizerKind::kSgd, .momentum = 0.9f},
+                  .schedule = {.base_lr = 0.5f},
+                  .guard = {.window = 4, .min_samples = 2}},
+                 2);
+  std::vector<float> p{1.0f, 2.0f};
+  step.grad()[0] = std::numeric_limits<float>::infinity();
+  REQUIRE(step.add_micro_batch(1.0));
+  CHECK(step.apply(p).verdict == Verdict::kNonFiniteGradient);
+  CHECK(p == std::vector<float>{1.0f, 2.0f});
+  CHECK(step.skipped() == 1);
+  // The next good step behaves as the optimizer's first (momentum buffer = gradient).
+  step.grad()[0] = 1.0f;
+  step.grad()[1] = -1.0f;
+  REQUIRE(step.add_micro_batch(1.0));
+  const StepReport r = step.apply(p);
+  CHECK(r.verdict == Verdict::kAccept);
+  CHECK(r.step == 1);
+  CHECK(p[0] == doctest::Approx(0.5));
+  CHECK(p[1] == doctest::Approx(2.5));
+}
+
+TEST_CASE("two accumulated micro-batches of 4 give the gradient of one batch of 8") {
+  const models::MlpConfig config{6, {5}, 3};
+  models::Mlp model(config);
+  std::vector<float> params(model.parameter_count());
+  model.init(params, 5);
+  std::vector<float> x(8 * 6);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(static_cast<float>(i));
+  const std::vector<int32_t> y{0, 1, 2, 0, 1, 2, 2, 1};
+
+  std::vector<float> full(params.size(), 0.0f);
+  model.forward_backward(params, x.data(), y.data(), 8, full);
+  std::vector<float> expected = params;
+  for (size_t i = 0; i < params.size(); ++i) expected[i] -= 0.1f * full[i];
+
+  LocalStep step({.optimizer = {.momentum = 0.0f}, .schedule = {.base_lr = 0.1f},
+                  .accumulation_steps = 2, .guard = {}},
+                 params.size());
+  const auto r1 = model.forward_backward(params, x.data(), y.data(), 4, step.grad());
+  CHECK_FALSE(step.add_micro_batch(r1.loss_sum / 4));
+  const auto r2 = model.forward_backward(params, x.data() + 4 * 6, y.data() + 4, 4, step.grad());
+  CHECK(step.add_micro_batch(r2.loss_sum / 4));
+  // As if a 2-worker AllReduce had summed two equal gradients: reduced_over = 2 halves it back.
+  for (float& g : step.grad()) g *= 2.0f;
+  const StepReport r = step.apply(params, 2);
+  for (size_t i = 0; i < params.size(); ++i)
+    CHECK(params[i] == doctest::Approx(expected[i]).epsilon(1e-5));
+  CHECK(r.loss == doctest::Approx((r1.loss_sum + r2.loss_sum) / 8));
+}

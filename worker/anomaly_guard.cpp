@@ -1,0 +1,60 @@
+#include "worker/anomaly_guard.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <cmath>
+
+#include "core/error.hpp"
+
+namespace geotrain::worker {
+
+const char* to_string(Verdict v) {
+  switch (v) {
+    case Verdict::kAccept: return "accept";
+    case Verdict::kNonFiniteGradient: return "non-finite gradient";
+    case Verdict::kNonFiniteLoss: return "non-finite loss";
+    case Verdict::kLossSpike: return "loss spike";
+  }
+  return "?";
+}
+
+AnomalyGuard::AnomalyGuard(const AnomalyGuardConfig& config) : config_(config) {
+  GT_REQUIRE(config.window >= 2, "anomaly guard: window {} must be >= 2", config.window);
+  GT_REQUIRE(config.min_samples >= 2 && config.min_samples <= config.window,
+             "anomaly guard: min_samples {} must be in [2, window {}]", config.min_samples,
+             config.window);
+  GT_REQUIRE(config.k_sigma > 0, "anomaly guard: k_sigma {} must be > 0", config.k_sigma);
+}
+
+Verdict AnomalyGuard::check(uint64_t step, double loss, ConstFloatSpan grad) {
+  if (!config_.enabled) return Verdict::kAccept;
+  Verdict v = Verdict::kAccept;
+  double mean = 0, sigma = 0;
+  if (!std::isfinite(loss)) {
+    v = Verdict::kNonFiniteLoss;
+  } else {
+    for (float g : grad)
+      if (!std::isfinite(g)) {
+        v = Verdict::kNonFiniteGradient;
+        break;
+      }
+  }
+  if (v == Verdict::kAccept && losses_.size() >= config_.min_samples) {
+    for (double l : losses_) mean += l;
+    mean /= static_cast<double>(losses_.size());
+    for (double l : losses_) sigma += (l - mean) * (l - mean);
+    sigma = std::sqrt(sigma / static_cast<double>(losses_.size() - 1));
+    if (loss > mean + config_.k_sigma * sigma) v = Verdict::kLossSpike;
+  }
+  if (v != Verdict::kAccept) {
+    ++skipped_;
+    spdlog::warn("step {} skipped: {} (loss {}, window mean {:.4g}, sigma {:.4g}); {} skipped so far",
+                 step, to_string(v), loss, mean, sigma, skipped_);
+    return v;
+  }
+  losses_.push_back(loss);
+  if (losses_.size() > config_.window) losses_.pop_front();
+  return v;
+}
+
+}  // namespace geotrain::worker

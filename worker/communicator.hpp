@@ -1,0 +1,27 @@
+// Communicator: the intra-region collective interface the trainer sees (gloo-style: the
+// algorithm above sees only this small interface; GlooCommunicator on CPUs, NcclCommunicator on
+// GPUs, TODO: NcclCommunicator).
+//
+// Calls are blocking and collective: every rank of the region calls them in the same order with
+// the same sizes. Buffers are borrowed for the duration of the call. An implementation is used
+// by one thread at a time.
+#pragma once
+
+#include <cstdint>
+
+#include "core/span.hpp"
+
+namespace geotrain::worker {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // In place: data becomes the element-wise sum over all ranks.
+  virtual void allreduce_sum(FloatSpan data) = 0;
+  // In place: every rank's data becomes root's.
+  virtual void broadcast(FloatSpan data, int root) = 0;
+};
+
+}  // namespace geotrain::worker

@@ -1,0 +1,54 @@
+#include "worker/local_step.hpp"
+
+#include <algorithm>
+
+#include "core/error.hpp"
+
+namespace geotrain::worker {
+
+LocalStep::LocalStep(const LocalStepConfig& config, size_t parameters)
+    : config_(config),
+      optimizer_(config.optimizer, parameters),
+      guard_(config.guard),
+      grad_(parameters, 0.0f) {
+  GT_REQUIRE(config.accumulation_steps >= 1, "accumulation_steps {} must be >= 1",
+             config.accumulation_steps);
+  GT_REQUIRE(config.max_grad_norm >= 0, "max_grad_norm {} must be >= 0", config.max_grad_norm);
+  config.schedule.validate();
+}
+
+bool LocalStep::add_micro_batch(double mean_loss) {
+  GT_ASSERT(micro_ < config_.accumulation_steps, "{} micro-batches added, {} expected", micro_ + 1,
+            config_.accumulation_steps);
+  loss_sum_ += mean_loss;
+  return ++micro_ == config_.accumulation_steps;
+}
+
+StepReport LocalStep::apply(FloatSpan params, uint32_t reduced_over) {
+  GT_ASSERT(micro_ == config_.accumulation_steps, "apply after {} of {} micro-batches", micro_,
+            config_.accumulation_steps);
+  GT_REQUIRE(params.size() == grad_.size(), "local step: {} parameters, gradient has {}",
+             params.size(), grad_.size());
+  GT_REQUIRE(reduced_over >= 1, "local step: reduced over 0 workers");
+  StepReport r;
+  r.step = step_;
+  r.loss = loss_sum_ / static_cast<double>(micro_);
+  r.lr = config_.schedule.at(step_);
+  const float scale = 1.0f / static_cast<float>(micro_ * reduced_over);
+  if (scale != 1.0f)
+    for (float& g : grad_) g *= scale;
+  // Guard first, on the unclipped gradient: clipping would turn an infinity into NaNs.
+  r.verdict = guard_.check(step_, r.loss, grad_);
+  if (r.verdict == Verdict::kAccept) {
+    r.grad_norm = config_.max_grad_norm > 0 ? clip_grad_norm(grad_, config_.max_grad_norm)
+                                            : global_grad_norm(grad_);
+    optimizer_.step(params, grad_, r.lr);
+  }
+  std::fill(grad_.begin(), grad_.end(), 0.0f);
+  micro_ = 0;
+  loss_sum_ = 0;
+  ++step_;
+  return r;
+}
+
+}  // namespace geotrain::worker

@@ -1,0 +1,64 @@
+// LocalStep: one worker's local optimisation step, in the order the issue fixes:
+//   accumulate micro-batch gradients -> (caller: AllReduce of grad()) -> average ->
+//   anomaly guard -> global-norm clip -> optimizer step at the scheduled learning rate.
+// (The guard looks at the unclipped gradient: clipping would turn an infinity into NaNs.)
+//
+// Owns: the flat gradient accumulator, the Optimizer, the AnomalyGuard. Usage per micro-batch:
+// model.forward_backward(params, ..., step.grad()); if (step.add_micro_batch(mean_loss)) {
+// allreduce_sum(step.grad()) (optional); auto r = step.apply(params, world); }. A refused step
+// leaves the parameters and the optimizer state untouched, and still clears the accumulator and
+// advances the schedule. Nothing blocks; not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/span.hpp"
+#include "worker/anomaly_guard.hpp"
+#include "worker/optimizer.hpp"
+
+namespace geotrain::worker {
+
+struct LocalStepConfig {
+  OptimizerConfig optimizer;
+  LrSchedule schedule;
+  uint32_t accumulation_steps = 1;  // micro-batches per optimizer step
+  double max_grad_norm = 0;         // 0: no clipping
+  AnomalyGuardConfig guard;
+};
+
+struct StepReport {
+  uint64_t step = 0;        // index of the step just decided
+  Verdict verdict = Verdict::kAccept;
+  double loss = 0;          // mean over the accumulated micro-batches
+  double grad_norm = 0;     // before clipping
+  float lr = 0;
+};
+
+class LocalStep {
+ public:
+  LocalStep(const LocalStepConfig& config, size_t parameters);
+
+  // Where backward accumulates (+=) the gradient; zero after construction and after apply().
+  FloatSpan grad() { return grad_; }
+  // Records one micro-batch's mean loss; true when accumulation_steps have been added.
+  bool add_micro_batch(double mean_loss);
+  // Averages grad() over micro-batches and over `reduced_over` workers (grad() holds their sum
+  // after an AllReduce; 1 without one), clips, asks the guard, steps. InputError on a size
+  // mismatch; GT_ASSERT when called before the micro-batches are complete.
+  StepReport apply(FloatSpan params, uint32_t reduced_over = 1);
+
+  uint64_t steps() const { return step_; }
+  uint64_t skipped() const { return guard_.skipped(); }
+
+ private:
+  LocalStepConfig config_;
+  Optimizer optimizer_;
+  AnomalyGuard guard_;
+  std::vector<float> grad_;
+  uint32_t micro_ = 0;
+  double loss_sum_ = 0;
+  uint64_t step_ = 0;
+};
+
+}  // namespace geotrain::worker

@@ -1,0 +1,111 @@
+#include "worker/optimizer.hpp"
+
+#include <cmath>
+#include <numbers>
+
+#include "core/error.hpp"
+
+namespace geotrain::worker {
+
+OptimizerKind parse_optimizer_kind(const std::string& name) {
+  if (name == "sgd") return OptimizerKind::kSgd;
+  if (name == "adamw") return OptimizerKind::kAdamW;
+  GT_REQUIRE(false, "optimizer '{}' is unknown (sgd, adamw)", name);
+  return OptimizerKind::kSgd;
+}
+
+Optimizer::Optimizer(const OptimizerConfig& config, size_t parameters) : config_(config) {
+  GT_REQUIRE(config.momentum >= 0 && config.momentum < 1, "optimizer momentum {} not in [0, 1)",
+             config.momentum);
+  GT_REQUIRE(config.beta1 >= 0 && config.beta1 < 1, "optimizer beta1 {} not in [0, 1)",
+             config.beta1);
+  GT_REQUIRE(config.beta2 >= 0 && config.beta2 < 1, "optimizer beta2 {} not in [0, 1)",
+             config.beta2);
+  GT_REQUIRE(config.eps > 0, "optimizer eps {} must be > 0", config.eps);
+  GT_REQUIRE(config.weight_decay >= 0, "optimizer weight_decay {} must be >= 0",
+             config.weight_decay);
+  if (config.kind == OptimizerKind::kAdamW) {
+    m_.assign(parameters, 0.0f);
+    v_.assign(parameters, 0.0f);
+  } else if (config.momentum > 0) {
+    m_.assign(parameters, 0.0f);
+  }
+}
+
+void Optimizer::step(FloatSpan params, ConstFloatSpan grad, float lr) {
+  GT_REQUIRE(params.size() == grad.size(), "optimizer: {} parameters but {} gradients",
+             params.size(), grad.size());
+  GT_REQUIRE(m_.empty() || m_.size() == params.size(),
+             "optimizer: state for {} parameters, given {}", m_.size(), params.size());
+  ++steps_;
+  const size_t n = params.size();
+  const float wd = config_.weight_decay;
+  if (config_.kind == OptimizerKind::kSgd) {
+    const float mu = config_.momentum;
+    for (size_t i = 0; i < n; ++i) {
+      float g = grad[i] + wd * params[i];
+      if (mu > 0) {
+        // PyTorch: the buffer starts as the first gradient (no dampening).
+        m_[i] = steps_ == 1 ? g : mu * m_[i] + g;
+        g = config_.nesterov ? g + mu * m_[i] : m_[i];
+      }
+      params[i] -= lr * g;
+    }
+    return;
+  }
+  const float b1 = config_.beta1, b2 = config_.beta2;
+  const double t = static_cast<double>(steps_);
+  const auto bc1 = static_cast<float>(1.0 - std::pow(static_cast<double>(b1), t));
+  const auto bc2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(static_cast<double>(b2), t)));
+  for (size_t i = 0; i < n; ++i) {
+    const float g = grad[i];
+    params[i] *= 1.0f - lr * wd;  // decoupled weight decay
+    m_[i] = b1 * m_[i] + (1.0f - b1) * g;
+    v_[i] = b2 * v_[i] + (1.0f - b2) * g * g;
+    // PyTorch's form: p -= (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps).
+    params[i] -= (lr / bc1) * m_[i] / (std::sqrt(v_[i]) / bc2_sqrt + config_.eps);
+  }
+}
+
+void LrSchedule::validate() const {
+  GT_REQUIRE(base_lr > 0 && std::isfinite(base_lr), "lr {} must be finite and > 0", base_lr);
+  GT_REQUIRE(min_lr >= 0 && min_lr <= base_lr, "min_lr {} must be in [0, lr {}]", min_lr, base_lr);
+  GT_REQUIRE(decay != LrDecay::kCosine || total_steps > warmup_steps,
+             "cosine schedule: total_steps {} must exceed warmup_steps {}", total_steps,
+             warmup_steps);
+  GT_REQUIRE(reference_batch == 0 || global_batch > 0,
+             "lr scaling by batch: global_batch is 0 (reference_batch {})", reference_batch);
+}
+
+float LrSchedule::peak_lr() const {
+  if (reference_batch == 0) return base_lr;
+  return base_lr * static_cast<float>(global_batch) / static_cast<float>(reference_batch);
+}
+
+float LrSchedule::at(uint64_t step) const {
+  const float peak = peak_lr();
+  if (step < warmup_steps)
+    return peak * static_cast<float>(step + 1) / static_cast<float>(warmup_steps);
+  if (decay == LrDecay::kConstant) return peak;
+  const double t = std::min(1.0, static_cast<double>(step - warmup_steps) /
+                                     static_cast<double>(total_steps - warmup_steps));
+  return min_lr + (peak - min_lr) * static_cast<float>(0.5 * (1.0 + std::cos(std::numbers::pi * t)));
+}
+
+double global_grad_norm(ConstFloatSpan grad) {
+  double s = 0;
+  for (float g : grad) s += static_cast<double>(g) * g;
+  return std::sqrt(s);
+}
+
+double clip_grad_norm(FloatSpan grad, double max_norm) {
+  GT_REQUIRE(max_norm > 0, "max_grad_norm {} must be > 0", max_norm);
+  const double norm = global_grad_norm(grad);
+  if (norm > max_norm) {
+    const auto scale = static_cast<float>(max_norm / (norm + 1e-6));
+    for (float& g : grad) g *= scale;
+  }
+  return norm;
+}
+
+}  // namespace geotrain::worker
