@@ -136,6 +136,32 @@ ParamServer::Outcome ParamServer::dispatch(const std::string& peer, const wire::
     on_hello(peer, h, *hello);
     return Outcome::done;
   }
+  // The key-value exchange is open to every peer: a region's workers rendezvous through it (Gloo
+  // addresses, the NCCL unique id) without registering as the region, which only its leader does.
+  // Bounded, so that it cannot be used to fill the server's memory.
+  if (std::holds_alternative<wire::KvSet>(h.body) || std::holds_alternative<wire::KvGet>(h.body)) {
+    if (!payloads.empty())
+      throw WireError(ErrorCode::malformed, fmt::format("{} carries payload frames, expected none", wire::body_name(h.body)),
+                      h.request_id);
+    if (auto* set = std::get_if<wire::KvSet>(&h.body)) {
+      if (set->key.empty() || set->key.size() > kMaxKvKeyBytes || set->value.size() > kMaxKvValueBytes)
+        throw WireError(ErrorCode::too_large,
+                        fmt::format("kvSet key of {} bytes / value of {} bytes: limits are 1-{} / {}", set->key.size(),
+                                    set->value.size(), kMaxKvKeyBytes, kMaxKvValueBytes),
+                        h.request_id);
+      if (!kv_.count(set->key) && kv_.size() >= kMaxKvEntries)
+        throw WireError(ErrorCode::too_large, fmt::format("key-value store is full ({} keys)", kMaxKvEntries),
+                        h.request_id);
+      kv_[set->key] = set->value;
+      reply(peer, h.request_id, wire::Ack{});
+      return Outcome::done;
+    }
+    const auto& get = std::get<wire::KvGet>(h.body);
+    auto kv = kv_.find(get.key);
+    if (kv == kv_.end()) return Outcome::park;  // rendezvous: wait until someone sets it
+    reply(peer, h.request_id, wire::KvReply{get.key, kv->second});
+    return Outcome::done;
+  }
   auto it = peers_.find(peer);
   if (it == peers_.end())
     throw WireError(ErrorCode::unregistered,
@@ -172,17 +198,6 @@ ParamServer::Outcome ParamServer::dispatch(const std::string& peer, const wire::
             spdlog::info("shutdown requested by region {}", config_.regions[r]);
             shutdown_ = true;
             reply(peer, h.request_id, wire::Ack{});
-            return Outcome::done;
-          },
-          [&](const wire::KvSet& m) {
-            kv_[m.key] = m.value;
-            reply(peer, h.request_id, wire::Ack{});
-            return Outcome::done;
-          },
-          [&](const wire::KvGet& m) {
-            auto kv = kv_.find(m.key);
-            if (kv == kv_.end()) return Outcome::park;  // rendezvous: wait until someone sets it
-            reply(peer, h.request_id, wire::KvReply{m.key, kv->second});
             return Outcome::done;
           },
           [&](const auto&) -> Outcome {

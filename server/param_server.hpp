@@ -44,6 +44,9 @@ struct ServerOptions {
 };
 
 inline constexpr size_t kMaxParkedPerPeer = 4;
+inline constexpr size_t kMaxKvEntries = 4096;
+inline constexpr size_t kMaxKvKeyBytes = 256;
+inline constexpr size_t kMaxKvValueBytes = size_t{64} << 10;
 inline constexpr size_t kMaxSegments = 4096;
 
 class ParamServer {
@@ -101,7 +104,7 @@ class ParamServer {
   std::vector<RegionState> regions_;
   std::map<std::string, uint32_t> peers_;  // routing id -> region
   std::vector<Parked> parked_;
-  std::map<std::string, Bytes> kv_;        // rendezvous key-value store (reserved)
+  std::map<std::string, Bytes> kv_;        // rendezvous key-value store (open to every peer, bounded)
   CheckpointStore checkpoints_;
   uint64_t last_checkpoint_round_ = 0;
   ServerMetrics metrics_;

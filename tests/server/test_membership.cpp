@@ -77,3 +77,25 @@ TEST_CASE("the rendezvous key-value store answers a get once the key is set") {
   CHECK(r->header.request_id == *get);
   CHECK(as<wire::KvReply>(*r).value == Bytes{std::byte{1}, std::byte{2}});
 }
+
+TEST_CASE("a region's workers use the key-value store without registering, within its limits") {
+  auto dir = fresh_dir("kv-open");
+  Cluster cluster(small_config(dir, 1));
+  auto w0 = cluster.client(), w1 = cluster.client();  // no hello from either
+  auto get = w1.send(wire::KvGet{"gloo/a/rank0"});
+  REQUIRE(get);
+  as<wire::Ack>(expect_reply(w0, wire::KvSet{"gloo/a/rank0", Bytes{std::byte{7}}}));
+  auto r = w1.receive(20s);
+  REQUIRE(r);
+  CHECK(as<wire::KvReply>(*r).value == Bytes{std::byte{7}});
+
+  auto big = expect_reply(w0, wire::KvSet{"big", Bytes(server::kMaxKvValueBytes + 1)});
+  REQUIRE(std::holds_alternative<wire::Error>(big.header.body));
+  CHECK(std::get<wire::Error>(big.header.body).code == wire::ErrorCode::too_large);
+  auto empty = expect_reply(w0, wire::KvSet{"", Bytes{}});
+  REQUIRE(std::holds_alternative<wire::Error>(empty.header.body));
+  // Everything else still needs a hello.
+  auto pull = expect_reply(w0, wire::PullRequest{0, 0, true, 0});
+  REQUIRE(std::holds_alternative<wire::Error>(pull.header.body));
+  CHECK(std::get<wire::Error>(pull.header.body).code == wire::ErrorCode::unregistered);
+}
