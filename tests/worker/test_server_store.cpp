@@ -1,0 +1,56 @@
+// Gloo rendezvous through the region's server: two workers (threads) find each other through
+// the server's key-value exchange and AllReduce over Gloo's TCP transport.
+#include <doctest/doctest.h>
+
+#include <future>
+#include <thread>
+
+#include "server/param_server.hpp"
+#include "worker/gloo_communicator.hpp"
+#include "worker/server_store.hpp"
+
+using namespace geotrain;
+using namespace std::chrono_literals;
+
+TEST_CASE("two workers rendezvous through the server and AllReduce over Gloo") {
+  auto dir = std::filesystem::temp_directory_path() / fmt::format("geotrain-store-{}", ::getpid());
+  auto config = server::parse_server_config(fmt::format(R"(
+regions: [a]
+model: {{tensors: [{{name: w, size: 64}}]}}
+server: {{run_dir: "{}"}}
+)",
+                                                        dir.string()));
+  zmq::context_t context;
+  server::ServerOptions options;
+  options.endpoint = "inproc://store-server";
+  options.write_metrics = false;
+  options.poll = 5ms;
+  server::ParamServer srv(config, 0, context, options);
+  std::jthread loop([&](std::stop_token st) { srv.run(st); });
+
+  auto rank = [&](int r) {
+    worker::ServerStore store(context, srv.endpoint(), "gloo/a/", 20s);
+    worker::GlooCommunicator comm(store, r, 2);
+    std::vector<float> v(1000, float(r + 1));
+    comm.allreduce_sum(v);
+    return v;
+  };
+  auto f1 = std::async(std::launch::async, rank, 1);
+  auto v0 = rank(0);
+  auto v1 = f1.get();
+  for (size_t i = 0; i < v0.size(); ++i) {
+    REQUIRE(v0[i] == 3.0f);
+    REQUIRE(v1[i] == 3.0f);
+  }
+  loop.request_stop();
+  loop.join();
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a rendezvous whose peer never comes times out with a message naming the server") {
+  zmq::context_t context;
+  // Nothing listens here: the request is queued and never answered.
+  worker::ServerStore store(context, "inproc://nobody-home", "gloo/x/", 200ms);
+  CHECK_THROWS_WITH_AS(store.get("rank1"), doctest::Contains("no answer from the server at inproc://nobody-home"),
+                       SystemError);
+}

@@ -1,0 +1,42 @@
+// ServerStore: Gloo's rendezvous store (gloo::rendezvous::Store) over the key-value exchange of
+// the region's server (wire KvSet / KvGet), so that a region's workers find each other with no
+// shared filesystem and no other service: the server they already know is the meeting point.
+//
+// Owns one wire::Client (a DEALER to the server). Blocking: get() and wait() block until every
+// key is set (the server holds the request until then), up to `timeout`, then throw
+// SystemError. Not thread-safe: one thread (Gloo calls the store from the thread that builds the
+// context). Keys are prefixed with `prefix` (e.g. "gloo/us-east/") to keep regions and runs apart.
+#pragma once
+
+#include <gloo/rendezvous/store.h>
+#include <zmq.hpp>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "wire/client.hpp"
+
+namespace geotrain::worker {
+
+class ServerStore final : public gloo::rendezvous::Store {
+ public:
+  ServerStore(zmq::context_t& context, const std::string& server_endpoint, std::string prefix,
+              std::chrono::milliseconds timeout = std::chrono::seconds(60));
+
+  void set(const std::string& key, const std::vector<char>& data) override;
+  std::vector<char> get(const std::string& key) override;
+  void wait(const std::vector<std::string>& keys) override;
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override;
+
+ private:
+  wire::Reply call(wire::Body body, std::chrono::milliseconds timeout, const std::string& key);
+
+  std::unique_ptr<wire::Client> client_;
+  std::string endpoint_;
+  std::string prefix_;
+  std::chrono::milliseconds timeout_;
+};
+
+}  // namespace geotrain::worker
