@@ -1,0 +1,66 @@
+// WorkerConfig: what a worker process needs, read from the deployment's shared YAML config.
+//
+//   regions: [us-east, eu-west]
+//   model:  { arch: "784-256-128-10", critical: ["fc3.*"] }
+//   server: { endpoints: {us-east: "tcp://10.0.0.1:7101", ...}, staleness_bound: 2, ... }
+//   worker: { workers_per_region: 2, batch_size: 64, local_steps: 4, rounds: 200, ... }
+//
+// The worker reads `regions`, `model.arch` and `model.critical`, `server.endpoints` and
+// `server.staleness_bound` (so that leader and servers agree on one bound), and all of
+// `worker` (keys and defaults: docs/training.md). Unknown keys under `worker` and `model` are
+// errors naming the key and what is allowed. Plain struct; parsing only reads the text.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "worker/anomaly_guard.hpp"
+#include "worker/optimizer.hpp"
+
+namespace geotrain::worker {
+
+struct WorkerConfig {
+  std::vector<std::string> regions;
+  std::string arch = "784-256-128-10";                  // models::parse_mlp_config
+  std::vector<std::string> critical;                     // tensor globs
+  std::map<std::string, std::string> server_endpoints;   // region -> its server
+  uint32_t staleness_bound = 0;
+
+  uint32_t workers_per_region = 1;
+  std::string device = "cpu";                            // cpu | cuda
+  std::filesystem::path data_dir = "/usr/share/datasets/fashion-mnist";
+  uint32_t batch_size = 64;                              // per worker, per micro-batch
+  uint32_t accumulation_steps = 1;
+  uint32_t local_steps = 1;                              // H: local steps per round
+  uint64_t rounds = 100;
+  std::string critical_codec = "fp32";
+  std::string noncritical_codec = "fp32";
+  bool overlap = false;
+  OptimizerConfig optimizer;
+  float lr = 0.05f;
+  uint64_t warmup_steps = 0;
+  LrDecay decay = LrDecay::kConstant;
+  float min_lr = 0.0f;
+  bool scale_lr = false;                                 // linear scaling by global batch / 64
+  double max_grad_norm = 0;
+  AnomalyGuardConfig guard;
+  uint64_t eval_every = 10;                              // rounds between evaluations (leader)
+  uint64_t seed = 0;
+  std::string gloo_host = "127.0.0.1";
+  std::filesystem::path run_dir = "runs/worker";
+  std::chrono::milliseconds timeout{120'000};
+  std::map<std::string, uint32_t> step_delay_ms;        // artificial slowness per region
+
+  uint32_t region_index(std::string_view name) const;    // InputError naming the allowed names
+  uint64_t total_steps() const { return rounds * local_steps; }
+};
+
+WorkerConfig parse_worker_config(std::string_view yaml_text, std::string_view source = "<config>");
+WorkerConfig load_worker_config(const std::filesystem::path& file);
+
+}  // namespace geotrain::worker
