@@ -166,6 +166,7 @@ BulkResult bulk_transfer(const Endpoint& via, PatternSink& sink, uint64_t bytes,
       break;
     }
   }
+  r.arrivals = std::move(events);
   return r;
 }
 

@@ -82,6 +82,7 @@ struct BulkResult {
   bool intact = false;      // every flow complete and exact
   double seconds = 0;       // first byte to last byte
   double steady_mbps = 0;   // rate after the first 10% of bytes arrived (skips the burst)
+  std::vector<std::pair<double, uint64_t>> arrivals;  // (now_s() time, bytes) per recv, sorted
 };
 BulkResult bulk_transfer(const Endpoint& via, PatternSink& sink, uint64_t bytes, int flows,
                          uint64_t seed, double timeout_s);
