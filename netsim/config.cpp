@@ -30,6 +30,7 @@ struct Field {
     return s.str();
   }
   [[noreturn]] void fail(const std::string& allowed) const {
+    if (!present()) throw InputError(fmt::format("{}: {} is missing: {}", *where, path, allowed));
     throw InputError(fmt::format("{}: {} is '{}': {}", *where, path, text(), allowed));
   }
 
