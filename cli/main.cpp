@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
 
   geotrain::cli::CommandList commands;
   geotrain::cli::add_bench_command(app, commands);
+  geotrain::cli::add_netsim_command(app, commands);
 
   try {
     app.parse(argc, argv);

@@ -156,13 +156,16 @@ BulkResult bulk_transfer(const Endpoint& via, PatternSink& sink, uint64_t bytes,
   if (events.size() < 2) return r;
   std::sort(events.begin(), events.end());
   r.seconds = events.back().first - events.front().first;
-  const uint64_t warm = r.bytes / 10;
-  uint64_t seen = 0;
+  // Steady state: from the arrival that completes the first 10% of bytes to the one that
+  // completes 90%; skips the initial burst and the tail where flows finish one by one.
+  const uint64_t lo = r.bytes / 10, hi = r.bytes - r.bytes / 10;
+  uint64_t seen = 0, at_lo = 0;
+  double t_lo = -1;
   for (const auto& [t, n] : events) {
     seen += n;
-    if (seen >= warm) {
-      const double dt = events.back().first - t;
-      if (dt > 0) r.steady_mbps = static_cast<double>(r.bytes - seen) * 8 / 1e6 / dt;
+    if (t_lo < 0 && seen >= lo) t_lo = t, at_lo = seen;
+    if (t_lo >= 0 && seen >= hi) {
+      if (t > t_lo) r.steady_mbps = static_cast<double>(seen - at_lo) * 8 / 1e6 / (t - t_lo);
       break;
     }
   }

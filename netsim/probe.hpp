@@ -81,7 +81,7 @@ struct BulkResult {
   uint64_t bytes = 0;       // received, all flows
   bool intact = false;      // every flow complete and exact
   double seconds = 0;       // first byte to last byte
-  double steady_mbps = 0;   // rate after the first 10% of bytes arrived (skips the burst)
+  double steady_mbps = 0;   // rate while the 10%..90% of bytes arrived (skips burst, tail)
   std::vector<std::pair<double, uint64_t>> arrivals;  // (now_s() time, bytes) per recv, sorted
 };
 BulkResult bulk_transfer(const Endpoint& via, PatternSink& sink, uint64_t bytes, int flows,
