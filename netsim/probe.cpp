@@ -120,13 +120,13 @@ BulkResult bulk_transfer(const Endpoint& via, PatternSink& sink, uint64_t bytes,
                          uint64_t seed, double timeout_s) {
   std::vector<std::thread> senders;
   for (int f = 0; f < flows; ++f) {
-    senders.emplace_back([&via, bytes, seed] {
+    senders.emplace_back([&via, bytes, seed, pattern = sink.verifies()] {
       try {
         Fd fd = connect_tcp(via);
         std::vector<char> buf(256 << 10);
         for (uint64_t sent = 0; sent < bytes;) {
           const auto n = static_cast<std::size_t>(std::min<uint64_t>(buf.size(), bytes - sent));
-          fill_pattern(seed, sent, std::span(buf.data(), n));
+          if (pattern) fill_pattern(seed, sent, std::span(buf.data(), n));
           send_all(fd.get(), buf.data(), n);
           sent += n;
         }

@@ -58,6 +58,7 @@ class PatternSink {
  public:
   explicit PatternSink(uint64_t seed, bool verify = true);
   Endpoint endpoint() const { return server_->endpoint(); }
+  bool verifies() const { return verify_; }
   // Waits until `n` connections have finished (EOF), up to timeout_s; returns those finished.
   std::vector<FlowResult> wait(std::size_t n, double timeout_s);
 
@@ -76,7 +77,8 @@ double now_s();  // steady clock, seconds: the time base of FlowResult::timeline
 std::vector<double> measure_rtts_ms(const Endpoint& via, int count, std::size_t bytes = 64);
 
 // Sends `bytes` of the pattern over each of `flows` connections to `via` at full speed, then
-// closes and waits for the sink to see all of it.
+// closes and waits for the sink to see all of it. When the sink does not verify, the senders
+// skip generating the pattern (for measuring forwarding cost, not the generator's).
 struct BulkResult {
   uint64_t bytes = 0;       // received, all flows
   bool intact = false;      // every flow complete and exact
