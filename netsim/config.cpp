@@ -30,8 +30,9 @@ struct Field {
     return s.str();
   }
   [[noreturn]] void fail(const std::string& allowed) const {
-    if (!present()) throw InputError(fmt::format("{}: {} is missing: {}", *where, path, allowed));
-    throw InputError(fmt::format("{}: {} is '{}': {}", *where, path, text(), allowed));
+    const std::string name = path.empty() ? "the document" : path;
+    if (!present()) throw InputError(fmt::format("{}: {} is missing: {}", *where, name, allowed));
+    throw InputError(fmt::format("{}: {} is '{}': {}", *where, name, text(), allowed));
   }
 
   void require_map(const std::set<std::string>& allowed_keys) const {
