@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 
 namespace geotrain::netsim {
@@ -171,6 +172,24 @@ BulkResult bulk_transfer(const Endpoint& via, PatternSink& sink, uint64_t bytes,
   }
   r.arrivals = std::move(events);
   return r;
+}
+
+double rate_over_periods_mbps(const std::vector<std::pair<double, uint64_t>>& arrivals,
+                              double period_s) {
+  uint64_t total = 0;
+  for (const auto& a : arrivals) total += a.second;
+  uint64_t seen = 0;
+  std::size_t i = 0;
+  while (i < arrivals.size() && (seen += arrivals[i].second) < total / 10) ++i;
+  if (i >= arrivals.size()) return 0;
+  const double t0 = arrivals[i].first;
+  const double periods = std::floor((arrivals.back().first - t0) / period_s);
+  if (periods < 1) return 0;
+  const double t1 = t0 + periods * period_s;
+  uint64_t bytes = 0;  // arrived in (t0, t1]
+  for (std::size_t j = i + 1; j < arrivals.size() && arrivals[j].first <= t1; ++j)
+    bytes += arrivals[j].second;
+  return static_cast<double>(bytes) * 8 / 1e6 / (t1 - t0);
 }
 
 double median(std::vector<double> v) {

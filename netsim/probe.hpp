@@ -89,6 +89,13 @@ struct BulkResult {
 BulkResult bulk_transfer(const Endpoint& via, PatternSink& sink, uint64_t bytes, int flows,
                          uint64_t seed, double timeout_s);
 
+// Mean rate (Mbit/s) over a whole number of `period_s` periods, starting when 10% of the bytes
+// had arrived. A window-limited flow arrives in bursts, one window per RTT; measured over whole
+// RTTs its rate is exact, where a rate between two arbitrary arrivals would depend on where in
+// a burst they fall. Returns 0 when the arrivals span less than one period.
+double rate_over_periods_mbps(const std::vector<std::pair<double, uint64_t>>& arrivals,
+                              double period_s);
+
 double median(std::vector<double> v);
 
 }  // namespace geotrain::netsim
