@@ -2,6 +2,7 @@
 // from its source socket into time-stamped chunks and writes them to its destination once due.
 #include <spdlog/spdlog.h>
 #include <sys/epoll.h>
+#include <fcntl.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -45,6 +46,7 @@ std::size_t WanProxy::Impl::read_room(const Connection& c, int p) const {
   const Pipe& pipe = c.pipes[p];
   if (pipe.src_eof || (p == 1 && c.connecting)) return 0;
   if (c.blackholed) return kReadMax;
+  if (pipe.spliced > 0) return 0;  // bytes wait in the splice pipe: they go first
   const auto& props = c.link->config.properties;
   const Lane& lane = c.link->lanes[p];
   std::size_t room = kReadMax;
@@ -107,11 +109,42 @@ void WanProxy::Impl::on_readable(Connection& c, int p) {
   for (int round = 0; round < 16; ++round) {
     const std::size_t room = read_room(c, p);
     if (room == 0) break;
-    const ssize_t r = ::recv(c.src(p), scratch.data(), room, 0);
-    if (r < 0) {
-      if (would_block(errno)) break;
-      close_connection(c, /*abort=*/true);
-      return;
+    const bool fast = props.delay_ms == 0 && props.jitter_ms == 0 && !lane.bucket &&
+                      props.window_kib == 0 && pipe.queue.empty() && !link.partitioned &&
+                      !(p == 0 && c.connecting) && !c.blackholed;
+    if (fast) {  // forward at once, through a kernel pipe
+      if (pipe.spliced > 0) break;  // the destination is full; EPOLLOUT drains the pipe first
+      if (!pipe.splice_w.valid()) {
+        int fds[2];
+        GT_SYS_CHECK(::pipe2(fds, O_NONBLOCK | O_CLOEXEC));
+        pipe.splice_r = Fd(fds[0]);
+        pipe.splice_w = Fd(fds[1]);
+        ::fcntl(fds[1], F_SETPIPE_SZ, static_cast<int>(kReadMax));  // best effort: fewer calls
+      }
+      const ssize_t r = ::splice(c.src(p), nullptr, pipe.splice_w.get(), nullptr, room,
+                                 SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+      if (r < 0) {
+        if (would_block(errno)) break;
+        close_connection(c, /*abort=*/true);
+        return;
+      }
+      if (r > 0) {
+        pipe.spliced += static_cast<std::size_t>(r);
+        pipe.pending += static_cast<std::size_t>(r);
+        if (!flush_spliced(c, p)) return;
+        if (pipe.spliced > 0) return;  // blocked: update_interest asks for EPOLLOUT
+        continue;
+      }
+      // r == 0: end of stream, handled below like any other.
+    }
+    ssize_t r = 0;
+    if (!fast) {
+      r = ::recv(c.src(p), scratch.data(), room, 0);
+      if (r < 0) {
+        if (would_block(errno)) break;
+        close_connection(c, /*abort=*/true);
+        return;
+      }
     }
     const auto now = Clock::now();
     if (c.blackholed) {
@@ -120,9 +153,6 @@ void WanProxy::Impl::on_readable(Connection& c, int p) {
       continue;
     }
     const auto n = static_cast<std::size_t>(r);
-    const bool fast = props.delay_ms == 0 && props.jitter_ms == 0 && !lane.bucket &&
-                      props.window_kib == 0 && pipe.queue.empty() && !link.partitioned &&
-                      !(p == 0 && c.connecting);
     if (n == 0) {
       pipe.src_eof = true;
       Chunk fin;
@@ -132,27 +162,6 @@ void WanProxy::Impl::on_readable(Connection& c, int p) {
       pipe.queue.push_back(std::move(fin));
       deliver(c, p);
       return;
-    }
-    if (fast) {  // forward at once; keep only what the destination would not take
-      ssize_t w = ::send(c.dst(p), scratch.data(), n, MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (w < 0) {
-        if (!would_block(errno)) {
-          close_connection(c, /*abort=*/true);
-          return;
-        }
-        w = 0;
-      }
-      lane.counters.bytes.fetch_add(static_cast<uint64_t>(w), std::memory_order_relaxed);
-      if (static_cast<std::size_t>(w) < n) {
-        Chunk rest;
-        rest.data.assign(scratch.data() + w, scratch.data() + n);
-        rest.deliver_at = now;
-        pipe.pending += rest.data.size();
-        pipe.queue.push_back(std::move(rest));
-        pipe.blocked = true;
-        return;
-      }
-      continue;
     }
     const TimePoint released = lane.bucket ? lane.bucket->reserve(n, now) : now;
     Chunk chunk;
@@ -182,7 +191,8 @@ void WanProxy::Impl::deliver(Connection& c, int p) {
     pipe.acks.pop_front();
   }
   const bool can_write = !(p == 0 && c.connecting) && !link.partitioned && !pipe.blocked;
-  while (can_write && !pipe.queue.empty() && pipe.queue.front().deliver_at <= now) {
+  if (can_write && pipe.spliced > 0 && !flush_spliced(c, p)) return;
+  while (can_write && !pipe.blocked && !pipe.queue.empty() && pipe.queue.front().deliver_at <= now) {
     Chunk& ch = pipe.queue.front();
     if (ch.eof) {
       ::shutdown(c.dst(p), SHUT_WR);
@@ -214,6 +224,27 @@ void WanProxy::Impl::deliver(Connection& c, int p) {
     pipe.queue.pop_front();
   }
   arm_pipe(c, p);
+}
+
+bool WanProxy::Impl::flush_spliced(Connection& c, int p) {
+  Pipe& pipe = c.pipes[p];
+  while (pipe.spliced > 0) {
+    const ssize_t w = ::splice(pipe.splice_r.get(), nullptr, c.dst(p), nullptr, pipe.spliced,
+                               SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+    if (w < 0) {
+      if (would_block(errno)) {
+        pipe.blocked = true;
+        return true;
+      }
+      close_connection(c, /*abort=*/true);
+      return false;
+    }
+    const auto n = static_cast<std::size_t>(w);
+    pipe.spliced -= n;
+    pipe.pending -= n;
+    c.link->lanes[p].counters.bytes.fetch_add(n, std::memory_order_relaxed);
+  }
+  return true;
 }
 
 void WanProxy::Impl::arm_pipe(Connection& c, int p) {
@@ -262,7 +293,9 @@ void WanProxy::Impl::blackhole_connection(Connection& c) {
     c.link->dropped.fetch_add(pipe.pending, std::memory_order_relaxed);
     pipe.queue.clear();
     pipe.acks.clear();
-    pipe.pending = pipe.inflight = 0;
+    pipe.pending = pipe.inflight = pipe.spliced = 0;
+    pipe.splice_r.reset();
+    pipe.splice_w.reset();
     pipe.blocked = false;
   }
   update_interest(c);

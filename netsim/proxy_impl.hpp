@@ -71,6 +71,10 @@ struct Pipe {
   bool eof_sent = false;
   bool blocked = false;      // destination socket is full: wait for EPOLLOUT
   std::optional<TimePoint> armed;  // earliest timer queued for this pipe
+  // Zero-delay fast path: bytes move src -> kernel pipe -> dst with splice(2), never copied to
+  // user space. `spliced` bytes sit in the pipe; they precede everything in `queue`.
+  Fd splice_r, splice_w;
+  std::size_t spliced = 0;
 };
 
 struct Connection {
@@ -122,6 +126,8 @@ struct WanProxy::Impl {
   void on_socket_event(Connection& c, int side, uint32_t events);
   void on_readable(Connection& c, int p);
   void deliver(Connection& c, int p);
+  // Writes the pipe's spliced bytes to the destination; false when the connection was closed.
+  bool flush_spliced(Connection& c, int p);
   void arm_pipe(Connection& c, int p);
   void update_interest(Connection& c);
   std::size_t read_room(const Connection& c, int p) const;
