@@ -22,7 +22,8 @@ int run_netsim(const std::string& path) {
   sigemptyset(&stop);
   sigaddset(&stop, SIGINT);
   sigaddset(&stop, SIGTERM);
-  GT_SYS_CHECK(::pthread_sigmask(SIG_BLOCK, &stop, nullptr) == 0 ? 0 : -1);
+  const int rc = ::pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+  GT_ASSERT(rc == 0, "pthread_sigmask failed: {}", rc);
   netsim::WanProxy proxy(cfg.links, cfg.options);
   for (std::size_t i = 0; i < cfg.links.size(); ++i) {
     const auto& l = cfg.links[i];
@@ -45,7 +46,8 @@ int run_netsim(const std::string& path) {
 }  // namespace
 
 void add_netsim_command(CLI::App& app, CommandList& commands) {
-  auto* cmd = app.add_subcommand("netsim", "run the WAN emulator (a TCP proxy per link) until SIGINT/SIGTERM");
+  auto* cmd = app.add_subcommand(
+      "netsim", "run the WAN emulator (a TCP proxy per link) until SIGINT/SIGTERM");
   auto path = std::make_shared<std::string>();
   cmd->add_option("--config", *path, "netsim config (YAML; see docs/netsim.md)")
       ->required()
@@ -55,9 +57,13 @@ void add_netsim_command(CLI::App& app, CommandList& commands) {
 
 void add_netsim_bench_command(CLI::App& bench, CommandList& commands) {
   auto opts = std::make_shared<bench::NetsimBenchOptions>();
-  auto* cmd = bench.add_subcommand("netsim", "configured vs measured delay, bandwidth and window of every standard WAN profile link");
-  cmd->add_option("--profiles", opts->profiles, "profile names in --profiles-dir (default: all standard ones)");
-  cmd->add_option("--profiles-dir", opts->profiles_dir, "folder of WAN profiles (default: the source tree's configs/wan)");
+  auto* cmd = bench.add_subcommand(
+      "netsim",
+      "configured vs measured delay, bandwidth and window of every standard WAN profile link");
+  cmd->add_option("--profiles", opts->profiles,
+                  "profile names in --profiles-dir (default: all standard ones)");
+  cmd->add_option("--profiles-dir", opts->profiles_dir,
+                  "folder of WAN profiles (default: the source tree's configs/wan)");
   cmd->add_option("--seconds", opts->seconds, "duration of each bulk measurement")
       ->capture_default_str()
       ->check(CLI::Range(0.2, 60.0));

@@ -72,7 +72,7 @@ struct Field {
 
 constexpr double kMaxMs = 60'000;
 constexpr double kMaxMbps = 1'000'000;
-const std::set<std::string> kPropertyKeys = {"delay_ms", "jitter_ms", "jitter_distribution",
+const std::set<std::string> kPropertyKeys = {"delay_ms",       "jitter_ms", "jitter_distribution",
                                              "bandwidth_mbps", "burst_kib", "window_kib"};
 
 // Reads whichever property keys are present in f into p.
@@ -81,9 +81,12 @@ void read_properties(const Field& f, LinkProperties& p) {
   if (auto v = f.child("jitter_ms"); v.present()) p.jitter_ms = v.number(0, kMaxMs);
   if (auto v = f.child("jitter_distribution"); v.present()) {
     const auto s = v.string();
-    if (s == "uniform") p.jitter_distribution = JitterDistribution::uniform;
-    else if (s == "normal") p.jitter_distribution = JitterDistribution::normal;
-    else v.fail("must be uniform or normal");
+    if (s == "uniform")
+      p.jitter_distribution = JitterDistribution::uniform;
+    else if (s == "normal")
+      p.jitter_distribution = JitterDistribution::normal;
+    else
+      v.fail("must be uniform or normal");
   }
   if (auto v = f.child("bandwidth_mbps"); v.present()) p.bandwidth_mbps = v.number(0, kMaxMbps);
   if (auto v = f.child("burst_kib"); v.present()) p.burst_kib = v.number(0, 1 << 20);
@@ -120,7 +123,8 @@ WanProfile profile_from(const Field& root) {
   std::set<std::string> regions;
   for (const Field& r : root.child("regions").sequence()) {
     auto name = r.string();
-    if (name.empty() || name.find("->") != std::string::npos) r.fail("must be a non-empty name without '->'");
+    if (name.empty() || name.find("->") != std::string::npos)
+      r.fail("must be a non-empty name without '->'");
     if (!regions.insert(name).second) r.fail("is listed twice");
     prof.regions.push_back(name);
   }
@@ -154,7 +158,8 @@ WanProfile profile_from(const Field& root) {
       pairs = {{a, z}};
     }
     for (auto& pr : pairs) {
-      if (prof.links.count(pr)) l.fail(fmt::format("link {}->{} is defined twice", pr.first, pr.second));
+      if (prof.links.count(pr))
+        l.fail(fmt::format("link {}->{} is defined twice", pr.first, pr.second));
       prof.links[pr] = p;
     }
   }
@@ -162,15 +167,21 @@ WanProfile profile_from(const Field& root) {
 }
 
 Fault fault_from(const Field& f) {
-  f.require_map({"kind", "at_s", "until_s", "delay_ms", "jitter_ms", "bandwidth_mbps", "window_kib"});
+  f.require_map(
+      {"kind", "at_s", "until_s", "delay_ms", "jitter_ms", "bandwidth_mbps", "window_kib"});
   Fault fault;
   const auto kind = f.child("kind");
   const auto k = kind.string();
-  if (k == "partition") fault.kind = FaultKind::partition;
-  else if (k == "reset") fault.kind = FaultKind::reset;
-  else if (k == "set") fault.kind = FaultKind::set;
-  else if (k == "blackhole") fault.kind = FaultKind::blackhole;
-  else kind.fail("must be partition, reset, set or blackhole");
+  if (k == "partition")
+    fault.kind = FaultKind::partition;
+  else if (k == "reset")
+    fault.kind = FaultKind::reset;
+  else if (k == "set")
+    fault.kind = FaultKind::set;
+  else if (k == "blackhole")
+    fault.kind = FaultKind::blackhole;
+  else
+    kind.fail("must be partition, reset, set or blackhole");
   fault.at_s = f.child("at_s").number(0, 1e9);
   if (auto u = f.child("until_s"); u.present()) {
     if (fault.kind == FaultKind::reset || fault.kind == FaultKind::set)
@@ -193,7 +204,8 @@ Fault fault_from(const Field& f) {
   opt("bandwidth_mbps", fault.bandwidth_mbps, kMaxMbps);
   opt("window_kib", fault.window_kib, 1 << 20);
   if (fault.kind == FaultKind::set && !any)
-    kind.fail("a set fault must change at least one of delay_ms, jitter_ms, bandwidth_mbps, window_kib");
+    kind.fail(
+        "a set fault must change at least one of delay_ms, jitter_ms, bandwidth_mbps, window_kib");
   return fault;
 }
 
@@ -238,7 +250,8 @@ NetsimConfig parse_netsim_config(const std::string& yaml_text, const std::string
       cfg.options.stats_jsonl = p.is_relative() ? base_dir / p : p;
     }
     cfg.options.stats_interval_s = 1.0;
-    if (auto i = s.child("interval_s"); i.present()) cfg.options.stats_interval_s = i.number(0.01, 3600);
+    if (auto i = s.child("interval_s"); i.present())
+      cfg.options.stats_interval_s = i.number(0.01, 3600);
     if (auto l = s.child("log"); l.present()) cfg.options.log_stats = l.boolean();
   }
   std::set<std::pair<std::string, std::string>> seen;
@@ -250,8 +263,8 @@ NetsimConfig parse_netsim_config(const std::string& yaml_text, const std::string
     try {
       link.properties = cfg.profile.link(link.from, link.to);
     } catch (const InputError&) {
-      l.child("to").fail(fmt::format("profile '{}' has no link {}->{}", cfg.profile.name,
-                                     link.from, link.to));
+      l.child("to").fail(
+          fmt::format("profile '{}' has no link {}->{}", cfg.profile.name, link.from, link.to));
     }
     if (!seen.insert({link.from, link.to}).second) l.fail("this link is listed twice");
     read_properties(l, link.properties);  // per-link overrides
@@ -266,8 +279,7 @@ NetsimConfig parse_netsim_config(const std::string& yaml_text, const std::string
 }
 
 NetsimConfig load_netsim_config(const std::filesystem::path& file) {
-  return parse_netsim_config(read_file(file, "netsim config"), file.string(),
-                             file.parent_path());
+  return parse_netsim_config(read_file(file, "netsim config"), file.string(), file.parent_path());
 }
 
 }  // namespace geotrain::netsim

@@ -17,8 +17,8 @@ namespace geotrain::netsim {
 enum class JitterDistribution { uniform, normal };
 
 struct LinkProperties {
-  double delay_ms = 0;        // one-way propagation delay, applied in each direction
-  double jitter_ms = 0;       // uniform: +-jitter_ms; normal: standard deviation (clamped at 3x)
+  double delay_ms = 0;   // one-way propagation delay, applied in each direction
+  double jitter_ms = 0;  // uniform: +-jitter_ms; normal: standard deviation (clamped at 3x)
   JitterDistribution jitter_distribution = JitterDistribution::uniform;
   double bandwidth_mbps = 0;  // per lane, shared by all connections of the link; 0 = unlimited
   double burst_kib = 0;       // token-bucket depth; 0 = default (see effective_burst_bytes)
@@ -58,6 +58,9 @@ struct LinkConfig {
 
   std::string name() const { return from + "->" + to; }
 };
+
+// Checks a link's properties and faults; throws InputError naming the link, field and value.
+void validate(const LinkConfig& link);
 
 const char* to_string(FaultKind kind);
 const char* to_string(JitterDistribution d);

@@ -1,8 +1,8 @@
 // WanProxy: moving the bytes of one connection, one pipe (direction) at a time. Each pipe reads
 // from its source socket into time-stamped chunks and writes them to its destination once due.
+#include <fcntl.h>
 #include <spdlog/spdlog.h>
 #include <sys/epoll.h>
-#include <fcntl.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -57,7 +57,8 @@ std::size_t WanProxy::Impl::read_room(const Connection& c, int p) const {
     const double rate = lane.bucket->rate();
     room = std::min(room, segment_bytes(rate));
     cap = static_cast<std::size_t>(rate * (props.delay_ms + 3 * props.jitter_ms + 50) / 1e3 +
-                                   effective_burst_bytes(props)) + kReadMax;
+                                   effective_burst_bytes(props)) +
+          kReadMax;
   } else {
     cap = props.delay_ms == 0 && props.jitter_ms == 0 ? 2 * kReadMax : std::size_t{64} << 20;
   }
@@ -112,7 +113,7 @@ void WanProxy::Impl::on_readable(Connection& c, int p) {
     const bool fast = props.delay_ms == 0 && props.jitter_ms == 0 && !lane.bucket &&
                       props.window_kib == 0 && pipe.queue.empty() && !link.partitioned &&
                       !(p == 0 && c.connecting) && !c.blackholed;
-    if (fast) {  // forward at once, through a kernel pipe
+    if (fast) {                     // forward at once, through a kernel pipe
       if (pipe.spliced > 0) break;  // the destination is full; EPOLLOUT drains the pipe first
       if (!pipe.splice_w.valid()) {
         int fds[2];
@@ -192,7 +193,8 @@ void WanProxy::Impl::deliver(Connection& c, int p) {
   }
   const bool can_write = !(p == 0 && c.connecting) && !link.partitioned && !pipe.blocked;
   if (can_write && pipe.spliced > 0 && !flush_spliced(c, p)) return;
-  while (can_write && !pipe.blocked && !pipe.queue.empty() && pipe.queue.front().deliver_at <= now) {
+  while (can_write && !pipe.blocked && !pipe.queue.empty() &&
+         pipe.queue.front().deliver_at <= now) {
     Chunk& ch = pipe.queue.front();
     if (ch.eof) {
       ::shutdown(c.dst(p), SHUT_WR);
@@ -254,7 +256,8 @@ void WanProxy::Impl::arm_pipe(Connection& c, int p) {
     next = c.link->partitioned ? std::max(c.link->partition_end, pipe.queue.front().deliver_at)
                                : pipe.queue.front().deliver_at;
   }
-  if (!pipe.acks.empty()) next = next ? std::min(*next, pipe.acks.front().first) : pipe.acks.front().first;
+  if (!pipe.acks.empty())
+    next = next ? std::min(*next, pipe.acks.front().first) : pipe.acks.front().first;
   if (!next || (pipe.armed && *pipe.armed <= *next)) return;
   pipe.armed = *next;
   schedule({*next, Timer::Kind::pipe, c.id, p, 0});
@@ -277,7 +280,9 @@ void WanProxy::Impl::update_interest(Connection& c) {
     ev.events = want;
     ev.data.u64 = (c.id << 1) | static_cast<uint64_t>(side);
     // Nothing wanted: leave the set entirely, or EPOLLHUP would keep waking the loop.
-    const int op = want == 0 ? EPOLL_CTL_DEL : c.interest[side] == 0 ? EPOLL_CTL_ADD : EPOLL_CTL_MOD;
+    const int op = want == 0               ? EPOLL_CTL_DEL
+                   : c.interest[side] == 0 ? EPOLL_CTL_ADD
+                                           : EPOLL_CTL_MOD;
     GT_SYS_CHECK(::epoll_ctl(epoll.get(), op, fd, &ev));
     c.interest[side] = want;
   }
@@ -305,7 +310,8 @@ void WanProxy::Impl::close_connection(Connection& c, bool abort) {
   const uint64_t id = c.id;
   Link& link = *c.link;
   if (abort) {
-    for (const Pipe& pipe : c.pipes) link.dropped.fetch_add(pipe.pending, std::memory_order_relaxed);
+    for (const Pipe& pipe : c.pipes)
+      link.dropped.fetch_add(pipe.pending, std::memory_order_relaxed);
     if (c.client.valid()) set_linger_zero(c.client.get());
     if (c.upstream.valid()) set_linger_zero(c.upstream.get());
   }

@@ -97,7 +97,8 @@ PatternSink::PatternSink(uint64_t seed, bool verify) : seed_(seed), verify_(veri
 
 std::vector<FlowResult> PatternSink::wait(std::size_t n, double timeout_s) {
   std::unique_lock lock(mutex_);
-  done_.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] { return results_.size() >= n; });
+  done_.wait_for(lock, std::chrono::duration<double>(timeout_s),
+                 [&] { return results_.size() >= n; });
   auto out = std::move(results_);
   results_.clear();
   return out;

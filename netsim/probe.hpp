@@ -80,10 +80,10 @@ std::vector<double> measure_rtts_ms(const Endpoint& via, int count, std::size_t 
 // closes and waits for the sink to see all of it. When the sink does not verify, the senders
 // skip generating the pattern (for measuring forwarding cost, not the generator's).
 struct BulkResult {
-  uint64_t bytes = 0;       // received, all flows
-  bool intact = false;      // every flow complete and exact
-  double seconds = 0;       // first byte to last byte
-  double steady_mbps = 0;   // rate while the 10%..90% of bytes arrived (skips burst, tail)
+  uint64_t bytes = 0;      // received, all flows
+  bool intact = false;     // every flow complete and exact
+  double seconds = 0;      // first byte to last byte
+  double steady_mbps = 0;  // rate while the 10%..90% of bytes arrived (skips burst, tail)
   std::vector<std::pair<double, uint64_t>> arrivals;  // (now_s() time, bytes) per recv, sorted
 };
 BulkResult bulk_transfer(const Endpoint& via, PatternSink& sink, uint64_t bytes, int flows,

@@ -9,8 +9,8 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 #include <cmath>
+#include <cstring>
 
 #include "netsim/proxy_impl.hpp"
 
@@ -22,53 +22,7 @@ constexpr uint64_t kWakeToken = ~uint64_t{0};
 
 double bytes_per_s(double mbps) { return mbps * 1e6 / 8; }
 
-void require_nonneg(const LinkConfig& l, const char* field, double v) {
-  GT_REQUIRE(std::isfinite(v) && v >= 0, "link {}: {} is {}, must be a number >= 0", l.name(),
-             field, v);
-}
 }  // namespace
-
-double effective_burst_bytes(const LinkProperties& p) {
-  if (p.burst_kib > 0) return p.burst_kib * 1024;
-  return std::max(16.0 * 1024, bytes_per_s(p.bandwidth_mbps) * 0.005);
-}
-
-const char* to_string(FaultKind kind) {
-  switch (kind) {
-    case FaultKind::partition: return "partition";
-    case FaultKind::reset: return "reset";
-    case FaultKind::set: return "set";
-    case FaultKind::blackhole: return "blackhole";
-  }
-  return "?";
-}
-
-const char* to_string(JitterDistribution d) {
-  return d == JitterDistribution::uniform ? "uniform" : "normal";
-}
-
-void validate(const LinkConfig& l) {
-  const auto& p = l.properties;
-  require_nonneg(l, "delay_ms", p.delay_ms);
-  require_nonneg(l, "jitter_ms", p.jitter_ms);
-  require_nonneg(l, "bandwidth_mbps", p.bandwidth_mbps);
-  require_nonneg(l, "burst_kib", p.burst_kib);
-  require_nonneg(l, "window_kib", p.window_kib);
-  GT_REQUIRE(p.window_kib == 0 || p.window_kib >= 1, "link {}: window_kib is {}, must be 0 or >= 1",
-             l.name(), p.window_kib);
-  for (const Fault& f : l.faults) {
-    require_nonneg(l, "fault at_s", f.at_s);
-    if (f.until_s) {
-      GT_REQUIRE(*f.until_s > f.at_s, "link {}: {} fault until_s is {}, must be after at_s {}",
-                 l.name(), to_string(f.kind), *f.until_s, f.at_s);
-    }
-    GT_REQUIRE(f.kind != FaultKind::partition || f.until_s,
-               "link {}: partition fault at {} s needs until_s", l.name(), f.at_s);
-    for (const auto* v : {&f.delay_ms, &f.jitter_ms, &f.bandwidth_mbps, &f.window_kib}) {
-      if (*v) require_nonneg(l, "fault value", **v);
-    }
-  }
-}
 
 WanProxy::Impl::Impl(std::vector<LinkConfig> configs, ProxyOptions opts)
     : options(std::move(opts)), scratch(kReadMax) {
@@ -89,7 +43,8 @@ WanProxy::Impl::Impl(std::vector<LinkConfig> configs, ProxyOptions opts)
       link->lanes[lane].rng.seed(options.seed * 1000003 + i * 2 + lane);
       const auto& p = link->config.properties;
       if (p.bandwidth_mbps > 0)
-        link->lanes[lane].bucket.emplace(bytes_per_s(p.bandwidth_mbps), effective_burst_bytes(p), now);
+        link->lanes[lane].bucket.emplace(bytes_per_s(p.bandwidth_mbps), effective_burst_bytes(p),
+                                         now);
     }
     ev.events = EPOLLIN;
     ev.data.u64 = kListenerBit | i;
@@ -101,8 +56,12 @@ WanProxy::Impl::Impl(std::vector<LinkConfig> configs, ProxyOptions opts)
           add(f.at_s, FaultAction::partition_on);
           add(*f.until_s, FaultAction::partition_off);
           break;
-        case FaultKind::reset: add(f.at_s, FaultAction::reset); break;
-        case FaultKind::set: add(f.at_s, FaultAction::set); break;
+        case FaultKind::reset:
+          add(f.at_s, FaultAction::reset);
+          break;
+        case FaultKind::set:
+          add(f.at_s, FaultAction::set);
+          break;
         case FaultKind::blackhole:
           add(f.at_s, FaultAction::blackhole_on);
           if (f.until_s) add(*f.until_s, FaultAction::blackhole_off);
@@ -137,7 +96,9 @@ void WanProxy::Impl::run() {
   last_report = snapshot();
   for (auto& link : links)  // token buckets start full at start()
     for (auto& lane : link->lanes)
-      if (lane.bucket) lane.bucket.emplace(lane.bucket->rate(), effective_burst_bytes(link->config.properties), started);
+      if (lane.bucket)
+        lane.bucket.emplace(lane.bucket->rate(), effective_burst_bytes(link->config.properties),
+                            started);
   for (std::size_t i = 0; i < fault_events.size(); ++i) {
     schedule({started + std::chrono::duration_cast<Clock::duration>(
                             std::chrono::duration<double>(fault_events[i].at_s)),
@@ -159,8 +120,8 @@ void WanProxy::Impl::run() {
       timeout.tv_nsec = ns % 1000000000;
       tp = &timeout;
     }
-    const int n = ::epoll_pwait2(epoll.get(), events.data(), static_cast<int>(events.size()), tp,
-                                 nullptr);
+    const int n =
+        ::epoll_pwait2(epoll.get(), events.data(), static_cast<int>(events.size()), tp, nullptr);
     if (n < 0 && errno == EINTR) continue;
     GT_SYS_CHECK(n);
     for (int i = 0; i < n; ++i) {
@@ -192,7 +153,9 @@ void WanProxy::Impl::run() {
           }
           break;
         }
-        case Timer::Kind::fault: on_fault(t.index); break;
+        case Timer::Kind::fault:
+          on_fault(t.index);
+          break;
         case Timer::Kind::stats:
           on_stats();
           schedule({t.at + std::chrono::duration_cast<Clock::duration>(
@@ -211,7 +174,8 @@ void WanProxy::Impl::on_accept(std::size_t link_index) {
   for (int i = 0; i < 64; ++i) {
     const int fd = ::accept4(link.listener.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED) return;
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED)
+        return;
       spdlog::warn("netsim {}: accept failed: {}", link.config.name(), std::strerror(errno));
       return;
     }
@@ -247,18 +211,23 @@ void WanProxy::Impl::on_fault(std::size_t index) {
   const FaultEvent& e = fault_events[index];
   Link& link = *links[e.link];
   const auto now = Clock::now();
-  spdlog::info("netsim {}: fault at {:.3f} s: {}", link.config.name(), e.at_s,
-               [&] {
-                 switch (e.action) {
-                   case FaultAction::partition_on: return "partition begins";
-                   case FaultAction::partition_off: return "partition ends";
-                   case FaultAction::reset: return "reset connections";
-                   case FaultAction::set: return "set properties";
-                   case FaultAction::blackhole_on: return "blackhole begins";
-                   case FaultAction::blackhole_off: return "blackhole ends";
-                 }
-                 return "?";
-               }());
+  spdlog::info("netsim {}: fault at {:.3f} s: {}", link.config.name(), e.at_s, [&] {
+    switch (e.action) {
+      case FaultAction::partition_on:
+        return "partition begins";
+      case FaultAction::partition_off:
+        return "partition ends";
+      case FaultAction::reset:
+        return "reset connections";
+      case FaultAction::set:
+        return "set properties";
+      case FaultAction::blackhole_on:
+        return "blackhole begins";
+      case FaultAction::blackhole_off:
+        return "blackhole ends";
+    }
+    return "?";
+  }());
   std::vector<uint64_t> ids(link.connections.begin(), link.connections.end());
   auto for_each_conn = [&](auto&& f) {
     for (uint64_t id : ids) {

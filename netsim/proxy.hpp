@@ -28,14 +28,11 @@
 namespace geotrain::netsim {
 
 struct ProxyOptions {
-  uint64_t seed = 1;                                // jitter streams (one per lane, derived)
-  std::optional<std::filesystem::path> stats_jsonl; // append interval records here when set
-  double stats_interval_s = 0;                      // report period; 0 = no periodic report
-  bool log_stats = true;                            // a log line per link per report
+  uint64_t seed = 1;                                 // jitter streams (one per lane, derived)
+  std::optional<std::filesystem::path> stats_jsonl;  // append interval records here when set
+  double stats_interval_s = 0;                       // report period; 0 = no periodic report
+  bool log_stats = true;                             // a log line per link per report
 };
-
-// Checks a link's properties and faults; throws InputError naming the link, field and value.
-void validate(const LinkConfig& link);
 
 class WanProxy {
  public:

@@ -62,14 +62,14 @@ struct Chunk {
 
 // The bytes of one direction of one connection, from its source socket to its destination.
 struct Pipe {
-  std::deque<Chunk> queue;                          // ordered by deliver_at
+  std::deque<Chunk> queue;                             // ordered by deliver_at
   std::deque<std::pair<TimePoint, std::size_t>> acks;  // window: when bytes leave the window
   std::size_t inflight = 0;  // window accounting: read, not yet acknowledged
   std::size_t pending = 0;   // read, not yet written to the destination
   TimePoint last_delivery{};
   bool src_eof = false;
   bool eof_sent = false;
-  bool blocked = false;      // destination socket is full: wait for EPOLLOUT
+  bool blocked = false;            // destination socket is full: wait for EPOLLOUT
   std::optional<TimePoint> armed;  // earliest timer queued for this pipe
   // Zero-delay fast path: bytes move src -> kernel pipe -> dst with splice(2), never copied to
   // user space. `spliced` bytes sit in the pipe; they precede everything in `queue`.
@@ -102,8 +102,8 @@ struct FaultEvent {
 struct Timer {
   TimePoint at;
   enum class Kind { pipe, fault, stats } kind = Kind::pipe;
-  uint64_t conn = 0;  // pipe
-  int pipe = 0;       // pipe
+  uint64_t conn = 0;      // pipe
+  int pipe = 0;           // pipe
   std::size_t index = 0;  // fault event
   bool operator>(const Timer& o) const { return at > o.at; }
 };

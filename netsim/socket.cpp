@@ -15,7 +15,8 @@ namespace geotrain::netsim {
 namespace detail {
 void throw_errno(const char* expr, const char* file, int line) {
   const int err = errno;
-  throw SystemError("posix", expr, file, line, fmt::format("{} (errno {})", std::strerror(err), err));
+  throw SystemError("posix", expr, file, line,
+                    fmt::format("{} (errno {})", std::strerror(err), err));
 }
 }  // namespace detail
 

@@ -6,9 +6,10 @@ namespace {
 nlohmann::json lane_record(const LaneStats& before, const LaneStats& now, double dt_s) {
   const double bytes = static_cast<double>(now.bytes - before.bytes);
   const uint64_t chunks = now.chunks - before.chunks;
-  const double queue_ms =
-      chunks == 0 ? 0.0 : static_cast<double>(now.queue_ns_sum - before.queue_ns_sum) / 1e6 /
-                              static_cast<double>(chunks);
+  const double queue_ms = chunks == 0
+                              ? 0.0
+                              : static_cast<double>(now.queue_ns_sum - before.queue_ns_sum) / 1e6 /
+                                    static_cast<double>(chunks);
   return {{"bytes", now.bytes},
           {"mbps", dt_s > 0 ? bytes * 8 / 1e6 / dt_s : 0.0},
           {"queue_ms_mean", queue_ms},

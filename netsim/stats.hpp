@@ -16,14 +16,14 @@
 namespace geotrain::netsim {
 
 struct LaneStats {
-  uint64_t bytes = 0;          // delivered to the destination socket, cumulative
-  uint64_t chunks = 0;         // chunks read on the slow path (each one gets a queueing delay)
-  uint64_t queue_ns_sum = 0;   // sum over chunks of the wait for bandwidth tokens
-  uint64_t queue_ns_max = 0;   // largest such wait so far
+  uint64_t bytes = 0;         // delivered to the destination socket, cumulative
+  uint64_t chunks = 0;        // chunks read on the slow path (each one gets a queueing delay)
+  uint64_t queue_ns_sum = 0;  // sum over chunks of the wait for bandwidth tokens
+  uint64_t queue_ns_max = 0;  // largest such wait so far
 };
 
 struct LinkStats {
-  std::string name;            // "from->to"
+  std::string name;  // "from->to"
   uint64_t connections_open = 0;
   uint64_t connections_total = 0;
   uint64_t bytes_dropped = 0;  // discarded by a blackhole or a reset

@@ -52,7 +52,8 @@ class TokenBucket {
  private:
   void refill(Clock::time_point now) {
     if (now <= last_) return;  // reservations already run ahead of now
-    tokens_ = std::min(burst_, tokens_ + rate_ * std::chrono::duration<double>(now - last_).count());
+    tokens_ =
+        std::min(burst_, tokens_ + rate_ * std::chrono::duration<double>(now - last_).count());
     last_ = now;
   }
 

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "netsim/config.hpp"
+#include "netsim/proxy.hpp"
 #include "netsim/token_bucket.hpp"
 
 namespace geotrain::netsim {
@@ -21,7 +22,8 @@ std::string error_of(const std::string& yaml) {
   return "";
 }
 
-const std::string kProfile = "profile: {name: p, regions: [a, b], links: [{between: [a, b], delay_ms: 5}]}\n";
+const std::string kProfile =
+    "profile: {name: p, regions: [a, b], links: [{between: [a, b], delay_ms: 5}]}\n";
 }  // namespace
 
 TEST_CASE("the standard profiles parse to their documented link properties") {
@@ -35,8 +37,10 @@ TEST_CASE("the standard profiles parse to their documented link properties") {
   CHECK(load_profile(kWan / "global-3-100m.yaml").link("us-east", "eu-west").bandwidth_mbps == 100);
   CHECK(load_profile(kWan / "scarce.yaml").link("region-a", "region-b").bandwidth_mbps == 100);
   const auto gaia = load_profile(kWan / "gaia.yaml");
-  CHECK(gaia.link("us-east", "sa-east").bandwidth_mbps == doctest::Approx(1000.0 / 60).epsilon(0.01));
-  CHECK(gaia.link("us-east", "eu-west").bandwidth_mbps == doctest::Approx(1000.0 / 15).epsilon(0.01));
+  CHECK(gaia.link("us-east", "sa-east").bandwidth_mbps ==
+        doctest::Approx(1000.0 / 60).epsilon(0.01));
+  CHECK(gaia.link("us-east", "eu-west").bandwidth_mbps ==
+        doctest::Approx(1000.0 / 15).epsilon(0.01));
   CHECK(load_profile(kWan / "lan.yaml").link("region-b", "region-a").delay_ms == 0);
   CHECK(2 * load_profile(kWan / "us-eu.yaml").link("eu-west", "us-east").delay_ms == 80);
 }
@@ -65,9 +69,11 @@ TEST_CASE("config errors name the key, the value and what is allowed") {
   e = error_of(kProfile + link + ", dealy_ms: 3}]");
   CHECK(e.find("unknown key 'dealy_ms'") != std::string::npos);
   CHECK(e.find("delay_ms") != std::string::npos);  // the allowed keys are listed
-  e = error_of(kProfile + "links: [{from: a, to: c, listen: '127.0.0.1:0', target: '127.0.0.1:9'}]");
+  e = error_of(kProfile +
+               "links: [{from: a, to: c, listen: '127.0.0.1:0', target: '127.0.0.1:9'}]");
   CHECK(e.find("links[0].to") != std::string::npos);
-  e = error_of(kProfile + "links: [{from: a, to: b, listen: 'localhost:80', target: '127.0.0.1:9'}]");
+  e = error_of(kProfile +
+               "links: [{from: a, to: b, listen: 'localhost:80', target: '127.0.0.1:9'}]");
   CHECK(e.find("links[0].listen") != std::string::npos);
   CHECK(e.find("numeric IPv4") != std::string::npos);
   e = error_of(kProfile + link + ", faults: [{kind: partition, at_s: 3}]}]");
@@ -76,7 +82,24 @@ TEST_CASE("config errors name the key, the value and what is allowed") {
   CHECK(e.find("must be partition, reset, set or blackhole") != std::string::npos);
   e = error_of(kProfile + "bogus: 1\n" + link + "}]");
   CHECK(e.find("unknown key 'bogus'") != std::string::npos);
-  CHECK(error_of("profile: nowhere.yaml\n" + link + "}]").find("no such file") != std::string::npos);
+  CHECK(error_of("profile: nowhere.yaml\n" + link + "}]").find("no such file") !=
+        std::string::npos);
+}
+
+TEST_CASE("a proxy refuses link properties that config files could not express") {
+  LinkConfig l;
+  l.from = std::string("a");
+  l.to = std::string("b");
+  l.properties.delay_ms = -1;
+  CHECK_THROWS_WITH_AS(WanProxy({l}, ProxyOptions{}), doctest::Contains("delay_ms is -1"),
+                       InputError);
+  l.properties.delay_ms = 1;
+  Fault backwards;
+  backwards.kind = FaultKind::partition;
+  backwards.at_s = 2;
+  backwards.until_s = 1;
+  l.faults.push_back(backwards);
+  CHECK_THROWS_WITH_AS(WanProxy({l}, ProxyOptions{}), doctest::Contains("until_s"), InputError);
 }
 
 TEST_CASE("a token bucket releases a burst at once, then paces at its rate") {

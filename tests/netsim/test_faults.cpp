@@ -1,12 +1,12 @@
 // The fault schedule (partition, reset, blackhole, property changes) and the statistics.
 #include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
 #include <sys/socket.h>
 #include <sys/time.h>
 
 #include <filesystem>
-#include <future>
 #include <fstream>
-#include <nlohmann/json.hpp>
+#include <future>
 #include <thread>
 
 #include "tests/netsim/netsim_test_util.hpp"
@@ -23,7 +23,8 @@ Fault fault(FaultKind kind, double at_s, std::optional<double> until_s = std::nu
 }
 }  // namespace
 
-TEST_CASE("a partition stops delivery for its duration, then everything arrives intact and in order") {
+TEST_CASE(
+    "a partition stops delivery for its duration, then everything arrives intact and in order") {
   PatternSink sink(21);
   const double t0 = 0.3, t1 = 0.8;
   OneLink link(sink.endpoint(), props(5, 50), {fault(FaultKind::partition, t0, t1)});
@@ -70,7 +71,7 @@ TEST_CASE("a zero-delay link forwards exactly, also across a partition") {
   CAPTURE(ta);
   CAPTURE(tb);
   if (tb < t1 - 0.005) CHECK(bytes_a == bytes_b);  // both samples fell inside the partition
-  CHECK(r.arrivals.back().first - start > t1);      // the transfer really spanned it
+  CHECK(r.arrivals.back().first - start > t1);     // the transfer really spanned it
 }
 
 TEST_CASE("no byte arrives while a link is partitioned") {

@@ -15,9 +15,8 @@ TEST_CASE("the round trip through a link is twice its one-way delay, within 5% o
     OneLink link(echo->endpoint(), props(delay_ms));
     const double want = 2 * delay_ms;
     const double tol = std::max(0.05 * want, 1.0);
-    const double rtt = closest_of(3, want, tol, [&] {
-      return median(measure_rtts_ms(link.via(), delay_ms < 10 ? 40 : 15));
-    });
+    const double rtt = closest_of(
+        3, want, tol, [&] { return median(measure_rtts_ms(link.via(), delay_ms < 10 ? 40 : 15)); });
     CAPTURE(delay_ms);
     CAPTURE(rtt);
     CHECK(std::abs(rtt - want) <= tol);
@@ -27,12 +26,14 @@ TEST_CASE("the round trip through a link is twice its one-way delay, within 5% o
 TEST_CASE("a bandwidth limit does not add to the round trip of a small message") {
   auto echo = make_echo_server();
   OneLink link(echo->endpoint(), props(10, 100));
-  const double rtt = closest_of(3, 20, 1.0, [&] { return median(measure_rtts_ms(link.via(), 15)); });
+  const double rtt =
+      closest_of(3, 20, 1.0, [&] { return median(measure_rtts_ms(link.via(), 15)); });
   CAPTURE(rtt);
   CHECK(std::abs(rtt - 20) <= 1.0);
 }
 
-TEST_CASE("bulk throughput matches the configured bandwidth within 5%, from 10 Mbit/s to 1 Gbit/s") {
+TEST_CASE(
+    "bulk throughput matches the configured bandwidth within 5%, from 10 Mbit/s to 1 Gbit/s") {
   for (double mbps : {10.0, 100.0, 1000.0}) {
     PatternSink sink(7);
     OneLink link(sink.endpoint(), props(5, mbps));
@@ -86,8 +87,8 @@ TEST_CASE("with jitter, round trips vary but bytes are never reordered") {
   }
   CAPTURE(p5);
   CAPTURE(p95);
-  CHECK(p95 - p5 > 4.0);               // jitter is really applied
-  CHECK(p5 >= 2 * (10 - 4) - 0.5);     // and bounded by its distribution
+  CHECK(p95 - p5 > 4.0);            // jitter is really applied
+  CHECK(p5 >= 2 * (10 - 4) - 0.5);  // and bounded by its distribution
   CHECK(p95 <= 2 * (10 + 4) + 1.0);
 
   PatternSink sink(5);
