@@ -25,6 +25,8 @@ void add_bench_command(CLI::App& app, CommandList& commands) {
   codecs->add_flag("--json", codec_opts->json, "print one JSON document instead of a table");
   codecs->add_flag("--no-gpu", codec_opts->skip_gpu, "measure the CPU path only");
   commands.emplace_back(codecs, [codec_opts] { return bench::run_codec_bench(*codec_opts); });
+
+  add_netsim_bench_command(*bench, commands);
 }
 
 }  // namespace geotrain::cli

@@ -1,0 +1,118 @@
+// WAN profiles and netsim configs: the shipped files parse to their documented numbers, and
+// bad input is refused with a message naming the key, the value and what is allowed.
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "netsim/config.hpp"
+#include "netsim/proxy.hpp"
+#include "netsim/token_bucket.hpp"
+
+namespace geotrain::netsim {
+
+namespace {
+const std::filesystem::path kWan = std::filesystem::path(GEOTRAIN_SOURCE_DIR) / "configs/wan";
+
+std::string error_of(const std::string& yaml) {
+  try {
+    parse_netsim_config(yaml, "t.yaml", kWan);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+const std::string kProfile =
+    "profile: {name: p, regions: [a, b], links: [{between: [a, b], delay_ms: 5}]}\n";
+}  // namespace
+
+TEST_CASE("the standard profiles parse to their documented link properties") {
+  const auto g3 = load_profile(kWan / "global-3.yaml");
+  CHECK(g3.regions.size() == 3);
+  CHECK(g3.links.size() == 6);
+  CHECK(2 * g3.link("us-east", "eu-west").delay_ms == 80);
+  CHECK(2 * g3.link("ap-southeast", "us-east").delay_ms == 217);
+  CHECK(2 * g3.link("eu-west", "ap-southeast").delay_ms == 239);
+  CHECK(g3.link("us-east", "eu-west").bandwidth_mbps == 1000);
+  CHECK(load_profile(kWan / "global-3-100m.yaml").link("us-east", "eu-west").bandwidth_mbps == 100);
+  CHECK(load_profile(kWan / "scarce.yaml").link("region-a", "region-b").bandwidth_mbps == 100);
+  const auto gaia = load_profile(kWan / "gaia.yaml");
+  CHECK(gaia.link("us-east", "sa-east").bandwidth_mbps ==
+        doctest::Approx(1000.0 / 60).epsilon(0.01));
+  CHECK(gaia.link("us-east", "eu-west").bandwidth_mbps ==
+        doctest::Approx(1000.0 / 15).epsilon(0.01));
+  CHECK(load_profile(kWan / "lan.yaml").link("region-b", "region-a").delay_ms == 0);
+  CHECK(2 * load_profile(kWan / "us-eu.yaml").link("eu-west", "us-east").delay_ms == 80);
+}
+
+TEST_CASE("the example netsim config resolves its profile and per-link overrides") {
+  const auto cfg = load_netsim_config(kWan / "example-netsim.yaml");
+  REQUIRE(cfg.links.size() == 2);
+  CHECK(cfg.links[0].name() == "us-east->eu-west");
+  CHECK(cfg.links[0].listen.port == 17001);
+  CHECK(cfg.links[0].target.port == 18001);
+  CHECK(cfg.links[0].properties.delay_ms == 40);
+  REQUIRE(cfg.links[0].faults.size() == 1);
+  CHECK(cfg.links[0].faults[0].kind == FaultKind::partition);
+  CHECK(*cfg.links[0].faults[0].until_s == 70);
+  CHECK(cfg.links[1].properties.bandwidth_mbps == 500);
+  CHECK(cfg.options.stats_interval_s == 5);
+}
+
+TEST_CASE("config errors name the key, the value and what is allowed") {
+  const std::string link = "links: [{from: a, to: b, listen: '127.0.0.1:0', target: '127.0.0.1:9'";
+  CHECK(error_of(kProfile + link + "}]").empty());
+  auto e = error_of(kProfile + link + ", delay_ms: -3}]");
+  CHECK(e.find("links[0].delay_ms") != std::string::npos);
+  CHECK(e.find("-3") != std::string::npos);
+  CHECK(e.find("must be a number from 0") != std::string::npos);
+  e = error_of(kProfile + link + ", dealy_ms: 3}]");
+  CHECK(e.find("unknown key 'dealy_ms'") != std::string::npos);
+  CHECK(e.find("delay_ms") != std::string::npos);  // the allowed keys are listed
+  e = error_of(kProfile +
+               "links: [{from: a, to: c, listen: '127.0.0.1:0', target: '127.0.0.1:9'}]");
+  CHECK(e.find("links[0].to") != std::string::npos);
+  e = error_of(kProfile +
+               "links: [{from: a, to: b, listen: 'localhost:80', target: '127.0.0.1:9'}]");
+  CHECK(e.find("links[0].listen") != std::string::npos);
+  CHECK(e.find("numeric IPv4") != std::string::npos);
+  e = error_of(kProfile + link + ", faults: [{kind: partition, at_s: 3}]}]");
+  CHECK(e.find("until_s") != std::string::npos);
+  e = error_of(kProfile + link + ", faults: [{kind: crash, at_s: 3}]}]");
+  CHECK(e.find("must be partition, reset, set or blackhole") != std::string::npos);
+  e = error_of(kProfile + "bogus: 1\n" + link + "}]");
+  CHECK(e.find("unknown key 'bogus'") != std::string::npos);
+  CHECK(error_of("profile: nowhere.yaml\n" + link + "}]").find("no such file") !=
+        std::string::npos);
+}
+
+TEST_CASE("a proxy refuses link properties that config files could not express") {
+  LinkConfig l;
+  l.from = std::string("a");
+  l.to = std::string("b");
+  l.properties.delay_ms = -1;
+  CHECK_THROWS_WITH_AS(WanProxy({l}, ProxyOptions{}), doctest::Contains("delay_ms is -1"),
+                       InputError);
+  l.properties.delay_ms = 1;
+  Fault backwards;
+  backwards.kind = FaultKind::partition;
+  backwards.at_s = 2;
+  backwards.until_s = 1;
+  l.faults.push_back(backwards);
+  CHECK_THROWS_WITH_AS(WanProxy({l}, ProxyOptions{}), doctest::Contains("until_s"), InputError);
+}
+
+TEST_CASE("a token bucket releases a burst at once, then paces at its rate") {
+  using namespace std::chrono;
+  const auto t0 = TokenBucket::Clock::time_point{} + seconds(100);
+  TokenBucket b(1e6, 10'000, t0);  // 1 MB/s, 10 kB burst
+  CHECK(b.reserve(10'000, t0) == t0);
+  const auto t1 = b.reserve(1'000, t0);  // 1 kB more needs 1 ms of refill
+  CHECK(duration<double>(t1 - t0).count() == doctest::Approx(1e-3));
+  const auto t2 = b.reserve(500'000, t0);  // bigger than the burst: waits for a full bucket
+  CHECK(duration<double>(t2 - t1).count() == doctest::Approx(0.01));
+  const auto t3 = b.reserve(1, t0);  // the debt of the big chunk is paid before the next byte
+  CHECK(duration<double>(t3 - t0).count() == doctest::Approx(0.501).epsilon(0.001));
+}
+
+}  // namespace geotrain::netsim
