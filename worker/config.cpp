@@ -18,6 +18,14 @@ uint32_t WorkerConfig::region_index(std::string_view name) const {
   return 0;
 }
 
+std::string WorkerConfig::server_endpoint(const std::string& from, const std::string& to) const {
+  if (auto r = routes.find(from); r != routes.end())
+    if (auto e = r->second.find(to); e != r->second.end()) return e->second;
+  auto e = server_endpoints.find(to);
+  GT_REQUIRE(e != server_endpoints.end(), "server.endpoints has no entry for region '{}'", to);
+  return e->second;
+}
+
 WorkerConfig parse_worker_config(std::string_view yaml_text, std::string_view source) {
   const YamlReader in{std::string(source)};
   YAML::Node root;
@@ -60,7 +68,7 @@ WorkerConfig parse_worker_config(std::string_view yaml_text, std::string_view so
                 {"workers_per_region", "device", "data_dir", "batch_size", "accumulation_steps", "local_steps", "rounds",
                  "critical_codec", "noncritical_codec", "overlap", "optimizer", "lr", "warmup_steps", "lr_decay",
                  "min_lr", "scale_lr", "max_grad_norm", "anomaly_guard", "eval_every", "seed", "gloo_host", "run_dir",
-                 "timeout_ms", "step_delay_ms"});
+                 "timeout_ms", "step_delay_ms", "routes"});
   auto get_u32 = [&](const char* key, uint32_t& out, uint32_t lo, uint32_t hi) {
     if (auto n = w[key]) out = in.number<uint32_t>(n, fmt::format("worker.{}", key), lo, hi);
   };
@@ -122,6 +130,19 @@ WorkerConfig parse_worker_config(std::string_view yaml_text, std::string_view so
       const auto region = kv.first.as<std::string>();
       c.region_index(region);
       c.step_delay_ms[region] = in.number<uint32_t>(kv.second, "worker.step_delay_ms." + region, 0, 600'000);
+    }
+  }
+  if (auto routes = w["routes"]) {
+    GT_REQUIRE(routes.IsMap(), "{}: worker.routes must map a region to {{region: endpoint}}", source);
+    for (const auto& from : routes) {
+      const auto a = from.first.as<std::string>();
+      c.region_index(a);
+      GT_REQUIRE(from.second.IsMap(), "{}: worker.routes.{} must map region names to endpoints", source, a);
+      for (const auto& to : from.second) {
+        const auto b = to.first.as<std::string>();
+        c.region_index(b);
+        c.routes[a][b] = in.string(to.second, fmt::format("worker.routes.{}.{}", a, b));
+      }
     }
   }
   return c;

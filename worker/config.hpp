@@ -29,6 +29,9 @@ struct WorkerConfig {
   std::string arch = "784-256-128-10";                  // models::parse_mlp_config
   std::vector<std::string> critical;                     // tensor globs
   std::map<std::string, std::string> server_endpoints;   // region -> its server
+  // How one region reaches another region's server, when not at server_endpoints (e.g. through
+  // netsim): routes[from_region][to_region] = endpoint.
+  std::map<std::string, std::map<std::string, std::string>> routes;
   uint32_t staleness_bound = 0;
 
   uint32_t workers_per_region = 1;
@@ -57,6 +60,8 @@ struct WorkerConfig {
   std::map<std::string, uint32_t> step_delay_ms;        // artificial slowness per region
 
   uint32_t region_index(std::string_view name) const;    // InputError naming the allowed names
+  // The endpoint region `from` uses for the server of region `to` (a route, or the server's own).
+  std::string server_endpoint(const std::string& from, const std::string& to) const;
   uint64_t total_steps() const { return rounds * local_steps; }
 };
 
