@@ -33,7 +33,8 @@ TEST_CASE("the shard map covers the buffer with chunk-aligned ranges balanced wi
 }
 
 TEST_CASE("a synchronous round equals the exact average of the regions' deltas") {
-  auto dir = fresh_dir("sync");
+  TempDir tmp("sync");
+  const auto& dir = tmp.path();
   Cluster cluster(small_config(dir, 0));
   auto a = cluster.client(), b = cluster.client(), c = cluster.client();
   hello(a, "a", cluster.table_hash());
@@ -70,9 +71,10 @@ TEST_CASE("a synchronous round equals the exact average of the regions' deltas")
 }
 
 TEST_CASE("the gate blocks a region s+1 rounds ahead and releases it when the slowest catches up") {
-  auto dir = fresh_dir("gate");
+  TempDir tmp("gate");
+  const auto& dir = tmp.path();
   const uint32_t s = 2;
-  Cluster cluster(small_config(dir, s));
+  Cluster cluster(small_config(dir, s, kOnlyRegistered));  // a and b take part, c does not
   auto fast = cluster.client(), slow = cluster.client();
   hello(fast, "a", cluster.table_hash());
   hello(slow, "b", cluster.table_hash());
@@ -93,8 +95,9 @@ TEST_CASE("the gate blocks a region s+1 rounds ahead and releases it when the sl
 }
 
 TEST_CASE("staleness weighting 1/(1+tau) scales a stale non-critical delta") {
-  auto dir = fresh_dir("weight");
-  Cluster cluster(small_config(dir, 3, "  staleness_weighting: inverse"));
+  TempDir tmp("weight");
+  const auto& dir = tmp.path();
+  Cluster cluster(small_config(dir, 3, std::string(kOnlyRegistered) + "\n  staleness_weighting: inverse"));
   auto fast = cluster.client(), slow = cluster.client();
   hello(fast, "a", cluster.table_hash());
   hello(slow, "b", cluster.table_hash());
@@ -136,7 +139,7 @@ TEST_CASE("downlink error feedback: what a region reconstructed plus its residua
     REQUIRE(compression::parse_header(payload).codec == compression::CodecId::int8);
     compression::decode_payload(payload, change);
     for (size_t i = 0; i < 3000; ++i) view[i] += change[i];
-    auto e = shard.downlink().residual(1);
+    auto e = shard.downlink_residual(1);
     REQUIRE(e.size() == 3000);
     double err = 0;
     for (size_t i = 0; i < 3000; ++i) {

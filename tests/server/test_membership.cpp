@@ -6,7 +6,8 @@ using namespace geotrain;
 using namespace geotrain::test;
 
 TEST_CASE("a region marked dead stops blocking synchronous rounds, and rejoins with full values") {
-  auto dir = fresh_dir("dead");
+  TempDir tmp("dead");
+  const auto& dir = tmp.path();
   Cluster cluster(small_config(dir, 0));  // dead_after_ms: 1000 on the manual clock
   auto a = cluster.client(), b = cluster.client();
   hello(a, "a", cluster.table_hash());
@@ -49,7 +50,8 @@ TEST_CASE("a region marked dead stops blocking synchronous rounds, and rejoins w
 }
 
 TEST_CASE("messages from an unregistered peer are refused and change nothing") {
-  auto dir = fresh_dir("unreg");
+  TempDir tmp("unreg");
+  const auto& dir = tmp.path();
   Cluster cluster(small_config(dir, 1));
   auto a = cluster.client(), stranger = cluster.client();
   hello(a, "a", cluster.table_hash());
@@ -64,7 +66,8 @@ TEST_CASE("messages from an unregistered peer are refused and change nothing") {
 }
 
 TEST_CASE("the rendezvous key-value store answers a get once the key is set") {
-  auto dir = fresh_dir("kv");
+  TempDir tmp("kv");
+  const auto& dir = tmp.path();
   Cluster cluster(small_config(dir, 1));
   auto a = cluster.client(), b = cluster.client();
   hello(a, "a", cluster.table_hash());
