@@ -150,3 +150,43 @@ TEST_CASE("downlink error feedback: what a region reconstructed plus its residua
     CHECK(shard.sent_version(1) == shard.version());
   }
 }
+
+TEST_CASE("a region's downlink codec override applies to its pulls only, each region keeping its own EF stream") {
+  TempDir tmp("downlink");
+  Cluster cluster(small_config(tmp.path(), 0, "  downlink_codecs: {b: onebit, c: onebit}"));
+  auto a = cluster.client(), b = cluster.client(), c = cluster.client();
+  hello(a, "a", cluster.table_hash());
+  hello(b, "b", cluster.table_hash());
+  hello(c, "c", cluster.table_hash());
+  const uint64_t v0 = pull(a, true).header.version;
+  CHECK(pull(b, true).header.version == v0);
+  CHECK(pull(c, true).header.version == v0);
+  std::vector<float> delta(kShard);
+  for (size_t i = 0; i < kShard; ++i) delta[i] = static_cast<float>((i * 37) % 101) / 100.0f - 0.5f;
+  push(a, 1, delta);
+  push(b, 1, delta);
+  push(c, 1, delta);
+
+  auto pa = pull(a, false, v0, 1);  // fp32: a reconstructs the server's values exactly
+  REQUIRE(pa.header.segments.size() == 1);
+  CHECK(pa.header.segments[0].codec == static_cast<uint8_t>(compression::CodecId::fp32));
+  const auto& truth = pa.values;
+  auto pb1 = pull(b, false, v0, 1);
+  CHECK(pb1.header.segments[0].codec == static_cast<uint8_t>(compression::CodecId::onebit));
+  CHECK(pb1.header.segments[0].bytes * 16 < pa.header.segments[0].bytes);
+  auto error = [&](const std::vector<float>& view) {
+    double e = 0;
+    for (size_t i = 0; i < kShard; ++i) e += (double(view[i]) - truth[i]) * (double(view[i]) - truth[i]);
+    return e;
+  };
+  const double err1 = error(pb1.values);
+  CHECK(err1 > 0.0);  // onebit is lossy
+  // No new change: b's second pull carries only its residual, and b's view gets closer.
+  auto pb2 = pull(b, false, pb1.header.version, 1);
+  std::vector<float> view_b(kShard);
+  for (size_t i = 0; i < kShard; ++i) view_b[i] = pb1.values[i] + pb2.values[i];
+  CHECK(error(view_b) < err1);
+  // c's stream is its own: b's two pulls left it untouched, so c's first change is b's first.
+  auto pc1 = pull(c, false, v0, 1);
+  CHECK(pc1.values == pb1.values);
+}

@@ -80,3 +80,56 @@ TEST_CASE("the rendezvous key-value store answers a get once the key is set") {
   CHECK(r->header.request_id == *get);
   CHECK(as<wire::KvReply>(*r).value == Bytes{std::byte{1}, std::byte{2}});
 }
+
+TEST_CASE("regions that have not registered yet hold back rounds and the gate until declared dead by silence") {
+  TempDir tmp("startup");
+  const auto& dir = tmp.path();
+  Cluster cluster(small_config(dir, 0));  // wait_for_all_regions defaults to true; dead_after_ms: 1000
+  auto a = cluster.client(), b = cluster.client();
+  hello(a, "a", cluster.table_hash());
+  hello(b, "b", cluster.table_hash());
+  push(a, 1, filled(kShard, 3.0f));
+  push(b, 1, filled(kShard, 1.0f));
+  auto waiting = a.send(wire::PullRequest{0, 0, true, 1});  // round 1 also needs c, not registered yet
+  REQUIRE(waiting);
+  const auto ahead = send_push(b, 2, filled(kShard, 1.0f));  // bound 0: b may not run ahead of c
+  auto st = stats(a);
+  CHECK(st["shards"][0]["released_round"] == 0);
+  CHECK(st["parked"] == 2);
+  CHECK(st["regions"]["c"]["live"] == true);
+  CHECK(st["regions"]["c"]["registered"] == false);
+
+  cluster.clock().set(600);
+  as<wire::Ack>(expect_reply(a, wire::Heartbeat{}));
+  cluster.clock().set(900);
+  as<wire::Ack>(expect_reply(b, wire::Heartbeat{}));
+  cluster.clock().set(1200);  // c: 1200 ms since the server started without a word: dead
+  std::optional<wire::Reply> r;
+  while (!(r = a.receive(20s)) || r->header.request_id != *waiting) REQUIRE(r);
+  CHECK(as<wire::PullReply>(*r).round == 1);
+  std::vector<float> v(kShard);
+  compression::decode_payload(wire::frame_bytes(r->payloads.at(0)), v);
+  CHECK(v[0] == 2.0f);                                    // critical: the average of a's and b's deltas
+  CHECK(v[kCrit] == doctest::Approx(4.0f / 3.0f));        // non-critical: each applied as delta / 3 counted
+  auto pushed = b.receive(20s);
+  REQUIRE(pushed);
+  CHECK(pushed->header.request_id == ahead);
+  CHECK(as<wire::PushReply>(*pushed).round == 2);
+  CHECK(stats(a)["regions"]["c"]["live"] == false);
+}
+
+TEST_CASE("with wait_for_all_regions: false only registered regions hold back rounds") {
+  TempDir tmp("startup-off");
+  Cluster cluster(small_config(tmp.path(), 0, kOnlyRegistered));
+  auto a = cluster.client(), b = cluster.client();
+  hello(a, "a", cluster.table_hash());
+  hello(b, "b", cluster.table_hash());
+  push(a, 1, filled(kShard, 3.0f));
+  push(b, 1, filled(kShard, 1.0f));
+  auto st = stats(a);
+  CHECK(st["shards"][0]["released_round"] == 1);
+  CHECK(st["regions"]["c"]["live"] == false);
+  auto p = pull(a, true, 0, 1);
+  CHECK(p.values[0] == 2.0f);
+  CHECK(p.values[kCrit] == 2.0f);  // two counted regions: each non-critical delta applied as delta / 2
+}
