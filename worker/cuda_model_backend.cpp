@@ -41,12 +41,14 @@ class HostStagedCommunicator final : public Communicator {
   FloatSpan stage_in(ConstFloatSpan host) {
     GT_CUDA_CHECK(cudaSetDevice(nccl_.device()));
     staging_.reserve(host.size());
-    GT_CUDA_CHECK(cudaMemcpy(staging_.get(), host.data(), host.size_bytes(), cudaMemcpyHostToDevice));
+    GT_CUDA_CHECK(
+        cudaMemcpy(staging_.get(), host.data(), host.size_bytes(), cudaMemcpyHostToDevice));
     GT_CUDA_CHECK(cudaDeviceSynchronize());  // pageable H2D may return before the DMA lands
     return {staging_.get(), host.size()};
   }
   void stage_out(FloatSpan host) {
-    GT_CUDA_CHECK(cudaMemcpy(host.data(), staging_.get(), host.size_bytes(), cudaMemcpyDeviceToHost));
+    GT_CUDA_CHECK(
+        cudaMemcpy(host.data(), staging_.get(), host.size_bytes(), cudaMemcpyDeviceToHost));
   }
 
   NcclCommunicator& nccl_;
@@ -70,25 +72,28 @@ class CudaModelBackend final : public ModelBackend {
                                                const RegionOptions& options) override {
     GT_ASSERT(nccl_ == nullptr, "connect_region called twice");
     nccl_ = std::make_unique<NcclCommunicator>(store, rank, size, options.timeout);
-    GT_ASSERT(nccl_->device() == device_, "NCCL chose device {}, the model lives on device {}", nccl_->device(),
-              device_);
+    GT_ASSERT(nccl_->device() == device_, "NCCL chose device {}, the model lives on device {}",
+              nccl_->device(), device_);
     return std::make_unique<HostStagedCommunicator>(*nccl_);
   }
 
-  models::BatchResult forward_backward(ConstFloatSpan params, const Batch& batch, FloatSpan grad) override {
-    GT_REQUIRE(grad.size() == parameters_, "gradient span has {} elements, the model has {}", grad.size(),
-               parameters_);
+  models::BatchResult forward_backward(ConstFloatSpan params, const Batch& batch,
+                                       FloatSpan grad) override {
+    GT_REQUIRE(grad.size() == parameters_, "gradient span has {} elements, the model has {}",
+               grad.size(), parameters_);
     load(params, batch.x.data(), batch.y.data(), batch.size);
     // d_grad_ (parameter_count) += d(mean loss)/d(params); blocks until the stream is done.
-    return mlp_.forward_backward(d_params_.get(), d_x_.get(), d_y_.get(), batch.size, d_grad_.get());
+    return mlp_.forward_backward(d_params_.get(), d_x_.get(), d_y_.get(), batch.size,
+                                 d_grad_.get());
   }
 
   void reduce_gradient(FloatSpan grad) override {
-    GT_REQUIRE(grad.size() == parameters_, "gradient span has {} elements, the model has {}", grad.size(),
-               parameters_);
+    GT_REQUIRE(grad.size() == parameters_, "gradient span has {} elements, the model has {}",
+               grad.size(), parameters_);
     GT_CUDA_CHECK(cudaSetDevice(device_));
     GT_CUDA_CHECK(cudaStreamSynchronize(mlp_.stream()));  // the accumulation is complete
-    if (nccl_) nccl_->allreduce_sum({d_grad_.get(), parameters_});  // blocks until its stream is done
+    if (nccl_)
+      nccl_->allreduce_sum({d_grad_.get(), parameters_});  // blocks until its stream is done
     GT_CUDA_CHECK(cudaMemcpyAsync(grad_staging_.data(), d_grad_.get(), parameters_ * sizeof(float),
                                   cudaMemcpyDeviceToHost, mlp_.stream()));
     GT_CUDA_CHECK(cudaMemsetAsync(d_grad_.get(), 0, parameters_ * sizeof(float), mlp_.stream()));
@@ -96,7 +101,8 @@ class CudaModelBackend final : public ModelBackend {
     for (size_t i = 0; i < parameters_; ++i) grad[i] += grad_staging_[i];
   }
 
-  models::BatchResult evaluate(ConstFloatSpan params, const float* x, const int32_t* labels, size_t n) override {
+  models::BatchResult evaluate(ConstFloatSpan params, const float* x, const int32_t* labels,
+                               size_t n) override {
     load(params, x, labels, n);
     return mlp_.evaluate(d_params_.get(), d_x_.get(), d_y_.get(), n);
   }
@@ -111,8 +117,8 @@ class CudaModelBackend final : public ModelBackend {
   // run after the copies), and checks what the device path does not: sizes and label range.
   void load(ConstFloatSpan params, const float* x, const int32_t* labels, size_t n) {
     const auto& cfg = mlp_.layout().config();
-    GT_REQUIRE(params.size() == parameters_, "parameter span has {} elements, the model has {}", params.size(),
-               parameters_);
+    GT_REQUIRE(params.size() == parameters_, "parameter span has {} elements, the model has {}",
+               params.size(), parameters_);
     for (size_t i = 0; i < n; ++i)
       GT_REQUIRE(labels[i] >= 0 && static_cast<size_t>(labels[i]) < cfg.classes,
                  "label {} at row {} is not in [0, {})", labels[i], i, cfg.classes);
@@ -120,19 +126,22 @@ class CudaModelBackend final : public ModelBackend {
     d_x_.reserve(n * cfg.inputs);
     d_y_.reserve(n);
     const cudaStream_t s = mlp_.stream();
-    GT_CUDA_CHECK(cudaMemcpyAsync(d_params_.get(), params.data(), params.size_bytes(), cudaMemcpyHostToDevice, s));
-    GT_CUDA_CHECK(cudaMemcpyAsync(d_x_.get(), x, n * cfg.inputs * sizeof(float), cudaMemcpyHostToDevice, s));
-    GT_CUDA_CHECK(cudaMemcpyAsync(d_y_.get(), labels, n * sizeof(int32_t), cudaMemcpyHostToDevice, s));
+    GT_CUDA_CHECK(cudaMemcpyAsync(d_params_.get(), params.data(), params.size_bytes(),
+                                  cudaMemcpyHostToDevice, s));
+    GT_CUDA_CHECK(
+        cudaMemcpyAsync(d_x_.get(), x, n * cfg.inputs * sizeof(float), cudaMemcpyHostToDevice, s));
+    GT_CUDA_CHECK(
+        cudaMemcpyAsync(d_y_.get(), labels, n * sizeof(int32_t), cudaMemcpyHostToDevice, s));
   }
 
   int device_;
   models::MlpCuda mlp_;
   size_t parameters_;
-  DeviceBuffer<float> d_params_;    // (parameter_count), refreshed from the host each call
-  DeviceBuffer<float> d_grad_;      // (parameter_count), the accumulator; zero after reduce_gradient
-  DeviceBuffer<float> d_x_;         // (B, inputs), grown to the largest batch
-  DeviceBuffer<int32_t> d_y_;       // (B)
-  std::vector<float> grad_staging_; // (parameter_count), host
+  DeviceBuffer<float> d_params_;  // (parameter_count), refreshed from the host each call
+  DeviceBuffer<float> d_grad_;    // (parameter_count), the accumulator; zero after reduce_gradient
+  DeviceBuffer<float> d_x_;       // (B, inputs), grown to the largest batch
+  DeviceBuffer<int32_t> d_y_;     // (B)
+  std::vector<float> grad_staging_;         // (parameter_count), host
   std::unique_ptr<NcclCommunicator> nccl_;  // after connect_region; the region has > 1 worker
 };
 

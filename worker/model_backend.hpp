@@ -40,17 +40,19 @@ class ModelBackend {
   // and returns a Communicator over HOST spans for the trainer's own collectives (the loss, the
   // parameter broadcast). The backend keeps using the same connection in reduce_gradient; the
   // returned Communicator must not outlive the backend. Not called for a region of one worker.
-  virtual std::unique_ptr<Communicator> connect_region(gloo::rendezvous::Store& store, int rank, int size,
-                                                       const RegionOptions& options) = 0;
+  virtual std::unique_ptr<Communicator> connect_region(gloo::rendezvous::Store& store, int rank,
+                                                       int size, const RegionOptions& options) = 0;
   // params: host (parameter_count). Accumulates this batch's gradient of the batch-mean loss;
   // where it accumulates is the backend's business: `grad` (host) holds it only after
   // reduce_gradient. InputError on a size mismatch (and, on the CPU, a label out of range).
-  virtual models::BatchResult forward_backward(ConstFloatSpan params, const Batch& batch, FloatSpan grad) = 0;
+  virtual models::BatchResult forward_backward(ConstFloatSpan params, const Batch& batch,
+                                               FloatSpan grad) = 0;
   // grad += the sum over the region (over this worker alone when not connected) of the
   // gradients accumulated since the last call; the backend's own accumulator is then zero.
   virtual void reduce_gradient(FloatSpan grad) = 0;
   // Forward only; params, x (n, inputs) and labels (n) are host memory.
-  virtual models::BatchResult evaluate(ConstFloatSpan params, const float* x, const int32_t* labels, size_t n) = 0;
+  virtual models::BatchResult evaluate(ConstFloatSpan params, const float* x, const int32_t* labels,
+                                       size_t n) = 0;
 };
 
 class CpuModelBackend final : public ModelBackend {
@@ -58,9 +60,11 @@ class CpuModelBackend final : public ModelBackend {
   explicit CpuModelBackend(const models::MlpConfig& config) : model_(config) {}
   std::unique_ptr<Communicator> connect_region(gloo::rendezvous::Store& store, int rank, int size,
                                                const RegionOptions& options) override;
-  models::BatchResult forward_backward(ConstFloatSpan params, const Batch& batch, FloatSpan grad) override;
+  models::BatchResult forward_backward(ConstFloatSpan params, const Batch& batch,
+                                       FloatSpan grad) override;
   void reduce_gradient(FloatSpan grad) override;  // in place: grad already holds the accumulation
-  models::BatchResult evaluate(ConstFloatSpan params, const float* x, const int32_t* labels, size_t n) override;
+  models::BatchResult evaluate(ConstFloatSpan params, const float* x, const int32_t* labels,
+                               size_t n) override;
 
  private:
   models::Mlp model_;
@@ -74,7 +78,7 @@ void require_device_available(const std::string& device);
 
 // The backend for worker.device (after require_device_available). `rank` is the worker's rank
 // in its region; the CUDA backend trains on device rank % device_count.
-std::unique_ptr<ModelBackend> make_model_backend(const std::string& device, const models::MlpConfig& config,
-                                                 int rank);
+std::unique_ptr<ModelBackend> make_model_backend(const std::string& device,
+                                                 const models::MlpConfig& config, int rank);
 
 }  // namespace geotrain::worker

@@ -33,15 +33,18 @@ void NcclCommunicator::StreamDeleter::operator()(CUstream_st* stream) const {
 NcclCommunicator::NcclCommunicator(gloo::rendezvous::Store& store, int rank, int size,
                                    std::chrono::milliseconds timeout)
     : rank_(rank), size_(size) {
-  GT_REQUIRE(size >= 1 && rank >= 0 && rank < size, "nccl: rank {} is not in [0, size {})", rank, size);
+  GT_REQUIRE(size >= 1 && rank >= 0 && rank < size, "nccl: rank {} is not in [0, size {})", rank,
+             size);
   int devices = 0;
   const cudaError_t count_rc = cudaGetDeviceCount(&devices);
-  GT_REQUIRE(count_rc == cudaSuccess && devices > 0, "nccl: no CUDA device is visible ({})",
-             count_rc == cudaSuccess ? "cudaGetDeviceCount returned 0" : cudaGetErrorString(count_rc));
-  GT_REQUIRE(size <= devices,
-             "nccl: {} ranks in the region but {} CUDA device(s) visible; NCCL needs one device per rank "
-             "(lower worker.workers_per_region or use device: cpu)",
-             size, devices);
+  GT_REQUIRE(
+      count_rc == cudaSuccess && devices > 0, "nccl: no CUDA device is visible ({})",
+      count_rc == cudaSuccess ? "cudaGetDeviceCount returned 0" : cudaGetErrorString(count_rc));
+  GT_REQUIRE(
+      size <= devices,
+      "nccl: {} ranks in the region but {} CUDA device(s) visible; NCCL needs one device per rank "
+      "(lower worker.workers_per_region or use device: cpu)",
+      size, devices);
   device_ = rank % devices;
   GT_CUDA_CHECK(cudaSetDevice(device_));
 
@@ -61,8 +64,9 @@ NcclCommunicator::NcclCommunicator(gloo::rendezvous::Store& store, int rank, int
       throw SystemError("rendezvous", "nccl unique id", __FILE__, __LINE__, e.what());
     }
     if (bytes.size() != sizeof(id.internal))
-      throw SystemError("rendezvous", "nccl unique id", __FILE__, __LINE__,
-                        fmt::format("got {} bytes, expected {}", bytes.size(), sizeof(id.internal)));
+      throw SystemError(
+          "rendezvous", "nccl unique id", __FILE__, __LINE__,
+          fmt::format("got {} bytes, expected {}", bytes.size(), sizeof(id.internal)));
     std::memcpy(id.internal, bytes.data(), sizeof(id.internal));
   }
 
@@ -79,11 +83,12 @@ NcclCommunicator::~NcclCommunicator() = default;
 void NcclCommunicator::check_device_pointer(const float* data, const char* what) const {
   cudaPointerAttributes attr{};
   GT_CUDA_CHECK(cudaPointerGetAttributes(&attr, data));
-  GT_ASSERT(attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged,
-            "nccl {}: the span must be device memory (NcclCommunicator's contract), got memory type {}", what,
-            static_cast<int>(attr.type));
-  GT_ASSERT(attr.device == device_, "nccl {}: the buffer is on device {}, this rank uses device {}", what,
-            attr.device, device_);
+  GT_ASSERT(
+      attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged,
+      "nccl {}: the span must be device memory (NcclCommunicator's contract), got memory type {}",
+      what, static_cast<int>(attr.type));
+  GT_ASSERT(attr.device == device_, "nccl {}: the buffer is on device {}, this rank uses device {}",
+            what, attr.device, device_);
 }
 
 void NcclCommunicator::allreduce_sum(FloatSpan data) {
@@ -91,8 +96,8 @@ void NcclCommunicator::allreduce_sum(FloatSpan data) {
   check_device_pointer(data.data(), "allreduce_sum");
   try {
     GT_CUDA_CHECK(cudaSetDevice(device_));
-    GT_NCCL_CHECK(ncclAllReduce(data.data(), data.data(), data.size(), ncclFloat, ncclSum, comm_.get(),
-                                stream_.get()));
+    GT_NCCL_CHECK(ncclAllReduce(data.data(), data.data(), data.size(), ncclFloat, ncclSum,
+                                comm_.get(), stream_.get()));
     GT_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
   } catch (...) {
     failed_ = true;
@@ -101,7 +106,8 @@ void NcclCommunicator::allreduce_sum(FloatSpan data) {
 }
 
 void NcclCommunicator::broadcast(FloatSpan data, int root) {
-  GT_REQUIRE(root >= 0 && root < size_, "nccl broadcast: root {} is not in [0, size {})", root, size_);
+  GT_REQUIRE(root >= 0 && root < size_, "nccl broadcast: root {} is not in [0, size {})", root,
+             size_);
   if (data.empty()) return;
   check_device_pointer(data.data(), "broadcast");
   try {

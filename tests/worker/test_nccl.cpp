@@ -72,13 +72,15 @@ Batch random_batch(const models::MlpConfig& config, size_t n, uint64_t seed) {
 double worst_relative(const std::vector<float>& got, const std::vector<float>& want) {
   double worst = 0;
   for (size_t i = 0; i < want.size(); ++i)
-    worst = std::max(worst, std::abs(double(got[i]) - double(want[i])) / std::max(1e-3, std::abs(double(want[i]))));
+    worst = std::max(worst, std::abs(double(got[i]) - double(want[i])) /
+                                std::max(1e-3, std::abs(double(want[i]))));
   return worst;
 }
 
 }  // namespace
 
-TEST_CASE("one NCCL rank: allreduce of a device buffer leaves it unchanged, and so does broadcast") {
+TEST_CASE(
+    "one NCCL rank: allreduce of a device buffer leaves it unchanged, and so does broadcast") {
   run_ranks(1, [](NcclCommunicator& comm) {
     CHECK(comm.rank() == 0);
     CHECK(comm.size() == 1);
@@ -93,7 +95,8 @@ TEST_CASE("one NCCL rank: allreduce of a device buffer leaves it unchanged, and 
   });
 }
 
-TEST_CASE("two NCCL ranks as threads allreduce to the closed-form sum and broadcast the root's values") {
+TEST_CASE(
+    "two NCCL ranks as threads allreduce to the closed-form sum and broadcast the root's values") {
   if (cuda_device_count() < 2) {
     MESSAGE("fewer than 2 CUDA devices: the two-rank NCCL case cannot run here");
     return;
@@ -103,7 +106,8 @@ TEST_CASE("two NCCL ranks as threads allreduce to the closed-form sum and broadc
   run_ranks(2, [&](NcclCommunicator& comm) {
     const int r = comm.rank();
     std::vector<float> x(100000);  // several NCCL chunks
-    for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(r + 1) * static_cast<float>(i % 1000);
+    for (size_t i = 0; i < x.size(); ++i)
+      x[i] = static_cast<float>(r + 1) * static_cast<float>(i % 1000);
     DeviceBuffer<float> d(x.size());  // on comm.device(): the constructor made it current
     d.upload(x);
     comm.allreduce_sum({d.get(), d.size()});  // (1 + 2) (i mod 1000)
@@ -117,13 +121,15 @@ TEST_CASE("two NCCL ranks as threads allreduce to the closed-form sum and broadc
   });
   for (int r = 0; r < 2; ++r) {
     REQUIRE(sums[r].size() == 100000);
-    for (size_t i = 0; i < sums[r].size(); i += 997) CHECK(sums[r][i] == static_cast<float>(3 * (i % 1000)));
+    for (size_t i = 0; i < sums[r].size(); i += 997)
+      CHECK(sums[r][i] == static_cast<float>(3 * (i % 1000)));
     CHECK(bcasts[r] == std::vector<float>(10, 1.0f));
   }
 }
 
 TEST_CASE("the CUDA backend's loss and accumulated gradient match the CPU backend's within 1e-4") {
-  for (const models::MlpConfig& config : {models::MlpConfig{}, models::MlpConfig{37, {33, 65}, 40}}) {
+  for (const models::MlpConfig& config :
+       {models::MlpConfig{}, models::MlpConfig{37, {33, 65}, 40}}) {
     models::Mlp layout(config);
     std::vector<float> params(layout.parameter_count());
     layout.init(params, 5);
@@ -156,7 +162,9 @@ TEST_CASE("the CUDA backend's loss and accumulated gradient match the CPU backen
   }
 }
 
-TEST_CASE("a one-worker NCCL region: the host communicator round-trips and reduce_gradient equals the CPU's") {
+TEST_CASE(
+    "a one-worker NCCL region: the host communicator round-trips and reduce_gradient equals the "
+    "CPU's") {
   const models::MlpConfig config{784, {64}, 10};
   models::Mlp layout(config);
   std::vector<float> params(layout.parameter_count());
