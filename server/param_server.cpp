@@ -8,6 +8,7 @@
 #include "compression/codec.hpp"
 #include "compression/payload.hpp"
 #include "core/error.hpp"
+#include "server/shard_kernels.hpp"
 
 namespace geotrain::server {
 
@@ -293,7 +294,12 @@ ParamServer::Outcome ParamServer::on_push(uint32_t r, const wire::Header& h, con
   const auto live_now = live();
   if (!shard.gate().admits(m.round, live_now)) return Outcome::park;
 
-  delta_.assign(n, 0.0f);
+  // The delta: one segment covering the shard (the usual push) is read in place when it is
+  // fp32 (decode_view: no copy), otherwise decoded into delta_; several segments are decoded
+  // into delta_ side by side, with zeros between them. Only the gaps are zero-filled.
+  if (delta_.size() != n) delta_.resize(n);
+  ConstFloatSpan delta = delta_;
+  uint64_t filled = 0;
   for (size_t i = 0; i < m.segments.size(); ++i) {
     const auto& s = m.segments[i];
     const auto bytes = wire::frame_bytes(payloads[i]);
@@ -308,17 +314,23 @@ ParamServer::Outcome ParamServer::on_push(uint32_t r, const wire::Header& h, con
         throw WireError(ErrorCode::bad_payload,
                         fmt::format("segment {}: header says {} elements, payload has {}", i, s.count, header.elements),
                         id);
-      compression::decode_payload(bytes, FloatSpan(delta_).subspan(s.offset, s.count));
+      std::fill(delta_.begin() + static_cast<std::ptrdiff_t>(filled),
+                delta_.begin() + static_cast<std::ptrdiff_t>(s.offset), 0.0f);
+      if (m.segments.size() == 1 && s.offset == 0 && s.count == n)
+        delta = compression::decode_view(bytes, delta_);
+      else
+        compression::decode_payload(bytes, FloatSpan(delta_).subspan(s.offset, s.count));
+      filled = s.offset + s.count;
     } catch (const WireError&) {
       throw;
     } catch (const InputError& e) {
       throw WireError(ErrorCode::bad_payload, fmt::format("segment {}: {}", i, e.what()), id);
     }
   }
-  for (float x : delta_)
-    if (!std::isfinite(x)) throw WireError(ErrorCode::bad_payload, "push delta contains NaN or infinity", id);
+  std::fill(delta_.begin() + static_cast<std::ptrdiff_t>(filled), delta_.end(), 0.0f);
+  if (!all_finite(delta)) throw WireError(ErrorCode::bad_payload, "push delta contains NaN or infinity", id);
 
-  auto result = shard.apply_push(r, m.round, delta_, live_now);
+  auto result = shard.apply_push(r, m.round, delta, live_now);
   auto& c = metrics_.region(r);
   ++c.pushes;
   for (const auto& f : payloads) c.bytes_in += f.size();
@@ -357,7 +369,11 @@ ParamServer::Outcome ParamServer::on_pull(uint32_t r, const wire::Header& h, con
                       id);
   }
   if (shard.released_round() < m.min_round) return Outcome::park;
-  Bytes payload = m.full ? shard.pull_full(r) : shard.pull_change(r);
+  Bytes payload = pool_.acquire(shard.pull_bytes(r, m.full));
+  if (m.full)
+    shard.pull_full(r, payload);
+  else
+    shard.pull_change(r, payload);
   const auto codec = compression::parse_header(payload).codec;
   wire::PullReply out{m.shard, shard.version(), shard.released_round(), m.full,
                       {{0, shard.range().count, static_cast<uint8_t>(codec), payload.size()}}};
@@ -365,7 +381,7 @@ ParamServer::Outcome ParamServer::on_pull(uint32_t r, const wire::Header& h, con
   ++c.pulls;
   c.bytes_out += payload.size();
   std::vector<zmq::message_t> frames;
-  frames.push_back(wire::frame_from_bytes(std::move(payload)));
+  frames.push_back(pool_.frame(std::move(payload)));
   reply(membership_.peer(r).value_or(std::string()), id, std::move(out), std::move(frames));
   return Outcome::done;
 }

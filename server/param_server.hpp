@@ -29,6 +29,7 @@
 #include "server/config.hpp"
 #include "server/membership.hpp"
 #include "server/metrics.hpp"
+#include "server/payload_pool.hpp"
 #include "server/shard.hpp"
 #include "wire/channel.hpp"
 #include "wire/messages.hpp"
@@ -104,6 +105,7 @@ class ParamServer {
   uint64_t last_checkpoint_round_ = 0;
   ServerMetrics metrics_;
   std::vector<float> delta_;               // scratch: decoded push
+  PayloadPool pool_;                       // pull reply payloads, reused once ZeroMQ sent them
   bool shutdown_ = false;
 };
 

@@ -5,6 +5,7 @@
 #include "compression/codecs.hpp"
 #include "compression/factory.hpp"
 #include "core/error.hpp"
+#include "server/shard_kernels.hpp"
 
 namespace geotrain::server {
 
@@ -51,10 +52,11 @@ Shard::PushResult Shard::apply_push(size_t region, uint64_t round, ConstFloatSpa
     pending_[round][region] = std::vector<float>();  // participation only
   }
   if (critical_count_ < values_.size()) {
+    // w(tau) * delta / live, folded into the optimizer's pass; without critical elements the
+    // mask selects everything and the step runs unmasked.
     const auto n_live = static_cast<float>(std::count(live.begin(), live.end(), true));
-    scratch_.resize(values_.size());
-    for (size_t i = 0; i < values_.size(); ++i) scratch_[i] = result.weight * delta[i] / n_live;
-    outer_step(settings_.optimizer, values_, momentum_, scratch_, mask_, 0);
+    const auto mask = critical_count_ > 0 ? std::span<const uint8_t>(mask_) : std::span<const uint8_t>();
+    outer_step(settings_.optimizer, values_, momentum_, delta, mask, 0, {result.weight, n_live});
     ++version_;
   }
   gate_.set_clock(region, round);
@@ -80,9 +82,9 @@ std::vector<Shard::Released> Shard::release_ready(const std::vector<bool>& live)
       for (auto& s : slots)
         if (s)
           for (size_t i = 0; i < scratch_.size(); ++i) scratch_[i] += (*s)[i];
-      const auto n = static_cast<float>(contributors);
-      for (float& x : scratch_) x /= n;
-      outer_step(settings_.optimizer, values_, momentum_, scratch_, mask_, 1);
+      // The division by the contributors happens in the optimizer's pass: 1 * sum / n.
+      outer_step(settings_.optimizer, values_, momentum_, scratch_, mask_, 1,
+                 {1.0f, static_cast<float>(contributors)});
       ++version_;
     }
     ++released_round_;
@@ -100,25 +102,43 @@ void Shard::rejoin(size_t region) {
   downlink_of_.at(region)->reset(region);
 }
 
-Bytes Shard::pull_full(size_t region) {
-  Bytes out;
+size_t Shard::pull_bytes(size_t region, bool full) const {
+  const auto& codec = full ? *full_codec_ : downlink_of_.at(region)->codec();
+  return codec.max_payload_bytes(values_.size());
+}
+
+void Shard::pull_full(size_t region, Bytes& out) {
   full_codec_->encode(values_, out);
   base_.at(region) = values_;
   sent_version_.at(region) = version_;
   downlink_of_.at(region)->reset(region);
-  return out;
 }
 
-Bytes Shard::pull_change(size_t region) {
+void Shard::pull_change(size_t region, Bytes& out) {
   auto& base = base_.at(region);
   GT_ASSERT(base.has_value(), "pull_change before pull_full for region {}", region);
-  scratch_.resize(values_.size());
-  for (size_t i = 0; i < values_.size(); ++i) scratch_[i] = values_[i] - (*base)[i];
-  Bytes out;
-  downlink_of_.at(region)->encode(region, scratch_, out);
-  *base = values_;
+  auto& downlink = *downlink_of_.at(region);
+  const size_t n = values_.size();
+  if (downlink.codec().id() == compression::CodecId::fp32 && downlink.residual(region).size() == n) {
+    // Lossless downlink, after the region's first change pull. The fp32 error-feedback step
+    // sends x = g + e and sets e to +0 (kernels/codec_cpu fp32_encode), and nothing else writes
+    // this residual, so it is +0 everywhere here: the step is out = g + 0.0f with e unchanged.
+    // Done in one pass with g = values - sent and sent = values, into the payload directly.
+    // Tests hold this path to the generic one, byte for byte and residual for residual.
+    out.resize(compression::kHeaderBytes + 4 * n);
+    std::byte* body = out.data() + compression::kHeaderBytes;
+    GT_ASSERT(reinterpret_cast<uintptr_t>(body) % alignof(float) == 0, "misaligned payload body");
+    take_change_fp32(values_, *base, FloatSpan(reinterpret_cast<float*>(body), n));
+    compression::PayloadHeader h;
+    h.codec = compression::CodecId::fp32;
+    h.elements = n;
+    compression::write_header(h, out);
+  } else {
+    scratch_.resize(n);
+    take_change(values_, *base, scratch_);
+    downlink.encode(region, scratch_, out);
+  }
   sent_version_.at(region) = version_;
-  return out;
 }
 
 void Shard::restore(uint64_t version, uint64_t released_round, ConstFloatSpan values,

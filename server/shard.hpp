@@ -63,7 +63,9 @@ class Shard {
     float weight = 1.0f;
   };
   // Records region's delta for `round` (must be clock+1 and admitted by the gate): applies the
-  // non-critical part now, keeps the critical part until the round is released.
+  // non-critical part now, keeps the critical part until the round is released. `delta` may be
+  // a view into the push's payload frame; it is read, never kept. The caller checked that every
+  // element is finite.
   PushResult apply_push(size_t region, uint64_t round, ConstFloatSpan delta, const std::vector<bool>& live);
 
   struct Released {
@@ -79,10 +81,24 @@ class Shard {
 
   bool has_downlink(size_t region) const { return base_.at(region).has_value(); }
   uint64_t sent_version(size_t region) const { return sent_version_.at(region); }
-  // fp32 payload of the current values; restarts the region's downlink stream.
-  Bytes pull_full(size_t region);
-  // Payload of (values - values last sent) + residual, with the region's error feedback.
-  Bytes pull_change(size_t region);
+  // fp32 payload of the current values into `out` (resized); restarts the region's downlink stream.
+  void pull_full(size_t region, Bytes& out);
+  // Payload of (values - values last sent) + residual, with the region's error feedback, into
+  // `out` (resized).
+  void pull_change(size_t region, Bytes& out);
+  Bytes pull_full(size_t region) {
+    Bytes out;
+    pull_full(region, out);
+    return out;
+  }
+  Bytes pull_change(size_t region) {
+    Bytes out;
+    pull_change(region, out);
+    return out;
+  }
+  // The payload size of the region's next pull (an upper bound for codecs of variable size), so
+  // that the caller can hand pull_*() a buffer that needs no resizing.
+  size_t pull_bytes(size_t region, bool full) const;
   // The region's downlink error-feedback residual (empty before its first change pull).
   ConstFloatSpan downlink_residual(size_t region) const { return downlink_of_.at(region)->residual(region); }
   const compression::Codec& downlink_codec(size_t region) const { return downlink_of_.at(region)->codec(); }
