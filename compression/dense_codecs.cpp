@@ -214,8 +214,11 @@ void decode_payload(ConstByteSpan payload, FloatSpan y) { detail::decode_checked
 void decode_add_payload(ConstByteSpan payload, FloatSpan y) { detail::decode_checked(payload, y, true, {}); }
 uint64_t payload_elements(ConstByteSpan payload) { return parse_header(payload).elements; }
 
-ConstFloatSpan decode_view(ConstByteSpan payload, FloatSpan scratch) {
-  const PayloadHeader h = parse_header(payload);
+ConstFloatSpan decode_view(const PayloadHeader& h, ConstByteSpan payload, FloatSpan scratch) {
+  // A cheap guard against a header of another payload; the checksum itself is not recomputed.
+  GT_ASSERT(payload.size() >= kHeaderBytes && h.body_bytes == payload.size() - kHeaderBytes &&
+                std::memcmp(&h.checksum, payload.data() + 32, sizeof h.checksum) == 0,
+            "decode_view: the header given is not this payload's");
   detail::check_parsed(h, scratch.size(), {});
   const ConstByteSpan body = payload_body(payload);
   if (h.codec == CodecId::fp32 && reinterpret_cast<uintptr_t>(body.data()) % alignof(float) == 0) {

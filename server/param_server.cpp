@@ -294,17 +294,30 @@ ParamServer::Outcome ParamServer::on_push(uint32_t r, const wire::Header& h, con
   const auto live_now = live();
   if (!shard.gate().admits(m.round, live_now)) return Outcome::park;
 
-  // The delta: one segment covering the shard (the usual push) is read in place when it is
-  // fp32 (decode_view: no copy), otherwise decoded into delta_; several segments are decoded
-  // into delta_ side by side, with zeros between them. Only the gaps are zero-filled.
+  // The delta. The usual push is one segment covering the shard: an fp32 one is read in place
+  // (decode_view, no copy) and checked for NaN and infinity block by block while it is hashed;
+  // any other is decoded into delta_. Several segments are decoded into delta_ side by side,
+  // with zeros between them (only the gaps are zero-filled).
   if (delta_.size() != n) delta_.resize(n);
   ConstFloatSpan delta = delta_;
+  std::optional<bool> finite;  // known from the hashing pass
   uint64_t filled = 0;
   for (size_t i = 0; i < m.segments.size(); ++i) {
     const auto& s = m.segments[i];
     const auto bytes = wire::frame_bytes(payloads[i]);
+    const bool whole = m.segments.size() == 1 && s.offset == 0 && s.count == n;
     try {
-      const auto header = compression::parse_header(bytes);
+      compression::PayloadHeader header;
+      if (whole && s.codec == static_cast<uint8_t>(compression::CodecId::fp32) &&
+          reinterpret_cast<uintptr_t>(bytes.data() + compression::kHeaderBytes) % alignof(float) == 0) {
+        bool ok = true;
+        header = compression::parse_header(bytes, [&](size_t, ConstByteSpan block) {
+          ok = all_finite({reinterpret_cast<const float*>(block.data()), block.size() / sizeof(float)}) && ok;
+        });
+        if (header.codec == compression::CodecId::fp32) finite = ok;
+      } else {
+        header = compression::parse_header(bytes);
+      }
       if (static_cast<uint8_t>(header.codec) != s.codec)
         throw WireError(ErrorCode::bad_codec,
                         fmt::format("segment {}: header says codec {}, payload is {}", i,
@@ -316,10 +329,10 @@ ParamServer::Outcome ParamServer::on_push(uint32_t r, const wire::Header& h, con
                         id);
       std::fill(delta_.begin() + static_cast<std::ptrdiff_t>(filled),
                 delta_.begin() + static_cast<std::ptrdiff_t>(s.offset), 0.0f);
-      if (m.segments.size() == 1 && s.offset == 0 && s.count == n)
-        delta = compression::decode_view(bytes, delta_);
-      else
-        compression::decode_payload(bytes, FloatSpan(delta_).subspan(s.offset, s.count));
+      const auto out = FloatSpan(delta_).subspan(s.offset, s.count);
+      const auto decoded = compression::decode_view(header, bytes, out);
+      if (whole) delta = decoded;
+      else if (decoded.data() != out.data()) std::copy(decoded.begin(), decoded.end(), out.begin());
       filled = s.offset + s.count;
     } catch (const WireError&) {
       throw;
@@ -328,7 +341,8 @@ ParamServer::Outcome ParamServer::on_push(uint32_t r, const wire::Header& h, con
     }
   }
   std::fill(delta_.begin() + static_cast<std::ptrdiff_t>(filled), delta_.end(), 0.0f);
-  if (!all_finite(delta)) throw WireError(ErrorCode::bad_payload, "push delta contains NaN or infinity", id);
+  if (!(finite ? *finite : all_finite(delta)))
+    throw WireError(ErrorCode::bad_payload, "push delta contains NaN or infinity", id);
 
   auto result = shard.apply_push(r, m.round, delta, live_now);
   auto& c = metrics_.region(r);
@@ -374,7 +388,8 @@ ParamServer::Outcome ParamServer::on_pull(uint32_t r, const wire::Header& h, con
     shard.pull_full(r, payload);
   else
     shard.pull_change(r, payload);
-  const auto codec = compression::parse_header(payload).codec;
+  // The codec that wrote the payload (not parse_header: it would hash the payload once more).
+  const auto codec = m.full ? compression::CodecId::fp32 : shard.downlink_codec(r).id();
   wire::PullReply out{m.shard, shard.version(), shard.released_round(), m.full,
                       {{0, shard.range().count, static_cast<uint8_t>(codec), payload.size()}}};
   auto& c = metrics_.region(r);

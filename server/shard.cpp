@@ -123,16 +123,21 @@ void Shard::pull_change(size_t region, Bytes& out) {
     // Lossless downlink, after the region's first change pull. The fp32 error-feedback step
     // sends x = g + e and sets e to +0 (kernels/codec_cpu fp32_encode), and nothing else writes
     // this residual, so it is +0 everywhere here: the step is out = g + 0.0f with e unchanged.
-    // Done in one pass with g = values - sent and sent = values, into the payload directly.
-    // Tests hold this path to the generic one, byte for byte and residual for residual.
+    // Done in one pass with g = values - sent and sent = values, straight into the payload,
+    // each block hashed for the checksum while it is in cache. Tests hold this path to the
+    // generic one, byte for byte and residual for residual.
     out.resize(compression::kHeaderBytes + 4 * n);
-    std::byte* body = out.data() + compression::kHeaderBytes;
-    GT_ASSERT(reinterpret_cast<uintptr_t>(body) % alignof(float) == 0, "misaligned payload body");
-    take_change_fp32(values_, *base, FloatSpan(reinterpret_cast<float*>(body), n));
+    GT_ASSERT(reinterpret_cast<uintptr_t>(out.data() + compression::kHeaderBytes) % alignof(float) == 0,
+              "misaligned payload body");
     compression::PayloadHeader h;
     h.codec = compression::CodecId::fp32;
     h.elements = n;
-    compression::write_header(h, out);
+    FloatSpan sent = *base;
+    compression::write_payload(h, out, [&](size_t offset, ByteSpan block) {
+      const size_t at = offset / sizeof(float), count = block.size() / sizeof(float);
+      take_change_fp32(ConstFloatSpan(values_).subspan(at, count), sent.subspan(at, count),
+                       {reinterpret_cast<float*>(block.data()), count});
+    });
   } else {
     scratch_.resize(n);
     take_change(values_, *base, scratch_);
