@@ -104,7 +104,7 @@ class ParamServer {
   CheckpointStore checkpoints_;
   uint64_t last_checkpoint_round_ = 0;
   ServerMetrics metrics_;
-  std::vector<float> delta_;               // scratch: decoded push
+  ShardBuffer delta_;                      // scratch: decoded push
   PayloadPool pool_;                       // pull reply payloads, reused once ZeroMQ sent them
   bool shutdown_ = false;
 };

@@ -4,6 +4,8 @@
 #include <mutex>
 #include <vector>
 
+#include "server/huge_pages.hpp"
+
 namespace geotrain::server {
 
 struct PayloadPool::State {
@@ -41,6 +43,13 @@ Bytes PayloadPool::acquire(size_t bytes) {
       out = std::move(*it);
       idle.erase(it);
     }
+  }
+  if (out.capacity() < bytes) {
+    // A new buffer (an idle one too small is dropped, not copied): ask for huge pages before
+    // its first write faults the pages in.
+    out = Bytes();
+    out.reserve(bytes);
+    advise_huge_pages(out.data(), out.capacity());
   }
   out.resize(bytes);  // a no-op for a buffer of the right size: no zero-fill
   return out;

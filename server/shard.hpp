@@ -20,6 +20,7 @@
 
 #include "compression/error_feedback.hpp"
 #include "core/span.hpp"
+#include "server/huge_pages.hpp"
 #include "server/outer_optimizer.hpp"
 #include "server/shard_map.hpp"
 #include "server/staleness_gate.hpp"
@@ -111,21 +112,21 @@ class Shard {
   std::vector<uint8_t> mask_;  // 1 = critical element
   uint64_t critical_count_ = 0;
   ShardSettings settings_;
-  std::vector<float> values_;
-  std::vector<float> momentum_;
+  ShardBuffer values_;
+  ShardBuffer momentum_;
   uint64_t version_ = 0;
   uint64_t released_round_ = 0;
   StalenessGate gate_;
   // round -> per region critical delta (empty optional: not pushed yet)
   std::map<uint64_t, std::vector<std::optional<std::vector<float>>>> pending_;
-  std::vector<std::optional<std::vector<float>>> base_;  // downlink: values last sent
+  std::vector<std::optional<ShardBuffer>> base_;  // downlink: values last sent
   std::vector<uint64_t> sent_version_;
   // One ErrorFeedback per distinct downlink codec spec; its stream `region` is that region's
   // residual, so every region has exactly one stream whatever codec it uses.
   std::map<std::string, compression::ErrorFeedback> downlinks_;
   std::vector<compression::ErrorFeedback*> downlink_of_;  // per region, into downlinks_
   std::unique_ptr<compression::Codec> full_codec_;
-  std::vector<float> scratch_;
+  ShardBuffer scratch_;
 };
 
 }  // namespace geotrain::server
