@@ -309,6 +309,7 @@ ParamServer::Outcome ParamServer::on_push(uint32_t r, const wire::Header& h, con
     try {
       compression::PayloadHeader header;
       if (whole && s.codec == static_cast<uint8_t>(compression::CodecId::fp32) &&
+          bytes.size() >= compression::kHeaderBytes &&
           reinterpret_cast<uintptr_t>(bytes.data() + compression::kHeaderBytes) % alignof(float) == 0) {
         bool ok = true;
         header = compression::parse_header(bytes, [&](size_t, ConstByteSpan block) {

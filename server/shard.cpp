@@ -55,6 +55,8 @@ Shard::PushResult Shard::apply_push(size_t region, uint64_t round, ConstFloatSpa
     // w(tau) * delta / live, folded into the optimizer's pass; without critical elements the
     // mask selects everything and the step runs unmasked.
     const auto n_live = static_cast<float>(std::count(live.begin(), live.end(), true));
+    // TODO(perf): for shards of many MiB, split this pass (and the pull's) over two threads; the
+    // I/O thread idles while the loop thread computes.
     const auto mask = critical_count_ > 0 ? std::span<const uint8_t>(mask_) : std::span<const uint8_t>();
     outer_step(settings_.optimizer, values_, momentum_, delta, mask, 0, {result.weight, n_live});
     ++version_;
@@ -139,6 +141,8 @@ void Shard::pull_change(size_t region, Bytes& out) {
                        {reinterpret_cast<float*>(block.data()), count});
     });
   } else {
+    // TODO(perf): a codec entry point taking values and sent instead of g would fuse this pass
+    // into the error-feedback encode (x = (values - sent) + e), one pass fewer for lossy codecs.
     scratch_.resize(n);
     take_change(values_, *base, scratch_);
     downlink.encode(region, scratch_, out);
