@@ -3,6 +3,7 @@
 // equal bit for bit, not within a tolerance.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -10,6 +11,7 @@
 
 #include "compression/error_feedback.hpp"
 #include "compression/factory.hpp"
+#include "server/huge_pages.hpp"
 #include "server/outer_optimizer.hpp"
 #include "server/payload_pool.hpp"
 #include "server/shard.hpp"
@@ -189,4 +191,40 @@ TEST_CASE("a push whose fp32 payload is not float-aligned in memory is applied l
   as<wire::PushReply>(expect_reply(a, push_header(0, 1, 0, payload, kShard), std::move(f)));
   auto p = pull(a, true, 0, 1);
   for (size_t i = 0; i < kShard; ++i) REQUIRE(p.values[i] == delta[i]);  // one live region: the delta itself
+}
+
+TEST_CASE("a NaN far into a large fp32 push is found by the checking pass and the push changes nothing") {
+  TempDir tmp("large-nan");
+  const size_t n = 5 * compression::kChecksumBlock / sizeof(float) + 3;  // several checksum blocks
+  auto config = server::parse_server_config(fmt::format(R"(
+regions: [a]
+model:
+  tensors: [{{name: w, size: {}}}]
+server:
+  run_dir: "{}"
+)",
+                                                        n, tmp.path().string()));
+  Cluster cluster(config);
+  auto a = cluster.client();
+  hello(a, "a", cluster.table_hash());
+  auto delta = filled(n, 0.25f);
+  delta[n - 2] = std::numeric_limits<float>::infinity();
+  const Bytes bad = encode(delta);
+  auto r = expect_reply(a, push_header(0, 1, 0, bad, n), frames(bad));
+  REQUIRE(std::holds_alternative<wire::Error>(r.header.body));
+  CHECK(std::get<wire::Error>(r.header.body).code == wire::ErrorCode::bad_payload);
+  CHECK(pull(a, true, 0, 0, n).values == filled(n, 0.0f));
+  delta[n - 2] = 0.25f;
+  CHECK(push(a, 1, delta).round == 1);
+  CHECK(pull(a, true, 0, 1, n).values == filled(n, 0.25f));
+}
+
+TEST_CASE("shard buffers of 2 MiB and more are 2 MiB-aligned and zero-initialised like any vector") {
+  server::ShardBuffer big(server::kHugePage / sizeof(float) + 5, 0.0f), small(100, 1.0f);
+  CHECK(reinterpret_cast<uintptr_t>(big.data()) % server::kHugePage == 0);
+  CHECK(std::all_of(big.begin(), big.end(), [](float x) { return x == 0.0f; }));
+  CHECK(std::all_of(small.begin(), small.end(), [](float x) { return x == 1.0f; }));
+  auto copy = big;
+  copy.back() = 3.0f;
+  CHECK(big.back() == 0.0f);
 }
