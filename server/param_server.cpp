@@ -45,6 +45,11 @@ ParamServer::ParamServer(const ServerConfig& config, uint32_t region, zmq::conte
   for (const auto& range : map_.owned_by(region))
     shards_.emplace_back(range, table_.critical_mask(range.offset, range.offset + range.count),
                          config.regions.size(), config.shard);
+  // A helper thread only where some shard is large enough to split its passes.
+  if (std::any_of(shards_.begin(), shards_.end(), [](const Shard& s) { return s.range().count >= kSplitElements; })) {
+    splitter_ = std::make_unique<PassSplitter>();
+    for (auto& s : shards_) s.set_splitter(splitter_.get());
+  }
   std::string endpoint;
   if (options_.endpoint) {
     endpoint = *options_.endpoint;

@@ -106,6 +106,7 @@ class ParamServer {
   ServerMetrics metrics_;
   ShardBuffer delta_;                      // scratch: decoded push
   PayloadPool pool_;                       // pull reply payloads, reused once ZeroMQ sent them
+  std::unique_ptr<PassSplitter> splitter_;  // second thread for the passes of large shards, if any
   bool shutdown_ = false;
 };
 

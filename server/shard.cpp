@@ -55,10 +55,24 @@ Shard::PushResult Shard::apply_push(size_t region, uint64_t round, ConstFloatSpa
     // w(tau) * delta / live, folded into the optimizer's pass; without critical elements the
     // mask selects everything and the step runs unmasked.
     const auto n_live = static_cast<float>(std::count(live.begin(), live.end(), true));
-    // TODO(perf): for shards of many MiB, split this pass (and the pull's) over two threads; the
-    // I/O thread idles while the loop thread computes.
     const auto mask = critical_count_ > 0 ? std::span<const uint8_t>(mask_) : std::span<const uint8_t>();
-    outer_step(settings_.optimizer, values_, momentum_, delta, mask, 0, {result.weight, n_live});
+    auto step = [&](size_t begin, size_t end) {
+      const size_t count = end - begin;
+      outer_step(settings_.optimizer, FloatSpan(values_).subspan(begin, count),
+                 FloatSpan(momentum_).subspan(begin, count), delta.subspan(begin, count),
+                 mask.empty() ? mask : mask.subspan(begin, count), 0, {result.weight, n_live});
+    };
+    const size_t n = values_.size();
+    if (splitter_ != nullptr && n >= kSplitElements) {
+      // Halves on two threads; the split is a multiple of 16 elements, so no 64-byte line of
+      // values or momentum is written by both.
+      const size_t half = n / 2 / 16 * 16;
+      splitter_->start([&] { step(half, n); });
+      step(0, half);
+      splitter_->wait();
+    } else {
+      step(0, n);
+    }
     ++version_;
   }
   gate_.set_clock(region, round);
@@ -134,12 +148,32 @@ void Shard::pull_change(size_t region, Bytes& out) {
     compression::PayloadHeader h;
     h.codec = compression::CodecId::fp32;
     h.elements = n;
-    FloatSpan sent = *base;
+    const ConstFloatSpan values = values_;
+    const FloatSpan sent = *base;
+    const FloatSpan body(reinterpret_cast<float*>(out.data() + compression::kHeaderBytes), n);
+    // A large shard: the splitter's thread computes the second half while this one computes and
+    // hashes the first; the hash of the second half waits for it. The split is a multiple of a
+    // checksum block, so one block starts exactly there.
+    constexpr size_t kBlockElements = compression::kChecksumBlock / sizeof(float);
+    size_t split = n;
+    bool waited = true;
+    if (splitter_ != nullptr && n >= kSplitElements) {
+      split = n / 2 / kBlockElements * kBlockElements;
+      waited = false;
+      splitter_->start([&, split] {
+        take_change_fp32(values.subspan(split), sent.subspan(split), body.subspan(split));
+      });
+    }
     compression::write_payload(h, out, [&](size_t offset, ByteSpan block) {
       const size_t at = offset / sizeof(float), count = block.size() / sizeof(float);
-      take_change_fp32(ConstFloatSpan(values_).subspan(at, count), sent.subspan(at, count),
-                       {reinterpret_cast<float*>(block.data()), count});
+      if (at >= split) {
+        if (!waited) splitter_->wait();
+        waited = true;
+        return;
+      }
+      take_change_fp32(values.subspan(at, count), sent.subspan(at, count), body.subspan(at, count));
     });
+    if (!waited) splitter_->wait();
   } else {
     // TODO(perf): a codec entry point taking values and sent instead of g would fuse this pass
     // into the error-feedback encode (x = (values - sent) + e), one pass fewer for lossy codecs.

@@ -22,6 +22,7 @@
 #include "core/span.hpp"
 #include "server/huge_pages.hpp"
 #include "server/outer_optimizer.hpp"
+#include "server/pass_splitter.hpp"
 #include "server/shard_map.hpp"
 #include "server/staleness_gate.hpp"
 
@@ -104,6 +105,10 @@ class Shard {
   ConstFloatSpan downlink_residual(size_t region) const { return downlink_of_.at(region)->residual(region); }
   const compression::Codec& downlink_codec(size_t region) const { return downlink_of_.at(region)->codec(); }
 
+  // Lets the push's optimizer pass and the fp32 pull pass of a large shard run half on the
+  // splitter's thread (server/pass_splitter.hpp); borrowed, must outlive the shard or be reset.
+  void set_splitter(PassSplitter* splitter) { splitter_ = splitter; }
+
   // Checkpoint restore: values and momentum must have the shard's size.
   void restore(uint64_t version, uint64_t released_round, ConstFloatSpan values, ConstFloatSpan momentum);
 
@@ -127,6 +132,7 @@ class Shard {
   std::vector<compression::ErrorFeedback*> downlink_of_;  // per region, into downlinks_
   std::unique_ptr<compression::Codec> full_codec_;
   ShardBuffer scratch_;
+  PassSplitter* splitter_ = nullptr;
 };
 
 }  // namespace geotrain::server

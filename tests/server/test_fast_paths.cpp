@@ -1,6 +1,6 @@
 // The server's fused passes and buffer reuse (server/shard_kernels.hpp, outer_optimizer.hpp,
-// payload_pool.hpp, Shard::pull_change's fp32 path) against the unfused reference they replace:
-// equal bit for bit, not within a tolerance.
+// payload_pool.hpp, pass_splitter.hpp, Shard::pull_change's fp32 path) against the unfused or
+// single-threaded reference they replace: equal bit for bit, not within a tolerance.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -8,11 +8,13 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <thread>
 
 #include "compression/error_feedback.hpp"
 #include "compression/factory.hpp"
 #include "server/huge_pages.hpp"
 #include "server/outer_optimizer.hpp"
+#include "server/pass_splitter.hpp"
 #include "server/payload_pool.hpp"
 #include "server/shard.hpp"
 #include "server/shard_kernels.hpp"
@@ -227,4 +229,49 @@ TEST_CASE("shard buffers of 2 MiB and more are 2 MiB-aligned and zero-initialise
   auto copy = big;
   copy.back() = 3.0f;
   CHECK(big.back() == 0.0f);
+}
+
+TEST_CASE("the pass splitter runs each task on its thread and wait() returns once it is done") {
+  server::PassSplitter splitter;
+  splitter.wait();  // nothing started: returns at once
+  std::vector<int> hits(8, 0);
+  for (int t = 0; t < 8; ++t) {
+    const auto caller = std::this_thread::get_id();
+    std::thread::id ran_on;
+    splitter.start([&, t] {
+      ran_on = std::this_thread::get_id();
+      hits[t] = t + 1;
+    });
+    splitter.wait();
+    CHECK(ran_on != caller);
+    CHECK(hits[t] == t + 1);
+  }
+}
+
+TEST_CASE("a large shard's push and pull split over two threads give the bytes of one thread") {
+  const size_t n = server::kSplitElements + 12345;  // large enough to split, halves of unequal blocks
+  server::ShardSettings settings;
+  settings.optimizer = {0.7f, 0.9f, true};
+  std::vector<uint8_t> mask(n, 0);
+  for (size_t i = 0; i < n; i += 5) mask[i] = 1;  // some critical elements: the masked step
+  server::Shard one(server::ShardRange{0, 0, n, 0}, mask, 1, settings);
+  server::Shard two(server::ShardRange{0, 0, n, 0}, mask, 1, settings);
+  server::PassSplitter splitter;
+  two.set_splitter(&splitter);
+  const std::vector<bool> live{true};
+  one.pull_full(0);
+  two.pull_full(0);
+  Bytes a, b;
+  for (uint64_t t = 1; t <= 3; ++t) {
+    const auto delta = gaussian(n, static_cast<unsigned>(t));
+    one.apply_push(0, t, delta, live);
+    two.apply_push(0, t, delta, live);
+    one.release_ready(live);
+    two.release_ready(live);
+    REQUIRE(same_bits(one.values(), two.values()));
+    REQUIRE(same_bits(one.momentum(), two.momentum()));
+    one.pull_change(0, a);
+    two.pull_change(0, b);
+    REQUIRE(a == b);
+  }
 }
