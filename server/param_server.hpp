@@ -10,7 +10,9 @@
 //
 // Threads: run() is the loop and blocks until stop is requested or a Shutdown arrives; every
 // other method is for that loop's thread (tests read state through StatsRequest, or after run()
-// returned). The clock is injectable so tests decide when a silent region is dead.
+// returned). A server with a shard of kSplitElements or more also owns one helper thread
+// (PassSplitter) that runs half of a push's or pull's pass while the loop thread runs the other.
+// The clock is injectable so tests decide when a silent region is dead.
 #pragma once
 
 #include <zmq.hpp>

@@ -10,7 +10,8 @@
 // outer optimizer applied to the average of the live regions' deltas for that round;
 // non-critical elements change on every push, by the optimizer applied to w(tau) * delta / live.
 // Callers validate input first: every method here asserts its preconditions (our bugs).
-// Nothing blocks; not thread-safe (the server's loop thread owns it).
+// Nothing blocks, but a pass split with the PassSplitter waits for its other half; not
+// thread-safe (the server's loop thread owns it).
 #pragma once
 
 #include <map>
