@@ -6,7 +6,9 @@
 // encoded with the codec and pulls the change back (downlink with the same codec and server-side
 // error feedback), one request at a time. The raw reference is a ROUTER thread that answers each
 // DEALER request with a reply of the size the server's reply has: the same frames, the same
-// bytes, the same socket types, but no protocol, no decode, no optimizer and no encode.
+// bytes, the same socket types, but no protocol, no decode, no optimizer and no encode. The two
+// are timed in alternating turns of a few round trips, so that load from other processes on the
+// machine falls on both alike.
 // Blocks until done; prints to stdout. Writes nothing to disk (metrics and checkpoints off).
 #pragma once
 
@@ -37,7 +39,14 @@ struct ServerBenchResult {
   double server_rtt_us = 0; // median push+pull round trip
   double raw_rtt_us = 0;
   std::size_t server_round_trips = 0, raw_round_trips = 0;
+  // Whether the target (ratio >= 0.8) applies to this row, and if not, why not:
+  // "target >= 0.8" (tcp, fp32, payload of 1 MB and up), or the reason it does not apply.
+  std::string note;
 };
+
+// The note of a row (see ServerBenchResult::note). push_payload: bytes of one push's payload.
+std::string server_bench_note(const std::string& transport, const std::string& codec, std::size_t shard_bytes,
+                              std::size_t push_payload);
 
 int run_server_bench(const ServerBenchOptions& options);
 std::vector<ServerBenchResult> measure_server(const ServerBenchOptions& options);

@@ -58,6 +58,14 @@ class Codec {
 void decode_payload(ConstByteSpan payload, FloatSpan y);
 void decode_add_payload(ConstByteSpan payload, FloatSpan y);
 
+// decode_payload for a payload that parse_header already validated (`parsed` is what it
+// returned), without hashing it again and without a copy where none is needed: an fp32 payload
+// whose body is aligned for float is returned as a view of its own bytes (valid while `payload`
+// is); any other payload is decoded into `scratch`, which is returned. Otherwise the same
+// validation and errors as decode_payload, with scratch.size() as the expected element count;
+// nothing is written to scratch on error.
+ConstFloatSpan decode_view(const PayloadHeader& parsed, ConstByteSpan payload, FloatSpan scratch);
+
 // Element count a payload claims, after validating its header.
 uint64_t payload_elements(ConstByteSpan payload);
 

@@ -129,17 +129,50 @@ void require_chunk(uint32_t chunk, std::string_view what) {
              "{}: chunk {} is invalid: must be a multiple of 32 in [32, {}]", what, chunk, kMaxChunk);
 }
 
-void decode_dense(const PayloadHeader& h, ConstByteSpan body, FloatSpan y, bool add) {
+namespace {
+// The dense codecs' own fields; after this every bit pattern of the body is a valid encoding.
+void check_dense(const PayloadHeader& h) {
   const std::string name = codec_name(h.codec);
   if (is_chunked(h.codec)) require_chunk(h.chunk, "codec payload: " + name);
   else GT_REQUIRE(h.chunk == 0, "codec payload: {}: chunk field is {}, must be 0", name, h.chunk);
   GT_REQUIRE(h.aux == 0, "codec payload: {}: aux field is {}, must be 0", name, h.aux);
-  const uint64_t n = h.elements;
-  const uint64_t expected = dense_body_bytes(h.codec, n, h.chunk);
+  const uint64_t expected = dense_body_bytes(h.codec, h.elements, h.chunk);
   GT_REQUIRE(h.body_bytes == expected,
              "codec payload: {}: body is {} bytes, but {} elements in chunks of {} need {}", name,
-             h.body_bytes, n, h.chunk, expected);
-  // Every bit pattern of a dense body is a valid encoding: validation is complete here.
+             h.body_bytes, h.elements, h.chunk, expected);
+}
+
+// What decode_checked checks beyond parse_header, before any codec looks at the body.
+void check_parsed(const PayloadHeader& h, size_t y_size, std::optional<CodecId> expected) {
+  const std::string name = codec_name(static_cast<uint8_t>(h.codec));
+  if (expected) {
+    GT_REQUIRE(h.codec == *expected, "codec payload: encoded with {}, but this decoder is {}", name,
+               codec_name(*expected));
+  }
+  GT_REQUIRE(h.version == 1, "codec payload: {}: format version {} is not supported (this build reads 1)",
+             name, h.version);
+  GT_REQUIRE(h.elements == y_size, "codec payload: {}: holds {} elements, but the output has {}",
+             name, h.elements, y_size);
+}
+
+void decode_parsed(const PayloadHeader& h, ConstByteSpan body, FloatSpan y, bool add) {
+  switch (h.codec) {
+    case CodecId::fp32:
+    case CodecId::fp16:
+    case CodecId::bf16:
+    case CodecId::int8:
+    case CodecId::int4:
+    case CodecId::onebit: decode_dense(h, body, y, add); return;
+    case CodecId::topk: decode_topk(h, body, y, add); return;
+    case CodecId::zstd: decode_zstd(h, body, y, add); return;
+  }
+  GT_REQUIRE(false, "codec payload: unknown codec id {}", static_cast<unsigned>(h.codec));
+}
+}  // namespace
+
+void decode_dense(const PayloadHeader& h, ConstByteSpan body, FloatSpan y, bool add) {
+  check_dense(h);
+  const uint64_t n = h.elements;
   // Wire buffers need not be aligned; decode from an aligned copy when they are not.
   std::vector<float> aligned;
   const std::byte* data = body.data();
@@ -171,27 +204,8 @@ void decode_dense(const PayloadHeader& h, ConstByteSpan body, FloatSpan y, bool 
 
 void decode_checked(ConstByteSpan payload, FloatSpan y, bool add, std::optional<CodecId> expected) {
   const PayloadHeader h = parse_header(payload);
-  const std::string name = codec_name(static_cast<uint8_t>(h.codec));
-  if (expected) {
-    GT_REQUIRE(h.codec == *expected, "codec payload: encoded with {}, but this decoder is {}", name,
-               codec_name(*expected));
-  }
-  GT_REQUIRE(h.version == 1, "codec payload: {}: format version {} is not supported (this build reads 1)",
-             name, h.version);
-  GT_REQUIRE(h.elements == y.size(), "codec payload: {}: holds {} elements, but the output has {}",
-             name, h.elements, y.size());
-  const ConstByteSpan body = payload_body(payload);
-  switch (h.codec) {
-    case CodecId::fp32:
-    case CodecId::fp16:
-    case CodecId::bf16:
-    case CodecId::int8:
-    case CodecId::int4:
-    case CodecId::onebit: decode_dense(h, body, y, add); return;
-    case CodecId::topk: decode_topk(h, body, y, add); return;
-    case CodecId::zstd: decode_zstd(h, body, y, add); return;
-  }
-  GT_REQUIRE(false, "codec payload: unknown codec id {}", static_cast<unsigned>(h.codec));
+  check_parsed(h, y.size(), expected);
+  decode_parsed(h, payload_body(payload), y, add);
 }
 
 }  // namespace detail
@@ -199,5 +213,21 @@ void decode_checked(ConstByteSpan payload, FloatSpan y, bool add, std::optional<
 void decode_payload(ConstByteSpan payload, FloatSpan y) { detail::decode_checked(payload, y, false, {}); }
 void decode_add_payload(ConstByteSpan payload, FloatSpan y) { detail::decode_checked(payload, y, true, {}); }
 uint64_t payload_elements(ConstByteSpan payload) { return parse_header(payload).elements; }
+
+ConstFloatSpan decode_view(const PayloadHeader& h, ConstByteSpan payload, FloatSpan scratch) {
+  // A cheap guard against a header of another payload; the checksum itself is not recomputed.
+  GT_ASSERT(payload.size() >= kHeaderBytes && h.body_bytes == payload.size() - kHeaderBytes &&
+                std::memcmp(&h.checksum, payload.data() + 32, sizeof h.checksum) == 0,
+            "decode_view: the header given is not this payload's");
+  detail::check_parsed(h, scratch.size(), {});
+  const ConstByteSpan body = payload_body(payload);
+  if (h.codec == CodecId::fp32 && reinterpret_cast<uintptr_t>(body.data()) % alignof(float) == 0) {
+    detail::check_dense(h);
+    // The body is the values, little-endian fp32 like this machine (payload.cpp asserts it).
+    return {reinterpret_cast<const float*>(body.data()), scratch.size()};
+  }
+  detail::decode_parsed(h, body, scratch, false);
+  return scratch;
+}
 
 }  // namespace geotrain::compression

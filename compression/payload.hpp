@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -63,6 +64,24 @@ void write_header(PayloadHeader header, ByteSpan payload);
 // Reads and validates the header of a payload: size, magic, body length, checksum.
 // Throws InputError ("codec payload: ...") when any of them is wrong.
 PayloadHeader parse_header(ConstByteSpan payload);
+
+// One pass instead of two over a large body: the body is handled in consecutive blocks of at
+// most kChecksumBlock bytes, each hashed right after the caller wrote it (write_payload) or
+// right before the caller reads it (parse_header with a visitor), while it is still in cache.
+// The checksum is the same as write_header's. Blocks start at multiples of kChecksumBlock from
+// the body, so a float body is seen as whole, aligned floats.
+inline constexpr size_t kChecksumBlock = size_t{64} << 10;
+using BodyFill = std::function<void(size_t offset, ByteSpan block)>;
+using BodyVisit = std::function<void(size_t offset, ConstByteSpan block)>;
+
+// write_header, with `fill` writing every byte of the body block by block first.
+void write_payload(PayloadHeader header, ByteSpan payload, const BodyFill& fill);
+
+// parse_header, showing the visitor each block of the body as it is hashed. The bytes are not
+// verified until parse_header returns: a visitor may compute from them (a check, a sum) but must
+// not act on the result before then. Each check fails as parse_header(payload) fails; the body
+// is visited only once the header itself is known to be sound.
+PayloadHeader parse_header(ConstByteSpan payload, const BodyVisit& visit);
 
 // Body of a payload (after the header); call after parse_header succeeded.
 inline ConstByteSpan payload_body(ConstByteSpan payload) { return payload.subspan(kHeaderBytes); }

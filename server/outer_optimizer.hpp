@@ -6,7 +6,8 @@
 //   nesterov:  m = mu*m + g;  theta -= lr*(g + mu*m)
 //
 // Owns only its settings; the momentum buffer belongs to the shard (it is checkpointed with
-// it). step() touches only elements whose mask byte equals `select`. Pure, nothing blocks.
+// it). step() touches only elements whose mask byte equals `select` (an empty mask selects every
+// element). Pure, nothing blocks.
 #pragma once
 
 #include <cstdint>
@@ -24,8 +25,17 @@ struct OuterOptimizerConfig {
   std::string describe() const;
 };
 
-// theta and m: the shard; delta: the (weighted) average delta over the same range.
+// The delta the optimizer sees is weight * delta[i] / divisor, computed per element in that
+// order (a stale push's weight, the number of regions it is averaged over). Folding the scaling
+// into the step saves the shard a pass; {1, 1} leaves delta exactly as it is.
+struct DeltaScale {
+  float weight = 1.0f;
+  float divisor = 1.0f;
+};
+
+// theta and m: the shard; delta: the (weighted) average delta over the same range, or the raw
+// delta with `scale` saying how to weigh and average it. One pass over the shard.
 void outer_step(const OuterOptimizerConfig& config, FloatSpan theta, FloatSpan m, ConstFloatSpan delta,
-                std::span<const uint8_t> mask, uint8_t select);
+                std::span<const uint8_t> mask, uint8_t select, DeltaScale scale = {});
 
 }  // namespace geotrain::server

@@ -8,6 +8,7 @@
 #include "compression/codec.hpp"
 #include "compression/payload.hpp"
 #include "core/error.hpp"
+#include "server/shard_kernels.hpp"
 
 namespace geotrain::server {
 
@@ -44,6 +45,11 @@ ParamServer::ParamServer(const ServerConfig& config, uint32_t region, zmq::conte
   for (const auto& range : map_.owned_by(region))
     shards_.emplace_back(range, table_.critical_mask(range.offset, range.offset + range.count),
                          config.regions.size(), config.shard);
+  // A helper thread only where some shard is large enough to split its passes.
+  if (std::any_of(shards_.begin(), shards_.end(), [](const Shard& s) { return s.range().count >= kSplitElements; })) {
+    splitter_ = std::make_unique<PassSplitter>();
+    for (auto& s : shards_) s.set_splitter(splitter_.get());
+  }
   std::string endpoint;
   if (options_.endpoint) {
     endpoint = *options_.endpoint;
@@ -293,12 +299,31 @@ ParamServer::Outcome ParamServer::on_push(uint32_t r, const wire::Header& h, con
   const auto live_now = live();
   if (!shard.gate().admits(m.round, live_now)) return Outcome::park;
 
-  delta_.assign(n, 0.0f);
+  // The delta. The usual push is one segment covering the shard: an fp32 one is read in place
+  // (decode_view, no copy) and checked for NaN and infinity block by block while it is hashed;
+  // any other is decoded into delta_. Several segments are decoded into delta_ side by side,
+  // with zeros between them (only the gaps are zero-filled).
+  if (delta_.size() != n) delta_.resize(n);
+  ConstFloatSpan delta = delta_;
+  std::optional<bool> finite;  // known from the hashing pass
+  uint64_t filled = 0;
   for (size_t i = 0; i < m.segments.size(); ++i) {
     const auto& s = m.segments[i];
     const auto bytes = wire::frame_bytes(payloads[i]);
+    const bool whole = m.segments.size() == 1 && s.offset == 0 && s.count == n;
     try {
-      const auto header = compression::parse_header(bytes);
+      compression::PayloadHeader header;
+      if (whole && s.codec == static_cast<uint8_t>(compression::CodecId::fp32) &&
+          bytes.size() >= compression::kHeaderBytes &&
+          reinterpret_cast<uintptr_t>(bytes.data() + compression::kHeaderBytes) % alignof(float) == 0) {
+        bool ok = true;
+        header = compression::parse_header(bytes, [&](size_t, ConstByteSpan block) {
+          ok = all_finite({reinterpret_cast<const float*>(block.data()), block.size() / sizeof(float)}) && ok;
+        });
+        if (header.codec == compression::CodecId::fp32) finite = ok;
+      } else {
+        header = compression::parse_header(bytes);
+      }
       if (static_cast<uint8_t>(header.codec) != s.codec)
         throw WireError(ErrorCode::bad_codec,
                         fmt::format("segment {}: header says codec {}, payload is {}", i,
@@ -308,17 +333,24 @@ ParamServer::Outcome ParamServer::on_push(uint32_t r, const wire::Header& h, con
         throw WireError(ErrorCode::bad_payload,
                         fmt::format("segment {}: header says {} elements, payload has {}", i, s.count, header.elements),
                         id);
-      compression::decode_payload(bytes, FloatSpan(delta_).subspan(s.offset, s.count));
+      std::fill(delta_.begin() + static_cast<std::ptrdiff_t>(filled),
+                delta_.begin() + static_cast<std::ptrdiff_t>(s.offset), 0.0f);
+      const auto out = FloatSpan(delta_).subspan(s.offset, s.count);
+      const auto decoded = compression::decode_view(header, bytes, out);
+      if (whole) delta = decoded;
+      else if (decoded.data() != out.data()) std::copy(decoded.begin(), decoded.end(), out.begin());
+      filled = s.offset + s.count;
     } catch (const WireError&) {
       throw;
     } catch (const InputError& e) {
       throw WireError(ErrorCode::bad_payload, fmt::format("segment {}: {}", i, e.what()), id);
     }
   }
-  for (float x : delta_)
-    if (!std::isfinite(x)) throw WireError(ErrorCode::bad_payload, "push delta contains NaN or infinity", id);
+  std::fill(delta_.begin() + static_cast<std::ptrdiff_t>(filled), delta_.end(), 0.0f);
+  if (!(finite ? *finite : all_finite(delta)))
+    throw WireError(ErrorCode::bad_payload, "push delta contains NaN or infinity", id);
 
-  auto result = shard.apply_push(r, m.round, delta_, live_now);
+  auto result = shard.apply_push(r, m.round, delta, live_now);
   auto& c = metrics_.region(r);
   ++c.pushes;
   for (const auto& f : payloads) c.bytes_in += f.size();
@@ -357,15 +389,20 @@ ParamServer::Outcome ParamServer::on_pull(uint32_t r, const wire::Header& h, con
                       id);
   }
   if (shard.released_round() < m.min_round) return Outcome::park;
-  Bytes payload = m.full ? shard.pull_full(r) : shard.pull_change(r);
-  const auto codec = compression::parse_header(payload).codec;
+  Bytes payload = pool_.acquire(shard.pull_bytes(r, m.full));
+  if (m.full)
+    shard.pull_full(r, payload);
+  else
+    shard.pull_change(r, payload);
+  // The codec that wrote the payload (not parse_header: it would hash the payload once more).
+  const auto codec = m.full ? compression::CodecId::fp32 : shard.downlink_codec(r).id();
   wire::PullReply out{m.shard, shard.version(), shard.released_round(), m.full,
                       {{0, shard.range().count, static_cast<uint8_t>(codec), payload.size()}}};
   auto& c = metrics_.region(r);
   ++c.pulls;
   c.bytes_out += payload.size();
   std::vector<zmq::message_t> frames;
-  frames.push_back(wire::frame_from_bytes(std::move(payload)));
+  frames.push_back(pool_.frame(std::move(payload)));
   reply(membership_.peer(r).value_or(std::string()), id, std::move(out), std::move(frames));
   return Outcome::done;
 }

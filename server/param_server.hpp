@@ -10,7 +10,9 @@
 //
 // Threads: run() is the loop and blocks until stop is requested or a Shutdown arrives; every
 // other method is for that loop's thread (tests read state through StatsRequest, or after run()
-// returned). The clock is injectable so tests decide when a silent region is dead.
+// returned). A server with a shard of kSplitElements or more also owns one helper thread
+// (PassSplitter) that runs half of a push's or pull's pass while the loop thread runs the other.
+// The clock is injectable so tests decide when a silent region is dead.
 #pragma once
 
 #include <zmq.hpp>
@@ -29,6 +31,7 @@
 #include "server/config.hpp"
 #include "server/membership.hpp"
 #include "server/metrics.hpp"
+#include "server/payload_pool.hpp"
 #include "server/shard.hpp"
 #include "wire/channel.hpp"
 #include "wire/messages.hpp"
@@ -103,7 +106,9 @@ class ParamServer {
   CheckpointStore checkpoints_;
   uint64_t last_checkpoint_round_ = 0;
   ServerMetrics metrics_;
-  std::vector<float> delta_;               // scratch: decoded push
+  ShardBuffer delta_;                      // scratch: decoded push
+  PayloadPool pool_;                       // pull reply payloads, reused once ZeroMQ sent them
+  std::unique_ptr<PassSplitter> splitter_;  // second thread for the passes of large shards, if any
   bool shutdown_ = false;
 };
 
