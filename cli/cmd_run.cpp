@@ -1,0 +1,77 @@
+// `geotrain run [CONFIG] [--out DIR]`: launches a whole deployment on this machine (launcher/),
+// with configs/demo.yaml when no CONFIG is given. Signals are taken by a sigwait thread that
+// turns SIGINT/SIGTERM into a stop request (no handler state, no globals); the launcher itself
+// runs on the main thread, which its children's PR_SET_PDEATHSIG is tied to.
+#include <CLI/CLI.hpp>
+#include <signal.h>
+
+#include <filesystem>
+#include <memory>
+#include <stop_token>
+#include <thread>
+
+#include "cli/commands.hpp"
+#include "core/error.hpp"
+#include "launcher/launcher.hpp"
+#include "worker/config.hpp"
+
+namespace geotrain::cli {
+
+namespace fs = std::filesystem;
+
+namespace {
+struct RunArgs {
+  std::string config;
+  std::string out;
+  bool no_plots = false;
+};
+
+// A file shipped in the source tree: next to the working directory first, then where this
+// binary was built from.
+fs::path shipped_file(const fs::path& relative) {
+  if (fs::exists(relative)) return relative;
+  const fs::path source = fs::path(GEOTRAIN_SOURCE_DIR) / relative;
+  if (fs::exists(source)) return source;
+  return relative;
+}
+
+int run_run(const RunArgs& args) {
+  launcher::LaunchOptions o;
+  o.config = args.config.empty() ? shipped_file("configs/demo.yaml") : fs::path(args.config);
+  GT_REQUIRE(fs::is_regular_file(o.config), "config file '{}' does not exist", o.config.string());
+  if (!args.out.empty()) o.out_dir = args.out;
+  o.binary = fs::read_symlink("/proc/self/exe").string();
+  if (!args.no_plots) o.plot_script = shipped_file("scripts/plot_run.py");
+  // The worker's parser checks the keys every worker will read, before anything starts.
+  o.validate = [](const std::string& text, const std::string& source) {
+    (void)worker::parse_worker_config(text, source);
+  };
+
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);  // inherited by threads; children unblock
+  std::stop_source stop;
+  std::jthread watcher([&stop, signals] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    if (sig != 0) stop.request_stop();
+  });
+  const auto result = launcher::run_deployment(o, stop.get_token());
+  if (!stop.stop_requested()) pthread_kill(watcher.native_handle(), SIGTERM);  // wake the watcher
+  return result.exit_code;
+}
+}  // namespace
+
+void add_run_command(CLI::App& app, CommandList& commands) {
+  auto args = std::make_shared<RunArgs>();
+  auto* cmd = app.add_subcommand("run", "launch a whole deployment on this machine: servers, netsim, workers; "
+                                        "live progress; a run folder with summary, report and plots");
+  cmd->add_option("config", args->config, "YAML config (default: configs/demo.yaml)");
+  cmd->add_option("--out", args->out, "parent folder of the run folder (default: run.out_dir, else runs)");
+  cmd->add_flag("--no-plots", args->no_plots, "skip the matplotlib plots");
+  commands.emplace_back(cmd, [args] { return run_run(*args); });
+}
+
+}  // namespace geotrain::cli
