@@ -38,6 +38,8 @@ double norm(const std::vector<float>& v) {
   return std::sqrt(s);
 }
 
+}  // namespace
+
 std::string cpu_name() {
   std::ifstream f("/proc/cpuinfo");
   std::string line;
@@ -49,6 +51,8 @@ std::string cpu_name() {
   }
   return "unknown CPU";
 }
+
+namespace {
 
 CodecResult measure_cpu(const std::string& spec, const std::vector<float>& g, const std::string& data,
                         bool ef, int repeats, double memcpy_s) {

@@ -38,6 +38,9 @@ int run_codec_bench(const CodecBenchOptions& options);
 
 // Fills `data` with gradient-like values: "gaussian" (N(0, 1e-3^2)) or "heavy_tailed" (Student-t
 // with 3 degrees of freedom, scaled alike), from a fixed seed.
+// The CPU's model name from /proc/cpuinfo, for benchmark reports.
+std::string cpu_name();
+
 void fill_gradient_like(std::vector<float>& data, const std::string& kind, unsigned seed);
 
 }  // namespace geotrain::bench

@@ -68,7 +68,8 @@ void parse_server(const Ctx& c, const YAML::Node& s, ServerConfig& cfg) {
   check_keys(c, s, "server",
              {"endpoints", "shards_per_region", "chunk", "staleness_bound", "staleness_weighting",
               "optimizer", "downlink_codec", "heartbeat_ms", "dead_after_ms", "max_message_bytes",
-              "high_water_mark", "checkpoint", "run_dir", "metrics_every_ms"});
+              "high_water_mark", "checkpoint", "run_dir", "metrics_every_ms", "wait_for_all_regions",
+              "downlink_codecs"});
   if (auto n = s["endpoints"]) {
     check_keys(c, n, "server.endpoints", std::set<std::string>(cfg.regions.begin(), cfg.regions.end()));
     for (const auto& kv : n) {
@@ -99,8 +100,23 @@ void parse_server(const Ctx& c, const YAML::Node& s, ServerConfig& cfg) {
       GT_REQUIRE(false, "{}: server.downlink_codec: {}", c.source, e.what());
     }
   }
+  if (auto n = s["downlink_codecs"]) {
+    check_keys(c, n, "server.downlink_codecs", std::set<std::string>(cfg.regions.begin(), cfg.regions.end()));
+    for (const auto& kv : n) {
+      const auto region = kv.first.as<std::string>();
+      const auto key = "server.downlink_codecs." + region;
+      auto spec = get_str(c, kv.second, key);
+      try {
+        compression::make_codec(spec);
+      } catch (const InputError& e) {
+        GT_REQUIRE(false, "{}: {}: {}", c.source, key, e.what());
+      }
+      cfg.shard.downlink_codec_for[cfg.region_index(region)] = spec;
+    }
+  }
   if (auto n = s["heartbeat_ms"]) cfg.heartbeat = std::chrono::milliseconds(get<int64_t>(c, n, "server.heartbeat_ms", 1, 3600000));
   if (auto n = s["dead_after_ms"]) cfg.dead_after = std::chrono::milliseconds(get<int64_t>(c, n, "server.dead_after_ms", 1, 86400000));
+  if (auto n = s["wait_for_all_regions"]) cfg.wait_for_all_regions = get_bool(c, n, "server.wait_for_all_regions");
   if (auto n = s["max_message_bytes"]) cfg.max_message_bytes = get<int64_t>(c, n, "server.max_message_bytes", 4096, int64_t{1} << 34);
   if (auto n = s["high_water_mark"]) cfg.high_water_mark = get<int>(c, n, "server.high_water_mark", 1, 100000);
   if (auto k = s["checkpoint"]) {

@@ -41,6 +41,9 @@ struct ServerConfig {
   ShardSettings shard;
   std::chrono::milliseconds heartbeat{1000};
   std::chrono::milliseconds dead_after{10000};
+  // Count every configured region from the start (a region that never registers is declared dead
+  // after dead_after); false: a region counts only once it has registered.
+  bool wait_for_all_regions = true;
   int64_t max_message_bytes = int64_t{256} << 20;
   int high_water_mark = 64;
   CheckpointConfig checkpoint;

@@ -13,7 +13,6 @@ namespace geotrain::server {
 
 using wire::ErrorCode;
 using wire::WireError;
-using TimePoint = std::chrono::steady_clock::time_point;
 
 namespace {
 template <class... F>
@@ -34,7 +33,7 @@ ParamServer::ParamServer(const ServerConfig& config, uint32_t region, zmq::conte
       table_(config.tensors, config.critical),
       map_(table_.total_elements(), static_cast<uint32_t>(config.regions.size()), config.shards_per_region,
            config.chunk),
-      regions_(config.regions.size()),
+      membership_(config.regions, config.dead_after, config.wait_for_all_regions, options_.clock()),
       checkpoints_(under(config.run_dir, config.checkpoint.dir) / config.regions.at(region), config.checkpoint.keep),
       metrics_(config.regions, config.shard.staleness_bound,
                options_.write_metrics ? std::optional(config.run_dir / fmt::format("server-{}.metrics.jsonl",
@@ -162,13 +161,13 @@ ParamServer::Outcome ParamServer::dispatch(const std::string& peer, const wire::
     reply(peer, h.request_id, wire::KvReply{get.key, kv->second});
     return Outcome::done;
   }
-  auto it = peers_.find(peer);
-  if (it == peers_.end())
+  const auto region = membership_.region_of(peer);
+  if (!region)
     throw WireError(ErrorCode::unregistered,
                     fmt::format("{} from a peer that is not registered: send hello first", wire::body_name(h.body)),
                     h.request_id);
-  const uint32_t r = it->second;
-  regions_[r].last_seen = options_.clock();
+  const uint32_t r = *region;
+  membership_.seen(r, options_.clock());
   if (!std::holds_alternative<wire::Push>(h.body) && !std::holds_alternative<wire::PullRequest>(h.body) &&
       !payloads.empty())
     throw WireError(ErrorCode::malformed,
@@ -225,21 +224,15 @@ void ParamServer::on_hello(const std::string& peer, const wire::Header& h, const
   } catch (const InputError& e) {
     throw WireError(ErrorCode::unknown_region, fmt::format("hello.region: {}", e.what()), h.request_id);
   }
-  auto& st = regions_[r];
-  const bool rejoin = st.peer.has_value() || metrics_.region(r).pushes > 0;
-  if (st.peer && *st.peer != peer) {
-    peers_.erase(*st.peer);
-    std::erase_if(parked_, [&](const Parked& p) { return p.envelope.peer == *st.peer; });
+  Membership::Joined joined;
+  try {
+    joined = membership_.join(peer, r, options_.clock());
+  } catch (const InputError& e) {
+    throw WireError(ErrorCode::malformed, e.what(), h.request_id);
   }
-  if (auto old = peers_.find(peer); old != peers_.end() && old->second != r)
-    throw WireError(ErrorCode::malformed,
-                    fmt::format("this connection is already registered as region '{}'",
-                                config_.regions[old->second]),
-                    h.request_id);
-  st.peer = peer;
-  st.live = true;
-  st.last_seen = options_.clock();
-  peers_[peer] = r;
+  if (joined.old_peer)
+    std::erase_if(parked_, [&](const Parked& p) { return p.envelope.peer == *joined.old_peer; });
+  const bool rejoin = joined.rejoined || metrics_.region(r).pushes > 0;
   for (auto& s : shards_) s.rejoin(r);
   spdlog::info("membership: region {} {}", m.region, rejoin ? "rejoined" : "joined");
   metrics_.event("membership", {{"region", m.region}, {"change", rejoin ? "rejoined" : "joined"}});
@@ -338,7 +331,7 @@ ParamServer::Outcome ParamServer::on_push(uint32_t r, const wire::Header& h, con
     c.gate_wait_us += waited_us;
   }
   release_rounds();
-  reply(peers_.count(*regions_[r].peer) ? *regions_[r].peer : std::string(), id,
+  reply(membership_.peer(r).value_or(std::string()), id,
         wire::PushReply{m.shard, m.round, result.staleness, waited_us});
   return Outcome::done;
 }
@@ -373,7 +366,7 @@ ParamServer::Outcome ParamServer::on_pull(uint32_t r, const wire::Header& h, con
   c.bytes_out += payload.size();
   std::vector<zmq::message_t> frames;
   frames.push_back(wire::frame_from_bytes(std::move(payload)));
-  reply(*regions_[r].peer, id, std::move(out), std::move(frames));
+  reply(membership_.peer(r).value_or(std::string()), id, std::move(out), std::move(frames));
   return Outcome::done;
 }
 
@@ -404,36 +397,26 @@ uint64_t ParamServer::checkpoint() {
   return state.round;
 }
 
-void ParamServer::mark_dead(uint32_t r, const std::string& why) {
-  auto& st = regions_[r];
-  st.live = false;
-  if (st.peer) {
-    const std::string peer = *st.peer;
-    peers_.erase(peer);
-    std::vector<Parked> keep;
-    for (auto& p : parked_) {
-      if (p.envelope.peer == peer)
-        reply_error(peer, 0, ErrorCode::unregistered, fmt::format("region {} was marked dead", config_.regions[r]));
-      else
-        keep.push_back(std::move(p));
-    }
-    parked_ = std::move(keep);
+void ParamServer::forget_parked(const std::string& peer, const std::string& why) {
+  std::vector<Parked> keep;
+  for (auto& p : parked_) {
+    if (p.envelope.peer == peer)
+      reply_error(peer, 0, ErrorCode::unregistered, why);
+    else
+      keep.push_back(std::move(p));
   }
-  st.peer.reset();
-  spdlog::warn("membership: region {} marked dead ({})", config_.regions[r], why);
-  metrics_.event("membership", {{"region", config_.regions[r]}, {"change", "dead"}, {"why", why}});
+  parked_ = std::move(keep);
 }
 
 void ParamServer::sweep() {
-  const auto now = options_.clock();
-  bool changed = false;
-  for (uint32_t r = 0; r < regions_.size(); ++r) {
-    if (regions_[r].live && now - regions_[r].last_seen > config_.dead_after) {
-      mark_dead(r, fmt::format("silent for more than {} ms", config_.dead_after.count()));
-      changed = true;
-    }
+  const auto deaths = membership_.expire(options_.clock());
+  for (const auto& d : deaths) {
+    const auto& name = config_.regions[d.region];
+    if (d.peer) forget_parked(*d.peer, fmt::format("region {} was marked dead", name));
+    spdlog::warn("membership: region {} marked dead ({})", name, d.why);
+    metrics_.event("membership", {{"region", name}, {"change", "dead"}, {"why", d.why}});
   }
-  if (changed) release_rounds();
+  if (!deaths.empty()) release_rounds();
 }
 
 void ParamServer::retry_parked() {
@@ -453,12 +436,6 @@ void ParamServer::retry_parked() {
   }
 }
 
-std::vector<bool> ParamServer::live() const {
-  std::vector<bool> out(regions_.size());
-  for (size_t r = 0; r < regions_.size(); ++r) out[r] = regions_[r].live;
-  return out;
-}
-
 nlohmann::json ParamServer::stats() const {
   auto j = metrics_.snapshot();
   j["server"] = config_.regions[region_];
@@ -470,7 +447,11 @@ nlohmann::json ParamServer::stats() const {
                       {"released_round", s.released_round()},
                       {"clocks", s.gate().clocks()}});
   j["shards"] = shards;
-  for (size_t r = 0; r < regions_.size(); ++r) j["regions"][config_.regions[r]]["live"] = regions_[r].live;
+  const auto counted = membership_.live();
+  for (uint32_t r = 0; r < counted.size(); ++r) {
+    j["regions"][config_.regions[r]]["live"] = static_cast<bool>(counted[r]);
+    j["regions"][config_.regions[r]]["registered"] = membership_.registered(r);
+  }
   return j;
 }
 
@@ -484,7 +465,7 @@ void ParamServer::reply(const std::string& peer, uint64_t request_id, wire::Body
 }
 
 void ParamServer::reply_error(const std::string& peer, uint64_t request_id, ErrorCode code, const std::string& message) {
-  if (auto it = peers_.find(peer); it != peers_.end()) ++metrics_.region(it->second).errors;
+  if (auto r = membership_.region_of(peer)) ++metrics_.region(*r).errors;
   spdlog::debug("error reply ({}): {}", wire::error_code_name(code), message);
   reply(peer, request_id, wire::Error{code, message});
 }

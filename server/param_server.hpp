@@ -27,6 +27,7 @@
 #include "core/param_table.hpp"
 #include "server/checkpoint.hpp"
 #include "server/config.hpp"
+#include "server/membership.hpp"
 #include "server/metrics.hpp"
 #include "server/shard.hpp"
 #include "wire/channel.hpp"
@@ -65,11 +66,6 @@ class ParamServer {
   uint64_t checkpoint();
 
  private:
-  struct RegionState {
-    std::optional<std::string> peer;
-    bool live = false;
-    std::chrono::steady_clock::time_point last_seen;
-  };
   struct Parked {
     wire::Envelope envelope;
     std::chrono::steady_clock::time_point since;
@@ -89,8 +85,8 @@ class ParamServer {
   void release_rounds();
   void sweep();
   void retry_parked();
-  void mark_dead(uint32_t r, const std::string& why);
-  std::vector<bool> live() const;
+  void forget_parked(const std::string& peer, const std::string& why);
+  std::vector<bool> live() const { return membership_.live(); }
   nlohmann::json stats() const;
   void restore();
 
@@ -101,8 +97,7 @@ class ParamServer {
   ShardMap map_;
   std::vector<Shard> shards_;
   std::unique_ptr<wire::Channel> channel_;
-  std::vector<RegionState> regions_;
-  std::map<std::string, uint32_t> peers_;  // routing id -> region
+  Membership membership_;
   std::vector<Parked> parked_;
   std::map<std::string, Bytes> kv_;        // rendezvous key-value store (open to every peer, bounded)
   CheckpointStore checkpoints_;

@@ -22,8 +22,13 @@ Shard::Shard(ShardRange range, std::vector<uint8_t> critical_mask, size_t region
       gate_(regions, settings.staleness_bound),
       base_(regions),
       sent_version_(regions, 0),
-      downlink_(compression::make_codec(settings.downlink_codec)),
       full_codec_(compression::make_fp32_codec()) {
+  for (size_t r = 0; r < regions; ++r) {
+    const auto& spec = settings.downlink_spec(r);
+    auto it = downlinks_.find(spec);
+    if (it == downlinks_.end()) it = downlinks_.emplace(spec, compression::make_codec(spec)).first;
+    downlink_of_.push_back(&it->second);
+  }
   GT_ASSERT(mask_.size() == range.count, "mask size {} != shard size {}", mask_.size(), range.count);
   critical_count_ = static_cast<uint64_t>(std::count(mask_.begin(), mask_.end(), uint8_t{1}));
 }
@@ -92,7 +97,7 @@ void Shard::rejoin(size_t region) {
   gate_.set_clock(region, released_round_);
   base_.at(region).reset();
   sent_version_.at(region) = 0;
-  downlink_.reset(region);
+  downlink_of_.at(region)->reset(region);
 }
 
 Bytes Shard::pull_full(size_t region) {
@@ -100,7 +105,7 @@ Bytes Shard::pull_full(size_t region) {
   full_codec_->encode(values_, out);
   base_.at(region) = values_;
   sent_version_.at(region) = version_;
-  downlink_.reset(region);
+  downlink_of_.at(region)->reset(region);
   return out;
 }
 
@@ -110,7 +115,7 @@ Bytes Shard::pull_change(size_t region) {
   scratch_.resize(values_.size());
   for (size_t i = 0; i < values_.size(); ++i) scratch_[i] = values_[i] - (*base)[i];
   Bytes out;
-  downlink_.encode(region, scratch_, out);
+  downlink_of_.at(region)->encode(region, scratch_, out);
   *base = values_;
   sent_version_.at(region) = version_;
   return out;

@@ -4,7 +4,7 @@
 // change), the synchronous round counter, the staleness gate's clocks, the critical deltas of
 // rounds not yet released (one per region, summed in region order at release so the result does
 // not depend on arrival order), and the downlink state per region (the values last sent and the
-// ErrorFeedback residual stream of that region).
+// ErrorFeedback residual stream of that region, with the region's downlink codec).
 //
 // Consistency (docs/protocol.md): critical elements change only when a round is released, by the
 // outer optimizer applied to the average of the live regions' deltas for that round;
@@ -35,6 +35,12 @@ struct ShardSettings {
   uint32_t staleness_bound = 0;
   StalenessWeighting weighting = StalenessWeighting::none;
   std::string downlink_codec = "fp32";
+  std::map<size_t, std::string> downlink_codec_for;  // region -> spec overriding downlink_codec
+
+  const std::string& downlink_spec(size_t region) const {
+    auto it = downlink_codec_for.find(region);
+    return it == downlink_codec_for.end() ? downlink_codec : it->second;
+  }
 };
 
 class Shard {
@@ -77,7 +83,9 @@ class Shard {
   Bytes pull_full(size_t region);
   // Payload of (values - values last sent) + residual, with the region's error feedback.
   Bytes pull_change(size_t region);
-  compression::ErrorFeedback& downlink() { return downlink_; }
+  // The region's downlink error-feedback residual (empty before its first change pull).
+  ConstFloatSpan downlink_residual(size_t region) const { return downlink_of_.at(region)->residual(region); }
+  const compression::Codec& downlink_codec(size_t region) const { return downlink_of_.at(region)->codec(); }
 
   // Checkpoint restore: values and momentum must have the shard's size.
   void restore(uint64_t version, uint64_t released_round, ConstFloatSpan values, ConstFloatSpan momentum);
@@ -96,7 +104,10 @@ class Shard {
   std::map<uint64_t, std::vector<std::optional<std::vector<float>>>> pending_;
   std::vector<std::optional<std::vector<float>>> base_;  // downlink: values last sent
   std::vector<uint64_t> sent_version_;
-  compression::ErrorFeedback downlink_;
+  // One ErrorFeedback per distinct downlink codec spec; its stream `region` is that region's
+  // residual, so every region has exactly one stream whatever codec it uses.
+  std::map<std::string, compression::ErrorFeedback> downlinks_;
+  std::vector<compression::ErrorFeedback*> downlink_of_;  // per region, into downlinks_
   std::unique_ptr<compression::Codec> full_codec_;
   std::vector<float> scratch_;
 };

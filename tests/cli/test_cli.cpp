@@ -1,12 +1,20 @@
-// The geotrain binary, run as a user would: exit codes, --version, and the bench's JSON contract.
+// The geotrain binary, run as a user would: exit codes, --version, the benches' JSON contracts,
+// and a real `geotrain server` process spoken to over loopback tcp.
 #include <doctest/doctest.h>
 
 #include <nlohmann/json.hpp>
 
 #include <array>
 #include <cstdio>
+#include <fstream>
 #include <string>
 #include <sys/wait.h>
+
+#include "compression/codecs.hpp"
+#include "compression/factory.hpp"
+#include "server/config.hpp"
+#include "tests/temp_dir.hpp"
+#include "wire/client.hpp"
 
 namespace {
 
@@ -67,4 +75,103 @@ TEST_CASE("a bad codec spec is reported with what is allowed, and a non-zero exi
   auto r = run("bench codecs --elements 4096 --codecs int3 --json");
   CHECK(r.code == 2);
   CHECK(r.out.find("unknown codec 'int3'") != std::string::npos);
+}
+
+TEST_CASE("geotrain bench server --json reports server and raw ZeroMQ throughput and their ratio") {
+  auto r = run("--log-level warn bench server --sizes 4096 65536 --codecs fp32 onebit --transports tcp "
+               "--seconds 0.01 --json");
+  REQUIRE(r.code == 0);
+  auto doc = nlohmann::json::parse(r.out);
+  REQUIRE(doc["sizes"].size() == 4);  // 2 sizes x 2 codecs x 1 transport
+  for (const auto& s : doc["sizes"]) {
+    for (const char* key : {"bytes", "transport", "codec", "wire_bytes", "server_mbps", "raw_zmq_mbps", "ratio",
+                            "server_vs_raw", "server_rtt_us", "raw_rtt_us"})
+      REQUIRE(s.contains(key));
+    CHECK(s["transport"] == "tcp");
+    CHECK(s["server_mbps"].get<double>() > 0);
+    CHECK(s["raw_zmq_mbps"].get<double>() > 0);
+    CHECK(s["ratio"].get<double>() ==
+          doctest::Approx(s["server_mbps"].get<double>() / s["raw_zmq_mbps"].get<double>()));
+    CHECK(s["server_round_trips"].get<int>() >= 5);
+    // push + pull reply payloads: fp32 carries 4 bytes per element each way, onebit far fewer
+    const auto bytes = s["bytes"].get<size_t>();
+    if (s["codec"] == "fp32") CHECK(s["wire_bytes"].get<size_t>() > 2 * bytes);
+    else CHECK(s["wire_bytes"].get<size_t>() * 16 < 2 * bytes);
+  }
+}
+
+TEST_CASE("geotrain server serves hello, push, pull and shutdown over loopback tcp, exits 0 and writes its metrics") {
+  using namespace geotrain;
+  test::TempDir tmp("cli-server");
+  const auto run_dir = tmp.path() / "run";
+  const auto config_path = tmp.path() / "server.yaml";
+  const std::string yaml = "regions: [a]\nmodel:\n  tensors: [{name: w, size: 2048}]\nserver:\n  run_dir: \"" +
+                           run_dir.string() + "\"\n";
+  std::ofstream(config_path) << yaml;
+  const auto config = server::parse_server_config(yaml);
+  const uint64_t table_hash = ParamTable(config.tensors, config.critical).layout_hash();
+
+  // Port 0: the kernel picks a free port (no race with other tests); the server logs where it bound.
+  const std::string command = "timeout 60 " + std::string(GEOTRAIN_BINARY) + " server --config " +
+                              config_path.string() + " --region a --endpoint tcp://127.0.0.1:0 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  std::string endpoint, log;
+  std::array<char, 4096> line;
+  while (endpoint.empty() && fgets(line.data(), line.size(), pipe)) {
+    log += line.data();
+    std::string l = line.data();
+    if (auto at = l.find("tcp://127.0.0.1:"); at != std::string::npos) {
+      endpoint = l.substr(at);
+      endpoint.erase(endpoint.find_last_not_of(" \r\n") + 1);
+    }
+  }
+  REQUIRE_MESSAGE(!endpoint.empty(), "the server never said where it listens:\n" << log);
+  CHECK(endpoint != "tcp://127.0.0.1:0");
+
+  {
+    zmq::context_t context;
+    wire::Client client(wire::connect_dealer(context, endpoint));
+    auto reply = [&](wire::Body body, std::vector<zmq::message_t> payloads = {}) {
+      auto r = client.call(std::move(body), std::move(payloads), std::chrono::seconds(20));
+      REQUIRE_MESSAGE(r.has_value(), "no reply within 20 s");
+      if (auto* e = std::get_if<wire::Error>(&r->header.body)) FAIL("error reply: " << e->message);
+      return std::move(*r);
+    };
+    auto welcome = std::get<wire::HelloReply>(reply(wire::Hello{"a", wire::kProtocolVersion, table_hash, {}}).header.body);
+    REQUIRE(welcome.shards.size() == 1);
+    CHECK(welcome.shards[0].count == 2048);
+    auto full = std::get<wire::PullReply>(reply(wire::PullRequest{0, 0, true, 0}).header.body);
+    Bytes payload;
+    compression::make_codec("fp32")->encode(std::vector<float>(2048, 0.5f), payload);
+    std::vector<zmq::message_t> frames;
+    wire::Push push{0, 1, full.version, {{0, 2048, static_cast<uint8_t>(compression::CodecId::fp32), payload.size()}}};
+    frames.push_back(wire::frame_from_bytes(std::move(payload)));
+    CHECK(std::get<wire::PushReply>(reply(push, std::move(frames)).header.body).round == 1);
+    auto pulled = reply(wire::PullRequest{0, full.version, false, 1});
+    std::vector<float> change(2048);
+    compression::decode_payload(wire::frame_bytes(pulled.payloads.at(0)), change);
+    CHECK(change[0] == 0.5f);
+    CHECK(change[2047] == 0.5f);
+    CHECK(std::holds_alternative<wire::Ack>(reply(wire::Shutdown{}).header.body));
+  }
+  while (fgets(line.data(), line.size(), pipe)) log += line.data();
+  const int status = pclose(pipe);
+  REQUIRE(WIFEXITED(status));
+  CHECK_MESSAGE(WEXITSTATUS(status) == 0, log);
+
+  std::ifstream metrics(run_dir / "server-a.metrics.jsonl");
+  REQUIRE(metrics.good());
+  bool joined = false;
+  nlohmann::json last_stats;
+  std::string record;
+  while (std::getline(metrics, record)) {
+    auto j = nlohmann::json::parse(record);
+    if (j["event"] == "membership" && j["change"] == "joined") joined = true;
+    if (j["event"] == "stats") last_stats = j;
+  }
+  CHECK(joined);
+  REQUIRE(!last_stats.is_null());
+  CHECK(last_stats["regions"]["a"]["pushes"] == 1);
+  CHECK(last_stats["regions"]["a"]["pulls"] == 2);
 }

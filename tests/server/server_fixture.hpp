@@ -15,6 +15,7 @@
 #include "compression/codecs.hpp"
 #include "compression/factory.hpp"
 #include "server/param_server.hpp"
+#include "tests/temp_dir.hpp"
 #include "wire/client.hpp"
 
 namespace geotrain::test {
@@ -22,15 +23,6 @@ namespace geotrain::test {
 using namespace std::chrono_literals;
 
 inline constexpr size_t kShard = 2048, kCrit = 1024;
-
-inline std::filesystem::path fresh_dir(const std::string& name) {
-  static std::atomic<int> counter{0};
-  auto dir = std::filesystem::temp_directory_path() /
-             fmt::format("geotrain-test-{}-{}-{}", name, ::getpid(), counter++);
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
-}
 
 // Regions a, b, c; the server of region a owns shard 0 = [0, 2048): crit.w (critical, elements
 // 0..1023) then free.w (non-critical, 1024..2047). Shards 1 and 2 hold other.w.
@@ -51,6 +43,9 @@ server:
 )",
                                                  bound, run_dir.string(), extra));
 }
+
+// For suites about two regions (or one) of the three: regions that never register do not count.
+inline constexpr const char* kOnlyRegistered = "  wait_for_all_regions: false";
 
 struct ManualClock {
   std::shared_ptr<std::atomic<int64_t>> ms = std::make_shared<std::atomic<int64_t>>(0);

@@ -32,7 +32,8 @@ std::vector<server::ShardRange> ranges_of(const server::CheckpointState& s) {
 }  // namespace
 
 TEST_CASE("a checkpoint round-trips bit-exactly and only the newest N are kept") {
-  auto dir = fresh_dir("ckpt");
+  TempDir tmp("ckpt");
+  const auto& dir = tmp.path();
   server::CheckpointStore store(dir, 2);
   for (uint64_t round : {3u, 6u, 9u}) store.write(sample_state(round, 42));
   auto folders = store.list();
@@ -51,7 +52,8 @@ TEST_CASE("a checkpoint round-trips bit-exactly and only the newest N are kept")
 }
 
 TEST_CASE("a corrupt or mismatched checkpoint is refused with the reason and the previous one restored") {
-  auto dir = fresh_dir("corrupt");
+  TempDir tmp("corrupt");
+  const auto& dir = tmp.path();
   server::CheckpointStore store(dir, 5);
   store.write(sample_state(4, 42));
   auto newest = store.write(sample_state(8, 42));
@@ -80,8 +82,9 @@ TEST_CASE("a corrupt or mismatched checkpoint is refused with the reason and the
 }
 
 TEST_CASE("a restarted server restores its shard, version and optimizer state from its checkpoint") {
-  auto dir = fresh_dir("restart");
-  auto config = small_config(dir, 0, "  optimizer: {lr: 0.7, momentum: 0.9, nesterov: true}\n  checkpoint: {every: 2, keep: 2}");
+  TempDir tmp("restart");
+  const auto& dir = tmp.path();
+  auto config = small_config(dir, 0, std::string(kOnlyRegistered) + "\n  optimizer: {lr: 0.7, momentum: 0.9, nesterov: true}\n  checkpoint: {every: 2, keep: 2}");
   Pulled before;
   {
     Cluster cluster(config);

@@ -53,3 +53,25 @@ TEST_CASE("config errors name the key, the value and what is allowed") {
   CHECK_THROWS_WITH_AS(server::parse_server_config("regions: [a]\nmodle: {}\n"), doctest::Contains("unknown key 'modle'"),
                        InputError);
 }
+
+TEST_CASE("start-up and per-region downlink keys parse, and their errors name the key") {
+  auto cfg = server::parse_server_config(std::string(kBase) + R"(
+server:
+  wait_for_all_regions: false
+  downlink_codec: int8
+  downlink_codecs: {eu: onebit}
+)");
+  CHECK_FALSE(cfg.wait_for_all_regions);
+  CHECK(cfg.shard.downlink_spec(0) == "int8");
+  CHECK(cfg.shard.downlink_spec(1) == "onebit");
+  CHECK(server::parse_server_config(kBase).wait_for_all_regions);
+  auto bad = [](const std::string& server_section) {
+    return server::parse_server_config(std::string(kBase) + "server:\n" + server_section);
+  };
+  CHECK_THROWS_WITH_AS(bad("  downlink_codecs: {mars: onebit}\n"), doctest::Contains("server.downlink_codecs.mars"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(bad("  downlink_codecs: {eu: int9}\n"), doctest::Contains("server.downlink_codecs.eu"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(bad("  wait_for_all_regions: maybe\n"), doctest::Contains("server.wait_for_all_regions"),
+                       InputError);
+}

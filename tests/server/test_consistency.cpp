@@ -33,7 +33,8 @@ TEST_CASE("the shard map covers the buffer with chunk-aligned ranges balanced wi
 }
 
 TEST_CASE("a synchronous round equals the exact average of the regions' deltas") {
-  auto dir = fresh_dir("sync");
+  TempDir tmp("sync");
+  const auto& dir = tmp.path();
   Cluster cluster(small_config(dir, 0));
   auto a = cluster.client(), b = cluster.client(), c = cluster.client();
   hello(a, "a", cluster.table_hash());
@@ -70,9 +71,10 @@ TEST_CASE("a synchronous round equals the exact average of the regions' deltas")
 }
 
 TEST_CASE("the gate blocks a region s+1 rounds ahead and releases it when the slowest catches up") {
-  auto dir = fresh_dir("gate");
+  TempDir tmp("gate");
+  const auto& dir = tmp.path();
   const uint32_t s = 2;
-  Cluster cluster(small_config(dir, s));
+  Cluster cluster(small_config(dir, s, kOnlyRegistered));  // a and b take part, c does not
   auto fast = cluster.client(), slow = cluster.client();
   hello(fast, "a", cluster.table_hash());
   hello(slow, "b", cluster.table_hash());
@@ -93,8 +95,9 @@ TEST_CASE("the gate blocks a region s+1 rounds ahead and releases it when the sl
 }
 
 TEST_CASE("staleness weighting 1/(1+tau) scales a stale non-critical delta") {
-  auto dir = fresh_dir("weight");
-  Cluster cluster(small_config(dir, 3, "  staleness_weighting: inverse"));
+  TempDir tmp("weight");
+  const auto& dir = tmp.path();
+  Cluster cluster(small_config(dir, 3, std::string(kOnlyRegistered) + "\n  staleness_weighting: inverse"));
   auto fast = cluster.client(), slow = cluster.client();
   hello(fast, "a", cluster.table_hash());
   hello(slow, "b", cluster.table_hash());
@@ -136,7 +139,7 @@ TEST_CASE("downlink error feedback: what a region reconstructed plus its residua
     REQUIRE(compression::parse_header(payload).codec == compression::CodecId::int8);
     compression::decode_payload(payload, change);
     for (size_t i = 0; i < 3000; ++i) view[i] += change[i];
-    auto e = shard.downlink().residual(1);
+    auto e = shard.downlink_residual(1);
     REQUIRE(e.size() == 3000);
     double err = 0;
     for (size_t i = 0; i < 3000; ++i) {
@@ -146,4 +149,44 @@ TEST_CASE("downlink error feedback: what a region reconstructed plus its residua
     CHECK(err > 0.0);  // int8 is lossy: the residual carries something
     CHECK(shard.sent_version(1) == shard.version());
   }
+}
+
+TEST_CASE("a region's downlink codec override applies to its pulls only, each region keeping its own EF stream") {
+  TempDir tmp("downlink");
+  Cluster cluster(small_config(tmp.path(), 0, "  downlink_codecs: {b: onebit, c: onebit}"));
+  auto a = cluster.client(), b = cluster.client(), c = cluster.client();
+  hello(a, "a", cluster.table_hash());
+  hello(b, "b", cluster.table_hash());
+  hello(c, "c", cluster.table_hash());
+  const uint64_t v0 = pull(a, true).header.version;
+  CHECK(pull(b, true).header.version == v0);
+  CHECK(pull(c, true).header.version == v0);
+  std::vector<float> delta(kShard);
+  for (size_t i = 0; i < kShard; ++i) delta[i] = static_cast<float>((i * 37) % 101) / 100.0f - 0.5f;
+  push(a, 1, delta);
+  push(b, 1, delta);
+  push(c, 1, delta);
+
+  auto pa = pull(a, false, v0, 1);  // fp32: a reconstructs the server's values exactly
+  REQUIRE(pa.header.segments.size() == 1);
+  CHECK(pa.header.segments[0].codec == static_cast<uint8_t>(compression::CodecId::fp32));
+  const auto& truth = pa.values;
+  auto pb1 = pull(b, false, v0, 1);
+  CHECK(pb1.header.segments[0].codec == static_cast<uint8_t>(compression::CodecId::onebit));
+  CHECK(pb1.header.segments[0].bytes * 16 < pa.header.segments[0].bytes);
+  auto error = [&](const std::vector<float>& view) {
+    double e = 0;
+    for (size_t i = 0; i < kShard; ++i) e += (double(view[i]) - truth[i]) * (double(view[i]) - truth[i]);
+    return e;
+  };
+  const double err1 = error(pb1.values);
+  CHECK(err1 > 0.0);  // onebit is lossy
+  // No new change: b's second pull carries only its residual, and b's view gets closer.
+  auto pb2 = pull(b, false, pb1.header.version, 1);
+  std::vector<float> view_b(kShard);
+  for (size_t i = 0; i < kShard; ++i) view_b[i] = pb1.values[i] + pb2.values[i];
+  CHECK(error(view_b) < err1);
+  // c's stream is its own: b's two pulls left it untouched, so c's first change is b's first.
+  auto pc1 = pull(c, false, v0, 1);
+  CHECK(pc1.values == pb1.values);
 }

@@ -6,7 +6,8 @@ using namespace geotrain;
 using namespace geotrain::test;
 
 TEST_CASE("a region marked dead stops blocking synchronous rounds, and rejoins with full values") {
-  auto dir = fresh_dir("dead");
+  TempDir tmp("dead");
+  const auto& dir = tmp.path();
   Cluster cluster(small_config(dir, 0));  // dead_after_ms: 1000 on the manual clock
   auto a = cluster.client(), b = cluster.client();
   hello(a, "a", cluster.table_hash());
@@ -49,7 +50,8 @@ TEST_CASE("a region marked dead stops blocking synchronous rounds, and rejoins w
 }
 
 TEST_CASE("messages from an unregistered peer are refused and change nothing") {
-  auto dir = fresh_dir("unreg");
+  TempDir tmp("unreg");
+  const auto& dir = tmp.path();
   Cluster cluster(small_config(dir, 1));
   auto a = cluster.client(), stranger = cluster.client();
   hello(a, "a", cluster.table_hash());
@@ -64,7 +66,8 @@ TEST_CASE("messages from an unregistered peer are refused and change nothing") {
 }
 
 TEST_CASE("the rendezvous key-value store answers a get once the key is set") {
-  auto dir = fresh_dir("kv");
+  TempDir tmp("kv");
+  const auto& dir = tmp.path();
   Cluster cluster(small_config(dir, 1));
   auto a = cluster.client(), b = cluster.client();
   hello(a, "a", cluster.table_hash());
@@ -79,8 +82,8 @@ TEST_CASE("the rendezvous key-value store answers a get once the key is set") {
 }
 
 TEST_CASE("a region's workers use the key-value store without registering, within its limits") {
-  auto dir = fresh_dir("kv-open");
-  Cluster cluster(small_config(dir, 1));
+  TempDir tmp("kv-open");
+  Cluster cluster(small_config(tmp.path(), 1, kOnlyRegistered));
   auto w0 = cluster.client(), w1 = cluster.client();  // no hello from either
   auto get = w1.send(wire::KvGet{"gloo/a/rank0"});
   REQUIRE(get);
@@ -98,4 +101,61 @@ TEST_CASE("a region's workers use the key-value store without registering, withi
   auto pull = expect_reply(w0, wire::PullRequest{0, 0, true, 0});
   REQUIRE(std::holds_alternative<wire::Error>(pull.header.body));
   CHECK(std::get<wire::Error>(pull.header.body).code == wire::ErrorCode::unregistered);
+}
+
+TEST_CASE("regions that have not registered yet hold back rounds and the gate until declared dead by silence") {
+  TempDir tmp("startup");
+  const auto& dir = tmp.path();
+  Cluster cluster(small_config(dir, 0));  // wait_for_all_regions defaults to true; dead_after_ms: 1000
+  auto a = cluster.client(), b = cluster.client();
+  hello(a, "a", cluster.table_hash());
+  hello(b, "b", cluster.table_hash());
+  push(a, 1, filled(kShard, 3.0f));
+  push(b, 1, filled(kShard, 1.0f));
+  // Each peer's messages arrive in order, the peers' among each other in any: wait for b's
+  // parked push to show before a sends its pull, so the server retries the push first.
+  const auto ahead = send_push(b, 2, filled(kShard, 1.0f));  // bound 0: b may not run ahead of c
+  CHECK(stats(b)["parked"] == 1);
+  auto waiting = a.send(wire::PullRequest{0, 0, true, 1});  // round 1 also needs c, not registered yet
+  REQUIRE(waiting);
+  auto st = stats(a);
+  CHECK(st["shards"][0]["released_round"] == 0);
+  CHECK(st["parked"] == 2);
+  CHECK(st["regions"]["c"]["live"] == true);
+  CHECK(st["regions"]["c"]["registered"] == false);
+
+  cluster.clock().set(600);
+  as<wire::Ack>(expect_reply(a, wire::Heartbeat{}));
+  cluster.clock().set(900);
+  as<wire::Ack>(expect_reply(b, wire::Heartbeat{}));
+  cluster.clock().set(1200);  // c: 1200 ms since the server started without a word: dead
+  std::optional<wire::Reply> r;
+  while (!(r = a.receive(20s)) || r->header.request_id != *waiting) REQUIRE(r);
+  CHECK(as<wire::PullReply>(*r).round == 1);
+  std::vector<float> v(kShard);
+  compression::decode_payload(wire::frame_bytes(r->payloads.at(0)), v);
+  CHECK(v[0] == 2.0f);  // critical: round 1 is the average of a's and b's deltas; round 2 still waits for a
+  // non-critical: round 1's deltas applied as delta / 3 (c counted), then b's round 2 as delta / 2
+  CHECK(v[kCrit] == doctest::Approx(4.0f / 3.0f + 0.5f));
+  auto pushed = b.receive(20s);
+  REQUIRE(pushed);
+  CHECK(pushed->header.request_id == ahead);
+  CHECK(as<wire::PushReply>(*pushed).round == 2);
+  CHECK(stats(a)["regions"]["c"]["live"] == false);
+}
+
+TEST_CASE("with wait_for_all_regions: false only registered regions hold back rounds") {
+  TempDir tmp("startup-off");
+  Cluster cluster(small_config(tmp.path(), 0, kOnlyRegistered));
+  auto a = cluster.client(), b = cluster.client();
+  hello(a, "a", cluster.table_hash());
+  hello(b, "b", cluster.table_hash());
+  push(a, 1, filled(kShard, 3.0f));
+  push(b, 1, filled(kShard, 1.0f));
+  auto st = stats(a);
+  CHECK(st["shards"][0]["released_round"] == 1);
+  CHECK(st["regions"]["c"]["live"] == false);
+  auto p = pull(a, true, 0, 1);
+  CHECK(p.values[0] == 2.0f);
+  CHECK(p.values[kCrit] == 2.0f);  // two counted regions: each non-critical delta applied as delta / 2
 }

@@ -142,7 +142,8 @@ TEST_CASE("every malformed message gets an error reply naming the problem and ch
        [](uint64_t) { return message(wire::Header{77, wire::Ack{}}); }},
   };
 
-  auto dir = fresh_dir("malformed");
+  TempDir tmp("malformed");
+  const auto& dir = tmp.path();
   Cluster cluster(small_config(dir, 1));
   auto a = cluster.client(), b = cluster.client();
   hello(a, "a", cluster.table_hash());

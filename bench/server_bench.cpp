@@ -1,0 +1,274 @@
+#include "bench/server_bench.hpp"
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+#include <zmq.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+
+#include "bench/codec_bench.hpp"
+#include "compression/factory.hpp"
+#include "core/check_zmq.hpp"
+#include "core/error.hpp"
+#include "server/param_server.hpp"
+#include "wire/client.hpp"
+
+namespace geotrain::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Timing {
+  double median_s = 0;
+  size_t count = 0;
+};
+
+// Two warm-up round trips (connection set-up, first-touch of buffers), then round trips until
+// `seconds` have passed and at least 5 were timed.
+template <typename F>
+Timing time_round_trips(double seconds, F&& round_trip) {
+  round_trip();
+  round_trip();
+  std::vector<double> samples;
+  const auto start = Clock::now();
+  while (samples.size() < 5 || std::chrono::duration<double>(Clock::now() - start).count() < seconds) {
+    const auto t0 = Clock::now();
+    round_trip();
+    samples.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  Timing t;
+  t.count = samples.size();
+  std::nth_element(samples.begin(), samples.begin() + static_cast<std::ptrdiff_t>(samples.size() / 2), samples.end());
+  t.median_s = samples[samples.size() / 2];
+  return t;
+}
+
+// A frame that borrows `bytes` (no copy, no free): the buffer outlives every send of it.
+zmq::message_t borrowed_frame(const Bytes& bytes) {
+  return zmq::message_t(const_cast<std::byte*>(bytes.data()), bytes.size(), nullptr, nullptr);
+}
+
+std::string endpoint_for(const std::string& transport, const std::string& name) {
+  if (transport == "tcp") return "tcp://127.0.0.1:0";
+  GT_REQUIRE(transport == "inproc", "transport '{}' is not allowed: use tcp or inproc", transport);
+  return "inproc://bench-" + name;
+}
+
+// Raw ZeroMQ reference: a ROUTER that answers each request [header, payload?] with
+// [header, reply payload of the size the request's header names]. No protocol beyond that.
+class RawEcho {
+ public:
+  RawEcho(zmq::context_t& context, const std::string& endpoint, size_t max_reply)
+      : socket_(context, zmq::socket_type::router), reply_(max_reply) {
+    int linger = 0;
+    GT_ZMQ_CHECK(zmq_setsockopt(socket_.handle(), ZMQ_LINGER, &linger, sizeof linger));
+    GT_ZMQ_CHECK(zmq_bind(socket_.handle(), endpoint.c_str()));
+    char last[256];
+    size_t len = sizeof last;
+    GT_ZMQ_CHECK(zmq_getsockopt(socket_.handle(), ZMQ_LAST_ENDPOINT, last, &len));
+    endpoint_ = last;
+    thread_ = std::jthread([this](std::stop_token stop) { loop(stop); });
+  }
+  const std::string& endpoint() const { return endpoint_; }
+
+ private:
+  void loop(std::stop_token stop) {
+    while (!stop.stop_requested()) {
+      zmq_pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
+      if (zmq_poll(&item, 1, 20) <= 0) continue;
+      std::vector<zmq::message_t> parts;
+      bool more = true;
+      while (more) {
+        zmq::message_t part;
+        GT_ZMQ_CHECK(zmq_msg_recv(part.handle(), socket_.handle(), 0));
+        more = part.more();
+        parts.push_back(std::move(part));
+      }
+      uint64_t reply_bytes = 0;
+      GT_ASSERT(parts.size() >= 2 && parts[1].size() >= sizeof reply_bytes, "raw echo: bad request");
+      std::memcpy(&reply_bytes, parts[1].data(), sizeof reply_bytes);
+      GT_ASSERT(reply_bytes <= reply_.size(), "raw echo: reply of {} bytes asked", reply_bytes);
+      socket_.send(std::move(parts[0]), zmq::send_flags::sndmore);
+      socket_.send(std::move(parts[1]), reply_bytes ? zmq::send_flags::sndmore : zmq::send_flags::none);
+      if (reply_bytes) {
+        zmq::message_t payload(reply_.data(), reply_bytes, nullptr, nullptr);
+        socket_.send(std::move(payload), zmq::send_flags::none);
+      }
+    }
+  }
+
+  zmq::socket_t socket_;
+  Bytes reply_;  // the bytes every reply borrows
+  std::string endpoint_;
+  std::jthread thread_;  // last: joined before the socket closes
+};
+
+struct Sizes {
+  size_t push_header = 0, push_payload = 0, push_reply_header = 0;
+  size_t pull_header = 0, pull_reply_header = 0, pull_payload = 0;
+};
+
+// Push+pull round trips against a ParamServer owning one shard of `elements` fp32 values.
+Timing measure_param_server(zmq::context_t& context, const std::string& transport, const std::string& codec,
+                            size_t elements, double seconds, Sizes& sizes) {
+  server::ServerConfig config;
+  config.regions = {"bench"};
+  config.tensors = {{"w", elements}};
+  config.shard.downlink_codec = codec;
+  config.max_message_bytes = std::max<int64_t>(int64_t{64} << 20, static_cast<int64_t>(8 * elements));
+  config.run_dir = std::filesystem::temp_directory_path() / "geotrain-bench-server";  // never written
+  server::ServerOptions options;
+  options.endpoint = endpoint_for(transport, "server-" + codec + std::to_string(elements));
+  options.write_metrics = false;
+  server::ParamServer srv(config, 0, context, options);
+  std::jthread loop([&srv](std::stop_token stop) { srv.run(stop); });
+
+  wire::Client client(wire::connect_dealer(context, srv.endpoint()));
+  auto must = [](std::optional<wire::Reply> r, const char* what) {
+    GT_REQUIRE(r.has_value(), "bench server: no reply to {}", what);
+    if (auto* e = std::get_if<wire::Error>(&r->header.body)) GT_REQUIRE(false, "bench server: {}: {}", what, e->message);
+    return std::move(*r);
+  };
+  must(client.call(wire::Hello{"bench", wire::kProtocolVersion, srv.table_hash(), {}}), "hello");
+  uint64_t version = std::get<wire::PullReply>(must(client.call(wire::PullRequest{0, 0, true, 0}), "pull").header.body).version;
+
+  std::vector<float> delta(elements);
+  fill_gradient_like(delta, "gaussian", 7);
+  Bytes payload;
+  compression::make_codec(codec)->encode(delta, payload);
+  const auto codec_id = static_cast<uint8_t>(compression::parse_header(payload).codec);
+  sizes.push_payload = payload.size();
+
+  uint64_t round = 0;
+  auto round_trip = [&] {
+    ++round;
+    const bool first = round == 1;  // frame sizes are measured once, outside the timed loop
+    wire::Push push{0, round, version, {{0, elements, codec_id, payload.size()}}};
+    if (first) sizes.push_header = wire::encode_header(wire::Header{0, push}).size();
+    std::vector<zmq::message_t> frames;
+    frames.push_back(borrowed_frame(payload));
+    auto pushed = must(client.call(std::move(push), std::move(frames)), "push");
+    if (first) sizes.push_reply_header = wire::encode_header(pushed.header).size();
+    wire::PullRequest pull{0, version, false, 0};
+    if (first) sizes.pull_header = wire::encode_header(wire::Header{0, pull}).size();
+    auto pulled = must(client.call(pull), "pull");
+    version = std::get<wire::PullReply>(pulled.header.body).version;
+    if (first) {
+      sizes.pull_reply_header = wire::encode_header(pulled.header).size();
+      sizes.pull_payload = pulled.payloads.at(0).size();
+    }
+  };
+  auto timing = time_round_trips(seconds, round_trip);
+  loop.request_stop();
+  return timing;
+}
+
+// The same frames and bytes through raw DEALER/ROUTER request/reply.
+Timing measure_raw(zmq::context_t& context, const std::string& transport, const std::string& name,
+                   const Sizes& sizes, double seconds) {
+  RawEcho echo(context, endpoint_for(transport, "raw-" + name), std::max(sizes.pull_payload, size_t{1}));
+  zmq::socket_t dealer(context, zmq::socket_type::dealer);
+  int linger = 0;
+  GT_ZMQ_CHECK(zmq_setsockopt(dealer.handle(), ZMQ_LINGER, &linger, sizeof linger));
+  GT_ZMQ_CHECK(zmq_connect(dealer.handle(), echo.endpoint().c_str()));
+  const Bytes push_payload(sizes.push_payload);
+  auto exchange = [&](size_t header, const Bytes* payload, uint64_t reply_bytes) {
+    zmq::message_t h(std::max(header, sizeof reply_bytes));
+    std::memcpy(h.data(), &reply_bytes, sizeof reply_bytes);
+    dealer.send(std::move(h), payload ? zmq::send_flags::sndmore : zmq::send_flags::none);
+    if (payload) dealer.send(borrowed_frame(*payload), zmq::send_flags::none);
+    bool more = true;
+    while (more) {
+      zmq::message_t part;
+      GT_ZMQ_CHECK(zmq_msg_recv(part.handle(), dealer.handle(), 0));
+      more = part.more();
+    }
+  };
+  return time_round_trips(seconds, [&] {
+    exchange(sizes.push_header, &push_payload, 0);
+    exchange(sizes.pull_header, nullptr, sizes.pull_payload);
+  });
+}
+
+void print_table(const std::vector<ServerBenchResult>& results) {
+  fmt::print("{:<7} {:<7} {:>10} {:>11} {:>10} {:>10} {:>10} {:>10} {:>10}\n", "link", "codec", "shard",
+             "wire B/rt", "srv MB/s", "raw MB/s", "srv/raw", "srv rtt us", "raw rtt us");
+  for (const auto& r : results)
+    fmt::print("{:<7} {:<7} {:>10} {:>11} {:>10.1f} {:>10.1f} {:>10.2f} {:>10.0f} {:>10.0f}\n", r.transport, r.codec,
+               r.bytes, r.wire_bytes, r.server_mbps, r.raw_zmq_mbps, r.ratio, r.server_rtt_us, r.raw_rtt_us);
+}
+
+}  // namespace
+
+std::vector<ServerBenchResult> measure_server(const ServerBenchOptions& options) {
+  for (const auto& c : options.codecs) compression::make_codec(c);  // reject bad specs before measuring
+  for (const auto& t : options.transports) endpoint_for(t, "check");
+  for (size_t s : options.sizes)
+    GT_REQUIRE(s >= 4096 && s % 4 == 0, "bench server: size {} must be a multiple of 4, at least 4096", s);
+  zmq::context_t context;
+  std::vector<ServerBenchResult> results;
+  const size_t total = options.transports.size() * options.codecs.size() * options.sizes.size();
+  for (const auto& transport : options.transports) {
+    for (const auto& codec : options.codecs) {
+      for (size_t bytes : options.sizes) {
+        if (!options.json)
+          spdlog::info("[{}/{}] {} {} {} bytes", results.size() + 1, total, transport, codec, bytes);
+        Sizes sizes;
+        const auto srv = measure_param_server(context, transport, codec, bytes / 4, options.seconds, sizes);
+        const auto raw = measure_raw(context, transport, codec + std::to_string(bytes), sizes, options.seconds);
+        ServerBenchResult r;
+        r.transport = transport;
+        r.codec = codec;
+        r.bytes = bytes;
+        r.wire_bytes = sizes.push_payload + sizes.pull_payload;
+        // Medians: on a shared machine a few descheduled round trips would swing the means.
+        r.server_mbps = static_cast<double>(r.wire_bytes) / srv.median_s / 1e6;
+        r.raw_zmq_mbps = static_cast<double>(r.wire_bytes) / raw.median_s / 1e6;
+        r.ratio = r.server_mbps / r.raw_zmq_mbps;
+        r.server_rtt_us = srv.median_s * 1e6;
+        r.raw_rtt_us = raw.median_s * 1e6;
+        r.server_round_trips = srv.count;
+        r.raw_round_trips = raw.count;
+        results.push_back(r);
+      }
+    }
+  }
+  return results;
+}
+
+int run_server_bench(const ServerBenchOptions& options) {
+  const auto results = measure_server(options);
+  if (options.json) {
+    nlohmann::json doc;
+    doc["device"] = cpu_name();
+    doc["seconds"] = options.seconds;
+    doc["sizes"] = nlohmann::json::array();
+    for (const auto& r : results)
+      doc["sizes"].push_back({{"bytes", r.bytes},
+                              {"transport", r.transport},
+                              {"codec", r.codec},
+                              {"wire_bytes", r.wire_bytes},
+                              {"server_mbps", r.server_mbps},
+                              {"raw_zmq_mbps", r.raw_zmq_mbps},
+                              {"ratio", r.ratio},
+                              {"server_vs_raw", r.ratio},
+                              {"server_rtt_us", r.server_rtt_us},
+                              {"raw_rtt_us", r.raw_rtt_us},
+                              {"server_round_trips", r.server_round_trips},
+                              {"raw_round_trips", r.raw_round_trips}});
+    fmt::print("{}\n", doc.dump(2));
+  } else {
+    fmt::print("geotrain bench server: push+pull round trips, one at a time, {:.1f} s per measurement, on {}\n",
+               options.seconds, cpu_name());
+    fmt::print("MB/s = payload bytes of push + pull reply (wire B/rt) per median round trip, 10^6 B/s\n");
+    print_table(results);
+  }
+  return 0;
+}
+
+}  // namespace geotrain::bench

@@ -1,0 +1,45 @@
+// `geotrain bench server`: push+pull round trips against a real ParamServer, against raw ZeroMQ
+// DEALER/ROUTER request/reply moving the same bytes, both measured in the same run.
+//
+// For each transport (tcp loopback, inproc), codec and shard size: one ParamServer owning one
+// shard of that many fp32 bytes runs on its own thread; one region client pushes a delta
+// encoded with the codec and pulls the change back (downlink with the same codec and server-side
+// error feedback), one request at a time. The raw reference is a ROUTER thread that answers each
+// DEALER request with a reply of the size the server's reply has: the same frames, the same
+// bytes, the same socket types, but no protocol, no decode, no optimizer and no encode.
+// Blocks until done; prints to stdout. Writes nothing to disk (metrics and checkpoints off).
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace geotrain::bench {
+
+struct ServerBenchOptions {
+  // fp32 bytes of the shard (the size of an uncompressed delta): 4 KiB to 16 MiB.
+  std::vector<std::size_t> sizes{std::size_t{4} << 10, std::size_t{64} << 10, std::size_t{1} << 20,
+                                 std::size_t{16} << 20};
+  std::vector<std::string> codecs{"fp32", "onebit"};
+  std::vector<std::string> transports{"tcp", "inproc"};
+  double seconds = 0.3;  // timed per measurement, after a warm-up; at least 5 round trips
+  bool json = false;
+};
+
+struct ServerBenchResult {
+  std::string transport;    // "tcp" (127.0.0.1) or "inproc"
+  std::string codec;
+  std::size_t bytes = 0;    // fp32 bytes of the shard
+  std::size_t wire_bytes = 0;  // payload bytes of one push plus its pull reply
+  double server_mbps = 0;   // wire_bytes per round trip / median round-trip time, in 10^6 bytes/s
+  double raw_zmq_mbps = 0;  // the same for the raw ZeroMQ echo
+  double ratio = 0;         // server_mbps / raw_zmq_mbps (1.0 = as fast as raw ZeroMQ)
+  double server_rtt_us = 0; // median push+pull round trip
+  double raw_rtt_us = 0;
+  std::size_t server_round_trips = 0, raw_round_trips = 0;
+};
+
+int run_server_bench(const ServerBenchOptions& options);
+std::vector<ServerBenchResult> measure_server(const ServerBenchOptions& options);
+
+}  // namespace geotrain::bench
