@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <signal.h>
 
+#include <atomic>
 #include <filesystem>
 #include <memory>
 #include <stop_token>
@@ -35,6 +36,37 @@ fs::path shipped_file(const fs::path& relative) {
   return relative;
 }
 
+// SIGINT/SIGTERM -> a stop request, taken by a sigwait thread. The signals are blocked in this
+// thread first (threads started later inherit the mask; the launcher's children unblock them).
+// The destructor wakes the watcher, also when the run ends with an exception.
+class StopOnSignal {
+ public:
+  StopOnSignal() {
+    sigemptyset(&signals_);
+    sigaddset(&signals_, SIGINT);
+    sigaddset(&signals_, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &signals_, nullptr);
+    watcher_ = std::jthread([this] {
+      int sig = 0;
+      sigwait(&signals_, &sig);
+      if (!done_.load()) stop_.request_stop();
+    });
+  }
+  ~StopOnSignal() {
+    done_.store(true);
+    if (!stop_.stop_requested()) pthread_kill(watcher_.native_handle(), SIGTERM);  // ends its sigwait
+  }
+  StopOnSignal(const StopOnSignal&) = delete;
+  StopOnSignal& operator=(const StopOnSignal&) = delete;
+  std::stop_token token() const { return stop_.get_token(); }
+
+ private:
+  sigset_t signals_;
+  std::stop_source stop_;
+  std::atomic<bool> done_{false};
+  std::jthread watcher_;
+};
+
 int run_run(const RunArgs& args) {
   launcher::LaunchOptions o;
   o.config = args.config.empty() ? shipped_file("configs/demo.yaml") : fs::path(args.config);
@@ -47,20 +79,8 @@ int run_run(const RunArgs& args) {
     (void)worker::parse_worker_config(text, source);
   };
 
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);  // inherited by threads; children unblock
-  std::stop_source stop;
-  std::jthread watcher([&stop, signals] {
-    int sig = 0;
-    sigwait(&signals, &sig);
-    if (sig != 0) stop.request_stop();
-  });
-  const auto result = launcher::run_deployment(o, stop.get_token());
-  if (!stop.stop_requested()) pthread_kill(watcher.native_handle(), SIGTERM);  // wake the watcher
-  return result.exit_code;
+  StopOnSignal stop;
+  return launcher::run_deployment(o, stop.token()).exit_code;
 }
 }  // namespace
 

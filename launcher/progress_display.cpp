@@ -20,7 +20,7 @@ std::vector<std::string> progress_lines(const RunMonitor& monitor, const std::ve
     const std::string planned = r.rounds_planned ? fmt::format("/{:.0f}", *r.rounds_planned) : "";
     lines.push_back(fmt::format(
         "{:<{}}  round {:>4}{:<5} step {:>6}  loss {:>7}  acc {:>6}  WAN {:>8.2f} MB  stale {:>3}  {:>5.2f} rounds/s",
-        name, width, r.round, planned, r.step, r.loss ? fmt::format("{:.4f}", *r.loss) : "-",
+        name, width, r.rounds_done, planned, r.step, r.loss ? fmt::format("{:.4f}", *r.loss) : "-",
         r.accuracy ? fmt::format("{:.2f}%", 100 * *r.accuracy) : "-", r.wan_bytes() / 1e6,
         r.staleness ? fmt::format("{:.0f}", *r.staleness) : "-", r.rounds_per_s()));
   }

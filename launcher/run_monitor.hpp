@@ -27,7 +27,7 @@ struct WorkerState {
 };
 
 struct RegionState {
-  uint64_t round = 0;            // newest round reported by the leader (round or step event)
+  uint64_t round = 0;            // newest round number the leader reported (round or step event)
   uint64_t step = 0;             // leader's newest step
   std::optional<double> loss;    // leader's newest step loss
   std::optional<double> accuracy;  // newest eval test_accuracy
