@@ -1,5 +1,6 @@
 // `geotrain run [CONFIG] [--out DIR]`: launches a whole deployment on this machine (launcher/),
-// with configs/demo.yaml when no CONFIG is given. Signals are taken by a sigwait thread that
+// with configs/demo.yaml when no CONFIG is given; `geotrain sweep SWEEP.yaml [--out DIR]`: a
+// grid of such runs, one after another, with a results table. Signals are taken by a sigwait thread that
 // turns SIGINT/SIGTERM into a stop request (no handler state, no globals); the launcher itself
 // runs on the main thread, which its children's PR_SET_PDEATHSIG is tied to.
 #include <CLI/CLI.hpp>
@@ -14,6 +15,7 @@
 #include "cli/commands.hpp"
 #include "core/error.hpp"
 #include "launcher/launcher.hpp"
+#include "launcher/sweep.hpp"
 #include "worker/config.hpp"
 
 namespace geotrain::cli {
@@ -67,20 +69,35 @@ class StopOnSignal {
   std::jthread watcher_;
 };
 
-int run_run(const RunArgs& args) {
+// What every launched run shares: this binary, the plot script, the worker's config check.
+launcher::LaunchOptions launch_options(bool plots) {
   launcher::LaunchOptions o;
-  o.config = args.config.empty() ? shipped_file("configs/demo.yaml") : fs::path(args.config);
-  GT_REQUIRE(fs::is_regular_file(o.config), "config file '{}' does not exist", o.config.string());
-  if (!args.out.empty()) o.out_dir = args.out;
   o.binary = fs::read_symlink("/proc/self/exe").string();
-  if (!args.no_plots) o.plot_script = shipped_file("scripts/plot_run.py");
+  if (plots) o.plot_script = shipped_file("scripts/plot_run.py");
   // The worker's parser checks the keys every worker will read, before anything starts.
   o.validate = [](const std::string& text, const std::string& source) {
     (void)worker::parse_worker_config(text, source);
   };
+  return o;
+}
 
+int run_run(const RunArgs& args) {
+  auto o = launch_options(!args.no_plots);
+  o.config = args.config.empty() ? shipped_file("configs/demo.yaml") : fs::path(args.config);
+  GT_REQUIRE(fs::is_regular_file(o.config), "config file '{}' does not exist", o.config.string());
+  if (!args.out.empty()) o.out_dir = args.out;
   StopOnSignal stop;
   return launcher::run_deployment(o, stop.token()).exit_code;
+}
+
+int run_sweep(const RunArgs& args) {
+  launcher::SweepOptions o;
+  o.run = launch_options(!args.no_plots);
+  o.sweep_file = args.config;
+  if (!args.out.empty()) o.out_dir = args.out;
+  if (!args.no_plots) o.plot_script = shipped_file("scripts/plot_sweep.py");
+  StopOnSignal stop;
+  return launcher::run_sweep(o, stop.token());
 }
 }  // namespace
 
@@ -92,6 +109,16 @@ void add_run_command(CLI::App& app, CommandList& commands) {
   cmd->add_option("--out", args->out, "parent folder of the run folder (default: run.out_dir, else runs)");
   cmd->add_flag("--no-plots", args->no_plots, "skip the matplotlib plots");
   commands.emplace_back(cmd, [args] { return run_run(*args); });
+
+  auto sweep_args = std::make_shared<RunArgs>();
+  auto* sweep = app.add_subcommand("sweep", "run a grid of configs one after another (resumable) and write "
+                                            "results.csv, results.md and comparison plots");
+  sweep->add_option("sweep", sweep_args->config, "sweep file (YAML; see docs/experiments.md)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  sweep->add_option("--out", sweep_args->out, "parent folder of the sweep folder (default: the sweep's out_dir)");
+  sweep->add_flag("--no-plots", sweep_args->no_plots, "skip the matplotlib plots");
+  commands.emplace_back(sweep, [sweep_args] { return run_sweep(*sweep_args); });
 }
 
 }  // namespace geotrain::cli
