@@ -149,5 +149,5 @@ TEST_CASE("a two-point sweep runs both points, writes the results, and resumes w
   REQUIRE(status);
   CHECK_MESSAGE(*status == 0, tail_lines(dir / "plots.log", 20));
   for (const char* png : {"sweep_accuracy_vs_time.png", "sweep_accuracy_vs_wan_bytes.png", "sweep_bars.png"})
-    CHECK_MESSAGE(fs::exists(dir / png) && fs::file_size(dir / png) > 1000, png);
+    CHECK_MESSAGE((fs::exists(dir / png) && fs::file_size(dir / png) > 1000), png);
 }
