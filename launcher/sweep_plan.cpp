@@ -131,7 +131,7 @@ SweepPlan parse_sweep(const std::string& text, const std::string& source, const 
     for (const auto& [key, value] : values) {
       YAML::Node v = value;
       if (key == "run.wan_profile" && v.IsScalar() && fs::path(v.Scalar()).is_relative())
-        v = YAML::Node((sweep_dir / v.Scalar()).string());
+        v = YAML::Node(fs::absolute(sweep_dir / v.Scalar()).lexically_normal().string());
       set_path(config, key, v, source);
       point.values.emplace_back(key, flow(value));
       if (std::find(plan.keys.begin(), plan.keys.end(), key) == plan.keys.end()) plan.keys.push_back(key);
@@ -145,7 +145,8 @@ SweepPlan parse_sweep(const std::string& text, const std::string& source, const 
     GT_REQUIRE(labels.insert(point.label).second, "{}: two points have the label '{}'", source, point.label);
     set_path(config, "run.name", YAML::Node(point.label), source);
     if (config["run"]["wan_profile"] && fs::path(config["run"]["wan_profile"].Scalar()).is_relative())
-      config["run"]["wan_profile"] = (base.parent_path() / config["run"]["wan_profile"].Scalar()).string();
+      config["run"]["wan_profile"] =
+          fs::absolute(base.parent_path() / config["run"]["wan_profile"].Scalar()).lexically_normal().string();
     YAML::Emitter e;
     e << config;
     point.config_yaml = fmt::format("# geotrain sweep {}: point '{}'\n{}\n", plan.name, point.label, e.c_str());
