@@ -6,7 +6,9 @@
 #include <doctest/doctest.h>
 
 #include <nlohmann/json.hpp>
+#include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
@@ -27,7 +29,7 @@ void write_fake_binary(const fs::path& file, const std::string& mode) {
        "if [ \"$1\" != worker ]; then exec " GEOTRAIN_BINARY " \"$@\"; fi\n"
        "region=$5; rank=$7; out=\"$(dirname \"$3\")/worker-$region-$rank.metrics.jsonl\"\n"
        "mode=" << mode << "\n"
-       "if [ $mode = hang ]; then sleep 60; exit 0; fi\n"
+       "if [ $mode = hang ]; then exec sleep 60; fi\n"
        "if [ $mode = fail ] && [ $region = eu-west ] && [ $rank = 1 ]; then echo 'worker eu-west/1: cannot load data'; exit 3; fi\n"
        "e() { echo \"{\\\"region\\\":\\\"$region\\\",\\\"rank\\\":$rank,$1}\" >> \"$out\"; }\n"
        "e '\"event\":\"start\",\"time\":0,\"rounds\":3'\n"
@@ -133,6 +135,39 @@ TEST_CASE("a stop request interrupts the run, stops every process and writes a p
   CHECK(r.status == "interrupted");
   CHECK(fs::exists(r.run_dir / "summary.json"));
   CHECK(processes_mentioning(r.run_dir.string()) == 0);
+}
+
+TEST_CASE("children do not outlive a launcher that is killed outright") {
+  geotrain::test::TempDir tmp("launcher-kill");
+  const auto o = options(tmp.path(), "hang");
+  const pid_t launcher = ::fork();
+  REQUIRE(launcher >= 0);
+  if (launcher == 0) {  // the launcher, in a child of the test (it is single-threaded here)
+    std::stop_source stop;
+    run_deployment(o, stop.get_token());
+    ::_exit(0);
+  }
+  // Wait for the workers to be started, then SIGKILL the launcher: no chance to clean up.
+  auto started = [&] {
+    if (!fs::exists(tmp.path() / "runs")) return false;
+    for (const auto& e : fs::recursive_directory_iterator(tmp.path() / "runs"))
+      if (e.path().filename() == "worker-eu-west-1.log") return true;
+    return false;
+  };
+  for (int i = 0; i < 200 && !started(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  REQUIRE(started());
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const std::string run_root = (tmp.path() / "runs").string();
+  CHECK(processes_mentioning(run_root) >= 3);  // 2 servers and netsim at least
+  ::kill(launcher, SIGKILL);
+  int ws = 0;
+  ::waitpid(launcher, &ws, 0);
+  int left = -1;
+  for (int i = 0; i < 100 && left != 0; ++i) {
+    left = processes_mentioning(run_root);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  CHECK(left == 0);
 }
 
 TEST_CASE("geotrain run names a bad config key and exits with 2 before starting anything") {
