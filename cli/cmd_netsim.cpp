@@ -1,12 +1,14 @@
 // `geotrain netsim --config NETSIM.yaml`: runs the WAN emulator until SIGINT or SIGTERM, and
 // `geotrain bench netsim`: its fidelity benchmark (measuring code in bench/netsim_bench.cpp).
 #include <CLI/CLI.hpp>
-#include <signal.h>
 
+#include <future>
 #include <memory>
+#include <mutex>
 
 #include "bench/netsim_bench.hpp"
 #include "cli/commands.hpp"
+#include "cli/signal_watcher.hpp"
 #include "core/log.hpp"
 #include "netsim/config.hpp"
 #include "netsim/proxy.hpp"
@@ -17,13 +19,10 @@ namespace geotrain::cli {
 namespace {
 int run_netsim(const std::string& path) {
   auto cfg = netsim::load_netsim_config(path);
-  // Block the stop signals before any thread starts, so that only sigwait below sees them.
-  sigset_t stop;
-  sigemptyset(&stop);
-  sigaddset(&stop, SIGINT);
-  sigaddset(&stop, SIGTERM);
-  const int rc = ::pthread_sigmask(SIG_BLOCK, &stop, nullptr);
-  GT_ASSERT(rc == 0, "pthread_sigmask failed: {}", rc);
+  std::promise<int> stopped;
+  SignalWatcher watcher([&stopped, once = std::make_shared<std::once_flag>()](int sig) {
+    std::call_once(*once, [&] { stopped.set_value(sig); });
+  });
   netsim::WanProxy proxy(cfg.links, cfg.options);
   for (std::size_t i = 0; i < cfg.links.size(); ++i) {
     const auto& l = cfg.links[i];
@@ -37,8 +36,7 @@ int run_netsim(const std::string& path) {
   proxy.start();
   spdlog::info("netsim: profile '{}', {} link(s) up; SIGINT or SIGTERM stops", cfg.profile.name,
                cfg.links.size());
-  int sig = 0;
-  ::sigwait(&stop, &sig);
+  const int sig = stopped.get_future().get();
   spdlog::info("netsim: signal {}, stopping", sig);
   proxy.stop();
   return 0;

@@ -1,18 +1,17 @@
 // `geotrain run [CONFIG] [--out DIR]`: launches a whole deployment on this machine (launcher/),
 // with configs/demo.yaml when no CONFIG is given; `geotrain sweep SWEEP.yaml [--out DIR]`: a
-// grid of such runs, one after another, with a results table. Signals are taken by a sigwait thread that
-// turns SIGINT/SIGTERM into a stop request (no handler state, no globals); the launcher itself
-// runs on the main thread, which its children's PR_SET_PDEATHSIG is tied to.
+// grid of such runs, one after another, with a results table. SIGINT/SIGTERM become a stop
+// request (SignalWatcher); the launcher itself runs on the main thread, which its children's
+// PR_SET_PDEATHSIG is tied to.
 #include <CLI/CLI.hpp>
-#include <signal.h>
 
-#include <atomic>
 #include <filesystem>
 #include <memory>
 #include <stop_token>
 #include <thread>
 
 #include "cli/commands.hpp"
+#include "cli/signal_watcher.hpp"
 #include "core/error.hpp"
 #include "launcher/launcher.hpp"
 #include "launcher/sweep.hpp"
@@ -38,37 +37,6 @@ fs::path shipped_file(const fs::path& relative) {
   return relative;
 }
 
-// SIGINT/SIGTERM -> a stop request, taken by a sigwait thread. The signals are blocked in this
-// thread first (threads started later inherit the mask; the launcher's children unblock them).
-// The destructor wakes the watcher, also when the run ends with an exception.
-class StopOnSignal {
- public:
-  StopOnSignal() {
-    sigemptyset(&signals_);
-    sigaddset(&signals_, SIGINT);
-    sigaddset(&signals_, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &signals_, nullptr);
-    watcher_ = std::jthread([this] {
-      int sig = 0;
-      sigwait(&signals_, &sig);
-      if (!done_.load()) stop_.request_stop();
-    });
-  }
-  ~StopOnSignal() {
-    done_.store(true);
-    if (!stop_.stop_requested()) pthread_kill(watcher_.native_handle(), SIGTERM);  // ends its sigwait
-  }
-  StopOnSignal(const StopOnSignal&) = delete;
-  StopOnSignal& operator=(const StopOnSignal&) = delete;
-  std::stop_token token() const { return stop_.get_token(); }
-
- private:
-  sigset_t signals_;
-  std::stop_source stop_;
-  std::atomic<bool> done_{false};
-  std::jthread watcher_;
-};
-
 // What every launched run shares: this binary, the plot script, the worker's config check.
 launcher::LaunchOptions launch_options(bool plots) {
   launcher::LaunchOptions o;
@@ -86,8 +54,9 @@ int run_run(const RunArgs& args) {
   o.config = args.config.empty() ? shipped_file("configs/demo.yaml") : fs::path(args.config);
   GT_REQUIRE(fs::is_regular_file(o.config), "config file '{}' does not exist", o.config.string());
   if (!args.out.empty()) o.out_dir = args.out;
-  StopOnSignal stop;
-  return launcher::run_deployment(o, stop.token()).exit_code;
+  std::stop_source stop;
+  SignalWatcher watcher([&stop](int) { stop.request_stop(); });
+  return launcher::run_deployment(o, stop.get_token()).exit_code;
 }
 
 int run_sweep(const RunArgs& args) {
@@ -96,8 +65,9 @@ int run_sweep(const RunArgs& args) {
   o.sweep_file = args.config;
   if (!args.out.empty()) o.out_dir = args.out;
   if (!args.no_plots) o.plot_script = shipped_file("scripts/plot_sweep.py");
-  StopOnSignal stop;
-  return launcher::run_sweep(o, stop.token());
+  std::stop_source stop;
+  SignalWatcher watcher([&stop](int) { stop.request_stop(); });
+  return launcher::run_sweep(o, stop.get_token());
 }
 }  // namespace
 

@@ -1,14 +1,14 @@
 // `geotrain server --config C --region R`: one region's parameter server. Parses the config,
-// builds the server and runs its loop until SIGINT/SIGTERM or a Shutdown message. Signals are
-// taken synchronously by a sigwait thread (no handler state, no globals).
+// builds the server and runs its loop until SIGINT/SIGTERM or a Shutdown message.
 #include <CLI/CLI.hpp>
-#include <signal.h>
 
 #include <memory>
 #include <stop_token>
 #include <thread>
 
 #include "cli/commands.hpp"
+#include "cli/signal_watcher.hpp"
+#include "cli/config_text.hpp"
 #include "server/config.hpp"
 #include "server/param_server.hpp"
 
@@ -22,28 +22,16 @@ struct ServerArgs {
 };
 
 int run_server(const ServerArgs& args) {
-  auto config = server::load_server_config(args.config);
+  auto config = server::parse_server_config(resolved_config_text(args.config), args.config);
   const uint32_t region = config.region_index(args.region);
   server::ServerOptions options;
   if (!args.endpoint.empty()) options.endpoint = args.endpoint;
 
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);  // inherited by every thread started below
-
   zmq::context_t context;
   server::ParamServer srv(config, region, context, options);
   std::stop_source stop;
-  std::jthread watcher([&stop, signals] {
-    int sig = 0;
-    sigwait(&signals, &sig);
-    if (sig != 0) stop.request_stop();
-  });
+  SignalWatcher watcher([&stop](int) { stop.request_stop(); });
   srv.run(stop.get_token());
-  // Wake the watcher if the loop ended for another reason (a Shutdown message).
-  if (!stop.stop_requested()) pthread_kill(watcher.native_handle(), SIGTERM);
   return 0;
 }
 }  // namespace

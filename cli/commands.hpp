@@ -14,6 +14,7 @@ using CommandList = std::vector<std::pair<CLI::App*, std::function<int()>>>;
 
 void add_bench_command(CLI::App& app, CommandList& commands);
 void add_server_command(CLI::App& app, CommandList& commands);
+void add_worker_command(CLI::App& app, CommandList& commands);
 void add_netsim_command(CLI::App& app, CommandList& commands);
 void add_run_command(CLI::App& app, CommandList& commands);
 // `bench netsim`, added by add_bench_command (defined in cmd_netsim.cpp).

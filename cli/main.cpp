@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   geotrain::cli::CommandList commands;
   geotrain::cli::add_bench_command(app, commands);
   geotrain::cli::add_server_command(app, commands);
+  geotrain::cli::add_worker_command(app, commands);
   geotrain::cli::add_netsim_command(app, commands);
   geotrain::cli::add_run_command(app, commands);
 

@@ -5,6 +5,8 @@
 #include <cmath>
 
 namespace geotrain::kernels::cpu {
+
+void set_blas_threads(int threads) { openblas_set_num_threads(threads); }
 namespace {
 blasint as_blas(size_t n) { return static_cast<blasint>(n); }
 }  // namespace

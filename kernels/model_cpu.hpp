@@ -14,6 +14,10 @@
 
 namespace geotrain::kernels::cpu {
 
+// Threads OpenBLAS may use for one GEMM. Workers set 1: a region already runs one process per
+// core, and small GEMMs lose more to OpenBLAS's thread hand-offs than they gain.
+void set_blas_threads(int threads);
+
 // y (B, out) = x (B, in) W^T (W: (out, in)) + b (out).
 void linear_forward(const float* x, const float* w, const float* b, size_t batch, size_t in,
                     size_t out, float* y);

@@ -28,10 +28,11 @@ int decode(int wstatus) {
   ::setpgid(0, group);
   ::prctl(PR_SET_PDEATHSIG, SIGTERM);
   if (::getppid() != parent) ::_exit(126);  // the launcher died before prctl took effect
+  // Default dispositions first (the parent's handlers would write to its pipes), then unblock.
+  for (int sig = 1; sig < NSIG; ++sig) ::signal(sig, SIG_DFL);
   sigset_t none;
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
-  for (int sig : {SIGINT, SIGTERM, SIGPIPE, SIGCHLD, SIGHUP}) ::signal(sig, SIG_DFL);
   const int in = ::open("/dev/null", O_RDONLY);
   const int out = ::open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
   if (in >= 0) ::dup2(in, 0);
@@ -59,9 +60,15 @@ ChildProcess::ChildProcess(const std::string& binary, const std::vector<std::str
   argv.push_back(nullptr);
   const std::string log_path = log.string();
   const pid_t parent = ::getpid();
+  // No signal handler may run in the child before exec: block everything across the fork.
+  sigset_t all, old;
+  sigfillset(&all);
+  ::pthread_sigmask(SIG_SETMASK, &all, &old);
   pid_ = ::fork();
-  if (pid_ < 0) throw SystemError("posix", "fork()", __FILE__, __LINE__, std::strerror(errno));
   if (pid_ == 0) exec_child(owned[0].c_str(), argv.data(), log_path.c_str(), process_group, parent);
+  const int fork_errno = errno;
+  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (pid_ < 0) throw SystemError("posix", "fork()", __FILE__, __LINE__, std::strerror(fork_errno));
   ::setpgid(pid_, process_group == 0 ? pid_ : process_group);  // also here: no race with exec
 }
 

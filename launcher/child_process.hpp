@@ -2,9 +2,9 @@
 //
 // The child: joins the given process group (or leads a new one), gets PR_SET_PDEATHSIG
 // (SIGTERM) so it never outlives the launcher, starts with an empty signal mask and default
-// dispositions (the launcher blocks SIGINT/SIGTERM for its sigwait thread; a mask would
-// otherwise be inherited through exec), reads /dev/null and appends stdout and stderr to a log
-// file. PR_SET_PDEATHSIG fires when the *thread* that forked exits: spawn from the thread that
+// dispositions (a caller's blocked signals would otherwise be inherited through exec; signals
+// are blocked across fork so no parent handler runs in the child), reads /dev/null and appends
+// stdout and stderr to a log file. PR_SET_PDEATHSIG fires when the *thread* that forked exits: spawn from the thread that
 // lives as long as the launcher (main).
 // The destructor SIGKILLs and reaps a child still running. poll() and wait_for() reap.
 // Movable, not copyable; not thread-safe (one owner thread).

@@ -68,7 +68,7 @@ WorkerConfig parse_worker_config(std::string_view yaml_text, std::string_view so
                 {"workers_per_region", "device", "data_dir", "batch_size", "accumulation_steps", "local_steps", "rounds",
                  "critical_codec", "noncritical_codec", "overlap", "optimizer", "lr", "warmup_steps", "lr_decay",
                  "min_lr", "scale_lr", "max_grad_norm", "anomaly_guard", "eval_every", "seed", "gloo_host", "run_dir",
-                 "timeout_ms", "step_delay_ms", "routes"});
+                 "timeout_ms", "step_delay_ms", "routes", "blas_threads"});
   auto get_u32 = [&](const char* key, uint32_t& out, uint32_t lo, uint32_t hi) {
     if (auto n = w[key]) out = in.number<uint32_t>(n, fmt::format("worker.{}", key), lo, hi);
   };
@@ -77,6 +77,7 @@ WorkerConfig parse_worker_config(std::string_view yaml_text, std::string_view so
   };
   get_u32("workers_per_region", c.workers_per_region, 1, 1024);
   get_u32("batch_size", c.batch_size, 1, 1 << 20);
+  get_u32("blas_threads", c.blas_threads, 1, 256);
   get_u32("accumulation_steps", c.accumulation_steps, 1, 1024);
   get_u32("local_steps", c.local_steps, 1, 1 << 20);
   get_u64("rounds", c.rounds, 1, uint64_t{1} << 32);

@@ -43,6 +43,9 @@ class LocalStep {
   FloatSpan grad() { return grad_; }
   // Records one micro-batch's mean loss; true when accumulation_steps have been added.
   bool add_micro_batch(double mean_loss);
+  // Replaces the mean loss of the micro-batches recorded so far (e.g. with the region's mean
+  // after an AllReduce), so that every worker of a region takes the same guard decision.
+  void set_loss(double mean_loss) { loss_sum_ = mean_loss * static_cast<double>(micro_); }
   // Averages grad() over micro-batches and over `reduced_over` workers (grad() holds their sum
   // after an AllReduce; 1 without one), clips, asks the guard, steps. InputError on a size
   // mismatch; GT_ASSERT when called before the micro-batches are complete.

@@ -69,6 +69,12 @@ RegionSync::RegionSync(const ParamTable& layout, SyncConfig config, zmq::context
 
 RegionSync::~RegionSync() = default;
 
+void RegionSync::set_origin(ConstFloatSpan origin) {
+  GT_REQUIRE(origin.size() == base_.size(), "region {}: origin has {} parameters, the table has {}", config_.region,
+             origin.size(), base_.size());
+  origin_.assign(origin.begin(), origin.end());
+}
+
 void RegionSync::build_segments(ShardState& shard) const {
   // Runs of tensors of one class inside [offset, offset + count): one segment each.
   const uint64_t begin = shard.offset, end = shard.offset + shard.count;
@@ -151,8 +157,14 @@ void RegionSync::pull_into_base(bool full, uint64_t min_round, RoundReport* repo
       for (size_t k = 0; k < pr.segments.size(); ++k) {
         const auto& seg = pr.segments[k];
         const auto& d = decoded[k];
-        if (pr.full) std::copy(d.begin(), d.end(), base + seg.offset);
-        else for (size_t j = 0; j < d.size(); ++j) base[seg.offset + j] += d[j];
+        if (pr.full && origin_.empty()) {
+          std::copy(d.begin(), d.end(), base + seg.offset);
+        } else if (pr.full) {
+          const float* o = origin_.data() + sh.offset + seg.offset;
+          for (size_t j = 0; j < d.size(); ++j) base[seg.offset + j] = o[j] + d[j];
+        } else {
+          for (size_t j = 0; j < d.size(); ++j) base[seg.offset + j] += d[j];
+        }
       }
       sh.version = pr.version;
       released = std::min(released, pr.round);

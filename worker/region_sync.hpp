@@ -65,6 +65,12 @@ class RegionSync {
   RegionSync(const RegionSync&) = delete;
   RegionSync& operator=(const RegionSync&) = delete;
 
+  // The servers hold the sum of all applied deltas, starting from zero. Every region starts
+  // its model from the same deterministic initialisation (the config's seed), so the global
+  // parameters are origin + server values: a full pull sets base = origin + values. Call before
+  // connect(); without it the origin is zero. InputError on a size mismatch.
+  void set_origin(ConstFloatSpan origin);
+
   // Registers with every server and pulls full values into base(). Returns the round the
   // region pushes next (1 for a fresh start, later after a rejoin).
   uint64_t connect();
@@ -109,6 +115,7 @@ class RegionSync {
   std::vector<ServerLink> servers_;
   std::vector<ShardState> shards_;
   std::vector<float> base_;
+  std::vector<float> origin_;  // empty: zero
   std::vector<float> delta_;
   compression::ErrorFeedback critical_ef_;
   compression::ErrorFeedback noncritical_ef_;

@@ -1,0 +1,51 @@
+// `geotrain worker --config C --region R --rank I`: one worker process (rank 0 is the region's
+// leader). Trains until the configured number of rounds; SIGINT/SIGTERM end it after the
+// current round, with its metrics and (for leaders) final parameters written.
+#include <CLI/CLI.hpp>
+
+#include <memory>
+#include <stop_token>
+#include <thread>
+
+#include "cli/commands.hpp"
+#include "cli/signal_watcher.hpp"
+#include "cli/config_text.hpp"
+#include "worker/config.hpp"
+#include "worker/trainer.hpp"
+
+namespace geotrain::cli {
+
+namespace {
+struct WorkerArgs {
+  std::string config;
+  std::string region;
+  uint32_t rank = 0;
+  std::string run_dir;
+};
+
+int run_worker(const WorkerArgs& args) {
+  auto config = worker::parse_worker_config(resolved_config_text(args.config), args.config);
+  if (!args.run_dir.empty()) config.run_dir = args.run_dir;
+
+  zmq::context_t context;
+  worker::Trainer trainer(config, args.region, args.rank, context);
+  std::stop_source stop;
+  SignalWatcher watcher([&stop](int) { stop.request_stop(); });
+  trainer.run(stop.get_token());
+  return 0;
+}
+}  // namespace
+
+void add_worker_command(CLI::App& app, CommandList& commands) {
+  auto args = std::make_shared<WorkerArgs>();
+  auto* cmd = app.add_subcommand("worker", "run one worker of a region (rank 0 is the region's leader)");
+  cmd->add_option("--config", args->config, "YAML config (regions, model, server, worker)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--region", args->region, "the region this worker belongs to")->required();
+  cmd->add_option("--rank", args->rank, "rank inside the region (0 = leader)")->capture_default_str();
+  cmd->add_option("--run-dir", args->run_dir, "write metrics here instead of worker.run_dir");
+  commands.emplace_back(cmd, [args] { return run_worker(*args); });
+}
+
+}  // namespace geotrain::cli

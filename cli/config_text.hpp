@@ -1,0 +1,16 @@
+// Reading the deployment config in the binary that wires everything together: model.arch (an
+// MLP spec such as "784-256-128-10") is expanded into model.tensors, which is what the server
+// (which knows nothing of models) reads. Every process started from the same file therefore
+// derives the same parameter table.
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+namespace geotrain::cli {
+
+// The config file's text, with model.tensors filled in from model.arch when it is absent.
+// InputError when the file cannot be read or is not YAML, or when model.arch is invalid.
+std::string resolved_config_text(const std::filesystem::path& file);
+
+}  // namespace geotrain::cli

@@ -1,0 +1,67 @@
+#include "cli/signal_watcher.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+
+#include <cstring>
+
+#include "core/error.hpp"
+
+namespace geotrain::cli {
+namespace {
+
+std::atomic<int> g_signal_pipe{-1};  // see the header: the handler's only way out
+
+extern "C" void on_signal_handler(int sig) {
+  const int saved = errno;
+  const int fd = g_signal_pipe.load();
+  if (fd >= 0) {
+    const unsigned char byte = static_cast<unsigned char>(sig);
+    [[maybe_unused]] ssize_t n = write(fd, &byte, 1);
+  }
+  errno = saved;
+}
+
+}  // namespace
+
+SignalWatcher::SignalWatcher(std::function<void(int)> on_signal) {
+  GT_ASSERT(g_signal_pipe.load() < 0, "only one SignalWatcher may exist at a time");
+  if (pipe2(pipe_, O_CLOEXEC) != 0)
+    throw SystemError("posix", "pipe2", __FILE__, __LINE__, std::strerror(errno));
+  g_signal_pipe.store(pipe_[1]);
+  struct sigaction sa {};
+  sa.sa_handler = on_signal_handler;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  thread_ = std::thread([this, on_signal = std::move(on_signal)] {
+    for (;;) {
+      unsigned char byte = 0;
+      const ssize_t n = read(pipe_[0], &byte, 1);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0 || byte == 0) return;  // 0: the destructor's wake-up
+      on_signal(byte);
+    }
+  });
+}
+
+SignalWatcher::~SignalWatcher() {
+  struct sigaction sa {};
+  sa.sa_handler = SIG_DFL;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  g_signal_pipe.store(-1);
+  const unsigned char stop = 0;
+  [[maybe_unused]] ssize_t n = write(pipe_[1], &stop, 1);
+  thread_.join();
+  close(pipe_[0]);
+  close(pipe_[1]);
+}
+
+}  // namespace geotrain::cli

@@ -1,0 +1,98 @@
+// Child processes for the multi-process tests: the real `geotrain` binary, started with
+// posix_spawn, output to a log file, killed (SIGKILL) and reaped if still running when the
+// Process object is destroyed, so a failing test leaves nothing behind.
+#pragma once
+
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+extern char** environ;
+
+namespace geotrain::test {
+
+class Process {
+ public:
+  Process(std::vector<std::string> args, const std::filesystem::path& log) : log_(log) {
+    std::vector<char*> argv;
+    args.insert(args.begin(), GEOTRAIN_BINARY);
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&actions, 1, 2);
+    const int rc = posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    REQUIRE_MESSAGE(rc == 0, "posix_spawn failed: ", rc);
+  }
+  ~Process() {
+    if (pid_ > 0 && !exit_code_) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  Process(const Process&) = delete;
+  Process& operator=(const Process&) = delete;
+
+  // Exit code once the process ended within `timeout` (then reaped), nullopt otherwise.
+  std::optional<int> wait(std::chrono::seconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (!exit_code_) {
+      int status = 0;
+      const pid_t r = waitpid(pid_, &status, WNOHANG);
+      if (r == pid_) {
+        exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        break;
+      }
+      if (std::chrono::steady_clock::now() > deadline) return std::nullopt;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return exit_code_;
+  }
+  void terminate() {
+    if (!exit_code_) kill(pid_, SIGTERM);
+  }
+  std::string log() const {
+    std::ifstream f(log_);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+  }
+
+ private:
+  pid_t pid_ = -1;
+  std::optional<int> exit_code_;
+  std::filesystem::path log_;
+};
+
+// A loopback port nobody listens on right now (the kernel's choice for port 0).
+inline int free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  socklen_t len = sizeof addr;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+}  // namespace geotrain::test

@@ -1,0 +1,286 @@
+#include "worker/trainer.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <fstream>
+#include <memory>
+#include <thread>
+
+#include "core/error.hpp"
+#include "kernels/model_cpu.hpp"
+#include "models/mlp.hpp"
+#include "worker/batch_loader.hpp"
+#include "worker/gloo_communicator.hpp"
+#include "worker/idx_dataset.hpp"
+#include "worker/local_step.hpp"
+#include "worker/metrics_log.hpp"
+#include "worker/overlapped_sync.hpp"
+#include "worker/region_sync.hpp"
+#include "worker/sampler.hpp"
+#include "worker/server_store.hpp"
+
+namespace geotrain::worker {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+struct Evaluation {
+  double accuracy = 0;
+  double loss = 0;
+};
+
+Evaluation evaluate(models::Mlp& model, ConstFloatSpan params, const Dataset& test, const std::vector<int32_t>& labels) {
+  constexpr size_t kChunk = 1000;
+  double loss = 0;
+  size_t correct = 0;
+  for (size_t begin = 0; begin < test.count; begin += kChunk) {
+    const size_t n = std::min(kChunk, test.count - begin);
+    auto r = model.evaluate(params, test.x.data() + begin * test.features, labels.data() + begin, n);
+    loss += r.loss_sum;
+    correct += r.correct;
+  }
+  return {double(correct) / double(test.count), loss / double(test.count)};
+}
+
+}  // namespace
+
+std::filesystem::path worker_metrics_path(const std::filesystem::path& run_dir, const std::string& region,
+                                          uint32_t rank) {
+  return run_dir / fmt::format("worker-{}-{}.metrics.jsonl", region, rank);
+}
+
+Trainer::Trainer(WorkerConfig config, std::string region, uint32_t rank, zmq::context_t& context)
+    : config_(std::move(config)), region_(std::move(region)), rank_(rank), context_(context) {
+  region_index_ = config_.region_index(region_);
+  GT_REQUIRE(rank_ < config_.workers_per_region, "rank {} is not below worker.workers_per_region = {}", rank_,
+             config_.workers_per_region);
+  GT_REQUIRE(config_.device == "cpu",
+             "worker.device is '{}': this build's worker trains on the CPU only (the CUDA model kernels exist, "
+             "but the NCCL communicator and device training loop do not yet); use device: cpu",
+             config_.device);
+  for (const auto& r : config_.regions)
+    GT_REQUIRE(config_.server_endpoints.count(r) || (config_.routes.count(region_) && config_.routes.at(region_).count(r)),
+               "server.endpoints has no entry for region '{}' (every region's server must be reachable)", r);
+}
+
+TrainResult Trainer::run(std::stop_token stop) {
+  const auto start = Clock::now();
+  const bool leader = rank_ == 0;
+  const uint32_t per_region = config_.workers_per_region;
+  const uint32_t world = static_cast<uint32_t>(config_.regions.size()) * per_region;
+
+  kernels::cpu::set_blas_threads(static_cast<int>(config_.blas_threads));
+  // Model: the same initialisation in every process.
+  models::Mlp model(models::parse_mlp_config(config_.arch));
+  const ParamTable table = model.make_table(config_.critical);
+  std::vector<float> params(table.total_elements());
+  model.init(params, config_.seed);
+
+  // Data: this worker's shard of the training set; the test set for the leader.
+  const Dataset train = load_fashion_mnist(config_.data_dir, Split::kTrain);
+  GT_REQUIRE(train.features == model.config().inputs && train.classes <= model.config().classes,
+             "model.arch '{}' takes {} inputs and {} classes, the data has {} features and {} classes", config_.arch,
+             model.config().inputs, model.config().classes, train.features, train.classes);
+  Dataset test;
+  std::vector<int32_t> test_labels;
+  if (leader) {
+    test = load_fashion_mnist(config_.data_dir, Split::kTest);
+    test_labels.assign(test.y.begin(), test.y.end());
+  }
+  const DistributedSampler sampler(
+      SamplerOptions{train.count, world, global_rank(region_index_, rank_, per_region), true, config_.seed, false});
+  const uint64_t batches_per_epoch = (sampler.samples_per_rank() + config_.batch_size - 1) / config_.batch_size;
+  const uint64_t micro_batches = config_.total_steps() * config_.accumulation_steps;
+  LoaderOptions lo;
+  lo.batch_size = config_.batch_size;
+  lo.epochs = (micro_batches + batches_per_epoch - 1) / batches_per_epoch;
+  BatchLoader loader(train, sampler, lo);
+
+  // Inside the region: Gloo, with the rendezvous at the region's own server.
+  std::unique_ptr<ServerStore> store;
+  std::unique_ptr<Communicator> comm;
+  if (per_region > 1) {
+    store = std::make_unique<ServerStore>(context_, config_.server_endpoint(region_, region_), "gloo/" + region_ + "/",
+                                          config_.timeout);
+    comm = std::make_unique<GlooCommunicator>(*store, static_cast<int>(rank_), static_cast<int>(per_region),
+                                              GlooOptions{config_.gloo_host, config_.timeout});
+  }
+
+  LocalStepConfig lsc;
+  lsc.optimizer = config_.optimizer;
+  lsc.schedule.base_lr = config_.lr;
+  lsc.schedule.warmup_steps = config_.warmup_steps;
+  lsc.schedule.total_steps = config_.total_steps();
+  lsc.schedule.decay = config_.decay;
+  lsc.schedule.min_lr = config_.min_lr;
+  if (config_.scale_lr) {
+    lsc.schedule.reference_batch = 64;
+    lsc.schedule.global_batch = config_.batch_size * config_.accumulation_steps * world;
+  }
+  lsc.schedule.validate();
+  lsc.accumulation_steps = config_.accumulation_steps;
+  lsc.max_grad_norm = config_.max_grad_norm;
+  lsc.guard = config_.guard;
+  LocalStep step(lsc, params.size());
+
+  MetricsLog log(worker_metrics_path(config_.run_dir, region_, rank_));
+  log.write("start", {{"region", region_},
+                      {"rank", rank_},
+                      {"world", world},
+                      {"parameters", params.size()},
+                      {"batch_size", config_.batch_size},
+                      {"local_steps", config_.local_steps},
+                      {"rounds", config_.rounds},
+                      {"critical_codec", config_.critical_codec},
+                      {"noncritical_codec", config_.noncritical_codec},
+                      {"overlap", config_.overlap},
+                      {"staleness_bound", config_.staleness_bound}});
+
+  // Across regions: the leader's link to every region's server.
+  std::unique_ptr<RegionSync> sync;
+  std::unique_ptr<OverlappedSync> overlapped;
+  std::vector<float> first_round{1.0f};
+  if (leader) {
+    SyncConfig sc;
+    sc.region = region_;
+    for (const auto& r : config_.regions) sc.servers.push_back({r, config_.server_endpoint(region_, r)});
+    sc.critical_codec = config_.critical_codec;
+    sc.noncritical_codec = config_.noncritical_codec;
+    sc.staleness_bound = config_.staleness_bound;
+    sc.timeout = config_.timeout;
+    sync = std::make_unique<RegionSync>(table, sc, context_);
+    sync->set_origin(params);
+    first_round[0] = static_cast<float>(sync->connect());
+    std::copy(sync->base().begin(), sync->base().end(), params.begin());
+    if (config_.overlap) overlapped = std::make_unique<OverlappedSync>(*sync);
+  }
+  if (comm) {
+    comm->broadcast(first_round, 0);
+    comm->broadcast(params, 0);
+  }
+
+  const auto delay = std::chrono::milliseconds(config_.step_delay_ms.count(region_) ? config_.step_delay_ms.at(region_) : 0);
+  TrainResult result;
+  std::optional<double> last_accuracy;
+  std::vector<float> loss_buf(1);
+  uint64_t round = static_cast<uint64_t>(first_round[0]);
+  for (; round <= config_.rounds && !stop.stop_requested(); ++round) {
+    double round_compute = 0, round_comm = 0;
+    for (uint32_t h = 0; h < config_.local_steps; ++h) {
+      double compute = 0, comm_s = 0, loss_sum = 0;
+      for (uint32_t m = 0; m < config_.accumulation_steps; ++m) {
+        auto batch = loader.next();
+        GT_ASSERT(batch.has_value(), "loader ran out of batches at round {}", round);
+        const auto t0 = Clock::now();
+        auto r = model.forward_backward(params, batch->x.data(), batch->y.data(), batch->size, step.grad());
+        compute += since(t0);
+        step.add_micro_batch(r.loss_sum / double(batch->size));
+        loss_sum += r.loss_sum / double(batch->size);
+      }
+      if (delay.count() > 0) std::this_thread::sleep_for(delay);  // an artificially slow region
+      if (comm) {
+        const auto t0 = Clock::now();
+        comm->allreduce_sum(step.grad());
+        // The region's mean loss, so that every worker's anomaly guard takes the same decision.
+        loss_buf[0] = static_cast<float>(loss_sum / config_.accumulation_steps);
+        comm->allreduce_sum(loss_buf);
+        step.set_loss(double(loss_buf[0]) / per_region);
+        comm_s += since(t0);
+      }
+      const auto report = step.apply(params, comm ? per_region : 1);
+      ++result.steps;
+      if (report.verdict != Verdict::kAccept) ++result.skipped_steps;
+      round_compute += compute;
+      round_comm += comm_s;
+      log.write("step", {{"region", region_},
+                         {"rank", rank_},
+                         {"round", round},
+                         {"step", report.step},
+                         {"loss", report.loss},
+                         {"lr", report.lr},
+                         {"grad_norm", report.grad_norm},
+                         {"compute_s", compute},
+                         {"comm_s", comm_s},
+                         {"skipped", report.verdict != Verdict::kAccept}});
+      if (sync && !overlapped) sync->keep_alive();
+    }
+
+    // The round boundary.
+    nlohmann::json round_fields;
+    if (leader) {
+      const auto t0 = Clock::now();
+      std::optional<RoundReport> rep;
+      if (overlapped) {
+        rep = overlapped->step(params);
+      } else {
+        rep = sync->exchange(params);
+        std::copy(sync->base().begin(), sync->base().end(), params.begin());
+      }
+      const double wait = since(t0);
+      round_fields = {{"region", region_}, {"round", round},       {"steps", config_.local_steps},
+                      {"compute_s", round_compute}, {"comm_s", round_comm}, {"wait_s", wait}};
+      if (rep) {
+        round_fields["push_s"] = rep->push_seconds;
+        round_fields["pull_s"] = rep->pull_seconds;
+        round_fields["bytes_pushed"] = rep->bytes_pushed;
+        round_fields["bytes_pulled"] = rep->bytes_pulled;
+        round_fields["staleness"] = rep->max_staleness;
+        round_fields["gate_wait_s"] = double(rep->gate_wait_us) / 1e6;
+        round_fields["merged_round"] = rep->round;
+      }
+    }
+    if (comm) comm->broadcast(params, 0);
+    if (leader) {
+      log.write("round", round_fields);
+      if (config_.eval_every > 0 && round % config_.eval_every == 0 && round < config_.rounds) {
+        const auto e = evaluate(model, params, test, test_labels);
+        last_accuracy = e.accuracy;
+        log.write("eval", {{"region", region_}, {"round", round}, {"step", result.steps},
+                           {"test_accuracy", e.accuracy}, {"test_loss", e.loss}});
+      }
+    }
+    ++result.rounds;
+  }
+
+  // Overlap: the last exchange is still in flight; take it in, and give every worker the result.
+  if (overlapped) {
+    const auto t0 = Clock::now();
+    auto rep = overlapped->finish(params);
+    if (rep) {
+      log.write("round", {{"region", region_}, {"round", rep->round}, {"steps", 0}, {"compute_s", 0.0},
+                          {"comm_s", 0.0}, {"wait_s", since(t0)}, {"push_s", rep->push_seconds},
+                          {"pull_s", rep->pull_seconds}, {"bytes_pushed", rep->bytes_pushed},
+                          {"bytes_pulled", rep->bytes_pulled}, {"staleness", rep->max_staleness},
+                          {"gate_wait_s", double(rep->gate_wait_us) / 1e6}, {"merged_round", rep->round}});
+    }
+    overlapped.reset();
+  }
+  if (comm && config_.overlap) comm->broadcast(params, 0);
+
+  nlohmann::json done{{"region", region_}, {"rank", rank_}, {"rounds", result.rounds}, {"steps", result.steps},
+                      {"skipped_steps", result.skipped_steps}};
+  if (leader) {
+    const auto e = evaluate(model, params, test, test_labels);
+    result.final_test_accuracy = e.accuracy;
+    log.write("eval", {{"region", region_}, {"round", round - 1}, {"step", result.steps},
+                       {"test_accuracy", e.accuracy}, {"test_loss", e.loss}});
+    done["final_test_accuracy"] = e.accuracy;
+    // The final parameters, raw little-endian fp32 in the table's layout.
+    const auto file = config_.run_dir / fmt::format("params-{}.f32", region_);
+    std::ofstream out(file, std::ios::binary | std::ios::trunc);
+    out.write(reinterpret_cast<const char*>(params.data()), std::streamsize(params.size() * sizeof(float)));
+    GT_REQUIRE(out.good(), "cannot write the final parameters to '{}'", file.string());
+    spdlog::info("region {}: {} rounds, {} steps, test accuracy {:.2f}%", region_, result.rounds, result.steps,
+                 100 * e.accuracy);
+  }
+  result.wall_seconds = since(start);
+  done["wall_s"] = result.wall_seconds;
+  log.write("done", done);
+  result.params = std::move(params);
+  return result;
+}
+
+}  // namespace geotrain::worker
