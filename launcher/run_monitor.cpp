@@ -41,7 +41,9 @@ void RunMonitor::add(const nlohmann::json& e) {
       if (auto l = number(e, "loss")) region.loss = l;
     }
   } else if (kind == "round") {
-    ++region.rounds_done;
+    // With overlap, the exchange still in flight after the last round is reported as one more
+    // round event with steps 0: its bytes count, it is not a round of training.
+    if (number_or(e, "steps", 1) > 0) ++region.rounds_done;
     region.round = std::max(region.round, static_cast<uint64_t>(number_or(e, "round", 0)));
     region.bytes_pushed += number_or(e, "bytes_pushed", 0);
     region.bytes_pulled += number_or(e, "bytes_pulled", 0);
@@ -49,6 +51,7 @@ void RunMonitor::add(const nlohmann::json& e) {
     if (auto s = number(e, "staleness")) {
       region.staleness = s;
       region.staleness_sum += *s;
+      ++region.staleness_n;
     }
   } else if (kind == "eval") {
     if (auto a = number(e, "test_accuracy")) {

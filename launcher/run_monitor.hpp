@@ -32,10 +32,11 @@ struct RegionState {
   std::optional<double> loss;    // leader's newest step loss
   std::optional<double> accuracy;  // newest eval test_accuracy
   std::optional<double> final_accuracy;  // leader's `done`
-  uint64_t rounds_done = 0;      // round events
+  uint64_t rounds_done = 0;      // round events of training rounds (steps > 0)
   double bytes_pushed = 0, bytes_pulled = 0;
   std::optional<double> staleness;  // newest
-  double staleness_sum = 0;
+  double staleness_sum = 0;      // over round events with a staleness
+  uint64_t staleness_n = 0;
   double wait_s = 0;             // sum of round wait_s
   double leader_time = 0;        // newest leader event time
   std::optional<double> time_to_target;  // first eval at or above the target

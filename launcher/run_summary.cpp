@@ -103,7 +103,7 @@ json build_summary(const fs::path& run_dir, const SummaryInputs& in) {
     }
     wan += r.wan_bytes();
     staleness_sum += r.staleness_sum;
-    round_events += static_cast<double>(r.rounds_done);
+    round_events += static_cast<double>(r.staleness_n);
     rounds = std::max(rounds, r.rounds_done);
     if (r.time_to_target) time_to_target = std::max(time_to_target, *r.time_to_target);
     else all_reached = false;
@@ -112,7 +112,7 @@ json build_summary(const fs::path& run_dir, const SummaryInputs& in) {
                         {"wan_bytes", r.wan_bytes()},
                         {"bytes_pushed", r.bytes_pushed},
                         {"bytes_pulled", r.bytes_pulled},
-                        {"mean_staleness", r.rounds_done ? json(r.staleness_sum / static_cast<double>(r.rounds_done))
+                        {"mean_staleness", r.staleness_n ? json(r.staleness_sum / static_cast<double>(r.staleness_n))
                                                          : json(nullptr)},
                         {"wait_seconds", r.wait_s},
                         {"time_to_target_seconds", opt(r.time_to_target)}};

@@ -183,3 +183,16 @@ TEST_CASE("the plot script draws four non-empty PNGs from a run folder") {
     CHECK(std::string(magic + 1, 3) == "PNG");
   }
 }
+
+TEST_CASE("the overlap drain (a round event with steps 0) adds bytes but is not a training round") {
+  RunMonitor m;
+  m.add({{"event", "round"}, {"region", "a"}, {"time", 1}, {"round", 0}, {"steps", 4}, {"bytes_pushed", 10},
+         {"bytes_pulled", 5}, {"staleness", 1}});
+  m.add({{"event", "round"}, {"region", "a"}, {"time", 2}, {"round", 0}, {"steps", 0}, {"bytes_pushed", 10},
+         {"bytes_pulled", 5}, {"staleness", 0}});
+  const auto& r = m.regions().at("a");
+  CHECK(r.rounds_done == 1);
+  CHECK(r.wan_bytes() == doctest::Approx(30));
+  CHECK(r.staleness_n == 2);
+  CHECK(r.staleness_sum == doctest::Approx(1));
+}
