@@ -216,9 +216,12 @@ RunResult run_deployment(const LaunchOptions& o, std::stop_token stop) {
   const auto s = write_summary_and_report(run_dir, in);
 
   const auto acc = s["final_test_accuracy"];
-  std::string line = fmt::format("run {}: {} in {:.1f} s; final test accuracy {}; WAN {}", run_dir.filename().string(),
-                                 status, wall, acc.is_number() ? fmt::format("{:.2f}%", 100 * acc.get<double>()) : "-",
+  std::string line = fmt::format("run {}: {} in {:.1f} s; final test accuracy {}; parameter exchange {}",
+                                 run_dir.filename().string(), status, wall,
+                                 acc.is_number() ? fmt::format("{:.2f}%", 100 * acc.get<double>()) : "-",
                                  human_bytes(s.value("wan_bytes_total", 0.0)));
+  if (s.contains("wan_wire_bytes_total"))
+    line += fmt::format(" ({} across the WAN)", human_bytes(s["wan_wire_bytes_total"].get<double>()));
   if (settings.target_accuracy) {
     const double target = *settings.target_accuracy;
     line += acc.is_number() && acc.get<double>() >= target

@@ -163,9 +163,9 @@ std::string build_report(const fs::path& run_dir, const json& s) {
   const auto pct = [](const json& v) { return v.is_number() ? fmt::format("{:.2f}%", 100 * v.get<double>()) : "-"; };
   md += fmt::format("| final test accuracy | {} |\n", pct(s["final_test_accuracy"]));
   md += fmt::format("| wall time | {} s |\n", fmt_value(s["wall_seconds"]));
-  md += fmt::format("| WAN payload (pushed + pulled) | {} |\n", human_bytes(s.value("wan_bytes_total", 0.0)));
+  md += fmt::format("| parameter exchange payload, leaders <-> all servers (`wan_bytes_total`) | {} |\n", human_bytes(s.value("wan_bytes_total", 0.0)));
   if (s.contains("wan_wire_bytes_total"))
-    md += fmt::format("| WAN bytes through netsim | {} |\n", human_bytes(s["wan_wire_bytes_total"].get<double>()));
+    md += fmt::format("| bytes across the WAN (through netsim, both directions) | {} |\n", human_bytes(s["wan_wire_bytes_total"].get<double>()));
   md += fmt::format("| rounds | {} |\n| steps per worker | {} |\n", fmt_value(s["rounds"]), fmt_value(s["steps"]));
   md += fmt::format("| compute utilization | {} |\n", pct(s["compute_utilization"]));
   md += fmt::format("| mean staleness | {} |\n", fmt_value(s["mean_staleness"]));

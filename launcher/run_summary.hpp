@@ -3,9 +3,10 @@
 // or was interrupted gets them too, and so that they can be rebuilt later.
 //
 // summary.json fields (docs/run.md): status, final_test_accuracy (mean over regions of the
-// leaders' final accuracy, else their newest eval), wall_seconds, wan_bytes_total (WAN payload
-// bytes pushed + pulled by all leaders), wan_wire_bytes_total (bytes netsim carried, both
-// directions, when netsim.jsonl exists), rounds (most rounds any region finished), steps
+// leaders' final accuracy, else their newest eval), wall_seconds, wan_bytes_total (payload
+// bytes pushed + pulled by all leaders, to every server: with R regions, (R-1)/R of it crosses
+// the WAN), wan_wire_bytes_total (bytes netsim carried, both directions, framing included,
+// when netsim.jsonl exists), rounds (most rounds any region finished), steps
 // (most local steps any worker took), compute_utilization (forward+backward time over wall
 // time, summed over workers), mean_staleness (over all round events), time_to_target_seconds
 // (when a target is set: the time by which every region's leader had evaluated at or above it;
