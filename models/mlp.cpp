@@ -110,7 +110,7 @@ BatchResult Mlp::evaluate(ConstFloatSpan params, const float* x, const int32_t* 
 }
 
 BatchResult Mlp::forward_backward(ConstFloatSpan params, const float* x, const int32_t* labels,
-                                  size_t batch, FloatSpan grad) {
+                                  size_t batch, FloatSpan grad, const LayerReady& on_layer_ready) {
   GT_REQUIRE(grad.size() == parameter_count_, "mlp: gradient has {} elements, model has {}",
              grad.size(), parameter_count_);
   const BatchResult r = forward(params, x, labels, batch, true);
@@ -125,6 +125,9 @@ BatchResult Mlp::forward_backward(ConstFloatSpan params, const float* x, const i
     float* dx = l == 0 ? nullptr : (dy == dact_a_.data() ? dact_b_.data() : dact_a_.data());
     kc::linear_backward(layer_in, params.data() + s.weight_offset, dy, batch, s.in, s.out,
                         grad.data() + s.weight_offset, grad.data() + s.bias_offset, dx);
+    // Layer l's weight and bias gradients are final: their AllReduce may start now, while the
+    // layers below are still being differentiated (it touches only those two tensors).
+    if (on_layer_ready) on_layer_ready(l);
     if (dx != nullptr) kc::relu_backward(layer_in, dx, batch * s.in);
     dy = dx;
   }

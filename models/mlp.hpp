@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -57,10 +58,13 @@ class Mlp {
   // PyTorch's nn.Linear default: weights and biases uniform in +-1/sqrt(in), from `seed`.
   void init(FloatSpan params, uint64_t seed) const;
 
+  // Called during backward with a layer index once that layer's weight and bias gradients
+  // (tensors 2l and 2l+1 of the table) are final, last layer first.
+  using LayerReady = std::function<void(size_t layer)>;
   // x (B, inputs), labels (B) in [0, classes). grad += d(mean loss)/d(params).
   // InputError on a span of the wrong size or a label out of range.
   BatchResult forward_backward(ConstFloatSpan params, const float* x, const int32_t* labels,
-                               size_t batch, FloatSpan grad);
+                               size_t batch, FloatSpan grad, const LayerReady& on_layer_ready = {});
   // Forward only: loss and accuracy counts.
   BatchResult evaluate(ConstFloatSpan params, const float* x, const int32_t* labels, size_t batch);
 

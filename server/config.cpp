@@ -8,60 +8,34 @@
 
 #include "compression/factory.hpp"
 #include "core/error.hpp"
+#include "core/yaml_reader.hpp"
 
 namespace geotrain::server {
 
 namespace {
 
+// Thin names over core/yaml_reader.hpp, which owns the strict reading and its messages.
 struct Ctx {
+  YamlReader in;
   std::string source;
 };
 
 void check_keys(const Ctx& c, const YAML::Node& node, const std::string& where,
                 const std::set<std::string>& allowed) {
-  GT_REQUIRE(node.IsMap(), "{}: '{}' must be a mapping", c.source, where);
-  for (const auto& kv : node) {
-    auto key = kv.first.as<std::string>();
-    if (!allowed.count(key)) {
-      std::string list;
-      for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
-      GT_REQUIRE(false, "{}: unknown key '{}{}' (allowed: {})", c.source, where.empty() ? "" : where + ".",
-                 key, list);
-    }
-  }
+  c.in.check_keys(node, where, allowed);
 }
 
 template <typename T>
 T get(const Ctx& c, const YAML::Node& node, const std::string& key, T lo, T hi) {
-  try {
-    T v = node.as<T>();
-    GT_REQUIRE(v >= lo && v <= hi, "{}: {} is {}, allowed: [{}, {}]", c.source, key, v, lo, hi);
-    return v;
-  } catch (const YAML::Exception&) {
-    GT_REQUIRE(false, "{}: {} is '{}', allowed: a number in [{}, {}]", c.source, key, YAML::Dump(node), lo, hi);
-  }
-  return lo;
+  return c.in.number<T>(node, key, lo, hi);
 }
 
-std::string get_str(const Ctx& c, const YAML::Node& node, const std::string& key) {
-  GT_REQUIRE(node.IsScalar(), "{}: {} must be a string, not '{}'", c.source, key, YAML::Dump(node));
-  return node.as<std::string>();
-}
+std::string get_str(const Ctx& c, const YAML::Node& node, const std::string& key) { return c.in.string(node, key); }
 
-bool get_bool(const Ctx& c, const YAML::Node& node, const std::string& key) {
-  try {
-    return node.as<bool>();
-  } catch (const YAML::Exception&) {
-    GT_REQUIRE(false, "{}: {} is '{}', allowed: true or false", c.source, key, YAML::Dump(node));
-  }
-  return false;
-}
+bool get_bool(const Ctx& c, const YAML::Node& node, const std::string& key) { return c.in.boolean(node, key); }
 
 std::vector<std::string> get_strings(const Ctx& c, const YAML::Node& node, const std::string& key) {
-  GT_REQUIRE(node.IsSequence(), "{}: {} must be a list of strings", c.source, key);
-  std::vector<std::string> out;
-  for (const auto& n : node) out.push_back(get_str(c, n, key + "[]"));
-  return out;
+  return c.in.strings(node, key);
 }
 
 void parse_server(const Ctx& c, const YAML::Node& s, ServerConfig& cfg) {
@@ -153,7 +127,7 @@ uint64_t ServerConfig::state_hash(uint64_t table_hash) const {
 }
 
 ServerConfig parse_server_config(std::string_view yaml_text, std::string_view source) {
-  Ctx c{std::string(source)};
+  Ctx c{YamlReader(std::string(source)), std::string(source)};
   YAML::Node root;
   try {
     root = YAML::Load(std::string(yaml_text));

@@ -1,14 +1,15 @@
 #include "worker/bucketed_allreduce.hpp"
 
 #include <algorithm>
+#include <utility>
 
 #include "core/error.hpp"
 
 namespace geotrain::worker {
 
 BucketedAllReduce::BucketedAllReduce(Communicator& comm, const std::vector<TensorInfo>& layout,
-                                     double bucket_cap_mb)
-    : comm_(comm) {
+                                     double bucket_cap_mb, bool background)
+    : comm_(comm), background_(background) {
   GT_REQUIRE(bucket_cap_mb > 0, "bucket_cap_mb {} must be > 0", bucket_cap_mb);
   const auto cap = static_cast<uint64_t>(std::max(1.0, bucket_cap_mb * 1024 * 1024 / sizeof(float)));
   bucket_of_.resize(layout.size());
@@ -28,13 +29,61 @@ BucketedAllReduce::BucketedAllReduce(Communicator& comm, const std::vector<Tenso
   for (size_t b = 0; b < buckets_.size(); ++b) pending_[b] = buckets_[b].tensors.size();
   tensor_ready_.assign(layout.size(), false);
   reduced_.assign(buckets_.size(), false);
+  if (!background_) return;
+  thread_ = std::thread([this] {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      work_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, nothing left
+      const Job job = queue_.front();
+      queue_.pop_front();
+      busy_ = true;
+      lock.unlock();
+      try {
+        const Bucket& b = buckets_[job.bucket];
+        comm_.allreduce_sum(job.grad.subspan(b.offset, b.size));
+      } catch (...) {
+        lock.lock();
+        if (!error_) error_ = std::current_exception();
+        lock.unlock();
+      }
+      lock.lock();
+      busy_ = false;
+      if (queue_.empty()) idle_.notify_all();
+    }
+  });
+}
+
+BucketedAllReduce::~BucketedAllReduce() {
+  if (!thread_.joinable()) return;
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  work_.notify_all();
+  thread_.join();
 }
 
 void BucketedAllReduce::reduce(size_t bucket, FloatSpan grad) {
-  const Bucket& b = buckets_[bucket];
-  comm_.allreduce_sum(grad.subspan(b.offset, b.size));
   reduced_[bucket] = true;
   ++reductions_;
+  if (!background_) {
+    const Bucket& b = buckets_[bucket];
+    comm_.allreduce_sum(grad.subspan(b.offset, b.size));
+    return;
+  }
+  {
+    std::lock_guard lock(mutex_);
+    queue_.push_back({bucket, grad});
+  }
+  work_.notify_one();
+}
+
+void BucketedAllReduce::drain() {
+  if (!background_) return;
+  std::unique_lock lock(mutex_);
+  idle_.wait(lock, [&] { return queue_.empty() && !busy_; });
+  if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
 }
 
 void BucketedAllReduce::tensor_ready(size_t index, FloatSpan grad) {
@@ -54,6 +103,7 @@ void BucketedAllReduce::finish(FloatSpan grad) {
   // Same order on every rank (bucket index order), whatever each rank marked ready.
   for (size_t b = 0; b < buckets_.size(); ++b)
     if (!reduced_[b]) reduce(b, grad);
+  drain();
   for (size_t b = 0; b < buckets_.size(); ++b) pending_[b] = buckets_[b].tensors.size();
   std::fill(tensor_ready_.begin(), tensor_ready_.end(), false);
   std::fill(reduced_.begin(), reduced_.end(), false);

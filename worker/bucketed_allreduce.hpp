@@ -7,11 +7,20 @@
 // bucket, the bucket is reduced at once, so communication can start before backward ends.
 // finish() reduces whatever is left and re-arms for the next step. Collective: every rank must
 // mark the same tensors in the same order (true of a deterministic backward). Borrows comm.
-// Blocking (each reduction runs in the calling thread; TODO(perf): a communication thread so
-// a bucket's reduce overlaps the next layer's backward). Not thread-safe.
+// With `background` (the trainer's choice), reductions run on a communication thread owned
+// here, in the order buckets complete, so a bucket's AllReduce overlaps the backward of the
+// layers below it; tensor_ready() only queues, finish() waits for them all. The communicator is
+// then used by that thread between the first tensor_ready() and finish(), and by the caller
+// only outside that window. Without `background`, each reduction runs in the calling thread.
+// Not thread-safe: one caller thread.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 #include "core/param_table.hpp"
@@ -28,7 +37,11 @@ struct Bucket {
 class BucketedAllReduce {
  public:
   // InputError when bucket_cap_mb <= 0.
-  BucketedAllReduce(Communicator& comm, const std::vector<TensorInfo>& layout, double bucket_cap_mb);
+  BucketedAllReduce(Communicator& comm, const std::vector<TensorInfo>& layout, double bucket_cap_mb,
+                    bool background = false);
+  ~BucketedAllReduce();
+  BucketedAllReduce(const BucketedAllReduce&) = delete;
+  BucketedAllReduce& operator=(const BucketedAllReduce&) = delete;
 
   const std::vector<Bucket>& buckets() const { return buckets_; }
   // Tensor `index` of `grad` is final for this step; reduces its bucket when that completes it.
@@ -39,6 +52,7 @@ class BucketedAllReduce {
 
  private:
   void reduce(size_t bucket, FloatSpan grad);
+  void drain();                                    // waits until the queue is empty and idle
 
   Communicator& comm_;
   uint64_t total_ = 0;
@@ -48,6 +62,20 @@ class BucketedAllReduce {
   std::vector<bool> tensor_ready_;
   std::vector<bool> reduced_;
   uint64_t reductions_ = 0;
+
+  // Background mode: a FIFO of buckets to reduce, served by thread_.
+  struct Job {
+    size_t bucket;
+    FloatSpan grad;
+  };
+  bool background_ = false;
+  std::mutex mutex_;
+  std::condition_variable work_, idle_;
+  std::deque<Job> queue_;
+  bool busy_ = false;
+  bool stopping_ = false;
+  std::exception_ptr error_;
+  std::thread thread_;
 };
 
 }  // namespace geotrain::worker

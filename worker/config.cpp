@@ -68,7 +68,7 @@ WorkerConfig parse_worker_config(std::string_view yaml_text, std::string_view so
                 {"workers_per_region", "device", "data_dir", "batch_size", "accumulation_steps", "local_steps", "rounds",
                  "critical_codec", "noncritical_codec", "overlap", "optimizer", "lr", "warmup_steps", "lr_decay",
                  "min_lr", "scale_lr", "max_grad_norm", "anomaly_guard", "eval_every", "seed", "gloo_host", "run_dir",
-                 "timeout_ms", "step_delay_ms", "routes", "blas_threads"});
+                 "timeout_ms", "step_delay_ms", "routes", "blas_threads", "bucket_cap_mb"});
   auto get_u32 = [&](const char* key, uint32_t& out, uint32_t lo, uint32_t hi) {
     if (auto n = w[key]) out = in.number<uint32_t>(n, fmt::format("worker.{}", key), lo, hi);
   };
@@ -114,6 +114,7 @@ WorkerConfig parse_worker_config(std::string_view yaml_text, std::string_view so
   if (auto n = w["lr_decay"])
     c.decay = in.choice(n, "worker.lr_decay", {"constant", "cosine"}) == "cosine" ? LrDecay::kCosine : LrDecay::kConstant;
   if (auto n = w["scale_lr"]) c.scale_lr = in.boolean(n, "worker.scale_lr");
+  if (auto n = w["bucket_cap_mb"]) c.bucket_cap_mb = in.number<double>(n, "worker.bucket_cap_mb", 0, 4096);
   if (auto n = w["max_grad_norm"]) c.max_grad_norm = in.number<double>(n, "worker.max_grad_norm", 0, 1e9);
   if (auto g = w["anomaly_guard"]) {
     in.check_keys(g, "worker.anomaly_guard", {"enabled", "window", "k_sigma", "min_samples"});

@@ -56,6 +56,7 @@ struct WorkerConfig {
   uint64_t seed = 0;
   std::string gloo_host = "127.0.0.1";
   uint32_t blas_threads = 1;                             // OpenBLAS threads per worker
+  double bucket_cap_mb = 25;                             // AllReduce bucket size; 0: one AllReduce after backward
   std::filesystem::path run_dir = "runs/worker";
   std::chrono::milliseconds timeout{120'000};
   std::map<std::string, uint32_t> step_delay_ms;        // artificial slowness per region

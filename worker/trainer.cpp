@@ -11,6 +11,7 @@
 #include "kernels/model_cpu.hpp"
 #include "models/mlp.hpp"
 #include "worker/batch_loader.hpp"
+#include "worker/bucketed_allreduce.hpp"
 #include "worker/gloo_communicator.hpp"
 #include "worker/idx_dataset.hpp"
 #include "worker/local_step.hpp"
@@ -109,6 +110,11 @@ TrainResult Trainer::run(std::stop_token stop) {
                                               GlooOptions{config_.gloo_host, config_.timeout});
   }
 
+  // Gradient AllReduce in buckets, started as backward finishes each layer (DDP style).
+  std::unique_ptr<BucketedAllReduce> buckets;
+  if (comm && config_.bucket_cap_mb > 0)
+    buckets = std::make_unique<BucketedAllReduce>(*comm, table.tensors(), config_.bucket_cap_mb, true);
+
   LocalStepConfig lsc;
   lsc.optimizer = config_.optimizer;
   lsc.schedule.base_lr = config_.lr;
@@ -175,7 +181,14 @@ TrainResult Trainer::run(std::stop_token stop) {
         auto batch = loader.next();
         GT_ASSERT(batch.has_value(), "loader ran out of batches at round {}", round);
         const auto t0 = Clock::now();
-        auto r = model.forward_backward(params, batch->x.data(), batch->y.data(), batch->size, step.grad());
+        const bool last = m + 1 == config_.accumulation_steps;
+        models::Mlp::LayerReady ready;
+        if (buckets && last)
+          ready = [&](size_t layer) {
+            buckets->tensor_ready(2 * layer, step.grad());
+            buckets->tensor_ready(2 * layer + 1, step.grad());
+          };
+        auto r = model.forward_backward(params, batch->x.data(), batch->y.data(), batch->size, step.grad(), ready);
         compute += since(t0);
         step.add_micro_batch(r.loss_sum / double(batch->size));
         loss_sum += r.loss_sum / double(batch->size);
@@ -183,7 +196,8 @@ TrainResult Trainer::run(std::stop_token stop) {
       if (delay.count() > 0) std::this_thread::sleep_for(delay);  // an artificially slow region
       if (comm) {
         const auto t0 = Clock::now();
-        comm->allreduce_sum(step.grad());
+        if (buckets) buckets->finish(step.grad());  // waits for the buckets still in flight
+        else comm->allreduce_sum(step.grad());
         // The region's mean loss, so that every worker's anomaly guard takes the same decision.
         loss_buf[0] = static_cast<float>(loss_sum / config_.accumulation_steps);
         comm->allreduce_sum(loss_buf);
