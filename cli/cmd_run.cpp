@@ -11,10 +11,12 @@
 #include <thread>
 
 #include "cli/commands.hpp"
+#include "cli/config_text.hpp"
 #include "cli/signal_watcher.hpp"
 #include "core/error.hpp"
 #include "launcher/launcher.hpp"
 #include "launcher/sweep.hpp"
+#include "server/config.hpp"
 #include "worker/config.hpp"
 
 namespace geotrain::cli {
@@ -42,9 +44,11 @@ launcher::LaunchOptions launch_options(bool plots) {
   launcher::LaunchOptions o;
   o.binary = fs::read_symlink("/proc/self/exe").string();
   if (plots) o.plot_script = shipped_file("scripts/plot_run.py");
-  // The worker's parser checks the keys every worker will read, before anything starts.
+  // The worker's and the server's parsers check the keys those processes will read, before
+  // anything starts (`source` is the config file; the server reads model.arch expanded).
   o.validate = [](const std::string& text, const std::string& source) {
     (void)worker::parse_worker_config(text, source);
+    (void)server::parse_server_config(resolved_config_text(source), source);
   };
   return o;
 }

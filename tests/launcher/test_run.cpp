@@ -22,6 +22,11 @@ using namespace geotrain::launcher;
 namespace fs = std::filesystem;
 
 namespace {
+struct Output {
+  int code;
+  std::string text;
+};
+
 // mode: ok | fail (worker eu-west/1 exits 3 after a message) | hang (workers sleep)
 void write_fake_binary(const fs::path& file, const std::string& mode) {
   std::ofstream f(file);
@@ -170,20 +175,37 @@ TEST_CASE("children do not outlive a launcher that is killed outright") {
   CHECK(left == 0);
 }
 
-TEST_CASE("geotrain run names a bad config key and exits with 2 before starting anything") {
-  geotrain::test::TempDir tmp("launcher-cli");
-  const auto file = tmp.path() / "bad.yaml";
-  std::ofstream(file) << "regions: [a]\nmodel: {arch: 784-10}\nrun: {taget_accuracy: 0.9}\n";
-  const std::string cmd = std::string(GEOTRAIN_BINARY) + " run " + file.string() + " --out " +
-                          (tmp.path() / "runs").string() + " 2>&1";
+namespace {
+Output run_cli(const std::string& args) {
+  const std::string cmd = std::string(GEOTRAIN_BINARY) + " " + args + " 2>&1";
   FILE* pipe = popen(cmd.c_str(), "r");
   REQUIRE(pipe);
   std::string out;
   std::array<char, 4096> buf;
   for (size_t got; (got = fread(buf.data(), 1, buf.size(), pipe)) > 0;) out.append(buf.data(), got);
   const int status = pclose(pipe);
-  CHECK(WEXITSTATUS(status) == 2);
-  CHECK(out.find("unknown key 'run.taget_accuracy'") != std::string::npos);
-  CHECK(out.find("target_accuracy") != std::string::npos);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+}  // namespace
+
+TEST_CASE("geotrain run names a bad config key and exits with 2 before starting anything") {
+  geotrain::test::TempDir tmp("launcher-cli");
+  const auto out_dir = (tmp.path() / "runs").string();
+  const auto file = tmp.path() / "bad.yaml";
+  std::ofstream(file) << "regions: [a]\nmodel: {arch: 784-10}\nrun: {taget_accuracy: 0.9}\n";
+  auto r = run_cli("run " + file.string() + " --out " + out_dir);
+  CHECK(r.code == 2);
+  CHECK(r.text.find("unknown key 'run.taget_accuracy'") != std::string::npos);
+  CHECK(r.text.find("target_accuracy") != std::string::npos);
+
+  // Keys of the other processes are checked by their own parsers, also before anything starts.
+  std::ofstream(file, std::ios::trunc) << "regions: [a]\nmodel: {arch: 784-10}\nserver: {stalenes_bound: 2}\n";
+  r = run_cli("run " + file.string() + " --out " + out_dir);
+  CHECK(r.code == 2);
+  CHECK(r.text.find("unknown key 'server.stalenes_bound'") != std::string::npos);
+  std::ofstream(file, std::ios::trunc) << "regions: [a]\nmodel: {arch: 784-10}\nworker: {batch_size: 0}\n";
+  r = run_cli("run " + file.string() + " --out " + out_dir);
+  CHECK(r.code == 2);
+  CHECK(r.text.find("worker.batch_size") != std::string::npos);
   CHECK_FALSE(fs::exists(tmp.path() / "runs"));
 }
