@@ -70,3 +70,39 @@ TEST_CASE("geotrain run trains 2 regions through netsim and leaves summary, repo
     if (fs::exists(dir / f)) CHECK_MESSAGE(fs::file_size(dir / f) > 0, f);
   }
 }
+
+TEST_CASE("geotrain sweep runs a real two-point sweep and writes the results table and plots") {
+  geotrain::test::TempDir tmp("launcher-real-sweep");
+  std::ofstream(tmp.path() / "base.yaml")
+      << "regions: [us-east, eu-west]\n"
+         "model: {arch: \"784-32-10\", critical: [\"fc2.*\"]}\n"
+         "worker: {workers_per_region: 1, batch_size: 32, local_steps: 4, rounds: 4, lr: 0.1, eval_every: 2}\n"
+         "run: {wan_profile: " GEOTRAIN_SOURCE_DIR "/configs/wan/us-eu.yaml, plots: false, timeout_s: 120}\n";
+  std::ofstream(tmp.path() / "two.yaml") << "base: base.yaml\ngrid: {worker.noncritical_codec: [fp32, onebit]}\n";
+  const auto out = run("sweep " + (tmp.path() / "two.yaml").string() + " --out " + (tmp.path() / "out").string());
+  INFO(out.text);
+  REQUIRE(out.code == 0);
+  const auto dir = tmp.path() / "out" / "two";
+  std::ifstream csv_file(dir / "results.csv");
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(csv_file, l);) lines.push_back(l);
+  REQUIRE(lines.size() == 3);
+  CHECK(lines[1].find("noncritical_codec=fp32,fp32,completed,") == 0);
+  CHECK(lines[2].find("noncritical_codec=onebit,onebit,completed,") == 0);
+  // onebit sends less than fp32: wan_reduction (column 8: label, codec, status, accuracy, delta,
+  // time to target, wall, WAN bytes, reduction) is well above 0.
+  auto cells = [](const std::string& line) {
+    std::vector<std::string> cell(1);
+    for (char c : line) {
+      if (c == ',') cell.emplace_back();
+      else cell.back().push_back(c);
+    }
+    return cell;
+  };
+  const auto onebit = cells(lines[2]);
+  REQUIRE(onebit.size() > 8);
+  CHECK(std::stod(onebit[8]) > 0.3);
+  CHECK(cells(lines[1])[9] == "1");  // the baseline's speedup against itself
+  for (const char* f : {"results.md", "sweep_accuracy_vs_time.png", "sweep_accuracy_vs_wan_bytes.png", "sweep_bars.png"})
+    CHECK_MESSAGE((fs::exists(dir / f) && fs::file_size(dir / f) > 0), f);
+}
