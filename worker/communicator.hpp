@@ -1,6 +1,7 @@
 // Communicator: the intra-region collective interface the trainer sees (gloo-style: the
-// algorithm above sees only this small interface; GlooCommunicator on CPUs, NcclCommunicator on
-// GPUs, TODO: NcclCommunicator).
+// algorithm above sees only this small interface; GlooCommunicator on CPUs over host memory,
+// NcclCommunicator on GPUs over DEVICE memory: what a span points to is the implementation's
+// contract, stated in its header).
 //
 // Calls are blocking and collective: every rank of the region calls them in the same order with
 // the same sizes. Buffers are borrowed for the duration of the call. An implementation is used

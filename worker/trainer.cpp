@@ -11,11 +11,10 @@
 #include "kernels/model_cpu.hpp"
 #include "models/mlp.hpp"
 #include "worker/batch_loader.hpp"
-#include "worker/bucketed_allreduce.hpp"
-#include "worker/gloo_communicator.hpp"
 #include "worker/idx_dataset.hpp"
 #include "worker/local_step.hpp"
 #include "worker/metrics_log.hpp"
+#include "worker/model_backend.hpp"
 #include "worker/overlapped_sync.hpp"
 #include "worker/region_sync.hpp"
 #include "worker/sampler.hpp"
@@ -33,7 +32,7 @@ struct Evaluation {
   double loss = 0;
 };
 
-Evaluation evaluate(models::Mlp& model, ConstFloatSpan params, const Dataset& test, const std::vector<int32_t>& labels) {
+Evaluation evaluate(ModelBackend& model, ConstFloatSpan params, const Dataset& test, const std::vector<int32_t>& labels) {
   constexpr size_t kChunk = 1000;
   double loss = 0;
   size_t correct = 0;
@@ -58,10 +57,7 @@ Trainer::Trainer(WorkerConfig config, std::string region, uint32_t rank, zmq::co
   region_index_ = config_.region_index(region_);
   GT_REQUIRE(rank_ < config_.workers_per_region, "rank {} is not below worker.workers_per_region = {}", rank_,
              config_.workers_per_region);
-  GT_REQUIRE(config_.device == "cpu",
-             "worker.device is '{}': this build's worker trains on the CPU only (the CUDA model kernels exist, "
-             "but the NCCL communicator and device training loop do not yet); use device: cpu",
-             config_.device);
+  require_device_available(config_.device);  // device: cuda needs a CUDA + NCCL build and a GPU
   for (const auto& r : config_.regions)
     GT_REQUIRE(config_.server_endpoints.count(r) || (config_.routes.count(region_) && config_.routes.at(region_).count(r)),
                "server.endpoints has no entry for region '{}' (every region's server must be reachable)", r);
@@ -79,6 +75,8 @@ TrainResult Trainer::run(std::stop_token stop) {
   const ParamTable table = model.make_table(config_.critical);
   std::vector<float> params(table.total_elements());
   model.init(params, config_.seed);
+  // Where forward/backward run (worker.device), and the matching region connection.
+  const auto backend = make_model_backend(config_.device, model.config(), static_cast<int>(rank_));
 
   // Data: this worker's shard of the training set; the test set for the leader.
   const Dataset train = load_fashion_mnist(config_.data_dir, Split::kTrain);
@@ -100,20 +98,15 @@ TrainResult Trainer::run(std::stop_token stop) {
   lo.epochs = (micro_batches + batches_per_epoch - 1) / batches_per_epoch;
   BatchLoader loader(train, sampler, lo);
 
-  // Inside the region: Gloo, with the rendezvous at the region's own server.
+  // Inside the region: Gloo (cpu) or NCCL (cuda), with the rendezvous at the region's own server.
   std::unique_ptr<ServerStore> store;
-  std::unique_ptr<Communicator> comm;
+  std::unique_ptr<Communicator> comm;  // host spans, whatever the device
   if (per_region > 1) {
-    store = std::make_unique<ServerStore>(context_, config_.server_endpoint(region_, region_), "gloo/" + region_ + "/",
-                                          config_.timeout);
-    comm = std::make_unique<GlooCommunicator>(*store, static_cast<int>(rank_), static_cast<int>(per_region),
-                                              GlooOptions{config_.gloo_host, config_.timeout});
+    const std::string prefix = (config_.device == "cuda" ? "nccl/" : "gloo/") + region_ + "/";
+    store = std::make_unique<ServerStore>(context_, config_.server_endpoint(region_, region_), prefix, config_.timeout);
+    comm = backend->connect_region(*store, static_cast<int>(rank_), static_cast<int>(per_region),
+                                   RegionOptions{config_.gloo_host, config_.timeout, config_.bucket_cap_mb});
   }
-
-  // Gradient AllReduce in buckets, started as backward finishes each layer (DDP style).
-  std::unique_ptr<BucketedAllReduce> buckets;
-  if (comm && config_.bucket_cap_mb > 0)
-    buckets = std::make_unique<BucketedAllReduce>(*comm, table.tensors(), config_.bucket_cap_mb, true);
 
   LocalStepConfig lsc;
   lsc.optimizer = config_.optimizer;
@@ -182,22 +175,19 @@ TrainResult Trainer::run(std::stop_token stop) {
         GT_ASSERT(batch.has_value(), "loader ran out of batches at round {}", round);
         const auto t0 = Clock::now();
         const bool last = m + 1 == config_.accumulation_steps;
-        models::Mlp::LayerReady ready;
-        if (buckets && last)
-          ready = [&](size_t layer) {
-            buckets->tensor_ready(2 * layer, step.grad());
-            buckets->tensor_ready(2 * layer + 1, step.grad());
-          };
-        auto r = model.forward_backward(params, batch->x.data(), batch->y.data(), batch->size, step.grad(), ready);
+        auto r = backend->forward_backward(params, *batch, step.grad(), last);
         compute += since(t0);
         step.add_micro_batch(r.loss_sum / double(batch->size));
         loss_sum += r.loss_sum / double(batch->size);
       }
       if (delay.count() > 0) std::this_thread::sleep_for(delay);  // an artificially slow region
+      {
+        const auto t0 = Clock::now();
+        backend->reduce_gradient(step.grad());  // the region's sum (AllReduce when connected)
+        comm_s += since(t0);
+      }
       if (comm) {
         const auto t0 = Clock::now();
-        if (buckets) buckets->finish(step.grad());  // waits for the buckets still in flight
-        else comm->allreduce_sum(step.grad());
         // The region's mean loss, so that every worker's anomaly guard takes the same decision.
         loss_buf[0] = static_cast<float>(loss_sum / config_.accumulation_steps);
         comm->allreduce_sum(loss_buf);
@@ -250,7 +240,7 @@ TrainResult Trainer::run(std::stop_token stop) {
     if (leader) {
       log.write("round", round_fields);
       if (config_.eval_every > 0 && round % config_.eval_every == 0 && round < config_.rounds) {
-        const auto e = evaluate(model, params, test, test_labels);
+        const auto e = evaluate(*backend, params, test, test_labels);
         last_accuracy = e.accuracy;
         log.write("eval", {{"region", region_}, {"round", round}, {"step", result.steps},
                            {"test_accuracy", e.accuracy}, {"test_loss", e.loss}});
@@ -277,7 +267,7 @@ TrainResult Trainer::run(std::stop_token stop) {
   nlohmann::json done{{"region", region_}, {"rank", rank_}, {"rounds", result.rounds}, {"steps", result.steps},
                       {"skipped_steps", result.skipped_steps}};
   if (leader) {
-    const auto e = evaluate(model, params, test, test_labels);
+    const auto e = evaluate(*backend, params, test, test_labels);
     result.final_test_accuracy = e.accuracy;
     log.write("eval", {{"region", region_}, {"round", round - 1}, {"step", result.steps},
                        {"test_accuracy", e.accuracy}, {"test_loss", e.loss}});

@@ -1,0 +1,71 @@
+// worker.device on a build or machine without a GPU: `device: cuda` is refused when the Trainer
+// is built (before any data is read or any connection made), with a message that names the key
+// and what is missing. Runs on CPU-only machines (label worker, not gpu).
+#include <doctest/doctest.h>
+#include <zmq.hpp>
+
+#include <string>
+
+#include "core/error.hpp"
+#include "worker/config.hpp"
+#include "worker/model_backend.hpp"
+#include "worker/trainer.hpp"
+
+using namespace geotrain;
+using namespace geotrain::worker;
+
+namespace {
+
+WorkerConfig config_on(const std::string& device) {
+  return parse_worker_config(
+      "regions: [a]\nmodel: {arch: \"784-32-10\"}\n"
+      "server: {endpoints: {a: \"tcp://127.0.0.1:1\"}}\n"
+      "worker: {device: " +
+      device + ", run_dir: /nonexistent}\n");
+}
+
+// The reason the refusal gives, or empty when this build and machine can train on CUDA.
+std::string cuda_refusal() {
+  try {
+    require_device_available("cuda");
+    return {};
+  } catch (const InputError& e) {
+    return e.what();
+  }
+}
+
+}  // namespace
+
+TEST_CASE(
+    "device: cuda is refused at start-up with a clear message when the build or machine has no "
+    "GPU") {
+  const std::string why = cuda_refusal();
+  if (why.empty()) {
+    MESSAGE(
+        "this build and machine have a CUDA device: nothing to refuse here (the gpu suites cover "
+        "it)");
+    return;
+  }
+  MESSAGE("refused: " << why);
+  CHECK(why.find("worker.device is 'cuda'") != std::string::npos);
+  CHECK(why.find("use device: cpu") != std::string::npos);
+#ifdef GEOTRAIN_TEST_BUILD_HAS_CUDA
+  CHECK(why.find("no usable CUDA device") != std::string::npos);
+#else
+  CHECK(why.find("built without CUDA") != std::string::npos);
+#endif
+
+  zmq::context_t context;
+  CHECK_THROWS_WITH_AS(Trainer(config_on("cuda"), "a", 0, context),
+                       doctest::Contains("worker.device is 'cuda'"), InputError);
+}
+
+TEST_CASE(
+    "device: cpu is accepted everywhere, and an unknown device is refused by the config parser") {
+  CHECK_NOTHROW(require_device_available("cpu"));
+  zmq::context_t context;
+  CHECK_NOTHROW(Trainer(config_on("cpu"), "a", 0, context));
+  CHECK_THROWS_WITH_AS(config_on("tpu"), doctest::Contains("worker.device"), InputError);
+  CHECK_THROWS_WITH_AS(require_device_available("tpu"),
+                       doctest::Contains("allowed values are cpu and cuda"), InputError);
+}

@@ -1,0 +1,76 @@
+#include "worker/model_backend.hpp"
+
+#include "core/error.hpp"
+#include "worker/gloo_communicator.hpp"
+
+#ifdef GEOTRAIN_WORKER_HAS_CUDA
+#include "worker/cuda_model_backend.hpp"
+#endif
+
+namespace geotrain::worker {
+
+std::unique_ptr<Communicator> CpuModelBackend::connect_region(gloo::rendezvous::Store& store,
+                                                              int rank, int size,
+                                                              const RegionOptions& options) {
+  auto comm = std::make_unique<GlooCommunicator>(store, rank, size,
+                                                 GlooOptions{options.gloo_host, options.timeout});
+  region_ = comm.get();
+  if (options.bucket_cap_mb > 0)
+    buckets_ = std::make_unique<BucketedAllReduce>(*region_, model_.make_table().tensors(), options.bucket_cap_mb,
+                                                   /*background=*/true);
+  return comm;
+}
+
+CpuModelBackend::~CpuModelBackend() = default;
+
+models::BatchResult CpuModelBackend::forward_backward(ConstFloatSpan params, const Batch& batch,
+                                                      FloatSpan grad, bool last) {
+  models::Mlp::LayerReady ready;
+  if (buckets_ && last)
+    ready = [&](size_t layer) {  // layer l holds tensors 2l (weight) and 2l+1 (bias)
+      buckets_->tensor_ready(2 * layer, grad);
+      buckets_->tensor_ready(2 * layer + 1, grad);
+    };
+  return model_.forward_backward(params, batch.x.data(), batch.y.data(), batch.size, grad, ready);
+}
+
+void CpuModelBackend::reduce_gradient(FloatSpan grad) {
+  if (region_ == nullptr) return;
+  if (buckets_) buckets_->finish(grad);  // waits for the buckets still in flight
+  else region_->allreduce_sum(grad);
+}
+
+models::BatchResult CpuModelBackend::evaluate(ConstFloatSpan params, const float* x,
+                                              const int32_t* labels, size_t n) {
+  return model_.evaluate(params, x, labels, n);
+}
+
+void require_device_available(const std::string& device) {
+  if (device == "cpu") return;
+  GT_REQUIRE(device == "cuda", "worker.device is '{}': allowed values are cpu and cuda", device);
+#ifdef GEOTRAIN_WORKER_HAS_CUDA
+  std::string why;
+  GT_REQUIRE(
+      cuda_device_count(&why) > 0,
+      "worker.device is 'cuda' but this machine has no usable CUDA device ({}); use device: cpu",
+      why);
+#else
+  GT_REQUIRE(false,
+             "worker.device is 'cuda' but this geotrain was built without CUDA and NCCL (nvcc or "
+             "NCCL was not "
+             "found at configure time); rebuild with CUDA and NCCL, or use device: cpu");
+#endif
+}
+
+std::unique_ptr<ModelBackend> make_model_backend(const std::string& device,
+                                                 const models::MlpConfig& config, int rank) {
+  require_device_available(device);
+#ifdef GEOTRAIN_WORKER_HAS_CUDA
+  if (device == "cuda") return make_cuda_model_backend(config, rank);
+#else
+  (void)rank;
+#endif
+  return std::make_unique<CpuModelBackend>(config);
+}
+
+}  // namespace geotrain::worker
