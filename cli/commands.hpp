@@ -16,6 +16,7 @@ void add_bench_command(CLI::App& app, CommandList& commands);
 void add_server_command(CLI::App& app, CommandList& commands);
 void add_worker_command(CLI::App& app, CommandList& commands);
 void add_netsim_command(CLI::App& app, CommandList& commands);
+void add_run_command(CLI::App& app, CommandList& commands);
 // `bench netsim`, added by add_bench_command (defined in cmd_netsim.cpp).
 void add_netsim_bench_command(CLI::App& bench, CommandList& commands);
 

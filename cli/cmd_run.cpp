@@ -1,0 +1,98 @@
+// `geotrain run [CONFIG] [--out DIR]`: launches a whole deployment on this machine (launcher/),
+// with configs/demo.yaml when no CONFIG is given; `geotrain sweep SWEEP.yaml [--out DIR]`: a
+// grid of such runs, one after another, with a results table. SIGINT/SIGTERM become a stop
+// request (SignalWatcher); the launcher itself runs on the main thread, which its children's
+// PR_SET_PDEATHSIG is tied to.
+#include <CLI/CLI.hpp>
+
+#include <filesystem>
+#include <memory>
+#include <stop_token>
+#include <thread>
+
+#include "cli/commands.hpp"
+#include "cli/config_text.hpp"
+#include "cli/signal_watcher.hpp"
+#include "core/error.hpp"
+#include "launcher/launcher.hpp"
+#include "launcher/sweep.hpp"
+#include "server/config.hpp"
+#include "worker/config.hpp"
+
+namespace geotrain::cli {
+
+namespace fs = std::filesystem;
+
+namespace {
+struct RunArgs {
+  std::string config;
+  std::string out;
+  bool no_plots = false;
+};
+
+// A file shipped in the source tree: next to the working directory first, then where this
+// binary was built from.
+fs::path shipped_file(const fs::path& relative) {
+  if (fs::exists(relative)) return relative;
+  const fs::path source = fs::path(GEOTRAIN_SOURCE_DIR) / relative;
+  if (fs::exists(source)) return source;
+  return relative;
+}
+
+// What every launched run shares: this binary, the plot script, the worker's config check.
+launcher::LaunchOptions launch_options(bool plots) {
+  launcher::LaunchOptions o;
+  o.binary = fs::read_symlink("/proc/self/exe").string();
+  if (plots) o.plot_script = shipped_file("scripts/plot_run.py");
+  // The worker's and the server's parsers check the keys those processes will read, before
+  // anything starts (`source` is the config file; the server reads model.arch expanded).
+  o.validate = [](const std::string& text, const std::string& source) {
+    (void)worker::parse_worker_config(text, source);
+    (void)server::parse_server_config(resolved_config_text(source), source);
+  };
+  return o;
+}
+
+int run_run(const RunArgs& args) {
+  auto o = launch_options(!args.no_plots);
+  o.config = args.config.empty() ? shipped_file("configs/demo.yaml") : fs::path(args.config);
+  GT_REQUIRE(fs::is_regular_file(o.config), "config file '{}' does not exist", o.config.string());
+  if (!args.out.empty()) o.out_dir = args.out;
+  std::stop_source stop;
+  SignalWatcher watcher([&stop](int) { stop.request_stop(); });
+  return launcher::run_deployment(o, stop.get_token()).exit_code;
+}
+
+int run_sweep(const RunArgs& args) {
+  launcher::SweepOptions o;
+  o.run = launch_options(!args.no_plots);
+  o.sweep_file = args.config;
+  if (!args.out.empty()) o.out_dir = args.out;
+  if (!args.no_plots) o.plot_script = shipped_file("scripts/plot_sweep.py");
+  std::stop_source stop;
+  SignalWatcher watcher([&stop](int) { stop.request_stop(); });
+  return launcher::run_sweep(o, stop.get_token());
+}
+}  // namespace
+
+void add_run_command(CLI::App& app, CommandList& commands) {
+  auto args = std::make_shared<RunArgs>();
+  auto* cmd = app.add_subcommand("run", "launch a whole deployment on this machine: servers, netsim, workers; "
+                                        "live progress; a run folder with summary, report and plots");
+  cmd->add_option("config", args->config, "YAML config (default: configs/demo.yaml)");
+  cmd->add_option("--out", args->out, "parent folder of the run folder (default: run.out_dir, else runs)");
+  cmd->add_flag("--no-plots", args->no_plots, "skip the matplotlib plots");
+  commands.emplace_back(cmd, [args] { return run_run(*args); });
+
+  auto sweep_args = std::make_shared<RunArgs>();
+  auto* sweep = app.add_subcommand("sweep", "run a grid of configs one after another (resumable) and write "
+                                            "results.csv, results.md and comparison plots");
+  sweep->add_option("sweep", sweep_args->config, "sweep file (YAML; see docs/experiments.md)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  sweep->add_option("--out", sweep_args->out, "parent folder of the sweep folder (default: the sweep's out_dir)");
+  sweep->add_flag("--no-plots", sweep_args->no_plots, "skip the matplotlib plots");
+  commands.emplace_back(sweep, [sweep_args] { return run_sweep(*sweep_args); });
+}
+
+}  // namespace geotrain::cli

@@ -1,0 +1,147 @@
+#include "launcher/deployment.hpp"
+
+#include <yaml-cpp/yaml.h>
+
+#include "core/error.hpp"
+#include "core/yaml_reader.hpp"
+#include "netsim/config.hpp"
+
+namespace geotrain::launcher {
+
+namespace {
+std::string tcp(const std::string& host, uint16_t port) { return fmt::format("tcp://{}:{}", host, port); }
+
+std::string emit(const YAML::Node& node, const std::string& header) {
+  YAML::Emitter out;
+  out << node;
+  return header + out.c_str() + "\n";
+}
+
+// The user's `netsim:` section, checked: seed and per-link additions keyed by (from, to).
+struct NetsimExtras {
+  std::optional<YAML::Node> seed;
+  std::map<std::pair<std::string, std::string>, YAML::Node> links;
+};
+
+NetsimExtras read_netsim_extras(const YAML::Node& root, const YamlReader& in, const RunSettings& s) {
+  NetsimExtras extras;
+  auto n = root["netsim"];
+  if (!n) return extras;
+  in.check_keys(n, "netsim", {"seed", "links"});
+  if (n["seed"]) extras.seed = n["seed"];
+  if (auto links = n["links"]) {
+    GT_REQUIRE(links.IsSequence(), "{}: netsim.links must be a list of {{from, to, ...}}", in.source());
+    for (const auto& l : links) {
+      GT_REQUIRE(l.IsMap() && l["from"] && l["to"], "{}: each netsim.links entry needs 'from' and 'to'", in.source());
+      const auto from = in.string(l["from"], "netsim.links[].from");
+      const auto to = in.string(l["to"], "netsim.links[].to");
+      for (const auto* r : {&from, &to}) {
+        bool known = false;
+        for (const auto& region : s.regions) known |= region == *r;
+        GT_REQUIRE(known, "{}: netsim.links[] names region '{}', which is not in regions", in.source(), *r);
+      }
+      GT_REQUIRE(!l["listen"] && !l["target"],
+                 "{}: netsim.links[] {}->{}: listen and target are set by geotrain run", in.source(), from, to);
+      extras.links[{from, to}] = static_cast<const YAML::Node&>(l);
+    }
+  }
+  return extras;
+}
+}  // namespace
+
+const char* to_string(ProcessRole role) {
+  switch (role) {
+    case ProcessRole::server: return "server";
+    case ProcessRole::netsim: return "netsim";
+    case ProcessRole::worker: return "worker";
+  }
+  return "?";
+}
+
+Deployment plan_deployment(const std::string& config_text, const std::string& source, const RunSettings& s,
+                           const std::filesystem::path& run_dir, PortAllocator& ports) {
+  const YamlReader in{source};
+  YAML::Node root;
+  try {
+    root = YAML::Load(config_text);
+  } catch (const YAML::Exception& e) {
+    GT_REQUIRE(false, "{}: not valid YAML: {}", source, e.what());
+  }
+  GT_REQUIRE(root.IsMap(), "{}: the config must be a mapping", source);
+  const auto extras = read_netsim_extras(root, in, s);
+  const auto run = std::filesystem::absolute(run_dir);
+  const auto config_path = (run / "config.yaml").string();
+
+  Deployment d;
+  for (const auto& r : s.regions) d.server_ports[r] = ports.allocate();
+  for (const auto& from : s.regions)
+    for (const auto& to : s.regions)
+      if (from != to) d.routes.push_back({from, to, ports.allocate()});
+
+  // The resolved config: the user's, with what the launcher owns set.
+  YAML::Node server = root["server"];
+  if (!server) server = YAML::Node(YAML::NodeType::Map);
+  GT_REQUIRE(server.IsMap(), "{}: 'server' must be a mapping", source);
+  YAML::Node endpoints(YAML::NodeType::Map);
+  for (const auto& r : s.regions) endpoints[r] = tcp(d.host, d.server_ports[r]);
+  server["endpoints"] = endpoints;
+  server["run_dir"] = run.string();
+  root["server"] = server;
+  YAML::Node worker = root["worker"];
+  if (!worker) worker = YAML::Node(YAML::NodeType::Map);
+  GT_REQUIRE(worker.IsMap(), "{}: 'worker' must be a mapping", source);
+  worker["run_dir"] = run.string();
+  YAML::Node routes(YAML::NodeType::Map);
+  for (const auto& route : d.routes) routes[route.from][route.to] = tcp(d.host, route.listen_port);
+  if (!d.routes.empty()) worker["routes"] = routes;
+  else worker.remove("routes");
+  root["worker"] = worker;
+  if (s.wan_profile) root["run"]["wan_profile"] = std::filesystem::absolute(*s.wan_profile).string();
+  root.remove("netsim");  // folded into netsim.yaml
+  d.config_yaml = emit(root, fmt::format("# Resolved by geotrain run from {}: every process of this run read this file.\n", source));
+
+  if (!d.routes.empty()) {
+    YAML::Node n(YAML::NodeType::Map);
+    n["profile"] = std::filesystem::absolute(*s.wan_profile).string();
+    n["seed"] = extras.seed ? *extras.seed : YAML::Node(1);
+    n["stats"]["jsonl"] = "netsim.jsonl";
+    n["stats"]["interval_s"] = s.netsim_stats_interval_s;
+    n["stats"]["log"] = false;
+    for (const auto& route : d.routes) {
+      YAML::Node link(YAML::NodeType::Map);
+      link["from"] = route.from;
+      link["to"] = route.to;
+      link["listen"] = fmt::format("{}:{}", d.host, route.listen_port);
+      link["target"] = fmt::format("{}:{}", d.host, d.server_ports[route.to]);
+      if (auto e = extras.links.find({route.from, route.to}); e != extras.links.end())
+        for (const auto& kv : e->second) {
+          const auto key = kv.first.as<std::string>();
+          if (key != "from" && key != "to") link[key] = kv.second;
+        }
+      n["links"].push_back(link);
+    }
+    d.netsim_yaml = emit(n, "# Generated by geotrain run: one link per ordered pair of regions.\n");
+    try {
+      netsim::parse_netsim_config(*d.netsim_yaml, source + " (netsim links)", run);
+    } catch (const InputError& e) {
+      GT_REQUIRE(false, "{}: the WAN profile does not fit this config: {}", source, e.what());
+    }
+  }
+
+  for (const auto& r : s.regions)
+    d.processes.push_back({"server-" + r, ProcessRole::server, {"server", "--config", config_path, "--region", r},
+                           {d.server_ports[r]}, r, 0});
+  if (d.netsim_yaml) {
+    ProcessSpec p{"netsim", ProcessRole::netsim, {"netsim", "--config", (run / "netsim.yaml").string()}, {}, "", 0};
+    for (const auto& route : d.routes) p.health_ports.push_back(route.listen_port);
+    d.processes.push_back(p);
+  }
+  for (const auto& r : s.regions)
+    for (uint32_t rank = 0; rank < s.workers_per_region; ++rank)
+      d.processes.push_back({fmt::format("worker-{}-{}", r, rank), ProcessRole::worker,
+                             {"worker", "--config", config_path, "--region", r, "--rank", std::to_string(rank)},
+                             {}, r, rank});
+  return d;
+}
+
+}  // namespace geotrain::launcher

@@ -1,0 +1,55 @@
+// RunSettings: the launcher's own settings, read from the config's top-level `run:` section,
+// plus what the launcher needs from the rest of the config (region names, workers per region).
+//
+//   run:
+//     name: demo                      # run folder suffix (default: the config file's stem)
+//     out_dir: runs                   # parent of run folders (relative to the working dir)
+//     wan_profile: wan/global-3.yaml  # relative to the config file; required with > 1 region
+//     target_accuracy: 0.85           # enables time_to_target_seconds in summary.json
+//     base_port: 0                    # first loopback port; 0 = ephemeral ports from the kernel
+//     startup_timeout_s: 30           # servers and netsim must accept connections by then
+//     timeout_s: 0                    # whole run; 0 = no limit
+//     progress_interval_s: 2          # progress refresh (TTY) or log line period (not a TTY)
+//     plots: true                     # run scripts/plot_run.py at the end
+//     netsim_stats_interval_s: 1      # netsim.jsonl period
+//
+// Unknown keys are errors naming the key and the allowed ones (InputError); so are values out
+// of range. Plain struct; parsing only reads text.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace geotrain::launcher {
+
+struct RunSettings {
+  std::string name;
+  std::filesystem::path out_dir = "runs";
+  std::optional<std::filesystem::path> wan_profile;  // resolved against the config's folder
+  std::optional<double> target_accuracy;
+  uint16_t base_port = 0;
+  double startup_timeout_s = 30;
+  double timeout_s = 0;
+  double progress_interval_s = 2;
+  bool plots = true;
+  double netsim_stats_interval_s = 1;
+
+  // From the rest of the config.
+  std::vector<std::string> regions;
+  uint32_t workers_per_region = 1;
+};
+
+// `source` names the config in messages; `config_dir` resolves a relative wan_profile;
+// `default_name` is used when run.name is absent.
+RunSettings parse_run_settings(std::string_view yaml_text, std::string_view source,
+                               const std::filesystem::path& config_dir, std::string_view default_name);
+RunSettings load_run_settings(const std::filesystem::path& config_file);
+
+// Reads a whole file; InputError naming the file when it cannot be read.
+std::string read_text_file(const std::filesystem::path& file);
+
+}  // namespace geotrain::launcher

@@ -1,0 +1,257 @@
+#include "launcher/sweep_plan.hpp"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cctype>
+#include <functional>
+#include <optional>
+#include <set>
+
+#include "core/error.hpp"
+#include "core/yaml_reader.hpp"
+#include "launcher/run_settings.hpp"
+
+namespace geotrain::launcher {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+std::string flow(const YAML::Node& n) {
+  if (n.IsScalar()) return n.Scalar();
+  YAML::Emitter e;
+  e << YAML::Flow << n;
+  return e.c_str();
+}
+
+// Sets `path` (a.b.c) in `root` to `value`, creating mappings on the way.
+void set_path(YAML::Node root, const std::string& path, const YAML::Node& value, const std::string& source) {
+  std::vector<std::string> parts;
+  for (std::size_t start = 0;;) {
+    const auto dot = path.find('.', start);
+    parts.push_back(path.substr(start, dot == std::string::npos ? std::string::npos : dot - start));
+    if (dot == std::string::npos) break;
+    start = dot + 1;
+  }
+  for (const auto& p : parts) GT_REQUIRE(!p.empty(), "{}: key '{}' is not a dotted config key", source, path);
+  // yaml-cpp nodes are handles: walking with operator= would rebind, so build by recursion.
+  std::function<void(YAML::Node, std::size_t)> walk = [&](YAML::Node node, std::size_t i) {
+    if (i + 1 == parts.size()) {
+      node[parts[i]] = value;
+      return;
+    }
+    if (!node[parts[i]] || !node[parts[i]].IsMap()) node[parts[i]] = YAML::Node(YAML::NodeType::Map);
+    walk(node[parts[i]], i + 1);
+  };
+  walk(root, 0);
+}
+
+std::string sanitize(std::string s) {
+  for (char& c : s)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '=' && c != '.' && c != ',' &&
+        c != '+')
+      c = '_';
+  return s;
+}
+
+// RFC 4180: a cell with a comma, quote or newline is quoted, quotes doubled.
+std::string csv_text(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string out = "\"";
+  for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+
+std::string csv_cell(const json& v) {
+  if (v.is_null()) return "";
+  if (v.is_number_float()) return fmt::format("{:.6g}", v.get<double>());
+  if (v.is_string()) return csv_text(v.get<std::string>());
+  return v.dump();
+}
+}  // namespace
+
+SweepPlan parse_sweep(const std::string& text, const std::string& source, const fs::path& sweep_dir,
+                      const std::string& default_name) {
+  const YamlReader in{source};
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    GT_REQUIRE(false, "{}: not valid YAML: {}", source, e.what());
+  }
+  GT_REQUIRE(root.IsMap(), "{}: a sweep must be a mapping", source);
+  in.check_keys(root, "", {"name", "base", "out_dir", "grid", "points", "baseline"});
+  SweepPlan plan;
+  plan.name = root["name"] ? in.string(root["name"], "name") : default_name;
+  if (root["out_dir"]) plan.out_dir = in.string(root["out_dir"], "out_dir");
+  GT_REQUIRE(root["base"], "{}: key 'base' is missing (the config every point starts from)", source);
+  fs::path base = in.string(root["base"], "base");
+  if (base.is_relative()) base = sweep_dir / base;
+  const std::string base_text = read_text_file(base);
+
+  // Points as (label, [(key, value node)]).
+  std::vector<std::pair<std::string, std::vector<std::pair<std::string, YAML::Node>>>> raw;
+  if (auto grid = root["grid"]) {
+    GT_REQUIRE(grid.IsMap() && grid.size() > 0, "{}: grid must map dotted config keys to lists of values", source);
+    std::vector<std::vector<std::pair<std::string, YAML::Node>>> combos{{}};
+    for (const auto& kv : grid) {
+      const auto key = kv.first.as<std::string>();
+      GT_REQUIRE(kv.second.IsSequence() && kv.second.size() > 0, "{}: grid.{} must be a non-empty list of values",
+                 source, key);
+      std::vector<std::vector<std::pair<std::string, YAML::Node>>> next;
+      for (const auto& c : combos)
+        for (const auto& v : kv.second) {
+          auto n = c;
+          n.emplace_back(key, YAML::Node(v));
+          next.push_back(std::move(n));
+        }
+      combos = std::move(next);
+    }
+    for (auto& c : combos) raw.emplace_back("", std::move(c));
+  }
+  if (auto points = root["points"]) {
+    GT_REQUIRE(points.IsSequence(), "{}: points must be a list of {{label, set}}", source);
+    for (const auto& p : points) {
+      in.check_keys(p, "points[]", {"label", "set"});
+      std::vector<std::pair<std::string, YAML::Node>> values;
+      if (p["set"]) {
+        GT_REQUIRE(p["set"].IsMap(), "{}: points[].set must map dotted config keys to values", source);
+        for (const auto& kv : p["set"]) values.emplace_back(kv.first.as<std::string>(), YAML::Node(kv.second));
+      }
+      raw.emplace_back(p["label"] ? in.string(p["label"], "points[].label") : "", std::move(values));
+    }
+  }
+  GT_REQUIRE(!raw.empty(), "{}: the sweep has no points (give grid, points, or both)", source);
+
+  std::set<std::string> labels;
+  for (auto& [label, values] : raw) {
+    SweepPoint point;
+    YAML::Node config = YAML::Load(base_text);
+    for (const auto& [key, value] : values) {
+      YAML::Node v = value;
+      if (key == "run.wan_profile" && v.IsScalar() && fs::path(v.Scalar()).is_relative())
+        v = YAML::Node(fs::absolute(sweep_dir / v.Scalar()).lexically_normal().string());
+      set_path(config, key, v, source);
+      point.values.emplace_back(key, flow(value));
+      if (std::find(plan.keys.begin(), plan.keys.end(), key) == plan.keys.end()) plan.keys.push_back(key);
+    }
+    if (label.empty()) {
+      for (const auto& [key, value] : point.values)
+        label += (label.empty() ? "" : ",") + key.substr(key.rfind('.') + 1) + "=" + value;
+      if (label.empty()) label = "base";
+    }
+    point.label = sanitize(label);
+    GT_REQUIRE(labels.insert(point.label).second, "{}: two points have the label '{}'", source, point.label);
+    set_path(config, "run.name", YAML::Node(point.label), source);
+    if (config["run"]["wan_profile"] && fs::path(config["run"]["wan_profile"].Scalar()).is_relative())
+      config["run"]["wan_profile"] =
+          fs::absolute(base.parent_path() / config["run"]["wan_profile"].Scalar()).lexically_normal().string();
+    YAML::Emitter e;
+    e << config;
+    point.config_yaml = fmt::format("# geotrain sweep {}: point '{}'\n{}\n", plan.name, point.label, e.c_str());
+    plan.points.push_back(std::move(point));
+  }
+  if (auto b = root["baseline"]) {
+    const auto want = sanitize(in.string(b, "baseline"));
+    std::string all;
+    bool found = false;
+    for (std::size_t i = 0; i < plan.points.size(); ++i) {
+      all += (all.empty() ? "" : ", ") + plan.points[i].label;
+      if (plan.points[i].label == want) {
+        plan.baseline = i;
+        found = true;
+      }
+    }
+    GT_REQUIRE(found, "{}: baseline is '{}', allowed: one of the points' labels ({})", source, want, all);
+  }
+  return plan;
+}
+
+SweepPlan load_sweep(const fs::path& file) {
+  return parse_sweep(read_text_file(file), file.string(), file.parent_path(), file.stem().string());
+}
+
+namespace {
+struct Derived {
+  json accuracy, delta, ttt, wall, wan, reduction, speedup;
+};
+
+Derived derive(const SweepRow& row, const SweepRow& base) {
+  const auto& s = row.summary;
+  const auto& b = base.summary;
+  auto num = [](const json& j, const char* k) -> std::optional<double> {
+    if (!j.is_object() || !j.contains(k) || !j[k].is_number()) return std::nullopt;
+    return j[k].get<double>();
+  };
+  Derived d;
+  const auto acc = num(s, "final_test_accuracy"), bacc = num(b, "final_test_accuracy");
+  const auto ttt = num(s, "time_to_target_seconds"), bttt = num(b, "time_to_target_seconds");
+  const auto wall = num(s, "wall_seconds"), bwall = num(b, "wall_seconds");
+  const auto wan = num(s, "wan_bytes_total"), bwan = num(b, "wan_bytes_total");
+  d.accuracy = acc ? json(*acc) : json(nullptr);
+  d.delta = acc && bacc ? json(100 * (*acc - *bacc)) : json(nullptr);
+  d.ttt = ttt ? json(*ttt) : json(nullptr);
+  d.wall = wall ? json(*wall) : json(nullptr);
+  d.wan = wan ? json(*wan) : json(nullptr);
+  d.reduction = wan && bwan && *bwan > 0 ? json(1.0 - *wan / *bwan) : json(nullptr);
+  if (ttt && bttt && *ttt > 0) d.speedup = *bttt / *ttt;
+  else if (wall && bwall && *wall > 0) d.speedup = *bwall / *wall;
+  return d;
+}
+
+std::string value_of(const SweepPoint& p, const std::string& key) {
+  for (const auto& [k, v] : p.values)
+    if (k == key) return v;
+  return "";
+}
+}  // namespace
+
+std::string results_csv(const SweepPlan& plan, const std::vector<SweepRow>& rows) {
+  std::string out = "label";
+  for (const auto& k : plan.keys) {
+    out += ',';
+    out += k;
+  }
+  out += ",status,final_test_accuracy,accuracy_delta_pp,time_to_target_seconds,wall_seconds,wan_bytes_total,"
+         "wan_reduction,speedup,baseline,run_dir\n";
+  for (const auto& r : rows) {
+    const auto d = derive(r, rows[plan.baseline]);
+    out += csv_text(r.point->label);
+    for (const auto& k : plan.keys) {
+      out += ',';
+      out += csv_text(value_of(*r.point, k));
+    }
+    out += fmt::format(",{},{},{},{},{},{},{},{},{},{}\n",
+                       r.summary.is_object() ? r.summary.value("status", "") : "not run", csv_cell(d.accuracy),
+                       csv_cell(d.delta), csv_cell(d.ttt), csv_cell(d.wall), csv_cell(d.wan), csv_cell(d.reduction),
+                       csv_cell(d.speedup), &r == &rows[plan.baseline] ? "yes" : "", csv_text(r.run_dir.string()));
+  }
+  return out;
+}
+
+std::string results_markdown(const SweepPlan& plan, const std::vector<SweepRow>& rows) {
+  std::string md = fmt::format("# Sweep {}\n\nBaseline: `{}`. Deltas are against the baseline row.\n\n| run |",
+                               plan.name, plan.points[plan.baseline].label);
+  for (const auto& k : plan.keys) md += fmt::format(" `{}` |", k);
+  md += " status | accuracy | delta (pp) | time to target (s) | wall (s) | WAN bytes | WAN reduction | speedup |\n|";
+  for (std::size_t i = 0; i < plan.keys.size() + 9; ++i) md += "---|";
+  md += "\n";
+  const auto pct = [](const json& v) { return v.is_number() ? fmt::format("{:.2f}%", 100 * v.get<double>()) : "-"; };
+  const auto num = [](const json& v, const char* f) { return v.is_number() ? fmt::format(fmt::runtime(f), v.get<double>()) : "-"; };
+  for (const auto& r : rows) {
+    const auto d = derive(r, rows[plan.baseline]);
+    md += fmt::format("| {}{} |", r.point->label, &r == &rows[plan.baseline] ? " (baseline)" : "");
+    for (const auto& k : plan.keys) md += fmt::format(" {} |", value_of(*r.point, k));
+    md += fmt::format(" {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                      r.summary.is_object() ? r.summary.value("status", "") : "not run", pct(d.accuracy),
+                      num(d.delta, "{:+.2f}"), num(d.ttt, "{:.1f}"), num(d.wall, "{:.1f}"),
+                      d.wan.is_number() ? fmt::format("{:.3g}", d.wan.get<double>()) : "-", pct(d.reduction),
+                      num(d.speedup, "{:.2f}x"));
+  }
+  md += "\nPlots: `sweep_accuracy_vs_time.png`, `sweep_accuracy_vs_wan_bytes.png`, `sweep_bars.png`. "
+        "Each run's own report is in its run folder (`run_dir` in results.csv).\n";
+  return md;
+}
+
+}  // namespace geotrain::launcher

@@ -1,0 +1,62 @@
+// SweepPlan: a `geotrain sweep` file expanded into the runs it stands for, and the results
+// table built from their summaries.
+//
+//   name: seeds-table                # sweep folder name (default: the file's stem)
+//   base: ../demo.yaml               # the config every point starts from (relative to this file)
+//   out_dir: runs/sweeps             # parent of the sweep folder (default: runs/sweeps)
+//   grid:                            # cartesian product over dotted config keys, in this order
+//     worker.critical_codec: [fp32, onebit]
+//     server.staleness_bound: [0, 2]
+//   points:                          # and/or explicit points (run after the grid's)
+//     - {label: fp32-sync, set: {worker.critical_codec: fp32, server.staleness_bound: 0}}
+//   baseline: fp32-sync              # the label deltas are against (default: the first point)
+//
+// A point's label is given, or made from its values ("critical_codec=fp32,staleness_bound=0").
+// Each point's config is the base with the point's keys set; run.name becomes the label and a
+// relative run.wan_profile is made absolute (a value set by the sweep is relative to the sweep
+// file). Strict: unknown keys, an empty sweep, duplicate labels or an unknown baseline are
+// InputErrors naming them. Pure functions apart from reading files.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace geotrain::launcher {
+
+struct SweepPoint {
+  std::string label;
+  std::vector<std::pair<std::string, std::string>> values;  // dotted key -> YAML scalar/flow text
+  std::string config_yaml;                                  // the point's full config
+};
+
+struct SweepPlan {
+  std::string name;
+  std::filesystem::path out_dir = "runs/sweeps";
+  std::vector<std::string> keys;  // every key any point sets, in first-seen order
+  std::vector<SweepPoint> points;
+  std::size_t baseline = 0;       // index into points
+};
+
+SweepPlan parse_sweep(const std::string& yaml_text, const std::string& source, const std::filesystem::path& sweep_dir,
+                      const std::string& default_name);
+SweepPlan load_sweep(const std::filesystem::path& file);
+
+// One row per point: its label and values, and its summary (null when the run did not finish).
+struct SweepRow {
+  const SweepPoint* point;
+  nlohmann::json summary;
+  std::filesystem::path run_dir;
+};
+
+// results.csv and results.md: final accuracy and its delta against the baseline (percentage
+// points), time to target, wall time, WAN bytes and their reduction against the baseline, and
+// speedup (baseline time / this time, on time to target when both reached it, else wall time).
+std::string results_csv(const SweepPlan& plan, const std::vector<SweepRow>& rows);
+std::string results_markdown(const SweepPlan& plan, const std::vector<SweepRow>& rows);
+
+}  // namespace geotrain::launcher

@@ -1,0 +1,161 @@
+#!/usr/bin/python3
+"""Plots of one geotrain run folder, from the workers' metrics JSONL (docs/run-folder.md).
+
+Usage: plot_run.py RUN_DIR
+
+Writes into RUN_DIR:
+  loss_accuracy_vs_time.png       training loss and test accuracy against time, per region
+  loss_accuracy_vs_wan_bytes.png  the same against cumulative WAN payload bytes of the region
+  staleness_histogram.png         staleness of the leaders' rounds
+  round_time_split.png            time per round: compute, communication (AllReduce), waiting
+
+Uses Debian's python3-matplotlib (scripts/bootstrap.sh installs it) with the Agg backend; no
+display needed. Exits 0 with a note when the folder has no worker metrics yet.
+"""
+import bisect
+import glob
+import json
+import os
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def read_events(run_dir):
+    """Leader (rank 0) events per region: {region: [event, ...]} in file order."""
+    regions = {}
+    for path in sorted(glob.glob(os.path.join(run_dir, "worker-*.metrics.jsonl"))):
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    e = json.loads(line)
+                except ValueError:
+                    continue  # a writer that died mid-line
+                if not isinstance(e, dict) or e.get("rank", 0) != 0 or "region" not in e:
+                    continue
+                regions.setdefault(e["region"], []).append(e)
+    return regions
+
+
+def series(events, kind, field):
+    xs, ys = [], []
+    for e in events:
+        if e.get("event") == kind and isinstance(e.get(field), (int, float)):
+            xs.append(float(e.get("time", 0.0)))
+            ys.append(float(e[field]))
+    return xs, ys
+
+
+def wan_curve(events):
+    """(times, cumulative WAN payload bytes) at each round event."""
+    ts, total, out = [], 0.0, []
+    for e in events:
+        if e.get("event") == "round":
+            total += float(e.get("bytes_pushed", 0)) + float(e.get("bytes_pulled", 0))
+            ts.append(float(e.get("time", 0.0)))
+            out.append(total)
+    return ts, out
+
+
+def bytes_at(curve, t):
+    ts, bs = curve
+    i = bisect.bisect_right(ts, t)
+    return bs[i - 1] if i > 0 else 0.0
+
+
+def smooth(ys, n=10):
+    out, acc = [], []
+    for y in ys:
+        acc.append(y)
+        if len(acc) > n:
+            acc.pop(0)
+        out.append(sum(acc) / len(acc))
+    return out
+
+
+def plot_curves(regions, run_dir, use_bytes):
+    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(11, 4))
+    for name, events in sorted(regions.items()):
+        curve = wan_curve(events)
+        t, loss = series(events, "step", "loss")
+        te, acc = series(events, "eval", "test_accuracy")
+        if use_bytes:
+            t = [bytes_at(curve, x) / 1e6 for x in t]
+            te = [bytes_at(curve, x) / 1e6 for x in te]
+        ax_loss.plot(t, smooth(loss), label=name)
+        ax_acc.plot(te, [100 * a for a in acc], marker="o", markersize=3, label=name)
+    xlabel = "WAN payload sent + received by the region (MB)" if use_bytes else "time (s)"
+    ax_loss.set(xlabel=xlabel, ylabel="training loss (leader, 10-step mean)", title="loss")
+    ax_acc.set(xlabel=xlabel, ylabel="test accuracy (%)", title="accuracy")
+    for ax in (ax_loss, ax_acc):
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    name = "loss_accuracy_vs_wan_bytes.png" if use_bytes else "loss_accuracy_vs_time.png"
+    fig.savefig(os.path.join(run_dir, name), dpi=100)
+    plt.close(fig)
+
+
+def plot_staleness(regions, run_dir):
+    fig, ax = plt.subplots(figsize=(6, 4))
+    values = {n: [int(e["staleness"]) for e in ev if e.get("event") == "round" and
+                  isinstance(e.get("staleness"), (int, float))] for n, ev in sorted(regions.items())}
+    top = max([max(v) for v in values.values() if v] + [0])
+    bins = [b - 0.5 for b in range(top + 2)]
+    data = [v for v in values.values()]
+    if any(data):
+        ax.hist(data, bins=bins, label=list(values.keys()), rwidth=0.9)
+        ax.legend()
+    ax.set(xlabel="staleness (rounds)", ylabel="rounds", title="staleness of the leaders' rounds")
+    ax.set_xticks(range(top + 1))
+    fig.tight_layout()
+    fig.savefig(os.path.join(run_dir, "staleness_histogram.png"), dpi=100)
+    plt.close(fig)
+
+
+def plot_round_split(regions, run_dir):
+    names = sorted(regions)
+    fig, axes = plt.subplots(len(names), 1, figsize=(9, 2.6 * len(names)), squeeze=False)
+    for ax, name in zip(axes[:, 0], names):
+        rounds = [e for e in regions[name] if e.get("event") == "round"]
+        x = [int(e.get("round", i)) for i, e in enumerate(rounds)]
+        parts = [("compute", "compute_s", "tab:blue"), ("communication (AllReduce)", "comm_s", "tab:orange"),
+                 ("waiting (WAN exchange)", "wait_s", "tab:red")]
+        bottom = [0.0] * len(rounds)
+        for label, key, color in parts:
+            ys = [float(e.get(key, 0.0)) for e in rounds]
+            ax.bar(x, ys, bottom=bottom, label=label, color=color, width=1.0)
+            bottom = [b + y for b, y in zip(bottom, ys)]
+        ax.set(ylabel="seconds", title=f"{name}: time per round")
+        ax.legend(loc="upper right", fontsize=8)
+    axes[-1, 0].set_xlabel("round")
+    fig.tight_layout()
+    fig.savefig(os.path.join(run_dir, "round_time_split.png"), dpi=100)
+    plt.close(fig)
+
+
+def main(argv):
+    if len(argv) != 2 or not os.path.isdir(argv[1]):
+        print(__doc__, file=sys.stderr)
+        return 2
+    run_dir = argv[1]
+    regions = read_events(run_dir)
+    if not regions:
+        print(f"plot_run.py: no worker metrics in {run_dir}; no plots", file=sys.stderr)
+        return 0
+    plot_curves(regions, run_dir, use_bytes=False)
+    plot_curves(regions, run_dir, use_bytes=True)
+    plot_staleness(regions, run_dir)
+    plot_round_split(regions, run_dir)
+    print(f"plot_run.py: 4 plots in {run_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

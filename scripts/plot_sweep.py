@@ -1,0 +1,87 @@
+#!/usr/bin/python3
+"""Comparison plots of a geotrain sweep folder (results.csv and each run's worker metrics).
+
+Usage: plot_sweep.py SWEEP_DIR
+
+Writes into SWEEP_DIR:
+  sweep_accuracy_vs_time.png       test accuracy (mean over regions) against time, one line per run
+  sweep_accuracy_vs_wan_bytes.png  the same against cumulative WAN payload bytes (all regions)
+  sweep_bars.png                   final accuracy, WAN bytes and wall time per run
+
+Uses Debian's python3-matplotlib with the Agg backend.
+"""
+import csv
+import os
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from plot_run import bytes_at, read_events, wan_curve  # noqa: E402
+
+
+def accuracy_curve(run_dir):
+    """(times, WAN bytes of all regions so far, mean accuracy) at each evaluation."""
+    regions = read_events(run_dir)
+    evals = sorted((float(e.get("time", 0)), name, float(e["test_accuracy"]))
+                   for name, ev in regions.items() for e in ev
+                   if e.get("event") == "eval" and isinstance(e.get("test_accuracy"), (int, float)))
+    curves = {name: wan_curve(ev) for name, ev in regions.items()}
+    latest, ts, bs, accs = {}, [], [], []
+    for t, name, acc in evals:
+        latest[name] = acc
+        ts.append(t)
+        bs.append(sum(bytes_at(c, t) for c in curves.values()) / 1e6)
+        accs.append(100 * sum(latest.values()) / len(latest))
+    return ts, bs, accs
+
+
+def main(argv):
+    if len(argv) != 2 or not os.path.isfile(os.path.join(argv[1], "results.csv")):
+        print(__doc__, file=sys.stderr)
+        return 2
+    sweep_dir = argv[1]
+    with open(os.path.join(sweep_dir, "results.csv"), encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    for use_bytes in (False, True):
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        for r in rows:
+            if not r.get("run_dir") or not os.path.isdir(r["run_dir"]):
+                continue
+            ts, bs, accs = accuracy_curve(r["run_dir"])
+            ax.plot(bs if use_bytes else ts, accs, marker="o", markersize=2, label=r["label"])
+        ax.set(xlabel="WAN payload, all regions (MB)" if use_bytes else "time (s)",
+               ylabel="test accuracy, mean over regions (%)", title="accuracy per run")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        name = "sweep_accuracy_vs_wan_bytes.png" if use_bytes else "sweep_accuracy_vs_time.png"
+        fig.savefig(os.path.join(sweep_dir, name), dpi=100)
+        plt.close(fig)
+
+    labels = [r["label"] for r in rows]
+
+    def col(key, scale=1.0):
+        return [float(r[key]) * scale if r.get(key) else 0.0 for r in rows]
+
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4))
+    for ax, (title, values) in zip(axes, [("final test accuracy (%)", col("final_test_accuracy", 100)),
+                                          ("WAN payload (MB)", col("wan_bytes_total", 1e-6)),
+                                          ("wall time (s)", col("wall_seconds"))]):
+        ax.bar(range(len(labels)), values, color="tab:blue")
+        ax.set_xticks(range(len(labels)))
+        ax.set_xticklabels(labels, rotation=30, ha="right", fontsize=7)
+        ax.set_title(title)
+        ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(os.path.join(sweep_dir, "sweep_bars.png"), dpi=100)
+    plt.close(fig)
+    print(f"plot_sweep.py: 3 plots in {sweep_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,211 @@
+// The launcher's pure parts: run settings and their errors, the run folder, port allocation,
+// and the deployment plan (resolved config, netsim links, worker routes, process list).
+#include <doctest/doctest.h>
+
+#include <yaml-cpp/yaml.h>
+
+#include <set>
+#include <string>
+
+#include "core/error.hpp"
+#include "launcher/deployment.hpp"
+#include "launcher/port_allocator.hpp"
+#include "launcher/run_folder.hpp"
+#include "launcher/run_settings.hpp"
+#include "netsim/config.hpp"
+#include "tests/temp_dir.hpp"
+
+using namespace geotrain;
+using namespace geotrain::launcher;
+namespace fs = std::filesystem;
+
+namespace {
+const fs::path kWanDir = fs::path(GEOTRAIN_SOURCE_DIR) / "configs";
+
+const char* kThreeRegions = R"(
+regions: [us-east, eu-west, ap-southeast]
+model: {arch: "784-32-10", critical: ["fc2.*"]}
+server: {staleness_bound: 2}
+worker: {workers_per_region: 2, rounds: 3}
+run: {name: t, wan_profile: wan/global-3.yaml, target_accuracy: 0.8}
+)";
+
+std::string error_of(const std::string& yaml) {
+  try {
+    parse_run_settings(yaml, "t.yaml", kWanDir, "t");
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST_CASE("run settings are read from the run section, with the config's regions and workers") {
+  const auto s = parse_run_settings(kThreeRegions, "t.yaml", kWanDir, "default-name");
+  CHECK(s.name == "t");
+  CHECK(s.regions.size() == 3);
+  CHECK(s.workers_per_region == 2);
+  REQUIRE(s.wan_profile);
+  CHECK(s.wan_profile->filename() == "global-3.yaml");
+  CHECK(s.target_accuracy == doctest::Approx(0.8));
+  CHECK(s.out_dir == "runs");
+  CHECK(s.base_port == 0);
+}
+
+TEST_CASE("an unknown run key is an error naming the key and the allowed keys") {
+  const auto e = error_of("regions: [a]\nrun: {nmae: x}\n");
+  CHECK(e.find("run.nmae") != std::string::npos);
+  CHECK(e.find("allowed: ") != std::string::npos);
+  CHECK(e.find("wan_profile") != std::string::npos);
+}
+
+TEST_CASE("run values out of range are errors naming the key, the value and the range") {
+  const auto e = error_of("regions: [a]\nrun: {target_accuracy: 1.5}\n");
+  CHECK(e.find("run.target_accuracy is 1.5") != std::string::npos);
+  CHECK(e.find("[0, 1]") != std::string::npos);
+  CHECK(error_of("regions: [a]\nrun: {base_port: -4}\n").find("run.base_port") != std::string::npos);
+  CHECK(error_of("regions: [a]\nrun: {plots: maybe}\n").find("true or false") != std::string::npos);
+  CHECK(error_of("regions: [a]\nrun: {name: a/b}\n").find("run.name is 'a/b'") != std::string::npos);
+}
+
+TEST_CASE("several regions need a WAN profile, and a missing profile file is named") {
+  CHECK(error_of("regions: [a, b]\n").find("run.wan_profile is missing") != std::string::npos);
+  CHECK(error_of("regions: [a, b]\nrun: {wan_profile: wan/nope.yaml}\n").find("wan/nope.yaml") !=
+        std::string::npos);
+  CHECK(error_of("regions: [a, a]\n").find("'a' twice") != std::string::npos);
+  CHECK(error_of("regions: [a]\nbogus: 1\n").find("unknown key 'bogus'") != std::string::npos);
+}
+
+TEST_CASE("run folders are named by time and name, and never reused") {
+  test::TempDir tmp("launcher-folder");
+  const auto when = std::chrono::system_clock::now();
+  const auto a = create_run_folder(tmp.path() / "runs", "demo", when);
+  const auto b = create_run_folder(tmp.path() / "runs", "demo", when);
+  CHECK(a != b);
+  CHECK(fs::is_directory(a));
+  CHECK(fs::is_directory(b));
+  const auto name = a.filename().string();
+  CHECK(name.size() == std::string("20260101-120000-demo").size());
+  CHECK(name.ends_with("-demo"));
+  CHECK(b.filename().string() == name + "-2");
+}
+
+TEST_CASE("allocated ports are distinct and bindable, from a base port or from the kernel") {
+  for (uint16_t base : {uint16_t{0}, uint16_t{23100}}) {
+    PortAllocator ports(base);
+    std::set<uint16_t> seen;
+    for (int i = 0; i < 8; ++i) seen.insert(ports.allocate());
+    CHECK(seen.size() == 8);
+    if (base != 0) CHECK(*seen.begin() >= base);
+    ports.release();
+    // Released ports accept nothing (nobody listens), and a fresh allocator may hand them out.
+    CHECK_FALSE(port_accepts("127.0.0.1", *seen.begin(), 50));
+  }
+}
+
+TEST_CASE("the plan routes every inter-region connection through netsim and nothing else") {
+  test::TempDir tmp("launcher-plan");
+  const auto s = parse_run_settings(kThreeRegions, "t.yaml", kWanDir, "t");
+  PortAllocator ports;
+  const auto d = plan_deployment(kThreeRegions, "t.yaml", s, tmp.path(), ports);
+
+  // 3 servers + 6 directed links, all distinct ports.
+  std::set<uint16_t> used;
+  for (const auto& [_, p] : d.server_ports) used.insert(p);
+  for (const auto& r : d.routes) used.insert(r.listen_port);
+  CHECK(d.routes.size() == 6);
+  CHECK(used.size() == 9);
+
+  const auto config = YAML::Load(d.config_yaml);
+  CHECK(config["server"]["staleness_bound"].as<int>() == 2);  // the user's settings are kept
+  CHECK(config["server"]["run_dir"].as<std::string>() == fs::absolute(tmp.path()).string());
+  CHECK(config["worker"]["run_dir"].as<std::string>() == fs::absolute(tmp.path()).string());
+  CHECK(config["worker"]["rounds"].as<int>() == 3);
+  for (const auto& from : s.regions) {
+    CHECK(config["server"]["endpoints"][from].as<std::string>() ==
+          fmt::format("tcp://127.0.0.1:{}", d.server_ports.at(from)));
+    CHECK_FALSE(config["worker"]["routes"][from][from]);  // a region reaches its own server directly
+    for (const auto& to : s.regions) {
+      if (from == to) continue;
+      const auto endpoint = config["worker"]["routes"][from][to].as<std::string>();
+      bool via_netsim = false;
+      for (const auto& r : d.routes)
+        if (r.from == from && r.to == to) via_netsim = endpoint == fmt::format("tcp://127.0.0.1:{}", r.listen_port);
+      CHECK_MESSAGE(via_netsim, from << " -> " << to << " goes to " << endpoint);
+    }
+  }
+
+  // The netsim config: one link per route, listening where the route points, forwarding to the
+  // target region's server, with the profile's delay.
+  REQUIRE(d.netsim_yaml);
+  const auto n = netsim::parse_netsim_config(*d.netsim_yaml, "netsim.yaml", tmp.path());
+  REQUIRE(n.links.size() == 6);
+  for (const auto& l : n.links) {
+    bool matched = false;
+    for (const auto& r : d.routes)
+      matched |= r.from == l.from && r.to == l.to && r.listen_port == l.listen.port &&
+                 l.target.port == d.server_ports.at(l.to);
+    CHECK_MESSAGE(matched, l.name());
+    if (l.name() == "us-east->eu-west") CHECK(l.properties.delay_ms == doctest::Approx(40));
+  }
+  CHECK(n.options.stats_jsonl == tmp.path() / "netsim.jsonl");
+
+  // Processes: servers, then netsim, then 2 workers per region, each with the resolved config.
+  REQUIRE(d.processes.size() == 3 + 1 + 6);
+  CHECK(d.processes[0].name == "server-us-east");
+  CHECK(d.processes[0].health_ports == std::vector<uint16_t>{d.server_ports.at("us-east")});
+  CHECK(d.processes[3].role == ProcessRole::netsim);
+  CHECK(d.processes[3].health_ports.size() == 6);
+  CHECK(d.processes[9].name == "worker-ap-southeast-1");
+  const std::vector<std::string> args{"worker", "--config", (fs::absolute(tmp.path()) / "config.yaml").string(),
+                                      "--region", "ap-southeast", "--rank", "1"};
+  CHECK(d.processes[9].args == args);
+}
+
+TEST_CASE("netsim overrides in the config reach the generated links, and bad ones are named") {
+  test::TempDir tmp("launcher-netsim");
+  const std::string yaml = std::string(kThreeRegions) +
+                           "netsim:\n  seed: 7\n  links:\n    - {from: us-east, to: eu-west, delay_ms: 5,"
+                           " faults: [{kind: partition, at_s: 1, until_s: 2}]}\n";
+  const auto s = parse_run_settings(yaml, "t.yaml", kWanDir, "t");
+  PortAllocator ports;
+  const auto d = plan_deployment(yaml, "t.yaml", s, tmp.path(), ports);
+  const auto n = netsim::parse_netsim_config(*d.netsim_yaml, "netsim.yaml", tmp.path());
+  CHECK(n.options.seed == 7);
+  for (const auto& l : n.links) {
+    if (l.name() == "us-east->eu-west") {
+      CHECK(l.properties.delay_ms == doctest::Approx(5));
+      CHECK(l.faults.size() == 1);
+    } else {
+      CHECK(l.faults.empty());
+    }
+  }
+  CHECK_FALSE(YAML::Load(d.config_yaml)["netsim"]);
+
+  const std::string bad = std::string(kThreeRegions) + "netsim:\n  links:\n    - {from: us-east, to: mars}\n";
+  CHECK_THROWS_WITH_AS(plan_deployment(bad, "t.yaml", s, tmp.path(), ports),
+                       doctest::Contains("region 'mars'"), InputError);
+  const std::string bad_key = std::string(kThreeRegions) + "netsim:\n  links:\n    - {from: us-east, to: eu-west, delay: 3}\n";
+  CHECK_THROWS_WITH_AS(plan_deployment(bad_key, "t.yaml", s, tmp.path(), ports), doctest::Contains("delay"),
+                       InputError);
+}
+
+TEST_CASE("a WAN profile without one of the config's regions is refused before anything starts") {
+  test::TempDir tmp("launcher-profile");
+  const char* yaml = "regions: [us-east, mars]\nrun: {wan_profile: wan/us-eu.yaml}\n";
+  const auto s = parse_run_settings(yaml, "t.yaml", kWanDir, "t");
+  PortAllocator ports;
+  CHECK_THROWS_WITH_AS(plan_deployment(yaml, "t.yaml", s, tmp.path(), ports),
+                       doctest::Contains("WAN profile does not fit"), InputError);
+}
+
+TEST_CASE("one region needs no netsim and no routes") {
+  test::TempDir tmp("launcher-one");
+  const char* yaml = "regions: [solo]\nworker: {workers_per_region: 1}\n";
+  const auto s = parse_run_settings(yaml, "t.yaml", kWanDir, "t");
+  PortAllocator ports;
+  const auto d = plan_deployment(yaml, "t.yaml", s, tmp.path(), ports);
+  CHECK_FALSE(d.netsim_yaml);
+  CHECK(d.processes.size() == 2);
+  CHECK_FALSE(YAML::Load(d.config_yaml)["worker"]["routes"]);
+}

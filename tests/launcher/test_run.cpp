@@ -1,0 +1,211 @@
+// geotrain run end to end with real servers and a real netsim, and scripted workers: the
+// launcher runs a small shell script as "the binary", which execs the real geotrain for
+// `server` and `netsim` and plays a worker (writes metrics JSONL, then exits as told).
+// Checks the run folder, failure handling with the log tail, interruption, and that no child
+// outlives the run.
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <thread>
+
+#include "launcher/launcher.hpp"
+#include "tests/temp_dir.hpp"
+
+using namespace geotrain::launcher;
+namespace fs = std::filesystem;
+
+namespace {
+struct Output {
+  int code;
+  std::string text;
+};
+
+// mode: ok | fail (worker eu-west/1 exits 3 after a message) | hang (workers sleep)
+void write_fake_binary(const fs::path& file, const std::string& mode) {
+  std::ofstream f(file);
+  f << "#!/bin/sh\n"
+       "if [ \"$1\" != worker ]; then exec " GEOTRAIN_BINARY " \"$@\"; fi\n"
+       "region=$5; rank=$7; out=\"$(dirname \"$3\")/worker-$region-$rank.metrics.jsonl\"\n"
+       "mode=" << mode << "\n"
+       "if [ $mode = hang ]; then exec sleep 60; fi\n"
+       "if [ $mode = fail ] && [ $region = eu-west ] && [ $rank = 1 ]; then echo 'worker eu-west/1: cannot load data'; exit 3; fi\n"
+       "e() { echo \"{\\\"region\\\":\\\"$region\\\",\\\"rank\\\":$rank,$1}\" >> \"$out\"; }\n"
+       "e '\"event\":\"start\",\"time\":0,\"rounds\":3'\n"
+       "for r in 0 1 2; do\n"
+       "  e \"\\\"event\\\":\\\"step\\\",\\\"time\\\":0.$r,\\\"round\\\":$r,\\\"step\\\":$r,\\\"loss\\\":1.5,\\\"compute_s\\\":0.01\"\n"
+       "  if [ $rank = 0 ]; then\n"
+       "    e \"\\\"event\\\":\\\"round\\\",\\\"time\\\":0.$r,\\\"round\\\":$r,\\\"bytes_pushed\\\":100,\\\"bytes_pulled\\\":50,"
+       "\\\"staleness\\\":0,\\\"compute_s\\\":0.01,\\\"comm_s\\\":0.01,\\\"wait_s\\\":0.02\"\n"
+       "    e \"\\\"event\\\":\\\"eval\\\",\\\"time\\\":0.$r,\\\"round\\\":$r,\\\"test_accuracy\\\":0.9\"\n"
+       "  fi\n"
+       "done\n"
+       "sleep 0.3\n"
+       "e '\"event\":\"done\",\"time\":1,\"rounds\":3,\"steps\":3,\"wall_s\":1,\"final_test_accuracy\":0.9'\n";
+  f.close();
+  fs::permissions(file, fs::perms::owner_all);
+}
+
+fs::path write_config(const fs::path& dir) {
+  const auto file = dir / "fake.yaml";
+  std::ofstream f(file);
+  f << "regions: [us-east, eu-west]\n"
+       "model: {tensors: [{name: w, size: 4096}, {name: head.b, size: 10}], critical: [\"head.*\"]}\n"
+       "server: {heartbeat_ms: 200, dead_after_ms: 5000, metrics_every_ms: 200}\n"
+       "worker: {workers_per_region: 2}\n"
+       "run: {name: fake, wan_profile: " GEOTRAIN_SOURCE_DIR "/configs/wan/us-eu.yaml, target_accuracy: 0.5,\n"
+       "      startup_timeout_s: 20, netsim_stats_interval_s: 0.1, plots: false}\n";
+  return file;
+}
+
+// Processes whose command line mentions `needle` (a run folder): none may remain after a run.
+int processes_mentioning(const std::string& needle) {
+  int n = 0;
+  for (const auto& p : fs::directory_iterator("/proc")) {
+    std::ifstream f(p.path() / "cmdline");
+    std::string cmd((std::istreambuf_iterator<char>(f)), {});
+    if (cmd.find(needle) != std::string::npos) ++n;
+  }
+  return n;
+}
+
+LaunchOptions options(const fs::path& dir, const std::string& mode) {
+  write_fake_binary(dir / "fake-geotrain", mode);
+  LaunchOptions o;
+  o.config = write_config(dir);
+  o.out_dir = dir / "runs";
+  o.binary = (dir / "fake-geotrain").string();
+  o.redraw = false;
+  o.grace_s = 5;
+  return o;
+}
+
+std::string read(const fs::path& f) {
+  std::ifstream in(f);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+}  // namespace
+
+TEST_CASE("a run starts servers, netsim and workers, and leaves a complete run folder") {
+  geotrain::test::TempDir tmp("launcher-run");
+  std::stop_source stop;
+  const auto r = run_deployment(options(tmp.path(), "ok"), stop.get_token());
+  CHECK(r.exit_code == 0);
+  CHECK(r.status == "completed");
+  for (const char* f : {"config.yaml", "netsim.yaml", "server-us-east.log", "server-eu-west.log", "netsim.log",
+                        "worker-us-east-0.log", "worker-eu-west-1.log", "worker-us-east-0.metrics.jsonl",
+                        "server-us-east.metrics.jsonl", "netsim.jsonl",
+                        "summary.json", "report.md"}) {
+    CHECK_MESSAGE(fs::exists(r.run_dir / f), f);
+  }
+  const auto s = nlohmann::json::parse(read(r.run_dir / "summary.json"));
+  CHECK(s["final_test_accuracy"].get<double>() == doctest::Approx(0.9));
+  CHECK(s["rounds"] == 3);
+  CHECK(s["workers"] == 4);
+  CHECK(s["wan_bytes_total"].get<double>() == doctest::Approx(2 * 3 * 150));
+  CHECK(s["time_to_target_seconds"].is_number());
+  CHECK(s["wall_seconds"].get<double>() > 0.3);
+  CHECK(read(r.run_dir / "report.md").find("**completed**") != std::string::npos);
+  CHECK(processes_mentioning(r.run_dir.string()) == 0);
+}
+
+TEST_CASE("a failing worker fails the run, shows its log, stops everything and keeps the results") {
+  geotrain::test::TempDir tmp("launcher-fail");
+  std::stop_source stop;
+  const auto r = run_deployment(options(tmp.path(), "fail"), stop.get_token());
+  CHECK(r.exit_code == 1);
+  CHECK(r.status == "failed");
+  const auto s = nlohmann::json::parse(read(r.run_dir / "summary.json"));
+  CHECK(s["status"] == "failed");
+  CHECK(s["failure"].get<std::string>().find("worker-eu-west-1 failed (exit 3)") != std::string::npos);
+  CHECK(read(r.run_dir / "worker-eu-west-1.log").find("cannot load data") != std::string::npos);
+  CHECK(processes_mentioning(r.run_dir.string()) == 0);
+}
+
+TEST_CASE("a stop request interrupts the run, stops every process and writes a partial summary") {
+  geotrain::test::TempDir tmp("launcher-stop");
+  std::stop_source stop;
+  std::jthread stopper([&stop] {
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    stop.request_stop();
+  });
+  const auto r = run_deployment(options(tmp.path(), "hang"), stop.get_token());
+  CHECK(r.exit_code == 130);
+  CHECK(r.status == "interrupted");
+  CHECK(fs::exists(r.run_dir / "summary.json"));
+  CHECK(processes_mentioning(r.run_dir.string()) == 0);
+}
+
+TEST_CASE("children do not outlive a launcher that is killed outright") {
+  geotrain::test::TempDir tmp("launcher-kill");
+  const auto o = options(tmp.path(), "hang");
+  const pid_t launcher = ::fork();
+  REQUIRE(launcher >= 0);
+  if (launcher == 0) {  // the launcher, in a child of the test (it is single-threaded here)
+    std::stop_source stop;
+    run_deployment(o, stop.get_token());
+    ::_exit(0);
+  }
+  // Wait for the workers to be started, then SIGKILL the launcher: no chance to clean up.
+  auto started = [&] {
+    if (!fs::exists(tmp.path() / "runs")) return false;
+    for (const auto& e : fs::recursive_directory_iterator(tmp.path() / "runs"))
+      if (e.path().filename() == "worker-eu-west-1.log") return true;
+    return false;
+  };
+  for (int i = 0; i < 200 && !started(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  REQUIRE(started());
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const std::string run_root = (tmp.path() / "runs").string();
+  CHECK(processes_mentioning(run_root) >= 3);  // 2 servers and netsim at least
+  ::kill(launcher, SIGKILL);
+  int ws = 0;
+  ::waitpid(launcher, &ws, 0);
+  int left = -1;
+  for (int i = 0; i < 100 && left != 0; ++i) {
+    left = processes_mentioning(run_root);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  CHECK(left == 0);
+}
+
+namespace {
+Output run_cli(const std::string& args) {
+  const std::string cmd = std::string(GEOTRAIN_BINARY) + " " + args + " 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  REQUIRE(pipe);
+  std::string out;
+  std::array<char, 4096> buf;
+  for (size_t got; (got = fread(buf.data(), 1, buf.size(), pipe)) > 0;) out.append(buf.data(), got);
+  const int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+}  // namespace
+
+TEST_CASE("geotrain run names a bad config key and exits with 2 before starting anything") {
+  geotrain::test::TempDir tmp("launcher-cli");
+  const auto out_dir = (tmp.path() / "runs").string();
+  const auto file = tmp.path() / "bad.yaml";
+  std::ofstream(file) << "regions: [a]\nmodel: {arch: 784-10}\nrun: {taget_accuracy: 0.9}\n";
+  auto r = run_cli("run " + file.string() + " --out " + out_dir);
+  CHECK(r.code == 2);
+  CHECK(r.text.find("unknown key 'run.taget_accuracy'") != std::string::npos);
+  CHECK(r.text.find("target_accuracy") != std::string::npos);
+
+  // Keys of the other processes are checked by their own parsers, also before anything starts.
+  std::ofstream(file, std::ios::trunc) << "regions: [a]\nmodel: {arch: 784-10}\nserver: {stalenes_bound: 2}\n";
+  r = run_cli("run " + file.string() + " --out " + out_dir);
+  CHECK(r.code == 2);
+  CHECK(r.text.find("unknown key 'server.stalenes_bound'") != std::string::npos);
+  std::ofstream(file, std::ios::trunc) << "regions: [a]\nmodel: {arch: 784-10}\nworker: {batch_size: 0}\n";
+  r = run_cli("run " + file.string() + " --out " + out_dir);
+  CHECK(r.code == 2);
+  CHECK(r.text.find("worker.batch_size") != std::string::npos);
+  CHECK_FALSE(fs::exists(tmp.path() / "runs"));
+}

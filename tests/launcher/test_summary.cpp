@@ -1,0 +1,198 @@
+// summary.json, report.md, progress lines and plots from a synthetic run folder whose worker
+// metrics follow docs/run-folder.md, with values chosen so every field has a closed form.
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <cstdlib>
+#include <fstream>
+
+#include "launcher/child_process.hpp"
+#include "launcher/jsonl_tail.hpp"
+#include "launcher/progress_display.hpp"
+#include "launcher/run_summary.hpp"
+#include "tests/temp_dir.hpp"
+
+using namespace geotrain::launcher;
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+// Two regions x 2 workers, 4 rounds of 2 steps; each step computes 0.1 s, each round event
+// pushes 1000 and pulls 500 bytes; staleness alternates 0, 1; accuracy 0.5 + 0.1 * round.
+// Region "b" is one round slower to reach each accuracy (its evals come 1 s later).
+void write_synthetic_run(const fs::path& dir) {
+  for (std::string region : {"a", "b"}) {
+    const double lag = region == "b" ? 1.0 : 0.0;
+    for (int rank = 0; rank < 2; ++rank) {
+      std::ofstream f(dir / fmt::format("worker-{}-{}.metrics.jsonl", region, rank));
+      auto line = [&](json e) {
+        e["region"] = region;
+        e["rank"] = rank;
+        f << e.dump() << "\n";
+      };
+      line({{"event", "start"}, {"time", 0}, {"world", 2}, {"rounds", 4}, {"local_steps", 2}});
+      int step = 0;
+      for (int round = 0; round < 4; ++round) {
+        for (int k = 0; k < 2; ++k, ++step)
+          line({{"event", "step"}, {"time", round + 0.1 * k}, {"round", round}, {"step", step},
+                {"loss", 2.0 - 0.2 * step}, {"compute_s", 0.1}, {"comm_s", 0.05}});
+        if (rank != 0) continue;
+        line({{"event", "round"}, {"time", round + 0.5}, {"round", round}, {"steps", 2}, {"compute_s", 0.2},
+              {"comm_s", 0.1}, {"wait_s", 0.3}, {"bytes_pushed", 1000}, {"bytes_pulled", 500},
+              {"staleness", round % 2}});
+        line({{"event", "eval"}, {"time", round + 0.6 + lag}, {"round", round}, {"step", step},
+              {"test_accuracy", 0.5 + 0.1 * round}, {"test_loss", 1.0}});
+      }
+      json done{{"event", "done"}, {"time", 4.0}, {"rounds", 4}, {"steps", 8}, {"wall_s", 4.0}};
+      if (rank == 0) done["final_test_accuracy"] = region == "a" ? 0.8 : 0.9;
+      line(done);
+    }
+  }
+  std::ofstream n(dir / "netsim.jsonl");
+  n << R"({"t_s":1,"link":"a->b","forward":{"bytes":10},"reverse":{"bytes":5}})" "\n"
+    << R"({"t_s":2,"link":"a->b","forward":{"bytes":100},"reverse":{"bytes":50}})" "\n"
+    << R"({"t_s":2,"link":"b->a","forward":{"bytes":7},"reverse":{"bytes":3}})" "\n";
+  std::ofstream c(dir / "config.yaml");
+  c << "regions: [a, b]\nmodel: {arch: 784-32-10}\nworker: {local_steps: 2, critical_codec: onebit+ef}\n"
+       "run: {wan_profile: /x/wan/global-3.yaml, target_accuracy: 0.7}\n";
+}
+}  // namespace
+
+TEST_CASE("the summary has every documented field with its closed-form value") {
+  geotrain::test::TempDir tmp("launcher-summary");
+  write_synthetic_run(tmp.path());
+  SummaryInputs in;
+  in.target_accuracy = 0.7;
+  in.wall_seconds = 12.5;
+  const auto s = build_summary(tmp.path(), in);
+  CHECK(s["status"] == "completed");
+  CHECK(s["final_test_accuracy"].get<double>() == doctest::Approx(0.85));  // mean of 0.8 and 0.9
+  CHECK(s["wall_seconds"].get<double>() == doctest::Approx(12.5));
+  CHECK(s["wan_bytes_total"].get<double>() == doctest::Approx(2 * 4 * 1500));
+  CHECK(s["wan_wire_bytes_total"].get<double>() == doctest::Approx(150 + 10));  // newest per link
+  CHECK(s["rounds"] == 4);
+  CHECK(s["steps"] == 8);
+  // 4 workers x 8 steps x 0.1 s compute over 4 workers x 4 s.
+  CHECK(s["compute_utilization"].get<double>() == doctest::Approx(0.2));
+  CHECK(s["mean_staleness"].get<double>() == doctest::Approx(0.5));
+  // 0.7 is reached at round 2: a at 2.6 s, b at 3.6 s; every region by 3.6 s.
+  CHECK(s["time_to_target_seconds"].get<double>() == doctest::Approx(3.6));
+  CHECK(s["per_region"]["a"]["time_to_target_seconds"].get<double>() == doctest::Approx(2.6));
+  CHECK(s["workers"] == 4);
+}
+
+TEST_CASE("a target never reached, and no target, are reported as such") {
+  geotrain::test::TempDir tmp("launcher-target");
+  write_synthetic_run(tmp.path());
+  SummaryInputs in;
+  in.target_accuracy = 0.95;
+  CHECK(build_summary(tmp.path(), in)["time_to_target_seconds"].is_null());
+  in.target_accuracy.reset();
+  const auto s = build_summary(tmp.path(), in);
+  CHECK_FALSE(s.contains("time_to_target_seconds"));
+  CHECK(s["wall_seconds"].get<double>() == doctest::Approx(4.0));  // the slowest worker
+}
+
+TEST_CASE("an empty or partial run folder still gets a summary, with nulls where nothing was measured") {
+  geotrain::test::TempDir tmp("launcher-empty");
+  SummaryInputs in;
+  in.status = "failed";
+  in.failure = "worker-a-0 failed (exit 1)";
+  const auto s = write_summary_and_report(tmp.path(), in);
+  CHECK(s["final_test_accuracy"].is_null());
+  CHECK(s["mean_staleness"].is_null());
+  CHECK(s["rounds"] == 0);
+  CHECK(fs::file_size(tmp.path() / "summary.json") > 0);
+  std::ifstream r(tmp.path() / "report.md");
+  const std::string report((std::istreambuf_iterator<char>(r)), {});
+  CHECK(report.find("**failed** (worker-a-0 failed (exit 1))") != std::string::npos);
+}
+
+TEST_CASE("the report shows settings from config.yaml and the results") {
+  geotrain::test::TempDir tmp("launcher-report");
+  write_synthetic_run(tmp.path());
+  SummaryInputs in;
+  in.target_accuracy = 0.7;
+  in.wall_seconds = 12.5;
+  write_summary_and_report(tmp.path(), in);
+  std::ifstream r(tmp.path() / "report.md");
+  const std::string report((std::istreambuf_iterator<char>(r)), {});
+  CHECK(report.find("| `model.arch` | 784-32-10 |") != std::string::npos);
+  CHECK(report.find("| `worker.critical_codec` | onebit+ef |") != std::string::npos);
+  CHECK(report.find("| `run.wan_profile` | global-3 |") != std::string::npos);
+  CHECK(report.find("| `worker.rounds` | (default) |") != std::string::npos);
+  CHECK(report.find("| final test accuracy | 85.00% |") != std::string::npos);
+  CHECK(report.find("| time to 70.00% | 3.6 s |") != std::string::npos);
+  CHECK(report.find("| b | 90.00% | 4 |") != std::string::npos);
+  const auto summary = json::parse(std::ifstream(tmp.path() / "summary.json"));
+  CHECK(summary["rounds"] == 4);
+}
+
+TEST_CASE("a JSONL tail returns only complete new lines and skips broken ones") {
+  geotrain::test::TempDir tmp("launcher-tail");
+  const auto file = tmp.path() / "m.jsonl";
+  JsonlTail tail(file);
+  CHECK(tail.read_new().empty());  // not created yet
+  std::ofstream f(file);
+  f << "{\"a\":1}\n{\"a\":" << std::flush;
+  auto got = tail.read_new();
+  REQUIRE(got.size() == 1);
+  CHECK(got[0]["a"] == 1);
+  f << "2}\nnot json\n{\"a\":3}\n" << std::flush;
+  got = tail.read_new();
+  REQUIRE(got.size() == 2);
+  CHECK(got[0]["a"] == 2);
+  CHECK(got[1]["a"] == 3);
+  CHECK(tail.bad_lines() == 1);
+}
+
+TEST_CASE("progress lines show each region's round, loss, accuracy, WAN MB, staleness and rate") {
+  geotrain::test::TempDir tmp("launcher-progress");
+  write_synthetic_run(tmp.path());
+  const auto monitor = read_run_metrics(tmp.path(), std::nullopt);
+  const auto lines = progress_lines(monitor, {"a", "b", "c"});
+  REQUIRE(lines.size() == 3);
+  CHECK(lines[0].find("round    4/4") != std::string::npos);
+  CHECK(lines[0].find("loss  0.6000") != std::string::npos);  // step 7: 2.0 - 1.4
+  CHECK(lines[0].find("acc 80.00%") != std::string::npos);
+  CHECK(lines[0].find("WAN     0.01 MB") != std::string::npos);
+  CHECK(lines[0].find("stale   1") != std::string::npos);
+  CHECK(lines[0].find("1.00 rounds/s") != std::string::npos);  // 4 rounds in 4 s
+  CHECK(lines[2].find("starting") != std::string::npos);
+}
+
+TEST_CASE("the plot script draws four non-empty PNGs from a run folder") {
+  REQUIRE_MESSAGE(fs::exists("/usr/bin/python3"), "python3 is missing: run scripts/bootstrap.sh");
+  REQUIRE_MESSAGE(std::system("/usr/bin/python3 -c 'import matplotlib' 2>/dev/null") == 0,
+                  "python3-matplotlib is missing: run scripts/bootstrap.sh");
+  geotrain::test::TempDir tmp("launcher-plots");
+  write_synthetic_run(tmp.path());
+  ChildProcess plot("/usr/bin/python3", {GEOTRAIN_SOURCE_DIR "/scripts/plot_run.py", tmp.path().string()},
+                    tmp.path() / "plots.log");
+  const auto status = plot.wait_for(std::chrono::seconds(120));
+  REQUIRE(status);
+  CHECK_MESSAGE(*status == 0, tail_lines(tmp.path() / "plots.log", 20));
+  for (const char* png : {"loss_accuracy_vs_time.png", "loss_accuracy_vs_wan_bytes.png", "staleness_histogram.png",
+                          "round_time_split.png"}) {
+    REQUIRE_MESSAGE(fs::exists(tmp.path() / png), png);
+    CHECK(fs::file_size(tmp.path() / png) > 1000);
+    std::ifstream f(tmp.path() / png, std::ios::binary);
+    char magic[4] = {};
+    f.read(magic, 4);
+    CHECK(std::string(magic + 1, 3) == "PNG");
+  }
+}
+
+TEST_CASE("the overlap drain (a round event with steps 0) adds bytes but is not a training round") {
+  RunMonitor m;
+  m.add({{"event", "round"}, {"region", "a"}, {"time", 1}, {"round", 0}, {"steps", 4}, {"bytes_pushed", 10},
+         {"bytes_pulled", 5}, {"staleness", 1}});
+  m.add({{"event", "round"}, {"region", "a"}, {"time", 2}, {"round", 0}, {"steps", 0}, {"bytes_pushed", 10},
+         {"bytes_pulled", 5}, {"staleness", 0}});
+  const auto& r = m.regions().at("a");
+  CHECK(r.rounds_done == 1);
+  CHECK(r.wan_bytes() == doctest::Approx(30));
+  CHECK(r.staleness_n == 2);
+  CHECK(r.staleness_sum == doctest::Approx(1));
+}
