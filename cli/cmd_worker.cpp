@@ -4,12 +4,16 @@
 #include <CLI/CLI.hpp>
 
 #include <memory>
+#include <optional>
 #include <stop_token>
 #include <thread>
 
 #include "cli/commands.hpp"
 #include "cli/signal_watcher.hpp"
 #include "cli/config_text.hpp"
+#include "cli/launch_env.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
 #include "worker/config.hpp"
 #include "worker/trainer.hpp"
 
@@ -19,7 +23,7 @@ namespace {
 struct WorkerArgs {
   std::string config;
   std::string region;
-  uint32_t rank = 0;
+  std::optional<uint32_t> rank;
   std::string run_dir;
 };
 
@@ -27,8 +31,25 @@ int run_worker(const WorkerArgs& args) {
   auto config = worker::parse_worker_config(resolved_config_text(args.config), args.config);
   if (!args.run_dir.empty()) config.run_dir = args.run_dir;
 
+  std::string region = args.region;
+  uint32_t rank = args.rank.value_or(0);
+  if (region.empty()) {
+    const auto launch = rank_from_environment();
+    GT_REQUIRE(launch.has_value(),
+               "--region is missing and no launcher rank is set (SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMI_RANK, "
+               "PMIX_RANK, RANK or JOB_COMPLETION_INDEX)");
+    GT_REQUIRE(!args.rank.has_value(), "--rank needs --region (without both, the launcher's rank decides)");
+    const uint32_t per_region = config.workers_per_region;
+    GT_REQUIRE(launch->rank < config.regions.size() * per_region,
+               "{}={}: there are only {} regions x {} workers", launch->variable, launch->rank, config.regions.size(),
+               per_region);
+    region = config.regions[launch->rank / per_region];
+    rank = launch->rank % per_region;
+    spdlog::info("worker: region {} rank {} from {}={}", region, rank, launch->variable, launch->rank);
+  }
+
   zmq::context_t context;
-  worker::Trainer trainer(config, args.region, args.rank, context);
+  worker::Trainer trainer(config, region, rank, context);
   std::stop_source stop;
   SignalWatcher watcher([&stop](int) { stop.request_stop(); });
   trainer.run(stop.get_token());
@@ -42,8 +63,9 @@ void add_worker_command(CLI::App& app, CommandList& commands) {
   cmd->add_option("--config", args->config, "YAML config (regions, model, server, worker)")
       ->required()
       ->check(CLI::ExistingFile);
-  cmd->add_option("--region", args->region, "the region this worker belongs to")->required();
-  cmd->add_option("--rank", args->rank, "rank inside the region (0 = leader)")->capture_default_str();
+  cmd->add_option("--region", args->region,
+                  "the region this worker belongs to (default: from the launcher's rank, e.g. SLURM_PROCID)");
+  cmd->add_option("--rank", args->rank, "rank inside the region, 0 = leader (default 0 with --region)");
   cmd->add_option("--run-dir", args->run_dir, "write metrics here instead of worker.run_dir");
   commands.emplace_back(cmd, [args] { return run_worker(*args); });
 }
