@@ -23,8 +23,9 @@ struct Result {
   std::string out;
 };
 
-Result run(const std::string& args) {
-  const std::string command = std::string(GEOTRAIN_BINARY) + " " + args + " 2>&1";
+// `env` is put in front of the command, e.g. "RANK=3" or "env -u RANK".
+Result run(const std::string& args, const std::string& env = "") {
+  const std::string command = env + " " + std::string(GEOTRAIN_BINARY) + " " + args + " 2>&1";
   FILE* pipe = popen(command.c_str(), "r");
   REQUIRE(pipe != nullptr);
   std::string out;
@@ -174,4 +175,23 @@ TEST_CASE("geotrain server serves hello, push, pull and shutdown over loopback t
   REQUIRE(!last_stats.is_null());
   CHECK(last_stats["regions"]["a"]["pushes"] == 1);
   CHECK(last_stats["regions"]["a"]["pulls"] == 2);
+}
+
+TEST_CASE("without --region a server or worker takes its place from the launcher's rank, and says what is wrong") {
+  const auto dir = std::filesystem::temp_directory_path() / ("geotrain-cli-rank-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const auto config = dir / "c.yaml";
+  std::ofstream(config) << "regions: [a, b]\nmodel: {arch: \"784-10\"}\n"
+                           "server: {endpoints: {a: \"tcp://127.0.0.1:1\", b: \"tcp://127.0.0.1:2\"}}\n";
+  auto r = run("server --config " + config.string(), "SLURM_PROCID=7");
+  CHECK(r.code == 2);
+  CHECK(r.out.find("SLURM_PROCID=7: there are only 2 regions") != std::string::npos);
+  r = run("worker --config " + config.string(), "RANK=two");
+  CHECK(r.code == 2);
+  CHECK(r.out.find("RANK='two' is not a process rank") != std::string::npos);
+  r = run("worker --config " + config.string(),
+          "env -u SLURM_PROCID -u OMPI_COMM_WORLD_RANK -u PMI_RANK -u PMIX_RANK -u RANK -u JOB_COMPLETION_INDEX");
+  CHECK(r.code == 2);
+  CHECK(r.out.find("--region is missing and no launcher rank is set") != std::string::npos);
+  std::filesystem::remove_all(dir);
 }
