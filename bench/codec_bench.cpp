@@ -54,8 +54,8 @@ std::string cpu_name() {
 
 namespace {
 
-CodecResult measure_cpu(const std::string& spec, const std::vector<float>& g, const std::string& data,
-                        bool ef, int repeats, double memcpy_s) {
+CodecResult measure_cpu(const std::string& spec, const std::vector<float>& g,
+                        const std::string& data, bool ef, int repeats, double memcpy_s) {
   const size_t n = g.size();
   CodecResult r;
   r.name = spec;
@@ -104,14 +104,15 @@ nlohmann::json to_json(const CodecResult& r) {
           {"encode_bandwidth_vs_copy", r.encode_bandwidth_vs_copy}};
 }
 
-void print_table(const std::vector<CodecResult>& results, double memcpy_gbps, const std::string& path) {
+void print_table(const std::vector<CodecResult>& results, double memcpy_gbps,
+                 const std::string& path) {
   fmt::print("\n{} path; copy reference {:.2f} GB/s (fp32 bytes per second)\n", path, memcpy_gbps);
   fmt::print("{:<24} {:<13} {:>3} {:>9} {:>9} {:>9} {:>8} {:>8} {:>10}\n", "codec", "data", "EF",
              "bits/elt", "enc GB/s", "dec GB/s", "enc/cpy", "dec/cpy", "rel.err");
   for (const auto& r : results) {
     if (r.path != path) continue;
-    fmt::print("{:<24} {:<13} {:>3} {:>9.3f} {:>9.2f} {:>9.2f} {:>8.2f} {:>8.2f} {:>10.2e}\n", r.name,
-               r.data, r.error_feedback ? "yes" : "no", r.bits_per_element, r.encode_gbps,
+    fmt::print("{:<24} {:<13} {:>3} {:>9.3f} {:>9.2f} {:>9.2f} {:>8.2f} {:>8.2f} {:>10.2e}\n",
+               r.name, r.data, r.error_feedback ? "yes" : "no", r.bits_per_element, r.encode_gbps,
                r.decode_gbps, r.encode_vs_memcpy, r.decode_vs_memcpy, r.rel_error);
   }
 }
@@ -136,9 +137,8 @@ int run_codec_bench(const CodecBenchOptions& options) {
 
   std::vector<float> src(n), dst(n);
   fill_gradient_like(src, "gaussian", 1);
-  const double memcpy_s = best_seconds(options.repeats, [&] {
-    std::memcpy(dst.data(), src.data(), n * sizeof(float));
-  });
+  const double memcpy_s = best_seconds(
+      options.repeats, [&] { std::memcpy(dst.data(), src.data(), n * sizeof(float)); });
   const double memcpy_gbps = 4.0 * double(n) / memcpy_s / 1e9;
 
   std::vector<CodecResult> results;
@@ -149,7 +149,8 @@ int run_codec_bench(const CodecBenchOptions& options) {
     for (const auto& spec : specs) {
       for (bool ef : {false, true}) {
         if (!options.json)
-          spdlog::info("[{}/{}] cpu {} {} {}", results.size() + 1, total, spec, data, ef ? "EF" : "");
+          spdlog::info("[{}/{}] cpu {} {} {}", results.size() + 1, total, spec, data,
+                       ef ? "EF" : "");
         results.push_back(measure_cpu(spec, g, data, ef, options.repeats, memcpy_s));
       }
     }
@@ -179,8 +180,10 @@ int run_codec_bench(const CodecBenchOptions& options) {
     fmt::print("geotrain bench codecs: {} elements ({:.1f} MiB fp32), best of {} runs, on {}\n", n,
                4.0 * double(n) / (1 << 20), options.repeats, cpu_name());
     print_table(results, memcpy_gbps, "cpu");
-    if (cuda.ran) print_table(results, cuda.copy_gbps, "cuda");
-    else fmt::print("\ncuda path: {}\n", cuda.note);
+    if (cuda.ran)
+      print_table(results, cuda.copy_gbps, "cuda");
+    else
+      fmt::print("\ncuda path: {}\n", cuda.note);
   }
   return 0;
 }

@@ -18,13 +18,13 @@ struct CodecBenchOptions {
 };
 
 struct CodecResult {
-  std::string name;          // codec spec
-  std::string path;          // "cpu" or "cuda"
-  std::string data;          // "gaussian" or "heavy_tailed"
+  std::string name;  // codec spec
+  std::string path;  // "cpu" or "cuda"
+  std::string data;  // "gaussian" or "heavy_tailed"
   bool error_feedback = false;
   double bits_per_element = 0;
-  double encode_gbps = 0;    // fp32 input bytes / encode time
-  double decode_gbps = 0;    // fp32 output bytes / decode time
+  double encode_gbps = 0;       // fp32 input bytes / encode time
+  double decode_gbps = 0;       // fp32 output bytes / decode time
   double encode_vs_memcpy = 0;  // encode time / copy time of the same buffer
   double decode_vs_memcpy = 0;
   // Without EF: ||D(C(x)) - x|| / ||x||. With EF: after R encodes of the same g, the error

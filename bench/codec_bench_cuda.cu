@@ -25,7 +25,9 @@ struct Buffer {
   Buffer& operator=(const Buffer&) = delete;
   ~Buffer() { cudaFree(ptr); }
   template <typename T>
-  T* as() { return static_cast<T*>(ptr); }
+  T* as() {
+    return static_cast<T*>(ptr);
+  }
 };
 
 struct Events {
@@ -99,31 +101,57 @@ CudaBenchReport run_cuda_codec_bench(std::size_t n, int repeats) {
   };
   const kc::Rounding nearest{};
   std::vector<Case> cases = {
-      {"fp32", 32, [&](float* e) { kc::cuda::fp32_encode(dg.as<float>(), e, n, dbody.as<float>(), 0); },
+      {"fp32", 32,
+       [&](float* e) { kc::cuda::fp32_encode(dg.as<float>(), e, n, dbody.as<float>(), 0); },
        [&] { kc::cuda::fp32_decode(dbody.as<float>(), n, dy.as<float>(), false, 0); }},
-      {"fp16", 16, [&](float* e) { kc::cuda::fp16_encode(dg.as<float>(), e, n, dbody.as<uint16_t>(), 0); },
+      {"fp16", 16,
+       [&](float* e) { kc::cuda::fp16_encode(dg.as<float>(), e, n, dbody.as<uint16_t>(), 0); },
        [&] { kc::cuda::fp16_decode(dbody.as<uint16_t>(), n, dy.as<float>(), false, 0); }},
-      {"bf16", 16, [&](float* e) { kc::cuda::bf16_encode(dg.as<float>(), e, n, dbody.as<uint16_t>(), 0); },
+      {"bf16", 16,
+       [&](float* e) { kc::cuda::bf16_encode(dg.as<float>(), e, n, dbody.as<uint16_t>(), 0); },
        [&] { kc::cuda::bf16_decode(dbody.as<uint16_t>(), n, dy.as<float>(), false, 0); }},
       {"int8", 8 + 32.0 / chunk,
-       [&](float* e) { kc::cuda::int8_encode(dg.as<float>(), e, n, chunk, nearest, scales, reinterpret_cast<int8_t*>(packed), 0); },
-       [&] { kc::cuda::int8_decode(scales, reinterpret_cast<int8_t*>(packed), n, chunk, dy.as<float>(), false, 0); }},
+       [&](float* e) {
+         kc::cuda::int8_encode(dg.as<float>(), e, n, chunk, nearest, scales,
+                               reinterpret_cast<int8_t*>(packed), 0);
+       },
+       [&] {
+         kc::cuda::int8_decode(scales, reinterpret_cast<int8_t*>(packed), n, chunk, dy.as<float>(),
+                               false, 0);
+       }},
       {"int4", 4 + 32.0 / chunk,
-       [&](float* e) { kc::cuda::int4_encode(dg.as<float>(), e, n, chunk, nearest, scales, reinterpret_cast<uint8_t*>(packed), 0); },
-       [&] { kc::cuda::int4_decode(scales, reinterpret_cast<uint8_t*>(packed), n, chunk, dy.as<float>(), false, 0); }},
+       [&](float* e) {
+         kc::cuda::int4_encode(dg.as<float>(), e, n, chunk, nearest, scales,
+                               reinterpret_cast<uint8_t*>(packed), 0);
+       },
+       [&] {
+         kc::cuda::int4_decode(scales, reinterpret_cast<uint8_t*>(packed), n, chunk, dy.as<float>(),
+                               false, 0);
+       }},
       {"onebit", 1 + 32.0 / chunk,
-       [&](float* e) { kc::cuda::onebit_encode(dg.as<float>(), e, n, chunk, scales, reinterpret_cast<uint32_t*>(packed), 0); },
-       [&] { kc::cuda::onebit_decode(scales, reinterpret_cast<uint32_t*>(packed), n, chunk, dy.as<float>(), false, 0); }},
+       [&](float* e) {
+         kc::cuda::onebit_encode(dg.as<float>(), e, n, chunk, scales,
+                                 reinterpret_cast<uint32_t*>(packed), 0);
+       },
+       [&] {
+         kc::cuda::onebit_decode(scales, reinterpret_cast<uint32_t*>(packed), n, chunk,
+                                 dy.as<float>(), false, 0);
+       }},
   };
 
   // topk at 1%: the body length is data-dependent; decode scatters host-parsed indices.
   const uint64_t k = compression::topk_count(n, 0.01);
   size_t topk_body = 0;
   Buffer dindex(4 * k);
-  cases.push_back(
-      {"topk:ratio=0.01", 0,
-       [&](float* e) { topk_body = kc::cuda::topk_encode(dg.as<float>(), e, n, k, 4096, dbody.as<std::byte>(), 0); },
-       [&] { kc::cuda::topk_decode(dbody.as<float>(), dindex.as<uint32_t>(), k, n, dy.as<float>(), false, 0); }});
+  cases.push_back({"topk:ratio=0.01", 0,
+                   [&](float* e) {
+                     topk_body = kc::cuda::topk_encode(dg.as<float>(), e, n, k, 4096,
+                                                       dbody.as<std::byte>(), 0);
+                   },
+                   [&] {
+                     kc::cuda::topk_decode(dbody.as<float>(), dindex.as<uint32_t>(), k, n,
+                                           dy.as<float>(), false, 0);
+                   }});
 
   std::vector<float> y(n);
   for (auto& c : cases) {
@@ -135,7 +163,8 @@ CudaBenchReport run_cuda_codec_bench(std::size_t n, int repeats) {
       r.data = "gaussian";
       r.error_feedback = ef;
       r.bits_per_element = c.bits;
-      const double enc_s = ev.best_seconds(repeats, [&] { c.encode(ef ? de.as<float>() : nullptr); });
+      const double enc_s =
+          ev.best_seconds(repeats, [&] { c.encode(ef ? de.as<float>() : nullptr); });
       if (c.name.rfind("topk", 0) == 0) {
         // Parse the varints of the last body on the host, as the receiving decoder would.
         std::vector<uint8_t> body(topk_body);

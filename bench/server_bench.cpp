@@ -29,7 +29,9 @@ struct Timing {
 };
 
 double median(std::vector<double>& samples) {
-  std::nth_element(samples.begin(), samples.begin() + static_cast<std::ptrdiff_t>(samples.size() / 2), samples.end());
+  std::nth_element(samples.begin(),
+                   samples.begin() + static_cast<std::ptrdiff_t>(samples.size() / 2),
+                   samples.end());
   return samples[samples.size() / 2];
 }
 
@@ -57,7 +59,8 @@ std::pair<Timing, Timing> time_alternately(double seconds, A&& a, B&& b) {
     } while (std::chrono::duration<double>(Clock::now() - begin).count() < kTurn);
   };
   const auto start = Clock::now();
-  while (sa.size() < 5 || sb.size() < 5 || std::chrono::duration<double>(Clock::now() - start).count() < seconds) {
+  while (sa.size() < 5 || sb.size() < 5 ||
+         std::chrono::duration<double>(Clock::now() - start).count() < seconds) {
     turn(a, sa);
     turn(b, sb);
   }
@@ -107,11 +110,13 @@ class RawEcho {
         parts.push_back(std::move(part));
       }
       uint64_t reply_bytes = 0;
-      GT_ASSERT(parts.size() >= 2 && parts[1].size() >= sizeof reply_bytes, "raw echo: bad request");
+      GT_ASSERT(parts.size() >= 2 && parts[1].size() >= sizeof reply_bytes,
+                "raw echo: bad request");
       std::memcpy(&reply_bytes, parts[1].data(), sizeof reply_bytes);
       GT_ASSERT(reply_bytes <= reply_.size(), "raw echo: reply of {} bytes asked", reply_bytes);
       socket_.send(std::move(parts[0]), zmq::send_flags::sndmore);
-      socket_.send(std::move(parts[1]), reply_bytes ? zmq::send_flags::sndmore : zmq::send_flags::none);
+      socket_.send(std::move(parts[1]),
+                   reply_bytes ? zmq::send_flags::sndmore : zmq::send_flags::none);
       if (reply_bytes) {
         zmq::message_t payload(reply_.data(), reply_bytes, nullptr, nullptr);
         socket_.send(std::move(payload), zmq::send_flags::none);
@@ -135,21 +140,27 @@ struct Sizes {
 // with one shard (worker/region_sync.cpp: all pushes and their replies, then all pulls).
 class ServerSession {
  public:
-  ServerSession(zmq::context_t& context, const std::string& transport, const std::string& codec, size_t elements)
+  ServerSession(zmq::context_t& context, const std::string& transport, const std::string& codec,
+                size_t elements)
       : elements_(elements) {
     config_.regions = {"bench"};
     config_.tensors = {{"w", elements}};
     config_.shard.downlink_codec = codec;
-    config_.max_message_bytes = std::max<int64_t>(int64_t{64} << 20, static_cast<int64_t>(8 * elements));
-    config_.run_dir = std::filesystem::temp_directory_path() / "geotrain-bench-server";  // never written
+    config_.max_message_bytes =
+        std::max<int64_t>(int64_t{64} << 20, static_cast<int64_t>(8 * elements));
+    config_.run_dir =
+        std::filesystem::temp_directory_path() / "geotrain-bench-server";  // never written
     server::ServerOptions options;
     options.endpoint = endpoint_for(transport, "server-" + codec + std::to_string(elements));
     options.write_metrics = false;
     server_ = std::make_unique<server::ParamServer>(config_, 0, context, options);
     loop_ = std::jthread([this](std::stop_token stop) { server_->run(stop); });
     client_ = std::make_unique<wire::Client>(wire::connect_dealer(context, server_->endpoint()));
-    must(client_->call(wire::Hello{"bench", wire::kProtocolVersion, server_->table_hash(), {}}), "hello");
-    version_ = std::get<wire::PullReply>(must(client_->call(wire::PullRequest{0, 0, true, 0}), "pull").header.body).version;
+    must(client_->call(wire::Hello{"bench", wire::kProtocolVersion, server_->table_hash(), {}}),
+         "hello");
+    version_ = std::get<wire::PullReply>(
+                   must(client_->call(wire::PullRequest{0, 0, true, 0}), "pull").header.body)
+                   .version;
 
     std::vector<float> delta(elements);
     fill_gradient_like(delta, "gaussian", 7);
@@ -182,7 +193,8 @@ class ServerSession {
  private:
   static wire::Reply must(std::optional<wire::Reply> r, const char* what) {
     GT_REQUIRE(r.has_value(), "bench server: no reply to {}", what);
-    if (auto* e = std::get_if<wire::Error>(&r->header.body)) GT_REQUIRE(false, "bench server: {}: {}", what, e->message);
+    if (auto* e = std::get_if<wire::Error>(&r->header.body))
+      GT_REQUIRE(false, "bench server: {}: {}", what, e->message);
     return std::move(*r);
   }
 
@@ -200,9 +212,11 @@ class ServerSession {
 // The same frames and bytes through raw DEALER/ROUTER request/reply.
 class RawSession {
  public:
-  RawSession(zmq::context_t& context, const std::string& transport, const std::string& name, const Sizes& sizes)
+  RawSession(zmq::context_t& context, const std::string& transport, const std::string& name,
+             const Sizes& sizes)
       : sizes_(sizes),
-        echo_(context, endpoint_for(transport, "raw-" + name), std::max(sizes.pull_payload, size_t{1})),
+        echo_(context, endpoint_for(transport, "raw-" + name),
+              std::max(sizes.pull_payload, size_t{1})),
         dealer_(context, zmq::socket_type::dealer),
         push_payload_(sizes.push_payload) {
     int linger = 0;
@@ -236,33 +250,37 @@ class RawSession {
 };
 
 void print_table(const std::vector<ServerBenchResult>& results) {
-  fmt::print("{:<7} {:<7} {:>10} {:>11} {:>10} {:>10} {:>10} {:>10} {:>10}  {}\n", "link", "codec", "shard",
-             "wire B/rt", "srv MB/s", "raw MB/s", "srv/raw", "srv rtt us", "raw rtt us", "note");
+  fmt::print("{:<7} {:<7} {:>10} {:>11} {:>10} {:>10} {:>10} {:>10} {:>10}  {}\n", "link", "codec",
+             "shard", "wire B/rt", "srv MB/s", "raw MB/s", "srv/raw", "srv rtt us", "raw rtt us",
+             "note");
   for (const auto& r : results)
-    fmt::print("{:<7} {:<7} {:>10} {:>11} {:>10.1f} {:>10.1f} {:>10.2f} {:>10.0f} {:>10.0f}  {}\n", r.transport,
-               r.codec, r.bytes, r.wire_bytes, r.server_mbps, r.raw_zmq_mbps, r.ratio, r.server_rtt_us, r.raw_rtt_us,
-               r.note);
+    fmt::print("{:<7} {:<7} {:>10} {:>11} {:>10.1f} {:>10.1f} {:>10.2f} {:>10.0f} {:>10.0f}  {}\n",
+               r.transport, r.codec, r.bytes, r.wire_bytes, r.server_mbps, r.raw_zmq_mbps, r.ratio,
+               r.server_rtt_us, r.raw_rtt_us, r.note);
 }
 
 }  // namespace
 
-std::string server_bench_note(const std::string& transport, const std::string& codec, size_t shard_bytes,
-                              size_t push_payload) {
+std::string server_bench_note(const std::string& transport, const std::string& codec,
+                              size_t shard_bytes, size_t push_payload) {
   if (transport != "tcp") return "no target: raw inproc ZeroMQ passes a pointer";
   if (codec != "fp32")
     // The server decodes, updates and encodes the whole shard whatever the codec, so per wire
     // byte it works (shard bytes / payload bytes) times as hard as with fp32.
-    return fmt::format("no target: compressed, {:.0f}x the server work per wire byte of fp32",
-                       static_cast<double>(shard_bytes) / static_cast<double>(std::max<size_t>(push_payload, 1)));
+    return fmt::format(
+        "no target: compressed, {:.0f}x the server work per wire byte of fp32",
+        static_cast<double>(shard_bytes) / static_cast<double>(std::max<size_t>(push_payload, 1)));
   if (push_payload < 1000000) return "no target: under 1 MB, latency-bound";
   return "target >= 0.8";
 }
 
 std::vector<ServerBenchResult> measure_server(const ServerBenchOptions& options) {
-  for (const auto& c : options.codecs) compression::make_codec(c);  // reject bad specs before measuring
+  for (const auto& c : options.codecs)
+    compression::make_codec(c);  // reject bad specs before measuring
   for (const auto& t : options.transports) endpoint_for(t, "check");
   for (size_t s : options.sizes)
-    GT_REQUIRE(s >= 4096 && s % 4 == 0, "bench server: size {} must be a multiple of 4, at least 4096", s);
+    GT_REQUIRE(s >= 4096 && s % 4 == 0,
+               "bench server: size {} must be a multiple of 4, at least 4096", s);
   zmq::context_t context;
   std::vector<ServerBenchResult> results;
   const size_t total = options.transports.size() * options.codecs.size() * options.sizes.size();
@@ -270,12 +288,13 @@ std::vector<ServerBenchResult> measure_server(const ServerBenchOptions& options)
     for (const auto& codec : options.codecs) {
       for (size_t bytes : options.sizes) {
         if (!options.json)
-          spdlog::info("[{}/{}] {} {} {} bytes", results.size() + 1, total, transport, codec, bytes);
+          spdlog::info("[{}/{}] {} {} {} bytes", results.size() + 1, total, transport, codec,
+                       bytes);
         ServerSession server(context, transport, codec, bytes / 4);
         const Sizes sizes = server.sizes();
         RawSession raw_session(context, transport, codec + std::to_string(bytes), sizes);
-        const auto [srv, raw] = time_alternately(options.seconds, [&] { server.round_trip(); },
-                                                 [&] { raw_session.round_trip(); });
+        const auto [srv, raw] = time_alternately(
+            options.seconds, [&] { server.round_trip(); }, [&] { raw_session.round_trip(); });
         ServerBenchResult r;
         r.transport = transport;
         r.codec = codec;
@@ -303,7 +322,9 @@ int run_server_bench(const ServerBenchOptions& options) {
     nlohmann::json doc;
     doc["device"] = cpu_name();
     doc["seconds"] = options.seconds;
-    doc["target"] = "server_vs_raw >= 0.8 for tcp, fp32, payloads of 1 MB and up (rows whose note is \"target >= 0.8\")";
+    doc["target"] =
+        "server_vs_raw >= 0.8 for tcp, fp32, payloads of 1 MB and up (rows whose note is \"target "
+        ">= 0.8\")";
     doc["sizes"] = nlohmann::json::array();
     for (const auto& r : results)
       doc["sizes"].push_back({{"bytes", r.bytes},
@@ -321,10 +342,15 @@ int run_server_bench(const ServerBenchOptions& options) {
                               {"note", r.note}});
     fmt::print("{}\n", doc.dump(2));
   } else {
-    fmt::print("geotrain bench server: push+pull round trips, one at a time, {:.1f} s per measurement, on {}\n",
-               options.seconds, cpu_name());
-    fmt::print("MB/s = payload bytes of push + pull reply (wire B/rt) per median round trip, 10^6 B/s\n");
-    fmt::print("The issue's target, server at least 0.8 of raw ZeroMQ, applies to tcp, fp32, payloads of 1 MB and up\n");
+    fmt::print(
+        "geotrain bench server: push+pull round trips, one at a time, {:.1f} s per measurement, on "
+        "{}\n",
+        options.seconds, cpu_name());
+    fmt::print(
+        "MB/s = payload bytes of push + pull reply (wire B/rt) per median round trip, 10^6 B/s\n");
+    fmt::print(
+        "The issue's target, server at least 0.8 of raw ZeroMQ, applies to tcp, fp32, payloads of "
+        "1 MB and up\n");
     print_table(results);
   }
   return 0;

@@ -29,14 +29,14 @@ struct ServerBenchOptions {
 };
 
 struct ServerBenchResult {
-  std::string transport;    // "tcp" (127.0.0.1) or "inproc"
+  std::string transport;  // "tcp" (127.0.0.1) or "inproc"
   std::string codec;
-  std::size_t bytes = 0;    // fp32 bytes of the shard
+  std::size_t bytes = 0;       // fp32 bytes of the shard
   std::size_t wire_bytes = 0;  // payload bytes of one push plus its pull reply
-  double server_mbps = 0;   // wire_bytes per round trip / median round-trip time, in 10^6 bytes/s
-  double raw_zmq_mbps = 0;  // the same for the raw ZeroMQ echo
-  double ratio = 0;         // server_mbps / raw_zmq_mbps (1.0 = as fast as raw ZeroMQ)
-  double server_rtt_us = 0; // median push+pull round trip
+  double server_mbps = 0;    // wire_bytes per round trip / median round-trip time, in 10^6 bytes/s
+  double raw_zmq_mbps = 0;   // the same for the raw ZeroMQ echo
+  double ratio = 0;          // server_mbps / raw_zmq_mbps (1.0 = as fast as raw ZeroMQ)
+  double server_rtt_us = 0;  // median push+pull round trip
   double raw_rtt_us = 0;
   std::size_t server_round_trips = 0, raw_round_trips = 0;
   // Whether the target (ratio >= 0.8) applies to this row, and if not, why not:
@@ -45,8 +45,8 @@ struct ServerBenchResult {
 };
 
 // The note of a row (see ServerBenchResult::note). push_payload: bytes of one push's payload.
-std::string server_bench_note(const std::string& transport, const std::string& codec, std::size_t shard_bytes,
-                              std::size_t push_payload);
+std::string server_bench_note(const std::string& transport, const std::string& codec,
+                              std::size_t shard_bytes, std::size_t push_payload);
 
 int run_server_bench(const ServerBenchOptions& options);
 std::vector<ServerBenchResult> measure_server(const ServerBenchOptions& options);

@@ -15,11 +15,14 @@ void add_bench_command(CLI::App& app, CommandList& commands) {
   bench->require_subcommand(1);
 
   auto codec_opts = std::make_shared<bench::CodecBenchOptions>();
-  auto* codecs = bench->add_subcommand("codecs", "encode/decode throughput of every codec vs memcpy");
+  auto* codecs =
+      bench->add_subcommand("codecs", "encode/decode throughput of every codec vs memcpy");
   codecs->add_option("--elements", codec_opts->elements, "fp32 elements per buffer")
       ->capture_default_str()
       ->check(CLI::Range(std::size_t{1024}, std::size_t{1} << 31));
-  codecs->add_option("--repeat", codec_opts->repeats, "timed repetitions per measurement (best is kept)")
+  codecs
+      ->add_option("--repeat", codec_opts->repeats,
+                   "timed repetitions per measurement (best is kept)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));
   codecs->add_option("--codecs", codec_opts->specs, "codec specs to measure (default: all)");
@@ -31,11 +34,13 @@ void add_bench_command(CLI::App& app, CommandList& commands) {
 
   auto server_opts = std::make_shared<bench::ServerBenchOptions>();
   auto* server = bench->add_subcommand(
-      "server", "push+pull round trips against a ParamServer vs raw ZeroMQ DEALER/ROUTER, same bytes");
+      "server",
+      "push+pull round trips against a ParamServer vs raw ZeroMQ DEALER/ROUTER, same bytes");
   server->add_option("--sizes", server_opts->sizes, "shard sizes in fp32 bytes")
       ->capture_default_str()
       ->check(CLI::Range(std::size_t{4096}, std::size_t{1} << 30));
-  server->add_option("--codecs", server_opts->codecs, "codec specs for push and pull")->capture_default_str();
+  server->add_option("--codecs", server_opts->codecs, "codec specs for push and pull")
+      ->capture_default_str();
   server->add_option("--transports", server_opts->transports, "tcp (loopback) and/or inproc")
       ->capture_default_str()
       ->check(CLI::IsMember({"tcp", "inproc"}));

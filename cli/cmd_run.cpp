@@ -77,20 +77,25 @@ int run_sweep(const RunArgs& args) {
 
 void add_run_command(CLI::App& app, CommandList& commands) {
   auto args = std::make_shared<RunArgs>();
-  auto* cmd = app.add_subcommand("run", "launch a whole deployment on this machine: servers, netsim, workers; "
-                                        "live progress; a run folder with summary, report and plots");
+  auto* cmd =
+      app.add_subcommand("run",
+                         "launch a whole deployment on this machine: servers, netsim, workers; "
+                         "live progress; a run folder with summary, report and plots");
   cmd->add_option("config", args->config, "YAML config (default: configs/demo.yaml)");
-  cmd->add_option("--out", args->out, "parent folder of the run folder (default: run.out_dir, else runs)");
+  cmd->add_option("--out", args->out,
+                  "parent folder of the run folder (default: run.out_dir, else runs)");
   cmd->add_flag("--no-plots", args->no_plots, "skip the matplotlib plots");
   commands.emplace_back(cmd, [args] { return run_run(*args); });
 
   auto sweep_args = std::make_shared<RunArgs>();
-  auto* sweep = app.add_subcommand("sweep", "run a grid of configs one after another (resumable) and write "
-                                            "results.csv, results.md and comparison plots");
+  auto* sweep = app.add_subcommand("sweep",
+                                   "run a grid of configs one after another (resumable) and write "
+                                   "results.csv, results.md and comparison plots");
   sweep->add_option("sweep", sweep_args->config, "sweep file (YAML; see docs/experiments.md)")
       ->required()
       ->check(CLI::ExistingFile);
-  sweep->add_option("--out", sweep_args->out, "parent folder of the sweep folder (default: the sweep's out_dir)");
+  sweep->add_option("--out", sweep_args->out,
+                    "parent folder of the sweep folder (default: the sweep's out_dir)");
   sweep->add_flag("--no-plots", sweep_args->no_plots, "skip the matplotlib plots");
   commands.emplace_back(sweep, [sweep_args] { return run_sweep(*sweep_args); });
 }

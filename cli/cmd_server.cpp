@@ -7,9 +7,9 @@
 #include <thread>
 
 #include "cli/commands.hpp"
-#include "cli/signal_watcher.hpp"
 #include "cli/config_text.hpp"
 #include "cli/launch_env.hpp"
+#include "cli/signal_watcher.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "server/config.hpp"
@@ -32,12 +32,15 @@ int run_server(const ServerArgs& args) {
   } else {
     const auto launch = rank_from_environment();
     GT_REQUIRE(launch.has_value(),
-               "--region is missing and no launcher rank is set (SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMI_RANK, "
+               "--region is missing and no launcher rank is set (SLURM_PROCID, "
+               "OMPI_COMM_WORLD_RANK, PMI_RANK, "
                "PMIX_RANK, RANK or JOB_COMPLETION_INDEX)");
-    GT_REQUIRE(launch->rank < config.regions.size(), "{}={}: there are only {} regions, one server each",
-               launch->variable, launch->rank, config.regions.size());
+    GT_REQUIRE(launch->rank < config.regions.size(),
+               "{}={}: there are only {} regions, one server each", launch->variable, launch->rank,
+               config.regions.size());
     region = launch->rank;
-    spdlog::info("server: region {} from {}={}", config.regions[region], launch->variable, launch->rank);
+    spdlog::info("server: region {} from {}={}", config.regions[region], launch->variable,
+                 launch->rank);
   }
   server::ServerOptions options;
   if (!args.endpoint.empty()) options.endpoint = args.endpoint;
@@ -54,9 +57,12 @@ int run_server(const ServerArgs& args) {
 void add_server_command(CLI::App& app, CommandList& commands) {
   auto args = std::make_shared<ServerArgs>();
   auto* cmd = app.add_subcommand("server", "run one region's parameter server");
-  cmd->add_option("--config", args->config, "YAML config (regions, model, server)")->required()->check(CLI::ExistingFile);
-  cmd->add_option("--region", args->region,
-                  "the region this server belongs to (default: from the launcher's rank, e.g. SLURM_PROCID)");
+  cmd->add_option("--config", args->config, "YAML config (regions, model, server)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  cmd->add_option(
+      "--region", args->region,
+      "the region this server belongs to (default: from the launcher's rank, e.g. SLURM_PROCID)");
   cmd->add_option("--endpoint", args->endpoint, "bind here instead of server.endpoints[region]");
   commands.emplace_back(cmd, [args] { return run_server(*args); });
 }

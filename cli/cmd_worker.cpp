@@ -9,9 +9,9 @@
 #include <thread>
 
 #include "cli/commands.hpp"
-#include "cli/signal_watcher.hpp"
 #include "cli/config_text.hpp"
 #include "cli/launch_env.hpp"
+#include "cli/signal_watcher.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "worker/config.hpp"
@@ -36,16 +36,19 @@ int run_worker(const WorkerArgs& args) {
   if (region.empty()) {
     const auto launch = rank_from_environment();
     GT_REQUIRE(launch.has_value(),
-               "--region is missing and no launcher rank is set (SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMI_RANK, "
+               "--region is missing and no launcher rank is set (SLURM_PROCID, "
+               "OMPI_COMM_WORLD_RANK, PMI_RANK, "
                "PMIX_RANK, RANK or JOB_COMPLETION_INDEX)");
-    GT_REQUIRE(!args.rank.has_value(), "--rank needs --region (without both, the launcher's rank decides)");
+    GT_REQUIRE(!args.rank.has_value(),
+               "--rank needs --region (without both, the launcher's rank decides)");
     const uint32_t per_region = config.workers_per_region;
     GT_REQUIRE(launch->rank < config.regions.size() * per_region,
-               "{}={}: there are only {} regions x {} workers", launch->variable, launch->rank, config.regions.size(),
-               per_region);
+               "{}={}: there are only {} regions x {} workers", launch->variable, launch->rank,
+               config.regions.size(), per_region);
     region = config.regions[launch->rank / per_region];
     rank = launch->rank % per_region;
-    spdlog::info("worker: region {} rank {} from {}={}", region, rank, launch->variable, launch->rank);
+    spdlog::info("worker: region {} rank {} from {}={}", region, rank, launch->variable,
+                 launch->rank);
   }
 
   zmq::context_t context;
@@ -59,13 +62,16 @@ int run_worker(const WorkerArgs& args) {
 
 void add_worker_command(CLI::App& app, CommandList& commands) {
   auto args = std::make_shared<WorkerArgs>();
-  auto* cmd = app.add_subcommand("worker", "run one worker of a region (rank 0 is the region's leader)");
+  auto* cmd =
+      app.add_subcommand("worker", "run one worker of a region (rank 0 is the region's leader)");
   cmd->add_option("--config", args->config, "YAML config (regions, model, server, worker)")
       ->required()
       ->check(CLI::ExistingFile);
-  cmd->add_option("--region", args->region,
-                  "the region this worker belongs to (default: from the launcher's rank, e.g. SLURM_PROCID)");
-  cmd->add_option("--rank", args->rank, "rank inside the region, 0 = leader (default 0 with --region)");
+  cmd->add_option(
+      "--region", args->region,
+      "the region this worker belongs to (default: from the launcher's rank, e.g. SLURM_PROCID)");
+  cmd->add_option("--rank", args->rank,
+                  "rank inside the region, 0 = leader (default 0 with --region)");
   cmd->add_option("--run-dir", args->run_dir, "write metrics here instead of worker.run_dir");
   commands.emplace_back(cmd, [args] { return run_worker(*args); });
 }

@@ -17,7 +17,8 @@ std::optional<LaunchRank> rank_from_environment() {
     uint32_t rank = 0;
     auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), rank);
     GT_REQUIRE(ec == std::errc{} && end == text.data() + text.size(),
-               "environment variable {}='{}' is not a process rank (a non-negative integer)", name, text);
+               "environment variable {}='{}' is not a process rank (a non-negative integer)", name,
+               text);
     return LaunchRank{rank, name};
   }
   return std::nullopt;

@@ -6,7 +6,6 @@
 
 #include <atomic>
 #include <cerrno>
-
 #include <cstring>
 
 #include "core/error.hpp"

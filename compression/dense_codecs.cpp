@@ -21,13 +21,19 @@ bool is_chunked(CodecId id) {
 uint64_t dense_body_bytes(CodecId id, uint64_t n, uint32_t chunk) {
   const uint64_t scales = is_chunked(id) ? 4 * kc::chunk_count(n, chunk) : 0;
   switch (id) {
-    case CodecId::fp32: return 4 * n;
+    case CodecId::fp32:
+      return 4 * n;
     case CodecId::fp16:
-    case CodecId::bf16: return 2 * n;
-    case CodecId::int8: return scales + n;
-    case CodecId::int4: return scales + kc::int4_byte_count(n);
-    case CodecId::onebit: return scales + 4 * kc::onebit_word_count(n);
-    default: GT_ASSERT(false, "{} is not a dense codec", codec_name(id));
+    case CodecId::bf16:
+      return 2 * n;
+    case CodecId::int8:
+      return scales + n;
+    case CodecId::int4:
+      return scales + kc::int4_byte_count(n);
+    case CodecId::onebit:
+      return scales + 4 * kc::onebit_word_count(n);
+    default:
+      GT_ASSERT(false, "{} is not a dense codec", codec_name(id));
   }
   return 0;
 }
@@ -35,8 +41,10 @@ uint64_t dense_body_bytes(CodecId id, uint64_t n, uint32_t chunk) {
 class DenseCodec final : public Codec {
  public:
   DenseCodec(CodecId id, QuantOptions options) : id_(id), options_(options) {
-    if (is_chunked(id_)) detail::require_chunk(options_.chunk, codec_name(id_));
-    else options_.chunk = 0;
+    if (is_chunked(id_))
+      detail::require_chunk(options_.chunk, codec_name(id_));
+    else
+      options_.chunk = 0;
   }
 
   CodecId id() const override { return id_; }
@@ -53,7 +61,9 @@ class DenseCodec final : public Codec {
     return kHeaderBytes + dense_body_bytes(id_, n, options_.chunk);
   }
 
-  void encode(ConstFloatSpan x, Bytes& out) override { encode_into(x.data(), nullptr, x.size(), out); }
+  void encode(ConstFloatSpan x, Bytes& out) override {
+    encode_into(x.data(), nullptr, x.size(), out);
+  }
 
   bool encode_with_feedback(ConstFloatSpan g, FloatSpan residual, Bytes& out) override {
     GT_REQUIRE(g.size() == residual.size(), "{}: input has {} elements but the residual has {}",
@@ -83,19 +93,28 @@ class DenseCodec final : public Codec {
     std::byte* packed = body + 4 * nc;
     kc::Rounding rounding{options_.stochastic, options_.seed, nonce_};
     switch (id_) {
-      case CodecId::fp32: kc::cpu::fp32_encode(g, residual, n, reinterpret_cast<float*>(body)); break;
-      case CodecId::fp16: kc::cpu::fp16_encode(g, residual, n, reinterpret_cast<uint16_t*>(body)); break;
-      case CodecId::bf16: kc::cpu::bf16_encode(g, residual, n, reinterpret_cast<uint16_t*>(body)); break;
+      case CodecId::fp32:
+        kc::cpu::fp32_encode(g, residual, n, reinterpret_cast<float*>(body));
+        break;
+      case CodecId::fp16:
+        kc::cpu::fp16_encode(g, residual, n, reinterpret_cast<uint16_t*>(body));
+        break;
+      case CodecId::bf16:
+        kc::cpu::bf16_encode(g, residual, n, reinterpret_cast<uint16_t*>(body));
+        break;
       case CodecId::int8:
-        kc::cpu::int8_encode(g, residual, n, chunk, rounding, scales, reinterpret_cast<int8_t*>(packed));
+        kc::cpu::int8_encode(g, residual, n, chunk, rounding, scales,
+                             reinterpret_cast<int8_t*>(packed));
         break;
       case CodecId::int4:
-        kc::cpu::int4_encode(g, residual, n, chunk, rounding, scales, reinterpret_cast<uint8_t*>(packed));
+        kc::cpu::int4_encode(g, residual, n, chunk, rounding, scales,
+                             reinterpret_cast<uint8_t*>(packed));
         break;
       case CodecId::onebit:
         kc::cpu::onebit_encode(g, residual, n, chunk, scales, reinterpret_cast<uint32_t*>(packed));
         break;
-      default: GT_ASSERT(false, "not a dense codec");
+      default:
+        GT_ASSERT(false, "not a dense codec");
     }
     if (options_.stochastic) ++nonce_;
     PayloadHeader h;
@@ -113,11 +132,21 @@ class DenseCodec final : public Codec {
 
 }  // namespace
 
-std::unique_ptr<Codec> make_fp32_codec() { return std::make_unique<DenseCodec>(CodecId::fp32, QuantOptions{}); }
-std::unique_ptr<Codec> make_fp16_codec() { return std::make_unique<DenseCodec>(CodecId::fp16, QuantOptions{}); }
-std::unique_ptr<Codec> make_bf16_codec() { return std::make_unique<DenseCodec>(CodecId::bf16, QuantOptions{}); }
-std::unique_ptr<Codec> make_int8_codec(QuantOptions o) { return std::make_unique<DenseCodec>(CodecId::int8, o); }
-std::unique_ptr<Codec> make_int4_codec(QuantOptions o) { return std::make_unique<DenseCodec>(CodecId::int4, o); }
+std::unique_ptr<Codec> make_fp32_codec() {
+  return std::make_unique<DenseCodec>(CodecId::fp32, QuantOptions{});
+}
+std::unique_ptr<Codec> make_fp16_codec() {
+  return std::make_unique<DenseCodec>(CodecId::fp16, QuantOptions{});
+}
+std::unique_ptr<Codec> make_bf16_codec() {
+  return std::make_unique<DenseCodec>(CodecId::bf16, QuantOptions{});
+}
+std::unique_ptr<Codec> make_int8_codec(QuantOptions o) {
+  return std::make_unique<DenseCodec>(CodecId::int8, o);
+}
+std::unique_ptr<Codec> make_int4_codec(QuantOptions o) {
+  return std::make_unique<DenseCodec>(CodecId::int4, o);
+}
 std::unique_ptr<Codec> make_onebit_codec(uint32_t chunk) {
   return std::make_unique<DenseCodec>(CodecId::onebit, QuantOptions{chunk, false, 0});
 }
@@ -126,15 +155,18 @@ namespace detail {
 
 void require_chunk(uint32_t chunk, std::string_view what) {
   GT_REQUIRE(chunk >= 32 && chunk <= kMaxChunk && chunk % 32 == 0,
-             "{}: chunk {} is invalid: must be a multiple of 32 in [32, {}]", what, chunk, kMaxChunk);
+             "{}: chunk {} is invalid: must be a multiple of 32 in [32, {}]", what, chunk,
+             kMaxChunk);
 }
 
 namespace {
 // The dense codecs' own fields; after this every bit pattern of the body is a valid encoding.
 void check_dense(const PayloadHeader& h) {
   const std::string name = codec_name(h.codec);
-  if (is_chunked(h.codec)) require_chunk(h.chunk, "codec payload: " + name);
-  else GT_REQUIRE(h.chunk == 0, "codec payload: {}: chunk field is {}, must be 0", name, h.chunk);
+  if (is_chunked(h.codec))
+    require_chunk(h.chunk, "codec payload: " + name);
+  else
+    GT_REQUIRE(h.chunk == 0, "codec payload: {}: chunk field is {}, must be 0", name, h.chunk);
   GT_REQUIRE(h.aux == 0, "codec payload: {}: aux field is {}, must be 0", name, h.aux);
   const uint64_t expected = dense_body_bytes(h.codec, h.elements, h.chunk);
   GT_REQUIRE(h.body_bytes == expected,
@@ -149,8 +181,9 @@ void check_parsed(const PayloadHeader& h, size_t y_size, std::optional<CodecId> 
     GT_REQUIRE(h.codec == *expected, "codec payload: encoded with {}, but this decoder is {}", name,
                codec_name(*expected));
   }
-  GT_REQUIRE(h.version == 1, "codec payload: {}: format version {} is not supported (this build reads 1)",
-             name, h.version);
+  GT_REQUIRE(h.version == 1,
+             "codec payload: {}: format version {} is not supported (this build reads 1)", name,
+             h.version);
   GT_REQUIRE(h.elements == y_size, "codec payload: {}: holds {} elements, but the output has {}",
              name, h.elements, y_size);
 }
@@ -162,9 +195,15 @@ void decode_parsed(const PayloadHeader& h, ConstByteSpan body, FloatSpan y, bool
     case CodecId::bf16:
     case CodecId::int8:
     case CodecId::int4:
-    case CodecId::onebit: decode_dense(h, body, y, add); return;
-    case CodecId::topk: decode_topk(h, body, y, add); return;
-    case CodecId::zstd: decode_zstd(h, body, y, add); return;
+    case CodecId::onebit:
+      decode_dense(h, body, y, add);
+      return;
+    case CodecId::topk:
+      decode_topk(h, body, y, add);
+      return;
+    case CodecId::zstd:
+      decode_zstd(h, body, y, add);
+      return;
   }
   GT_REQUIRE(false, "codec payload: unknown codec id {}", static_cast<unsigned>(h.codec));
 }
@@ -186,9 +225,15 @@ void decode_dense(const PayloadHeader& h, ConstByteSpan body, FloatSpan y, bool 
   const std::byte* packed = data + 4 * nc;
   float* out = y.data();
   switch (h.codec) {
-    case CodecId::fp32: kc::cpu::fp32_decode(reinterpret_cast<const float*>(data), n, out, add); break;
-    case CodecId::fp16: kc::cpu::fp16_decode(reinterpret_cast<const uint16_t*>(data), n, out, add); break;
-    case CodecId::bf16: kc::cpu::bf16_decode(reinterpret_cast<const uint16_t*>(data), n, out, add); break;
+    case CodecId::fp32:
+      kc::cpu::fp32_decode(reinterpret_cast<const float*>(data), n, out, add);
+      break;
+    case CodecId::fp16:
+      kc::cpu::fp16_decode(reinterpret_cast<const uint16_t*>(data), n, out, add);
+      break;
+    case CodecId::bf16:
+      kc::cpu::bf16_decode(reinterpret_cast<const uint16_t*>(data), n, out, add);
+      break;
     case CodecId::int8:
       kc::cpu::int8_decode(scales, reinterpret_cast<const int8_t*>(packed), n, h.chunk, out, add);
       break;
@@ -196,9 +241,11 @@ void decode_dense(const PayloadHeader& h, ConstByteSpan body, FloatSpan y, bool 
       kc::cpu::int4_decode(scales, reinterpret_cast<const uint8_t*>(packed), n, h.chunk, out, add);
       break;
     case CodecId::onebit:
-      kc::cpu::onebit_decode(scales, reinterpret_cast<const uint32_t*>(packed), n, h.chunk, out, add);
+      kc::cpu::onebit_decode(scales, reinterpret_cast<const uint32_t*>(packed), n, h.chunk, out,
+                             add);
       break;
-    default: GT_ASSERT(false, "not a dense codec");
+    default:
+      GT_ASSERT(false, "not a dense codec");
   }
 }
 
@@ -210,8 +257,12 @@ void decode_checked(ConstByteSpan payload, FloatSpan y, bool add, std::optional<
 
 }  // namespace detail
 
-void decode_payload(ConstByteSpan payload, FloatSpan y) { detail::decode_checked(payload, y, false, {}); }
-void decode_add_payload(ConstByteSpan payload, FloatSpan y) { detail::decode_checked(payload, y, true, {}); }
+void decode_payload(ConstByteSpan payload, FloatSpan y) {
+  detail::decode_checked(payload, y, false, {});
+}
+void decode_add_payload(ConstByteSpan payload, FloatSpan y) {
+  detail::decode_checked(payload, y, true, {});
+}
 uint64_t payload_elements(ConstByteSpan payload) { return parse_header(payload).elements; }
 
 ConstFloatSpan decode_view(const PayloadHeader& h, ConstByteSpan payload, FloatSpan scratch) {

@@ -26,9 +26,9 @@ void ErrorFeedback::encode(uint64_t stream, ConstFloatSpan g, Bytes& out) {
   const size_t n = g.size();
   x_.resize(n);
   decoded_.resize(n);
-  for (size_t i = 0; i < n; ++i) x_[i] = g[i] + e[i];   // x = g + e
-  codec_->encode(x_, out);                              // c = C(x)
-  codec_->decode(out, decoded_);                        //     D(c)
+  for (size_t i = 0; i < n; ++i) x_[i] = g[i] + e[i];         // x = g + e
+  codec_->encode(x_, out);                                    // c = C(x)
+  codec_->decode(out, decoded_);                              //     D(c)
   for (size_t i = 0; i < n; ++i) e[i] = x_[i] - decoded_[i];  // e = x - D(c)
 }
 

@@ -29,11 +29,13 @@ Options split_options(std::string_view text, std::string_view whole) {
     const size_t eq = item.find('=');
     std::string key(item.substr(0, eq));
     std::string value = eq == std::string_view::npos ? "" : std::string(item.substr(eq + 1));
-    GT_REQUIRE(eq == std::string_view::npos || !value.empty(), "codec spec '{}': option '{}' has no value",
+    GT_REQUIRE(eq == std::string_view::npos || !value.empty(),
+               "codec spec '{}': option '{}' has no value", whole, key);
+    GT_REQUIRE(o.values.emplace(key, value).second, "codec spec '{}': option '{}' given twice",
                whole, key);
-    GT_REQUIRE(o.values.emplace(key, value).second, "codec spec '{}': option '{}' given twice", whole, key);
     rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
-    GT_REQUIRE(comma == std::string_view::npos || !rest.empty(), "codec spec '{}': trailing ','", whole);
+    GT_REQUIRE(comma == std::string_view::npos || !rest.empty(), "codec spec '{}': trailing ','",
+               whole);
   }
   return o;
 }
@@ -58,7 +60,8 @@ bool take_flag(const Options& o, std::string_view key, std::string_view whole) {
   return true;
 }
 
-void allow_only(const Options& o, std::initializer_list<std::string_view> allowed, std::string_view whole) {
+void allow_only(const Options& o, std::initializer_list<std::string_view> allowed,
+                std::string_view whole) {
   for (const auto& [key, value] : o.values) {
     bool ok = false;
     for (auto a : allowed) ok = ok || key == a;
@@ -73,7 +76,9 @@ std::unique_ptr<Codec> make_base(std::string_view text, std::string_view whole) 
   const Options o = split_options(text, whole);
   if (o.codec == "fp32" || o.codec == "fp16" || o.codec == "bf16") {
     allow_only(o, {}, whole);
-    return o.codec == "fp32" ? make_fp32_codec() : o.codec == "fp16" ? make_fp16_codec() : make_bf16_codec();
+    return o.codec == "fp32"   ? make_fp32_codec()
+           : o.codec == "fp16" ? make_fp16_codec()
+                               : make_bf16_codec();
   }
   if (o.codec == "int8" || o.codec == "int4") {
     allow_only(o, {"chunk", "stochastic", "seed"}, whole);
@@ -96,28 +101,41 @@ std::unique_ptr<Codec> make_base(std::string_view text, std::string_view whole) 
     t.sample = parse_number<uint32_t>(o, "sample", t.sample, whole);
     return make_topk_codec(t);
   }
-  GT_REQUIRE(false, "codec spec '{}': unknown codec '{}' (allowed: fp32, fp16, bf16, int8, int4, onebit, topk)",
-             whole, o.codec);
+  GT_REQUIRE(
+      false,
+      "codec spec '{}': unknown codec '{}' (allowed: fp32, fp16, bf16, int8, int4, onebit, topk)",
+      whole, o.codec);
   return nullptr;
 }
 
 }  // namespace
 
 std::unique_ptr<Codec> make_codec(std::string_view spec) {
-  GT_REQUIRE(!spec.empty(), "codec spec is empty (allowed: fp32, fp16, bf16, int8, int4, onebit, topk)");
+  GT_REQUIRE(!spec.empty(),
+             "codec spec is empty (allowed: fp32, fp16, bf16, int8, int4, onebit, topk)");
   const size_t plus = spec.find('+');
   auto codec = make_base(spec.substr(0, plus), spec);
   if (plus == std::string_view::npos) return codec;
   const std::string_view stage = spec.substr(plus + 1);
   const Options o = split_options(stage, spec);
-  GT_REQUIRE(o.codec == "zstd", "codec spec '{}': unknown stage '{}' after '+' (allowed: zstd)", spec, o.codec);
+  GT_REQUIRE(o.codec == "zstd", "codec spec '{}': unknown stage '{}' after '+' (allowed: zstd)",
+             spec, o.codec);
   allow_only(o, {"level"}, spec);
   return make_zstd_stage(std::move(codec), parse_number<int>(o, "level", 3, spec));
 }
 
 std::vector<std::string> standard_codec_specs() {
-  return {"fp32",  "fp16",          "bf16",   "int8",        "int8:stochastic", "int4",
-          "onebit", "onebit+zstd",  "topk:ratio=0.01", "topk:ratio=0.01+zstd", "int8+zstd"};
+  return {"fp32",
+          "fp16",
+          "bf16",
+          "int8",
+          "int8:stochastic",
+          "int4",
+          "onebit",
+          "onebit+zstd",
+          "topk:ratio=0.01",
+          "topk:ratio=0.01+zstd",
+          "int8+zstd"};
 }
 
 }  // namespace geotrain::compression

@@ -24,14 +24,22 @@ std::string codec_name(CodecId id) { return codec_name(static_cast<uint8_t>(id))
 
 std::string codec_name(uint8_t raw) {
   switch (static_cast<CodecId>(raw)) {
-    case CodecId::fp32: return "fp32";
-    case CodecId::fp16: return "fp16";
-    case CodecId::bf16: return "bf16";
-    case CodecId::int8: return "int8";
-    case CodecId::int4: return "int4";
-    case CodecId::onebit: return "onebit";
-    case CodecId::topk: return "topk";
-    case CodecId::zstd: return "zstd";
+    case CodecId::fp32:
+      return "fp32";
+    case CodecId::fp16:
+      return "fp16";
+    case CodecId::bf16:
+      return "bf16";
+    case CodecId::int8:
+      return "int8";
+    case CodecId::int4:
+      return "int4";
+    case CodecId::onebit:
+      return "onebit";
+    case CodecId::topk:
+      return "topk";
+    case CodecId::zstd:
+      return "zstd";
   }
   return fmt::format("unknown({})", raw);
 }
@@ -63,7 +71,8 @@ uint64_t blockwise_checksum(Block body, uint64_t header_hash, bool each_first, E
 }
 
 uint64_t streamed_checksum(ConstByteSpan payload, const BodyVisit& visit) {
-  return blockwise_checksum(payload.subspan(kHeaderBytes), XXH3_64bits(payload.data(), 32), false, visit);
+  return blockwise_checksum(payload.subspan(kHeaderBytes), XXH3_64bits(payload.data(), 32), false,
+                            visit);
 }
 
 template <typename T>
@@ -100,7 +109,8 @@ void write_header(PayloadHeader h, ByteSpan payload) {
 
 void write_payload(PayloadHeader h, ByteSpan payload, const BodyFill& fill) {
   write_fields(h, payload);
-  const uint64_t sum = blockwise_checksum(payload.subspan(kHeaderBytes), XXH3_64bits(payload.data(), 32), true, fill);
+  const uint64_t sum = blockwise_checksum(payload.subspan(kHeaderBytes),
+                                          XXH3_64bits(payload.data(), 32), true, fill);
   put<uint64_t>(payload, 32, sum);
 }
 

@@ -98,7 +98,9 @@ class TopkCodec final : public Codec {
     std::sort(sample_.begin(), sample_.end(), std::greater<>());
 
     // Aim the sample rank a quarter above k's expected rank, then widen until k are found.
-    double rank = std::ceil(static_cast<double>(m) * static_cast<double>(k) / static_cast<double>(n) * 1.25) + 2;
+    double rank =
+        std::ceil(static_cast<double>(m) * static_cast<double>(k) / static_cast<double>(n) * 1.25) +
+        2;
     for (;;) {
       const bool last_resort = rank >= static_cast<double>(m);
       const uint32_t threshold = last_resort ? 0u : sample_[static_cast<size_t>(rank)];
@@ -115,8 +117,9 @@ class TopkCodec final : public Codec {
       return ka != kb ? ka > kb : a < b;
     };
     if (candidates_.size() > k) {
-      std::nth_element(candidates_.begin(), candidates_.begin() + static_cast<std::ptrdiff_t>(k - 1),
-                       candidates_.end(), larger);
+      std::nth_element(candidates_.begin(),
+                       candidates_.begin() + static_cast<std::ptrdiff_t>(k - 1), candidates_.end(),
+                       larger);
       candidates_.resize(k);
     }
     selected_.assign(candidates_.begin(), candidates_.end());
@@ -186,7 +189,8 @@ void decode_topk(const PayloadHeader& h, ConstByteSpan body, FloatSpan y, bool a
     uint64_t v = 0;
     for (unsigned shift = 0;; shift += 7) {
       GT_REQUIRE(p < end, "codec payload: topk: index {} of {} is truncated", j, k);
-      GT_REQUIRE(shift < 63 || (*p & 0x7f) <= 1, "codec payload: topk: index {} overflows 64 bits", j);
+      GT_REQUIRE(shift < 63 || (*p & 0x7f) <= 1, "codec payload: topk: index {} overflows 64 bits",
+                 j);
       v |= static_cast<uint64_t>(*p & 0x7f) << shift;
       if (!(*p++ & 0x80)) break;
     }

@@ -26,8 +26,10 @@ class ZstdStage final : public Codec {
  public:
   ZstdStage(std::unique_ptr<Codec> inner, int level) : inner_(std::move(inner)), level_(level) {
     GT_ASSERT(inner_ != nullptr, "zstd stage without an inner codec");
-    GT_REQUIRE(inner_->id() != CodecId::zstd, "zstd: cannot stack two zstd stages ('{}')", inner_->spec());
-    GT_REQUIRE(level_ >= 1 && level_ <= 19, "zstd: level {} is invalid: must be in [1, 19]", level_);
+    GT_REQUIRE(inner_->id() != CodecId::zstd, "zstd: cannot stack two zstd stages ('{}')",
+               inner_->spec());
+    GT_REQUIRE(level_ >= 1 && level_ <= 19, "zstd: level {} is invalid: must be in [1, 19]",
+               level_);
     cctx_.reset(ZSTD_createCCtx());
     GT_ASSERT(cctx_ != nullptr, "ZSTD_createCCtx failed");
     GT_ZSTD_CHECK(ZSTD_CCtx_setParameter(cctx_.get(), ZSTD_c_compressionLevel, level_));
@@ -38,7 +40,9 @@ class ZstdStage final : public Codec {
 
   CodecId id() const override { return CodecId::zstd; }
   bool lossless() const override { return inner_->lossless(); }
-  std::string spec() const override { return fmt::format("{}+zstd:level={}", inner_->spec(), level_); }
+  std::string spec() const override {
+    return fmt::format("{}+zstd:level={}", inner_->spec(), level_);
+  }
   size_t max_payload_bytes(size_t n) const override {
     return kHeaderBytes + ZSTD_compressBound(inner_->max_payload_bytes(n));
   }
@@ -64,9 +68,9 @@ class ZstdStage final : public Codec {
  private:
   void compress(size_t n, Bytes& out) {
     out.resize(kHeaderBytes + ZSTD_compressBound(inner_payload_.size()));
-    const size_t packed = GT_ZSTD_CHECK(ZSTD_compress2(cctx_.get(), out.data() + kHeaderBytes,
-                                                       out.size() - kHeaderBytes,
-                                                       inner_payload_.data(), inner_payload_.size()));
+    const size_t packed = GT_ZSTD_CHECK(
+        ZSTD_compress2(cctx_.get(), out.data() + kHeaderBytes, out.size() - kHeaderBytes,
+                       inner_payload_.data(), inner_payload_.size()));
     out.resize(kHeaderBytes + packed);
     PayloadHeader h;
     h.codec = CodecId::zstd;
@@ -96,16 +100,20 @@ void decode_zstd(const PayloadHeader& h, ConstByteSpan body, FloatSpan y, bool a
              "codec payload: zstd: inner codec id {} is not a codec zstd can wrap", h.aux);
   const unsigned long long size = ZSTD_getFrameContentSize(body.data(), body.size());
   GT_REQUIRE(size != ZSTD_CONTENTSIZE_ERROR, "codec payload: zstd: body is not a zstd frame");
-  GT_REQUIRE(size != ZSTD_CONTENTSIZE_UNKNOWN, "codec payload: zstd: frame does not state its size");
+  GT_REQUIRE(size != ZSTD_CONTENTSIZE_UNKNOWN,
+             "codec payload: zstd: frame does not state its size");
   const uint64_t limit = max_inner_payload(h.elements);
-  GT_REQUIRE(size <= limit, "codec payload: zstd: frame claims {} bytes, more than {} elements can need ({})",
+  GT_REQUIRE(size <= limit,
+             "codec payload: zstd: frame claims {} bytes, more than {} elements can need ({})",
              size, h.elements, limit);
   thread_local std::unique_ptr<ZSTD_DCtx, DCtxDeleter> dctx{ZSTD_createDCtx()};
   GT_ASSERT(dctx != nullptr, "ZSTD_createDCtx failed");
   Bytes inner(size);
-  const size_t got = ZSTD_decompressDCtx(dctx.get(), inner.data(), inner.size(), body.data(), body.size());
+  const size_t got =
+      ZSTD_decompressDCtx(dctx.get(), inner.data(), inner.size(), body.data(), body.size());
   GT_REQUIRE(!ZSTD_isError(got), "codec payload: zstd: corrupt frame: {}", ZSTD_getErrorName(got));
-  GT_REQUIRE(got == size, "codec payload: zstd: frame decompressed to {} bytes, header said {}", got, size);
+  GT_REQUIRE(got == size, "codec payload: zstd: frame decompressed to {} bytes, header said {}",
+             got, size);
   decode_checked(inner, y, add, static_cast<CodecId>(h.aux));
 }
 

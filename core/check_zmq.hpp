@@ -12,7 +12,8 @@ template <typename T>
 T zmq_check(T rc, const char* expr, const char* file, int line) {
   if (rc == T(-1)) [[unlikely]] {
     int err = zmq_errno();
-    throw SystemError("zmq", expr, file, line, fmt::format("{} (errno {})", zmq_strerror(err), err));
+    throw SystemError("zmq", expr, file, line,
+                      fmt::format("{} (errno {})", zmq_strerror(err), err));
   }
   return rc;
 }

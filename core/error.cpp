@@ -16,8 +16,8 @@ namespace detail {
 
 void assert_fail(const char* expr, const char* file, int line, const std::string& msg) {
   // Written to stderr directly as well: the logger itself may be what is broken.
-  std::fprintf(stderr, "geotrain: internal error at %s:%d: assertion '%s' failed: %s\n", file,
-               line, expr, msg.c_str());
+  std::fprintf(stderr, "geotrain: internal error at %s:%d: assertion '%s' failed: %s\n", file, line,
+               expr, msg.c_str());
   spdlog::critical("internal error at {}:{}: assertion '{}' failed: {}", file, line, expr, msg);
   spdlog::shutdown();
   std::abort();

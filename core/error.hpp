@@ -27,8 +27,8 @@ namespace geotrain::detail {
   } while (0)
 
 // GT_REQUIRE(cond, "field 'x' is {}, must be ...", x): a precondition on input; throws InputError.
-#define GT_REQUIRE(cond, ...)                                            \
-  do {                                                                   \
-    if (!(cond)) [[unlikely]]                                            \
-      throw ::geotrain::InputError(::fmt::format(__VA_ARGS__));          \
+#define GT_REQUIRE(cond, ...)                                   \
+  do {                                                          \
+    if (!(cond)) [[unlikely]]                                   \
+      throw ::geotrain::InputError(::fmt::format(__VA_ARGS__)); \
   } while (0)

@@ -12,10 +12,10 @@
 namespace geotrain {
 
 struct LogOptions {
-  std::string process = "geotrain";            // shown in every line, e.g. "server/us-east"
+  std::string process = "geotrain";  // shown in every line, e.g. "server/us-east"
   spdlog::level::level_enum level = spdlog::level::info;
-  std::optional<std::filesystem::path> file;   // also log here (appended) when set
-  bool color = true;                           // colour the console when it is a terminal
+  std::optional<std::filesystem::path> file;  // also log here (appended) when set
+  bool color = true;                          // colour the console when it is a terminal
 };
 
 // Replaces spdlog's default logger with a stderr sink (and the optional file sink).

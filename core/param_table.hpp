@@ -36,7 +36,8 @@ class ParamTable {
  public:
   ParamTable() = default;
   // Tensor names must be unique and non-empty, sizes > 0 (InputError otherwise). Values start at 0.
-  ParamTable(const std::vector<TensorSpec>& tensors, const std::vector<std::string>& critical_globs);
+  ParamTable(const std::vector<TensorSpec>& tensors,
+             const std::vector<std::string>& critical_globs);
 
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
   uint64_t total_elements() const { return values_.size(); }

@@ -20,14 +20,16 @@ class YamlReader {
   const std::string& source() const { return source_; }
 
   // `node` must be a mapping whose keys are all in `allowed`.
-  void check_keys(const YAML::Node& node, const std::string& where, const std::set<std::string>& allowed) const {
+  void check_keys(const YAML::Node& node, const std::string& where,
+                  const std::set<std::string>& allowed) const {
     GT_REQUIRE(node.IsMap(), "{}: '{}' must be a mapping", source_, where);
     for (const auto& kv : node) {
       const auto key = kv.first.as<std::string>();
       if (allowed.count(key)) continue;
       std::string list;
       for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
-      GT_REQUIRE(false, "{}: unknown key '{}{}' (allowed: {})", source_, where.empty() ? "" : where + ".", key, list);
+      GT_REQUIRE(false, "{}: unknown key '{}{}' (allowed: {})", source_,
+                 where.empty() ? "" : where + ".", key, list);
     }
   }
 
@@ -45,18 +47,22 @@ class YamlReader {
     }
     // yaml-cpp reads "-1" as a huge unsigned; refuse a sign on unsigned keys explicitly.
     if (ok && std::is_unsigned_v<T> && node.Scalar().find('-') != std::string::npos) ok = false;
-    GT_REQUIRE(ok, "{}: {} is '{}', allowed: a number in [{}, {}]", source_, key, YAML::Dump(node), lo, hi);
-    GT_REQUIRE(value >= lo && value <= hi, "{}: {} is {}, allowed: [{}, {}]", source_, key, value, lo, hi);
+    GT_REQUIRE(ok, "{}: {} is '{}', allowed: a number in [{}, {}]", source_, key, YAML::Dump(node),
+               lo, hi);
+    GT_REQUIRE(value >= lo && value <= hi, "{}: {} is {}, allowed: [{}, {}]", source_, key, value,
+               lo, hi);
     return value;
   }
 
   std::string string(const YAML::Node& node, const std::string& key) const {
-    GT_REQUIRE(node.IsScalar(), "{}: {} must be a string, not '{}'", source_, key, YAML::Dump(node));
+    GT_REQUIRE(node.IsScalar(), "{}: {} must be a string, not '{}'", source_, key,
+               YAML::Dump(node));
     return node.as<std::string>();
   }
 
   // A string from a fixed set.
-  std::string choice(const YAML::Node& node, const std::string& key, const std::set<std::string>& allowed) const {
+  std::string choice(const YAML::Node& node, const std::string& key,
+                     const std::set<std::string>& allowed) const {
     std::string value = string(node, key);
     if (!allowed.count(value)) {
       std::string list;

@@ -139,7 +139,8 @@ void int8_encode(const float* GT_RESTRICT g, float* GT_RESTRICT residual, size_t
                  int8_t* out = q + begin;
                  quantize_chunk(x, begin, count, inv, kLevels, rounding, out);
                  if (res != nullptr)
-                   for (size_t i = 0; i < count; ++i) res[i] = x[i] - static_cast<float>(out[i]) * scale;
+                   for (size_t i = 0; i < count; ++i)
+                     res[i] = x[i] - static_cast<float>(out[i]) * scale;
                });
 }
 
@@ -170,21 +171,22 @@ void int4_encode(const float* GT_RESTRICT g, float* GT_RESTRICT residual, size_t
                  Rounding rounding, float* GT_RESTRICT scales, uint8_t* GT_RESTRICT packed) {
   constexpr float kLevels = 7.0f;
   // chunk is even (a multiple of 32), so a byte never straddles two chunks.
-  quant_encode(g, residual, n, chunk, kLevels, scales,
-               [&](const float* x, float* res, size_t begin, size_t count, float inv, float scale) {
-                 int8_t values[1024];
-                 for (size_t part = 0; part < count; part += sizeof values) {
-                   const size_t m = std::min(sizeof values, count - part);
-                   quantize_chunk(x + part, begin + part, m, inv, kLevels, rounding, values);
-                   uint8_t* out = packed + (begin + part) / 2;
-                   for (size_t i = 0; i < m / 2; ++i)
-                     out[i] = static_cast<uint8_t>((values[2 * i] & 0xF) | ((values[2 * i + 1] & 0xF) << 4));
-                   if (m & 1) out[m / 2] = static_cast<uint8_t>(values[m - 1] & 0xF);
-                   if (res != nullptr)
-                     for (size_t i = 0; i < m; ++i)
-                       res[part + i] = x[part + i] - static_cast<float>(values[i]) * scale;
-                 }
-               });
+  quant_encode(
+      g, residual, n, chunk, kLevels, scales,
+      [&](const float* x, float* res, size_t begin, size_t count, float inv, float scale) {
+        int8_t values[1024];
+        for (size_t part = 0; part < count; part += sizeof values) {
+          const size_t m = std::min(sizeof values, count - part);
+          quantize_chunk(x + part, begin + part, m, inv, kLevels, rounding, values);
+          uint8_t* out = packed + (begin + part) / 2;
+          for (size_t i = 0; i < m / 2; ++i)
+            out[i] = static_cast<uint8_t>((values[2 * i] & 0xF) | ((values[2 * i + 1] & 0xF) << 4));
+          if (m & 1) out[m / 2] = static_cast<uint8_t>(values[m - 1] & 0xF);
+          if (res != nullptr)
+            for (size_t i = 0; i < m; ++i)
+              res[part + i] = x[part + i] - static_cast<float>(values[i]) * scale;
+        }
+      });
 }
 
 void int4_decode(const float* GT_RESTRICT scales, const uint8_t* GT_RESTRICT packed, size_t n,
@@ -258,7 +260,8 @@ void onebit_decode(const float* GT_RESTRICT scales, const uint32_t* GT_RESTRICT 
       }
     }
     for (size_t i = full; i < count; ++i) {
-      const float v = onebit_value(words[i / kBitsPerWord], static_cast<unsigned>(i % kBitsPerWord), scale);
+      const float v =
+          onebit_value(words[i / kBitsPerWord], static_cast<unsigned>(i % kBitsPerWord), scale);
       out[i] = add ? out[i] + v : v;
     }
   }

@@ -42,7 +42,8 @@ void bf16_decode(const uint16_t* in, size_t n, float* y, bool add);
 // int8: scales (chunk_count) fp32 = absmax/127, q (n) int8.
 void int8_encode(const float* g, float* residual, size_t n, uint32_t chunk, Rounding rounding,
                  float* scales, int8_t* q);
-void int8_decode(const float* scales, const int8_t* q, size_t n, uint32_t chunk, float* y, bool add);
+void int8_decode(const float* scales, const int8_t* q, size_t n, uint32_t chunk, float* y,
+                 bool add);
 
 // int4: scales (chunk_count) fp32 = absmax/7, packed (int4_byte_count): element 2i in the low
 // nibble of byte i, 2i+1 in the high nibble, two's complement in [-7, 7].

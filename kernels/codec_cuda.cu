@@ -21,7 +21,8 @@ unsigned grid_for(size_t n, int threads = kThreads) {
 
 __global__ void fp32_encode_kernel(const float* __restrict__ g, float* __restrict__ residual,
                                    size_t n, float* __restrict__ out) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x) {
     if (residual) {
       out[i] = g[i] + residual[i];
       residual[i] = 0.0f;
@@ -31,15 +32,18 @@ __global__ void fp32_encode_kernel(const float* __restrict__ g, float* __restric
   }
 }
 
-__global__ void fp32_decode_kernel(const float* __restrict__ in, size_t n, float* __restrict__ y, bool add) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+__global__ void fp32_decode_kernel(const float* __restrict__ in, size_t n, float* __restrict__ y,
+                                   bool add) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x)
     y[i] = add ? y[i] + in[i] : in[i];
 }
 
 template <bool kBf16>
-__global__ void half_encode_kernel(const float* __restrict__ g, float* __restrict__ residual, size_t n,
-                                   uint16_t* __restrict__ out) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+__global__ void half_encode_kernel(const float* __restrict__ g, float* __restrict__ residual,
+                                   size_t n, uint16_t* __restrict__ out) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x) {
     const float x = residual ? g[i] + residual[i] : g[i];
     const uint16_t h = kBf16 ? bf16_from_float(x) : fp16_from_float(x);
     out[i] = h;
@@ -48,8 +52,10 @@ __global__ void half_encode_kernel(const float* __restrict__ g, float* __restric
 }
 
 template <bool kBf16>
-__global__ void half_decode_kernel(const uint16_t* __restrict__ in, size_t n, float* __restrict__ y, bool add) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+__global__ void half_decode_kernel(const uint16_t* __restrict__ in, size_t n, float* __restrict__ y,
+                                   bool add) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x) {
     const float v = kBf16 ? bf16_to_float(in[i]) : fp16_to_float(in[i]);
     y[i] = add ? y[i] + v : v;
   }
@@ -60,8 +66,10 @@ __global__ void half_decode_kernel(const uint16_t* __restrict__ in, size_t n, fl
 __device__ float block_absmax(const float* x, const float* e, size_t count) {
   __shared__ uint32_t warp_max[kThreads / 32];
   uint32_t m = 0;
-  for (size_t i = threadIdx.x; i < count; i += blockDim.x) m = max_u(m, abs_bits(e ? x[i] + e[i] : x[i]));
-  for (int offset = 16; offset > 0; offset /= 2) m = max_u(m, __shfl_xor_sync(kFullMask, m, offset));
+  for (size_t i = threadIdx.x; i < count; i += blockDim.x)
+    m = max_u(m, abs_bits(e ? x[i] + e[i] : x[i]));
+  for (int offset = 16; offset > 0; offset /= 2)
+    m = max_u(m, __shfl_xor_sync(kFullMask, m, offset));
   if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = m;
   __syncthreads();
   uint32_t result = 0;
@@ -70,9 +78,9 @@ __device__ float block_absmax(const float* x, const float* e, size_t count) {
 }
 
 template <int kLevels>
-__global__ void quant_encode_kernel(const float* __restrict__ g, float* __restrict__ residual, size_t n,
-                                    uint32_t chunk, Rounding r, float* __restrict__ scales,
-                                    uint8_t* __restrict__ packed) {
+__global__ void quant_encode_kernel(const float* __restrict__ g, float* __restrict__ residual,
+                                    size_t n, uint32_t chunk, Rounding r,
+                                    float* __restrict__ scales, uint8_t* __restrict__ packed) {
   const size_t c = blockIdx.x;
   const size_t begin = c * chunk;
   const size_t count = min_size(chunk, n - begin);
@@ -111,17 +119,20 @@ __global__ void quant_encode_kernel(const float* __restrict__ g, float* __restri
   }
 }
 
-__global__ void int8_decode_kernel(const float* __restrict__ scales, const int8_t* __restrict__ q, size_t n,
-                                   uint32_t chunk, float* __restrict__ y, bool add) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+__global__ void int8_decode_kernel(const float* __restrict__ scales, const int8_t* __restrict__ q,
+                                   size_t n, uint32_t chunk, float* __restrict__ y, bool add) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x) {
     const float v = float(q[i]) * scales[i / chunk];
     y[i] = add ? y[i] + v : v;
   }
 }
 
-__global__ void int4_decode_kernel(const float* __restrict__ scales, const uint8_t* __restrict__ packed,
-                                   size_t n, uint32_t chunk, float* __restrict__ y, bool add) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+__global__ void int4_decode_kernel(const float* __restrict__ scales,
+                                   const uint8_t* __restrict__ packed, size_t n, uint32_t chunk,
+                                   float* __restrict__ y, bool add) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x) {
     const unsigned byte = packed[i / 2];
     const int nib = int(((i & 1) ? (byte >> 4) : (byte & 0xFu)) ^ 8u) - 8;
     const float v = float(nib) * scales[i / chunk];
@@ -136,15 +147,17 @@ constexpr int kWarpsPerBlock = 8;
 __device__ float warp_fold(float lane_sum) {
   // Butterfly: after the step with offset o, lanes j and j^o hold the same (commutative) sum, so
   // every lane ends with the CPU's fold lane[j] += lane[j + o] for o = 16, 8, 4, 2, 1.
-  for (int offset = 16; offset > 0; offset /= 2) lane_sum += __shfl_xor_sync(kFullMask, lane_sum, offset);
+  for (int offset = 16; offset > 0; offset /= 2)
+    lane_sum += __shfl_xor_sync(kFullMask, lane_sum, offset);
   return lane_sum;
 }
 
 // kPasses > 0: chunk == 32 * kPasses, values stay in registers. kPasses == 0: any chunk, the
 // second pass re-reads x (from the residual, where the first pass stored it).
 template <int kPasses>
-__global__ void onebit_encode_kernel(const float* __restrict__ g, float* __restrict__ residual, size_t n,
-                                     uint32_t chunk, float* __restrict__ scales, uint32_t* __restrict__ bits) {
+__global__ void onebit_encode_kernel(const float* __restrict__ g, float* __restrict__ residual,
+                                     size_t n, uint32_t chunk, float* __restrict__ scales,
+                                     uint32_t* __restrict__ bits) {
   const unsigned lane = threadIdx.x % 32;
   const size_t c = size_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   const size_t begin = c * chunk;
@@ -197,9 +210,11 @@ __global__ void onebit_encode_kernel(const float* __restrict__ g, float* __restr
   if (lane == 0) scales[c] = scale;
 }
 
-__global__ void onebit_decode_kernel(const float* __restrict__ scales, const uint32_t* __restrict__ bits,
-                                     size_t n, uint32_t chunk, float* __restrict__ y, bool add) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+__global__ void onebit_decode_kernel(const float* __restrict__ scales,
+                                     const uint32_t* __restrict__ bits, size_t n, uint32_t chunk,
+                                     float* __restrict__ y, bool add) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x) {
     const float v = onebit_value(bits[i / 32], unsigned(i % 32), scales[i / chunk]);
     y[i] = add ? y[i] + v : v;
   }
@@ -238,8 +253,8 @@ void bf16_decode(const uint16_t* in, size_t n, float* y, bool add, cudaStream_t 
   GT_CUDA_CHECK_LAUNCH();
 }
 
-void int8_encode(const float* g, float* residual, size_t n, uint32_t chunk, Rounding rounding, float* scales,
-                 int8_t* q, cudaStream_t stream) {
+void int8_encode(const float* g, float* residual, size_t n, uint32_t chunk, Rounding rounding,
+                 float* scales, int8_t* q, cudaStream_t stream) {
   if (n == 0) return;
   quant_encode_kernel<127><<<unsigned(chunk_count(n, chunk)), kThreads, 0, stream>>>(
       g, residual, n, chunk, rounding, scales, reinterpret_cast<uint8_t*>(q));
@@ -251,35 +266,43 @@ void int8_decode(const float* scales, const int8_t* q, size_t n, uint32_t chunk,
   int8_decode_kernel<<<grid_for(n), kThreads, 0, stream>>>(scales, q, n, chunk, y, add);
   GT_CUDA_CHECK_LAUNCH();
 }
-void int4_encode(const float* g, float* residual, size_t n, uint32_t chunk, Rounding rounding, float* scales,
-                 uint8_t* packed, cudaStream_t stream) {
+void int4_encode(const float* g, float* residual, size_t n, uint32_t chunk, Rounding rounding,
+                 float* scales, uint8_t* packed, cudaStream_t stream) {
   if (n == 0) return;
-  quant_encode_kernel<7><<<unsigned(chunk_count(n, chunk)), kThreads, 0, stream>>>(g, residual, n, chunk,
-                                                                                   rounding, scales, packed);
+  quant_encode_kernel<7><<<unsigned(chunk_count(n, chunk)), kThreads, 0, stream>>>(
+      g, residual, n, chunk, rounding, scales, packed);
   GT_CUDA_CHECK_LAUNCH();
 }
-void int4_decode(const float* scales, const uint8_t* packed, size_t n, uint32_t chunk, float* y, bool add,
-                 cudaStream_t stream) {
+void int4_decode(const float* scales, const uint8_t* packed, size_t n, uint32_t chunk, float* y,
+                 bool add, cudaStream_t stream) {
   if (n == 0) return;
   int4_decode_kernel<<<grid_for(n), kThreads, 0, stream>>>(scales, packed, n, chunk, y, add);
   GT_CUDA_CHECK_LAUNCH();
 }
 
-void onebit_encode(const float* g, float* residual, size_t n, uint32_t chunk, float* scales, uint32_t* bits,
-                   cudaStream_t stream) {
+void onebit_encode(const float* g, float* residual, size_t n, uint32_t chunk, float* scales,
+                   uint32_t* bits, cudaStream_t stream) {
   if (n == 0) return;
   const unsigned blocks = unsigned((chunk_count(n, chunk) + kWarpsPerBlock - 1) / kWarpsPerBlock);
   const int threads = 32 * kWarpsPerBlock;
   switch (chunk) {
-    case 256: onebit_encode_kernel<8><<<blocks, threads, 0, stream>>>(g, residual, n, chunk, scales, bits); break;
-    case 512: onebit_encode_kernel<16><<<blocks, threads, 0, stream>>>(g, residual, n, chunk, scales, bits); break;
-    case 1024: onebit_encode_kernel<32><<<blocks, threads, 0, stream>>>(g, residual, n, chunk, scales, bits); break;
-    default: onebit_encode_kernel<0><<<blocks, threads, 0, stream>>>(g, residual, n, chunk, scales, bits); break;
+    case 256:
+      onebit_encode_kernel<8><<<blocks, threads, 0, stream>>>(g, residual, n, chunk, scales, bits);
+      break;
+    case 512:
+      onebit_encode_kernel<16><<<blocks, threads, 0, stream>>>(g, residual, n, chunk, scales, bits);
+      break;
+    case 1024:
+      onebit_encode_kernel<32><<<blocks, threads, 0, stream>>>(g, residual, n, chunk, scales, bits);
+      break;
+    default:
+      onebit_encode_kernel<0><<<blocks, threads, 0, stream>>>(g, residual, n, chunk, scales, bits);
+      break;
   }
   GT_CUDA_CHECK_LAUNCH();
 }
-void onebit_decode(const float* scales, const uint32_t* bits, size_t n, uint32_t chunk, float* y, bool add,
-                   cudaStream_t stream) {
+void onebit_decode(const float* scales, const uint32_t* bits, size_t n, uint32_t chunk, float* y,
+                   bool add, cudaStream_t stream) {
   if (n == 0) return;
   onebit_decode_kernel<<<grid_for(n), kThreads, 0, stream>>>(scales, bits, n, chunk, y, add);
   GT_CUDA_CHECK_LAUNCH();

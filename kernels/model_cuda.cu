@@ -90,7 +90,8 @@ __global__ void softmax_xent_kernel(const float* logits, const int32_t* labels, 
     const float inv_batch = 1.0f / static_cast<float>(batch);
     float* d = dlogits + row * classes;
     for (size_t j = lane; j < classes; j += 32)
-      d[j] = (expf(z[j] - zmax) * inv_sum - (static_cast<int>(j) == label ? 1.0f : 0.0f)) * inv_batch;
+      d[j] =
+          (expf(z[j] - zmax) * inv_sum - (static_cast<int>(j) == label ? 1.0f : 0.0f)) * inv_batch;
   }
 }
 
@@ -114,8 +115,8 @@ void linear_forward(cublasHandle_t handle, const float* x, const float* w, const
   // stored is W^T (I, O), hence OP_T; x as stored is x^T (I, B), hence OP_N.
   const float one = 1.0f;
   GT_CUBLAS_CHECK(cublasSetStream(handle, stream));
-  GT_CUBLAS_CHECK(cublasSgemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, O, B, I, &one, w, I, x, I, &one,
-                              y, O));
+  GT_CUBLAS_CHECK(
+      cublasSgemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, O, B, I, &one, w, I, x, I, &one, y, O));
 }
 
 void linear_backward(cublasHandle_t handle, const float* x, const float* w, const float* dy,
@@ -126,15 +127,15 @@ void linear_backward(cublasHandle_t handle, const float* x, const float* w, cons
   GT_CUBLAS_CHECK(cublasSetStream(handle, stream));
   // Row-major dW (O, I) += dy^T x is column-major dW^T (I, O) += x^T (I, B) dy (B, O): stored
   // x is x^T (I, B) -> OP_N; stored dy is dy^T (O, B) -> OP_T.
-  GT_CUBLAS_CHECK(cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_T, I, O, B, &one, x, I, dy, O, &one,
-                              dw, I));
+  GT_CUBLAS_CHECK(
+      cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_T, I, O, B, &one, x, I, dy, O, &one, dw, I));
   bias_grad_kernel<<<grid_for(out), kThreads, 0, stream>>>(dy, batch, out, db);
   GT_CUDA_CHECK_LAUNCH();
   if (dx != nullptr) {
     // Row-major dx (B, I) = dy (B, O) W (O, I) is column-major dx^T (I, B) = W^T (I, O) dy^T
     // (O, B), both as stored -> OP_N, OP_N.
-    GT_CUBLAS_CHECK(cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, I, B, O, &one, w, I, dy, O,
-                                &zero, dx, I));
+    GT_CUBLAS_CHECK(
+        cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, I, B, O, &one, w, I, dy, O, &zero, dx, I));
   }
 }
 
@@ -150,9 +151,8 @@ void relu_backward(const float* y, float* dx, size_t n, cudaStream_t stream) {
   GT_CUDA_CHECK_LAUNCH();
 }
 
-void softmax_cross_entropy(const float* logits, const int32_t* labels, size_t batch,
-                           size_t classes, float* dlogits, float* losses, int32_t* correct,
-                           cudaStream_t stream) {
+void softmax_cross_entropy(const float* logits, const int32_t* labels, size_t batch, size_t classes,
+                           float* dlogits, float* losses, int32_t* correct, cudaStream_t stream) {
   require_shape(batch > 0, "batch", batch);
   require_shape(classes > 0 && classes <= static_cast<size_t>(INT_MAX), "classes", classes);
   constexpr size_t kRowsPerBlock = kThreads / 32;

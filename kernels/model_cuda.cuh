@@ -36,8 +36,7 @@ void relu_backward(const float* y, float* dx, size_t n, cudaStream_t stream);
 // Per row i of logits (B, C): losses[i] = logsumexp(z_i) - z_i[label_i], correct[i] = 1 when
 // the first argmax equals the label, and (when dlogits != nullptr) dlogits (B, C) =
 // (softmax - onehot) / B. One warp per row; C may be any size.
-void softmax_cross_entropy(const float* logits, const int32_t* labels, size_t batch,
-                           size_t classes, float* dlogits, float* losses, int32_t* correct,
-                           cudaStream_t stream);
+void softmax_cross_entropy(const float* logits, const int32_t* labels, size_t batch, size_t classes,
+                           float* dlogits, float* losses, int32_t* correct, cudaStream_t stream);
 
 }  // namespace geotrain::kernels::cuda

@@ -1,5 +1,3 @@
-#include "kernels/topk_cuda.cuh"
-
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
 
@@ -10,6 +8,7 @@
 
 #include "core/check_cuda.hpp"
 #include "kernels/codec_math.hpp"
+#include "kernels/topk_cuda.cuh"
 
 namespace geotrain::kernels::cuda {
 namespace {
@@ -35,27 +34,30 @@ class Scratch {
   T* ptr_ = nullptr;
 };
 
-#define GRID_STRIDE(i, n) \
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < (n); i += size_t(gridDim.x) * blockDim.x)
+#define GRID_STRIDE(i, n)                                                 \
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < (n); \
+       i += size_t(gridDim.x) * blockDim.x)
 
 __global__ void add_into(const float* __restrict__ g, float* __restrict__ e, size_t n) {
   GRID_STRIDE(i, n) e[i] = g[i] + e[i];
 }
 
-__global__ void sample_keys(const float* __restrict__ x, size_t n, size_t m, uint32_t* __restrict__ keys) {
+__global__ void sample_keys(const float* __restrict__ x, size_t n, size_t m,
+                            uint32_t* __restrict__ keys) {
   GRID_STRIDE(s, m) {
     const size_t i = m == n ? s : size_t(mix64(0x70b4a11ull + s) % n);
     keys[s] = abs_bits(x[i]);
   }
 }
 
-__global__ void flag_above(const float* __restrict__ x, size_t n, uint32_t threshold, uint32_t* __restrict__ flags) {
+__global__ void flag_above(const float* __restrict__ x, size_t n, uint32_t threshold,
+                           uint32_t* __restrict__ flags) {
   GRID_STRIDE(i, n) flags[i] = abs_bits(x[i]) >= threshold ? 1u : 0u;
 }
 
 __global__ void scatter_candidates(const float* __restrict__ x, const uint32_t* __restrict__ flags,
-                                   const uint32_t* __restrict__ pos, size_t n, uint32_t* __restrict__ index,
-                                   uint32_t* __restrict__ keys) {
+                                   const uint32_t* __restrict__ pos, size_t n,
+                                   uint32_t* __restrict__ index, uint32_t* __restrict__ keys) {
   GRID_STRIDE(i, n) {
     if (flags[i]) {
       index[pos[i]] = uint32_t(i);
@@ -70,8 +72,9 @@ __device__ unsigned varint_size(uint32_t v) {
   return s;
 }
 
-__global__ void gather_values(const float* __restrict__ x, float* __restrict__ residual, const uint32_t* __restrict__ sel,
-                              uint64_t k, float* __restrict__ values, uint32_t* __restrict__ lengths) {
+__global__ void gather_values(const float* __restrict__ x, float* __restrict__ residual,
+                              const uint32_t* __restrict__ sel, uint64_t k,
+                              float* __restrict__ values, uint32_t* __restrict__ lengths) {
   GRID_STRIDE(j, k) {
     const uint32_t i = sel[j];
     values[j] = x[i];
@@ -80,7 +83,8 @@ __global__ void gather_values(const float* __restrict__ x, float* __restrict__ r
   }
 }
 
-__global__ void write_varints(const uint32_t* __restrict__ sel, const uint32_t* __restrict__ offsets, uint64_t k,
+__global__ void write_varints(const uint32_t* __restrict__ sel,
+                              const uint32_t* __restrict__ offsets, uint64_t k,
                               uint8_t* __restrict__ out) {
   GRID_STRIDE(j, k) {
     uint32_t v = j == 0 ? sel[0] : sel[j] - sel[j - 1];
@@ -93,8 +97,8 @@ __global__ void write_varints(const uint32_t* __restrict__ sel, const uint32_t* 
   }
 }
 
-__global__ void scatter_values(const float* __restrict__ values, const uint32_t* __restrict__ index, uint64_t k,
-                               float* __restrict__ y, bool add) {
+__global__ void scatter_values(const float* __restrict__ values, const uint32_t* __restrict__ index,
+                               uint64_t k, float* __restrict__ y, bool add) {
   GRID_STRIDE(j, k) y[index[j]] = add ? y[index[j]] + values[j] : values[j];
 }
 
@@ -109,10 +113,11 @@ void with_temp_storage(F&& run) {
 
 }  // namespace
 
-size_t topk_encode(const float* g, float* residual, size_t n, uint64_t k, uint32_t sample, std::byte* body,
-                   cudaStream_t stream) {
+size_t topk_encode(const float* g, float* residual, size_t n, uint64_t k, uint32_t sample,
+                   std::byte* body, cudaStream_t stream) {
   if (k == 0 || n == 0) return 0;
-  if (n >= (size_t{1} << 32)) throw SystemError("CUDA", "topk_encode", __FILE__, __LINE__, "n must be below 2^32");
+  if (n >= (size_t{1} << 32))
+    throw SystemError("CUDA", "topk_encode", __FILE__, __LINE__, "n must be below 2^32");
   const float* x = g;
   if (residual) {
     add_into<<<blocks_for(n), kThreads, 0, stream>>>(g, residual, n);
@@ -126,7 +131,8 @@ size_t topk_encode(const float* g, float* residual, size_t n, uint64_t k, uint32
   sample_keys<<<blocks_for(m), kThreads, 0, stream>>>(x, n, m, d_sample.get());
   GT_CUDA_CHECK_LAUNCH();
   std::vector<uint32_t> keys(m);
-  GT_CUDA_CHECK(cudaMemcpyAsync(keys.data(), d_sample.get(), m * 4, cudaMemcpyDeviceToHost, stream));
+  GT_CUDA_CHECK(
+      cudaMemcpyAsync(keys.data(), d_sample.get(), m * 4, cudaMemcpyDeviceToHost, stream));
   GT_CUDA_CHECK(cudaStreamSynchronize(stream));
   std::sort(keys.begin(), keys.end(), std::greater<>());
 
@@ -143,28 +149,33 @@ size_t topk_encode(const float* g, float* residual, size_t n, uint64_t k, uint32
     });
     uint32_t last_pos = 0, last_flag = 0;
     GT_CUDA_CHECK(cudaMemcpyAsync(&last_pos, pos.get() + n - 1, 4, cudaMemcpyDeviceToHost, stream));
-    GT_CUDA_CHECK(cudaMemcpyAsync(&last_flag, flags.get() + n - 1, 4, cudaMemcpyDeviceToHost, stream));
+    GT_CUDA_CHECK(
+        cudaMemcpyAsync(&last_flag, flags.get() + n - 1, 4, cudaMemcpyDeviceToHost, stream));
     GT_CUDA_CHECK(cudaStreamSynchronize(stream));
     count = last_pos + last_flag;
     if (count >= k || last_resort) break;
     rank = rank * 2 + 8;
   }
-  scatter_candidates<<<blocks_for(n), kThreads, 0, stream>>>(x, flags.get(), pos.get(), n, cand.get(), cand_keys.get());
+  scatter_candidates<<<blocks_for(n), kThreads, 0, stream>>>(x, flags.get(), pos.get(), n,
+                                                             cand.get(), cand_keys.get());
   GT_CUDA_CHECK_LAUNCH();
 
   // Stable sort by |x| descending: equal keys keep ascending index order; the first k win.
   Scratch<uint32_t> sorted_keys(count), sorted_index(count), sel(k);
   with_temp_storage([&](void* t, size_t& b) {
-    return cub::DeviceRadixSort::SortPairsDescending(t, b, cand_keys.get(), sorted_keys.get(), cand.get(),
-                                                     sorted_index.get(), int(count), 0, 32, stream);
+    return cub::DeviceRadixSort::SortPairsDescending(t, b, cand_keys.get(), sorted_keys.get(),
+                                                     cand.get(), sorted_index.get(), int(count), 0,
+                                                     32, stream);
   });
   with_temp_storage([&](void* t, size_t& b) {
-    return cub::DeviceRadixSort::SortKeys(t, b, sorted_index.get(), sel.get(), int(k), 0, 32, stream);
+    return cub::DeviceRadixSort::SortKeys(t, b, sorted_index.get(), sel.get(), int(k), 0, 32,
+                                          stream);
   });
 
   auto* values = reinterpret_cast<float*>(body);
   Scratch<uint32_t> lengths(k), offsets(k);
-  gather_values<<<blocks_for(k), kThreads, 0, stream>>>(x, residual, sel.get(), k, values, lengths.get());
+  gather_values<<<blocks_for(k), kThreads, 0, stream>>>(x, residual, sel.get(), k, values,
+                                                        lengths.get());
   GT_CUDA_CHECK_LAUNCH();
   with_temp_storage([&](void* t, size_t& b) {
     return cub::DeviceScan::ExclusiveSum(t, b, lengths.get(), offsets.get(), int(k), stream);
@@ -173,14 +184,16 @@ size_t topk_encode(const float* g, float* residual, size_t n, uint64_t k, uint32
   write_varints<<<blocks_for(k), kThreads, 0, stream>>>(sel.get(), offsets.get(), k, varints);
   GT_CUDA_CHECK_LAUNCH();
   uint32_t last_offset = 0, last_length = 0;
-  GT_CUDA_CHECK(cudaMemcpyAsync(&last_offset, offsets.get() + k - 1, 4, cudaMemcpyDeviceToHost, stream));
-  GT_CUDA_CHECK(cudaMemcpyAsync(&last_length, lengths.get() + k - 1, 4, cudaMemcpyDeviceToHost, stream));
+  GT_CUDA_CHECK(
+      cudaMemcpyAsync(&last_offset, offsets.get() + k - 1, 4, cudaMemcpyDeviceToHost, stream));
+  GT_CUDA_CHECK(
+      cudaMemcpyAsync(&last_length, lengths.get() + k - 1, 4, cudaMemcpyDeviceToHost, stream));
   GT_CUDA_CHECK(cudaStreamSynchronize(stream));
   return 4 * k + last_offset + last_length;
 }
 
-void topk_decode(const float* values, const uint32_t* indices, uint64_t k, size_t n, float* y, bool add,
-                 cudaStream_t stream) {
+void topk_decode(const float* values, const uint32_t* indices, uint64_t k, size_t n, float* y,
+                 bool add, cudaStream_t stream) {
   if (!add && n > 0) GT_CUDA_CHECK(cudaMemsetAsync(y, 0, n * sizeof(float), stream));
   if (k == 0) return;
   scatter_values<<<blocks_for(k), kThreads, 0, stream>>>(values, indices, k, y, add);

@@ -24,7 +24,8 @@ int decode(int wstatus) {
 }
 
 // Only async-signal-safe calls between fork and exec.
-[[noreturn]] void exec_child(const char* binary, char* const* argv, const char* log, pid_t group, pid_t parent) {
+[[noreturn]] void exec_child(const char* binary, char* const* argv, const char* log, pid_t group,
+                             pid_t parent) {
   ::setpgid(0, group);
   ::prctl(PR_SET_PDEATHSIG, SIGTERM);
   if (::getppid() != parent) ::_exit(126);  // the launcher died before prctl took effect
@@ -81,7 +82,8 @@ ChildProcess::~ChildProcess() {
   }
 }
 
-ChildProcess::ChildProcess(ChildProcess&& other) noexcept : pid_(other.pid_), status_(other.status_) {
+ChildProcess::ChildProcess(ChildProcess&& other) noexcept
+    : pid_(other.pid_), status_(other.status_) {
   other.pid_ = -1;
   other.status_.reset();
 }

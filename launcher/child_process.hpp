@@ -4,10 +4,10 @@
 // (SIGTERM) so it never outlives the launcher, starts with an empty signal mask and default
 // dispositions (a caller's blocked signals would otherwise be inherited through exec; signals
 // are blocked across fork so no parent handler runs in the child), reads /dev/null and appends
-// stdout and stderr to a log file. PR_SET_PDEATHSIG fires when the *thread* that forked exits: spawn from the thread that
-// lives as long as the launcher (main).
-// The destructor SIGKILLs and reaps a child still running. poll() and wait_for() reap.
-// Movable, not copyable; not thread-safe (one owner thread).
+// stdout and stderr to a log file. PR_SET_PDEATHSIG fires when the *thread* that forked exits:
+// spawn from the thread that lives as long as the launcher (main). The destructor SIGKILLs and
+// reaps a child still running. poll() and wait_for() reap. Movable, not copyable; not thread-safe
+// (one owner thread).
 #pragma once
 
 #include <sys/types.h>
@@ -24,8 +24,8 @@ class ChildProcess {
  public:
   // Starts `binary args...`; process_group 0 = the child leads a new group. SystemError when
   // fork fails; an exec failure shows as exit status 127 with the reason in the log.
-  ChildProcess(const std::string& binary, const std::vector<std::string>& args, const std::filesystem::path& log,
-               pid_t process_group = 0);
+  ChildProcess(const std::string& binary, const std::vector<std::string>& args,
+               const std::filesystem::path& log, pid_t process_group = 0);
   ~ChildProcess();
   ChildProcess(ChildProcess&& other) noexcept;
   ChildProcess& operator=(ChildProcess&& other) noexcept;

@@ -9,7 +9,9 @@
 namespace geotrain::launcher {
 
 namespace {
-std::string tcp(const std::string& host, uint16_t port) { return fmt::format("tcp://{}:{}", host, port); }
+std::string tcp(const std::string& host, uint16_t port) {
+  return fmt::format("tcp://{}:{}", host, port);
+}
 
 std::string emit(const YAML::Node& node, const std::string& header) {
   YAML::Emitter out;
@@ -23,25 +25,30 @@ struct NetsimExtras {
   std::map<std::pair<std::string, std::string>, YAML::Node> links;
 };
 
-NetsimExtras read_netsim_extras(const YAML::Node& root, const YamlReader& in, const RunSettings& s) {
+NetsimExtras read_netsim_extras(const YAML::Node& root, const YamlReader& in,
+                                const RunSettings& s) {
   NetsimExtras extras;
   auto n = root["netsim"];
   if (!n) return extras;
   in.check_keys(n, "netsim", {"seed", "links"});
   if (n["seed"]) extras.seed = n["seed"];
   if (auto links = n["links"]) {
-    GT_REQUIRE(links.IsSequence(), "{}: netsim.links must be a list of {{from, to, ...}}", in.source());
+    GT_REQUIRE(links.IsSequence(), "{}: netsim.links must be a list of {{from, to, ...}}",
+               in.source());
     for (const auto& l : links) {
-      GT_REQUIRE(l.IsMap() && l["from"] && l["to"], "{}: each netsim.links entry needs 'from' and 'to'", in.source());
+      GT_REQUIRE(l.IsMap() && l["from"] && l["to"],
+                 "{}: each netsim.links entry needs 'from' and 'to'", in.source());
       const auto from = in.string(l["from"], "netsim.links[].from");
       const auto to = in.string(l["to"], "netsim.links[].to");
       for (const auto* r : {&from, &to}) {
         bool known = false;
         for (const auto& region : s.regions) known |= region == *r;
-        GT_REQUIRE(known, "{}: netsim.links[] names region '{}', which is not in regions", in.source(), *r);
+        GT_REQUIRE(known, "{}: netsim.links[] names region '{}', which is not in regions",
+                   in.source(), *r);
       }
       GT_REQUIRE(!l["listen"] && !l["target"],
-                 "{}: netsim.links[] {}->{}: listen and target are set by geotrain run", in.source(), from, to);
+                 "{}: netsim.links[] {}->{}: listen and target are set by geotrain run",
+                 in.source(), from, to);
       extras.links[{from, to}] = static_cast<const YAML::Node&>(l);
     }
   }
@@ -51,15 +58,19 @@ NetsimExtras read_netsim_extras(const YAML::Node& root, const YamlReader& in, co
 
 const char* to_string(ProcessRole role) {
   switch (role) {
-    case ProcessRole::server: return "server";
-    case ProcessRole::netsim: return "netsim";
-    case ProcessRole::worker: return "worker";
+    case ProcessRole::server:
+      return "server";
+    case ProcessRole::netsim:
+      return "netsim";
+    case ProcessRole::worker:
+      return "worker";
   }
   return "?";
 }
 
-Deployment plan_deployment(const std::string& config_text, const std::string& source, const RunSettings& s,
-                           const std::filesystem::path& run_dir, PortAllocator& ports) {
+Deployment plan_deployment(const std::string& config_text, const std::string& source,
+                           const RunSettings& s, const std::filesystem::path& run_dir,
+                           PortAllocator& ports) {
   const YamlReader in{source};
   YAML::Node root;
   try {
@@ -93,12 +104,18 @@ Deployment plan_deployment(const std::string& config_text, const std::string& so
   worker["run_dir"] = run.string();
   YAML::Node routes(YAML::NodeType::Map);
   for (const auto& route : d.routes) routes[route.from][route.to] = tcp(d.host, route.listen_port);
-  if (!d.routes.empty()) worker["routes"] = routes;
-  else worker.remove("routes");
+  if (!d.routes.empty())
+    worker["routes"] = routes;
+  else
+    worker.remove("routes");
   root["worker"] = worker;
-  if (s.wan_profile) root["run"]["wan_profile"] = std::filesystem::absolute(*s.wan_profile).string();
+  if (s.wan_profile)
+    root["run"]["wan_profile"] = std::filesystem::absolute(*s.wan_profile).string();
   root.remove("netsim");  // folded into netsim.yaml
-  d.config_yaml = emit(root, fmt::format("# Resolved by geotrain run from {}: every process of this run read this file.\n", source));
+  d.config_yaml = emit(
+      root,
+      fmt::format("# Resolved by geotrain run from {}: every process of this run read this file.\n",
+                  source));
 
   if (!d.routes.empty()) {
     YAML::Node n(YAML::NodeType::Map);
@@ -129,18 +146,31 @@ Deployment plan_deployment(const std::string& config_text, const std::string& so
   }
 
   for (const auto& r : s.regions)
-    d.processes.push_back({"server-" + r, ProcessRole::server, {"server", "--config", config_path, "--region", r},
-                           {d.server_ports[r]}, r, 0});
+    d.processes.push_back({"server-" + r,
+                           ProcessRole::server,
+                           {"server", "--config", config_path, "--region", r},
+                           {d.server_ports[r]},
+                           r,
+                           0});
   if (d.netsim_yaml) {
-    ProcessSpec p{"netsim", ProcessRole::netsim, {"netsim", "--config", (run / "netsim.yaml").string()}, {}, "", 0};
+    ProcessSpec p{"netsim",
+                  ProcessRole::netsim,
+                  {"netsim", "--config", (run / "netsim.yaml").string()},
+                  {},
+                  "",
+                  0};
     for (const auto& route : d.routes) p.health_ports.push_back(route.listen_port);
     d.processes.push_back(p);
   }
   for (const auto& r : s.regions)
     for (uint32_t rank = 0; rank < s.workers_per_region; ++rank)
-      d.processes.push_back({fmt::format("worker-{}-{}", r, rank), ProcessRole::worker,
-                             {"worker", "--config", config_path, "--region", r, "--rank", std::to_string(rank)},
-                             {}, r, rank});
+      d.processes.push_back(
+          {fmt::format("worker-{}-{}", r, rank),
+           ProcessRole::worker,
+           {"worker", "--config", config_path, "--region", r, "--rank", std::to_string(rank)},
+           {},
+           r,
+           rank});
   return d;
 }
 

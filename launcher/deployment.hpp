@@ -29,12 +29,12 @@ namespace geotrain::launcher {
 enum class ProcessRole { server, netsim, worker };
 
 struct ProcessSpec {
-  std::string name;                // "server-us-east", "netsim", "worker-us-east-0": log file stem
+  std::string name;  // "server-us-east", "netsim", "worker-us-east-0": log file stem
   ProcessRole role = ProcessRole::worker;
-  std::vector<std::string> args;   // after the binary
+  std::vector<std::string> args;       // after the binary
   std::vector<uint16_t> health_ports;  // must accept TCP connections once it is up
-  std::string region;              // servers and workers
-  uint32_t rank = 0;               // workers
+  std::string region;                  // servers and workers
+  uint32_t rank = 0;                   // workers
 };
 
 struct NetsimRoute {
@@ -51,8 +51,9 @@ struct Deployment {
   std::vector<ProcessSpec> processes;            // start order
 };
 
-Deployment plan_deployment(const std::string& config_text, const std::string& source, const RunSettings& settings,
-                           const std::filesystem::path& run_dir, PortAllocator& ports);
+Deployment plan_deployment(const std::string& config_text, const std::string& source,
+                           const RunSettings& settings, const std::filesystem::path& run_dir,
+                           PortAllocator& ports);
 
 const char* to_string(ProcessRole role);
 

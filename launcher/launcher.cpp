@@ -23,8 +23,12 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-Clock::duration seconds(double s) { return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s)); }
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+Clock::duration seconds(double s) {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+}
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
 struct Running {
   ProcessSpec spec;
@@ -60,9 +64,11 @@ class Fleet {
     for (auto* p : targets) p->child.signal(SIGTERM);
     const auto deadline = Clock::now() + seconds(grace_s_);
     for (auto* p : targets) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
       if (!p->child.wait_for(std::max(left, std::chrono::milliseconds(0)))) {
-        spdlog::warn("run: {} did not stop within {} s of SIGTERM; killing it", p->spec.name, grace_s_);
+        spdlog::warn("run: {} did not stop within {} s of SIGTERM; killing it", p->spec.name,
+                     grace_s_);
         p->child.signal(SIGKILL);
         p->child.wait_for(std::chrono::seconds(5));
       }
@@ -82,8 +88,8 @@ class Fleet {
 };
 
 std::string failure_message(const Running& p, int status) {
-  return fmt::format("{} failed ({}); last lines of {}:\n{}", p.spec.name, describe_status(status), p.log.string(),
-                     tail_lines(p.log, 20));
+  return fmt::format("{} failed ({}); last lines of {}:\n{}", p.spec.name, describe_status(status),
+                     p.log.string(), tail_lines(p.log, 20));
 }
 
 // Waits until every port of `p` accepts connections. Returns "" when up, else why not.
@@ -95,8 +101,9 @@ std::string wait_healthy(Running& p, Clock::time_point deadline, const std::stop
     if (up) return "";
     if (stop.stop_requested()) return "interrupted";
     if (Clock::now() > deadline)
-      return fmt::format("{} did not accept connections on its port(s) in time; last lines of {}:\n{}", p.spec.name,
-                         p.log.string(), tail_lines(p.log, 20));
+      return fmt::format(
+          "{} did not accept connections on its port(s) in time; last lines of {}:\n{}",
+          p.spec.name, p.log.string(), tail_lines(p.log, 20));
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
 }
@@ -110,15 +117,19 @@ double display_refresh(const LaunchOptions& o, const RunSettings& s) {
 void make_plots(const LaunchOptions& o, const fs::path& run_dir) {
   if (o.plot_script.empty()) return;
   if (!fs::exists(o.python) || !fs::exists(o.plot_script)) {
-    spdlog::warn("run: plots skipped: {} or {} is missing (scripts/bootstrap.sh installs python3-matplotlib)",
-                 o.python, o.plot_script.string());
+    spdlog::warn(
+        "run: plots skipped: {} or {} is missing (scripts/bootstrap.sh installs "
+        "python3-matplotlib)",
+        o.python, o.plot_script.string());
     return;
   }
   ChildProcess plot(o.python, {o.plot_script.string(), run_dir.string()}, run_dir / "plots.log");
   auto st = plot.wait_for(std::chrono::seconds(120));
-  if (!st) spdlog::warn("run: plot script timed out; see {}", (run_dir / "plots.log").string());
+  if (!st)
+    spdlog::warn("run: plot script timed out; see {}", (run_dir / "plots.log").string());
   else if (*st != 0)
-    spdlog::warn("run: plot script failed ({}):\n{}", describe_status(*st), tail_lines(run_dir / "plots.log", 10));
+    spdlog::warn("run: plot script failed ({}):\n{}", describe_status(*st),
+                 tail_lines(run_dir / "plots.log", 10));
 }
 }  // namespace
 
@@ -129,7 +140,8 @@ RunResult run_deployment(const LaunchOptions& o, std::stop_token stop) {
   if (o.validate) o.validate(text, o.config.string());
 
   RunResult result;
-  result.run_dir = create_run_folder(settings.out_dir, settings.name, std::chrono::system_clock::now());
+  result.run_dir =
+      create_run_folder(settings.out_dir, settings.name, std::chrono::system_clock::now());
   const auto& run_dir = result.run_dir;
   Deployment plan;
   {
@@ -155,8 +167,9 @@ RunResult run_deployment(const LaunchOptions& o, std::stop_token stop) {
       if (!failure.empty()) break;
     }
     if (failure.empty()) {
-      spdlog::info("run: servers{} up after {:.1f} s; starting {} worker(s)", plan.netsim_yaml ? " and netsim" : "",
-                   seconds_since(t0), settings.regions.size() * settings.workers_per_region);
+      spdlog::info("run: servers{} up after {:.1f} s; starting {} worker(s)",
+                   plan.netsim_yaml ? " and netsim" : "", seconds_since(t0),
+                   settings.regions.size() * settings.workers_per_region);
       for (const auto& spec : plan.processes)
         if (spec.role == ProcessRole::worker) fleet.start(spec);
     }
@@ -165,7 +178,8 @@ RunResult run_deployment(const LaunchOptions& o, std::stop_token stop) {
     std::vector<JsonlTail> tails;
     for (const auto& spec : plan.processes)
       if (spec.role == ProcessRole::worker)
-        tails.emplace_back(run_dir / fmt::format("worker-{}-{}.metrics.jsonl", spec.region, spec.rank));
+        tails.emplace_back(run_dir /
+                           fmt::format("worker-{}-{}.metrics.jsonl", spec.region, spec.rank));
     ProgressDisplay display(o.progress, o.redraw.value_or(::isatty(::fileno(o.progress)) == 1));
     const double refresh = display_refresh(o, settings);
     auto next_show = Clock::now();
@@ -174,8 +188,10 @@ RunResult run_deployment(const LaunchOptions& o, std::stop_token stop) {
       for (auto& p : fleet.procs()) {
         auto st = p->child.poll();
         if (p->spec.role == ProcessRole::worker) {
-          if (!st) workers_left = true;
-          else if (*st != 0 && failure.empty()) failure = failure_message(*p, *st);
+          if (!st)
+            workers_left = true;
+          else if (*st != 0 && failure.empty())
+            failure = failure_message(*p, *st);
         } else if (st && failure.empty()) {
           failure = failure_message(*p, *st);
         }
@@ -199,10 +215,13 @@ RunResult run_deployment(const LaunchOptions& o, std::stop_token stop) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     display.finish();
-    if (failure == "interrupted") status = "interrupted";
-    else if (!failure.empty() && status == "completed") status = "failed";
+    if (failure == "interrupted")
+      status = "interrupted";
+    else if (!failure.empty() && status == "completed")
+      status = "failed";
     if (!failure.empty() && status == "failed") spdlog::error("run: {}", failure);
-    if (status == "interrupted") spdlog::warn("run: interrupted; stopping every process, keeping partial results");
+    if (status == "interrupted")
+      spdlog::warn("run: interrupted; stopping every process, keeping partial results");
     fleet.stop_all();  // workers first, then servers and netsim
   }
   const double wall = seconds_since(t0);
@@ -216,12 +235,14 @@ RunResult run_deployment(const LaunchOptions& o, std::stop_token stop) {
   const auto s = write_summary_and_report(run_dir, in);
 
   const auto acc = s["final_test_accuracy"];
-  std::string line = fmt::format("run {}: {} in {:.1f} s; final test accuracy {}; parameter exchange {}",
-                                 run_dir.filename().string(), status, wall,
-                                 acc.is_number() ? fmt::format("{:.2f}%", 100 * acc.get<double>()) : "-",
-                                 human_bytes(s.value("wan_bytes_total", 0.0)));
+  std::string line =
+      fmt::format("run {}: {} in {:.1f} s; final test accuracy {}; parameter exchange {}",
+                  run_dir.filename().string(), status, wall,
+                  acc.is_number() ? fmt::format("{:.2f}%", 100 * acc.get<double>()) : "-",
+                  human_bytes(s.value("wan_bytes_total", 0.0)));
   if (s.contains("wan_wire_bytes_total"))
-    line += fmt::format(" ({} across the WAN)", human_bytes(s["wan_wire_bytes_total"].get<double>()));
+    line +=
+        fmt::format(" ({} across the WAN)", human_bytes(s["wan_wire_bytes_total"].get<double>()));
   if (settings.target_accuracy) {
     const double target = *settings.target_accuracy;
     line += acc.is_number() && acc.get<double>() >= target
@@ -230,9 +251,13 @@ RunResult run_deployment(const LaunchOptions& o, std::stop_token stop) {
     if (s["time_to_target_seconds"].is_number())
       line += fmt::format(" (every region by {:.1f} s)", s["time_to_target_seconds"].get<double>());
   }
-  std::fprintf(o.progress, "%s\nreport: %s\n", line.c_str(), (run_dir / "report.md").string().c_str());
+  std::fprintf(o.progress, "%s\nreport: %s\n", line.c_str(),
+               (run_dir / "report.md").string().c_str());
   result.status = status;
-  result.exit_code = status == "completed" ? 0 : status == "interrupted" ? 130 : status == "timed out" ? 124 : 1;
+  result.exit_code = status == "completed"     ? 0
+                     : status == "interrupted" ? 130
+                     : status == "timed out"   ? 124
+                                               : 1;
   return result;
 }
 

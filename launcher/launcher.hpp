@@ -33,8 +33,8 @@ struct LaunchOptions {
   // parsers: a config error then stops the run before any process starts.
   std::function<void(const std::string& yaml_text, const std::string& source)> validate;
   std::FILE* progress = stderr;
-  std::optional<bool> redraw;                    // default: `progress` is a terminal
-  double grace_s = 10;                           // SIGTERM -> SIGKILL
+  std::optional<bool> redraw;  // default: `progress` is a terminal
+  double grace_s = 10;         // SIGTERM -> SIGKILL
 };
 
 struct RunResult {

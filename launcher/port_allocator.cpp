@@ -19,14 +19,16 @@ sockaddr_in make_address(const std::string& host, uint16_t port) {
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(port);
-  GT_REQUIRE(::inet_pton(AF_INET, host.c_str(), &a.sin_addr) == 1, "host '{}' is not a numeric IPv4 address", host);
+  GT_REQUIRE(::inet_pton(AF_INET, host.c_str(), &a.sin_addr) == 1,
+             "host '{}' is not a numeric IPv4 address", host);
   return a;
 }
 
 // A bound socket on host:port (0 = ephemeral), or -1 when the port is taken.
 int bind_probe(const std::string& host, uint16_t port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) throw SystemError("socket", "socket(AF_INET)", __FILE__, __LINE__, std::strerror(errno));
+  if (fd < 0)
+    throw SystemError("socket", "socket(AF_INET)", __FILE__, __LINE__, std::strerror(errno));
   const auto a = make_address(host, port);
   if (::bind(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0) {
     ::close(fd);
@@ -36,14 +38,16 @@ int bind_probe(const std::string& host, uint16_t port) {
 }
 }  // namespace
 
-PortAllocator::PortAllocator(uint16_t base_port, std::string host) : next_(base_port), host_(std::move(host)) {}
+PortAllocator::PortAllocator(uint16_t base_port, std::string host)
+    : next_(base_port), host_(std::move(host)) {}
 
 PortAllocator::~PortAllocator() { release(); }
 
 uint16_t PortAllocator::allocate() {
   if (next_ == 0) {
     const int fd = bind_probe(host_, 0);
-    if (fd < 0) throw SystemError("socket", "bind(port 0)", __FILE__, __LINE__, std::strerror(errno));
+    if (fd < 0)
+      throw SystemError("socket", "bind(port 0)", __FILE__, __LINE__, std::strerror(errno));
     sockaddr_in a{};
     socklen_t len = sizeof a;
     ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
@@ -57,7 +61,8 @@ uint16_t PortAllocator::allocate() {
     next_ = static_cast<uint16_t>(port == 65535 ? 65535 : port + 1);
     return static_cast<uint16_t>(port);
   }
-  throw SystemError("socket", "bind", __FILE__, __LINE__, fmt::format("no free port from {} up", next_));
+  throw SystemError("socket", "bind", __FILE__, __LINE__,
+                    fmt::format("no free port from {} up", next_));
 }
 
 void PortAllocator::release() {

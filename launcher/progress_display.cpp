@@ -6,7 +6,8 @@
 
 namespace geotrain::launcher {
 
-std::vector<std::string> progress_lines(const RunMonitor& monitor, const std::vector<std::string>& regions) {
+std::vector<std::string> progress_lines(const RunMonitor& monitor,
+                                        const std::vector<std::string>& regions) {
   std::size_t width = 6;
   for (const auto& r : regions) width = std::max(width, r.size());
   std::vector<std::string> lines;
@@ -19,7 +20,8 @@ std::vector<std::string> progress_lines(const RunMonitor& monitor, const std::ve
     const auto& r = it->second;
     const std::string planned = r.rounds_planned ? fmt::format("/{:.0f}", *r.rounds_planned) : "";
     lines.push_back(fmt::format(
-        "{:<{}}  round {:>4}{:<5} step {:>6}  loss {:>7}  acc {:>6}  WAN {:>8.2f} MB  stale {:>3}  {:>5.2f} rounds/s",
+        "{:<{}}  round {:>4}{:<5} step {:>6}  loss {:>7}  acc {:>6}  WAN {:>8.2f} MB  stale {:>3}  "
+        "{:>5.2f} rounds/s",
         name, width, r.rounds_done, planned, r.step, r.loss ? fmt::format("{:.4f}", *r.loss) : "-",
         r.accuracy ? fmt::format("{:.2f}%", 100 * *r.accuracy) : "-", r.wan_bytes() / 1e6,
         r.staleness ? fmt::format("{:.0f}", *r.staleness) : "-", r.rounds_per_s()));
@@ -27,7 +29,8 @@ std::vector<std::string> progress_lines(const RunMonitor& monitor, const std::ve
   return lines;
 }
 
-void ProgressDisplay::show(const RunMonitor& monitor, const std::vector<std::string>& regions, double elapsed_s) {
+void ProgressDisplay::show(const RunMonitor& monitor, const std::vector<std::string>& regions,
+                           double elapsed_s) {
   const auto lines = progress_lines(monitor, regions);
   std::string text;
   if (redraw_) {

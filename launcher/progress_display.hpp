@@ -16,7 +16,8 @@ namespace geotrain::launcher {
 
 // The lines shown for a monitor's state, regions in the given order (regions not yet seen
 // show as waiting).
-std::vector<std::string> progress_lines(const RunMonitor& monitor, const std::vector<std::string>& regions);
+std::vector<std::string> progress_lines(const RunMonitor& monitor,
+                                        const std::vector<std::string>& regions);
 
 class ProgressDisplay {
  public:

@@ -17,7 +17,8 @@ std::string run_folder_name(const std::string& name, std::chrono::system_clock::
   return std::string(stamp) + "-" + name;
 }
 
-std::filesystem::path create_run_folder(const std::filesystem::path& out_dir, const std::string& name,
+std::filesystem::path create_run_folder(const std::filesystem::path& out_dir,
+                                        const std::string& name,
                                         std::chrono::system_clock::time_point when) {
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);
@@ -29,7 +30,8 @@ std::filesystem::path create_run_folder(const std::filesystem::path& out_dir, co
     if (std::filesystem::create_directory(dir, ec)) return dir;
     GT_REQUIRE(!ec, "cannot create the run folder '{}': {}", dir.string(), ec.message());
   }
-  GT_REQUIRE(false, "cannot create a run folder for '{}' in '{}': 999 runs in one second", name, out_dir.string());
+  GT_REQUIRE(false, "cannot create a run folder for '{}' in '{}': 999 runs in one second", name,
+             out_dir.string());
   return {};
 }
 

@@ -15,7 +15,8 @@ std::string run_folder_name(const std::string& name, std::chrono::system_clock::
 
 // Creates out_dir (and parents) and a new, empty run folder in it; returns its path.
 // SystemError-free: InputError naming the folder when it cannot be created.
-std::filesystem::path create_run_folder(const std::filesystem::path& out_dir, const std::string& name,
+std::filesystem::path create_run_folder(const std::filesystem::path& out_dir,
+                                        const std::string& name,
                                         std::chrono::system_clock::time_point when);
 
 // Writes `text` to `file` (replacing it); InputError naming the file when that fails.

@@ -18,42 +18,47 @@
 namespace geotrain::launcher {
 
 struct WorkerState {
-  uint64_t steps = 0;     // step events (the `done` count when there is one)
-  double compute_s = 0;   // sum of step compute_s
-  double comm_s = 0;      // sum of step comm_s
-  double last_time = 0;   // newest event time
+  uint64_t steps = 0;            // step events (the `done` count when there is one)
+  double compute_s = 0;          // sum of step compute_s
+  double comm_s = 0;             // sum of step comm_s
+  double last_time = 0;          // newest event time
   std::optional<double> wall_s;  // from `done`
   bool done = false;
 };
 
 struct RegionState {
-  uint64_t round = 0;            // newest round number the leader reported (round or step event)
-  uint64_t step = 0;             // leader's newest step
-  std::optional<double> loss;    // leader's newest step loss
+  uint64_t round = 0;              // newest round number the leader reported (round or step event)
+  uint64_t step = 0;               // leader's newest step
+  std::optional<double> loss;      // leader's newest step loss
   std::optional<double> accuracy;  // newest eval test_accuracy
   std::optional<double> final_accuracy;  // leader's `done`
-  uint64_t rounds_done = 0;      // round events of training rounds (steps > 0)
+  uint64_t rounds_done = 0;              // round events of training rounds (steps > 0)
   double bytes_pushed = 0, bytes_pulled = 0;
   std::optional<double> staleness;  // newest
-  double staleness_sum = 0;      // over round events with a staleness
+  double staleness_sum = 0;         // over round events with a staleness
   uint64_t staleness_n = 0;
-  double wait_s = 0;             // sum of round wait_s
-  double leader_time = 0;        // newest leader event time
+  double wait_s = 0;                     // sum of round wait_s
+  double leader_time = 0;                // newest leader event time
   std::optional<double> time_to_target;  // first eval at or above the target
   std::optional<double> rounds_planned;  // from the leader's `start`
 
   double wan_bytes() const { return bytes_pushed + bytes_pulled; }
-  double rounds_per_s() const { return leader_time > 0 ? static_cast<double>(rounds_done) / leader_time : 0; }
+  double rounds_per_s() const {
+    return leader_time > 0 ? static_cast<double>(rounds_done) / leader_time : 0;
+  }
 };
 
 class RunMonitor {
  public:
-  explicit RunMonitor(std::optional<double> target_accuracy = std::nullopt) : target_(target_accuracy) {}
+  explicit RunMonitor(std::optional<double> target_accuracy = std::nullopt)
+      : target_(target_accuracy) {}
 
   void add(const nlohmann::json& event);
 
   const std::map<std::string, RegionState>& regions() const { return regions_; }
-  const std::map<std::pair<std::string, uint32_t>, WorkerState>& workers() const { return workers_; }
+  const std::map<std::pair<std::string, uint32_t>, WorkerState>& workers() const {
+    return workers_;
+  }
   // The first leader `start` event seen (run settings as the workers understood them).
   const nlohmann::json& start_event() const { return start_; }
   std::optional<double> target_accuracy() const { return target_; }

@@ -17,7 +17,8 @@ std::string read_text_file(const std::filesystem::path& file) {
 }
 
 RunSettings parse_run_settings(std::string_view yaml_text, std::string_view source,
-                               const std::filesystem::path& config_dir, std::string_view default_name) {
+                               const std::filesystem::path& config_dir,
+                               std::string_view default_name) {
   const YamlReader in{std::string(source)};
   YAML::Node root;
   try {
@@ -35,32 +36,40 @@ RunSettings parse_run_settings(std::string_view yaml_text, std::string_view sour
   GT_REQUIRE(!s.regions.empty(), "{}: regions is empty", source);
   for (std::size_t i = 0; i < s.regions.size(); ++i)
     for (std::size_t j = 0; j < i; ++j)
-      GT_REQUIRE(s.regions[i] != s.regions[j], "{}: regions lists '{}' twice", source, s.regions[i]);
+      GT_REQUIRE(s.regions[i] != s.regions[j], "{}: regions lists '{}' twice", source,
+                 s.regions[i]);
   if (auto w = root["worker"]; w && w.IsMap() && w["workers_per_region"])
-    s.workers_per_region = in.number<uint32_t>(w["workers_per_region"], "worker.workers_per_region", 1, 64);
+    s.workers_per_region =
+        in.number<uint32_t>(w["workers_per_region"], "worker.workers_per_region", 1, 64);
 
   auto run = root["run"];
   if (run) {
-    in.check_keys(run, "run",
-                  {"name", "out_dir", "wan_profile", "target_accuracy", "base_port", "startup_timeout_s",
-                   "timeout_s", "progress_interval_s", "plots", "netsim_stats_interval_s"});
+    in.check_keys(
+        run, "run",
+        {"name", "out_dir", "wan_profile", "target_accuracy", "base_port", "startup_timeout_s",
+         "timeout_s", "progress_interval_s", "plots", "netsim_stats_interval_s"});
     if (auto n = run["name"]) {
       s.name = in.string(n, "run.name");
       const bool ok = !s.name.empty() && s.name.find_first_of("/\\ \t\n") == std::string::npos;
-      GT_REQUIRE(ok, "{}: run.name is '{}', allowed: a non-empty name without '/' or spaces", source, s.name);
+      GT_REQUIRE(ok, "{}: run.name is '{}', allowed: a non-empty name without '/' or spaces",
+                 source, s.name);
     }
     if (auto n = run["out_dir"]) s.out_dir = in.string(n, "run.out_dir");
     if (auto n = run["wan_profile"]) {
       std::filesystem::path p = in.string(n, "run.wan_profile");
       if (p.is_relative()) p = config_dir / p;
-      GT_REQUIRE(std::filesystem::is_regular_file(p), "{}: run.wan_profile is '{}': no such file ({})", source,
+      GT_REQUIRE(std::filesystem::is_regular_file(p),
+                 "{}: run.wan_profile is '{}': no such file ({})", source,
                  in.string(n, "run.wan_profile"), p.string());
       s.wan_profile = p;
     }
-    if (auto n = run["target_accuracy"]) s.target_accuracy = in.number<double>(n, "run.target_accuracy", 0.0, 1.0);
+    if (auto n = run["target_accuracy"])
+      s.target_accuracy = in.number<double>(n, "run.target_accuracy", 0.0, 1.0);
     if (auto n = run["base_port"]) s.base_port = in.number<uint16_t>(n, "run.base_port", 0, 65000);
-    if (auto n = run["startup_timeout_s"]) s.startup_timeout_s = in.number<double>(n, "run.startup_timeout_s", 0.1, 3600);
-    if (auto n = run["timeout_s"]) s.timeout_s = in.number<double>(n, "run.timeout_s", 0, 7 * 86400);
+    if (auto n = run["startup_timeout_s"])
+      s.startup_timeout_s = in.number<double>(n, "run.startup_timeout_s", 0.1, 3600);
+    if (auto n = run["timeout_s"])
+      s.timeout_s = in.number<double>(n, "run.timeout_s", 0, 7 * 86400);
     if (auto n = run["progress_interval_s"])
       s.progress_interval_s = in.number<double>(n, "run.progress_interval_s", 0.1, 3600);
     if (auto n = run["plots"]) s.plots = in.boolean(n, "run.plots");
@@ -68,7 +77,8 @@ RunSettings parse_run_settings(std::string_view yaml_text, std::string_view sour
       s.netsim_stats_interval_s = in.number<double>(n, "run.netsim_stats_interval_s", 0.01, 3600);
   }
   GT_REQUIRE(s.regions.size() == 1 || s.wan_profile,
-             "{}: run.wan_profile is missing: with {} regions every inter-region connection goes through netsim, "
+             "{}: run.wan_profile is missing: with {} regions every inter-region connection goes "
+             "through netsim, "
              "which needs a WAN profile (e.g. run.wan_profile: wan/global-3.yaml)",
              source, s.regions.size());
   return s;
@@ -76,7 +86,8 @@ RunSettings parse_run_settings(std::string_view yaml_text, std::string_view sour
 
 RunSettings load_run_settings(const std::filesystem::path& config_file) {
   const auto text = read_text_file(config_file);
-  return parse_run_settings(text, config_file.string(), config_file.parent_path(), config_file.stem().string());
+  return parse_run_settings(text, config_file.string(), config_file.parent_path(),
+                            config_file.stem().string());
 }
 
 }  // namespace geotrain::launcher

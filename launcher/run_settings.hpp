@@ -46,7 +46,8 @@ struct RunSettings {
 // `source` names the config in messages; `config_dir` resolves a relative wan_profile;
 // `default_name` is used when run.name is absent.
 RunSettings parse_run_settings(std::string_view yaml_text, std::string_view source,
-                               const std::filesystem::path& config_dir, std::string_view default_name);
+                               const std::filesystem::path& config_dir,
+                               std::string_view default_name);
 RunSettings load_run_settings(const std::filesystem::path& config_file);
 
 // Reads a whole file; InputError naming the file when it cannot be read.

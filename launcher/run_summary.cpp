@@ -25,7 +25,8 @@ std::optional<double> netsim_bytes(const fs::path& file) {
     const auto link = r.value("link", std::string());
     double b = 0;
     for (const char* lane : {"forward", "reverse"})
-      if (r.contains(lane) && r[lane].is_object() && r[lane].contains("bytes") && r[lane]["bytes"].is_number())
+      if (r.contains(lane) && r[lane].is_object() && r[lane].contains("bytes") &&
+          r[lane]["bytes"].is_number())
         b += r[lane]["bytes"].get<double>();
     per_link[link] = b;
   }
@@ -73,7 +74,8 @@ RunMonitor read_run_metrics(const fs::path& run_dir, std::optional<double> targe
   if (fs::is_directory(run_dir))
     for (const auto& entry : fs::directory_iterator(run_dir)) {
       const auto name = entry.path().filename().string();
-      if (name.starts_with("worker-") && name.ends_with(".metrics.jsonl")) files.push_back(entry.path());
+      if (name.starts_with("worker-") && name.ends_with(".metrics.jsonl"))
+        files.push_back(entry.path());
     }
   std::sort(files.begin(), files.end());
   for (const auto& f : files)
@@ -105,15 +107,18 @@ json build_summary(const fs::path& run_dir, const SummaryInputs& in) {
     staleness_sum += r.staleness_sum;
     round_events += static_cast<double>(r.staleness_n);
     rounds = std::max(rounds, r.rounds_done);
-    if (r.time_to_target) time_to_target = std::max(time_to_target, *r.time_to_target);
-    else all_reached = false;
+    if (r.time_to_target)
+      time_to_target = std::max(time_to_target, *r.time_to_target);
+    else
+      all_reached = false;
     per_region[name] = {{"final_test_accuracy", opt(acc)},
                         {"rounds", r.rounds_done},
                         {"wan_bytes", r.wan_bytes()},
                         {"bytes_pushed", r.bytes_pushed},
                         {"bytes_pulled", r.bytes_pulled},
-                        {"mean_staleness", r.staleness_n ? json(r.staleness_sum / static_cast<double>(r.staleness_n))
-                                                         : json(nullptr)},
+                        {"mean_staleness",
+                         r.staleness_n ? json(r.staleness_sum / static_cast<double>(r.staleness_n))
+                                       : json(nullptr)},
                         {"wait_seconds", r.wait_s},
                         {"time_to_target_seconds", opt(r.time_to_target)}};
   }
@@ -132,7 +137,8 @@ json build_summary(const fs::path& run_dir, const SummaryInputs& in) {
   if (auto b = netsim_bytes(run_dir / "netsim.jsonl")) s["wan_wire_bytes_total"] = *b;
   s["rounds"] = rounds;
   s["steps"] = steps;
-  s["compute_utilization"] = worker_wall > 0 ? json(std::min(1.0, compute / worker_wall)) : json(nullptr);
+  s["compute_utilization"] =
+      worker_wall > 0 ? json(std::min(1.0, compute / worker_wall)) : json(nullptr);
   s["mean_staleness"] = round_events > 0 ? json(staleness_sum / round_events) : json(nullptr);
   if (in.target_accuracy) {
     s["target_accuracy"] = *in.target_accuracy;
@@ -145,28 +151,37 @@ json build_summary(const fs::path& run_dir, const SummaryInputs& in) {
 std::string build_report(const fs::path& run_dir, const json& s) {
   YAML::Node config;
   try {
-    if (fs::exists(run_dir / "config.yaml")) config = YAML::LoadFile((run_dir / "config.yaml").string());
+    if (fs::exists(run_dir / "config.yaml"))
+      config = YAML::LoadFile((run_dir / "config.yaml").string());
   } catch (const YAML::Exception&) {
   }
-  std::string md = fmt::format("# Run {}\n\nStatus: **{}**", run_dir.filename().string(), s.value("status", "?"));
+  std::string md = fmt::format("# Run {}\n\nStatus: **{}**", run_dir.filename().string(),
+                               s.value("status", "?"));
   if (s.contains("failure")) md += fmt::format(" ({})", s["failure"].get<std::string>());
   md += "\n\n## Settings\n\n| setting | value |\n|---|---|\n";
-  for (const char* key : {"regions", "model.arch", "model.critical", "worker.workers_per_region", "worker.device",
-                          "worker.batch_size", "worker.local_steps", "worker.rounds", "worker.lr",
-                          "worker.critical_codec", "worker.noncritical_codec", "worker.overlap",
-                          "server.staleness_bound", "server.optimizer", "run.wan_profile", "run.target_accuracy"}) {
+  for (const char* key :
+       {"regions", "model.arch", "model.critical", "worker.workers_per_region", "worker.device",
+        "worker.batch_size", "worker.local_steps", "worker.rounds", "worker.lr",
+        "worker.critical_codec", "worker.noncritical_codec", "worker.overlap",
+        "server.staleness_bound", "server.optimizer", "run.wan_profile", "run.target_accuracy"}) {
     std::string v = config ? config_value(config, key) : "?";
     if (std::string(key) == "run.wan_profile" && v != "(default)") v = fs::path(v).stem().string();
     md += fmt::format("| `{}` | {} |\n", key, v);
   }
   md += "\n## Results\n\n| result | value |\n|---|---|\n";
-  const auto pct = [](const json& v) { return v.is_number() ? fmt::format("{:.2f}%", 100 * v.get<double>()) : "-"; };
+  const auto pct = [](const json& v) {
+    return v.is_number() ? fmt::format("{:.2f}%", 100 * v.get<double>()) : "-";
+  };
   md += fmt::format("| final test accuracy | {} |\n", pct(s["final_test_accuracy"]));
   md += fmt::format("| wall time | {} s |\n", fmt_value(s["wall_seconds"]));
-  md += fmt::format("| parameter exchange payload, leaders <-> all servers (`wan_bytes_total`) | {} |\n", human_bytes(s.value("wan_bytes_total", 0.0)));
+  md += fmt::format(
+      "| parameter exchange payload, leaders <-> all servers (`wan_bytes_total`) | {} |\n",
+      human_bytes(s.value("wan_bytes_total", 0.0)));
   if (s.contains("wan_wire_bytes_total"))
-    md += fmt::format("| bytes across the WAN (through netsim, both directions) | {} |\n", human_bytes(s["wan_wire_bytes_total"].get<double>()));
-  md += fmt::format("| rounds | {} |\n| steps per worker | {} |\n", fmt_value(s["rounds"]), fmt_value(s["steps"]));
+    md += fmt::format("| bytes across the WAN (through netsim, both directions) | {} |\n",
+                      human_bytes(s["wan_wire_bytes_total"].get<double>()));
+  md += fmt::format("| rounds | {} |\n| steps per worker | {} |\n", fmt_value(s["rounds"]),
+                    fmt_value(s["steps"]));
   md += fmt::format("| compute utilization | {} |\n", pct(s["compute_utilization"]));
   md += fmt::format("| mean staleness | {} |\n", fmt_value(s["mean_staleness"]));
   if (s.contains("target_accuracy"))
@@ -174,22 +189,26 @@ std::string build_report(const fs::path& run_dir, const json& s) {
                       s["time_to_target_seconds"].is_number()
                           ? fmt::format("{:.1f} s", s["time_to_target_seconds"].get<double>())
                           : std::string("not reached"));
-  md += "\n## Per region\n\n| region | accuracy | rounds | WAN payload | mean staleness | waiting (s) |\n"
-        "|---|---|---|---|---|---|\n";
+  md +=
+      "\n## Per region\n\n| region | accuracy | rounds | WAN payload | mean staleness | waiting "
+      "(s) |\n"
+      "|---|---|---|---|---|---|\n";
   for (const auto& [name, r] : s["per_region"].items())
-    md += fmt::format("| {} | {} | {} | {} | {} | {} |\n", name, pct(r["final_test_accuracy"]), fmt_value(r["rounds"]),
-                      human_bytes(r.value("wan_bytes", 0.0)), fmt_value(r["mean_staleness"]),
-                      fmt_value(r["wait_seconds"]));
+    md += fmt::format("| {} | {} | {} | {} | {} | {} |\n", name, pct(r["final_test_accuracy"]),
+                      fmt_value(r["rounds"]), human_bytes(r.value("wan_bytes", 0.0)),
+                      fmt_value(r["mean_staleness"]), fmt_value(r["wait_seconds"]));
   bool heading = false;
-  for (const char* png : {"loss_accuracy_vs_time.png", "loss_accuracy_vs_wan_bytes.png", "staleness_histogram.png",
-                          "round_time_split.png"}) {
+  for (const char* png : {"loss_accuracy_vs_time.png", "loss_accuracy_vs_wan_bytes.png",
+                          "staleness_histogram.png", "round_time_split.png"}) {
     if (!fs::exists(run_dir / png)) continue;
     if (!heading) md += "\n## Plots\n\n";
     heading = true;
     md += fmt::format("![{}]({})\n\n", fs::path(png).stem().string(), png);
   }
-  md += "\nFiles: `config.yaml` (resolved config), `*.metrics.jsonl` (per-process metrics), `netsim.jsonl`, "
-        "`*.log` (each process's output); see docs/run.md.\n";
+  md +=
+      "\nFiles: `config.yaml` (resolved config), `*.metrics.jsonl` (per-process metrics), "
+      "`netsim.jsonl`, "
+      "`*.log` (each process's output); see docs/run.md.\n";
   return md;
 }
 

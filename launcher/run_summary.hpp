@@ -33,7 +33,8 @@ struct SummaryInputs {
 };
 
 // Folds every worker-*.metrics.jsonl of the folder into a monitor.
-RunMonitor read_run_metrics(const std::filesystem::path& run_dir, std::optional<double> target_accuracy);
+RunMonitor read_run_metrics(const std::filesystem::path& run_dir,
+                            std::optional<double> target_accuracy);
 
 nlohmann::json build_summary(const std::filesystem::path& run_dir, const SummaryInputs& inputs);
 
@@ -42,7 +43,8 @@ nlohmann::json build_summary(const std::filesystem::path& run_dir, const Summary
 std::string build_report(const std::filesystem::path& run_dir, const nlohmann::json& summary);
 
 // Builds both and writes summary.json and report.md; returns the summary.
-nlohmann::json write_summary_and_report(const std::filesystem::path& run_dir, const SummaryInputs& inputs);
+nlohmann::json write_summary_and_report(const std::filesystem::path& run_dir,
+                                        const SummaryInputs& inputs);
 
 // "1.23 MB", "456 kB", ...
 std::string human_bytes(double bytes);

@@ -58,19 +58,21 @@ int run_sweep(const SweepOptions& o, std::stop_token stop) {
     if (auto done = find_run(point_runs); done && done->second.value("status", "") == "completed") {
       rows[i].summary = done->second;
       rows[i].run_dir = done->first;
-      spdlog::info("sweep {}: point {}/{} '{}' already complete ({}), skipped", plan.name, i + 1, plan.points.size(),
-                   p.label, done->first.filename().string());
+      spdlog::info("sweep {}: point {}/{} '{}' already complete ({}), skipped", plan.name, i + 1,
+                   plan.points.size(), p.label, done->first.filename().string());
       continue;
     }
-    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::string eta;
     if (ran > 0) {
       std::size_t left = 0;
-      for (std::size_t j = i; j < plan.points.size(); ++j) left += rows[j].summary.is_null() ? 1 : 0;
+      for (std::size_t j = i; j < plan.points.size(); ++j)
+        left += rows[j].summary.is_null() ? 1 : 0;
       eta = fmt::format(", about {:.0f} s left", elapsed / ran * static_cast<double>(left));
     }
-    spdlog::info("sweep {}: point {}/{} '{}' ({:.0f} s so far{})", plan.name, i + 1, plan.points.size(), p.label,
-                 elapsed, eta);
+    spdlog::info("sweep {}: point {}/{} '{}' ({:.0f} s so far{})", plan.name, i + 1,
+                 plan.points.size(), p.label, elapsed, eta);
     LaunchOptions run = o.run;
     run.config = dir / "configs" / (p.label + ".yaml");
     run.out_dir = point_runs;
@@ -89,10 +91,11 @@ int run_sweep(const SweepOptions& o, std::stop_token stop) {
   if (!o.plot_script.empty() && fs::exists(o.run.python) && fs::exists(o.plot_script)) {
     ChildProcess plot(o.run.python, {o.plot_script.string(), dir.string()}, dir / "plots.log");
     const auto st = plot.wait_for(std::chrono::seconds(120));
-    if (!st || *st != 0) spdlog::warn("sweep: plot script failed; see {}", (dir / "plots.log").string());
+    if (!st || *st != 0)
+      spdlog::warn("sweep: plot script failed; see {}", (dir / "plots.log").string());
   }
-  std::fprintf(o.run.progress, "sweep %s: %zu point(s) done; results: %s\n", plan.name.c_str(), plan.points.size(),
-               (dir / "results.md").string().c_str());
+  std::fprintf(o.run.progress, "sweep %s: %zu point(s) done; results: %s\n", plan.name.c_str(),
+               plan.points.size(), (dir / "results.md").string().c_str());
   return exit_code;
 }
 

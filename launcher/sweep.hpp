@@ -21,8 +21,8 @@ namespace geotrain::launcher {
 struct SweepOptions {
   std::filesystem::path sweep_file;
   std::optional<std::filesystem::path> out_dir;  // overrides the sweep's out_dir
-  LaunchOptions run;                             // binary, plots, validation, progress; config is set per point
-  std::filesystem::path plot_script;             // scripts/plot_sweep.py; empty = no sweep plots
+  LaunchOptions run;  // binary, plots, validation, progress; config is set per point
+  std::filesystem::path plot_script;  // scripts/plot_sweep.py; empty = no sweep plots
 };
 
 // 0 when every point completed, 1 when one failed, 130 when interrupted.

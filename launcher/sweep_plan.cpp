@@ -26,7 +26,8 @@ std::string flow(const YAML::Node& n) {
 }
 
 // Sets `path` (a.b.c) in `root` to `value`, creating mappings on the way.
-void set_path(YAML::Node root, const std::string& path, const YAML::Node& value, const std::string& source) {
+void set_path(YAML::Node root, const std::string& path, const YAML::Node& value,
+              const std::string& source) {
   std::vector<std::string> parts;
   for (std::size_t start = 0;;) {
     const auto dot = path.find('.', start);
@@ -34,14 +35,16 @@ void set_path(YAML::Node root, const std::string& path, const YAML::Node& value,
     if (dot == std::string::npos) break;
     start = dot + 1;
   }
-  for (const auto& p : parts) GT_REQUIRE(!p.empty(), "{}: key '{}' is not a dotted config key", source, path);
+  for (const auto& p : parts)
+    GT_REQUIRE(!p.empty(), "{}: key '{}' is not a dotted config key", source, path);
   // yaml-cpp nodes are handles: walking with operator= would rebind, so build by recursion.
   std::function<void(YAML::Node, std::size_t)> walk = [&](YAML::Node node, std::size_t i) {
     if (i + 1 == parts.size()) {
       node[parts[i]] = value;
       return;
     }
-    if (!node[parts[i]] || !node[parts[i]].IsMap()) node[parts[i]] = YAML::Node(YAML::NodeType::Map);
+    if (!node[parts[i]] || !node[parts[i]].IsMap())
+      node[parts[i]] = YAML::Node(YAML::NodeType::Map);
     walk(node[parts[i]], i + 1);
   };
   walk(root, 0);
@@ -49,8 +52,8 @@ void set_path(YAML::Node root, const std::string& path, const YAML::Node& value,
 
 std::string sanitize(std::string s) {
   for (char& c : s)
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '=' && c != '.' && c != ',' &&
-        c != '+')
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '=' &&
+        c != '.' && c != ',' && c != '+')
       c = '_';
   return s;
 }
@@ -85,7 +88,8 @@ SweepPlan parse_sweep(const std::string& text, const std::string& source, const 
   SweepPlan plan;
   plan.name = root["name"] ? in.string(root["name"], "name") : default_name;
   if (root["out_dir"]) plan.out_dir = in.string(root["out_dir"], "out_dir");
-  GT_REQUIRE(root["base"], "{}: key 'base' is missing (the config every point starts from)", source);
+  GT_REQUIRE(root["base"], "{}: key 'base' is missing (the config every point starts from)",
+             source);
   fs::path base = in.string(root["base"], "base");
   if (base.is_relative()) base = sweep_dir / base;
   const std::string base_text = read_text_file(base);
@@ -93,12 +97,13 @@ SweepPlan parse_sweep(const std::string& text, const std::string& source, const 
   // Points as (label, [(key, value node)]).
   std::vector<std::pair<std::string, std::vector<std::pair<std::string, YAML::Node>>>> raw;
   if (auto grid = root["grid"]) {
-    GT_REQUIRE(grid.IsMap() && grid.size() > 0, "{}: grid must map dotted config keys to lists of values", source);
+    GT_REQUIRE(grid.IsMap() && grid.size() > 0,
+               "{}: grid must map dotted config keys to lists of values", source);
     std::vector<std::vector<std::pair<std::string, YAML::Node>>> combos{{}};
     for (const auto& kv : grid) {
       const auto key = kv.first.as<std::string>();
-      GT_REQUIRE(kv.second.IsSequence() && kv.second.size() > 0, "{}: grid.{} must be a non-empty list of values",
-                 source, key);
+      GT_REQUIRE(kv.second.IsSequence() && kv.second.size() > 0,
+                 "{}: grid.{} must be a non-empty list of values", source, key);
       std::vector<std::vector<std::pair<std::string, YAML::Node>>> next;
       for (const auto& c : combos)
         for (const auto& v : kv.second) {
@@ -116,10 +121,13 @@ SweepPlan parse_sweep(const std::string& text, const std::string& source, const 
       in.check_keys(p, "points[]", {"label", "set"});
       std::vector<std::pair<std::string, YAML::Node>> values;
       if (p["set"]) {
-        GT_REQUIRE(p["set"].IsMap(), "{}: points[].set must map dotted config keys to values", source);
-        for (const auto& kv : p["set"]) values.emplace_back(kv.first.as<std::string>(), YAML::Node(kv.second));
+        GT_REQUIRE(p["set"].IsMap(), "{}: points[].set must map dotted config keys to values",
+                   source);
+        for (const auto& kv : p["set"])
+          values.emplace_back(kv.first.as<std::string>(), YAML::Node(kv.second));
       }
-      raw.emplace_back(p["label"] ? in.string(p["label"], "points[].label") : "", std::move(values));
+      raw.emplace_back(p["label"] ? in.string(p["label"], "points[].label") : "",
+                       std::move(values));
     }
   }
   GT_REQUIRE(!raw.empty(), "{}: the sweep has no points (give grid, points, or both)", source);
@@ -134,7 +142,8 @@ SweepPlan parse_sweep(const std::string& text, const std::string& source, const 
         v = YAML::Node(fs::absolute(sweep_dir / v.Scalar()).lexically_normal().string());
       set_path(config, key, v, source);
       point.values.emplace_back(key, flow(value));
-      if (std::find(plan.keys.begin(), plan.keys.end(), key) == plan.keys.end()) plan.keys.push_back(key);
+      if (std::find(plan.keys.begin(), plan.keys.end(), key) == plan.keys.end())
+        plan.keys.push_back(key);
     }
     if (label.empty()) {
       for (const auto& [key, value] : point.values)
@@ -142,14 +151,19 @@ SweepPlan parse_sweep(const std::string& text, const std::string& source, const 
       if (label.empty()) label = "base";
     }
     point.label = sanitize(label);
-    GT_REQUIRE(labels.insert(point.label).second, "{}: two points have the label '{}'", source, point.label);
+    GT_REQUIRE(labels.insert(point.label).second, "{}: two points have the label '{}'", source,
+               point.label);
     set_path(config, "run.name", YAML::Node(point.label), source);
-    if (config["run"]["wan_profile"] && fs::path(config["run"]["wan_profile"].Scalar()).is_relative())
+    if (config["run"]["wan_profile"] &&
+        fs::path(config["run"]["wan_profile"].Scalar()).is_relative())
       config["run"]["wan_profile"] =
-          fs::absolute(base.parent_path() / config["run"]["wan_profile"].Scalar()).lexically_normal().string();
+          fs::absolute(base.parent_path() / config["run"]["wan_profile"].Scalar())
+              .lexically_normal()
+              .string();
     YAML::Emitter e;
     e << config;
-    point.config_yaml = fmt::format("# geotrain sweep {}: point '{}'\n{}\n", plan.name, point.label, e.c_str());
+    point.config_yaml =
+        fmt::format("# geotrain sweep {}: point '{}'\n{}\n", plan.name, point.label, e.c_str());
     plan.points.push_back(std::move(point));
   }
   if (auto b = root["baseline"]) {
@@ -163,7 +177,8 @@ SweepPlan parse_sweep(const std::string& text, const std::string& source, const 
         found = true;
       }
     }
-    GT_REQUIRE(found, "{}: baseline is '{}', allowed: one of the points' labels ({})", source, want, all);
+    GT_REQUIRE(found, "{}: baseline is '{}', allowed: one of the points' labels ({})", source, want,
+               all);
   }
   return plan;
 }
@@ -195,8 +210,10 @@ Derived derive(const SweepRow& row, const SweepRow& base) {
   d.wall = wall ? json(*wall) : json(nullptr);
   d.wan = wan ? json(*wan) : json(nullptr);
   d.reduction = wan && bwan && *bwan > 0 ? json(1.0 - *wan / *bwan) : json(nullptr);
-  if (ttt && bttt && *ttt > 0) d.speedup = *bttt / *ttt;
-  else if (wall && bwall && *wall > 0) d.speedup = *bwall / *wall;
+  if (ttt && bttt && *ttt > 0)
+    d.speedup = *bttt / *ttt;
+  else if (wall && bwall && *wall > 0)
+    d.speedup = *bwall / *wall;
   return d;
 }
 
@@ -213,8 +230,10 @@ std::string results_csv(const SweepPlan& plan, const std::vector<SweepRow>& rows
     out += ',';
     out += k;
   }
-  out += ",status,final_test_accuracy,accuracy_delta_pp,time_to_target_seconds,wall_seconds,wan_bytes_total,"
-         "wan_reduction,speedup,baseline,run_dir\n";
+  out +=
+      ",status,final_test_accuracy,accuracy_delta_pp,time_to_target_seconds,wall_seconds,wan_bytes_"
+      "total,"
+      "wan_reduction,speedup,baseline,run_dir\n";
   for (const auto& r : rows) {
     const auto d = derive(r, rows[plan.baseline]);
     out += csv_text(r.point->label);
@@ -223,34 +242,44 @@ std::string results_csv(const SweepPlan& plan, const std::vector<SweepRow>& rows
       out += csv_text(value_of(*r.point, k));
     }
     out += fmt::format(",{},{},{},{},{},{},{},{},{},{}\n",
-                       r.summary.is_object() ? r.summary.value("status", "") : "not run", csv_cell(d.accuracy),
-                       csv_cell(d.delta), csv_cell(d.ttt), csv_cell(d.wall), csv_cell(d.wan), csv_cell(d.reduction),
-                       csv_cell(d.speedup), &r == &rows[plan.baseline] ? "yes" : "", csv_text(r.run_dir.string()));
+                       r.summary.is_object() ? r.summary.value("status", "") : "not run",
+                       csv_cell(d.accuracy), csv_cell(d.delta), csv_cell(d.ttt), csv_cell(d.wall),
+                       csv_cell(d.wan), csv_cell(d.reduction), csv_cell(d.speedup),
+                       &r == &rows[plan.baseline] ? "yes" : "", csv_text(r.run_dir.string()));
   }
   return out;
 }
 
 std::string results_markdown(const SweepPlan& plan, const std::vector<SweepRow>& rows) {
-  std::string md = fmt::format("# Sweep {}\n\nBaseline: `{}`. Deltas are against the baseline row.\n\n| run |",
-                               plan.name, plan.points[plan.baseline].label);
+  std::string md =
+      fmt::format("# Sweep {}\n\nBaseline: `{}`. Deltas are against the baseline row.\n\n| run |",
+                  plan.name, plan.points[plan.baseline].label);
   for (const auto& k : plan.keys) md += fmt::format(" `{}` |", k);
-  md += " status | accuracy | delta (pp) | time to target (s) | wall (s) | WAN bytes | WAN reduction | speedup |\n|";
+  md +=
+      " status | accuracy | delta (pp) | time to target (s) | wall (s) | WAN bytes | WAN reduction "
+      "| speedup |\n|";
   for (std::size_t i = 0; i < plan.keys.size() + 9; ++i) md += "---|";
   md += "\n";
-  const auto pct = [](const json& v) { return v.is_number() ? fmt::format("{:.2f}%", 100 * v.get<double>()) : "-"; };
-  const auto num = [](const json& v, const char* f) { return v.is_number() ? fmt::format(fmt::runtime(f), v.get<double>()) : "-"; };
+  const auto pct = [](const json& v) {
+    return v.is_number() ? fmt::format("{:.2f}%", 100 * v.get<double>()) : "-";
+  };
+  const auto num = [](const json& v, const char* f) {
+    return v.is_number() ? fmt::format(fmt::runtime(f), v.get<double>()) : "-";
+  };
   for (const auto& r : rows) {
     const auto d = derive(r, rows[plan.baseline]);
     md += fmt::format("| {}{} |", r.point->label, &r == &rows[plan.baseline] ? " (baseline)" : "");
     for (const auto& k : plan.keys) md += fmt::format(" {} |", value_of(*r.point, k));
     md += fmt::format(" {} | {} | {} | {} | {} | {} | {} | {} |\n",
-                      r.summary.is_object() ? r.summary.value("status", "") : "not run", pct(d.accuracy),
-                      num(d.delta, "{:+.2f}"), num(d.ttt, "{:.1f}"), num(d.wall, "{:.1f}"),
-                      d.wan.is_number() ? fmt::format("{:.3g}", d.wan.get<double>()) : "-", pct(d.reduction),
-                      num(d.speedup, "{:.2f}x"));
+                      r.summary.is_object() ? r.summary.value("status", "") : "not run",
+                      pct(d.accuracy), num(d.delta, "{:+.2f}"), num(d.ttt, "{:.1f}"),
+                      num(d.wall, "{:.1f}"),
+                      d.wan.is_number() ? fmt::format("{:.3g}", d.wan.get<double>()) : "-",
+                      pct(d.reduction), num(d.speedup, "{:.2f}x"));
   }
-  md += "\nPlots: `sweep_accuracy_vs_time.png`, `sweep_accuracy_vs_wan_bytes.png`, `sweep_bars.png`. "
-        "Each run's own report is in its run folder (`run_dir` in results.csv).\n";
+  md +=
+      "\nPlots: `sweep_accuracy_vs_time.png`, `sweep_accuracy_vs_wan_bytes.png`, `sweep_bars.png`. "
+      "Each run's own report is in its run folder (`run_dir` in results.csv).\n";
   return md;
 }
 

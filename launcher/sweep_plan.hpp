@@ -39,11 +39,11 @@ struct SweepPlan {
   std::filesystem::path out_dir = "runs/sweeps";
   std::vector<std::string> keys;  // every key any point sets, in first-seen order
   std::vector<SweepPoint> points;
-  std::size_t baseline = 0;       // index into points
+  std::size_t baseline = 0;  // index into points
 };
 
-SweepPlan parse_sweep(const std::string& yaml_text, const std::string& source, const std::filesystem::path& sweep_dir,
-                      const std::string& default_name);
+SweepPlan parse_sweep(const std::string& yaml_text, const std::string& source,
+                      const std::filesystem::path& sweep_dir, const std::string& default_name);
 SweepPlan load_sweep(const std::filesystem::path& file);
 
 // One row per point: its label and values, and its summary (null when the run did not finish).

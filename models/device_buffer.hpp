@@ -24,7 +24,8 @@ class DeviceBuffer {
   ~DeviceBuffer() {
     if (ptr_ != nullptr) cudaFree(ptr_);
   }
-  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  DeviceBuffer(DeviceBuffer&& o) noexcept
+      : ptr_(std::exchange(o.ptr_, nullptr)), n_(std::exchange(o.n_, 0)) {}
   DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
     std::swap(ptr_, o.ptr_);
     std::swap(n_, o.n_);

@@ -80,8 +80,8 @@ void Mlp::init(FloatSpan params, uint64_t seed) const {
   }
 }
 
-BatchResult Mlp::forward(ConstFloatSpan params, const float* x, const int32_t* labels,
-                         size_t batch, bool want_grad) {
+BatchResult Mlp::forward(ConstFloatSpan params, const float* x, const int32_t* labels, size_t batch,
+                         bool want_grad) {
   GT_REQUIRE(params.size() == parameter_count_, "mlp: {} parameters, model has {}", params.size(),
              parameter_count_);
   GT_REQUIRE(batch > 0, "mlp: empty batch");

@@ -35,8 +35,8 @@ inline MlpConfig softmax_regression_config(size_t inputs = 784, size_t classes =
 MlpConfig parse_mlp_config(const std::string& spec);
 
 struct BatchResult {
-  double loss_sum = 0;   // summed over the batch; mean = loss_sum / batch
-  size_t correct = 0;    // rows whose argmax is the label
+  double loss_sum = 0;  // summed over the batch; mean = loss_sum / batch
+  size_t correct = 0;   // rows whose argmax is the label
 };
 
 struct LayerShape {

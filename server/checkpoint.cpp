@@ -1,6 +1,7 @@
 #include "server/checkpoint.hpp"
 
 #include <fcntl.h>
+#include <nlohmann/json.hpp>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -8,7 +9,6 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
-#include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
 
@@ -28,7 +28,8 @@ struct FileHeader {
 static_assert(sizeof(FileHeader) == 48);
 
 void fail_errno(const char* what, const fs::path& p) {
-  throw SystemError("posix", what, __FILE__, __LINE__, fmt::format("{}: {}", p.string(), std::strerror(errno)));
+  throw SystemError("posix", what, __FILE__, __LINE__,
+                    fmt::format("{}: {}", p.string(), std::strerror(errno)));
 }
 
 // Writes bytes to path and fsyncs it.
@@ -79,14 +80,16 @@ fs::path CheckpointStore::write(const CheckpointState& state) {
   const fs::path tmp = dir_ / (folder_name(state.round) + ".tmp");
   fs::remove_all(tmp);
   fs::create_directories(tmp);
-  nlohmann::json manifest{{"format", kFormat}, {"round", state.round}, {"state_hash", state.state_hash}};
+  nlohmann::json manifest{
+      {"format", kFormat}, {"round", state.round}, {"state_hash", state.state_hash}};
   manifest["shards"] = nlohmann::json::array();
   manifest["files"] = nlohmann::json::array();
   for (const auto& s : state.shards) {
     GT_ASSERT(s.values.size() == s.range.count && s.momentum.size() == s.range.count,
-              "snapshot of shard {} has sizes {} {}, range {}", s.range.id, s.values.size(), s.momentum.size(),
-              s.range.count);
-    FileHeader h{kMagic, kFormat, s.range.id, 0, s.range.offset, s.range.count, s.version, s.released_round};
+              "snapshot of shard {} has sizes {} {}, range {}", s.range.id, s.values.size(),
+              s.momentum.size(), s.range.count);
+    FileHeader h{kMagic,         kFormat,       s.range.id, 0,
+                 s.range.offset, s.range.count, s.version,  s.released_round};
     std::string bytes(sizeof h + 2 * s.range.count * sizeof(float), '\0');
     std::memcpy(bytes.data(), &h, sizeof h);
     std::memcpy(bytes.data() + sizeof h, s.values.data(), s.values.size() * sizeof(float));
@@ -94,9 +97,11 @@ fs::path CheckpointStore::write(const CheckpointState& state) {
                 s.momentum.size() * sizeof(float));
     const std::string name = fmt::format("shard-{}.bin", s.range.id);
     write_file_synced(tmp / name, bytes);
-    manifest["files"].push_back({{"name", name}, {"bytes", bytes.size()},
+    manifest["files"].push_back({{"name", name},
+                                 {"bytes", bytes.size()},
                                  {"xxh3", XXH3_64bits(bytes.data(), bytes.size())}});
-    manifest["shards"].push_back({{"id", s.range.id}, {"version", s.version}, {"round", s.released_round}});
+    manifest["shards"].push_back(
+        {{"id", s.range.id}, {"version", s.version}, {"round", s.released_round}});
   }
   write_file_synced(tmp / "manifest.json", manifest.dump(2) + "\n");
   fsync_dir(tmp);
@@ -116,7 +121,8 @@ std::vector<fs::path> CheckpointStore::list() const {
     if (e.is_directory() && name.starts_with("ckpt-") && name.find(".tmp") == std::string::npos)
       out.push_back(e.path());
   }
-  std::sort(out.begin(), out.end(), [](const fs::path& a, const fs::path& b) { return a.filename() > b.filename(); });
+  std::sort(out.begin(), out.end(),
+            [](const fs::path& a, const fs::path& b) { return a.filename() > b.filename(); });
   return out;
 }
 
@@ -135,34 +141,39 @@ CheckpointState CheckpointStore::load(const fs::path& folder, uint64_t state_has
     state.round = manifest.at("round").get<uint64_t>();
     state.state_hash = manifest.at("state_hash").get<uint64_t>();
     GT_REQUIRE(state.state_hash == state_hash,
-               "state hash {:#x} does not match this configuration's {:#x} (table, shards or optimizer changed)",
+               "state hash {:#x} does not match this configuration's {:#x} (table, shards or "
+               "optimizer changed)",
                state.state_hash, state_hash);
     const auto& files = manifest.at("files");
-    GT_REQUIRE(files.size() == expected.size(), "manifest lists {} shard files, this server owns {} shards",
-               files.size(), expected.size());
+    GT_REQUIRE(files.size() == expected.size(),
+               "manifest lists {} shard files, this server owns {} shards", files.size(),
+               expected.size());
     for (size_t i = 0; i < expected.size(); ++i) {
       const auto name = files[i].at("name").get<std::string>();
-      GT_REQUIRE(name == fmt::format("shard-{}.bin", expected[i].id), "manifest file {} is '{}', expected shard-{}.bin",
-                 i, name, expected[i].id);
+      GT_REQUIRE(name == fmt::format("shard-{}.bin", expected[i].id),
+                 "manifest file {} is '{}', expected shard-{}.bin", i, name, expected[i].id);
       const std::string bytes = read_file(folder / name);
-      GT_REQUIRE(bytes.size() == files[i].at("bytes").get<uint64_t>(), "{}: {} bytes, manifest says {}", name,
-                 bytes.size(), files[i].at("bytes").dump());
+      GT_REQUIRE(bytes.size() == files[i].at("bytes").get<uint64_t>(),
+                 "{}: {} bytes, manifest says {}", name, bytes.size(), files[i].at("bytes").dump());
       const uint64_t sum = XXH3_64bits(bytes.data(), bytes.size());
-      GT_REQUIRE(sum == files[i].at("xxh3").get<uint64_t>(), "{}: checksum {:#x} does not match the manifest's {:#x}",
-                 name, sum, files[i].at("xxh3").get<uint64_t>());
+      GT_REQUIRE(sum == files[i].at("xxh3").get<uint64_t>(),
+                 "{}: checksum {:#x} does not match the manifest's {:#x}", name, sum,
+                 files[i].at("xxh3").get<uint64_t>());
       FileHeader h;
       GT_REQUIRE(bytes.size() >= sizeof h, "{}: truncated header", name);
       std::memcpy(&h, bytes.data(), sizeof h);
       GT_REQUIRE(h.magic == kMagic && h.format == kFormat, "{}: bad magic or format", name);
-      GT_REQUIRE(h.id == expected[i].id && h.offset == expected[i].offset && h.count == expected[i].count,
-                 "{}: shard {} range [{}, +{}) does not match this configuration's [{}, +{})", name, h.id, h.offset,
-                 h.count, expected[i].offset, expected[i].count);
-      GT_REQUIRE(bytes.size() == sizeof h + 2 * h.count * sizeof(float), "{}: {} bytes for {} elements", name,
-                 bytes.size(), h.count);
+      GT_REQUIRE(
+          h.id == expected[i].id && h.offset == expected[i].offset && h.count == expected[i].count,
+          "{}: shard {} range [{}, +{}) does not match this configuration's [{}, +{})", name, h.id,
+          h.offset, h.count, expected[i].offset, expected[i].count);
+      GT_REQUIRE(bytes.size() == sizeof h + 2 * h.count * sizeof(float),
+                 "{}: {} bytes for {} elements", name, bytes.size(), h.count);
       ShardSnapshot s{expected[i], h.version, h.released_round, std::vector<float>(h.count),
                       std::vector<float>(h.count)};
       std::memcpy(s.values.data(), bytes.data() + sizeof h, h.count * sizeof(float));
-      std::memcpy(s.momentum.data(), bytes.data() + sizeof h + h.count * sizeof(float), h.count * sizeof(float));
+      std::memcpy(s.momentum.data(), bytes.data() + sizeof h + h.count * sizeof(float),
+                  h.count * sizeof(float));
       state.shards.push_back(std::move(s));
     }
   } catch (const nlohmann::json::exception& e) {
@@ -171,9 +182,9 @@ CheckpointState CheckpointStore::load(const fs::path& folder, uint64_t state_has
   return state;
 }
 
-std::optional<CheckpointState> CheckpointStore::restore_latest(uint64_t state_hash,
-                                                               const std::vector<ShardRange>& expected,
-                                                               std::vector<std::string>* skipped) const {
+std::optional<CheckpointState> CheckpointStore::restore_latest(
+    uint64_t state_hash, const std::vector<ShardRange>& expected,
+    std::vector<std::string>* skipped) const {
   for (const auto& folder : list()) {
     try {
       return load(folder, state_hash, expected);

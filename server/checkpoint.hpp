@@ -46,7 +46,8 @@ class CheckpointStore {
   CheckpointState load(const std::filesystem::path& folder, uint64_t state_hash,
                        const std::vector<ShardRange>& expected) const;
   // Newest verifying checkpoint; `skipped` gets "<folder>: <reason>" for each refused one.
-  std::optional<CheckpointState> restore_latest(uint64_t state_hash, const std::vector<ShardRange>& expected,
+  std::optional<CheckpointState> restore_latest(uint64_t state_hash,
+                                                const std::vector<ShardRange>& expected,
                                                 std::vector<std::string>* skipped = nullptr) const;
   // Checkpoint folders, newest first.
   std::vector<std::filesystem::path> list() const;

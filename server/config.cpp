@@ -30,9 +30,13 @@ T get(const Ctx& c, const YAML::Node& node, const std::string& key, T lo, T hi) 
   return c.in.number<T>(node, key, lo, hi);
 }
 
-std::string get_str(const Ctx& c, const YAML::Node& node, const std::string& key) { return c.in.string(node, key); }
+std::string get_str(const Ctx& c, const YAML::Node& node, const std::string& key) {
+  return c.in.string(node, key);
+}
 
-bool get_bool(const Ctx& c, const YAML::Node& node, const std::string& key) { return c.in.boolean(node, key); }
+bool get_bool(const Ctx& c, const YAML::Node& node, const std::string& key) {
+  return c.in.boolean(node, key);
+}
 
 std::vector<std::string> get_strings(const Ctx& c, const YAML::Node& node, const std::string& key) {
   return c.in.strings(node, key);
@@ -42,29 +46,35 @@ void parse_server(const Ctx& c, const YAML::Node& s, ServerConfig& cfg) {
   check_keys(c, s, "server",
              {"endpoints", "shards_per_region", "chunk", "staleness_bound", "staleness_weighting",
               "optimizer", "downlink_codec", "heartbeat_ms", "dead_after_ms", "max_message_bytes",
-              "high_water_mark", "checkpoint", "run_dir", "metrics_every_ms", "wait_for_all_regions",
-              "downlink_codecs"});
+              "high_water_mark", "checkpoint", "run_dir", "metrics_every_ms",
+              "wait_for_all_regions", "downlink_codecs"});
   if (auto n = s["endpoints"]) {
-    check_keys(c, n, "server.endpoints", std::set<std::string>(cfg.regions.begin(), cfg.regions.end()));
+    check_keys(c, n, "server.endpoints",
+               std::set<std::string>(cfg.regions.begin(), cfg.regions.end()));
     for (const auto& kv : n) {
       auto region = kv.first.as<std::string>();
       cfg.endpoints[region] = get_str(c, kv.second, "server.endpoints." + region);
     }
   }
-  if (auto n = s["shards_per_region"]) cfg.shards_per_region = get<uint32_t>(c, n, "server.shards_per_region", 1, 1024);
+  if (auto n = s["shards_per_region"])
+    cfg.shards_per_region = get<uint32_t>(c, n, "server.shards_per_region", 1, 1024);
   if (auto n = s["chunk"]) cfg.chunk = get<uint64_t>(c, n, "server.chunk", 1, uint64_t{1} << 20);
-  if (auto n = s["staleness_bound"]) cfg.shard.staleness_bound = get<uint32_t>(c, n, "server.staleness_bound", 0, 1000);
+  if (auto n = s["staleness_bound"])
+    cfg.shard.staleness_bound = get<uint32_t>(c, n, "server.staleness_bound", 0, 1000);
   if (auto n = s["staleness_weighting"]) {
     auto w = get_str(c, n, "server.staleness_weighting");
-    GT_REQUIRE(w == "none" || w == "inverse", "{}: server.staleness_weighting is '{}', allowed: none, inverse",
-               c.source, w);
+    GT_REQUIRE(w == "none" || w == "inverse",
+               "{}: server.staleness_weighting is '{}', allowed: none, inverse", c.source, w);
     cfg.shard.weighting = w == "none" ? StalenessWeighting::none : StalenessWeighting::inverse;
   }
   if (auto o = s["optimizer"]) {
     check_keys(c, o, "server.optimizer", {"lr", "momentum", "nesterov"});
-    if (auto n = o["lr"]) cfg.shard.optimizer.lr = get<float>(c, n, "server.optimizer.lr", 1e-6f, 100.0f);
-    if (auto n = o["momentum"]) cfg.shard.optimizer.momentum = get<float>(c, n, "server.optimizer.momentum", 0.0f, 0.999f);
-    if (auto n = o["nesterov"]) cfg.shard.optimizer.nesterov = get_bool(c, n, "server.optimizer.nesterov");
+    if (auto n = o["lr"])
+      cfg.shard.optimizer.lr = get<float>(c, n, "server.optimizer.lr", 1e-6f, 100.0f);
+    if (auto n = o["momentum"])
+      cfg.shard.optimizer.momentum = get<float>(c, n, "server.optimizer.momentum", 0.0f, 0.999f);
+    if (auto n = o["nesterov"])
+      cfg.shard.optimizer.nesterov = get_bool(c, n, "server.optimizer.nesterov");
   }
   if (auto n = s["downlink_codec"]) {
     cfg.shard.downlink_codec = get_str(c, n, "server.downlink_codec");
@@ -75,7 +85,8 @@ void parse_server(const Ctx& c, const YAML::Node& s, ServerConfig& cfg) {
     }
   }
   if (auto n = s["downlink_codecs"]) {
-    check_keys(c, n, "server.downlink_codecs", std::set<std::string>(cfg.regions.begin(), cfg.regions.end()));
+    check_keys(c, n, "server.downlink_codecs",
+               std::set<std::string>(cfg.regions.begin(), cfg.regions.end()));
     for (const auto& kv : n) {
       const auto region = kv.first.as<std::string>();
       const auto key = "server.downlink_codecs." + region;
@@ -88,21 +99,33 @@ void parse_server(const Ctx& c, const YAML::Node& s, ServerConfig& cfg) {
       cfg.shard.downlink_codec_for[cfg.region_index(region)] = spec;
     }
   }
-  if (auto n = s["heartbeat_ms"]) cfg.heartbeat = std::chrono::milliseconds(get<int64_t>(c, n, "server.heartbeat_ms", 1, 3600000));
-  if (auto n = s["dead_after_ms"]) cfg.dead_after = std::chrono::milliseconds(get<int64_t>(c, n, "server.dead_after_ms", 1, 86400000));
-  if (auto n = s["wait_for_all_regions"]) cfg.wait_for_all_regions = get_bool(c, n, "server.wait_for_all_regions");
-  if (auto n = s["max_message_bytes"]) cfg.max_message_bytes = get<int64_t>(c, n, "server.max_message_bytes", 4096, int64_t{1} << 34);
-  if (auto n = s["high_water_mark"]) cfg.high_water_mark = get<int>(c, n, "server.high_water_mark", 1, 100000);
+  if (auto n = s["heartbeat_ms"])
+    cfg.heartbeat =
+        std::chrono::milliseconds(get<int64_t>(c, n, "server.heartbeat_ms", 1, 3600000));
+  if (auto n = s["dead_after_ms"])
+    cfg.dead_after =
+        std::chrono::milliseconds(get<int64_t>(c, n, "server.dead_after_ms", 1, 86400000));
+  if (auto n = s["wait_for_all_regions"])
+    cfg.wait_for_all_regions = get_bool(c, n, "server.wait_for_all_regions");
+  if (auto n = s["max_message_bytes"])
+    cfg.max_message_bytes = get<int64_t>(c, n, "server.max_message_bytes", 4096, int64_t{1} << 34);
+  if (auto n = s["high_water_mark"])
+    cfg.high_water_mark = get<int>(c, n, "server.high_water_mark", 1, 100000);
   if (auto k = s["checkpoint"]) {
     check_keys(c, k, "server.checkpoint", {"every", "keep", "dir"});
-    if (auto n = k["every"]) cfg.checkpoint.every = get<uint64_t>(c, n, "server.checkpoint.every", 0, uint64_t{1} << 40);
-    if (auto n = k["keep"]) cfg.checkpoint.keep = get<uint32_t>(c, n, "server.checkpoint.keep", 1, 1000);
+    if (auto n = k["every"])
+      cfg.checkpoint.every = get<uint64_t>(c, n, "server.checkpoint.every", 0, uint64_t{1} << 40);
+    if (auto n = k["keep"])
+      cfg.checkpoint.keep = get<uint32_t>(c, n, "server.checkpoint.keep", 1, 1000);
     if (auto n = k["dir"]) cfg.checkpoint.dir = get_str(c, n, "server.checkpoint.dir");
   }
   if (auto n = s["run_dir"]) cfg.run_dir = get_str(c, n, "server.run_dir");
-  if (auto n = s["metrics_every_ms"]) cfg.metrics_every = std::chrono::milliseconds(get<int64_t>(c, n, "server.metrics_every_ms", 10, 3600000));
-  GT_REQUIRE(cfg.dead_after > cfg.heartbeat, "{}: server.dead_after_ms ({}) must exceed server.heartbeat_ms ({})",
-             c.source, cfg.dead_after.count(), cfg.heartbeat.count());
+  if (auto n = s["metrics_every_ms"])
+    cfg.metrics_every =
+        std::chrono::milliseconds(get<int64_t>(c, n, "server.metrics_every_ms", 10, 3600000));
+  GT_REQUIRE(cfg.dead_after > cfg.heartbeat,
+             "{}: server.dead_after_ms ({}) must exceed server.heartbeat_ms ({})", c.source,
+             cfg.dead_after.count(), cfg.heartbeat.count());
 }
 
 }  // namespace
@@ -138,20 +161,24 @@ ServerConfig parse_server_config(std::string_view yaml_text, std::string_view so
   ServerConfig cfg;
   GT_REQUIRE(root["regions"], "{}: key 'regions' is missing (a list of region names)", c.source);
   cfg.regions = get_strings(c, root["regions"], "regions");
-  GT_REQUIRE(!cfg.regions.empty() && cfg.regions.size() <= 64, "{}: regions has {} entries, allowed: 1 to 64",
-             c.source, cfg.regions.size());
-  GT_REQUIRE(std::set<std::string>(cfg.regions.begin(), cfg.regions.end()).size() == cfg.regions.size(),
-             "{}: regions lists a name twice", c.source);
+  GT_REQUIRE(!cfg.regions.empty() && cfg.regions.size() <= 64,
+             "{}: regions has {} entries, allowed: 1 to 64", c.source, cfg.regions.size());
+  GT_REQUIRE(
+      std::set<std::string>(cfg.regions.begin(), cfg.regions.end()).size() == cfg.regions.size(),
+      "{}: regions lists a name twice", c.source);
   auto model = root["model"];
   GT_REQUIRE(model, "{}: key 'model' is missing (model.tensors: list of {{name, size}})", c.source);
-  check_keys(c, model, "model", {"tensors", "critical", "arch"});  // arch: expanded into tensors by cli/
-  GT_REQUIRE(model["tensors"] && model["tensors"].IsSequence(), "{}: model.tensors must be a list of {{name, size}}",
-             c.source);
+  check_keys(c, model, "model",
+             {"tensors", "critical", "arch"});  // arch: expanded into tensors by cli/
+  GT_REQUIRE(model["tensors"] && model["tensors"].IsSequence(),
+             "{}: model.tensors must be a list of {{name, size}}", c.source);
   for (const auto& t : model["tensors"]) {
     check_keys(c, t, "model.tensors[]", {"name", "size"});
-    GT_REQUIRE(t["name"] && t["size"], "{}: each model.tensors entry needs name and size", c.source);
-    cfg.tensors.push_back({get_str(c, t["name"], "model.tensors[].name"),
-                           get<uint64_t>(c, t["size"], "model.tensors[].size", 1, uint64_t{1} << 36)});
+    GT_REQUIRE(t["name"] && t["size"], "{}: each model.tensors entry needs name and size",
+               c.source);
+    cfg.tensors.push_back(
+        {get_str(c, t["name"], "model.tensors[].name"),
+         get<uint64_t>(c, t["size"], "model.tensors[].size", 1, uint64_t{1} << 36)});
   }
   if (auto n = model["critical"]) cfg.critical = get_strings(c, n, "model.critical");
   if (auto s = root["server"]) parse_server(c, s, cfg);

@@ -26,8 +26,8 @@
 namespace geotrain::server {
 
 struct CheckpointConfig {
-  uint64_t every = 0;  // rounds between checkpoints; 0 = only on request
-  uint32_t keep = 3;   // newest checkpoints kept
+  uint64_t every = 0;                         // rounds between checkpoints; 0 = only on request
+  uint32_t keep = 3;                          // newest checkpoints kept
   std::filesystem::path dir = "checkpoints";  // relative paths are under run_dir
 };
 

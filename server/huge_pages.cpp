@@ -25,8 +25,10 @@ void* allocate_huge(size_t bytes) {
 }
 
 void deallocate_huge(void* p, size_t bytes) {
-  if (bytes < kHugePage) ::operator delete(p);
-  else std::free(p);
+  if (bytes < kHugePage)
+    ::operator delete(p);
+  else
+    std::free(p);
 }
 
 }  // namespace geotrain::server

@@ -6,8 +6,8 @@
 
 namespace geotrain::server {
 
-Membership::Membership(std::vector<std::string> regions, std::chrono::milliseconds dead_after, bool wait_for_all,
-                       TimePoint start)
+Membership::Membership(std::vector<std::string> regions, std::chrono::milliseconds dead_after,
+                       bool wait_for_all, TimePoint start)
     : names_(std::move(regions)), dead_after_(dead_after), regions_(names_.size()) {
   for (auto& st : regions_) {
     st.counted = wait_for_all;
@@ -17,7 +17,8 @@ Membership::Membership(std::vector<std::string> regions, std::chrono::millisecon
 
 Membership::Joined Membership::join(const std::string& peer, uint32_t r, TimePoint now) {
   if (auto it = peers_.find(peer); it != peers_.end() && it->second != r)
-    GT_REQUIRE(false, "this connection is already registered as region '{}'", names_.at(it->second));
+    GT_REQUIRE(false, "this connection is already registered as region '{}'",
+               names_.at(it->second));
   auto& st = regions_.at(r);
   Joined out;
   out.rejoined = st.ever_joined;
@@ -46,7 +47,8 @@ std::vector<Membership::Death> Membership::expire(TimePoint now) {
     if (!st.counted || now - st.last_seen <= dead_after_) continue;
     Death d{r, st.peer,
             st.ever_joined ? fmt::format("silent for more than {} ms", dead_after_.count())
-                           : fmt::format("never registered within {} ms of the server's start", dead_after_.count())};
+                           : fmt::format("never registered within {} ms of the server's start",
+                                         dead_after_.count())};
     if (st.peer) peers_.erase(*st.peer);
     st.peer.reset();
     st.counted = false;

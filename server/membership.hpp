@@ -25,12 +25,12 @@ using TimePoint = std::chrono::steady_clock::time_point;
 
 class Membership {
  public:
-  Membership(std::vector<std::string> regions, std::chrono::milliseconds dead_after, bool wait_for_all,
-             TimePoint start);
+  Membership(std::vector<std::string> regions, std::chrono::milliseconds dead_after,
+             bool wait_for_all, TimePoint start);
 
   struct Joined {
-    bool rejoined = false;                   // the region had registered before
-    std::optional<std::string> old_peer;     // the connection it replaced, now forgotten
+    bool rejoined = false;                // the region had registered before
+    std::optional<std::string> old_peer;  // the connection it replaced, now forgotten
   };
   // Registers `peer` as region r at `now`. InputError when this peer already speaks for another
   // region (nothing changes then).

@@ -27,8 +27,9 @@ void ServerMetrics::round_released(uint32_t shard, uint64_t round, size_t contri
 
 void ServerMetrics::event(const std::string& name, nlohmann::json fields) {
   if (!out_.is_open()) return;
-  nlohmann::json line{{"t", std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count()},
-                      {"event", name}};
+  nlohmann::json line{
+      {"t", std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count()},
+      {"event", name}};
   line.update(fields);
   out_ << line.dump() << '\n';
   out_.flush();
@@ -38,10 +39,14 @@ nlohmann::json ServerMetrics::snapshot() const {
   nlohmann::json regions = nlohmann::json::object();
   for (size_t r = 0; r < regions_.size(); ++r) {
     const auto& c = regions_[r];
-    regions[names_[r]] = {{"pushes", c.pushes},         {"pulls", c.pulls},
-                          {"bytes_in", c.bytes_in},     {"bytes_out", c.bytes_out},
-                          {"errors", c.errors},         {"gate_waits", c.gate_waits},
-                          {"gate_wait_us", c.gate_wait_us}, {"staleness_histogram", c.staleness}};
+    regions[names_[r]] = {{"pushes", c.pushes},
+                          {"pulls", c.pulls},
+                          {"bytes_in", c.bytes_in},
+                          {"bytes_out", c.bytes_out},
+                          {"errors", c.errors},
+                          {"gate_waits", c.gate_waits},
+                          {"gate_wait_us", c.gate_wait_us},
+                          {"staleness_histogram", c.staleness}};
   }
   return {{"applied_rounds", applied_rounds_}, {"regions", regions}};
 }

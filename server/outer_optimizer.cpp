@@ -43,17 +43,23 @@ void step_loop(const OuterOptimizerConfig& c, float* GT_RESTRICT theta, float* G
 
 void outer_step(const OuterOptimizerConfig& c, FloatSpan theta, FloatSpan m, ConstFloatSpan delta,
                 std::span<const uint8_t> mask, uint8_t select, DeltaScale scale) {
-  GT_ASSERT(theta.size() == delta.size() && m.size() == theta.size() && (mask.empty() || mask.size() == theta.size()),
-            "outer_step sizes: theta {} m {} delta {} mask {}", theta.size(), m.size(), delta.size(),
-            mask.size());
+  GT_ASSERT(theta.size() == delta.size() && m.size() == theta.size() &&
+                (mask.empty() || mask.size() == theta.size()),
+            "outer_step sizes: theta {} m {} delta {} mask {}", theta.size(), m.size(),
+            delta.size(), mask.size());
   const size_t n = theta.size();
   const bool momentum = c.momentum != 0.0f;
   if (mask.empty()) {
-    if (momentum) step_loop<false, true>(c, theta.data(), m.data(), delta.data(), nullptr, select, scale, n);
-    else step_loop<false, false>(c, theta.data(), m.data(), delta.data(), nullptr, select, scale, n);
+    if (momentum)
+      step_loop<false, true>(c, theta.data(), m.data(), delta.data(), nullptr, select, scale, n);
+    else
+      step_loop<false, false>(c, theta.data(), m.data(), delta.data(), nullptr, select, scale, n);
   } else {
-    if (momentum) step_loop<true, true>(c, theta.data(), m.data(), delta.data(), mask.data(), select, scale, n);
-    else step_loop<true, false>(c, theta.data(), m.data(), delta.data(), mask.data(), select, scale, n);
+    if (momentum)
+      step_loop<true, true>(c, theta.data(), m.data(), delta.data(), mask.data(), select, scale, n);
+    else
+      step_loop<true, false>(c, theta.data(), m.data(), delta.data(), mask.data(), select, scale,
+                             n);
   }
 }
 

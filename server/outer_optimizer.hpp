@@ -35,7 +35,8 @@ struct DeltaScale {
 
 // theta and m: the shard; delta: the (weighted) average delta over the same range, or the raw
 // delta with `scale` saying how to weigh and average it. One pass over the shard.
-void outer_step(const OuterOptimizerConfig& config, FloatSpan theta, FloatSpan m, ConstFloatSpan delta,
-                std::span<const uint8_t> mask, uint8_t select, DeltaScale scale = {});
+void outer_step(const OuterOptimizerConfig& config, FloatSpan theta, FloatSpan m,
+                ConstFloatSpan delta, std::span<const uint8_t> mask, uint8_t select,
+                DeltaScale scale = {});
 
 }  // namespace geotrain::server

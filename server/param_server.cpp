@@ -32,21 +32,25 @@ ParamServer::ParamServer(const ServerConfig& config, uint32_t region, zmq::conte
       region_(region),
       options_(std::move(options)),
       table_(config.tensors, config.critical),
-      map_(table_.total_elements(), static_cast<uint32_t>(config.regions.size()), config.shards_per_region,
-           config.chunk),
+      map_(table_.total_elements(), static_cast<uint32_t>(config.regions.size()),
+           config.shards_per_region, config.chunk),
       membership_(config.regions, config.dead_after, config.wait_for_all_regions, options_.clock()),
-      checkpoints_(under(config.run_dir, config.checkpoint.dir) / config.regions.at(region), config.checkpoint.keep),
+      checkpoints_(under(config.run_dir, config.checkpoint.dir) / config.regions.at(region),
+                   config.checkpoint.keep),
       metrics_(config.regions, config.shard.staleness_bound,
-               options_.write_metrics ? std::optional(config.run_dir / fmt::format("server-{}.metrics.jsonl",
-                                                                                     config.regions.at(region)))
-                                      : std::nullopt) {
-  GT_REQUIRE(region < config.regions.size(), "server region index {} is outside the {} configured regions", region,
+               options_.write_metrics
+                   ? std::optional(config.run_dir / fmt::format("server-{}.metrics.jsonl",
+                                                                config.regions.at(region)))
+                   : std::nullopt) {
+  GT_REQUIRE(region < config.regions.size(),
+             "server region index {} is outside the {} configured regions", region,
              config.regions.size());
   for (const auto& range : map_.owned_by(region))
     shards_.emplace_back(range, table_.critical_mask(range.offset, range.offset + range.count),
                          config.regions.size(), config.shard);
   // A helper thread only where some shard is large enough to split its passes.
-  if (std::any_of(shards_.begin(), shards_.end(), [](const Shard& s) { return s.range().count >= kSplitElements; })) {
+  if (std::any_of(shards_.begin(), shards_.end(),
+                  [](const Shard& s) { return s.range().count >= kSplitElements; })) {
     splitter_ = std::make_unique<PassSplitter>();
     for (auto& s : shards_) s.set_splitter(splitter_.get());
   }
@@ -55,7 +59,8 @@ ParamServer::ParamServer(const ServerConfig& config, uint32_t region, zmq::conte
     endpoint = *options_.endpoint;
   } else {
     auto it = config.endpoints.find(config.regions[region]);
-    GT_REQUIRE(it != config.endpoints.end(), "server.endpoints has no entry for region '{}'", config.regions[region]);
+    GT_REQUIRE(it != config.endpoints.end(), "server.endpoints has no entry for region '{}'",
+               config.regions[region]);
     endpoint = it->second;
   }
   wire::ChannelOptions channel;
@@ -64,15 +69,17 @@ ParamServer::ParamServer(const ServerConfig& config, uint32_t region, zmq::conte
   channel.max_frames = kMaxSegments + 1;
   channel_ = wire::bind_router(context, endpoint, channel);
   restore();
-  spdlog::info("server {}: {} shard(s) of {} elements, {} on {}", config.regions[region], shards_.size(),
-               table_.total_elements(), config.shard.optimizer.describe(), channel_->endpoint());
+  spdlog::info("server {}: {} shard(s) of {} elements, {} on {}", config.regions[region],
+               shards_.size(), table_.total_elements(), config.shard.optimizer.describe(),
+               channel_->endpoint());
 }
 
 void ParamServer::restore() {
   std::vector<ShardRange> ranges;
   for (const auto& s : shards_) ranges.push_back(s.range());
   std::vector<std::string> skipped;
-  auto state = checkpoints_.restore_latest(config_.state_hash(table_.layout_hash()), ranges, &skipped);
+  auto state =
+      checkpoints_.restore_latest(config_.state_hash(table_.layout_hash()), ranges, &skipped);
   for (const auto& why : skipped) spdlog::warn("checkpoint skipped, not loaded: {}", why);
   if (!state) return;
   for (size_t i = 0; i < shards_.size(); ++i) {
@@ -80,7 +87,8 @@ void ParamServer::restore() {
     shards_[i].restore(s.version, s.released_round, s.values, s.momentum);
   }
   last_checkpoint_round_ = state->round;
-  spdlog::info("restored checkpoint of round {} from {}", state->round, checkpoints_.dir().string());
+  spdlog::info("restored checkpoint of round {} from {}", state->round,
+               checkpoints_.dir().string());
   metrics_.event("restore", {{"round", state->round}});
 }
 
@@ -102,7 +110,8 @@ bool ParamServer::step(std::chrono::milliseconds timeout) {
                                   [&](const Parked& p) { return p.envelope.peer == env->peer; });
       if (mine >= kMaxParkedPerPeer) {
         reply_error(env->peer, 0, ErrorCode::busy,
-                    fmt::format("{} requests already wait at this server, limit {}", mine, kMaxParkedPerPeer));
+                    fmt::format("{} requests already wait at this server, limit {}", mine,
+                                kMaxParkedPerPeer));
       } else {
         parked_.push_back({std::move(*env), options_.clock()});
       }
@@ -113,19 +122,24 @@ bool ParamServer::step(std::chrono::milliseconds timeout) {
   return !shutdown_;
 }
 
-ParamServer::Outcome ParamServer::handle(wire::Envelope& env, std::optional<TimePoint> parked_since) {
+ParamServer::Outcome ParamServer::handle(wire::Envelope& env,
+                                         std::optional<TimePoint> parked_since) {
   uint64_t request_id = 0;
   try {
     if (env.frames.size() > kMaxSegments + 1)
-      throw WireError(ErrorCode::too_large, fmt::format("message has more than {} frames", kMaxSegments + 1));
+      throw WireError(ErrorCode::too_large,
+                      fmt::format("message has more than {} frames", kMaxSegments + 1));
     const wire::Header h = wire::decode_header(env.frames.front());
     request_id = h.request_id;
     uint64_t total = 0;
     for (const auto& f : env.frames) total += f.size();
     if (total > static_cast<uint64_t>(config_.max_message_bytes))
-      throw WireError(ErrorCode::too_large,
-                      fmt::format("message has {} bytes, limit is {}", total, config_.max_message_bytes), request_id);
-    return dispatch(env.peer, h, std::span<const zmq::message_t>(env.frames).subspan(1), parked_since);
+      throw WireError(
+          ErrorCode::too_large,
+          fmt::format("message has {} bytes, limit is {}", total, config_.max_message_bytes),
+          request_id);
+    return dispatch(env.peer, h, std::span<const zmq::message_t>(env.frames).subspan(1),
+                    parked_since);
   } catch (const WireError& e) {
     reply_error(env.peer, e.request_id() ? e.request_id() : request_id, e.code(), e.what());
   } catch (const InputError& e) {
@@ -146,16 +160,21 @@ ParamServer::Outcome ParamServer::dispatch(const std::string& peer, const wire::
   // Bounded, so that it cannot be used to fill the server's memory.
   if (std::holds_alternative<wire::KvSet>(h.body) || std::holds_alternative<wire::KvGet>(h.body)) {
     if (!payloads.empty())
-      throw WireError(ErrorCode::malformed, fmt::format("{} carries payload frames, expected none", wire::body_name(h.body)),
-                      h.request_id);
+      throw WireError(
+          ErrorCode::malformed,
+          fmt::format("{} carries payload frames, expected none", wire::body_name(h.body)),
+          h.request_id);
     if (auto* set = std::get_if<wire::KvSet>(&h.body)) {
-      if (set->key.empty() || set->key.size() > kMaxKvKeyBytes || set->value.size() > kMaxKvValueBytes)
-        throw WireError(ErrorCode::too_large,
-                        fmt::format("kvSet key of {} bytes / value of {} bytes: limits are 1-{} / {}", set->key.size(),
-                                    set->value.size(), kMaxKvKeyBytes, kMaxKvValueBytes),
-                        h.request_id);
+      if (set->key.empty() || set->key.size() > kMaxKvKeyBytes ||
+          set->value.size() > kMaxKvValueBytes)
+        throw WireError(
+            ErrorCode::too_large,
+            fmt::format("kvSet key of {} bytes / value of {} bytes: limits are 1-{} / {}",
+                        set->key.size(), set->value.size(), kMaxKvKeyBytes, kMaxKvValueBytes),
+            h.request_id);
       if (!kv_.count(set->key) && kv_.size() >= kMaxKvEntries)
-        throw WireError(ErrorCode::too_large, fmt::format("key-value store is full ({} keys)", kMaxKvEntries),
+        throw WireError(ErrorCode::too_large,
+                        fmt::format("key-value store is full ({} keys)", kMaxKvEntries),
                         h.request_id);
       kv_[set->key] = set->value;
       reply(peer, h.request_id, wire::Ack{});
@@ -170,21 +189,24 @@ ParamServer::Outcome ParamServer::dispatch(const std::string& peer, const wire::
   const auto region = membership_.region_of(peer);
   if (!region)
     throw WireError(ErrorCode::unregistered,
-                    fmt::format("{} from a peer that is not registered: send hello first", wire::body_name(h.body)),
+                    fmt::format("{} from a peer that is not registered: send hello first",
+                                wire::body_name(h.body)),
                     h.request_id);
   const uint32_t r = *region;
   membership_.seen(r, options_.clock());
-  if (!std::holds_alternative<wire::Push>(h.body) && !std::holds_alternative<wire::PullRequest>(h.body) &&
-      !payloads.empty())
+  if (!std::holds_alternative<wire::Push>(h.body) &&
+      !std::holds_alternative<wire::PullRequest>(h.body) && !payloads.empty())
     throw WireError(ErrorCode::malformed,
-                    fmt::format("{} carries {} payload frames, expected none", wire::body_name(h.body), payloads.size()),
+                    fmt::format("{} carries {} payload frames, expected none",
+                                wire::body_name(h.body), payloads.size()),
                     h.request_id);
   return std::visit(
       Overload{
           [&](const wire::Push& m) { return on_push(r, h, m, payloads, parked_since); },
           [&](const wire::PullRequest& m) {
             if (!payloads.empty())
-              throw WireError(ErrorCode::malformed, "pull carries payload frames, expected none", h.request_id);
+              throw WireError(ErrorCode::malformed, "pull carries payload frames, expected none",
+                              h.request_id);
             return on_pull(r, h, m);
           },
           [&](const wire::Heartbeat&) {
@@ -207,7 +229,8 @@ ParamServer::Outcome ParamServer::dispatch(const std::string& peer, const wire::
           },
           [&](const auto&) -> Outcome {
             throw WireError(ErrorCode::malformed,
-                            fmt::format("'{}' is a reply, not a request", wire::body_name(h.body)), h.request_id);
+                            fmt::format("'{}' is a reply, not a request", wire::body_name(h.body)),
+                            h.request_id);
           },
       },
       h.body);
@@ -216,19 +239,20 @@ ParamServer::Outcome ParamServer::dispatch(const std::string& peer, const wire::
 void ParamServer::on_hello(const std::string& peer, const wire::Header& h, const wire::Hello& m) {
   if (m.protocol_version != wire::kProtocolVersion)
     throw WireError(ErrorCode::bad_version,
-                    fmt::format("hello.protocolVersion is {}, this server speaks {}", m.protocol_version,
-                                wire::kProtocolVersion),
+                    fmt::format("hello.protocolVersion is {}, this server speaks {}",
+                                m.protocol_version, wire::kProtocolVersion),
                     h.request_id);
   if (m.table_hash != table_.layout_hash())
     throw WireError(ErrorCode::bad_table_hash,
-                    fmt::format("hello.tableHash is {:#x}, this server's parameter table is {:#x}", m.table_hash,
-                                table_.layout_hash()),
+                    fmt::format("hello.tableHash is {:#x}, this server's parameter table is {:#x}",
+                                m.table_hash, table_.layout_hash()),
                     h.request_id);
   uint32_t r = 0;
   try {
     r = config_.region_index(m.region);
   } catch (const InputError& e) {
-    throw WireError(ErrorCode::unknown_region, fmt::format("hello.region: {}", e.what()), h.request_id);
+    throw WireError(ErrorCode::unknown_region, fmt::format("hello.region: {}", e.what()),
+                    h.request_id);
   }
   Membership::Joined joined;
   try {
@@ -242,7 +266,10 @@ void ParamServer::on_hello(const std::string& peer, const wire::Header& h, const
   for (auto& s : shards_) s.rejoin(r);
   spdlog::info("membership: region {} {}", m.region, rejoin ? "rejoined" : "joined");
   metrics_.event("membership", {{"region", m.region}, {"change", rejoin ? "rejoined" : "joined"}});
-  wire::HelloReply out{config_.regions[region_], {}, 1, static_cast<uint32_t>(config_.heartbeat.count()),
+  wire::HelloReply out{config_.regions[region_],
+                       {},
+                       1,
+                       static_cast<uint32_t>(config_.heartbeat.count()),
                        {"ef-downlink", "full-pull", "kv"}};
   uint64_t next = UINT64_MAX;
   for (const auto& s : shards_) {
@@ -259,7 +286,8 @@ Shard& ParamServer::shard_for(uint32_t id, uint64_t request_id) {
   std::string owned;
   for (const auto& s : shards_) owned += (owned.empty() ? "" : ", ") + std::to_string(s.range().id);
   throw WireError(ErrorCode::bad_shard,
-                  fmt::format("shard {} is not owned by this server (it owns: {})", id, owned), request_id);
+                  fmt::format("shard {} is not owned by this server (it owns: {})", id, owned),
+                  request_id);
 }
 
 ParamServer::Outcome ParamServer::on_push(uint32_t r, const wire::Header& h, const wire::Push& m,
@@ -269,16 +297,18 @@ ParamServer::Outcome ParamServer::on_push(uint32_t r, const wire::Header& h, con
   Shard& shard = shard_for(m.shard, id);
   if (m.round != shard.gate().clock(r) + 1)
     throw WireError(ErrorCode::bad_round,
-                    fmt::format("push.round is {}, region {} must push round {} next", m.round, config_.regions[r],
-                                shard.gate().clock(r) + 1),
+                    fmt::format("push.round is {}, region {} must push round {} next", m.round,
+                                config_.regions[r], shard.gate().clock(r) + 1),
                     id);
   if (m.base_version > shard.version())
     throw WireError(ErrorCode::bad_round,
-                    fmt::format("push.baseVersion {} is newer than shard {} version {}", m.base_version, m.shard,
-                                shard.version()),
+                    fmt::format("push.baseVersion {} is newer than shard {} version {}",
+                                m.base_version, m.shard, shard.version()),
                     id);
   if (m.segments.size() > kMaxSegments)
-    throw WireError(ErrorCode::too_large, fmt::format("push has {} segments, limit {}", m.segments.size(), kMaxSegments), id);
+    throw WireError(ErrorCode::too_large,
+                    fmt::format("push has {} segments, limit {}", m.segments.size(), kMaxSegments),
+                    id);
   wire::check_frames(m.segments, payloads, id);
   const uint64_t n = shard.range().count;
   uint64_t covered = 0;
@@ -286,13 +316,15 @@ ParamServer::Outcome ParamServer::on_push(uint32_t r, const wire::Header& h, con
     const auto& s = m.segments[i];
     if (s.codec < static_cast<uint8_t>(compression::CodecId::fp32) ||
         s.codec > static_cast<uint8_t>(compression::CodecId::zstd))
-      throw WireError(ErrorCode::bad_codec, fmt::format("segment {}: codec id {} is not a codec", i, s.codec), id);
+      throw WireError(ErrorCode::bad_codec,
+                      fmt::format("segment {}: codec id {} is not a codec", i, s.codec), id);
     if (s.offset < covered || s.count > n || s.offset > n - s.count)
-      throw WireError(ErrorCode::bad_range,
-                      fmt::format("segment {}: range [{}, +{}) is outside shard {} of {} elements or overlaps "
-                                  "the previous segment",
-                                  i, s.offset, s.count, m.shard, n),
-                      id);
+      throw WireError(
+          ErrorCode::bad_range,
+          fmt::format("segment {}: range [{}, +{}) is outside shard {} of {} elements or overlaps "
+                      "the previous segment",
+                      i, s.offset, s.count, m.shard, n),
+          id);
     covered = s.offset + s.count;
   }
   // Everything about the header holds; now the gate decides whether this push may proceed.
@@ -315,30 +347,37 @@ ParamServer::Outcome ParamServer::on_push(uint32_t r, const wire::Header& h, con
       compression::PayloadHeader header;
       if (whole && s.codec == static_cast<uint8_t>(compression::CodecId::fp32) &&
           bytes.size() >= compression::kHeaderBytes &&
-          reinterpret_cast<uintptr_t>(bytes.data() + compression::kHeaderBytes) % alignof(float) == 0) {
+          reinterpret_cast<uintptr_t>(bytes.data() + compression::kHeaderBytes) % alignof(float) ==
+              0) {
         bool ok = true;
         header = compression::parse_header(bytes, [&](size_t, ConstByteSpan block) {
-          ok = all_finite({reinterpret_cast<const float*>(block.data()), block.size() / sizeof(float)}) && ok;
+          ok = all_finite(
+                   {reinterpret_cast<const float*>(block.data()), block.size() / sizeof(float)}) &&
+               ok;
         });
         if (header.codec == compression::CodecId::fp32) finite = ok;
       } else {
         header = compression::parse_header(bytes);
       }
       if (static_cast<uint8_t>(header.codec) != s.codec)
-        throw WireError(ErrorCode::bad_codec,
-                        fmt::format("segment {}: header says codec {}, payload is {}", i,
-                                    compression::codec_name(s.codec), compression::codec_name(header.codec)),
-                        id);
+        throw WireError(
+            ErrorCode::bad_codec,
+            fmt::format("segment {}: header says codec {}, payload is {}", i,
+                        compression::codec_name(s.codec), compression::codec_name(header.codec)),
+            id);
       if (header.elements != s.count)
         throw WireError(ErrorCode::bad_payload,
-                        fmt::format("segment {}: header says {} elements, payload has {}", i, s.count, header.elements),
+                        fmt::format("segment {}: header says {} elements, payload has {}", i,
+                                    s.count, header.elements),
                         id);
       std::fill(delta_.begin() + static_cast<std::ptrdiff_t>(filled),
                 delta_.begin() + static_cast<std::ptrdiff_t>(s.offset), 0.0f);
       const auto out = FloatSpan(delta_).subspan(s.offset, s.count);
       const auto decoded = compression::decode_view(header, bytes, out);
-      if (whole) delta = decoded;
-      else if (decoded.data() != out.data()) std::copy(decoded.begin(), decoded.end(), out.begin());
+      if (whole)
+        delta = decoded;
+      else if (decoded.data() != out.data())
+        std::copy(decoded.begin(), decoded.end(), out.begin());
       filled = s.offset + s.count;
     } catch (const WireError&) {
       throw;
@@ -358,7 +397,8 @@ ParamServer::Outcome ParamServer::on_push(uint32_t r, const wire::Header& h, con
   uint64_t waited_us = 0;
   if (parked_since) {
     waited_us = static_cast<uint64_t>(
-        std::chrono::duration_cast<std::chrono::microseconds>(options_.clock() - *parked_since).count());
+        std::chrono::duration_cast<std::chrono::microseconds>(options_.clock() - *parked_since)
+            .count());
     ++c.gate_waits;
     c.gate_wait_us += waited_us;
   }
@@ -368,25 +408,29 @@ ParamServer::Outcome ParamServer::on_push(uint32_t r, const wire::Header& h, con
   return Outcome::done;
 }
 
-ParamServer::Outcome ParamServer::on_pull(uint32_t r, const wire::Header& h, const wire::PullRequest& m) {
+ParamServer::Outcome ParamServer::on_pull(uint32_t r, const wire::Header& h,
+                                          const wire::PullRequest& m) {
   const uint64_t id = h.request_id;
   Shard& shard = shard_for(m.shard, id);
   if (m.min_round > shard.gate().clock(r))
     throw WireError(ErrorCode::bad_round,
-                    fmt::format("pull.minRound is {} but region {} pushed only up to round {}", m.min_round,
-                                config_.regions[r], shard.gate().clock(r)),
+                    fmt::format("pull.minRound is {} but region {} pushed only up to round {}",
+                                m.min_round, config_.regions[r], shard.gate().clock(r)),
                     id);
   if (!m.full) {
     if (!shard.has_downlink(r))
-      throw WireError(ErrorCode::bad_round,
-                      fmt::format("region {} has no values of shard {} yet: pull with full=true first",
-                                  config_.regions[r], m.shard),
-                      id);
+      throw WireError(
+          ErrorCode::bad_round,
+          fmt::format("region {} has no values of shard {} yet: pull with full=true first",
+                      config_.regions[r], m.shard),
+          id);
     if (m.since_version != shard.sent_version(r))
-      throw WireError(ErrorCode::bad_round,
-                      fmt::format("pull.sinceVersion is {}, the server last sent version {}: pull with full=true",
-                                  m.since_version, shard.sent_version(r)),
-                      id);
+      throw WireError(
+          ErrorCode::bad_round,
+          fmt::format(
+              "pull.sinceVersion is {}, the server last sent version {}: pull with full=true",
+              m.since_version, shard.sent_version(r)),
+          id);
   }
   if (shard.released_round() < m.min_round) return Outcome::park;
   Bytes payload = pool_.acquire(shard.pull_bytes(r, m.full));
@@ -396,7 +440,10 @@ ParamServer::Outcome ParamServer::on_pull(uint32_t r, const wire::Header& h, con
     shard.pull_change(r, payload);
   // The codec that wrote the payload (not parse_header: it would hash the payload once more).
   const auto codec = m.full ? compression::CodecId::fp32 : shard.downlink_codec(r).id();
-  wire::PullReply out{m.shard, shard.version(), shard.released_round(), m.full,
+  wire::PullReply out{m.shard,
+                      shard.version(),
+                      shard.released_round(),
+                      m.full,
                       {{0, shard.range().count, static_cast<uint8_t>(codec), payload.size()}}};
   auto& c = metrics_.region(r);
   ++c.pulls;
@@ -410,7 +457,8 @@ ParamServer::Outcome ParamServer::on_pull(uint32_t r, const wire::Header& h, con
 void ParamServer::release_rounds() {
   const auto live_now = live();
   for (auto& s : shards_)
-    for (const auto& rel : s.release_ready(live_now)) metrics_.round_released(s.range().id, rel.round, rel.contributors);
+    for (const auto& rel : s.release_ready(live_now))
+      metrics_.round_released(s.range().id, rel.round, rel.contributors);
   if (config_.checkpoint.every == 0 || shards_.empty()) return;
   uint64_t round = UINT64_MAX;
   for (const auto& s : shards_) round = std::min(round, s.released_round());
@@ -498,10 +546,12 @@ void ParamServer::reply(const std::string& peer, uint64_t request_id, wire::Body
   wire::Envelope env{peer, {}};
   env.frames.push_back(wire::encode_header(wire::Header{request_id, std::move(body)}));
   for (auto& p : payloads) env.frames.push_back(std::move(p));
-  if (!channel_->send(std::move(env))) spdlog::warn("reply to a peer dropped: it is gone or not reading");
+  if (!channel_->send(std::move(env)))
+    spdlog::warn("reply to a peer dropped: it is gone or not reading");
 }
 
-void ParamServer::reply_error(const std::string& peer, uint64_t request_id, ErrorCode code, const std::string& message) {
+void ParamServer::reply_error(const std::string& peer, uint64_t request_id, ErrorCode code,
+                              const std::string& message) {
   if (auto r = membership_.region_of(peer)) ++metrics_.region(*r).errors;
   spdlog::debug("error reply ({}): {}", wire::error_code_name(code), message);
   reply(peer, request_id, wire::Error{code, message});

@@ -43,8 +43,8 @@ using Clock = std::function<std::chrono::steady_clock::time_point()>;
 struct ServerOptions {
   std::optional<std::string> endpoint;  // overrides config.endpoints[region] (tests: inproc://)
   Clock clock = [] { return std::chrono::steady_clock::now(); };
-  bool write_metrics = true;            // JSONL under config.run_dir
-  std::chrono::milliseconds poll{20};   // loop tick: liveness sweeps run at least this often
+  bool write_metrics = true;           // JSONL under config.run_dir
+  std::chrono::milliseconds poll{20};  // loop tick: liveness sweeps run at least this often
 };
 
 inline constexpr size_t kMaxParkedPerPeer = 4;
@@ -55,7 +55,8 @@ inline constexpr size_t kMaxSegments = 4096;
 
 class ParamServer {
  public:
-  ParamServer(const ServerConfig& config, uint32_t region, zmq::context_t& context, ServerOptions options = {});
+  ParamServer(const ServerConfig& config, uint32_t region, zmq::context_t& context,
+              ServerOptions options = {});
 
   std::string endpoint() const { return channel_->endpoint(); }
   uint64_t table_hash() const { return table_.layout_hash(); }
@@ -75,16 +76,21 @@ class ParamServer {
   };
   enum class Outcome { done, park };
 
-  Outcome handle(wire::Envelope& env, std::optional<std::chrono::steady_clock::time_point> parked_since);
-  Outcome dispatch(const std::string& peer, const wire::Header& h, std::span<const zmq::message_t> payloads,
+  Outcome handle(wire::Envelope& env,
+                 std::optional<std::chrono::steady_clock::time_point> parked_since);
+  Outcome dispatch(const std::string& peer, const wire::Header& h,
+                   std::span<const zmq::message_t> payloads,
                    std::optional<std::chrono::steady_clock::time_point> parked_since);
   void on_hello(const std::string& peer, const wire::Header& h, const wire::Hello& m);
-  Outcome on_push(uint32_t r, const wire::Header& h, const wire::Push& m, std::span<const zmq::message_t> payloads,
+  Outcome on_push(uint32_t r, const wire::Header& h, const wire::Push& m,
+                  std::span<const zmq::message_t> payloads,
                   std::optional<std::chrono::steady_clock::time_point> parked_since);
   Outcome on_pull(uint32_t r, const wire::Header& h, const wire::PullRequest& m);
   Shard& shard_for(uint32_t id, uint64_t request_id);
-  void reply(const std::string& peer, uint64_t request_id, wire::Body body, std::vector<zmq::message_t> payloads = {});
-  void reply_error(const std::string& peer, uint64_t request_id, wire::ErrorCode code, const std::string& message);
+  void reply(const std::string& peer, uint64_t request_id, wire::Body body,
+             std::vector<zmq::message_t> payloads = {});
+  void reply_error(const std::string& peer, uint64_t request_id, wire::ErrorCode code,
+                   const std::string& message);
   void release_rounds();
   void sweep();
   void retry_parked();
@@ -102,12 +108,12 @@ class ParamServer {
   std::unique_ptr<wire::Channel> channel_;
   Membership membership_;
   std::vector<Parked> parked_;
-  std::map<std::string, Bytes> kv_;        // rendezvous key-value store (open to every peer, bounded)
+  std::map<std::string, Bytes> kv_;  // rendezvous key-value store (open to every peer, bounded)
   CheckpointStore checkpoints_;
   uint64_t last_checkpoint_round_ = 0;
   ServerMetrics metrics_;
-  ShardBuffer delta_;                      // scratch: decoded push
-  PayloadPool pool_;                       // pull reply payloads, reused once ZeroMQ sent them
+  ShardBuffer delta_;                       // scratch: decoded push
+  PayloadPool pool_;                        // pull reply payloads, reused once ZeroMQ sent them
   std::unique_ptr<PassSplitter> splitter_;  // second thread for the passes of large shards, if any
   bool shutdown_ = false;
 };

@@ -29,7 +29,8 @@ void PassSplitter::wait() {
 void PassSplitter::loop(std::stop_token stop) {
   std::unique_lock lock(mutex_);
   for (;;) {
-    if (!wake_.wait(lock, stop, [&] { return static_cast<bool>(task_); })) return;  // stop requested
+    if (!wake_.wait(lock, stop, [&] { return static_cast<bool>(task_); }))
+      return;  // stop requested
     auto task = std::move(task_);
     task_ = nullptr;
     lock.unlock();

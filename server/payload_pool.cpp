@@ -35,10 +35,12 @@ Bytes PayloadPool::acquire(size_t bytes) {
   {
     std::lock_guard lock(state_->mutex);
     auto& idle = state_->idle;
-    auto it = std::find_if(idle.begin(), idle.end(), [&](const Bytes& b) { return b.size() == bytes; });
+    auto it =
+        std::find_if(idle.begin(), idle.end(), [&](const Bytes& b) { return b.size() == bytes; });
     if (it == idle.end())
-      it = std::max_element(idle.begin(), idle.end(),
-                            [](const Bytes& a, const Bytes& b) { return a.capacity() < b.capacity(); });
+      it = std::max_element(idle.begin(), idle.end(), [](const Bytes& a, const Bytes& b) {
+        return a.capacity() < b.capacity();
+      });
     if (it != idle.end()) {
       out = std::move(*it);
       idle.erase(it);

@@ -30,14 +30,17 @@ Shard::Shard(ShardRange range, std::vector<uint8_t> critical_mask, size_t region
     if (it == downlinks_.end()) it = downlinks_.emplace(spec, compression::make_codec(spec)).first;
     downlink_of_.push_back(&it->second);
   }
-  GT_ASSERT(mask_.size() == range.count, "mask size {} != shard size {}", mask_.size(), range.count);
+  GT_ASSERT(mask_.size() == range.count, "mask size {} != shard size {}", mask_.size(),
+            range.count);
   critical_count_ = static_cast<uint64_t>(std::count(mask_.begin(), mask_.end(), uint8_t{1}));
 }
 
 Shard::PushResult Shard::apply_push(size_t region, uint64_t round, ConstFloatSpan delta,
                                     const std::vector<bool>& live) {
-  GT_ASSERT(delta.size() == values_.size(), "delta size {} != shard size {}", delta.size(), values_.size());
-  GT_ASSERT(round == gate_.clock(region) + 1, "round {} after clock {}", round, gate_.clock(region));
+  GT_ASSERT(delta.size() == values_.size(), "delta size {} != shard size {}", delta.size(),
+            values_.size());
+  GT_ASSERT(round == gate_.clock(region) + 1, "round {} after clock {}", round,
+            gate_.clock(region));
   GT_ASSERT(live.at(region), "push from a dead region {}", region);
   PushResult result;
   result.staleness = gate_.staleness(region, round, live);
@@ -55,7 +58,8 @@ Shard::PushResult Shard::apply_push(size_t region, uint64_t round, ConstFloatSpa
     // w(tau) * delta / live, folded into the optimizer's pass; without critical elements the
     // mask selects everything and the step runs unmasked.
     const auto n_live = static_cast<float>(std::count(live.begin(), live.end(), true));
-    const auto mask = critical_count_ > 0 ? std::span<const uint8_t>(mask_) : std::span<const uint8_t>();
+    const auto mask =
+        critical_count_ > 0 ? std::span<const uint8_t>(mask_) : std::span<const uint8_t>();
     auto step = [&](size_t begin, size_t end) {
       const size_t count = end - begin;
       outer_step(settings_.optimizer, FloatSpan(values_).subspan(begin, count),
@@ -135,7 +139,8 @@ void Shard::pull_change(size_t region, Bytes& out) {
   GT_ASSERT(base.has_value(), "pull_change before pull_full for region {}", region);
   auto& downlink = *downlink_of_.at(region);
   const size_t n = values_.size();
-  if (downlink.codec().id() == compression::CodecId::fp32 && downlink.residual(region).size() == n) {
+  if (downlink.codec().id() == compression::CodecId::fp32 &&
+      downlink.residual(region).size() == n) {
     // Lossless downlink, after the region's first change pull. The fp32 error-feedback step
     // sends x = g + e and sets e to +0 (kernels/codec_cpu fp32_encode), and nothing else writes
     // this residual, so it is +0 everywhere here: the step is out = g + 0.0f with e unchanged.
@@ -143,8 +148,9 @@ void Shard::pull_change(size_t region, Bytes& out) {
     // each block hashed for the checksum while it is in cache. Tests hold this path to the
     // generic one, byte for byte and residual for residual.
     out.resize(compression::kHeaderBytes + 4 * n);
-    GT_ASSERT(reinterpret_cast<uintptr_t>(out.data() + compression::kHeaderBytes) % alignof(float) == 0,
-              "misaligned payload body");
+    GT_ASSERT(
+        reinterpret_cast<uintptr_t>(out.data() + compression::kHeaderBytes) % alignof(float) == 0,
+        "misaligned payload body");
     compression::PayloadHeader h;
     h.codec = compression::CodecId::fp32;
     h.elements = n;

@@ -48,7 +48,8 @@ struct ShardSettings {
 
 class Shard {
  public:
-  Shard(ShardRange range, std::vector<uint8_t> critical_mask, size_t regions, const ShardSettings& settings);
+  Shard(ShardRange range, std::vector<uint8_t> critical_mask, size_t regions,
+        const ShardSettings& settings);
 
   const ShardRange& range() const { return range_; }
   StalenessGate& gate() { return gate_; }
@@ -69,7 +70,8 @@ class Shard {
   // non-critical part now, keeps the critical part until the round is released. `delta` may be
   // a view into the push's payload frame; it is read, never kept. The caller checked that every
   // element is finite.
-  PushResult apply_push(size_t region, uint64_t round, ConstFloatSpan delta, const std::vector<bool>& live);
+  PushResult apply_push(size_t region, uint64_t round, ConstFloatSpan delta,
+                        const std::vector<bool>& live);
 
   struct Released {
     uint64_t round = 0;
@@ -103,15 +105,20 @@ class Shard {
   // that the caller can hand pull_*() a buffer that needs no resizing.
   size_t pull_bytes(size_t region, bool full) const;
   // The region's downlink error-feedback residual (empty before its first change pull).
-  ConstFloatSpan downlink_residual(size_t region) const { return downlink_of_.at(region)->residual(region); }
-  const compression::Codec& downlink_codec(size_t region) const { return downlink_of_.at(region)->codec(); }
+  ConstFloatSpan downlink_residual(size_t region) const {
+    return downlink_of_.at(region)->residual(region);
+  }
+  const compression::Codec& downlink_codec(size_t region) const {
+    return downlink_of_.at(region)->codec();
+  }
 
   // Lets the push's optimizer pass and the fp32 pull pass of a large shard run half on the
   // splitter's thread (server/pass_splitter.hpp); borrowed, must outlive the shard or be reset.
   void set_splitter(PassSplitter* splitter) { splitter_ = splitter; }
 
   // Checkpoint restore: values and momentum must have the shard's size.
-  void restore(uint64_t version, uint64_t released_round, ConstFloatSpan values, ConstFloatSpan momentum);
+  void restore(uint64_t version, uint64_t released_round, ConstFloatSpan values,
+               ConstFloatSpan momentum);
 
  private:
   ShardRange range_;

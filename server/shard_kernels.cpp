@@ -19,15 +19,16 @@ bool all_finite(ConstFloatSpan x) {
   for (size_t begin = 0; begin < x.size(); begin += kBlock) {
     const size_t end = std::min(x.size(), begin + kBlock);
     uint32_t bad = 0;
-    for (size_t i = begin; i < end; ++i) bad |= (std::bit_cast<uint32_t>(p[i]) & kExponent) == kExponent;
+    for (size_t i = begin; i < end; ++i)
+      bad |= (std::bit_cast<uint32_t>(p[i]) & kExponent) == kExponent;
     if (bad) return false;
   }
   return true;
 }
 
 void take_change(ConstFloatSpan values, FloatSpan sent, FloatSpan g) {
-  GT_ASSERT(values.size() == sent.size() && g.size() == values.size(), "take_change sizes: {} {} {}",
-            values.size(), sent.size(), g.size());
+  GT_ASSERT(values.size() == sent.size() && g.size() == values.size(),
+            "take_change sizes: {} {} {}", values.size(), sent.size(), g.size());
   const float* GT_RESTRICT v = values.data();
   float* GT_RESTRICT s = sent.data();
   float* GT_RESTRICT out = g.data();
@@ -38,8 +39,8 @@ void take_change(ConstFloatSpan values, FloatSpan sent, FloatSpan g) {
 }
 
 void take_change_fp32(ConstFloatSpan values, FloatSpan sent, FloatSpan out) {
-  GT_ASSERT(values.size() == sent.size() && out.size() == values.size(), "take_change_fp32 sizes: {} {} {}",
-            values.size(), sent.size(), out.size());
+  GT_ASSERT(values.size() == sent.size() && out.size() == values.size(),
+            "take_change_fp32 sizes: {} {} {}", values.size(), sent.size(), out.size());
   const float* GT_RESTRICT v = values.data();
   float* GT_RESTRICT s = sent.data();
   float* GT_RESTRICT o = out.data();

@@ -22,8 +22,8 @@ ShardMap::ShardMap(uint64_t elements, uint32_t regions, uint32_t shards_per_regi
     uint64_t end = std::min(elements, end_chunk * chunk);
     if (i + 1 == n) end = elements;
     end = std::max(end, prev);
-    shards_.push_back({static_cast<uint32_t>(i), prev, end - prev,
-                       static_cast<uint32_t>(i / shards_per_region)});
+    shards_.push_back(
+        {static_cast<uint32_t>(i), prev, end - prev, static_cast<uint32_t>(i / shards_per_region)});
     prev = end;
   }
 }

@@ -11,7 +11,8 @@ void check_endpoint(const std::string& endpoint) {
   const bool ok = endpoint.starts_with("tcp://") || endpoint.starts_with("inproc://") ||
                   endpoint.starts_with("ipc://");
   GT_REQUIRE(ok && endpoint.find("://") + 3 < endpoint.size(),
-             "endpoint '{}' is not allowed: use tcp://host:port, inproc://name or ipc://path", endpoint);
+             "endpoint '{}' is not allowed: use tcp://host:port, inproc://name or ipc://path",
+             endpoint);
 }
 
 class ZmqChannel final : public Channel {

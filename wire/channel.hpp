@@ -23,15 +23,15 @@
 namespace geotrain::wire {
 
 struct Envelope {
-  std::string peer;                   // ROUTER: the sender's routing id; DEALER: empty
-  std::vector<zmq::message_t> frames; // frame 0: header; then payload frames
+  std::string peer;                    // ROUTER: the sender's routing id; DEALER: empty
+  std::vector<zmq::message_t> frames;  // frame 0: header; then payload frames
 };
 
 struct ChannelOptions {
-  int send_hwm = 64;                       // messages queued per peer before send() says no
+  int send_hwm = 64;  // messages queued per peer before send() says no
   int receive_hwm = 64;
   int64_t max_frame_bytes = int64_t{1} << 30;  // ZMQ_MAXMSGSIZE: larger frames drop the peer
-  size_t max_frames = 4096;                // frames per message accepted by receive()
+  size_t max_frames = 4096;                    // frames per message accepted by receive()
   std::chrono::milliseconds linger{0};
 };
 

@@ -30,8 +30,8 @@ std::optional<Reply> Client::call(Body body, std::vector<zmq::message_t> payload
   if (!id) return std::nullopt;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline -
-                                                                      std::chrono::steady_clock::now());
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) return std::nullopt;
     auto r = receive(left);
     if (!r) return std::nullopt;

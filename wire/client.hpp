@@ -28,7 +28,8 @@ class Client {
   std::optional<uint64_t> send(Body body, std::vector<zmq::message_t> payloads = {});
   // Sends an already encoded frame list as is (tests use it to send malformed messages).
   bool send_raw(std::vector<zmq::message_t> frames);
-  // Next reply, or nullopt after `timeout`. A reply whose header cannot be decoded throws WireError.
+  // Next reply, or nullopt after `timeout`. A reply whose header cannot be decoded throws
+  // WireError.
   std::optional<Reply> receive(std::chrono::milliseconds timeout);
   // send() then wait for the reply with that id.
   std::optional<Reply> call(Body body, std::vector<zmq::message_t> payloads = {},

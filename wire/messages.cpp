@@ -64,7 +64,8 @@ void build(schema::Header::Builder h, const Body& body) {
             b.setRegion(m.region);
             b.setProtocolVersion(m.protocol_version);
             b.setTableHash(m.table_hash);
-            put_strings(b.initCapabilities(static_cast<unsigned>(m.capabilities.size())), m.capabilities);
+            put_strings(b.initCapabilities(static_cast<unsigned>(m.capabilities.size())),
+                        m.capabilities);
           },
           [&](const HelloReply& m) {
             auto b = h.initHelloReply();
@@ -77,7 +78,8 @@ void build(schema::Header::Builder h, const Body& body) {
             }
             b.setNextRound(m.next_round);
             b.setHeartbeatMs(m.heartbeat_ms);
-            put_strings(b.initCapabilities(static_cast<unsigned>(m.capabilities.size())), m.capabilities);
+            put_strings(b.initCapabilities(static_cast<unsigned>(m.capabilities.size())),
+                        m.capabilities);
           },
           [&](const Heartbeat&) { h.setHeartbeat(); },
           [&](const Push& m) {
@@ -144,12 +146,16 @@ Body read(schema::Header::Reader h, uint64_t request_id) {
     }
     case schema::Header::HELLO_REPLY: {
       auto r = h.getHelloReply();
-      HelloReply m{str(r.getServerRegion()), {}, r.getNextRound(), r.getHeartbeatMs(),
+      HelloReply m{str(r.getServerRegion()),
+                   {},
+                   r.getNextRound(),
+                   r.getHeartbeatMs(),
                    get_strings(r.getCapabilities())};
       for (auto s : r.getShards()) m.shards.push_back({s.getId(), s.getOffset(), s.getCount()});
       return m;
     }
-    case schema::Header::HEARTBEAT: return Heartbeat{};
+    case schema::Header::HEARTBEAT:
+      return Heartbeat{};
     case schema::Header::PUSH: {
       auto r = h.getPush();
       return Push{r.getShard(), r.getRound(), r.getBaseVersion(), get_segments(r.getSegments())};
@@ -171,45 +177,55 @@ Body read(schema::Header::Reader h, uint64_t request_id) {
       auto r = h.getError();
       auto code = static_cast<uint16_t>(r.getCode());
       if (code > static_cast<uint16_t>(ErrorCode::internal))
-        throw WireError(ErrorCode::malformed, fmt::format("error code {} is unknown", code), request_id);
+        throw WireError(ErrorCode::malformed, fmt::format("error code {} is unknown", code),
+                        request_id);
       return Error{static_cast<ErrorCode>(code), str(r.getMessage())};
     }
-    case schema::Header::STATS_REQUEST: return StatsRequest{};
-    case schema::Header::STATS_REPLY: return StatsReply{str(h.getStatsReply())};
-    case schema::Header::CHECKPOINT: return CheckpointRequest{};
-    case schema::Header::CHECKPOINT_REPLY: return CheckpointReply{h.getCheckpointReply()};
-    case schema::Header::SHUTDOWN: return Shutdown{};
-    case schema::Header::ACK: return Ack{};
+    case schema::Header::STATS_REQUEST:
+      return StatsRequest{};
+    case schema::Header::STATS_REPLY:
+      return StatsReply{str(h.getStatsReply())};
+    case schema::Header::CHECKPOINT:
+      return CheckpointRequest{};
+    case schema::Header::CHECKPOINT_REPLY:
+      return CheckpointReply{h.getCheckpointReply()};
+    case schema::Header::SHUTDOWN:
+      return Shutdown{};
+    case schema::Header::ACK:
+      return Ack{};
     case schema::Header::KV_SET: {
       auto r = h.getKvSet();
       return KvSet{str(r.getKey()), bytes(r.getValue())};
     }
-    case schema::Header::KV_GET: return KvGet{str(h.getKvGet())};
+    case schema::Header::KV_GET:
+      return KvGet{str(h.getKvGet())};
     case schema::Header::KV_REPLY: {
       auto r = h.getKvReply();
       return KvReply{str(r.getKey()), bytes(r.getValue())};
     }
   }
-  throw WireError(ErrorCode::malformed,
-                  fmt::format("header: message type {} is unknown", static_cast<unsigned>(h.which())),
-                  request_id);
+  throw WireError(
+      ErrorCode::malformed,
+      fmt::format("header: message type {} is unknown", static_cast<unsigned>(h.which())),
+      request_id);
 }
 
 }  // namespace
 
 const char* error_code_name(ErrorCode code) {
   static constexpr const char* kNames[] = {
-      "malformed", "badVersion", "unregistered", "badTableHash", "badShard", "badRange", "badCodec",
-      "badRound", "badPayload", "tooLarge", "busy", "unknownRegion", "internal"};
+      "malformed", "badVersion",    "unregistered", "badTableHash", "badShard",
+      "badRange",  "badCodec",      "badRound",     "badPayload",   "tooLarge",
+      "busy",      "unknownRegion", "internal"};
   auto i = static_cast<size_t>(code);
   return i < std::size(kNames) ? kNames[i] : "unknown";
 }
 
 const char* body_name(const Body& body) {
   static constexpr const char* kNames[] = {
-      "hello", "helloReply", "heartbeat", "push", "pushReply", "pull", "pullReply", "error",
-      "statsRequest", "statsReply", "checkpoint", "checkpointReply", "shutdown", "ack", "kvSet",
-      "kvGet", "kvReply"};
+      "hello",     "helloReply", "heartbeat",    "push",       "pushReply",  "pull",
+      "pullReply", "error",      "statsRequest", "statsReply", "checkpoint", "checkpointReply",
+      "shutdown",  "ack",        "kvSet",        "kvGet",      "kvReply"};
   static_assert(std::size(kNames) == std::variant_size_v<Body>);
   return kNames[body.index()];
 }
@@ -228,11 +244,12 @@ zmq::message_t encode_header(const Header& header) {
 Header decode_header(const zmq::message_t& frame) {
   const size_t n = frame.size();
   if (n == 0 || n % sizeof(capnp::word) != 0)
-    throw WireError(ErrorCode::malformed,
-                    fmt::format("header: frame 0 has {} bytes, must be a non-zero multiple of 8", n));
+    throw WireError(
+        ErrorCode::malformed,
+        fmt::format("header: frame 0 has {} bytes, must be a non-zero multiple of 8", n));
   if (n / sizeof(capnp::word) > kMaxHeaderWords)
-    throw WireError(ErrorCode::too_large, fmt::format("header: frame 0 has {} bytes, limit is {}", n,
-                                                      kMaxHeaderWords * sizeof(capnp::word)));
+    throw WireError(ErrorCode::too_large, fmt::format("header: frame 0 has {} bytes, limit is {}",
+                                                      n, kMaxHeaderWords * sizeof(capnp::word)));
   // Copy into word-aligned memory: zmq frame data carries no alignment guarantee.
   auto words = kj::heapArray<capnp::word>(n / sizeof(capnp::word));
   std::memcpy(words.begin(), frame.data(), n);
@@ -245,15 +262,17 @@ Header decode_header(const zmq::message_t& frame) {
     auto h = reader.getRoot<schema::Header>();
     request_id = h.getRequestId();
     if (h.getVersion() != kProtocolVersion)
-      throw WireError(ErrorCode::bad_version,
-                      fmt::format("header: protocol version {} is not supported, this build speaks {}",
-                                  h.getVersion(), kProtocolVersion),
-                      request_id);
+      throw WireError(
+          ErrorCode::bad_version,
+          fmt::format("header: protocol version {} is not supported, this build speaks {}",
+                      h.getVersion(), kProtocolVersion),
+          request_id);
     return Header{request_id, read(h, request_id), h.getVersion()};
   } catch (const kj::Exception& e) {
-    throw WireError(ErrorCode::malformed,
-                    fmt::format("header: not a valid Cap'n Proto message ({})", e.getDescription().cStr()),
-                    request_id);
+    throw WireError(
+        ErrorCode::malformed,
+        fmt::format("header: not a valid Cap'n Proto message ({})", e.getDescription().cStr()),
+        request_id);
   }
 }
 
@@ -261,7 +280,8 @@ zmq::message_t frame_from_bytes(Bytes&& bytes) {
   auto owner = std::make_unique<Bytes>(std::move(bytes));
   void* data = owner->data();
   const size_t size = owner->size();
-  zmq::message_t m(data, size, [](void*, void* hint) { delete static_cast<Bytes*>(hint); }, owner.get());
+  zmq::message_t m(
+      data, size, [](void*, void* hint) { delete static_cast<Bytes*>(hint); }, owner.get());
   owner.release();  // now owned by the frame; freed by the lambda above
   return m;
 }
@@ -270,14 +290,14 @@ void check_frames(const std::vector<Segment>& segments, std::span<const zmq::mes
                   uint64_t request_id) {
   if (segments.size() != frames.size())
     throw WireError(ErrorCode::malformed,
-                    fmt::format("header lists {} segments but {} payload frames follow", segments.size(),
-                                frames.size()),
+                    fmt::format("header lists {} segments but {} payload frames follow",
+                                segments.size(), frames.size()),
                     request_id);
   for (size_t i = 0; i < segments.size(); ++i)
     if (segments[i].bytes != frames[i].size())
       throw WireError(ErrorCode::malformed,
-                      fmt::format("segment {}: header says {} bytes, frame has {}", i, segments[i].bytes,
-                                  frames[i].size()),
+                      fmt::format("segment {}: header says {} bytes, frame has {}", i,
+                                  segments[i].bytes, frames[i].size()),
                       request_id);
 }
 

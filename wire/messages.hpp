@@ -26,8 +26,19 @@ inline constexpr uint16_t kProtocolVersion = 1;
 inline constexpr size_t kMaxHeaderWords = size_t{1} << 16;
 
 enum class ErrorCode : uint16_t {
-  malformed, bad_version, unregistered, bad_table_hash, bad_shard, bad_range, bad_codec,
-  bad_round, bad_payload, too_large, busy, unknown_region, internal,
+  malformed,
+  bad_version,
+  unregistered,
+  bad_table_hash,
+  bad_shard,
+  bad_range,
+  bad_codec,
+  bad_round,
+  bad_payload,
+  too_large,
+  busy,
+  unknown_region,
+  internal,
 };
 const char* error_code_name(ErrorCode code);
 
@@ -46,8 +57,8 @@ class WireError : public InputError {
 struct Segment {
   uint64_t offset = 0;  // relative to the shard
   uint64_t count = 0;
-  uint8_t codec = 0;    // compression::CodecId
-  uint64_t bytes = 0;   // size of this segment's payload frame
+  uint8_t codec = 0;   // compression::CodecId
+  uint64_t bytes = 0;  // size of this segment's payload frame
 };
 
 struct Hello {

@@ -10,10 +10,14 @@ namespace geotrain::worker {
 
 const char* to_string(Verdict v) {
   switch (v) {
-    case Verdict::kAccept: return "accept";
-    case Verdict::kNonFiniteGradient: return "non-finite gradient";
-    case Verdict::kNonFiniteLoss: return "non-finite loss";
-    case Verdict::kLossSpike: return "loss spike";
+    case Verdict::kAccept:
+      return "accept";
+    case Verdict::kNonFiniteGradient:
+      return "non-finite gradient";
+    case Verdict::kNonFiniteLoss:
+      return "non-finite loss";
+    case Verdict::kLossSpike:
+      return "loss spike";
   }
   return "?";
 }
@@ -48,8 +52,9 @@ Verdict AnomalyGuard::check(uint64_t step, double loss, ConstFloatSpan grad) {
   }
   if (v != Verdict::kAccept) {
     ++skipped_;
-    spdlog::warn("step {} skipped: {} (loss {}, window mean {:.4g}, sigma {:.4g}); {} skipped so far",
-                 step, to_string(v), loss, mean, sigma, skipped_);
+    spdlog::warn(
+        "step {} skipped: {} (loss {}, window mean {:.4g}, sigma {:.4g}); {} skipped so far", step,
+        to_string(v), loss, mean, sigma, skipped_);
     return v;
   }
   losses_.push_back(loss);

@@ -41,7 +41,8 @@ void BatchLoader::produce() {
         batch.epoch = e;
         batch.index = b;
         const uint64_t begin = b * options_.batch_size;
-        batch.size = static_cast<size_t>(std::min<uint64_t>(options_.batch_size, idx.size() - begin));
+        batch.size =
+            static_cast<size_t>(std::min<uint64_t>(options_.batch_size, idx.size() - begin));
         batch.x.resize(batch.size * d);
         batch.y.resize(batch.size);
         for (size_t i = 0; i < batch.size; ++i) {

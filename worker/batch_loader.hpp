@@ -25,15 +25,15 @@ namespace geotrain::worker {
 
 struct Batch {
   uint64_t epoch = 0;
-  uint64_t index = 0;         // batch number within the epoch
-  size_t size = 0;            // B
-  std::vector<float> x;       // (B, features)
-  std::vector<int32_t> y;     // (B)
+  uint64_t index = 0;      // batch number within the epoch
+  size_t size = 0;         // B
+  std::vector<float> x;    // (B, features)
+  std::vector<int32_t> y;  // (B)
 };
 
 struct LoaderOptions {
   uint32_t batch_size = 64;
-  uint32_t prefetch = 4;      // ready batches held at most
+  uint32_t prefetch = 4;  // ready batches held at most
   uint64_t first_epoch = 0;
   uint64_t epochs = 1;
   bool drop_last_batch = false;
@@ -59,13 +59,13 @@ class BatchLoader {
   DistributedSampler sampler_;
   LoaderOptions options_;
   std::mutex mu_;
-  std::condition_variable ready_;   // consumer waits: queue not empty, or done
-  std::condition_variable space_;   // producer waits: queue not full, or stopping
+  std::condition_variable ready_;  // consumer waits: queue not empty, or done
+  std::condition_variable space_;  // producer waits: queue not full, or stopping
   std::deque<Batch> queue_;
   bool done_ = false;
   bool stop_ = false;
   std::exception_ptr error_;
-  std::thread thread_;              // last member: started after everything above exists
+  std::thread thread_;  // last member: started after everything above exists
 };
 
 }  // namespace geotrain::worker

@@ -11,13 +11,15 @@ BucketedAllReduce::BucketedAllReduce(Communicator& comm, const std::vector<Tenso
                                      double bucket_cap_mb, bool background)
     : comm_(comm), background_(background) {
   GT_REQUIRE(bucket_cap_mb > 0, "bucket_cap_mb {} must be > 0", bucket_cap_mb);
-  const auto cap = static_cast<uint64_t>(std::max(1.0, bucket_cap_mb * 1024 * 1024 / sizeof(float)));
+  const auto cap =
+      static_cast<uint64_t>(std::max(1.0, bucket_cap_mb * 1024 * 1024 / sizeof(float)));
   bucket_of_.resize(layout.size());
   for (size_t k = layout.size(); k-- > 0;) {
     const TensorInfo& t = layout[k];
     GT_ASSERT(k + 1 == layout.size() || t.offset + t.size == layout[k + 1].offset,
               "layout is not contiguous at tensor {}", t.name);
-    if (buckets_.empty() || buckets_.back().size >= cap) buckets_.push_back({t.offset + t.size, 0, {}});
+    if (buckets_.empty() || buckets_.back().size >= cap)
+      buckets_.push_back({t.offset + t.size, 0, {}});
     Bucket& b = buckets_.back();
     b.offset = t.offset;  // grows downwards: tensors are visited in reverse
     b.size += t.size;

@@ -52,13 +52,13 @@ class BucketedAllReduce {
 
  private:
   void reduce(size_t bucket, FloatSpan grad);
-  void drain();                                    // waits until the queue is empty and idle
+  void drain();  // waits until the queue is empty and idle
 
   Communicator& comm_;
   uint64_t total_ = 0;
   std::vector<Bucket> buckets_;
-  std::vector<size_t> bucket_of_;     // tensor index -> bucket
-  std::vector<size_t> pending_;       // per bucket: tensors not yet ready
+  std::vector<size_t> bucket_of_;  // tensor index -> bucket
+  std::vector<size_t> pending_;    // per bucket: tensors not yet ready
   std::vector<bool> tensor_ready_;
   std::vector<bool> reduced_;
   uint64_t reductions_ = 0;

@@ -44,7 +44,8 @@ WorkerConfig parse_worker_config(std::string_view yaml_text, std::string_view so
   auto model = root["model"];
   GT_REQUIRE(model, "{}: key 'model' is missing (model.arch, e.g. \"784-256-128-10\")", source);
   in.check_keys(model, "model", {"arch", "tensors", "critical"});
-  GT_REQUIRE(model["arch"], "{}: model.arch is missing: a worker needs the architecture (e.g. \"784-256-128-10\")",
+  GT_REQUIRE(model["arch"],
+             "{}: model.arch is missing: a worker needs the architecture (e.g. \"784-256-128-10\")",
              source);
   c.arch = in.string(model["arch"], "model.arch");
   if (model["critical"]) c.critical = in.strings(model["critical"], "model.critical");
@@ -59,16 +60,40 @@ WorkerConfig parse_worker_config(std::string_view yaml_text, std::string_view so
         c.server_endpoints[region] = in.string(kv.second, "server.endpoints." + region);
       }
     }
-    if (auto s = server["staleness_bound"]) c.staleness_bound = in.number<uint32_t>(s, "server.staleness_bound", 0, 1000);
+    if (auto s = server["staleness_bound"])
+      c.staleness_bound = in.number<uint32_t>(s, "server.staleness_bound", 0, 1000);
   }
 
   auto w = root["worker"];
   if (!w) return c;
   in.check_keys(w, "worker",
-                {"workers_per_region", "device", "data_dir", "batch_size", "accumulation_steps", "local_steps", "rounds",
-                 "critical_codec", "noncritical_codec", "overlap", "optimizer", "lr", "warmup_steps", "lr_decay",
-                 "min_lr", "scale_lr", "max_grad_norm", "anomaly_guard", "eval_every", "seed", "gloo_host", "run_dir",
-                 "timeout_ms", "step_delay_ms", "routes", "blas_threads", "bucket_cap_mb"});
+                {"workers_per_region",
+                 "device",
+                 "data_dir",
+                 "batch_size",
+                 "accumulation_steps",
+                 "local_steps",
+                 "rounds",
+                 "critical_codec",
+                 "noncritical_codec",
+                 "overlap",
+                 "optimizer",
+                 "lr",
+                 "warmup_steps",
+                 "lr_decay",
+                 "min_lr",
+                 "scale_lr",
+                 "max_grad_norm",
+                 "anomaly_guard",
+                 "eval_every",
+                 "seed",
+                 "gloo_host",
+                 "run_dir",
+                 "timeout_ms",
+                 "step_delay_ms",
+                 "routes",
+                 "blas_threads",
+                 "bucket_cap_mb"});
   auto get_u32 = [&](const char* key, uint32_t& out, uint32_t lo, uint32_t hi) {
     if (auto n = w[key]) out = in.number<uint32_t>(n, fmt::format("worker.{}", key), lo, hi);
   };
@@ -86,7 +111,8 @@ WorkerConfig parse_worker_config(std::string_view yaml_text, std::string_view so
   get_u64("seed", c.seed, 0, UINT64_MAX);
   if (auto n = w["device"]) c.device = in.choice(n, "worker.device", {"cpu", "cuda"});
   if (auto n = w["data_dir"]) c.data_dir = in.string(n, "worker.data_dir");
-  for (auto [key, out] : {std::pair{"critical_codec", &c.critical_codec}, {"noncritical_codec", &c.noncritical_codec}}) {
+  for (auto [key, out] : {std::pair{"critical_codec", &c.critical_codec},
+                          {"noncritical_codec", &c.noncritical_codec}}) {
     if (auto n = w[key]) {
       *out = in.string(n, fmt::format("worker.{}", key));
       try {
@@ -98,48 +124,66 @@ WorkerConfig parse_worker_config(std::string_view yaml_text, std::string_view so
   }
   if (auto n = w["overlap"]) c.overlap = in.boolean(n, "worker.overlap");
   if (auto o = w["optimizer"]) {
-    in.check_keys(o, "worker.optimizer", {"kind", "momentum", "nesterov", "weight_decay", "beta1", "beta2", "eps"});
+    in.check_keys(o, "worker.optimizer",
+                  {"kind", "momentum", "nesterov", "weight_decay", "beta1", "beta2", "eps"});
     if (auto n = o["kind"])
-      c.optimizer.kind = in.choice(n, "worker.optimizer.kind", {"sgd", "adamw"}) == "sgd" ? OptimizerKind::kSgd
-                                                                                       : OptimizerKind::kAdamW;
-    if (auto n = o["momentum"]) c.optimizer.momentum = in.number<float>(n, "worker.optimizer.momentum", 0, 0.999999f);
+      c.optimizer.kind = in.choice(n, "worker.optimizer.kind", {"sgd", "adamw"}) == "sgd"
+                             ? OptimizerKind::kSgd
+                             : OptimizerKind::kAdamW;
+    if (auto n = o["momentum"])
+      c.optimizer.momentum = in.number<float>(n, "worker.optimizer.momentum", 0, 0.999999f);
     if (auto n = o["nesterov"]) c.optimizer.nesterov = in.boolean(n, "worker.optimizer.nesterov");
-    if (auto n = o["weight_decay"]) c.optimizer.weight_decay = in.number<float>(n, "worker.optimizer.weight_decay", 0, 1);
-    if (auto n = o["beta1"]) c.optimizer.beta1 = in.number<float>(n, "worker.optimizer.beta1", 0, 0.999999f);
-    if (auto n = o["beta2"]) c.optimizer.beta2 = in.number<float>(n, "worker.optimizer.beta2", 0, 0.999999f);
+    if (auto n = o["weight_decay"])
+      c.optimizer.weight_decay = in.number<float>(n, "worker.optimizer.weight_decay", 0, 1);
+    if (auto n = o["beta1"])
+      c.optimizer.beta1 = in.number<float>(n, "worker.optimizer.beta1", 0, 0.999999f);
+    if (auto n = o["beta2"])
+      c.optimizer.beta2 = in.number<float>(n, "worker.optimizer.beta2", 0, 0.999999f);
     if (auto n = o["eps"]) c.optimizer.eps = in.number<float>(n, "worker.optimizer.eps", 1e-12f, 1);
   }
   if (auto n = w["lr"]) c.lr = in.number<float>(n, "worker.lr", 1e-9f, 100);
   if (auto n = w["min_lr"]) c.min_lr = in.number<float>(n, "worker.min_lr", 0, 100);
   if (auto n = w["lr_decay"])
-    c.decay = in.choice(n, "worker.lr_decay", {"constant", "cosine"}) == "cosine" ? LrDecay::kCosine : LrDecay::kConstant;
+    c.decay = in.choice(n, "worker.lr_decay", {"constant", "cosine"}) == "cosine"
+                  ? LrDecay::kCosine
+                  : LrDecay::kConstant;
   if (auto n = w["scale_lr"]) c.scale_lr = in.boolean(n, "worker.scale_lr");
-  if (auto n = w["bucket_cap_mb"]) c.bucket_cap_mb = in.number<double>(n, "worker.bucket_cap_mb", 0, 4096);
-  if (auto n = w["max_grad_norm"]) c.max_grad_norm = in.number<double>(n, "worker.max_grad_norm", 0, 1e9);
+  if (auto n = w["bucket_cap_mb"])
+    c.bucket_cap_mb = in.number<double>(n, "worker.bucket_cap_mb", 0, 4096);
+  if (auto n = w["max_grad_norm"])
+    c.max_grad_norm = in.number<double>(n, "worker.max_grad_norm", 0, 1e9);
   if (auto g = w["anomaly_guard"]) {
     in.check_keys(g, "worker.anomaly_guard", {"enabled", "window", "k_sigma", "min_samples"});
     if (auto n = g["enabled"]) c.guard.enabled = in.boolean(n, "worker.anomaly_guard.enabled");
-    if (auto n = g["window"]) c.guard.window = in.number<size_t>(n, "worker.anomaly_guard.window", 2, 100000);
-    if (auto n = g["k_sigma"]) c.guard.k_sigma = in.number<double>(n, "worker.anomaly_guard.k_sigma", 0.1, 1000);
-    if (auto n = g["min_samples"]) c.guard.min_samples = in.number<size_t>(n, "worker.anomaly_guard.min_samples", 1, 100000);
+    if (auto n = g["window"])
+      c.guard.window = in.number<size_t>(n, "worker.anomaly_guard.window", 2, 100000);
+    if (auto n = g["k_sigma"])
+      c.guard.k_sigma = in.number<double>(n, "worker.anomaly_guard.k_sigma", 0.1, 1000);
+    if (auto n = g["min_samples"])
+      c.guard.min_samples = in.number<size_t>(n, "worker.anomaly_guard.min_samples", 1, 100000);
   }
   if (auto n = w["gloo_host"]) c.gloo_host = in.string(n, "worker.gloo_host");
   if (auto n = w["run_dir"]) c.run_dir = in.string(n, "worker.run_dir");
-  if (auto n = w["timeout_ms"]) c.timeout = std::chrono::milliseconds(in.number<int64_t>(n, "worker.timeout_ms", 100, 86'400'000));
+  if (auto n = w["timeout_ms"])
+    c.timeout =
+        std::chrono::milliseconds(in.number<int64_t>(n, "worker.timeout_ms", 100, 86'400'000));
   if (auto d = w["step_delay_ms"]) {
     GT_REQUIRE(d.IsMap(), "{}: worker.step_delay_ms must map region names to milliseconds", source);
     for (const auto& kv : d) {
       const auto region = kv.first.as<std::string>();
       c.region_index(region);
-      c.step_delay_ms[region] = in.number<uint32_t>(kv.second, "worker.step_delay_ms." + region, 0, 600'000);
+      c.step_delay_ms[region] =
+          in.number<uint32_t>(kv.second, "worker.step_delay_ms." + region, 0, 600'000);
     }
   }
   if (auto routes = w["routes"]) {
-    GT_REQUIRE(routes.IsMap(), "{}: worker.routes must map a region to {{region: endpoint}}", source);
+    GT_REQUIRE(routes.IsMap(), "{}: worker.routes must map a region to {{region: endpoint}}",
+               source);
     for (const auto& from : routes) {
       const auto a = from.first.as<std::string>();
       c.region_index(a);
-      GT_REQUIRE(from.second.IsMap(), "{}: worker.routes.{} must map region names to endpoints", source, a);
+      GT_REQUIRE(from.second.IsMap(), "{}: worker.routes.{} must map region names to endpoints",
+                 source, a);
       for (const auto& to : from.second) {
         const auto b = to.first.as<std::string>();
         c.region_index(b);

@@ -27,19 +27,19 @@ namespace geotrain::worker {
 struct WorkerConfig {
   std::vector<std::string> regions;
   std::string arch = "784-256-128-10";                  // models::parse_mlp_config
-  std::vector<std::string> critical;                     // tensor globs
-  std::map<std::string, std::string> server_endpoints;   // region -> its server
+  std::vector<std::string> critical;                    // tensor globs
+  std::map<std::string, std::string> server_endpoints;  // region -> its server
   // How one region reaches another region's server, when not at server_endpoints (e.g. through
   // netsim): routes[from_region][to_region] = endpoint.
   std::map<std::string, std::map<std::string, std::string>> routes;
   uint32_t staleness_bound = 0;
 
   uint32_t workers_per_region = 1;
-  std::string device = "cpu";                            // cpu | cuda
+  std::string device = "cpu";  // cpu | cuda
   std::filesystem::path data_dir = "/usr/share/datasets/fashion-mnist";
-  uint32_t batch_size = 64;                              // per worker, per micro-batch
+  uint32_t batch_size = 64;  // per worker, per micro-batch
   uint32_t accumulation_steps = 1;
-  uint32_t local_steps = 1;                              // H: local steps per round
+  uint32_t local_steps = 1;  // H: local steps per round
   uint64_t rounds = 100;
   std::string critical_codec = "fp32";
   std::string noncritical_codec = "fp32";
@@ -49,19 +49,19 @@ struct WorkerConfig {
   uint64_t warmup_steps = 0;
   LrDecay decay = LrDecay::kConstant;
   float min_lr = 0.0f;
-  bool scale_lr = false;                                 // linear scaling by global batch / 64
+  bool scale_lr = false;  // linear scaling by global batch / 64
   double max_grad_norm = 0;
   AnomalyGuardConfig guard;
-  uint64_t eval_every = 10;                              // rounds between evaluations (leader)
+  uint64_t eval_every = 10;  // rounds between evaluations (leader)
   uint64_t seed = 0;
   std::string gloo_host = "127.0.0.1";
-  uint32_t blas_threads = 1;                             // OpenBLAS threads per worker
-  double bucket_cap_mb = 25;                             // AllReduce bucket size; 0: one AllReduce after backward
+  uint32_t blas_threads = 1;  // OpenBLAS threads per worker
+  double bucket_cap_mb = 25;  // AllReduce bucket size; 0: one AllReduce after backward
   std::filesystem::path run_dir = "runs/worker";
   std::chrono::milliseconds timeout{120'000};
-  std::map<std::string, uint32_t> step_delay_ms;        // artificial slowness per region
+  std::map<std::string, uint32_t> step_delay_ms;  // artificial slowness per region
 
-  uint32_t region_index(std::string_view name) const;    // InputError naming the allowed names
+  uint32_t region_index(std::string_view name) const;  // InputError naming the allowed names
   // The endpoint region `from` uses for the server of region `to` (a route, or the server's own).
   std::string server_endpoint(const std::string& from, const std::string& to) const;
   uint64_t total_steps() const { return rounds * local_steps; }

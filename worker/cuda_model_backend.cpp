@@ -77,8 +77,8 @@ class CudaModelBackend final : public ModelBackend {
     return std::make_unique<HostStagedCommunicator>(*nccl_);
   }
 
-  models::BatchResult forward_backward(ConstFloatSpan params, const Batch& batch,
-                                       FloatSpan grad, bool /*last*/ = true) override {
+  models::BatchResult forward_backward(ConstFloatSpan params, const Batch& batch, FloatSpan grad,
+                                       bool /*last*/ = true) override {
     GT_REQUIRE(grad.size() == parameters_, "gradient span has {} elements, the model has {}",
                grad.size(), parameters_);
     load(params, batch.x.data(), batch.y.data(), batch.size);

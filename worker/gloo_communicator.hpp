@@ -30,7 +30,8 @@ struct GlooOptions {
 class GlooCommunicator final : public Communicator {
  public:
   // InputError when rank is not in [0, size).
-  GlooCommunicator(gloo::rendezvous::Store& store, int rank, int size, const GlooOptions& options = {});
+  GlooCommunicator(gloo::rendezvous::Store& store, int rank, int size,
+                   const GlooOptions& options = {});
   ~GlooCommunicator() override;
   GlooCommunicator(const GlooCommunicator&) = delete;
   GlooCommunicator& operator=(const GlooCommunicator&) = delete;

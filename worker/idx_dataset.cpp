@@ -21,13 +21,13 @@ uint32_t big_endian_u32(const std::vector<uint8_t>& b, size_t at) {
 }
 
 // Checks the header (magic, dimensions) and that the body has exactly the bytes it announces.
-void check_idx(const std::filesystem::path& path, const std::vector<uint8_t>& bytes,
-               uint32_t magic, size_t header, uint64_t body) {
+void check_idx(const std::filesystem::path& path, const std::vector<uint8_t>& bytes, uint32_t magic,
+               size_t header, uint64_t body) {
   GT_REQUIRE(bytes.size() >= 4, "IDX file '{}': {} bytes, too short for a header", path.string(),
              bytes.size());
   const uint32_t got = big_endian_u32(bytes, 0);
-  GT_REQUIRE(got == magic, "IDX file '{}': magic number 0x{:08x}, expected 0x{:08x}",
-             path.string(), got, magic);
+  GT_REQUIRE(got == magic, "IDX file '{}': magic number 0x{:08x}, expected 0x{:08x}", path.string(),
+             got, magic);
   GT_REQUIRE(bytes.size() >= header, "IDX file '{}' is truncated: {} bytes, header needs {}",
              path.string(), bytes.size(), header);
   GT_REQUIRE(bytes.size() - header == body,
@@ -105,8 +105,9 @@ Dataset load_fashion_mnist(const std::filesystem::path& dir, Split split) {
   d.features = size_t{images.rows} * images.cols;
   d.classes = 10;
   for (size_t i = 0; i < labels.labels.size(); ++i)
-    GT_REQUIRE(labels.labels[i] < d.classes, "label file '{}': label {} at index {} is not in [0, {})",
-               labels_path.string(), labels.labels[i], i, d.classes);
+    GT_REQUIRE(labels.labels[i] < d.classes,
+               "label file '{}': label {} at index {} is not in [0, {})", labels_path.string(),
+               labels.labels[i], i, d.classes);
   d.x.resize(images.pixels.size());
   for (size_t i = 0; i < images.pixels.size(); ++i)
     d.x[i] = static_cast<float>(images.pixels[i]) * (1.0f / 255.0f);

@@ -29,10 +29,10 @@ struct IdxLabels {
 // A labelled classification dataset held in memory.
 struct Dataset {
   size_t count = 0;
-  size_t features = 0;       // e.g. 784
-  uint32_t classes = 0;      // labels are in [0, classes)
-  std::vector<float> x;      // (count, features), in [0, 1]
-  std::vector<uint8_t> y;    // (count)
+  size_t features = 0;     // e.g. 784
+  uint32_t classes = 0;    // labels are in [0, classes)
+  std::vector<float> x;    // (count, features), in [0, 1]
+  std::vector<uint8_t> y;  // (count)
 };
 
 enum class Split { kTrain, kTest };

@@ -28,10 +28,10 @@ struct LocalStepConfig {
 };
 
 struct StepReport {
-  uint64_t step = 0;        // index of the step just decided
+  uint64_t step = 0;  // index of the step just decided
   Verdict verdict = Verdict::kAccept;
-  double loss = 0;          // mean over the accumulated micro-batches
-  double grad_norm = 0;     // before clipping
+  double loss = 0;       // mean over the accumulated micro-batches
+  double grad_norm = 0;  // before clipping
   float lr = 0;
 };
 

@@ -17,7 +17,8 @@ namespace geotrain::worker {
 
 class MetricsLog {
  public:
-  explicit MetricsLog(const std::filesystem::path& file) : start_(std::chrono::steady_clock::now()) {
+  explicit MetricsLog(const std::filesystem::path& file)
+      : start_(std::chrono::steady_clock::now()) {
     if (file.has_parent_path()) std::filesystem::create_directories(file.parent_path());
     out_.open(file, std::ios::app);
     GT_REQUIRE(out_.good(), "metrics file '{}' cannot be opened for writing", file.string());

@@ -16,7 +16,8 @@ std::unique_ptr<Communicator> CpuModelBackend::connect_region(gloo::rendezvous::
                                                  GlooOptions{options.gloo_host, options.timeout});
   region_ = comm.get();
   if (options.bucket_cap_mb > 0)
-    buckets_ = std::make_unique<BucketedAllReduce>(*region_, model_.make_table().tensors(), options.bucket_cap_mb,
+    buckets_ = std::make_unique<BucketedAllReduce>(*region_, model_.make_table().tensors(),
+                                                   options.bucket_cap_mb,
                                                    /*background=*/true);
   return comm;
 }
@@ -36,8 +37,10 @@ models::BatchResult CpuModelBackend::forward_backward(ConstFloatSpan params, con
 
 void CpuModelBackend::reduce_gradient(FloatSpan grad) {
   if (region_ == nullptr) return;
-  if (buckets_) buckets_->finish(grad);  // waits for the buckets still in flight
-  else region_->allreduce_sum(grad);
+  if (buckets_)
+    buckets_->finish(grad);  // waits for the buckets still in flight
+  else
+    region_->allreduce_sum(grad);
 }
 
 models::BatchResult CpuModelBackend::evaluate(ConstFloatSpan params, const float* x,

@@ -67,8 +67,8 @@ class CpuModelBackend final : public ModelBackend {
   std::unique_ptr<Communicator> connect_region(gloo::rendezvous::Store& store, int rank, int size,
                                                const RegionOptions& options) override;
   ~CpuModelBackend() override;
-  models::BatchResult forward_backward(ConstFloatSpan params, const Batch& batch,
-                                       FloatSpan grad, bool last = true) override;
+  models::BatchResult forward_backward(ConstFloatSpan params, const Batch& batch, FloatSpan grad,
+                                       bool last = true) override;
   void reduce_gradient(FloatSpan grad) override;  // in place: grad already holds the accumulation
   models::BatchResult evaluate(ConstFloatSpan params, const float* x, const int32_t* labels,
                                size_t n) override;

@@ -89,7 +89,8 @@ float LrSchedule::at(uint64_t step) const {
   if (decay == LrDecay::kConstant) return peak;
   const double t = std::min(1.0, static_cast<double>(step - warmup_steps) /
                                      static_cast<double>(total_steps - warmup_steps));
-  return min_lr + (peak - min_lr) * static_cast<float>(0.5 * (1.0 + std::cos(std::numbers::pi * t)));
+  return min_lr +
+         (peak - min_lr) * static_cast<float>(0.5 * (1.0 + std::cos(std::numbers::pi * t)));
 }
 
 double global_grad_norm(ConstFloatSpan grad) {

@@ -19,9 +19,9 @@ enum class OptimizerKind { kSgd, kAdamW };
 
 struct OptimizerConfig {
   OptimizerKind kind = OptimizerKind::kSgd;
-  float momentum = 0.9f;       // SGD; 0 disables the momentum buffer
-  bool nesterov = false;       // SGD
-  float weight_decay = 0.0f;   // SGD: L2 added to the gradient; AdamW: decoupled, p *= 1 - lr wd
+  float momentum = 0.9f;      // SGD; 0 disables the momentum buffer
+  bool nesterov = false;      // SGD
+  float weight_decay = 0.0f;  // SGD: L2 added to the gradient; AdamW: decoupled, p *= 1 - lr wd
   float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;  // AdamW
 };
 
@@ -49,8 +49,8 @@ enum class LrDecay { kConstant, kCosine };
 
 struct LrSchedule {
   float base_lr = 0.1f;
-  uint64_t warmup_steps = 0;   // lr ramps linearly from base/warmup to base over these steps
-  uint64_t total_steps = 0;    // cosine: decays to min_lr at this step
+  uint64_t warmup_steps = 0;  // lr ramps linearly from base/warmup to base over these steps
+  uint64_t total_steps = 0;   // cosine: decays to min_lr at this step
   LrDecay decay = LrDecay::kConstant;
   float min_lr = 0.0f;
   uint32_t reference_batch = 0;  // > 0: scale base_lr by global_batch / reference_batch

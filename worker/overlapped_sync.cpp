@@ -63,8 +63,8 @@ RoundReport OverlappedSync::wait_and_merge(FloatSpan local) {
   lock.unlock();
   // local = base_new + (local - snapshot): the global step, plus our progress since the snapshot.
   const ConstFloatSpan base = sync_.base();
-  GT_REQUIRE(local.size() == base.size(), "overlapped sync: {} local parameters, the table has {}", local.size(),
-             base.size());
+  GT_REQUIRE(local.size() == base.size(), "overlapped sync: {} local parameters, the table has {}",
+             local.size(), base.size());
   for (size_t i = 0; i < local.size(); ++i) local[i] = base[i] + (local[i] - snapshot_[i]);
   return report;
 }

@@ -25,18 +25,19 @@ std::map<uint64_t, wire::Reply> collect(wire::Client& client, const std::string&
   std::map<uint64_t, wire::Reply> replies;
   const auto deadline = Clock::now() + timeout;
   while (replies.size() < ids.size()) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     if (left.count() <= 0)
       throw SystemError("wire", what, __FILE__, __LINE__,
-                        fmt::format("server of region {} sent {} of {} replies within {} ms", region,
-                                    replies.size(), ids.size(), timeout.count()));
+                        fmt::format("server of region {} sent {} of {} replies within {} ms",
+                                    region, replies.size(), ids.size(), timeout.count()));
     auto reply = client.receive(left);
     if (!reply) continue;
     const uint64_t id = reply->header.request_id;
     if (std::find(ids.begin(), ids.end(), id) == ids.end()) continue;  // a reply we gave up on
     if (auto* e = std::get_if<wire::Error>(&reply->header.body))
-      throw InputError(fmt::format("server of region {} refused {}: {} ({})", region, what, e->message,
-                                   wire::error_code_name(e->code)));
+      throw InputError(fmt::format("server of region {} refused {}: {} ({})", region, what,
+                                   e->message, wire::error_code_name(e->code)));
     replies.emplace(id, std::move(*reply));
   }
   return replies;
@@ -70,8 +71,8 @@ RegionSync::RegionSync(const ParamTable& layout, SyncConfig config, zmq::context
 RegionSync::~RegionSync() = default;
 
 void RegionSync::set_origin(ConstFloatSpan origin) {
-  GT_REQUIRE(origin.size() == base_.size(), "region {}: origin has {} parameters, the table has {}", config_.region,
-             origin.size(), base_.size());
+  GT_REQUIRE(origin.size() == base_.size(), "region {}: origin has {} parameters, the table has {}",
+             config_.region, origin.size(), base_.size());
   origin_.assign(origin.begin(), origin.end());
 }
 
@@ -88,7 +89,8 @@ void RegionSync::build_segments(ShardState& shard) const {
       shard.segments.push_back({lo - begin, hi - lo, t.critical, 0});
     }
   }
-  for (size_t i = 0; i < shard.segments.size(); ++i) shard.segments[i].stream = (uint64_t{shard.id} << 16) | i;
+  for (size_t i = 0; i < shard.segments.size(); ++i)
+    shard.segments[i].stream = (uint64_t{shard.id} << 16) | i;
 }
 
 uint64_t RegionSync::connect() {
@@ -96,7 +98,8 @@ uint64_t RegionSync::connect() {
   uint64_t next = UINT64_MAX;
   for (size_t s = 0; s < servers_.size(); ++s) {
     auto& link = servers_[s];
-    auto id = link.client->send(wire::Hello{config_.region, wire::kProtocolVersion, layout_.layout_hash(), {}});
+    auto id = link.client->send(
+        wire::Hello{config_.region, wire::kProtocolVersion, layout_.layout_hash(), {}});
     GT_REQUIRE(id.has_value(), "server of region {}: send queue full", link.region);
     auto replies = collect(*link.client, link.region, {*id}, config_.timeout, "hello");
     const auto& hello = body_as<wire::HelloReply>(replies.begin()->second, link.region);
@@ -104,8 +107,8 @@ uint64_t RegionSync::connect() {
     next = std::min(next, hello.next_round);
     for (const auto& info : hello.shards) {
       GT_REQUIRE(info.offset + info.count <= base_.size(),
-                 "server of region {}: shard {} [{}, {}) lies outside the {} parameters", link.region, info.id,
-                 info.offset, info.offset + info.count, base_.size());
+                 "server of region {}: shard {} [{}, {}) lies outside the {} parameters",
+                 link.region, info.id, info.offset, info.offset + info.count, base_.size());
       ShardState shard{info.id, info.offset, info.count, s, 0, {}};
       build_segments(shard);
       shards_.push_back(std::move(shard));
@@ -137,7 +140,8 @@ void RegionSync::pull_into_base(bool full, uint64_t min_round, RoundReport* repo
   uint64_t released = UINT64_MAX;
   for (size_t s = 0; s < servers_.size(); ++s) {
     if (ids[s].empty()) continue;
-    auto replies = collect(*servers_[s].client, servers_[s].region, ids[s], config_.timeout, "pull");
+    auto replies =
+        collect(*servers_[s].client, servers_[s].region, ids[s], config_.timeout, "pull");
     servers_[s].last_contact = Clock::now();
     for (auto& [id, reply] : replies) {
       auto& sh = shards_[shard_of[s][id]];
@@ -147,8 +151,9 @@ void RegionSync::pull_into_base(bool full, uint64_t min_round, RoundReport* repo
       std::vector<std::vector<float>> decoded;
       for (size_t k = 0; k < pr.segments.size(); ++k) {
         const auto& seg = pr.segments[k];
-        GT_REQUIRE(seg.offset + seg.count <= sh.count, "pull reply for shard {}: segment [{}, {}) outside the shard",
-                   sh.id, seg.offset, seg.offset + seg.count);
+        GT_REQUIRE(seg.offset + seg.count <= sh.count,
+                   "pull reply for shard {}: segment [{}, {}) outside the shard", sh.id, seg.offset,
+                   seg.offset + seg.count);
         decoded.emplace_back(seg.count);
         compression::decode_payload(wire::frame_bytes(reply.payloads[k]), decoded.back());
         if (report) report->bytes_pulled += reply.payloads[k].size();
@@ -177,8 +182,8 @@ void RegionSync::pull_into_base(bool full, uint64_t min_round, RoundReport* repo
 }
 
 RoundReport RegionSync::exchange(ConstFloatSpan local) {
-  GT_REQUIRE(local.size() == base_.size(), "region {}: {} local parameters, the table has {}", config_.region,
-             local.size(), base_.size());
+  GT_REQUIRE(local.size() == base_.size(), "region {}: {} local parameters, the table has {}",
+             config_.region, local.size(), base_.size());
   GT_ASSERT(!shards_.empty(), "exchange() before connect()");
   RoundReport report;
   report.round = round_;
@@ -193,7 +198,8 @@ RoundReport RegionSync::exchange(ConstFloatSpan local) {
     for (const auto& seg : sh.segments) {
       Bytes payload;
       auto& ef = seg.critical ? critical_ef_ : noncritical_ef_;
-      ef.encode(seg.stream, ConstFloatSpan(delta_).subspan(sh.offset + seg.offset, seg.count), payload);
+      ef.encode(seg.stream, ConstFloatSpan(delta_).subspan(sh.offset + seg.offset, seg.count),
+                payload);
       const auto codec = static_cast<uint8_t>(compression::parse_header(payload).codec);
       push.segments.push_back({seg.offset, seg.count, codec, payload.size()});
       report.bytes_pushed += payload.size();
@@ -206,7 +212,8 @@ RoundReport RegionSync::exchange(ConstFloatSpan local) {
   }
   for (size_t s = 0; s < servers_.size(); ++s) {
     if (ids[s].empty()) continue;
-    auto replies = collect(*servers_[s].client, servers_[s].region, ids[s], config_.timeout, "push");
+    auto replies =
+        collect(*servers_[s].client, servers_[s].region, ids[s], config_.timeout, "push");
     servers_[s].last_contact = Clock::now();
     for (auto& [id, reply] : replies) {
       const auto& pr = body_as<wire::PushReply>(reply, servers_[s].region);
@@ -216,7 +223,8 @@ RoundReport RegionSync::exchange(ConstFloatSpan local) {
   }
   report.push_seconds = seconds_since(t0);
 
-  const uint64_t min_round = round_ > config_.staleness_bound ? round_ - config_.staleness_bound : 0;
+  const uint64_t min_round =
+      round_ > config_.staleness_bound ? round_ - config_.staleness_bound : 0;
   pull_into_base(false, min_round, &report);
   ++round_;
   return report;

@@ -49,13 +49,13 @@ struct SyncConfig {
 
 struct RoundReport {
   uint64_t round = 0;
-  uint64_t bytes_pushed = 0;   // payload bytes sent (frames after the header)
-  uint64_t bytes_pulled = 0;   // payload bytes received
-  double push_seconds = 0;     // first push sent -> last push reply
-  double pull_seconds = 0;     // first pull sent -> last pull reply
-  uint32_t max_staleness = 0;  // the largest staleness a server reported for our pushes
-  uint64_t gate_wait_us = 0;   // the longest time a push waited at a server's gate
-  uint64_t released_round = 0; // the oldest round released among the pulled shards
+  uint64_t bytes_pushed = 0;    // payload bytes sent (frames after the header)
+  uint64_t bytes_pulled = 0;    // payload bytes received
+  double push_seconds = 0;      // first push sent -> last push reply
+  double pull_seconds = 0;      // first pull sent -> last pull reply
+  uint32_t max_staleness = 0;   // the largest staleness a server reported for our pushes
+  uint64_t gate_wait_us = 0;    // the longest time a push waited at a server's gate
+  uint64_t released_round = 0;  // the oldest round released among the pulled shards
 };
 
 class RegionSync {
@@ -87,16 +87,16 @@ class RegionSync {
 
  private:
   struct Segment {
-    uint64_t offset;    // relative to the shard
+    uint64_t offset;  // relative to the shard
     uint64_t count;
     bool critical;
-    uint64_t stream;    // EF residual stream id
+    uint64_t stream;  // EF residual stream id
   };
   struct ShardState {
     uint32_t id;
-    uint64_t offset;    // in the flat buffer
+    uint64_t offset;  // in the flat buffer
     uint64_t count;
-    size_t server;      // index into servers_
+    size_t server;         // index into servers_
     uint64_t version = 0;  // last version pulled
     std::vector<Segment> segments;
   };

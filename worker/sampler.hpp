@@ -18,8 +18,8 @@ namespace geotrain::worker {
 
 struct SamplerOptions {
   uint64_t dataset_size = 0;
-  uint32_t world = 1;      // workers in all regions together
-  uint32_t rank = 0;       // global rank in [0, world)
+  uint32_t world = 1;  // workers in all regions together
+  uint32_t rank = 0;   // global rank in [0, world)
   bool shuffle = true;
   uint64_t seed = 0;
   bool drop_last = false;

@@ -6,18 +6,20 @@
 
 namespace geotrain::worker {
 
-ServerStore::ServerStore(zmq::context_t& context, const std::string& server_endpoint, std::string prefix,
-                         std::chrono::milliseconds timeout)
+ServerStore::ServerStore(zmq::context_t& context, const std::string& server_endpoint,
+                         std::string prefix, std::chrono::milliseconds timeout)
     : client_(std::make_unique<wire::Client>(wire::connect_dealer(context, server_endpoint))),
       endpoint_(server_endpoint),
       prefix_(std::move(prefix)),
       timeout_(timeout) {}
 
-wire::Reply ServerStore::call(wire::Body body, std::chrono::milliseconds timeout, const std::string& key) {
+wire::Reply ServerStore::call(wire::Body body, std::chrono::milliseconds timeout,
+                              const std::string& key) {
   auto reply = client_->call(std::move(body), {}, timeout);
   if (!reply)
-    throw SystemError("rendezvous", key, __FILE__, __LINE__,
-                      fmt::format("no answer from the server at {} within {} ms", endpoint_, timeout.count()));
+    throw SystemError(
+        "rendezvous", key, __FILE__, __LINE__,
+        fmt::format("no answer from the server at {} within {} ms", endpoint_, timeout.count()));
   if (auto* e = std::get_if<wire::Error>(&reply->header.body))
     throw SystemError("rendezvous", key, __FILE__, __LINE__,
                       fmt::format("server at {} refused: {}", endpoint_, e->message));
@@ -42,7 +44,8 @@ std::vector<char> ServerStore::get(const std::string& key) {
 
 void ServerStore::wait(const std::vector<std::string>& keys) { wait(keys, timeout_); }
 
-void ServerStore::wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) {
+void ServerStore::wait(const std::vector<std::string>& keys,
+                       const std::chrono::milliseconds& timeout) {
   for (const auto& key : keys) call(wire::KvGet{prefix_ + key}, timeout, key);  // returns once set
 }
 

@@ -25,20 +25,24 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
 struct Evaluation {
   double accuracy = 0;
   double loss = 0;
 };
 
-Evaluation evaluate(ModelBackend& model, ConstFloatSpan params, const Dataset& test, const std::vector<int32_t>& labels) {
+Evaluation evaluate(ModelBackend& model, ConstFloatSpan params, const Dataset& test,
+                    const std::vector<int32_t>& labels) {
   constexpr size_t kChunk = 1000;
   double loss = 0;
   size_t correct = 0;
   for (size_t begin = 0; begin < test.count; begin += kChunk) {
     const size_t n = std::min(kChunk, test.count - begin);
-    auto r = model.evaluate(params, test.x.data() + begin * test.features, labels.data() + begin, n);
+    auto r =
+        model.evaluate(params, test.x.data() + begin * test.features, labels.data() + begin, n);
     loss += r.loss_sum;
     correct += r.correct;
   }
@@ -47,20 +51,24 @@ Evaluation evaluate(ModelBackend& model, ConstFloatSpan params, const Dataset& t
 
 }  // namespace
 
-std::filesystem::path worker_metrics_path(const std::filesystem::path& run_dir, const std::string& region,
-                                          uint32_t rank) {
+std::filesystem::path worker_metrics_path(const std::filesystem::path& run_dir,
+                                          const std::string& region, uint32_t rank) {
   return run_dir / fmt::format("worker-{}-{}.metrics.jsonl", region, rank);
 }
 
 Trainer::Trainer(WorkerConfig config, std::string region, uint32_t rank, zmq::context_t& context)
     : config_(std::move(config)), region_(std::move(region)), rank_(rank), context_(context) {
   region_index_ = config_.region_index(region_);
-  GT_REQUIRE(rank_ < config_.workers_per_region, "rank {} is not below worker.workers_per_region = {}", rank_,
+  GT_REQUIRE(rank_ < config_.workers_per_region,
+             "rank {} is not below worker.workers_per_region = {}", rank_,
              config_.workers_per_region);
   require_device_available(config_.device);  // device: cuda needs a CUDA + NCCL build and a GPU
   for (const auto& r : config_.regions)
-    GT_REQUIRE(config_.server_endpoints.count(r) || (config_.routes.count(region_) && config_.routes.at(region_).count(r)),
-               "server.endpoints has no entry for region '{}' (every region's server must be reachable)", r);
+    GT_REQUIRE(
+        config_.server_endpoints.count(r) ||
+            (config_.routes.count(region_) && config_.routes.at(region_).count(r)),
+        "server.endpoints has no entry for region '{}' (every region's server must be reachable)",
+        r);
 }
 
 TrainResult Trainer::run(std::stop_token stop) {
@@ -80,18 +88,21 @@ TrainResult Trainer::run(std::stop_token stop) {
 
   // Data: this worker's shard of the training set; the test set for the leader.
   const Dataset train = load_fashion_mnist(config_.data_dir, Split::kTrain);
-  GT_REQUIRE(train.features == model.config().inputs && train.classes <= model.config().classes,
-             "model.arch '{}' takes {} inputs and {} classes, the data has {} features and {} classes", config_.arch,
-             model.config().inputs, model.config().classes, train.features, train.classes);
+  GT_REQUIRE(
+      train.features == model.config().inputs && train.classes <= model.config().classes,
+      "model.arch '{}' takes {} inputs and {} classes, the data has {} features and {} classes",
+      config_.arch, model.config().inputs, model.config().classes, train.features, train.classes);
   Dataset test;
   std::vector<int32_t> test_labels;
   if (leader) {
     test = load_fashion_mnist(config_.data_dir, Split::kTest);
     test_labels.assign(test.y.begin(), test.y.end());
   }
-  const DistributedSampler sampler(
-      SamplerOptions{train.count, world, global_rank(region_index_, rank_, per_region), true, config_.seed, false});
-  const uint64_t batches_per_epoch = (sampler.samples_per_rank() + config_.batch_size - 1) / config_.batch_size;
+  const DistributedSampler sampler(SamplerOptions{train.count, world,
+                                                  global_rank(region_index_, rank_, per_region),
+                                                  true, config_.seed, false});
+  const uint64_t batches_per_epoch =
+      (sampler.samples_per_rank() + config_.batch_size - 1) / config_.batch_size;
   const uint64_t micro_batches = config_.total_steps() * config_.accumulation_steps;
   LoaderOptions lo;
   lo.batch_size = config_.batch_size;
@@ -103,9 +114,11 @@ TrainResult Trainer::run(std::stop_token stop) {
   std::unique_ptr<Communicator> comm;  // host spans, whatever the device
   if (per_region > 1) {
     const std::string prefix = (config_.device == "cuda" ? "nccl/" : "gloo/") + region_ + "/";
-    store = std::make_unique<ServerStore>(context_, config_.server_endpoint(region_, region_), prefix, config_.timeout);
-    comm = backend->connect_region(*store, static_cast<int>(rank_), static_cast<int>(per_region),
-                                   RegionOptions{config_.gloo_host, config_.timeout, config_.bucket_cap_mb});
+    store = std::make_unique<ServerStore>(context_, config_.server_endpoint(region_, region_),
+                                          prefix, config_.timeout);
+    comm = backend->connect_region(
+        *store, static_cast<int>(rank_), static_cast<int>(per_region),
+        RegionOptions{config_.gloo_host, config_.timeout, config_.bucket_cap_mb});
   }
 
   LocalStepConfig lsc;
@@ -145,7 +158,8 @@ TrainResult Trainer::run(std::stop_token stop) {
   if (leader) {
     SyncConfig sc;
     sc.region = region_;
-    for (const auto& r : config_.regions) sc.servers.push_back({r, config_.server_endpoint(region_, r)});
+    for (const auto& r : config_.regions)
+      sc.servers.push_back({r, config_.server_endpoint(region_, r)});
     sc.critical_codec = config_.critical_codec;
     sc.noncritical_codec = config_.noncritical_codec;
     sc.staleness_bound = config_.staleness_bound;
@@ -161,7 +175,8 @@ TrainResult Trainer::run(std::stop_token stop) {
     comm->broadcast(params, 0);
   }
 
-  const auto delay = std::chrono::milliseconds(config_.step_delay_ms.count(region_) ? config_.step_delay_ms.at(region_) : 0);
+  const auto delay = std::chrono::milliseconds(
+      config_.step_delay_ms.count(region_) ? config_.step_delay_ms.at(region_) : 0);
   TrainResult result;
   std::optional<double> last_accuracy;
   std::vector<float> loss_buf(1);
@@ -224,8 +239,9 @@ TrainResult Trainer::run(std::stop_token stop) {
         std::copy(sync->base().begin(), sync->base().end(), params.begin());
       }
       const double wait = since(t0);
-      round_fields = {{"region", region_}, {"round", round},       {"steps", config_.local_steps},
-                      {"compute_s", round_compute}, {"comm_s", round_comm}, {"wait_s", wait}};
+      round_fields = {
+          {"region", region_},          {"round", round},       {"steps", config_.local_steps},
+          {"compute_s", round_compute}, {"comm_s", round_comm}, {"wait_s", wait}};
       if (rep) {
         round_fields["push_s"] = rep->push_seconds;
         round_fields["pull_s"] = rep->pull_seconds;
@@ -242,8 +258,11 @@ TrainResult Trainer::run(std::stop_token stop) {
       if (config_.eval_every > 0 && round % config_.eval_every == 0 && round < config_.rounds) {
         const auto e = evaluate(*backend, params, test, test_labels);
         last_accuracy = e.accuracy;
-        log.write("eval", {{"region", region_}, {"round", round}, {"step", result.steps},
-                           {"test_accuracy", e.accuracy}, {"test_loss", e.loss}});
+        log.write("eval", {{"region", region_},
+                           {"round", round},
+                           {"step", result.steps},
+                           {"test_accuracy", e.accuracy},
+                           {"test_loss", e.loss}});
       }
     }
     ++result.rounds;
@@ -254,31 +273,46 @@ TrainResult Trainer::run(std::stop_token stop) {
     const auto t0 = Clock::now();
     auto rep = overlapped->finish(params);
     if (rep) {
-      log.write("round", {{"region", region_}, {"round", rep->round}, {"steps", 0}, {"compute_s", 0.0},
-                          {"comm_s", 0.0}, {"wait_s", since(t0)}, {"push_s", rep->push_seconds},
-                          {"pull_s", rep->pull_seconds}, {"bytes_pushed", rep->bytes_pushed},
-                          {"bytes_pulled", rep->bytes_pulled}, {"staleness", rep->max_staleness},
-                          {"gate_wait_s", double(rep->gate_wait_us) / 1e6}, {"merged_round", rep->round}});
+      log.write("round", {{"region", region_},
+                          {"round", rep->round},
+                          {"steps", 0},
+                          {"compute_s", 0.0},
+                          {"comm_s", 0.0},
+                          {"wait_s", since(t0)},
+                          {"push_s", rep->push_seconds},
+                          {"pull_s", rep->pull_seconds},
+                          {"bytes_pushed", rep->bytes_pushed},
+                          {"bytes_pulled", rep->bytes_pulled},
+                          {"staleness", rep->max_staleness},
+                          {"gate_wait_s", double(rep->gate_wait_us) / 1e6},
+                          {"merged_round", rep->round}});
     }
     overlapped.reset();
   }
   if (comm && config_.overlap) comm->broadcast(params, 0);
 
-  nlohmann::json done{{"region", region_}, {"rank", rank_}, {"rounds", result.rounds}, {"steps", result.steps},
+  nlohmann::json done{{"region", region_},
+                      {"rank", rank_},
+                      {"rounds", result.rounds},
+                      {"steps", result.steps},
                       {"skipped_steps", result.skipped_steps}};
   if (leader) {
     const auto e = evaluate(*backend, params, test, test_labels);
     result.final_test_accuracy = e.accuracy;
-    log.write("eval", {{"region", region_}, {"round", round - 1}, {"step", result.steps},
-                       {"test_accuracy", e.accuracy}, {"test_loss", e.loss}});
+    log.write("eval", {{"region", region_},
+                       {"round", round - 1},
+                       {"step", result.steps},
+                       {"test_accuracy", e.accuracy},
+                       {"test_loss", e.loss}});
     done["final_test_accuracy"] = e.accuracy;
     // The final parameters, raw little-endian fp32 in the table's layout.
     const auto file = config_.run_dir / fmt::format("params-{}.f32", region_);
     std::ofstream out(file, std::ios::binary | std::ios::trunc);
-    out.write(reinterpret_cast<const char*>(params.data()), std::streamsize(params.size() * sizeof(float)));
+    out.write(reinterpret_cast<const char*>(params.data()),
+              std::streamsize(params.size() * sizeof(float)));
     GT_REQUIRE(out.good(), "cannot write the final parameters to '{}'", file.string());
-    spdlog::info("region {}: {} rounds, {} steps, test accuracy {:.2f}%", region_, result.rounds, result.steps,
-                 100 * e.accuracy);
+    spdlog::info("region {}: {} rounds, {} steps, test accuracy {:.2f}%", region_, result.rounds,
+                 result.steps, 100 * e.accuracy);
   }
   result.wall_seconds = since(start);
   done["wall_s"] = result.wall_seconds;

@@ -10,7 +10,8 @@
 // Leaders evaluate on the test set every `eval_every` rounds and at the end.
 //
 // Owns everything it builds. run() blocks until the last round (or until `stop` is requested,
-// which ends it after the current round). Metrics go to <run_dir>/worker-<region>-<rank>.metrics.jsonl.
+// which ends it after the current round). Metrics go to
+// <run_dir>/worker-<region>-<rank>.metrics.jsonl.
 #pragma once
 
 #include <zmq.hpp>
@@ -49,7 +50,7 @@ class Trainer {
 };
 
 // Path of a worker's metrics file in the run folder.
-std::filesystem::path worker_metrics_path(const std::filesystem::path& run_dir, const std::string& region,
-                                          uint32_t rank);
+std::filesystem::path worker_metrics_path(const std::filesystem::path& run_dir,
+                                          const std::string& region, uint32_t rank);
 
 }  // namespace geotrain::worker

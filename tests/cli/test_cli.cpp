@@ -1,14 +1,13 @@
 // The geotrain binary, run as a user would: exit codes, --version, the benches' JSON contracts,
 // and a real `geotrain server` process spoken to over loopback tcp.
 #include <doctest/doctest.h>
-
 #include <nlohmann/json.hpp>
+#include <sys/wait.h>
 
 #include <array>
 #include <cstdio>
 #include <fstream>
 #include <string>
-#include <sys/wait.h>
 
 #include "compression/codecs.hpp"
 #include "compression/factory.hpp"
@@ -60,8 +59,8 @@ TEST_CASE("geotrain bench codecs --json prints the documented fields for every c
   REQUIRE(doc["codecs"].size() >= 20);
   bool saw_onebit_ef = false;
   for (const auto& c : doc["codecs"]) {
-    for (const char* key : {"name", "bits_per_element", "encode_gbps", "decode_gbps", "encode_vs_memcpy",
-                            "decode_vs_memcpy", "rel_error"})
+    for (const char* key : {"name", "bits_per_element", "encode_gbps", "decode_gbps",
+                            "encode_vs_memcpy", "decode_vs_memcpy", "rel_error"})
       REQUIRE(c.contains(key));
     CHECK(c["encode_gbps"].get<double>() > 0);
     if (c["name"] == "onebit" && c["error_feedback"] == true) {
@@ -79,14 +78,16 @@ TEST_CASE("a bad codec spec is reported with what is allowed, and a non-zero exi
 }
 
 TEST_CASE("geotrain bench server --json reports server and raw ZeroMQ throughput and their ratio") {
-  auto r = run("--log-level warn bench server --sizes 4096 65536 --codecs fp32 onebit --transports tcp "
-               "--seconds 0.01 --json");
+  auto r =
+      run("--log-level warn bench server --sizes 4096 65536 --codecs fp32 onebit --transports tcp "
+          "--seconds 0.01 --json");
   REQUIRE(r.code == 0);
   auto doc = nlohmann::json::parse(r.out);
   REQUIRE(doc["sizes"].size() == 4);  // 2 sizes x 2 codecs x 1 transport
   for (const auto& s : doc["sizes"]) {
-    for (const char* key : {"bytes", "transport", "codec", "wire_bytes", "server_mbps", "raw_zmq_mbps", "ratio",
-                            "server_vs_raw", "server_rtt_us", "raw_rtt_us"})
+    for (const char* key :
+         {"bytes", "transport", "codec", "wire_bytes", "server_mbps", "raw_zmq_mbps", "ratio",
+          "server_vs_raw", "server_rtt_us", "raw_rtt_us"})
       REQUIRE(s.contains(key));
     CHECK(s["transport"] == "tcp");
     CHECK(s["server_mbps"].get<double>() > 0);
@@ -96,25 +97,32 @@ TEST_CASE("geotrain bench server --json reports server and raw ZeroMQ throughput
     CHECK(s["server_round_trips"].get<int>() >= 5);
     // push + pull reply payloads: fp32 carries 4 bytes per element each way, onebit far fewer
     const auto bytes = s["bytes"].get<size_t>();
-    if (s["codec"] == "fp32") CHECK(s["wire_bytes"].get<size_t>() > 2 * bytes);
-    else CHECK(s["wire_bytes"].get<size_t>() * 16 < 2 * bytes);
+    if (s["codec"] == "fp32")
+      CHECK(s["wire_bytes"].get<size_t>() > 2 * bytes);
+    else
+      CHECK(s["wire_bytes"].get<size_t>() * 16 < 2 * bytes);
   }
 }
 
-TEST_CASE("geotrain server serves hello, push, pull and shutdown over loopback tcp, exits 0 and writes its metrics") {
+TEST_CASE(
+    "geotrain server serves hello, push, pull and shutdown over loopback tcp, exits 0 and writes "
+    "its metrics") {
   using namespace geotrain;
   test::TempDir tmp("cli-server");
   const auto run_dir = tmp.path() / "run";
   const auto config_path = tmp.path() / "server.yaml";
-  const std::string yaml = "regions: [a]\nmodel:\n  tensors: [{name: w, size: 2048}]\nserver:\n  run_dir: \"" +
-                           run_dir.string() + "\"\n";
+  const std::string yaml =
+      "regions: [a]\nmodel:\n  tensors: [{name: w, size: 2048}]\nserver:\n  run_dir: \"" +
+      run_dir.string() + "\"\n";
   std::ofstream(config_path) << yaml;
   const auto config = server::parse_server_config(yaml);
   const uint64_t table_hash = ParamTable(config.tensors, config.critical).layout_hash();
 
-  // Port 0: the kernel picks a free port (no race with other tests); the server logs where it bound.
+  // Port 0: the kernel picks a free port (no race with other tests); the server logs where it
+  // bound.
   const std::string command = "timeout 60 " + std::string(GEOTRAIN_BINARY) + " server --config " +
-                              config_path.string() + " --region a --endpoint tcp://127.0.0.1:0 2>&1";
+                              config_path.string() +
+                              " --region a --endpoint tcp://127.0.0.1:0 2>&1";
   FILE* pipe = popen(command.c_str(), "r");
   REQUIRE(pipe != nullptr);
   std::string endpoint, log;
@@ -139,14 +147,18 @@ TEST_CASE("geotrain server serves hello, push, pull and shutdown over loopback t
       if (auto* e = std::get_if<wire::Error>(&r->header.body)) FAIL("error reply: " << e->message);
       return std::move(*r);
     };
-    auto welcome = std::get<wire::HelloReply>(reply(wire::Hello{"a", wire::kProtocolVersion, table_hash, {}}).header.body);
+    auto welcome = std::get<wire::HelloReply>(
+        reply(wire::Hello{"a", wire::kProtocolVersion, table_hash, {}}).header.body);
     REQUIRE(welcome.shards.size() == 1);
     CHECK(welcome.shards[0].count == 2048);
     auto full = std::get<wire::PullReply>(reply(wire::PullRequest{0, 0, true, 0}).header.body);
     Bytes payload;
     compression::make_codec("fp32")->encode(std::vector<float>(2048, 0.5f), payload);
     std::vector<zmq::message_t> frames;
-    wire::Push push{0, 1, full.version, {{0, 2048, static_cast<uint8_t>(compression::CodecId::fp32), payload.size()}}};
+    wire::Push push{0,
+                    1,
+                    full.version,
+                    {{0, 2048, static_cast<uint8_t>(compression::CodecId::fp32), payload.size()}}};
     frames.push_back(wire::frame_from_bytes(std::move(payload)));
     CHECK(std::get<wire::PushReply>(reply(push, std::move(frames)).header.body).round == 1);
     auto pulled = reply(wire::PullRequest{0, full.version, false, 1});
@@ -177,12 +189,16 @@ TEST_CASE("geotrain server serves hello, push, pull and shutdown over loopback t
   CHECK(last_stats["regions"]["a"]["pulls"] == 2);
 }
 
-TEST_CASE("without --region a server or worker takes its place from the launcher's rank, and says what is wrong") {
-  const auto dir = std::filesystem::temp_directory_path() / ("geotrain-cli-rank-" + std::to_string(::getpid()));
+TEST_CASE(
+    "without --region a server or worker takes its place from the launcher's rank, and says what "
+    "is wrong") {
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("geotrain-cli-rank-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const auto config = dir / "c.yaml";
-  std::ofstream(config) << "regions: [a, b]\nmodel: {arch: \"784-10\"}\n"
-                           "server: {endpoints: {a: \"tcp://127.0.0.1:1\", b: \"tcp://127.0.0.1:2\"}}\n";
+  std::ofstream(config)
+      << "regions: [a, b]\nmodel: {arch: \"784-10\"}\n"
+         "server: {endpoints: {a: \"tcp://127.0.0.1:1\", b: \"tcp://127.0.0.1:2\"}}\n";
   auto r = run("server --config " + config.string(), "SLURM_PROCID=7");
   CHECK(r.code == 2);
   CHECK(r.out.find("SLURM_PROCID=7: there are only 2 regions") != std::string::npos);
@@ -190,7 +206,8 @@ TEST_CASE("without --region a server or worker takes its place from the launcher
   CHECK(r.code == 2);
   CHECK(r.out.find("RANK='two' is not a process rank") != std::string::npos);
   r = run("worker --config " + config.string(),
-          "env -u SLURM_PROCID -u OMPI_COMM_WORLD_RANK -u PMI_RANK -u PMIX_RANK -u RANK -u JOB_COMPLETION_INDEX");
+          "env -u SLURM_PROCID -u OMPI_COMM_WORLD_RANK -u PMI_RANK -u PMIX_RANK -u RANK -u "
+          "JOB_COMPLETION_INDEX");
   CHECK(r.code == 2);
   CHECK(r.out.find("--region is missing and no launcher rank is set") != std::string::npos);
   std::filesystem::remove_all(dir);

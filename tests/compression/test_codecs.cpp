@@ -14,7 +14,8 @@ using namespace geotrain;
 using namespace geotrain::compression;
 
 namespace {
-std::vector<float> roundtrip(Codec& codec, const std::vector<float>& x, Bytes* payload_out = nullptr) {
+std::vector<float> roundtrip(Codec& codec, const std::vector<float>& x,
+                             Bytes* payload_out = nullptr) {
   Bytes payload;
   codec.encode(x, payload);
   std::vector<float> y(x.size(), 123.0f);

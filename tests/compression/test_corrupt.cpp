@@ -18,7 +18,8 @@ namespace {
 constexpr float kSentinel = -7.25f;
 
 // Decodes and expects an InputError whose message contains `needle`; y must stay all sentinel.
-void expect_rejected(const Codec& codec, ConstByteSpan payload, size_t n, const std::string& needle) {
+void expect_rejected(const Codec& codec, ConstByteSpan payload, size_t n,
+                     const std::string& needle) {
   std::vector<float> y(n, kSentinel);
   std::string message;
   try {
@@ -26,7 +27,8 @@ void expect_rejected(const Codec& codec, ConstByteSpan payload, size_t n, const 
   } catch (const InputError& e) {
     message = e.what();
   }
-  CHECK_MESSAGE(message.find(needle) != std::string::npos, "message: '", message, "', wanted '", needle, "'");
+  CHECK_MESSAGE(message.find(needle) != std::string::npos, "message: '", message, "', wanted '",
+                needle, "'");
   for (float v : y) REQUIRE(v == kSentinel);
   std::vector<float> acc(n, kSentinel);
   CHECK_THROWS_AS(codec.decode_add(payload, acc), InputError);
@@ -61,7 +63,8 @@ TEST_CASE("a payload truncated at any length is rejected") {
     Bytes p = encode(spec, x);
     for (size_t len = 0; len < p.size(); len += (len < 64 ? 1 : 7)) {
       CAPTURE(len);
-      expect_rejected(*codec, ConstByteSpan(p).first(len), x.size(), len < kHeaderBytes ? "truncated" : "");
+      expect_rejected(*codec, ConstByteSpan(p).first(len), x.size(),
+                      len < kHeaderBytes ? "truncated" : "");
     }
   }
 }
@@ -109,7 +112,8 @@ TEST_CASE("header fields are validated: magic, codec, version, element count") {
   poke<uint32_t>(p, 0, 0xdeadbeef);
   expect_rejected(*onebit, p, x.size(), "bad magic");
 
-  expect_rejected(*make_codec("int8"), clean, x.size(), "encoded with onebit, but this decoder is int8");
+  expect_rejected(*make_codec("int8"), clean, x.size(),
+                  "encoded with onebit, but this decoder is int8");
 
   p = clean;
   poke<uint8_t>(p, 5, 2);

@@ -11,8 +11,15 @@ using namespace geotrain;
 using namespace geotrain::compression;
 
 namespace {
-const char* kLossySpecs[] = {"fp16", "bf16", "int8", "int8:stochastic,seed=3", "int4:chunk=64",
-                             "onebit", "onebit:chunk=32", "topk:ratio=0.05", "onebit+zstd",
+const char* kLossySpecs[] = {"fp16",
+                             "bf16",
+                             "int8",
+                             "int8:stochastic,seed=3",
+                             "int4:chunk=64",
+                             "onebit",
+                             "onebit:chunk=32",
+                             "topk:ratio=0.05",
+                             "onebit+zstd",
                              "topk:ratio=0.01+zstd"};
 }
 
@@ -71,7 +78,8 @@ TEST_CASE("EF keeps one residual per stream, and a length change is refused") {
   CHECK(ef.residual(3).empty());
   const std::vector<float> before(ef.residual(1).begin(), ef.residual(1).end());
   CHECK_THROWS_WITH_AS(ef.encode(1, test::gaussian(99, 3), out),
-                       doctest::Contains("stream 1 has a residual of 100 elements, but 99"), InputError);
+                       doctest::Contains("stream 1 has a residual of 100 elements, but 99"),
+                       InputError);
   CHECK(std::equal(before.begin(), before.end(), ef.residual(1).begin()));
   ef.reset(1);
   CHECK(ef.residual(1).empty());
@@ -90,8 +98,10 @@ double descend(std::unique_ptr<Codec> codec, bool with_feedback, int steps) {
   Bytes payload;
   for (int t = 0; t < steps; ++t) {
     for (size_t i = 0; i < n; ++i) grad[i] = a[i] * (w[i] - target[i]);
-    if (with_feedback) ef.encode(0, grad, payload);
-    else ef.codec().encode(grad, payload);
+    if (with_feedback)
+      ef.encode(0, grad, payload);
+    else
+      ef.codec().encode(grad, payload);
     decode_payload(payload, step);
     const float lr = 0.2f / (1.0f + float(t) / 200.0f);
     for (size_t i = 0; i < n; ++i) w[i] -= lr * step[i];
@@ -106,8 +116,9 @@ TEST_CASE("EF with onebit on a convex quadratic reaches the optimum of uncompres
   const double sgd = descend(make_codec("fp32"), false, 3000);
   const double onebit_ef = descend(make_codec("onebit:chunk=64"), true, 3000);
   const double onebit_plain = descend(make_codec("onebit:chunk=64"), false, 3000);
-  MESSAGE("distance to optimum: sgd ", sgd, ", onebit+EF ", onebit_ef, ", onebit without EF ", onebit_plain);
+  MESSAGE("distance to optimum: sgd ", sgd, ", onebit+EF ", onebit_ef, ", onebit without EF ",
+          onebit_plain);
   CHECK(sgd < 1e-4);
-  CHECK(onebit_ef < 1e-2);            // ||w*|| is about 22: within 0.05%
+  CHECK(onebit_ef < 1e-2);              // ||w*|| is about 22: within 0.05%
   CHECK(onebit_ef < onebit_plain / 3);  // and EF is what gets it there
 }

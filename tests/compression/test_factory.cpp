@@ -22,20 +22,33 @@ TEST_CASE("specs build the codec they name, and spec() round-trips") {
 
 TEST_CASE("bad specs are input errors that name what is wrong and what is allowed") {
   CHECK_THROWS_WITH_AS(make_codec(""), doctest::Contains("codec spec is empty"), InputError);
-  CHECK_THROWS_WITH_AS(make_codec("int3"), doctest::Contains("unknown codec 'int3' (allowed: fp32"), InputError);
-  CHECK_THROWS_WITH_AS(make_codec("int8:chunk=100"), doctest::Contains("chunk 100 is invalid"), InputError);
-  CHECK_THROWS_WITH_AS(make_codec("int8:chunk=abc"), doctest::Contains("chunk=abc is not a valid"), InputError);
+  CHECK_THROWS_WITH_AS(make_codec("int3"), doctest::Contains("unknown codec 'int3' (allowed: fp32"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(make_codec("int8:chunk=100"), doctest::Contains("chunk 100 is invalid"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(make_codec("int8:chunk=abc"), doctest::Contains("chunk=abc is not a valid"),
+                       InputError);
   CHECK_THROWS_WITH_AS(make_codec("int8:chunk=-32"), doctest::Contains("not a valid"), InputError);
   CHECK_THROWS_WITH_AS(make_codec("onebit:ratio=0.1"),
-                       doctest::Contains("unknown option 'ratio' for onebit (allowed: chunk)"), InputError);
-  CHECK_THROWS_WITH_AS(make_codec("fp16:chunk=64"), doctest::Contains("(allowed: none)"), InputError);
-  CHECK_THROWS_WITH_AS(make_codec("topk:ratio=0"), doctest::Contains("ratio 0 is invalid"), InputError);
-  CHECK_THROWS_WITH_AS(make_codec("topk:ratio=1.5"), doctest::Contains("must be in (0, 1]"), InputError);
-  CHECK_THROWS_WITH_AS(make_codec("int8:seed=3"), doctest::Contains("seed only applies"), InputError);
-  CHECK_THROWS_WITH_AS(make_codec("int8:stochastic=yes"), doctest::Contains("is a flag"), InputError);
-  CHECK_THROWS_WITH_AS(make_codec("int8:chunk=64,chunk=64"), doctest::Contains("given twice"), InputError);
+                       doctest::Contains("unknown option 'ratio' for onebit (allowed: chunk)"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(make_codec("fp16:chunk=64"), doctest::Contains("(allowed: none)"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(make_codec("topk:ratio=0"), doctest::Contains("ratio 0 is invalid"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(make_codec("topk:ratio=1.5"), doctest::Contains("must be in (0, 1]"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(make_codec("int8:seed=3"), doctest::Contains("seed only applies"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(make_codec("int8:stochastic=yes"), doctest::Contains("is a flag"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(make_codec("int8:chunk=64,chunk=64"), doctest::Contains("given twice"),
+                       InputError);
   CHECK_THROWS_WITH_AS(make_codec("int8:"), doctest::Contains("empty option list"), InputError);
-  CHECK_THROWS_WITH_AS(make_codec("int8+gzip"), doctest::Contains("unknown stage 'gzip'"), InputError);
-  CHECK_THROWS_WITH_AS(make_codec("int8+zstd:level=30"), doctest::Contains("level 30 is invalid"), InputError);
-  CHECK_THROWS_WITH_AS(make_codec("int8+zstd+zstd"), doctest::Contains("unknown stage"), InputError);
+  CHECK_THROWS_WITH_AS(make_codec("int8+gzip"), doctest::Contains("unknown stage 'gzip'"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(make_codec("int8+zstd:level=30"), doctest::Contains("level 30 is invalid"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(make_codec("int8+zstd+zstd"), doctest::Contains("unknown stage"),
+                       InputError);
 }

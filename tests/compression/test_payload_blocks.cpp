@@ -35,7 +35,8 @@ TEST_CASE("a payload written block by block carries the checksum and bytes of wr
   }
 }
 
-TEST_CASE("parse_header with a visitor shows every body block in order and fails as parse_header fails") {
+TEST_CASE(
+    "parse_header with a visitor shows every body block in order and fails as parse_header fails") {
   Bytes payload;
   make_codec("fp32")->encode(test::gaussian(100000, 3), payload);
   size_t seen = 0;
@@ -51,7 +52,9 @@ TEST_CASE("parse_header with a visitor shows every body block in order and fails
   CHECK_THROWS_AS(parse_header(payload), InputError);
 }
 
-TEST_CASE("decode_view reads an aligned fp32 payload in place and decodes anything else like decode_payload") {
+TEST_CASE(
+    "decode_view reads an aligned fp32 payload in place and decodes anything else like "
+    "decode_payload") {
   const auto x = test::gaussian(3000, 9);
   std::vector<float> scratch(x.size()), expected(x.size());
   SUBCASE("fp32, aligned: a view of the payload, no copy") {

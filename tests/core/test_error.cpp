@@ -10,7 +10,9 @@
 using namespace geotrain;
 
 TEST_CASE("GT_REQUIRE throws an InputError carrying the formatted message") {
-  auto check = [](int chunk) { GT_REQUIRE(chunk % 32 == 0, "chunk {} is not a multiple of 32", chunk); };
+  auto check = [](int chunk) {
+    GT_REQUIRE(chunk % 32 == 0, "chunk {} is not a multiple of 32", chunk);
+  };
   CHECK_NOTHROW(check(64));
   try {
     check(33);
@@ -57,8 +59,8 @@ TEST_CASE("a passing zstd call yields its value") {
 TEST_CASE("log levels parse, and an unknown level is an input error naming it") {
   CHECK(parse_log_level("debug") == spdlog::level::debug);
   CHECK(parse_log_level("off") == spdlog::level::off);
-  CHECK_THROWS_WITH_AS(parse_log_level("loud"),
-                       doctest::Contains("log level 'loud' is not one of"), InputError);
+  CHECK_THROWS_WITH_AS(parse_log_level("loud"), doctest::Contains("log level 'loud' is not one of"),
+                       InputError);
 }
 
 TEST_CASE("GT_ASSERT aborts on a broken invariant") {

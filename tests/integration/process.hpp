@@ -4,8 +4,8 @@
 #pragma once
 
 #include <doctest/doctest.h>
-#include <fmt/format.h>
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>

@@ -2,7 +2,6 @@
 // on loopback, from one config file. Each test reads what the processes wrote (final
 // parameters, metrics JSONL, logs).
 #include <doctest/doctest.h>
-
 #include <nlohmann/json.hpp>
 
 #include <cmath>
@@ -36,7 +35,8 @@ struct Outcome {
   std::vector<std::string> logs;
 };
 
-std::string config_text(const Cluster& c, const std::filesystem::path& dir, const std::vector<int>& ports) {
+std::string config_text(const Cluster& c, const std::filesystem::path& dir,
+                        const std::vector<int>& ports) {
   std::string regions, endpoints;
   for (size_t i = 0; i < c.regions.size(); ++i) {
     regions += (i ? ", " : "") + c.regions[i];
@@ -56,12 +56,13 @@ worker:
   timeout_ms: 60000
 {}
 )",
-                     regions, c.model, endpoints, dir.string(), c.server_extra, c.workers, dir.string(), kData,
-                     c.worker_yaml);
+                     regions, c.model, endpoints, dir.string(), c.server_extra, c.workers,
+                     dir.string(), kData, c.worker_yaml);
 }
 
 // Starts one server per region and every worker; waits for the workers; stops the servers.
-Outcome run_cluster(const Cluster& c, const std::filesystem::path& dir, std::chrono::seconds timeout = 120s) {
+Outcome run_cluster(const Cluster& c, const std::filesystem::path& dir,
+                    std::chrono::seconds timeout = 120s) {
   std::vector<int> ports;
   for (size_t i = 0; i < c.regions.size(); ++i) ports.push_back(test::free_port());
   const auto config = dir / "config.yaml";
@@ -69,11 +70,13 @@ Outcome run_cluster(const Cluster& c, const std::filesystem::path& dir, std::chr
   std::vector<std::unique_ptr<test::Process>> servers, workers;
   for (const auto& r : c.regions)
     servers.push_back(std::make_unique<test::Process>(
-        std::vector<std::string>{"server", "--config", config.string(), "--region", r}, dir / ("server-" + r + ".log")));
+        std::vector<std::string>{"server", "--config", config.string(), "--region", r},
+        dir / ("server-" + r + ".log")));
   for (const auto& r : c.regions)
     for (uint32_t k = 0; k < c.workers; ++k)
       workers.push_back(std::make_unique<test::Process>(
-          std::vector<std::string>{"worker", "--config", config.string(), "--region", r, "--rank", std::to_string(k)},
+          std::vector<std::string>{"worker", "--config", config.string(), "--region", r, "--rank",
+                                   std::to_string(k)},
           dir / fmt::format("worker-{}-{}.log", r, k)));
   Outcome out;
   for (auto& w : workers) {
@@ -88,7 +91,8 @@ Outcome run_cluster(const Cluster& c, const std::filesystem::path& dir, std::chr
 
 void require_success(const Outcome& o) {
   for (size_t i = 0; i < o.exit_codes.size(); ++i)
-    REQUIRE_MESSAGE(o.exit_codes[i] == 0, "worker ", i, " exited with ", o.exit_codes[i], ":\n", o.logs[i]);
+    REQUIRE_MESSAGE(o.exit_codes[i] == 0, "worker ", i, " exited with ", o.exit_codes[i], ":\n",
+                    o.logs[i]);
 }
 
 std::vector<float> read_params(const std::filesystem::path& file) {
@@ -123,7 +127,8 @@ namespace {
 // Runs `regions` x `workers` with fp32, H = 1, synchronous rounds and plain SGD, and returns the
 // relative distance of region a's final parameters to one process stepping on the mean gradient
 // of all workers' batches (and, in *between, the distance between the regions' parameters).
-double distance_to_one_process(uint32_t regions, uint32_t workers, uint32_t steps, double* between) {
+double distance_to_one_process(uint32_t regions, uint32_t workers, uint32_t steps,
+                               double* between) {
   test::TempDir dir("exact");
   const uint32_t batch = 16;
   const float lr = 0.05f;
@@ -133,7 +138,8 @@ double distance_to_one_process(uint32_t regions, uint32_t workers, uint32_t step
   // Synchronous rounds: every tensor critical (non-critical ones are applied on arrival).
   c.model = R"({arch: "784-32-10", critical: ["*"]})";
   c.worker_yaml = fmt::format(
-      "  batch_size: {}\n  local_steps: 1\n  rounds: {}\n  lr: {}\n  optimizer: {{momentum: 0}}\n  eval_every: 0\n"
+      "  batch_size: {}\n  local_steps: 1\n  rounds: {}\n  lr: {}\n  optimizer: {{momentum: 0}}\n  "
+      "eval_every: 0\n"
       "  seed: 3\n  anomaly_guard: {{enabled: false}}\n",
       batch, steps, lr);
   require_success(run_cluster(c, dir.path()));
@@ -178,11 +184,14 @@ double distance_to_one_process(uint32_t regions, uint32_t workers, uint32_t step
 }
 }  // namespace
 
-TEST_CASE("2 regions x 2 workers with fp32, H=1 and synchronous rounds equal one process on the same batches") {
+TEST_CASE(
+    "2 regions x 2 workers with fp32, H=1 and synchronous rounds equal one process on the same "
+    "batches") {
   for (auto [r, w, s] : {std::tuple{1u, 2u, 5u}, {2u, 2u, 50u}}) {
     double between = 0;
     const double rel = distance_to_one_process(r, w, s, &between);
-    MESSAGE(r, " regions x ", w, " workers, ", s, " steps: relative error ", rel, ", between regions ", between);
+    MESSAGE(r, " regions x ", w, " workers, ", s, " steps: relative error ", rel,
+            ", between regions ", between);
     CHECK(rel <= 1e-5);
     CHECK(between <= 1e-6);  // every region holds the same global parameters
   }
@@ -193,14 +202,18 @@ TEST_CASE("onebit with error feedback trains within 1 point of fp32, at H = 1 an
   // by about 2 points on this model, because the mean-|x| scale under-sends the persistent large
   // coordinates that momentum produces; int8 and onebit at H >= 4 do not).
   const std::string common =
-      "  batch_size: 32\n  lr: 0.2\n  lr_decay: cosine\n  optimizer: {momentum: 0}\n  eval_every: 0\n  seed: 5\n";
+      "  batch_size: 32\n  lr: 0.2\n  lr_decay: cosine\n  optimizer: {momentum: 0}\n  eval_every: "
+      "0\n  seed: 5\n";
   auto accuracy = [&](const std::string& codec, uint32_t h) {
     test::TempDir dir("codec-" + codec + std::to_string(h));
     Cluster c;
     c.regions = {"a", "b"};
     c.model = R"({arch: "784-64-10", critical: ["fc2.*"]})";
-    c.worker_yaml = common + fmt::format("  local_steps: {}\n  rounds: {}\n  critical_codec: {}\n  noncritical_codec: {}\n",
-                                         h, 800 / h, codec, codec);
+    c.worker_yaml =
+        common +
+        fmt::format(
+            "  local_steps: {}\n  rounds: {}\n  critical_codec: {}\n  noncritical_codec: {}\n", h,
+            800 / h, codec, codec);
     require_success(run_cluster(c, dir.path()));
     return final_accuracy(dir.path(), "a");
   };
@@ -212,35 +225,43 @@ TEST_CASE("onebit with error feedback trains within 1 point of fp32, at H = 1 an
   }
 }
 
-TEST_CASE("with s = 2 a slowed region is never more than 2 rounds behind, and the other keeps going") {
+TEST_CASE(
+    "with s = 2 a slowed region is never more than 2 rounds behind, and the other keeps going") {
   test::TempDir dir("stale");
   Cluster c;
   c.regions = {"fast", "slow"};
   c.server_extra = "  staleness_bound: 2\n";
   c.worker_yaml =
-      "  batch_size: 16\n  local_steps: 2\n  rounds: 30\n  eval_every: 0\n  critical_codec: onebit\n"
+      "  batch_size: 16\n  local_steps: 2\n  rounds: 30\n  eval_every: 0\n  critical_codec: "
+      "onebit\n"
       "  noncritical_codec: int8\n  step_delay_ms: {slow: 15}\n";
   require_success(run_cluster(c, dir.path()));
   uint32_t max_staleness = 0;
   for (const std::string r : {"fast", "slow"}) {
     const auto rounds = events(dir.path() / fmt::format("worker-{}-0.metrics.jsonl", r), "round");
     CHECK(rounds.size() == 30);
-    for (const auto& e : rounds) max_staleness = std::max(max_staleness, e["staleness"].get<uint32_t>());
+    for (const auto& e : rounds)
+      max_staleness = std::max(max_staleness, e["staleness"].get<uint32_t>());
   }
   // The fast region finished its 30 rounds while the slow one was still behind: it ran ahead.
-  const auto fast_done = events(dir.path() / "worker-fast-0.metrics.jsonl", "done")[0]["time"].get<double>();
-  const auto slow_done = events(dir.path() / "worker-slow-0.metrics.jsonl", "done")[0]["time"].get<double>();
-  MESSAGE("max staleness ", max_staleness, "; fast done at ", fast_done, " s, slow at ", slow_done, " s");
+  const auto fast_done =
+      events(dir.path() / "worker-fast-0.metrics.jsonl", "done")[0]["time"].get<double>();
+  const auto slow_done =
+      events(dir.path() / "worker-slow-0.metrics.jsonl", "done")[0]["time"].get<double>();
+  MESSAGE("max staleness ", max_staleness, "; fast done at ", fast_done, " s, slow at ", slow_done,
+          " s");
   CHECK(max_staleness <= 2);
   CHECK(max_staleness >= 1);  // the bound was used, not just respected by lockstep
 }
 
 TEST_CASE("bad worker configurations fail at start-up with a clear message") {
-  auto start_alone = [](const std::string& worker_yaml, const std::string& model = R"({arch: "784-32-10"})") {
+  auto start_alone = [](const std::string& worker_yaml,
+                        const std::string& model = R"({arch: "784-32-10"})") {
     test::TempDir dir("bad");
     const auto config = dir.path() / "config.yaml";
     std::ofstream(config) << fmt::format(
-        "regions: [a]\nmodel: {}\nserver: {{endpoints: {{a: \"tcp://127.0.0.1:{}\"}}}}\nworker:\n  run_dir: \"{}\"\n{}",
+        "regions: [a]\nmodel: {}\nserver: {{endpoints: {{a: \"tcp://127.0.0.1:{}\"}}}}\nworker:\n  "
+        "run_dir: \"{}\"\n{}",
         model, test::free_port(), dir.path().string(), worker_yaml);
     test::Process w({"worker", "--config", config.string(), "--region", "a"}, dir.path() / "w.log");
     const auto code = w.wait(30s);
@@ -248,10 +269,13 @@ TEST_CASE("bad worker configurations fail at start-up with a clear message") {
     CHECK(*code != 0);
     return w.log();
   };
-  CHECK(start_alone("  critical_codec: onebyte\n").find("worker.critical_codec: codec spec 'onebyte': unknown codec") !=
+  CHECK(start_alone("  critical_codec: onebyte\n")
+            .find("worker.critical_codec: codec spec 'onebyte': unknown codec") !=
         std::string::npos);
-  CHECK(start_alone("  data_dir: /nonexistent\n").find("/nonexistent/train-images-idx3-ubyte.gz") != std::string::npos);
-  CHECK(start_alone("  batch_sise: 3\n").find("unknown key 'worker.batch_sise'") != std::string::npos);
+  CHECK(start_alone("  data_dir: /nonexistent\n").find("/nonexistent/train-images-idx3-ubyte.gz") !=
+        std::string::npos);
+  CHECK(start_alone("  batch_sise: 3\n").find("unknown key 'worker.batch_sise'") !=
+        std::string::npos);
   CHECK(start_alone("", R"({arch: "784-0-10"})").find("model.arch") != std::string::npos);
 }
 
@@ -259,13 +283,16 @@ TEST_CASE("a worker whose model differs from the servers' is refused by table ha
   test::TempDir dir("mismatch");
   const int port = test::free_port();
   const auto server_cfg = dir.path() / "server.yaml", worker_cfg = dir.path() / "worker.yaml";
-  const std::string head = fmt::format("regions: [a]\nserver: {{endpoints: {{a: \"tcp://127.0.0.1:{}\"}}, run_dir: \"{}\"}}\n",
-                                       port, dir.path().string());
+  const std::string head = fmt::format(
+      "regions: [a]\nserver: {{endpoints: {{a: \"tcp://127.0.0.1:{}\"}}, run_dir: \"{}\"}}\n", port,
+      dir.path().string());
   std::ofstream(server_cfg) << head << "model: {arch: \"784-32-10\"}\n";
-  std::ofstream(worker_cfg) << head << "model: {arch: \"784-64-10\"}\nworker: {run_dir: \"" << dir.path().string()
-                            << "\", data_dir: \"" << kData << "\"}\n";
-  test::Process server({"server", "--config", server_cfg.string(), "--region", "a"}, dir.path() / "s.log");
-  test::Process w({"worker", "--config", worker_cfg.string(), "--region", "a"}, dir.path() / "w.log");
+  std::ofstream(worker_cfg) << head << "model: {arch: \"784-64-10\"}\nworker: {run_dir: \""
+                            << dir.path().string() << "\", data_dir: \"" << kData << "\"}\n";
+  test::Process server({"server", "--config", server_cfg.string(), "--region", "a"},
+                       dir.path() / "s.log");
+  test::Process w({"worker", "--config", worker_cfg.string(), "--region", "a"},
+                  dir.path() / "w.log");
   const auto code = w.wait(60s);
   REQUIRE(code.has_value());
   CHECK(*code != 0);

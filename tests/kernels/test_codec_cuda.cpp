@@ -4,13 +4,13 @@
 #include <cstring>
 #include <vector>
 
+#include "../compression/test_util.hpp"
+#include "compression/codecs.hpp"
+#include "compression/payload.hpp"
 #include "core/check_cuda.hpp"
 #include "kernels/codec_cpu.hpp"
 #include "kernels/codec_cuda.cuh"
 #include "kernels/topk_cuda.cuh"
-#include "compression/codecs.hpp"
-#include "compression/payload.hpp"
-#include "../compression/test_util.hpp"
 
 using namespace geotrain;
 using namespace geotrain::kernels;
@@ -20,7 +20,9 @@ namespace {
 template <typename T>
 class DeviceArray {
  public:
-  explicit DeviceArray(size_t n) : n_(n) { GT_CUDA_CHECK(cudaMalloc(&ptr_, std::max<size_t>(n, 1) * sizeof(T))); }
+  explicit DeviceArray(size_t n) : n_(n) {
+    GT_CUDA_CHECK(cudaMalloc(&ptr_, std::max<size_t>(n, 1) * sizeof(T)));
+  }
   explicit DeviceArray(const std::vector<T>& host) : DeviceArray(host.size()) {
     GT_CUDA_CHECK(cudaMemcpy(ptr_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice));
   }
@@ -51,16 +53,20 @@ TEST_CASE("onebit: CUDA encode and decode match the CPU bit for bit, with and wi
   for (uint32_t chunk : {32u, 256u, 512u, 1024u, 2048u}) {
     for (size_t n : kSizes) {
       for (bool ef : {false, true}) {
-        CAPTURE(chunk); CAPTURE(n); CAPTURE(ef);
+        CAPTURE(chunk);
+        CAPTURE(n);
+        CAPTURE(ef);
         auto g = test::heavy_tailed(n, unsigned(n + chunk));
         auto e = test::gaussian(n, 5, 0.1f);
         const size_t nc = chunk_count(n, chunk), nw = onebit_word_count(n);
         std::vector<float> scales(nc), e_cpu = e;
         std::vector<uint32_t> bits(nw);
-        cpu::onebit_encode(g.data(), ef ? e_cpu.data() : nullptr, n, chunk, scales.data(), bits.data());
+        cpu::onebit_encode(g.data(), ef ? e_cpu.data() : nullptr, n, chunk, scales.data(),
+                           bits.data());
         DeviceArray<float> dg(g), de(e), dscales(nc);
         DeviceArray<uint32_t> dbits(nw);
-        cuda::onebit_encode(dg.get(), ef ? de.get() : nullptr, n, chunk, dscales.get(), dbits.get(), 0);
+        cuda::onebit_encode(dg.get(), ef ? de.get() : nullptr, n, chunk, dscales.get(), dbits.get(),
+                            0);
         CHECK(same_bits(dscales.to_host(), scales));
         CHECK(dbits.to_host() == bits);
         if (ef) CHECK(same_bits(de.to_host(), e_cpu));
@@ -78,7 +84,9 @@ TEST_CASE("int8 and int4: CUDA matches the CPU bit for bit, nearest and stochast
   for (bool stochastic : {false, true}) {
     for (size_t n : kSizes) {
       for (bool ef : {false, true}) {
-        CAPTURE(stochastic); CAPTURE(n); CAPTURE(ef);
+        CAPTURE(stochastic);
+        CAPTURE(n);
+        CAPTURE(ef);
         const uint32_t chunk = 256;
         const Rounding r{stochastic, 17, 3};
         auto g = test::heavy_tailed(n, unsigned(n));
@@ -120,7 +128,8 @@ TEST_CASE("int8 and int4: CUDA matches the CPU bit for bit, nearest and stochast
 TEST_CASE("fp32, fp16 and bf16: CUDA matches the CPU bit for bit") {
   for (size_t n : kSizes) {
     for (bool ef : {false, true}) {
-      CAPTURE(n); CAPTURE(ef);
+      CAPTURE(n);
+      CAPTURE(ef);
       auto g = test::heavy_tailed(n, unsigned(n) + 1);
       auto e = test::gaussian(n, 7, 0.1f);
       DeviceArray<float> dg(g);
@@ -130,7 +139,8 @@ TEST_CASE("fp32, fp16 and bf16: CUDA matches the CPU bit for bit") {
         (bf ? cpu::bf16_encode : cpu::fp16_encode)(g.data(), ef ? ec.data() : nullptr, n, h.data());
         DeviceArray<float> de(e);
         DeviceArray<uint16_t> dh(n);
-        (bf ? cuda::bf16_encode : cuda::fp16_encode)(dg.get(), ef ? de.get() : nullptr, n, dh.get(), 0);
+        (bf ? cuda::bf16_encode : cuda::fp16_encode)(dg.get(), ef ? de.get() : nullptr, n, dh.get(),
+                                                     0);
         CHECK(dh.to_host() == h);
         if (ef) CHECK(same_bits(de.to_host(), ec));
         std::vector<float> y(n);
@@ -153,21 +163,27 @@ TEST_CASE("topk: the CUDA body and residual match the CPU codec's, byte for byte
   for (double ratio : {0.001, 0.01, 0.3, 1.0}) {
     for (size_t n : {1ul, 1000ul, 100'003ul}) {
       for (bool ef : {false, true}) {
-        CAPTURE(ratio); CAPTURE(n); CAPTURE(ef);
+        CAPTURE(ratio);
+        CAPTURE(n);
+        CAPTURE(ef);
         auto g = test::heavy_tailed(n, unsigned(n) + 3);
         for (size_t i = 0; i < n; i += 7) g[i] = 0.5f;  // plenty of ties
         auto e = test::gaussian(n, 8, 0.1f);
         auto codec = compression::make_topk_codec({ratio, 4096});
         Bytes payload;
         std::vector<float> e_cpu = e;
-        if (ef) codec->encode_with_feedback(g, e_cpu, payload);
-        else codec->encode(g, payload);
-        const std::vector<std::byte> body(payload.begin() + compression::kHeaderBytes, payload.end());
+        if (ef)
+          codec->encode_with_feedback(g, e_cpu, payload);
+        else
+          codec->encode(g, payload);
+        const std::vector<std::byte> body(payload.begin() + compression::kHeaderBytes,
+                                          payload.end());
 
         const uint64_t k = compression::topk_count(n, ratio);
         DeviceArray<float> dg(g), de(e);
         DeviceArray<std::byte> dbody(14 * k + 16);
-        const size_t size = cuda::topk_encode(dg.get(), ef ? de.get() : nullptr, n, k, 4096, dbody.get(), 0);
+        const size_t size =
+            cuda::topk_encode(dg.get(), ef ? de.get() : nullptr, n, k, 4096, dbody.get(), 0);
         REQUIRE(size == body.size());
         auto got = dbody.to_host();
         got.resize(size);

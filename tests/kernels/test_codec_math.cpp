@@ -13,10 +13,10 @@ TEST_CASE("fp16 conversion rounds to nearest even and round-trips every half val
   CHECK(fp16_from_float(1.0f) == 0x3C00);
   CHECK(fp16_from_float(-2.0f) == 0xC000);
   CHECK(fp16_from_float(65504.0f) == 0x7BFF);
-  CHECK(fp16_from_float(65520.0f) == 0x7C00);          // rounds up to +inf
-  CHECK(fp16_from_float(1.0f + 0x1.0p-11f) == 0x3C00);  // tie: to even (down)
+  CHECK(fp16_from_float(65520.0f) == 0x7C00);               // rounds up to +inf
+  CHECK(fp16_from_float(1.0f + 0x1.0p-11f) == 0x3C00);      // tie: to even (down)
   CHECK(fp16_from_float(1.0f + 3 * 0x1.0p-11f) == 0x3C02);  // tie: to even (up)
-  CHECK(fp16_from_float(0x1.0p-24f) == 0x0001);         // smallest subnormal
+  CHECK(fp16_from_float(0x1.0p-24f) == 0x0001);             // smallest subnormal
   CHECK((fp16_from_float(std::numeric_limits<float>::quiet_NaN()) & 0x7C00) == 0x7C00);
   for (uint32_t h = 0; h < 0x10000; ++h) {
     if ((h & 0x7C00) == 0x7C00 && (h & 0x03FF)) continue;  // NaN payloads are canonicalised
@@ -67,7 +67,7 @@ TEST_CASE("the onebit scale is the canonical lane sum of |x| over the count") {
   uint32_t bits[2] = {};
   cpu::onebit_encode(g.data(), nullptr, g.size(), 64, &scale, bits);
   CHECK(scale == doctest::Approx(820.0 / 40.0));  // sum 1..40 = 820
-  CHECK((bits[0] & 1u) == 1u);   // element 0 is -1
+  CHECK((bits[0] & 1u) == 1u);                    // element 0 is -1
   CHECK((bits[0] >> 1 & 1u) == 0u);
   CHECK((bits[1] >> 6 & 1u) == 0u);  // element 38 = +39
   CHECK((bits[1] >> 7 & 1u) == 1u);  // element 39 = -40

@@ -1,7 +1,6 @@
 // The launcher's pure parts: run settings and their errors, the run folder, port allocation,
 // and the deployment plan (resolved config, netsim links, worker routes, process list).
 #include <doctest/doctest.h>
-
 #include <yaml-cpp/yaml.h>
 
 #include <set>
@@ -63,9 +62,11 @@ TEST_CASE("run values out of range are errors naming the key, the value and the 
   const auto e = error_of("regions: [a]\nrun: {target_accuracy: 1.5}\n");
   CHECK(e.find("run.target_accuracy is 1.5") != std::string::npos);
   CHECK(e.find("[0, 1]") != std::string::npos);
-  CHECK(error_of("regions: [a]\nrun: {base_port: -4}\n").find("run.base_port") != std::string::npos);
+  CHECK(error_of("regions: [a]\nrun: {base_port: -4}\n").find("run.base_port") !=
+        std::string::npos);
   CHECK(error_of("regions: [a]\nrun: {plots: maybe}\n").find("true or false") != std::string::npos);
-  CHECK(error_of("regions: [a]\nrun: {name: a/b}\n").find("run.name is 'a/b'") != std::string::npos);
+  CHECK(error_of("regions: [a]\nrun: {name: a/b}\n").find("run.name is 'a/b'") !=
+        std::string::npos);
 }
 
 TEST_CASE("several regions need a WAN profile, and a missing profile file is named") {
@@ -124,13 +125,15 @@ TEST_CASE("the plan routes every inter-region connection through netsim and noth
   for (const auto& from : s.regions) {
     CHECK(config["server"]["endpoints"][from].as<std::string>() ==
           fmt::format("tcp://127.0.0.1:{}", d.server_ports.at(from)));
-    CHECK_FALSE(config["worker"]["routes"][from][from]);  // a region reaches its own server directly
+    CHECK_FALSE(
+        config["worker"]["routes"][from][from]);  // a region reaches its own server directly
     for (const auto& to : s.regions) {
       if (from == to) continue;
       const auto endpoint = config["worker"]["routes"][from][to].as<std::string>();
       bool via_netsim = false;
       for (const auto& r : d.routes)
-        if (r.from == from && r.to == to) via_netsim = endpoint == fmt::format("tcp://127.0.0.1:{}", r.listen_port);
+        if (r.from == from && r.to == to)
+          via_netsim = endpoint == fmt::format("tcp://127.0.0.1:{}", r.listen_port);
       CHECK_MESSAGE(via_netsim, from << " -> " << to << " goes to " << endpoint);
     }
   }
@@ -157,16 +160,19 @@ TEST_CASE("the plan routes every inter-region connection through netsim and noth
   CHECK(d.processes[3].role == ProcessRole::netsim);
   CHECK(d.processes[3].health_ports.size() == 6);
   CHECK(d.processes[9].name == "worker-ap-southeast-1");
-  const std::vector<std::string> args{"worker", "--config", (fs::absolute(tmp.path()) / "config.yaml").string(),
-                                      "--region", "ap-southeast", "--rank", "1"};
+  const std::vector<std::string> args{
+      "worker",   "--config",     (fs::absolute(tmp.path()) / "config.yaml").string(),
+      "--region", "ap-southeast", "--rank",
+      "1"};
   CHECK(d.processes[9].args == args);
 }
 
 TEST_CASE("netsim overrides in the config reach the generated links, and bad ones are named") {
   test::TempDir tmp("launcher-netsim");
-  const std::string yaml = std::string(kThreeRegions) +
-                           "netsim:\n  seed: 7\n  links:\n    - {from: us-east, to: eu-west, delay_ms: 5,"
-                           " faults: [{kind: partition, at_s: 1, until_s: 2}]}\n";
+  const std::string yaml =
+      std::string(kThreeRegions) +
+      "netsim:\n  seed: 7\n  links:\n    - {from: us-east, to: eu-west, delay_ms: 5,"
+      " faults: [{kind: partition, at_s: 1, until_s: 2}]}\n";
   const auto s = parse_run_settings(yaml, "t.yaml", kWanDir, "t");
   PortAllocator ports;
   const auto d = plan_deployment(yaml, "t.yaml", s, tmp.path(), ports);
@@ -182,12 +188,14 @@ TEST_CASE("netsim overrides in the config reach the generated links, and bad one
   }
   CHECK_FALSE(YAML::Load(d.config_yaml)["netsim"]);
 
-  const std::string bad = std::string(kThreeRegions) + "netsim:\n  links:\n    - {from: us-east, to: mars}\n";
+  const std::string bad =
+      std::string(kThreeRegions) + "netsim:\n  links:\n    - {from: us-east, to: mars}\n";
   CHECK_THROWS_WITH_AS(plan_deployment(bad, "t.yaml", s, tmp.path(), ports),
                        doctest::Contains("region 'mars'"), InputError);
-  const std::string bad_key = std::string(kThreeRegions) + "netsim:\n  links:\n    - {from: us-east, to: eu-west, delay: 3}\n";
-  CHECK_THROWS_WITH_AS(plan_deployment(bad_key, "t.yaml", s, tmp.path(), ports), doctest::Contains("delay"),
-                       InputError);
+  const std::string bad_key = std::string(kThreeRegions) +
+                              "netsim:\n  links:\n    - {from: us-east, to: eu-west, delay: 3}\n";
+  CHECK_THROWS_WITH_AS(plan_deployment(bad_key, "t.yaml", s, tmp.path(), ports),
+                       doctest::Contains("delay"), InputError);
 }
 
 TEST_CASE("a WAN profile without one of the config's regions is refused before anything starts") {

@@ -4,7 +4,6 @@
 // Checks the run folder, failure handling with the log tail, interruption, and that no child
 // outlives the run.
 #include <doctest/doctest.h>
-
 #include <nlohmann/json.hpp>
 #include <signal.h>
 #include <sys/wait.h>
@@ -31,23 +30,35 @@ struct Output {
 void write_fake_binary(const fs::path& file, const std::string& mode) {
   std::ofstream f(file);
   f << "#!/bin/sh\n"
-       "if [ \"$1\" != worker ]; then exec " GEOTRAIN_BINARY " \"$@\"; fi\n"
+       "if [ \"$1\" != worker ]; then exec " GEOTRAIN_BINARY
+       " \"$@\"; fi\n"
        "region=$5; rank=$7; out=\"$(dirname \"$3\")/worker-$region-$rank.metrics.jsonl\"\n"
-       "mode=" << mode << "\n"
+       "mode="
+    << mode
+    << "\n"
        "if [ $mode = hang ]; then exec sleep 60; fi\n"
-       "if [ $mode = fail ] && [ $region = eu-west ] && [ $rank = 1 ]; then echo 'worker eu-west/1: cannot load data'; exit 3; fi\n"
+       "if [ $mode = fail ] && [ $region = eu-west ] && [ $rank = 1 ]; then echo 'worker "
+       "eu-west/1: cannot load data'; exit 3; fi\n"
        "e() { echo \"{\\\"region\\\":\\\"$region\\\",\\\"rank\\\":$rank,$1}\" >> \"$out\"; }\n"
        "e '\"event\":\"start\",\"time\":0,\"rounds\":3'\n"
        "for r in 0 1 2; do\n"
-       "  e \"\\\"event\\\":\\\"step\\\",\\\"time\\\":0.$r,\\\"round\\\":$r,\\\"step\\\":$r,\\\"loss\\\":1.5,\\\"compute_s\\\":0.01\"\n"
+       "  e "
+       "\"\\\"event\\\":\\\"step\\\",\\\"time\\\":0.$r,\\\"round\\\":$r,\\\"step\\\":$r,"
+       "\\\"loss\\\":1.5,\\\"compute_s\\\":0.01\"\n"
        "  if [ $rank = 0 ]; then\n"
-       "    e \"\\\"event\\\":\\\"round\\\",\\\"time\\\":0.$r,\\\"round\\\":$r,\\\"bytes_pushed\\\":100,\\\"bytes_pulled\\\":50,"
+       "    e "
+       "\"\\\"event\\\":\\\"round\\\",\\\"time\\\":0.$r,\\\"round\\\":$r,\\\"bytes_pushed\\\":100,"
+       "\\\"bytes_pulled\\\":50,"
        "\\\"staleness\\\":0,\\\"compute_s\\\":0.01,\\\"comm_s\\\":0.01,\\\"wait_s\\\":0.02\"\n"
-       "    e \"\\\"event\\\":\\\"eval\\\",\\\"time\\\":0.$r,\\\"round\\\":$r,\\\"test_accuracy\\\":0.9\"\n"
+       "    e "
+       "\"\\\"event\\\":\\\"eval\\\",\\\"time\\\":0.$r,\\\"round\\\":$r,\\\"test_accuracy\\\":0."
+       "9\"\n"
        "  fi\n"
        "done\n"
        "sleep 0.3\n"
-       "e '\"event\":\"done\",\"time\":1,\"rounds\":3,\"steps\":3,\"wall_s\":1,\"final_test_accuracy\":0.9'\n";
+       "e "
+       "'\"event\":\"done\",\"time\":1,\"rounds\":3,\"steps\":3,\"wall_s\":1,\"final_test_"
+       "accuracy\":0.9'\n";
   f.close();
   fs::permissions(file, fs::perms::owner_all);
 }
@@ -56,10 +67,12 @@ fs::path write_config(const fs::path& dir) {
   const auto file = dir / "fake.yaml";
   std::ofstream f(file);
   f << "regions: [us-east, eu-west]\n"
-       "model: {tensors: [{name: w, size: 4096}, {name: head.b, size: 10}], critical: [\"head.*\"]}\n"
+       "model: {tensors: [{name: w, size: 4096}, {name: head.b, size: 10}], critical: "
+       "[\"head.*\"]}\n"
        "server: {heartbeat_ms: 200, dead_after_ms: 5000, metrics_every_ms: 200}\n"
        "worker: {workers_per_region: 2}\n"
-       "run: {name: fake, wan_profile: " GEOTRAIN_SOURCE_DIR "/configs/wan/us-eu.yaml, target_accuracy: 0.5,\n"
+       "run: {name: fake, wan_profile: " GEOTRAIN_SOURCE_DIR
+       "/configs/wan/us-eu.yaml, target_accuracy: 0.5,\n"
        "      startup_timeout_s: 20, netsim_stats_interval_s: 0.1, plots: false}\n";
   return file;
 }
@@ -98,10 +111,10 @@ TEST_CASE("a run starts servers, netsim and workers, and leaves a complete run f
   const auto r = run_deployment(options(tmp.path(), "ok"), stop.get_token());
   CHECK(r.exit_code == 0);
   CHECK(r.status == "completed");
-  for (const char* f : {"config.yaml", "netsim.yaml", "server-us-east.log", "server-eu-west.log", "netsim.log",
-                        "worker-us-east-0.log", "worker-eu-west-1.log", "worker-us-east-0.metrics.jsonl",
-                        "server-us-east.metrics.jsonl", "netsim.jsonl",
-                        "summary.json", "report.md"}) {
+  for (const char* f :
+       {"config.yaml", "netsim.yaml", "server-us-east.log", "server-eu-west.log", "netsim.log",
+        "worker-us-east-0.log", "worker-eu-west-1.log", "worker-us-east-0.metrics.jsonl",
+        "server-us-east.metrics.jsonl", "netsim.jsonl", "summary.json", "report.md"}) {
     CHECK_MESSAGE(fs::exists(r.run_dir / f), f);
   }
   const auto s = nlohmann::json::parse(read(r.run_dir / "summary.json"));
@@ -123,7 +136,8 @@ TEST_CASE("a failing worker fails the run, shows its log, stops everything and k
   CHECK(r.status == "failed");
   const auto s = nlohmann::json::parse(read(r.run_dir / "summary.json"));
   CHECK(s["status"] == "failed");
-  CHECK(s["failure"].get<std::string>().find("worker-eu-west-1 failed (exit 3)") != std::string::npos);
+  CHECK(s["failure"].get<std::string>().find("worker-eu-west-1 failed (exit 3)") !=
+        std::string::npos);
   CHECK(read(r.run_dir / "worker-eu-west-1.log").find("cannot load data") != std::string::npos);
   CHECK(processes_mentioning(r.run_dir.string()) == 0);
 }
@@ -159,7 +173,8 @@ TEST_CASE("children do not outlive a launcher that is killed outright") {
       if (e.path().filename() == "worker-eu-west-1.log") return true;
     return false;
   };
-  for (int i = 0; i < 200 && !started(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  for (int i = 0; i < 200 && !started(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
   REQUIRE(started());
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   const std::string run_root = (tmp.path() / "runs").string();
@@ -199,11 +214,13 @@ TEST_CASE("geotrain run names a bad config key and exits with 2 before starting 
   CHECK(r.text.find("target_accuracy") != std::string::npos);
 
   // Keys of the other processes are checked by their own parsers, also before anything starts.
-  std::ofstream(file, std::ios::trunc) << "regions: [a]\nmodel: {arch: 784-10}\nserver: {stalenes_bound: 2}\n";
+  std::ofstream(file, std::ios::trunc)
+      << "regions: [a]\nmodel: {arch: 784-10}\nserver: {stalenes_bound: 2}\n";
   r = run_cli("run " + file.string() + " --out " + out_dir);
   CHECK(r.code == 2);
   CHECK(r.text.find("unknown key 'server.stalenes_bound'") != std::string::npos);
-  std::ofstream(file, std::ios::trunc) << "regions: [a]\nmodel: {arch: 784-10}\nworker: {batch_size: 0}\n";
+  std::ofstream(file, std::ios::trunc)
+      << "regions: [a]\nmodel: {arch: 784-10}\nworker: {batch_size: 0}\n";
   r = run_cli("run " + file.string() + " --out " + out_dir);
   CHECK(r.code == 2);
   CHECK(r.text.find("worker.batch_size") != std::string::npos);

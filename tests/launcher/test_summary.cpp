@@ -1,7 +1,6 @@
 // summary.json, report.md, progress lines and plots from a synthetic run folder whose worker
 // metrics follow docs/run-folder.md, with values chosen so every field has a closed form.
 #include <doctest/doctest.h>
-
 #include <nlohmann/json.hpp>
 
 #include <cstdlib>
@@ -35,14 +34,30 @@ void write_synthetic_run(const fs::path& dir) {
       int step = 0;
       for (int round = 0; round < 4; ++round) {
         for (int k = 0; k < 2; ++k, ++step)
-          line({{"event", "step"}, {"time", round + 0.1 * k}, {"round", round}, {"step", step},
-                {"loss", 2.0 - 0.2 * step}, {"compute_s", 0.1}, {"comm_s", 0.05}});
+          line({{"event", "step"},
+                {"time", round + 0.1 * k},
+                {"round", round},
+                {"step", step},
+                {"loss", 2.0 - 0.2 * step},
+                {"compute_s", 0.1},
+                {"comm_s", 0.05}});
         if (rank != 0) continue;
-        line({{"event", "round"}, {"time", round + 0.5}, {"round", round}, {"steps", 2}, {"compute_s", 0.2},
-              {"comm_s", 0.1}, {"wait_s", 0.3}, {"bytes_pushed", 1000}, {"bytes_pulled", 500},
+        line({{"event", "round"},
+              {"time", round + 0.5},
+              {"round", round},
+              {"steps", 2},
+              {"compute_s", 0.2},
+              {"comm_s", 0.1},
+              {"wait_s", 0.3},
+              {"bytes_pushed", 1000},
+              {"bytes_pulled", 500},
               {"staleness", round % 2}});
-        line({{"event", "eval"}, {"time", round + 0.6 + lag}, {"round", round}, {"step", step},
-              {"test_accuracy", 0.5 + 0.1 * round}, {"test_loss", 1.0}});
+        line({{"event", "eval"},
+              {"time", round + 0.6 + lag},
+              {"round", round},
+              {"step", step},
+              {"test_accuracy", 0.5 + 0.1 * round},
+              {"test_loss", 1.0}});
       }
       json done{{"event", "done"}, {"time", 4.0}, {"rounds", 4}, {"steps", 8}, {"wall_s", 4.0}};
       if (rank == 0) done["final_test_accuracy"] = region == "a" ? 0.8 : 0.9;
@@ -50,11 +65,15 @@ void write_synthetic_run(const fs::path& dir) {
     }
   }
   std::ofstream n(dir / "netsim.jsonl");
-  n << R"({"t_s":1,"link":"a->b","forward":{"bytes":10},"reverse":{"bytes":5}})" "\n"
-    << R"({"t_s":2,"link":"a->b","forward":{"bytes":100},"reverse":{"bytes":50}})" "\n"
-    << R"({"t_s":2,"link":"b->a","forward":{"bytes":7},"reverse":{"bytes":3}})" "\n";
+  n << R"({"t_s":1,"link":"a->b","forward":{"bytes":10},"reverse":{"bytes":5}})"
+       "\n"
+    << R"({"t_s":2,"link":"a->b","forward":{"bytes":100},"reverse":{"bytes":50}})"
+       "\n"
+    << R"({"t_s":2,"link":"b->a","forward":{"bytes":7},"reverse":{"bytes":3}})"
+       "\n";
   std::ofstream c(dir / "config.yaml");
-  c << "regions: [a, b]\nmodel: {arch: 784-32-10}\nworker: {local_steps: 2, critical_codec: onebit+ef}\n"
+  c << "regions: [a, b]\nmodel: {arch: 784-32-10}\nworker: {local_steps: 2, critical_codec: "
+       "onebit+ef}\n"
        "run: {wan_profile: /x/wan/global-3.yaml, target_accuracy: 0.7}\n";
 }
 }  // namespace
@@ -94,7 +113,8 @@ TEST_CASE("a target never reached, and no target, are reported as such") {
   CHECK(s["wall_seconds"].get<double>() == doctest::Approx(4.0));  // the slowest worker
 }
 
-TEST_CASE("an empty or partial run folder still gets a summary, with nulls where nothing was measured") {
+TEST_CASE(
+    "an empty or partial run folder still gets a summary, with nulls where nothing was measured") {
   geotrain::test::TempDir tmp("launcher-empty");
   SummaryInputs in;
   in.status = "failed";
@@ -168,13 +188,14 @@ TEST_CASE("the plot script draws four non-empty PNGs from a run folder") {
                   "python3-matplotlib is missing: run scripts/bootstrap.sh");
   geotrain::test::TempDir tmp("launcher-plots");
   write_synthetic_run(tmp.path());
-  ChildProcess plot("/usr/bin/python3", {GEOTRAIN_SOURCE_DIR "/scripts/plot_run.py", tmp.path().string()},
+  ChildProcess plot("/usr/bin/python3",
+                    {GEOTRAIN_SOURCE_DIR "/scripts/plot_run.py", tmp.path().string()},
                     tmp.path() / "plots.log");
   const auto status = plot.wait_for(std::chrono::seconds(120));
   REQUIRE(status);
   CHECK_MESSAGE(*status == 0, tail_lines(tmp.path() / "plots.log", 20));
-  for (const char* png : {"loss_accuracy_vs_time.png", "loss_accuracy_vs_wan_bytes.png", "staleness_histogram.png",
-                          "round_time_split.png"}) {
+  for (const char* png : {"loss_accuracy_vs_time.png", "loss_accuracy_vs_wan_bytes.png",
+                          "staleness_histogram.png", "round_time_split.png"}) {
     REQUIRE_MESSAGE(fs::exists(tmp.path() / png), png);
     CHECK(fs::file_size(tmp.path() / png) > 1000);
     std::ifstream f(tmp.path() / png, std::ios::binary);
@@ -186,10 +207,22 @@ TEST_CASE("the plot script draws four non-empty PNGs from a run folder") {
 
 TEST_CASE("the overlap drain (a round event with steps 0) adds bytes but is not a training round") {
   RunMonitor m;
-  m.add({{"event", "round"}, {"region", "a"}, {"time", 1}, {"round", 0}, {"steps", 4}, {"bytes_pushed", 10},
-         {"bytes_pulled", 5}, {"staleness", 1}});
-  m.add({{"event", "round"}, {"region", "a"}, {"time", 2}, {"round", 0}, {"steps", 0}, {"bytes_pushed", 10},
-         {"bytes_pulled", 5}, {"staleness", 0}});
+  m.add({{"event", "round"},
+         {"region", "a"},
+         {"time", 1},
+         {"round", 0},
+         {"steps", 4},
+         {"bytes_pushed", 10},
+         {"bytes_pulled", 5},
+         {"staleness", 1}});
+  m.add({{"event", "round"},
+         {"region", "a"},
+         {"time", 2},
+         {"round", 0},
+         {"steps", 0},
+         {"bytes_pushed", 10},
+         {"bytes_pulled", 5},
+         {"staleness", 0}});
   const auto& r = m.regions().at("a");
   CHECK(r.rounds_done == 1);
   CHECK(r.wan_bytes() == doctest::Approx(30));

@@ -2,7 +2,6 @@
 // baseline, and a two-point sweep end to end (real servers and netsim, scripted workers that
 // report an accuracy and WAN bytes depending on the point), resumed without rerunning.
 #include <doctest/doctest.h>
-
 #include <yaml-cpp/yaml.h>
 
 #include <fstream>
@@ -22,10 +21,12 @@ namespace {
 fs::path write_base(const fs::path& dir) {
   std::ofstream(dir / "base.yaml")
       << "regions: [us-east, eu-west]\n"
-         "model: {tensors: [{name: w, size: 4096}, {name: head.b, size: 10}], critical: [\"head.*\"]}\n"
+         "model: {tensors: [{name: w, size: 4096}, {name: head.b, size: 10}], critical: "
+         "[\"head.*\"]}\n"
          "server: {heartbeat_ms: 200, staleness_bound: 0}\n"
          "worker: {workers_per_region: 1, critical_codec: fp32}\n"
-         "run: {wan_profile: " GEOTRAIN_SOURCE_DIR "/configs/wan/us-eu.yaml, target_accuracy: 0.5, plots: false,\n"
+         "run: {wan_profile: " GEOTRAIN_SOURCE_DIR
+         "/configs/wan/us-eu.yaml, target_accuracy: 0.5, plots: false,\n"
          "      netsim_stats_interval_s: 0.1}\n";
   return dir / "base.yaml";
 }
@@ -40,15 +41,18 @@ TEST_CASE("a grid expands to every combination, with labels, values and the base
   test::TempDir tmp("sweep-plan");
   write_base(tmp.path());
   const auto plan = parse_sweep(
-      "base: base.yaml\ngrid:\n  worker.critical_codec: [fp32, onebit]\n  server.staleness_bound: [0, 2]\n"
-      "points:\n  - {label: extra, set: {worker.local_steps: 4}}\nbaseline: critical_codec=fp32,staleness_bound=0\n",
+      "base: base.yaml\ngrid:\n  worker.critical_codec: [fp32, onebit]\n  server.staleness_bound: "
+      "[0, 2]\n"
+      "points:\n  - {label: extra, set: {worker.local_steps: 4}}\nbaseline: "
+      "critical_codec=fp32,staleness_bound=0\n",
       "s.yaml", tmp.path(), "s");
   REQUIRE(plan.points.size() == 5);
   CHECK(plan.name == "s");
   CHECK(plan.points[0].label == "critical_codec=fp32,staleness_bound=0");
   CHECK(plan.points[3].label == "critical_codec=onebit,staleness_bound=2");
   CHECK(plan.points[4].label == "extra");
-  CHECK(plan.keys == std::vector<std::string>{"worker.critical_codec", "server.staleness_bound", "worker.local_steps"});
+  CHECK(plan.keys == std::vector<std::string>{"worker.critical_codec", "server.staleness_bound",
+                                              "worker.local_steps"});
   const auto c = YAML::Load(plan.points[3].config_yaml);
   CHECK(c["worker"]["critical_codec"].as<std::string>() == "onebit");
   CHECK(c["server"]["staleness_bound"].as<int>() == 2);
@@ -72,33 +76,42 @@ TEST_CASE("sweep file errors name the key or value and what is allowed") {
   CHECK(error("base: base.yaml\ngird: {a: [1]}\n").find("unknown key 'gird'") != std::string::npos);
   CHECK(error("base: base.yaml\n").find("no points") != std::string::npos);
   CHECK(error("grid: {a: [1]}\n").find("'base' is missing") != std::string::npos);
-  CHECK(error("base: base.yaml\ngrid: {worker.lr: []}\n").find("grid.worker.lr") != std::string::npos);
-  CHECK(error("base: base.yaml\ngrid: {worker.lr: [0.1]}\nbaseline: nope\n").find("baseline is 'nope'") !=
+  CHECK(error("base: base.yaml\ngrid: {worker.lr: []}\n").find("grid.worker.lr") !=
         std::string::npos);
-  CHECK(error("base: base.yaml\npoints: [{label: a}, {label: a}]\n").find("label 'a'") != std::string::npos);
+  CHECK(error("base: base.yaml\ngrid: {worker.lr: [0.1]}\nbaseline: nope\n")
+            .find("baseline is 'nope'") != std::string::npos);
+  CHECK(error("base: base.yaml\npoints: [{label: a}, {label: a}]\n").find("label 'a'") !=
+        std::string::npos);
 }
 
 TEST_CASE("the results table gives deltas, WAN reduction and speedup against the baseline") {
   test::TempDir tmp("sweep-table");
   write_base(tmp.path());
-  const auto plan =
-      parse_sweep("base: base.yaml\ngrid: {worker.critical_codec: [fp32, onebit]}\n", "s.yaml", tmp.path(), "s");
-  const std::vector<SweepRow> rows{
-      {&plan.points[0],
-       json{{"status", "completed"}, {"final_test_accuracy", 0.85}, {"time_to_target_seconds", 20.0},
-            {"wall_seconds", 30.0}, {"wan_bytes_total", 1000.0}},
-       "/r/0"},
-      {&plan.points[1],
-       json{{"status", "completed"}, {"final_test_accuracy", 0.84}, {"time_to_target_seconds", 10.0},
-            {"wall_seconds", 25.0}, {"wan_bytes_total", 100.0}},
-       "/r/1"}};
+  const auto plan = parse_sweep("base: base.yaml\ngrid: {worker.critical_codec: [fp32, onebit]}\n",
+                                "s.yaml", tmp.path(), "s");
+  const std::vector<SweepRow> rows{{&plan.points[0],
+                                    json{{"status", "completed"},
+                                         {"final_test_accuracy", 0.85},
+                                         {"time_to_target_seconds", 20.0},
+                                         {"wall_seconds", 30.0},
+                                         {"wan_bytes_total", 1000.0}},
+                                    "/r/0"},
+                                   {&plan.points[1],
+                                    json{{"status", "completed"},
+                                         {"final_test_accuracy", 0.84},
+                                         {"time_to_target_seconds", 10.0},
+                                         {"wall_seconds", 25.0},
+                                         {"wan_bytes_total", 100.0}},
+                                    "/r/1"}};
   const auto csv = results_csv(plan, rows);
   CHECK(csv.find("label,worker.critical_codec,status,final_test_accuracy,accuracy_delta_pp") == 0);
-  CHECK(csv.find("critical_codec=onebit,onebit,completed,0.84,-1,10,25,100,0.9,2,,/r/1") != std::string::npos);
-  CHECK(csv.find("critical_codec=fp32,fp32,completed,0.85,0,20,30,1000,0,1,yes,/r/0") != std::string::npos);
-  const auto md = results_markdown(plan, rows);
-  CHECK(md.find("| critical_codec=onebit | onebit | completed | 84.00% | -1.00 | 10.0 | 25.0 | 100 | 90.00% | 2.00x |") !=
+  CHECK(csv.find("critical_codec=onebit,onebit,completed,0.84,-1,10,25,100,0.9,2,,/r/1") !=
         std::string::npos);
+  CHECK(csv.find("critical_codec=fp32,fp32,completed,0.85,0,20,30,1000,0,1,yes,/r/0") !=
+        std::string::npos);
+  const auto md = results_markdown(plan, rows);
+  CHECK(md.find("| critical_codec=onebit | onebit | completed | 84.00% | -1.00 | 10.0 | 25.0 | 100 "
+                "| 90.00% | 2.00x |") != std::string::npos);
 }
 
 TEST_CASE("a two-point sweep runs both points, writes the results, and resumes without rerunning") {
@@ -107,15 +120,24 @@ TEST_CASE("a two-point sweep runs both points, writes the results, and resumes w
   // The scripted worker reports accuracy 0.9 with fp32 and 0.8 with onebit, and 1000 vs 100 bytes.
   std::ofstream(tmp.path() / "fake-geotrain")
       << "#!/bin/sh\n"
-         "if [ \"$1\" != worker ]; then exec " GEOTRAIN_BINARY " \"$@\"; fi\n"
+         "if [ \"$1\" != worker ]; then exec " GEOTRAIN_BINARY
+         " \"$@\"; fi\n"
          "region=$5; rank=$7; out=\"$(dirname \"$3\")/worker-$region-$rank.metrics.jsonl\"\n"
-         "if grep -q 'critical_codec: onebit' \"$3\"; then acc=0.8; b=100; else acc=0.9; b=1000; fi\n"
-         "echo \"{\\\"event\\\":\\\"round\\\",\\\"region\\\":\\\"$region\\\",\\\"rank\\\":0,\\\"time\\\":0.1,"
-         "\\\"round\\\":0,\\\"bytes_pushed\\\":$b,\\\"bytes_pulled\\\":0,\\\"staleness\\\":0}\" >> \"$out\"\n"
-         "echo \"{\\\"event\\\":\\\"done\\\",\\\"region\\\":\\\"$region\\\",\\\"rank\\\":0,\\\"time\\\":0.2,"
-         "\\\"rounds\\\":1,\\\"steps\\\":1,\\\"wall_s\\\":0.2,\\\"final_test_accuracy\\\":$acc}\" >> \"$out\"\n";
+         "if grep -q 'critical_codec: onebit' \"$3\"; then acc=0.8; b=100; else acc=0.9; b=1000; "
+         "fi\n"
+         "echo "
+         "\"{\\\"event\\\":\\\"round\\\",\\\"region\\\":\\\"$region\\\",\\\"rank\\\":0,"
+         "\\\"time\\\":0.1,"
+         "\\\"round\\\":0,\\\"bytes_pushed\\\":$b,\\\"bytes_pulled\\\":0,\\\"staleness\\\":0}\" >> "
+         "\"$out\"\n"
+         "echo "
+         "\"{\\\"event\\\":\\\"done\\\",\\\"region\\\":\\\"$region\\\",\\\"rank\\\":0,\\\"time\\\":"
+         "0.2,"
+         "\\\"rounds\\\":1,\\\"steps\\\":1,\\\"wall_s\\\":0.2,\\\"final_test_accuracy\\\":$acc}\" "
+         ">> \"$out\"\n";
   fs::permissions(tmp.path() / "fake-geotrain", fs::perms::owner_all);
-  std::ofstream(tmp.path() / "two.yaml") << "base: base.yaml\ngrid: {worker.critical_codec: [fp32, onebit]}\n";
+  std::ofstream(tmp.path() / "two.yaml")
+      << "base: base.yaml\ngrid: {worker.critical_codec: [fp32, onebit]}\n";
   SweepOptions o;
   o.sweep_file = tmp.path() / "two.yaml";
   o.out_dir = tmp.path() / "out";
@@ -144,10 +166,13 @@ TEST_CASE("a two-point sweep runs both points, writes the results, and resumes w
   CHECK(read(dir / "results.csv") == csv);
 
   // The comparison plots draw from results.csv and the runs' metrics.
-  ChildProcess plot("/usr/bin/python3", {GEOTRAIN_SOURCE_DIR "/scripts/plot_sweep.py", dir.string()}, dir / "plots.log");
+  ChildProcess plot("/usr/bin/python3",
+                    {GEOTRAIN_SOURCE_DIR "/scripts/plot_sweep.py", dir.string()},
+                    dir / "plots.log");
   const auto status = plot.wait_for(std::chrono::seconds(120));
   REQUIRE(status);
   CHECK_MESSAGE(*status == 0, tail_lines(dir / "plots.log", 20));
-  for (const char* png : {"sweep_accuracy_vs_time.png", "sweep_accuracy_vs_wan_bytes.png", "sweep_bars.png"})
+  for (const char* png :
+       {"sweep_accuracy_vs_time.png", "sweep_accuracy_vs_wan_bytes.png", "sweep_bars.png"})
     CHECK_MESSAGE((fs::exists(dir / png) && fs::file_size(dir / png) > 1000), png);
 }

@@ -16,8 +16,8 @@ using namespace geotrain::models;
 namespace {
 
 struct Problem {
-  std::vector<float> x;       // (B, inputs)
-  std::vector<int32_t> y;     // (B)
+  std::vector<float> x;    // (B, inputs)
+  std::vector<int32_t> y;  // (B)
 };
 
 Problem random_problem(const MlpConfig& c, size_t batch, uint64_t seed) {
@@ -87,8 +87,8 @@ TEST_CASE("softmax cross-entropy of equal logits is log C with gradient (1/C - o
   std::vector<float> logits(B * C, 0.5f), d(B * C);
   std::vector<int32_t> labels{1, 3};
   size_t correct = 99;
-  const double loss = kernels::cpu::softmax_cross_entropy(logits.data(), labels.data(), B, C,
-                                                          d.data(), &correct);
+  const double loss =
+      kernels::cpu::softmax_cross_entropy(logits.data(), labels.data(), B, C, d.data(), &correct);
   CHECK(loss == doctest::Approx(2.0 * std::log(4.0)).epsilon(1e-6));
   CHECK(correct == 0);  // ties go to the first class, which is no row's label
   CHECK(d[0] == doctest::Approx((0.25 - 0.0) / 2));

@@ -17,7 +17,6 @@ using namespace geotrain::models;
 
 namespace {
 
-
 void compare(const MlpConfig& config, size_t batch, uint64_t seed) {
   Mlp cpu(config);
   MlpCuda gpu(config);
@@ -40,8 +39,8 @@ void compare(const MlpConfig& config, size_t batch, uint64_t seed) {
   d_y.upload(y);
   std::vector<float> grad_gpu(params.size(), 0.0f);
   d_grad.upload(grad_gpu);
-  const BatchResult rg = gpu.forward_backward(d_params.get(), d_x.get(), d_y.get(), batch,
-                                              d_grad.get());
+  const BatchResult rg =
+      gpu.forward_backward(d_params.get(), d_x.get(), d_y.get(), batch, d_grad.get());
   d_grad.download(grad_gpu);
 
   CHECK(rg.loss_sum == doctest::Approx(rc.loss_sum).epsilon(1e-4));

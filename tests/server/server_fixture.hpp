@@ -51,7 +51,8 @@ struct ManualClock {
   std::shared_ptr<std::atomic<int64_t>> ms = std::make_shared<std::atomic<int64_t>>(0);
   server::Clock clock() const {
     auto p = ms;
-    return [p] { return std::chrono::steady_clock::time_point(std::chrono::milliseconds(p->load())); };
+    return
+        [p] { return std::chrono::steady_clock::time_point(std::chrono::milliseconds(p->load())); };
   }
   void set(int64_t t) { ms->store(t); }
 };
@@ -94,7 +95,8 @@ class Cluster {
   std::jthread thread_;
 };
 
-inline wire::Reply expect_reply(wire::Client& c, wire::Body body, std::vector<zmq::message_t> payloads = {}) {
+inline wire::Reply expect_reply(wire::Client& c, wire::Body body,
+                                std::vector<zmq::message_t> payloads = {}) {
   auto r = c.call(std::move(body), std::move(payloads), 20s);
   REQUIRE_MESSAGE(r.has_value(), "no reply within 20 s");
   return std::move(*r);
@@ -130,7 +132,8 @@ inline std::vector<zmq::message_t> frames(Bytes payload) {
 }
 
 // Sends a whole-shard fp32 push; returns the request id (reply not awaited).
-inline uint64_t send_push(wire::Client& c, uint64_t round, const std::vector<float>& delta, uint64_t base = 0) {
+inline uint64_t send_push(wire::Client& c, uint64_t round, const std::vector<float>& delta,
+                          uint64_t base = 0) {
   auto payload = encode(delta);
   auto h = push_header(0, round, base, payload, delta.size());
   auto id = c.send(h, frames(std::move(payload)));
@@ -150,7 +153,8 @@ struct Pulled {
   std::vector<float> values;
 };
 
-inline Pulled pull(wire::Client& c, bool full, uint64_t since = 0, uint64_t min_round = 0, uint64_t n = kShard) {
+inline Pulled pull(wire::Client& c, bool full, uint64_t since = 0, uint64_t min_round = 0,
+                   uint64_t n = kShard) {
   auto r = expect_reply(c, wire::PullRequest{0, since, full, min_round});
   Pulled p{as<wire::PullReply>(r), std::vector<float>(n)};
   REQUIRE(r.payloads.size() == 1);

@@ -46,12 +46,14 @@ TEST_CASE("a checkpoint round-trips bit-exactly and only the newest N are kept")
   for (size_t i = 0; i < 2; ++i) {
     CHECK(loaded->shards[i].version == expected.shards[i].version);
     CHECK(std::memcmp(loaded->shards[i].values.data(), expected.shards[i].values.data(), 400) == 0);
-    CHECK(std::memcmp(loaded->shards[i].momentum.data(), expected.shards[i].momentum.data(), 400) == 0);
+    CHECK(std::memcmp(loaded->shards[i].momentum.data(), expected.shards[i].momentum.data(), 400) ==
+          0);
   }
   CHECK(fs::exists(folders[0] / "manifest.json"));
 }
 
-TEST_CASE("a corrupt or mismatched checkpoint is refused with the reason and the previous one restored") {
+TEST_CASE(
+    "a corrupt or mismatched checkpoint is refused with the reason and the previous one restored") {
   TempDir tmp("corrupt");
   const auto& dir = tmp.path();
   server::CheckpointStore store(dir, 5);
@@ -70,21 +72,26 @@ TEST_CASE("a corrupt or mismatched checkpoint is refused with the reason and the
   REQUIRE(skipped.size() == 1);
   CHECK(skipped[0].find("checksum") != std::string::npos);
 
-  CHECK_THROWS_WITH_AS(store.load(dir / "ckpt-000000000004", 43, ranges), doctest::Contains("state hash"), InputError);
+  CHECK_THROWS_WITH_AS(store.load(dir / "ckpt-000000000004", 43, ranges),
+                       doctest::Contains("state hash"), InputError);
   auto wrong = ranges;
   wrong[1].count = 99;
-  CHECK_THROWS_WITH_AS(store.load(dir / "ckpt-000000000004", 42, wrong), doctest::Contains("does not match"),
-                       InputError);
+  CHECK_THROWS_WITH_AS(store.load(dir / "ckpt-000000000004", 42, wrong),
+                       doctest::Contains("does not match"), InputError);
   fs::remove(dir / "ckpt-000000000004" / "manifest.json");
   skipped.clear();
   CHECK_FALSE(store.restore_latest(42, ranges, &skipped));
   CHECK(skipped.size() == 2);
 }
 
-TEST_CASE("a restarted server restores its shard, version and optimizer state from its checkpoint") {
+TEST_CASE(
+    "a restarted server restores its shard, version and optimizer state from its checkpoint") {
   TempDir tmp("restart");
   const auto& dir = tmp.path();
-  auto config = small_config(dir, 0, std::string(kOnlyRegistered) + "\n  optimizer: {lr: 0.7, momentum: 0.9, nesterov: true}\n  checkpoint: {every: 2, keep: 2}");
+  auto config = small_config(dir, 0,
+                             std::string(kOnlyRegistered) +
+                                 "\n  optimizer: {lr: 0.7, momentum: 0.9, nesterov: true}\n  "
+                                 "checkpoint: {every: 2, keep: 2}");
   Pulled before;
   {
     Cluster cluster(config);
@@ -93,7 +100,8 @@ TEST_CASE("a restarted server restores its shard, version and optimizer state fr
     for (uint64_t t = 1; t <= 4; ++t) push(a, t, filled(kShard, 0.25f * static_cast<float>(t)));
     before = pull(a, true);
     CHECK(before.header.round == 4);
-    // DiLoCo's Nesterov outer step on the critical part, by hand: m = 0.9m + g; theta -= 0.7(g + 0.9m)
+    // DiLoCo's Nesterov outer step on the critical part, by hand: m = 0.9m + g; theta -= 0.7(g +
+    // 0.9m)
     float theta = 0, m = 0;
     for (int t = 1; t <= 4; ++t) {
       const float g = -0.25f * static_cast<float>(t);

@@ -39,19 +39,22 @@ TEST_CASE("config errors name the key, the value and what is allowed") {
   auto bad = [](const std::string& server_section) {
     return server::parse_server_config(std::string(kBase) + "server:\n" + server_section);
   };
-  CHECK_THROWS_WITH_AS(bad("  stalenes_bound: 2\n"), doctest::Contains("unknown key 'server.stalenes_bound'"),
+  CHECK_THROWS_WITH_AS(bad("  stalenes_bound: 2\n"),
+                       doctest::Contains("unknown key 'server.stalenes_bound'"), InputError);
+  CHECK_THROWS_WITH_AS(bad("  staleness_bound: -1\n"), doctest::Contains("server.staleness_bound"),
                        InputError);
-  CHECK_THROWS_WITH_AS(bad("  staleness_bound: -1\n"), doctest::Contains("server.staleness_bound"), InputError);
-  CHECK_THROWS_WITH_AS(bad("  staleness_weighting: linear\n"), doctest::Contains("allowed: none, inverse"), InputError);
-  CHECK_THROWS_WITH_AS(bad("  downlink_codec: int9\n"), doctest::Contains("server.downlink_codec"), InputError);
-  CHECK_THROWS_WITH_AS(bad("  endpoints: {mars: \"tcp://x:1\"}\n"), doctest::Contains("server.endpoints.mars"),
+  CHECK_THROWS_WITH_AS(bad("  staleness_weighting: linear\n"),
+                       doctest::Contains("allowed: none, inverse"), InputError);
+  CHECK_THROWS_WITH_AS(bad("  downlink_codec: int9\n"), doctest::Contains("server.downlink_codec"),
                        InputError);
-  CHECK_THROWS_WITH_AS(bad("  optimizer: {momentum: 1.5}\n"), doctest::Contains("server.optimizer.momentum is 1.5"),
-                       InputError);
-  CHECK_THROWS_WITH_AS(server::parse_server_config("regions: [a]\n"), doctest::Contains("'model' is missing"),
-                       InputError);
-  CHECK_THROWS_WITH_AS(server::parse_server_config("regions: [a]\nmodle: {}\n"), doctest::Contains("unknown key 'modle'"),
-                       InputError);
+  CHECK_THROWS_WITH_AS(bad("  endpoints: {mars: \"tcp://x:1\"}\n"),
+                       doctest::Contains("server.endpoints.mars"), InputError);
+  CHECK_THROWS_WITH_AS(bad("  optimizer: {momentum: 1.5}\n"),
+                       doctest::Contains("server.optimizer.momentum is 1.5"), InputError);
+  CHECK_THROWS_WITH_AS(server::parse_server_config("regions: [a]\n"),
+                       doctest::Contains("'model' is missing"), InputError);
+  CHECK_THROWS_WITH_AS(server::parse_server_config("regions: [a]\nmodle: {}\n"),
+                       doctest::Contains("unknown key 'modle'"), InputError);
 }
 
 TEST_CASE("start-up and per-region downlink keys parse, and their errors name the key") {
@@ -68,10 +71,10 @@ server:
   auto bad = [](const std::string& server_section) {
     return server::parse_server_config(std::string(kBase) + "server:\n" + server_section);
   };
-  CHECK_THROWS_WITH_AS(bad("  downlink_codecs: {mars: onebit}\n"), doctest::Contains("server.downlink_codecs.mars"),
-                       InputError);
-  CHECK_THROWS_WITH_AS(bad("  downlink_codecs: {eu: int9}\n"), doctest::Contains("server.downlink_codecs.eu"),
-                       InputError);
-  CHECK_THROWS_WITH_AS(bad("  wait_for_all_regions: maybe\n"), doctest::Contains("server.wait_for_all_regions"),
-                       InputError);
+  CHECK_THROWS_WITH_AS(bad("  downlink_codecs: {mars: onebit}\n"),
+                       doctest::Contains("server.downlink_codecs.mars"), InputError);
+  CHECK_THROWS_WITH_AS(bad("  downlink_codecs: {eu: int9}\n"),
+                       doctest::Contains("server.downlink_codecs.eu"), InputError);
+  CHECK_THROWS_WITH_AS(bad("  wait_for_all_regions: maybe\n"),
+                       doctest::Contains("server.wait_for_all_regions"), InputError);
 }

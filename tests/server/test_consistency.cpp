@@ -7,7 +7,9 @@
 using namespace geotrain;
 using namespace geotrain::test;
 
-TEST_CASE("the shard map covers the buffer with chunk-aligned ranges balanced within one chunk plus the short last one") {
+TEST_CASE(
+    "the shard map covers the buffer with chunk-aligned ranges balanced within one chunk plus the "
+    "short last one") {
   for (uint64_t elements : {1ull, 1000ull, 6144ull, 1000003ull}) {
     for (uint32_t regions : {1u, 3u}) {
       for (uint32_t per : {1u, 2u}) {
@@ -42,7 +44,7 @@ TEST_CASE("a synchronous round equals the exact average of the regions' deltas")
   hello(c, "c", cluster.table_hash());
   std::vector<float> da(kShard), db(kShard), dc(kShard);
   for (size_t i = 0; i < kShard; ++i) {
-    da[i] = static_cast<float>(i % 7);          // small integers: the average is exact
+    da[i] = static_cast<float>(i % 7);  // small integers: the average is exact
     db[i] = -2.0f * static_cast<float>(i % 5);
     dc[i] = 0.5f;
   }
@@ -62,7 +64,8 @@ TEST_CASE("a synchronous round equals the exact average of the regions' deltas")
   compression::decode_payload(wire::frame_bytes(r->payloads.at(0)), values);
   for (size_t i = 0; i < kShard; ++i) {
     // critical: (da+db+dc)/3 once; non-critical: each push applied on arrival as d/3
-    const float expected = i < kCrit ? (da[i] + db[i] + dc[i]) / 3.0f : da[i] / 3.0f + db[i] / 3.0f + dc[i] / 3.0f;
+    const float expected =
+        i < kCrit ? (da[i] + db[i] + dc[i]) / 3.0f : da[i] / 3.0f + db[i] / 3.0f + dc[i] / 3.0f;
     if (i < kCrit)
       REQUIRE(values[i] == expected);
     else
@@ -79,8 +82,9 @@ TEST_CASE("the gate blocks a region s+1 rounds ahead and releases it when the sl
   hello(fast, "a", cluster.table_hash());
   hello(slow, "b", cluster.table_hash());
   auto zero = filled(kShard, 0.0f);
-  for (uint64_t t = 1; t <= s + 1; ++t) CHECK(push(fast, t, zero).round == t);  // s rounds ahead: admitted
-  auto blocked = send_push(fast, s + 2, zero);                                // s+1 ahead: waits
+  for (uint64_t t = 1; t <= s + 1; ++t)
+    CHECK(push(fast, t, zero).round == t);      // s rounds ahead: admitted
+  auto blocked = send_push(fast, s + 2, zero);  // s+1 ahead: waits
   auto st = stats(slow);
   CHECK(st["parked"] == 1);
   CHECK(st["shards"][0]["clocks"][0] == s + 1);
@@ -97,7 +101,8 @@ TEST_CASE("the gate blocks a region s+1 rounds ahead and releases it when the sl
 TEST_CASE("staleness weighting 1/(1+tau) scales a stale non-critical delta") {
   TempDir tmp("weight");
   const auto& dir = tmp.path();
-  Cluster cluster(small_config(dir, 3, std::string(kOnlyRegistered) + "\n  staleness_weighting: inverse"));
+  Cluster cluster(
+      small_config(dir, 3, std::string(kOnlyRegistered) + "\n  staleness_weighting: inverse"));
   auto fast = cluster.client(), slow = cluster.client();
   hello(fast, "a", cluster.table_hash());
   hello(slow, "b", cluster.table_hash());
@@ -118,7 +123,8 @@ TEST_CASE("staleness weighting 1/(1+tau) scales a stale non-critical delta") {
   CHECK(hist[2] == 1);
 }
 
-TEST_CASE("downlink error feedback: what a region reconstructed plus its residual equals the values") {
+TEST_CASE(
+    "downlink error feedback: what a region reconstructed plus its residual equals the values") {
   server::ShardSettings settings;
   settings.downlink_codec = "int8:chunk=64";
   server::ShardRange range{0, 0, 3000, 0};
@@ -143,7 +149,8 @@ TEST_CASE("downlink error feedback: what a region reconstructed plus its residua
     REQUIRE(e.size() == 3000);
     double err = 0;
     for (size_t i = 0; i < 3000; ++i) {
-      REQUIRE(std::fabs(view[i] + e[i] - shard.values()[i]) <= 1e-4f * (1.0f + std::fabs(shard.values()[i])));
+      REQUIRE(std::fabs(view[i] + e[i] - shard.values()[i]) <=
+              1e-4f * (1.0f + std::fabs(shard.values()[i])));
       err = std::max(err, static_cast<double>(std::fabs(e[i])));
     }
     CHECK(err > 0.0);  // int8 is lossy: the residual carries something
@@ -151,7 +158,9 @@ TEST_CASE("downlink error feedback: what a region reconstructed plus its residua
   }
 }
 
-TEST_CASE("a region's downlink codec override applies to its pulls only, each region keeping its own EF stream") {
+TEST_CASE(
+    "a region's downlink codec override applies to its pulls only, each region keeping its own EF "
+    "stream") {
   TempDir tmp("downlink");
   Cluster cluster(small_config(tmp.path(), 0, "  downlink_codecs: {b: onebit, c: onebit}"));
   auto a = cluster.client(), b = cluster.client(), c = cluster.client();
@@ -176,7 +185,8 @@ TEST_CASE("a region's downlink codec override applies to its pulls only, each re
   CHECK(pb1.header.segments[0].bytes * 16 < pa.header.segments[0].bytes);
   auto error = [&](const std::vector<float>& view) {
     double e = 0;
-    for (size_t i = 0; i < kShard; ++i) e += (double(view[i]) - truth[i]) * (double(view[i]) - truth[i]);
+    for (size_t i = 0; i < kShard; ++i)
+      e += (double(view[i]) - truth[i]) * (double(view[i]) - truth[i]);
     return e;
   };
   const double err1 = error(pb1.values);

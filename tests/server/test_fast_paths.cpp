@@ -39,9 +39,9 @@ bool same_bits(ConstFloatSpan a, ConstFloatSpan b) {
 
 // The optimizer as it was before scaling was folded in: scratch = w * delta / div, then the
 // step on selected elements only.
-void reference_step(const server::OuterOptimizerConfig& c, std::vector<float>& theta, std::vector<float>& m,
-                    const std::vector<float>& delta, const std::vector<uint8_t>& mask, uint8_t select, float w,
-                    float div) {
+void reference_step(const server::OuterOptimizerConfig& c, std::vector<float>& theta,
+                    std::vector<float>& m, const std::vector<float>& delta,
+                    const std::vector<uint8_t>& mask, uint8_t select, float w, float div) {
   for (size_t i = 0; i < theta.size(); ++i) {
     if (!mask.empty() && mask[i] != select) continue;
     const float g = -(w * delta[i] / div);
@@ -56,12 +56,15 @@ void reference_step(const server::OuterOptimizerConfig& c, std::vector<float>& t
 
 }  // namespace
 
-TEST_CASE("the optimizer step with the scaling folded in equals scaling first, for every optimizer, masked or not") {
+TEST_CASE(
+    "the optimizer step with the scaling folded in equals scaling first, for every optimizer, "
+    "masked or not") {
   const size_t n = 5000;  // not a multiple of any vector width
   const auto delta = gaussian(n, 1);
   std::vector<uint8_t> mask(n);
   for (size_t i = 0; i < n; ++i) mask[i] = static_cast<uint8_t>(i % 3 == 0);
-  for (const auto& config : {server::OuterOptimizerConfig{1.0f, 0.0f, false}, server::OuterOptimizerConfig{0.7f, 0.9f, false},
+  for (const auto& config : {server::OuterOptimizerConfig{1.0f, 0.0f, false},
+                             server::OuterOptimizerConfig{0.7f, 0.9f, false},
                              server::OuterOptimizerConfig{0.7f, 0.9f, true}}) {
     for (bool masked : {false, true}) {
       CAPTURE(config.describe());
@@ -86,8 +89,9 @@ TEST_CASE("all_finite finds a NaN or an infinity anywhere, block boundaries incl
   CHECK(server::all_finite(x));
   CHECK(server::all_finite(ConstFloatSpan{}));
   for (size_t at : {size_t{0}, size_t{4095}, size_t{4096}, n - 1}) {
-    for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
-                      -std::numeric_limits<float>::infinity()}) {
+    for (float bad :
+         {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+          -std::numeric_limits<float>::infinity()}) {
       auto y = x;
       y[at] = bad;
       CHECK_FALSE(server::all_finite(y));
@@ -113,8 +117,10 @@ TEST_CASE("take_change returns values - sent and leaves sent equal to the values
   CHECK_FALSE(std::signbit(out[0]));
 }
 
-TEST_CASE("the fp32 downlink's one-pass path sends the bytes and keeps the residual of the error-feedback reference") {
-  const size_t n = 70000;  // more than one checksum block, and not a multiple of one
+TEST_CASE(
+    "the fp32 downlink's one-pass path sends the bytes and keeps the residual of the "
+    "error-feedback reference") {
+  const size_t n = 70000;          // more than one checksum block, and not a multiple of one
   server::ShardSettings settings;  // fp32 downlink
   server::Shard shard(server::ShardRange{0, 0, n, 0}, std::vector<uint8_t>(n, 0), 2, settings);
   const std::vector<bool> live{true, true};
@@ -145,7 +151,9 @@ TEST_CASE("the fp32 downlink's one-pass path sends the bytes and keeps the resid
   }
 }
 
-TEST_CASE("the payload pool gives a sent buffer back once ZeroMQ frees its frame, and frames may outlive the pool") {
+TEST_CASE(
+    "the payload pool gives a sent buffer back once ZeroMQ frees its frame, and frames may outlive "
+    "the pool") {
   server::PayloadPool pool(2);
   Bytes a = pool.acquire(1000);
   CHECK(a.size() == 1000);
@@ -177,7 +185,8 @@ TEST_CASE("the payload pool gives a sent buffer back once ZeroMQ frees its frame
   CHECK(late.size() == 64);  // freed after its pool is gone: no crash, no leak (ASan builds)
 }
 
-TEST_CASE("a push whose fp32 payload is not float-aligned in memory is applied like an aligned one") {
+TEST_CASE(
+    "a push whose fp32 payload is not float-aligned in memory is applied like an aligned one") {
   TempDir tmp("unaligned");
   Cluster cluster(small_config(tmp.path(), 1, kOnlyRegistered));
   auto a = cluster.client();
@@ -192,10 +201,12 @@ TEST_CASE("a push whose fp32 payload is not float-aligned in memory is applied l
   f.emplace_back(storage.data() + 1, payload.size(), nullptr, nullptr);
   as<wire::PushReply>(expect_reply(a, push_header(0, 1, 0, payload, kShard), std::move(f)));
   auto p = pull(a, true, 0, 1);
-  for (size_t i = 0; i < kShard; ++i) REQUIRE(p.values[i] == delta[i]);  // one live region: the delta itself
+  for (size_t i = 0; i < kShard; ++i)
+    REQUIRE(p.values[i] == delta[i]);  // one live region: the delta itself
 }
 
-TEST_CASE("a NaN far into a large fp32 push is found by the checking pass and the push changes nothing") {
+TEST_CASE(
+    "a NaN far into a large fp32 push is found by the checking pass and the push changes nothing") {
   TempDir tmp("large-nan");
   const size_t n = 5 * compression::kChecksumBlock / sizeof(float) + 3;  // several checksum blocks
   auto config = server::parse_server_config(fmt::format(R"(
@@ -221,7 +232,8 @@ server:
   CHECK(pull(a, true, 0, 1, n).values == filled(n, 0.25f));
 }
 
-TEST_CASE("shard buffers of 2 MiB and more are 2 MiB-aligned and zero-initialised like any vector") {
+TEST_CASE(
+    "shard buffers of 2 MiB and more are 2 MiB-aligned and zero-initialised like any vector") {
   server::ShardBuffer big(server::kHugePage / sizeof(float) + 5, 0.0f), small(100, 1.0f);
   CHECK(reinterpret_cast<uintptr_t>(big.data()) % server::kHugePage == 0);
   CHECK(std::all_of(big.begin(), big.end(), [](float x) { return x == 0.0f; }));
@@ -249,7 +261,8 @@ TEST_CASE("the pass splitter runs each task on its thread and wait() returns onc
 }
 
 TEST_CASE("a large shard's push and pull split over two threads give the bytes of one thread") {
-  const size_t n = server::kSplitElements + 12345;  // large enough to split, halves of unequal blocks
+  const size_t n =
+      server::kSplitElements + 12345;  // large enough to split, halves of unequal blocks
   server::ShardSettings settings;
   settings.optimizer = {0.7f, 0.9f, true};
   std::vector<uint8_t> mask(n, 0);

@@ -103,10 +103,13 @@ TEST_CASE("a region's workers use the key-value store without registering, withi
   CHECK(std::get<wire::Error>(pull.header.body).code == wire::ErrorCode::unregistered);
 }
 
-TEST_CASE("regions that have not registered yet hold back rounds and the gate until declared dead by silence") {
+TEST_CASE(
+    "regions that have not registered yet hold back rounds and the gate until declared dead by "
+    "silence") {
   TempDir tmp("startup");
   const auto& dir = tmp.path();
-  Cluster cluster(small_config(dir, 0));  // wait_for_all_regions defaults to true; dead_after_ms: 1000
+  Cluster cluster(
+      small_config(dir, 0));  // wait_for_all_regions defaults to true; dead_after_ms: 1000
   auto a = cluster.client(), b = cluster.client();
   hello(a, "a", cluster.table_hash());
   hello(b, "b", cluster.table_hash());
@@ -116,7 +119,8 @@ TEST_CASE("regions that have not registered yet hold back rounds and the gate un
   // parked push to show before a sends its pull, so the server retries the push first.
   const auto ahead = send_push(b, 2, filled(kShard, 1.0f));  // bound 0: b may not run ahead of c
   CHECK(stats(b)["parked"] == 1);
-  auto waiting = a.send(wire::PullRequest{0, 0, true, 1});  // round 1 also needs c, not registered yet
+  auto waiting =
+      a.send(wire::PullRequest{0, 0, true, 1});  // round 1 also needs c, not registered yet
   REQUIRE(waiting);
   auto st = stats(a);
   CHECK(st["shards"][0]["released_round"] == 0);
@@ -134,7 +138,8 @@ TEST_CASE("regions that have not registered yet hold back rounds and the gate un
   CHECK(as<wire::PullReply>(*r).round == 1);
   std::vector<float> v(kShard);
   compression::decode_payload(wire::frame_bytes(r->payloads.at(0)), v);
-  CHECK(v[0] == 2.0f);  // critical: round 1 is the average of a's and b's deltas; round 2 still waits for a
+  CHECK(v[0] ==
+        2.0f);  // critical: round 1 is the average of a's and b's deltas; round 2 still waits for a
   // non-critical: round 1's deltas applied as delta / 3 (c counted), then b's round 2 as delta / 2
   CHECK(v[kCrit] == doctest::Approx(4.0f / 3.0f + 0.5f));
   auto pushed = b.receive(20s);
@@ -157,5 +162,6 @@ TEST_CASE("with wait_for_all_regions: false only registered regions hold back ro
   CHECK(st["regions"]["c"]["live"] == false);
   auto p = pull(a, true, 0, 1);
   CHECK(p.values[0] == 2.0f);
-  CHECK(p.values[kCrit] == 2.0f);  // two counted regions: each non-critical delta applied as delta / 2
+  CHECK(p.values[kCrit] ==
+        2.0f);  // two counted regions: each non-critical delta applied as delta / 2
 }

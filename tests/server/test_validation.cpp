@@ -59,11 +59,17 @@ TEST_CASE("every malformed message gets an error reply naming the problem and ch
          return message(h);
        }},
       {"hello with a wrong table hash", wire::ErrorCode::bad_table_hash,
-       [](uint64_t hash) { return message(wire::Header{77, wire::Hello{"b", wire::kProtocolVersion, hash + 1, {}}}); }},
+       [](uint64_t hash) {
+         return message(wire::Header{77, wire::Hello{"b", wire::kProtocolVersion, hash + 1, {}}});
+       }},
       {"hello from an unknown region", wire::ErrorCode::unknown_region,
-       [](uint64_t hash) { return message(wire::Header{77, wire::Hello{"zz", wire::kProtocolVersion, hash, {}}}); }},
+       [](uint64_t hash) {
+         return message(wire::Header{77, wire::Hello{"zz", wire::kProtocolVersion, hash, {}}});
+       }},
       {"hello with a wrong protocol version field", wire::ErrorCode::bad_version,
-       [](uint64_t hash) { return message(wire::Header{77, wire::Hello{"b", 99, hash, {}}}); }},
+       [](uint64_t hash) {
+         return message(wire::Header{77, wire::Hello{"b", 99, hash, {}}});
+       }},
       {"unknown shard", wire::ErrorCode::bad_shard,
        [](uint64_t) {
          auto p = good_payload();
@@ -135,11 +141,17 @@ TEST_CASE("every malformed message gets an error reply naming the problem and ch
          return push_with(h, std::move(p));
        }},
       {"pull of changes before a full pull", wire::ErrorCode::bad_round,
-       [](uint64_t) { return message(wire::Header{77, wire::PullRequest{0, 0, false, 0}}); }},
+       [](uint64_t) {
+         return message(wire::Header{77, wire::PullRequest{0, 0, false, 0}});
+       }},
       {"pull waiting for a round never pushed", wire::ErrorCode::bad_round,
-       [](uint64_t) { return message(wire::Header{77, wire::PullRequest{0, 0, true, 5}}); }},
+       [](uint64_t) {
+         return message(wire::Header{77, wire::PullRequest{0, 0, true, 5}});
+       }},
       {"a reply sent as a request", wire::ErrorCode::malformed,
-       [](uint64_t) { return message(wire::Header{77, wire::Ack{}}); }},
+       [](uint64_t) {
+         return message(wire::Header{77, wire::Ack{}});
+       }},
   };
 
   TempDir tmp("malformed");

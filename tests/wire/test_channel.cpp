@@ -50,8 +50,10 @@ TEST_CASE("the same protocol runs over inproc:// and tcp:// loopback, multi-fram
 
 TEST_CASE("a channel refuses endpoints of other transports") {
   zmq::context_t ctx;
-  CHECK_THROWS_WITH_AS(bind_router(ctx, "udp://1.2.3.4:5"), doctest::Contains("is not allowed"), InputError);
-  CHECK_THROWS_WITH_AS(connect_dealer(ctx, "tcp://"), doctest::Contains("is not allowed"), InputError);
+  CHECK_THROWS_WITH_AS(bind_router(ctx, "udp://1.2.3.4:5"), doctest::Contains("is not allowed"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(connect_dealer(ctx, "tcp://"), doctest::Contains("is not allowed"),
+                       InputError);
 }
 
 TEST_CASE("a frame above the maximum message size never reaches the server") {

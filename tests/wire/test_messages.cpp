@@ -91,9 +91,11 @@ TEST_CASE("payload frames must match the header's segments in number and size") 
   std::vector<Segment> segments{{0, 10, 1, 80}, {10, 2, 1, 16}};
   CHECK_NOTHROW(check_frames(segments, frames, 1));
   segments[1].bytes = 17;
-  CHECK_THROWS_WITH_AS(check_frames(segments, frames, 1), doctest::Contains("segment 1"), WireError);
+  CHECK_THROWS_WITH_AS(check_frames(segments, frames, 1), doctest::Contains("segment 1"),
+                       WireError);
   segments.pop_back();
-  CHECK_THROWS_WITH_AS(check_frames(segments, frames, 1), doctest::Contains("1 segments but 2"), WireError);
+  CHECK_THROWS_WITH_AS(check_frames(segments, frames, 1), doctest::Contains("1 segments but 2"),
+                       WireError);
 }
 
 TEST_CASE("a frame built from bytes owns them without copying") {

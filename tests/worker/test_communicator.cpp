@@ -118,8 +118,10 @@ TEST_CASE("background bucketed allreduce overlaps marking and sums every bucket,
     REQUIRE(bar.buckets().size() >= 2);
     std::vector<float> grad(table.total_elements());
     for (int step = 0; step < 3; ++step) {
-      for (size_t i = 0; i < grad.size(); ++i) grad[i] = float((comm.rank() + 1) * (step + 1)) + float(i % 7);
-      for (size_t t = table.tensors().size(); t-- > 0;) bar.tensor_ready(t, grad);  // as backward would
+      for (size_t i = 0; i < grad.size(); ++i)
+        grad[i] = float((comm.rank() + 1) * (step + 1)) + float(i % 7);
+      for (size_t t = table.tensors().size(); t-- > 0;)
+        bar.tensor_ready(t, grad);  // as backward would
       bar.finish(grad);
       // sum over ranks of (r + 1)(step + 1) + i % 7 = 6 (step + 1) + 3 (i % 7)
       for (size_t i = 0; i < grad.size(); i += 997)

@@ -139,7 +139,8 @@ TEST_CASE("sampler shards are disjoint, cover the dataset and reshuffle each epo
   std::vector<uint64_t> all;
   for (uint32_t r = 0; r < regions; ++r)
     for (uint32_t w = 0; w < per_region; ++w) {
-      DistributedSampler s({n, regions * per_region, global_rank(r, w, per_region), true, 7, false});
+      DistributedSampler s(
+          {n, regions * per_region, global_rank(r, w, per_region), true, 7, false});
       CHECK(s.samples_per_rank() == 20);
       const auto idx = s.indices(3);
       all.insert(all.end(), idx.begin(), idx.end());

@@ -58,7 +58,10 @@ TEST_CASE("AdamW's bias-corrected first steps move each weight by lr * sign(g), 
 }
 
 TEST_CASE("the schedule warms up linearly, then holds or follows a cosine to min_lr") {
-  LrSchedule s{.base_lr = 0.4f, .warmup_steps = 4, .total_steps = 14, .decay = LrDecay::kCosine,
+  LrSchedule s{.base_lr = 0.4f,
+               .warmup_steps = 4,
+               .total_steps = 14,
+               .decay = LrDecay::kCosine,
                .min_lr = 0.0f};
   s.validate();
   CHECK(s.at(0) == doctest::Approx(0.1));
@@ -89,7 +92,7 @@ TEST_CASE("the guard refuses non-finite gradients and losses beyond k sigma, and
   const std::vector<float> ok{1.0f}, nan{std::numeric_limits<float>::quiet_NaN()};
   // Window 1.0, 1.1, 0.9, 1.0: mean 1.0, sample sigma sqrt(0.02 / 3) = 0.0816.
   for (double l : {1.0, 1.1, 0.9, 1.0}) CHECK(guard.check(0, l, ok) == Verdict::kAccept);
-  CHECK(guard.check(1, 1.2, ok) == Verdict::kAccept);     // 2.4 sigma
+  CHECK(guard.check(1, 1.2, ok) == Verdict::kAccept);  // 2.4 sigma
   CHECK(guard.check(2, 5.0, ok) == Verdict::kLossSpike);
   CHECK(guard.check(3, 1.0, nan) == Verdict::kNonFiniteGradient);
   CHECK(guard.check(4, std::numeric_limits<double>::infinity(), ok) == Verdict::kNonFiniteLoss);
@@ -133,8 +136,10 @@ TEST_CASE("two accumulated micro-batches of 4 give the gradient of one batch of 
   std::vector<float> expected = params;
   for (size_t i = 0; i < params.size(); ++i) expected[i] -= 0.1f * full[i];
 
-  LocalStep step({.optimizer = {.momentum = 0.0f}, .schedule = {.base_lr = 0.1f},
-                  .accumulation_steps = 2, .guard = {}},
+  LocalStep step({.optimizer = {.momentum = 0.0f},
+                  .schedule = {.base_lr = 0.1f},
+                  .accumulation_steps = 2,
+                  .guard = {}},
                  params.size());
   const auto r1 = model.forward_backward(params, x.data(), y.data(), 4, step.grad());
   CHECK_FALSE(step.add_micro_batch(r1.loss_sum / 4));

@@ -15,14 +15,16 @@ using namespace std::chrono_literals;
 namespace {
 
 std::filesystem::path temp_dir(const std::string& name) {
-  auto dir = std::filesystem::temp_directory_path() / fmt::format("geotrain-sync-{}-{}", name, ::getpid());
+  auto dir =
+      std::filesystem::temp_directory_path() / fmt::format("geotrain-sync-{}-{}", name, ::getpid());
   std::filesystem::remove_all(dir);
   return dir;
 }
 
 // Two regions, a and b; each runs a server owning half of the 3072 parameters.
 // crit.w (critical) is 1024 elements, free.w 2048.
-server::ServerConfig two_region_config(const std::filesystem::path& dir, uint32_t bound, const std::string& downlink) {
+server::ServerConfig two_region_config(const std::filesystem::path& dir, uint32_t bound,
+                                       const std::string& downlink) {
   return server::parse_server_config(fmt::format(R"(
 regions: [a, b]
 model:
@@ -39,7 +41,8 @@ server:
 
 class Deployment {
  public:
-  Deployment(const server::ServerConfig& config, const std::string& name) : config_(config), dir_(temp_dir(name)) {
+  Deployment(const server::ServerConfig& config, const std::string& name)
+      : config_(config), dir_(temp_dir(name)) {
     for (uint32_t r = 0; r < 2; ++r) {
       server::ServerOptions options;
       options.endpoint = fmt::format("inproc://{}-server-{}", name, r);
@@ -55,14 +58,13 @@ class Deployment {
     std::filesystem::remove_all(dir_);
   }
 
-  ParamTable table() const {
-    return ParamTable(config_.tensors, config_.critical);
-  }
-  worker::SyncConfig sync(const std::string& region, const std::string& crit, const std::string& free,
-                          uint32_t bound) {
+  ParamTable table() const { return ParamTable(config_.tensors, config_.critical); }
+  worker::SyncConfig sync(const std::string& region, const std::string& crit,
+                          const std::string& free, uint32_t bound) {
     worker::SyncConfig c;
     c.region = region;
-    for (uint32_t r = 0; r < 2; ++r) c.servers.push_back({config_.regions[r], servers_[r]->endpoint()});
+    for (uint32_t r = 0; r < 2; ++r)
+      c.servers.push_back({config_.regions[r], servers_[r]->endpoint()});
     c.critical_codec = crit;
     c.noncritical_codec = free;
     c.staleness_bound = bound;
@@ -182,7 +184,7 @@ TEST_CASE("overlap: the exchange runs in the background and merges one round lat
   b.connect();
   const size_t n = table.total_elements();
   worker::OverlappedSync overlapped(a);
-  std::vector<float> local(n, 1.0f);  // region a's round-1 local values: delta 1
+  std::vector<float> local(n, 1.0f);                // region a's round-1 local values: delta 1
   CHECK_FALSE(overlapped.step(local).has_value());  // starts round 1, returns at once
   CHECK(overlapped.in_flight());
   for (float& v : local) v += 10.0f;  // a keeps training while round 1 is on the wire

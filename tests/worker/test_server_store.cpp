@@ -51,6 +51,7 @@ TEST_CASE("a rendezvous whose peer never comes times out with a message naming t
   zmq::context_t context;
   // Nothing listens here: the request is queued and never answered.
   worker::ServerStore store(context, "inproc://nobody-home", "gloo/x/", 200ms);
-  CHECK_THROWS_WITH_AS(store.get("rank1"), doctest::Contains("no answer from the server at inproc://nobody-home"),
+  CHECK_THROWS_WITH_AS(store.get("rank1"),
+                       doctest::Contains("no answer from the server at inproc://nobody-home"),
                        SystemError);
 }

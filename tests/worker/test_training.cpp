@@ -27,8 +27,7 @@ Dataset synthetic(size_t n, uint64_t seed) {
   std::uniform_real_distribution<float> u(0.0f, 0.6f);
   for (size_t i = 0; i < n; ++i) {
     d.y[i] = static_cast<uint8_t>(i % 10);
-    for (size_t j = 0; j < 784; ++j)
-      d.x[i * 784 + j] = u(rng) + (j / 78 == d.y[i] ? 0.4f : 0.0f);
+    for (size_t j = 0; j < 784; ++j) d.x[i * 784 + j] = u(rng) + (j / 78 == d.y[i] ? 0.4f : 0.0f);
   }
   return d;
 }
@@ -38,8 +37,9 @@ double accuracy(models::Mlp& model, ConstFloatSpan params, const Dataset& test) 
   size_t correct = 0;
   for (size_t begin = 0; begin < test.count; begin += 1000) {
     const size_t b = std::min<size_t>(1000, test.count - begin);
-    correct += model.evaluate(params, test.x.data() + begin * test.features, labels.data() + begin, b)
-                   .correct;
+    correct +=
+        model.evaluate(params, test.x.data() + begin * test.features, labels.data() + begin, b)
+            .correct;
   }
   return static_cast<double>(correct) / static_cast<double>(test.count);
 }
@@ -73,7 +73,8 @@ TEST_CASE("one epoch of the default MLP with SGD momentum reaches 80% test accur
     CHECK(step.apply(params).verdict == Verdict::kAccept);
     ++steps;
   }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double after = accuracy(model, params, test);
   MESSAGE("1 epoch, " << steps << " steps of batch " << batch << ": " << seconds << " s ("
                       << 1e3 * seconds / static_cast<double>(steps) << " ms/step), test accuracy "
