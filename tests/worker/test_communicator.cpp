@@ -13,6 +13,7 @@
 
 #include "core/error.hpp"
 #include "core/param_table.hpp"
+#include "ranks.hpp"
 #include "worker/bucketed_allreduce.hpp"
 #include "worker/gloo_communicator.hpp"
 
@@ -21,25 +22,8 @@ using namespace geotrain::worker;
 
 namespace {
 
-// Runs body(comm) on `size` threads, one rank each; rethrows the first failure.
 void run_ranks(int size, const std::function<void(GlooCommunicator&)>& body) {
-  gloo::rendezvous::HashStore store;
-  std::vector<std::thread> threads;
-  std::exception_ptr error;
-  std::mutex mu;
-  for (int r = 0; r < size; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        gloo::rendezvous::PrefixStore prefixed("test", store);
-        GlooCommunicator comm(prefixed, r, size);
-        body(comm);
-      } catch (...) {
-        std::lock_guard lock(mu);
-        if (!error) error = std::current_exception();
-      }
-    });
-  for (auto& t : threads) t.join();
-  if (error) std::rethrow_exception(error);
+  test::run_ranks<GlooCommunicator>(size, "test", body);
 }
 
 }  // namespace

@@ -4,8 +4,11 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <future>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -210,11 +213,13 @@ TEST_CASE("a loader destroyed while its queue is full stops and joins its thread
   write_split(tmp.path, "t10k", 50);
   const Dataset d = load_fashion_mnist(tmp.path, Split::kTest);
   DistributedSampler sampler({d.count, 2, 1, true, 1, false});
-  {
-    BatchLoader loader(d, sampler, {.batch_size = 2, .prefetch = 1, .epochs = 1000});
-    CHECK(loader.next().has_value());
-  }  // would hang here if the producer could not be stopped
-  CHECK(true);
+  auto loader = std::make_unique<BatchLoader>(
+      d, sampler, LoaderOptions{.batch_size = 2, .prefetch = 1, .epochs = 1000});
+  CHECK(loader->next().has_value());
+  // The producer is now blocked on the full queue; destroying the loader must wake and join it.
+  auto destroyed = std::async(std::launch::async, [&] { loader.reset(); });
+  REQUIRE(destroyed.wait_for(std::chrono::seconds(30)) == std::future_status::ready);
+  CHECK(loader == nullptr);
 }
 
 TEST_CASE("the installed Fashion-MNIST test split has 10000 labelled 28x28 images") {

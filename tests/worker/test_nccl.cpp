@@ -20,6 +20,7 @@
 
 #include "models/device_buffer.hpp"
 #include "models/mlp.hpp"
+#include "ranks.hpp"
 #include "worker/cuda_model_backend.hpp"
 #include "worker/model_backend.hpp"
 #include "worker/nccl_communicator.hpp"
@@ -30,25 +31,8 @@ using models::DeviceBuffer;
 
 namespace {
 
-// Runs body(comm) on `size` threads, one NCCL rank each; rethrows the first failure.
 void run_ranks(int size, const std::function<void(NcclCommunicator&)>& body) {
-  gloo::rendezvous::HashStore store;
-  std::vector<std::thread> threads;
-  std::exception_ptr error;
-  std::mutex mu;
-  for (int r = 0; r < size; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        gloo::rendezvous::PrefixStore prefixed("nccl/test/", store);
-        NcclCommunicator comm(prefixed, r, size);
-        body(comm);
-      } catch (...) {
-        std::lock_guard lock(mu);
-        if (!error) error = std::current_exception();
-      }
-    });
-  for (auto& t : threads) t.join();
-  if (error) std::rethrow_exception(error);
+  test::run_ranks<NcclCommunicator>(size, "nccl/test/", body);
 }
 
 std::vector<float> download(const DeviceBuffer<float>& d) {
