@@ -412,10 +412,15 @@ ParamServer::Outcome ParamServer::on_pull(uint32_t r, const wire::Header& h,
                                           const wire::PullRequest& m) {
   const uint64_t id = h.request_id;
   Shard& shard = shard_for(m.shard, id);
-  if (m.min_round > shard.gate().clock(r))
+  // A pull may wait for the round its region is pushing right now (clock + 1): a leader sends
+  // its pull right behind its push, saving a WAN round trip, and the push may be waiting at the
+  // gate. Such a pull waits (below) until that push is applied and the round released.
+  if (m.min_round > shard.gate().clock(r) + 1)
     throw WireError(ErrorCode::bad_round,
-                    fmt::format("pull.minRound is {} but region {} pushed only up to round {}",
-                                m.min_round, config_.regions[r], shard.gate().clock(r)),
+                    fmt::format("pull.minRound is {} but region {} pushed only up to round {} (a "
+                                "pull may wait for the next round, {}, at most)",
+                                m.min_round, config_.regions[r], shard.gate().clock(r),
+                                shard.gate().clock(r) + 1),
                     id);
   if (!m.full) {
     if (!shard.has_downlink(r))

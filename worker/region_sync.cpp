@@ -125,55 +125,67 @@ uint64_t RegionSync::connect() {
   return round_;
 }
 
-void RegionSync::pull_into_base(bool full, uint64_t min_round, RoundReport* report) {
-  std::vector<std::vector<uint64_t>> ids(servers_.size());
-  std::vector<std::map<uint64_t, size_t>> shard_of(servers_.size());
-  const auto t0 = Clock::now();
+RegionSync::Pulls RegionSync::send_pulls(bool full, uint64_t min_round,
+                                         const std::vector<bool>& servers) {
+  Pulls pulls;
+  pulls.ids.resize(servers_.size());
+  pulls.shard_of.resize(servers_.size());
   for (size_t i = 0; i < shards_.size(); ++i) {
     auto& sh = shards_[i];
+    if (!servers[sh.server]) continue;
     auto& link = servers_[sh.server];
     auto id = link.client->send(wire::PullRequest{sh.id, full ? 0 : sh.version, full, min_round});
     GT_REQUIRE(id.has_value(), "server of region {}: send queue full", link.region);
-    ids[sh.server].push_back(*id);
-    shard_of[sh.server][*id] = i;
+    pulls.ids[sh.server].push_back(*id);
+    pulls.shard_of[sh.server][*id] = i;
   }
+  return pulls;
+}
+
+void RegionSync::apply_pull(size_t shard_index, const wire::Reply& reply, RoundReport* report,
+                            uint64_t& released) {
+  auto& sh = shards_[shard_index];
+  const auto& region = servers_[sh.server].region;
+  const auto& pr = body_as<wire::PullReply>(reply, region);
+  wire::check_frames(pr.segments, reply.payloads, reply.header.request_id);
+  // Decode everything before changing base: a bad payload leaves base as it was.
+  std::vector<std::vector<float>> decoded;
+  for (size_t k = 0; k < pr.segments.size(); ++k) {
+    const auto& seg = pr.segments[k];
+    GT_REQUIRE(seg.offset + seg.count <= sh.count,
+               "pull reply for shard {}: segment [{}, {}) outside the shard", sh.id, seg.offset,
+               seg.offset + seg.count);
+    decoded.emplace_back(seg.count);
+    compression::decode_payload(wire::frame_bytes(reply.payloads[k]), decoded.back());
+    if (report) report->bytes_pulled += reply.payloads[k].size();
+  }
+  float* base = base_.data() + sh.offset;
+  for (size_t k = 0; k < pr.segments.size(); ++k) {
+    const auto& seg = pr.segments[k];
+    const auto& d = decoded[k];
+    if (pr.full && origin_.empty()) {
+      std::copy(d.begin(), d.end(), base + seg.offset);
+    } else if (pr.full) {
+      const float* o = origin_.data() + sh.offset + seg.offset;
+      for (size_t j = 0; j < d.size(); ++j) base[seg.offset + j] = o[j] + d[j];
+    } else {
+      for (size_t j = 0; j < d.size(); ++j) base[seg.offset + j] += d[j];
+    }
+  }
+  sh.version = pr.version;
+  released = std::min(released, pr.round);
+}
+
+void RegionSync::pull_into_base(bool full, uint64_t min_round, RoundReport* report) {
+  const auto t0 = Clock::now();
+  Pulls pulls = send_pulls(full, min_round, std::vector<bool>(servers_.size(), true));
   uint64_t released = UINT64_MAX;
   for (size_t s = 0; s < servers_.size(); ++s) {
-    if (ids[s].empty()) continue;
+    if (pulls.ids[s].empty()) continue;
     auto replies =
-        collect(*servers_[s].client, servers_[s].region, ids[s], config_.timeout, "pull");
+        collect(*servers_[s].client, servers_[s].region, pulls.ids[s], config_.timeout, "pull");
     servers_[s].last_contact = Clock::now();
-    for (auto& [id, reply] : replies) {
-      auto& sh = shards_[shard_of[s][id]];
-      const auto& pr = body_as<wire::PullReply>(reply, servers_[s].region);
-      wire::check_frames(pr.segments, reply.payloads, id);
-      // Decode everything before changing base: a bad payload leaves base as it was.
-      std::vector<std::vector<float>> decoded;
-      for (size_t k = 0; k < pr.segments.size(); ++k) {
-        const auto& seg = pr.segments[k];
-        GT_REQUIRE(seg.offset + seg.count <= sh.count,
-                   "pull reply for shard {}: segment [{}, {}) outside the shard", sh.id, seg.offset,
-                   seg.offset + seg.count);
-        decoded.emplace_back(seg.count);
-        compression::decode_payload(wire::frame_bytes(reply.payloads[k]), decoded.back());
-        if (report) report->bytes_pulled += reply.payloads[k].size();
-      }
-      float* base = base_.data() + sh.offset;
-      for (size_t k = 0; k < pr.segments.size(); ++k) {
-        const auto& seg = pr.segments[k];
-        const auto& d = decoded[k];
-        if (pr.full && origin_.empty()) {
-          std::copy(d.begin(), d.end(), base + seg.offset);
-        } else if (pr.full) {
-          const float* o = origin_.data() + sh.offset + seg.offset;
-          for (size_t j = 0; j < d.size(); ++j) base[seg.offset + j] = o[j] + d[j];
-        } else {
-          for (size_t j = 0; j < d.size(); ++j) base[seg.offset + j] += d[j];
-        }
-      }
-      sh.version = pr.version;
-      released = std::min(released, pr.round);
-    }
+    for (auto& [id, reply] : replies) apply_pull(pulls.shard_of[s].at(id), reply, report, released);
   }
   if (report) {
     report->pull_seconds = seconds_since(t0);
@@ -190,7 +202,8 @@ RoundReport RegionSync::exchange(ConstFloatSpan local) {
   delta_.resize(base_.size());
   for (size_t i = 0; i < base_.size(); ++i) delta_[i] = local[i] - base_[i];
 
-  std::vector<std::vector<uint64_t>> ids(servers_.size());
+  std::vector<std::vector<uint64_t>> push_ids(servers_.size());
+  std::vector<size_t> shards_on(servers_.size(), 0);
   const auto t0 = Clock::now();
   for (const auto& sh : shards_) {
     wire::Push push{sh.id, round_, sh.version, {}};
@@ -208,24 +221,53 @@ RoundReport RegionSync::exchange(ConstFloatSpan local) {
     auto& link = servers_[sh.server];
     auto id = link.client->send(std::move(push), std::move(frames));
     GT_REQUIRE(id.has_value(), "server of region {}: send queue full", link.region);
-    ids[sh.server].push_back(*id);
+    push_ids[sh.server].push_back(*id);
+    ++shards_on[sh.server];
   }
+
+  // The pulls go right behind the pushes, on the same connection (so the server sees each push
+  // before its pull), saving a WAN round trip per round: a pull may name the round being pushed
+  // and waits at the server until it is released. A server holds at most 4 waiting requests per
+  // peer, so this is done where a server has at most 2 of our shards (push + pull each).
+  const uint64_t min_round =
+      round_ > config_.staleness_bound ? round_ - config_.staleness_bound : 0;
+  std::vector<bool> pipelined(servers_.size()), later(servers_.size());
   for (size_t s = 0; s < servers_.size(); ++s) {
-    if (ids[s].empty()) continue;
+    pipelined[s] = shards_on[s] > 0 && shards_on[s] <= kMaxPipelinedShards;
+    later[s] = shards_on[s] > kMaxPipelinedShards;
+  }
+  Pulls early = send_pulls(false, min_round, pipelined);
+
+  uint64_t released = UINT64_MAX;
+  for (size_t s = 0; s < servers_.size(); ++s) {
+    if (push_ids[s].empty()) continue;
+    std::vector<uint64_t> ids = push_ids[s];
+    ids.insert(ids.end(), early.ids[s].begin(), early.ids[s].end());
     auto replies =
-        collect(*servers_[s].client, servers_[s].region, ids[s], config_.timeout, "push");
+        collect(*servers_[s].client, servers_[s].region, ids, config_.timeout, "push and pull");
     servers_[s].last_contact = Clock::now();
-    for (auto& [id, reply] : replies) {
-      const auto& pr = body_as<wire::PushReply>(reply, servers_[s].region);
+    for (uint64_t id : push_ids[s]) {
+      const auto& pr = body_as<wire::PushReply>(replies.at(id), servers_[s].region);
       report.max_staleness = std::max(report.max_staleness, pr.staleness);
       report.gate_wait_us = std::max(report.gate_wait_us, pr.gate_wait_us);
     }
+    for (uint64_t id : early.ids[s])
+      apply_pull(early.shard_of[s].at(id), replies.at(id), &report, released);
   }
   report.push_seconds = seconds_since(t0);
 
-  const uint64_t min_round =
-      round_ > config_.staleness_bound ? round_ - config_.staleness_bound : 0;
-  pull_into_base(false, min_round, &report);
+  // Servers holding more of our shards: pull once their pushes are in.
+  const auto t1 = Clock::now();
+  Pulls rest = send_pulls(false, min_round, later);
+  for (size_t s = 0; s < servers_.size(); ++s) {
+    if (rest.ids[s].empty()) continue;
+    auto replies =
+        collect(*servers_[s].client, servers_[s].region, rest.ids[s], config_.timeout, "pull");
+    servers_[s].last_contact = Clock::now();
+    for (auto& [id, reply] : replies) apply_pull(rest.shard_of[s].at(id), reply, &report, released);
+  }
+  report.pull_seconds = seconds_since(t1);
+  report.released_round = released == UINT64_MAX ? 0 : released;
   ++round_;
   return report;
 }

@@ -7,11 +7,12 @@
 //
 // A round: delta = local - base per shard, cut into segments of one tensor class each and
 // encoded with that class's codec plus EF; every shard's push goes out before any reply is
-// awaited, so the servers work in parallel. Then one pull per shard (the change since the
-// version this region last received, compressed with server-side EF), decoded and added to
-// base. The pull waits for round t - staleness_bound to be released: with bound 0 the exchange
-// is synchronous; with bound s, this region may run s rounds ahead of the slowest (the servers'
-// gate enforces the same bound on pushes).
+// awaited, so the servers work in parallel, and each shard's pull right behind its push (one
+// WAN round trip per round, not two): the change since the version this region last received,
+// compressed with server-side EF, decoded and added to base. The pull waits for round t -
+// staleness_bound to be released: with bound 0 the exchange is synchronous; with bound s, this
+// region may run s rounds ahead of the slowest (the servers' gate enforces the same bound on
+// pushes).
 //
 // Blocking: connect() and exchange() block on the network, up to `timeout` per reply (a missing
 // reply is a SystemError naming the server). Not thread-safe: one thread (see OverlappedSync
@@ -22,6 +23,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -106,8 +108,20 @@ class RegionSync {
     std::chrono::steady_clock::time_point last_contact;
   };
 
-  wire::Reply await(ServerLink& link, uint64_t request_id, const char* what);
+  // Pull requests sent and not yet answered: request ids per server, and the shard of each
+  // (request ids are per server connection, so both are kept per server).
+  struct Pulls {
+    std::vector<std::vector<uint64_t>> ids;
+    std::vector<std::map<uint64_t, size_t>> shard_of;
+  };
+  // Pipelining a shard's pull behind its push keeps two requests waiting at its server.
+  static constexpr size_t kMaxPipelinedShards = 2;
+
   void build_segments(ShardState& shard) const;
+  Pulls send_pulls(bool full, uint64_t min_round, const std::vector<bool>& servers);
+  // Decodes a pull reply (all of it, before base changes) into base; `released` takes the min.
+  void apply_pull(size_t shard_index, const wire::Reply& reply, RoundReport* report,
+                  uint64_t& released);
   void pull_into_base(bool full, uint64_t min_round, RoundReport* report);
 
   const ParamTable& layout_;

@@ -200,3 +200,35 @@ TEST_CASE(
   auto pc1 = pull(c, false, v0, 1);
   CHECK(pc1.values == pb1.values);
 }
+
+TEST_CASE("a pull sent right behind its push, for the round being pushed, waits for that round") {
+  TempDir tmp("pipelined");
+  Cluster cluster(small_config(tmp.path(), 0, kOnlyRegistered));
+  auto a = cluster.client(), b = cluster.client();
+  hello(a, "a", cluster.table_hash());
+  hello(b, "b", cluster.table_hash());
+  push(a, 1, filled(kShard, 2.0f));
+  push(b, 1, filled(kShard, 4.0f));
+  as<wire::PullReply>(expect_reply(a, wire::PullRequest{0, 0, true, 1}));  // values of round 1
+  // Round 2: a pushes and pulls at once (a pull for round 2 names the round a is pushing).
+  const auto pushed = send_push(a, 2, filled(kShard, 1.0f));
+  auto pulled = a.send(wire::PullRequest{0, 0, true, 2});
+  REQUIRE(pulled);
+  auto first = a.receive(20s);
+  REQUIRE(first);
+  CHECK(first->header.request_id == pushed);
+  CHECK(as<wire::PushReply>(*first).round == 2);
+  CHECK(stats(b)["parked"] == 1);  // the pull waits for b's round 2
+  push(b, 2, filled(kShard, 3.0f));
+  auto second = a.receive(20s);
+  REQUIRE(second);
+  CHECK(second->header.request_id == *pulled);
+  CHECK(as<wire::PullReply>(*second).round == 2);
+  std::vector<float> v(kShard);
+  compression::decode_payload(wire::frame_bytes(second->payloads.at(0)), v);
+  CHECK(v[0] == 5.0f);  // critical: (2 + 4) / 2 + (1 + 3) / 2
+  // Two rounds ahead of what the region pushed is still an error.
+  auto too_far = expect_reply(a, wire::PullRequest{0, 0, true, 4});
+  REQUIRE(std::holds_alternative<wire::Error>(too_far.header.body));
+  CHECK(std::get<wire::Error>(too_far.header.body).code == wire::ErrorCode::bad_round);
+}

@@ -24,7 +24,8 @@ std::filesystem::path temp_dir(const std::string& name) {
 // Two regions, a and b; each runs a server owning half of the 3072 parameters.
 // crit.w (critical) is 1024 elements, free.w 2048.
 server::ServerConfig two_region_config(const std::filesystem::path& dir, uint32_t bound,
-                                       const std::string& downlink) {
+                                       const std::string& downlink,
+                                       uint32_t shards_per_region = 1) {
   return server::parse_server_config(fmt::format(R"(
 regions: [a, b]
 model:
@@ -34,9 +35,10 @@ server:
   staleness_bound: {}
   downlink_codec: "{}"
   dead_after_ms: 60000
+  shards_per_region: {}
   run_dir: "{}"
 )",
-                                                 bound, downlink, dir.string()));
+                                                 bound, downlink, shards_per_region, dir.string()));
 }
 
 class Deployment {
@@ -197,4 +199,34 @@ TEST_CASE("overlap: the exchange runs in the background and merges one round lat
   // base_new = 2, snapshot = 1, local = 11: merged = 2 + (11 - 1) = 12
   for (size_t i = 0; i < n; ++i) REQUIRE(local[i] == 12.0f);
   CHECK_FALSE(overlapped.in_flight());
+}
+
+TEST_CASE(
+    "with more shards per server than it pipelines, the leader pulls after the push replies") {
+  const auto dir = temp_dir("many-shards");
+  Deployment d(two_region_config(dir, 0, "fp32", 3), "many-shards");
+  const ParamTable table = d.table();
+  worker::RegionSync a(table, d.sync("a", "fp32", "fp32", 0), d.context());
+  worker::RegionSync b(table, d.sync("b", "fp32", "fp32", 0), d.context());
+  a.connect();
+  b.connect();
+  const size_t n = table.total_elements();
+  for (int round = 1; round <= 3; ++round) {
+    auto da = ramp(n, 0.5f * float(round)), db = ramp(n, -0.25f);
+    std::vector<float> la(n), lb(n);
+    for (size_t i = 0; i < n; ++i) {
+      la[i] = a.base()[i] + da[i];
+      lb[i] = b.base()[i] + db[i];
+    }
+    std::vector<float> before(a.base().begin(), a.base().end());
+    auto fa = std::async(std::launch::async, [&] { return a.exchange(la); });
+    auto rb = b.exchange(lb);
+    auto ra = fa.get();
+    CHECK(ra.pull_seconds > 0);  // the pulls went out after the pushes' replies
+    CHECK(rb.released_round == uint64_t(round));
+    for (size_t i = 0; i < n; ++i) {
+      REQUIRE(a.base()[i] == doctest::Approx(before[i] + (da[i] + db[i]) / 2).epsilon(1e-6));
+      REQUIRE(b.base()[i] == a.base()[i]);
+    }
+  }
 }
