@@ -8,6 +8,7 @@
 
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/error.hpp"
@@ -18,6 +19,26 @@ class YamlReader {
  public:
   explicit YamlReader(std::string source) : source_(std::move(source)) {}
   const std::string& source() const { return source_; }
+
+  // Parses `text` as YAML whose root must be a mapping (InputError naming the source otherwise).
+  YAML::Node load_mapping(std::string_view text, const std::string& what = "the config") const {
+    YAML::Node root;
+    try {
+      root = YAML::Load(std::string(text));
+    } catch (const YAML::Exception& e) {
+      GT_REQUIRE(false, "{}: not valid YAML: {}", source_, e.what());
+    }
+    GT_REQUIRE(root.IsMap(), "{}: {} must be a mapping", source_, what);
+    return root;
+  }
+
+  // The deployment config every process reads: a mapping of these sections only. Each process
+  // then reads its own sections strictly and leaves the others to their owners.
+  YAML::Node load_deployment_config(std::string_view text) const {
+    YAML::Node root = load_mapping(text);
+    check_keys(root, "", {"regions", "model", "server", "worker", "netsim", "run", "sweep"});
+    return root;
+  }
 
   // `node` must be a mapping whose keys are all in `allowed`.
   void check_keys(const YAML::Node& node, const std::string& where,

@@ -72,13 +72,7 @@ Deployment plan_deployment(const std::string& config_text, const std::string& so
                            const RunSettings& s, const std::filesystem::path& run_dir,
                            PortAllocator& ports) {
   const YamlReader in{source};
-  YAML::Node root;
-  try {
-    root = YAML::Load(config_text);
-  } catch (const YAML::Exception& e) {
-    GT_REQUIRE(false, "{}: not valid YAML: {}", source, e.what());
-  }
-  GT_REQUIRE(root.IsMap(), "{}: the config must be a mapping", source);
+  YAML::Node root = in.load_mapping(config_text);
   const auto extras = read_netsim_extras(root, in, s);
   const auto run = std::filesystem::absolute(run_dir);
   const auto config_path = (run / "config.yaml").string();

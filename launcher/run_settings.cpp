@@ -20,14 +20,7 @@ RunSettings parse_run_settings(std::string_view yaml_text, std::string_view sour
                                const std::filesystem::path& config_dir,
                                std::string_view default_name) {
   const YamlReader in{std::string(source)};
-  YAML::Node root;
-  try {
-    root = YAML::Load(std::string(yaml_text));
-  } catch (const YAML::Exception& e) {
-    GT_REQUIRE(false, "{}: not valid YAML: {}", source, e.what());
-  }
-  GT_REQUIRE(root.IsMap(), "{}: the config must be a mapping", source);
-  in.check_keys(root, "", {"regions", "model", "server", "worker", "netsim", "run", "sweep"});
+  const YAML::Node root = in.load_deployment_config(yaml_text);
 
   RunSettings s;
   s.name = std::string(default_name);

@@ -151,13 +151,7 @@ uint64_t ServerConfig::state_hash(uint64_t table_hash) const {
 
 ServerConfig parse_server_config(std::string_view yaml_text, std::string_view source) {
   Ctx c{YamlReader(std::string(source)), std::string(source)};
-  YAML::Node root;
-  try {
-    root = YAML::Load(std::string(yaml_text));
-  } catch (const YAML::Exception& e) {
-    GT_REQUIRE(false, "{}: not valid YAML: {}", c.source, e.what());
-  }
-  check_keys(c, root, "", {"regions", "model", "server", "worker", "netsim", "run", "sweep"});
+  const YAML::Node root = c.in.load_deployment_config(yaml_text);
   ServerConfig cfg;
   GT_REQUIRE(root["regions"], "{}: key 'regions' is missing (a list of region names)", c.source);
   cfg.regions = get_strings(c, root["regions"], "regions");

@@ -28,14 +28,7 @@ std::string WorkerConfig::server_endpoint(const std::string& from, const std::st
 
 WorkerConfig parse_worker_config(std::string_view yaml_text, std::string_view source) {
   const YamlReader in{std::string(source)};
-  YAML::Node root;
-  try {
-    root = YAML::Load(std::string(yaml_text));
-  } catch (const YAML::Exception& e) {
-    GT_REQUIRE(false, "{}: not valid YAML: {}", source, e.what());
-  }
-  GT_REQUIRE(root.IsMap(), "{}: the config must be a mapping", source);
-  in.check_keys(root, "", {"regions", "model", "server", "worker", "netsim", "run", "sweep"});
+  const YAML::Node root = in.load_deployment_config(yaml_text);
   WorkerConfig c;
   GT_REQUIRE(root["regions"], "{}: key 'regions' is missing", source);
   c.regions = in.strings(root["regions"], "regions");

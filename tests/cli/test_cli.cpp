@@ -12,6 +12,7 @@
 #include "compression/codecs.hpp"
 #include "compression/factory.hpp"
 #include "server/config.hpp"
+#include "tests/run_binary.hpp"
 #include "tests/temp_dir.hpp"
 #include "wire/client.hpp"
 
@@ -22,17 +23,9 @@ struct Result {
   std::string out;
 };
 
-// `env` is put in front of the command, e.g. "RANK=3" or "env -u RANK".
 Result run(const std::string& args, const std::string& env = "") {
-  const std::string command = env + " " + std::string(GEOTRAIN_BINARY) + " " + args + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t got;
-  while ((got = fread(buf.data(), 1, buf.size(), pipe)) > 0) out.append(buf.data(), got);
-  const int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+  auto r = geotrain::test::run_binary(args, env);
+  return {r.code, std::move(r.text)};
 }
 
 }  // namespace

@@ -9,26 +9,15 @@
 #include <cstdio>
 #include <fstream>
 
+#include "tests/run_binary.hpp"
 #include "tests/temp_dir.hpp"
 
 namespace fs = std::filesystem;
 
 namespace {
-struct Output {
-  int code;
-  std::string text;
-};
+using Output = geotrain::test::BinaryOutput;
 
-Output run(const std::string& args) {
-  const std::string cmd = std::string(GEOTRAIN_BINARY) + " " + args + " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  REQUIRE(pipe);
-  std::string out;
-  std::array<char, 4096> buf;
-  for (size_t got; (got = fread(buf.data(), 1, buf.size(), pipe)) > 0;) out.append(buf.data(), got);
-  const int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+Output run(const std::string& args) { return geotrain::test::run_binary(args); }
 }  // namespace
 
 TEST_CASE("geotrain run trains 2 regions through netsim and leaves summary, report and plots") {

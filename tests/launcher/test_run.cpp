@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "launcher/launcher.hpp"
+#include "tests/run_binary.hpp"
 #include "tests/temp_dir.hpp"
 
 using namespace geotrain::launcher;
@@ -192,14 +193,8 @@ TEST_CASE("children do not outlive a launcher that is killed outright") {
 
 namespace {
 Output run_cli(const std::string& args) {
-  const std::string cmd = std::string(GEOTRAIN_BINARY) + " " + args + " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  REQUIRE(pipe);
-  std::string out;
-  std::array<char, 4096> buf;
-  for (size_t got; (got = fread(buf.data(), 1, buf.size(), pipe)) > 0;) out.append(buf.data(), got);
-  const int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+  auto r = geotrain::test::run_binary(args);
+  return {r.code, std::move(r.text)};
 }
 }  // namespace
 
