@@ -15,12 +15,13 @@ std::string OuterOptimizerConfig::describe() const {
 namespace {
 
 // One loop per case, over restrict pointers and without branches in the body, so that GCC
-// vectorises each (-O3): a masked-out element is written back unchanged (a blend), not skipped.
+// vectorises each (-O3): an unselected element is copied unchanged (a blend), not skipped.
 // `Masked` = false: every element is selected.
 template <bool Masked, bool Momentum>
-void step_loop(const OuterOptimizerConfig& c, float* GT_RESTRICT theta, float* GT_RESTRICT m,
-               const float* GT_RESTRICT delta, const uint8_t* GT_RESTRICT mask, uint8_t select,
-               DeltaScale scale, size_t n) {
+void step_loop(const OuterOptimizerConfig& c, const float* GT_RESTRICT theta,
+               const float* GT_RESTRICT m, const float* GT_RESTRICT delta,
+               const uint8_t* GT_RESTRICT mask, uint8_t select, DeltaScale scale,
+               float* GT_RESTRICT theta_out, float* GT_RESTRICT m_out, size_t n) {
   const float lr = c.lr, mu = c.momentum, w = scale.weight, div = scale.divisor;
   const bool nesterov = c.nesterov;
   for (size_t i = 0; i < n; ++i) {
@@ -30,36 +31,52 @@ void step_loop(const OuterOptimizerConfig& c, float* GT_RESTRICT theta, float* G
       const float g = -d;
       const float m_new = mu * m[i] + g;
       const float t_new = theta[i] - (nesterov ? lr * (g + mu * m_new) : lr * m_new);
-      m[i] = on ? m_new : m[i];
-      theta[i] = on ? t_new : theta[i];
+      m_out[i] = on ? m_new : m[i];
+      theta_out[i] = on ? t_new : theta[i];
     } else {
       const float t_new = theta[i] - lr * -d;
-      theta[i] = on ? t_new : theta[i];
+      theta_out[i] = on ? t_new : theta[i];
     }
   }
 }
 
+bool overlap(ConstFloatSpan a, ConstFloatSpan b) {
+  return !a.empty() && !b.empty() && a.data() < b.data() + b.size() &&
+         b.data() < a.data() + a.size();
+}
+
 }  // namespace
 
-void outer_step(const OuterOptimizerConfig& c, FloatSpan theta, FloatSpan m, ConstFloatSpan delta,
-                std::span<const uint8_t> mask, uint8_t select, DeltaScale scale) {
-  GT_ASSERT(theta.size() == delta.size() && m.size() == theta.size() &&
-                (mask.empty() || mask.size() == theta.size()),
-            "outer_step sizes: theta {} m {} delta {} mask {}", theta.size(), m.size(),
-            delta.size(), mask.size());
+void outer_step(const OuterOptimizerConfig& c, ConstFloatSpan theta, ConstFloatSpan m,
+                ConstFloatSpan delta, std::span<const uint8_t> mask, uint8_t select,
+                DeltaScale scale, FloatSpan theta_out, FloatSpan m_out) {
   const size_t n = theta.size();
   const bool momentum = c.momentum != 0.0f;
-  if (mask.empty()) {
+  GT_ASSERT(delta.size() == n && theta_out.size() == n && (mask.empty() || mask.size() == n) &&
+                (!momentum || (m.size() == n && m_out.size() == n)),
+            "outer_step sizes: theta {} m {} delta {} mask {} theta_out {} m_out {}", n, m.size(),
+            delta.size(), mask.size(), theta_out.size(), m_out.size());
+  GT_ASSERT(!overlap(theta_out, theta) && !overlap(theta_out, delta) &&
+                (!momentum ||
+                 (!overlap(m_out, m) && !overlap(m_out, delta) && !overlap(m_out, theta_out))),
+            "outer_step writes out of place: its outputs must not overlap its inputs");
+  const uint8_t* sel = mask.empty() ? nullptr : mask.data();
+  float* mo = momentum ? m_out.data() : nullptr;
+  const float* mi = momentum ? m.data() : nullptr;
+  if (sel == nullptr) {
     if (momentum)
-      step_loop<false, true>(c, theta.data(), m.data(), delta.data(), nullptr, select, scale, n);
+      step_loop<false, true>(c, theta.data(), mi, delta.data(), sel, select, scale,
+                             theta_out.data(), mo, n);
     else
-      step_loop<false, false>(c, theta.data(), m.data(), delta.data(), nullptr, select, scale, n);
+      step_loop<false, false>(c, theta.data(), mi, delta.data(), sel, select, scale,
+                              theta_out.data(), mo, n);
   } else {
     if (momentum)
-      step_loop<true, true>(c, theta.data(), m.data(), delta.data(), mask.data(), select, scale, n);
+      step_loop<true, true>(c, theta.data(), mi, delta.data(), sel, select, scale, theta_out.data(),
+                            mo, n);
     else
-      step_loop<true, false>(c, theta.data(), m.data(), delta.data(), mask.data(), select, scale,
-                             n);
+      step_loop<true, false>(c, theta.data(), mi, delta.data(), sel, select, scale,
+                             theta_out.data(), mo, n);
   }
 }
 

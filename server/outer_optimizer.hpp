@@ -6,8 +6,8 @@
 //   nesterov:  m = mu*m + g;  theta -= lr*(g + mu*m)
 //
 // Owns only its settings; the momentum buffer belongs to the shard (it is checkpointed with
-// it). step() touches only elements whose mask byte equals `select` (an empty mask selects every
-// element). Pure, nothing blocks.
+// it). outer_step() changes only elements whose mask byte equals `select` (an empty mask selects
+// every element). Pure, nothing blocks.
 #pragma once
 
 #include <cstdint>
@@ -34,9 +34,12 @@ struct DeltaScale {
 };
 
 // theta and m: the shard; delta: the (weighted) average delta over the same range, or the raw
-// delta with `scale` saying how to weigh and average it. One pass over the shard.
-void outer_step(const OuterOptimizerConfig& config, FloatSpan theta, FloatSpan m,
+// delta with `scale` saying how to weigh and average it. Writes the stepped theta and m to
+// theta_out and m_out, which must not overlap the inputs (the shard computes its next version
+// beside the published one, server/value_buffer.hpp); unselected elements are copied. Without
+// momentum m is neither read nor written (it stays zero), and m_out may be empty. One pass.
+void outer_step(const OuterOptimizerConfig& config, ConstFloatSpan theta, ConstFloatSpan m,
                 ConstFloatSpan delta, std::span<const uint8_t> mask, uint8_t select,
-                DeltaScale scale = {});
+                DeltaScale scale, FloatSpan theta_out, FloatSpan m_out);
 
 }  // namespace geotrain::server

@@ -24,6 +24,31 @@ struct Overload : F... {
 std::filesystem::path under(const std::filesystem::path& base, const std::filesystem::path& p) {
   return p.is_absolute() ? p : base / p;
 }
+
+// The payload header of push segment i, checked (checksum included, `visit` seeing each block of
+// the body as it is hashed) and held against what the push's header says of the segment.
+compression::PayloadHeader checked_segment(size_t i, const wire::Segment& s, ConstByteSpan bytes,
+                                           uint64_t request_id,
+                                           const compression::BodyVisit& visit) {
+  compression::PayloadHeader header;
+  try {
+    header = compression::parse_header(bytes, visit);
+  } catch (const InputError& e) {
+    throw WireError(ErrorCode::bad_payload, fmt::format("segment {}: {}", i, e.what()), request_id);
+  }
+  if (static_cast<uint8_t>(header.codec) != s.codec)
+    throw WireError(
+        ErrorCode::bad_codec,
+        fmt::format("segment {}: header says codec {}, payload is {}", i,
+                    compression::codec_name(s.codec), compression::codec_name(header.codec)),
+        request_id);
+  if (header.elements != s.count)
+    throw WireError(ErrorCode::bad_payload,
+                    fmt::format("segment {}: header says {} elements, payload has {}", i, s.count,
+                                header.elements),
+                    request_id);
+  return header;
+}
 }  // namespace
 
 ParamServer::ParamServer(const ServerConfig& config, uint32_t region, zmq::context_t& context,
@@ -331,65 +356,66 @@ ParamServer::Outcome ParamServer::on_push(uint32_t r, const wire::Header& h, con
   const auto live_now = live();
   if (!shard.gate().admits(m.round, live_now)) return Outcome::park;
 
-  // The delta. The usual push is one segment covering the shard: an fp32 one is read in place
-  // (decode_view, no copy) and checked for NaN and infinity block by block while it is hashed;
-  // any other is decoded into delta_. Several segments are decoded into delta_ side by side,
-  // with zeros between them (only the gaps are zero-filled).
-  if (delta_.size() != n) delta_.resize(n);
-  ConstFloatSpan delta = delta_;
-  std::optional<bool> finite;  // known from the hashing pass
-  uint64_t filled = 0;
-  for (size_t i = 0; i < m.segments.size(); ++i) {
-    const auto& s = m.segments[i];
-    const auto bytes = wire::frame_bytes(payloads[i]);
-    const bool whole = m.segments.size() == 1 && s.offset == 0 && s.count == n;
-    try {
-      compression::PayloadHeader header;
-      if (whole && s.codec == static_cast<uint8_t>(compression::CodecId::fp32) &&
-          bytes.size() >= compression::kHeaderBytes &&
-          reinterpret_cast<uintptr_t>(bytes.data() + compression::kHeaderBytes) % alignof(float) ==
-              0) {
-        bool ok = true;
-        header = compression::parse_header(bytes, [&](size_t, ConstByteSpan block) {
-          ok = all_finite(
-                   {reinterpret_cast<const float*>(block.data()), block.size() / sizeof(float)}) &&
-               ok;
-        });
-        if (header.codec == compression::CodecId::fp32) finite = ok;
-      } else {
-        header = compression::parse_header(bytes);
-      }
-      if (static_cast<uint8_t>(header.codec) != s.codec)
-        throw WireError(
-            ErrorCode::bad_codec,
-            fmt::format("segment {}: header says codec {}, payload is {}", i,
-                        compression::codec_name(s.codec), compression::codec_name(header.codec)),
-            id);
-      if (header.elements != s.count)
-        throw WireError(ErrorCode::bad_payload,
-                        fmt::format("segment {}: header says {} elements, payload has {}", i,
-                                    s.count, header.elements),
-                        id);
+  // The delta. The usual push is one fp32 segment covering the shard: it is read in place (no
+  // copy), and the shard starts computing from it (Shard::start_push) while this thread checks it:
+  // hashes it for the checksum and looks for NaN and infinity, block by block. Any other push is
+  // decoded into delta_ first, several segments side by side with zeros between them (only the
+  // gaps are zero-filled).
+  const auto fp32 = static_cast<uint8_t>(compression::CodecId::fp32);
+  const bool in_place = m.segments.size() == 1 && m.segments[0].offset == 0 &&
+                        m.segments[0].count == n && m.segments[0].codec == fp32 &&
+                        payloads[0].size() == compression::kHeaderBytes + n * sizeof(float) &&
+                        reinterpret_cast<uintptr_t>(wire::frame_bytes(payloads[0]).data() +
+                                                    compression::kHeaderBytes) %
+                                alignof(float) ==
+                            0;
+  ConstFloatSpan delta;
+  if (in_place) {
+    delta = ConstFloatSpan(reinterpret_cast<const float*>(wire::frame_bytes(payloads[0]).data() +
+                                                          compression::kHeaderBytes),
+                           n);
+  } else {
+    if (delta_.size() != n) delta_.resize(n);
+    uint64_t filled = 0;
+    for (size_t i = 0; i < m.segments.size(); ++i) {
+      const auto& s = m.segments[i];
+      const auto bytes = wire::frame_bytes(payloads[i]);
+      const auto header = checked_segment(i, s, bytes, id, {});
       std::fill(delta_.begin() + static_cast<std::ptrdiff_t>(filled),
                 delta_.begin() + static_cast<std::ptrdiff_t>(s.offset), 0.0f);
       const auto out = FloatSpan(delta_).subspan(s.offset, s.count);
-      const auto decoded = compression::decode_view(header, bytes, out);
-      if (whole)
-        delta = decoded;
-      else if (decoded.data() != out.data())
-        std::copy(decoded.begin(), decoded.end(), out.begin());
+      try {
+        const auto decoded = compression::decode_view(header, bytes, out);
+        if (decoded.data() != out.data()) std::copy(decoded.begin(), decoded.end(), out.begin());
+      } catch (const InputError& e) {
+        throw WireError(ErrorCode::bad_payload, fmt::format("segment {}: {}", i, e.what()), id);
+      }
       filled = s.offset + s.count;
-    } catch (const WireError&) {
-      throw;
-    } catch (const InputError& e) {
-      throw WireError(ErrorCode::bad_payload, fmt::format("segment {}: {}", i, e.what()), id);
     }
+    std::fill(delta_.begin() + static_cast<std::ptrdiff_t>(filled), delta_.end(), 0.0f);
+    delta = delta_;
   }
-  std::fill(delta_.begin() + static_cast<std::ptrdiff_t>(filled), delta_.end(), 0.0f);
-  if (!(finite ? *finite : all_finite(delta)))
-    throw WireError(ErrorCode::bad_payload, "push delta contains NaN or infinity", id);
+  // From here until commit() (or a throw, which drops it) the shard computes its next version.
+  auto staged = shard.start_push(r, m.round, delta, live_now);
+  bool finite = true;
+  if (in_place) {
+    checked_segment(0, m.segments[0], wire::frame_bytes(payloads[0]), id,
+                    [&](size_t, ConstByteSpan block) {
+                      finite = all_finite({reinterpret_cast<const float*>(block.data()),
+                                           block.size() / sizeof(float)}) &&
+                               finite;
+                    });
+  } else {
+    finite = all_finite(delta);
+  }
+  if (!finite) throw WireError(ErrorCode::bad_payload, "push delta contains NaN or infinity", id);
 
-  auto result = shard.apply_push(r, m.round, delta, live_now);
+  // Checked: the push is accepted. Reply first and commit right after. This loop commits it
+  // before it reads another message, so no peer can tell the difference, and whatever is left
+  // of the step runs while the reply is on its way rather than before it sets out. (The payload
+  // frame is read after the reply has gone: like any ZeroMQ frame, it must stay valid until
+  // ZeroMQ frees it.)
+  const auto result = staged.result();
   auto& c = metrics_.region(r);
   ++c.pushes;
   for (const auto& f : payloads) c.bytes_in += f.size();
@@ -402,9 +428,10 @@ ParamServer::Outcome ParamServer::on_push(uint32_t r, const wire::Header& h, con
     ++c.gate_waits;
     c.gate_wait_us += waited_us;
   }
-  release_rounds();
   reply(membership_.peer(r).value_or(std::string()), id,
         wire::PushReply{m.shard, m.round, result.staleness, waited_us});
+  staged.commit();
+  release_rounds();
   return Outcome::done;
 }
 
@@ -438,23 +465,28 @@ ParamServer::Outcome ParamServer::on_pull(uint32_t r, const wire::Header& h,
           id);
   }
   if (shard.released_round() < m.min_round) return Outcome::park;
-  Bytes payload = pool_.acquire(shard.pull_bytes(r, m.full));
-  if (m.full)
-    shard.pull_full(r, payload);
-  else
+  // The values themselves (shared, no copy: server/value_buffer.hpp), or a change encoded into a
+  // pooled buffer.
+  const bool values = shard.pull_sends_values(r, m.full);
+  std::vector<zmq::message_t> frames;
+  compression::CodecId codec = compression::CodecId::fp32;
+  if (values) {
+    frames.push_back(ValueBufferPool::frame(shard.pull_values(r)));
+  } else {
+    Bytes payload = pool_.acquire(shard.change_bytes(r));
     shard.pull_change(r, payload);
-  // The codec that wrote the payload (not parse_header: it would hash the payload once more).
-  const auto codec = m.full ? compression::CodecId::fp32 : shard.downlink_codec(r).id();
+    codec = shard.downlink_codec(r).id();
+    frames.push_back(pool_.frame(std::move(payload)));
+  }
+  const uint64_t bytes = frames.back().size();
   wire::PullReply out{m.shard,
                       shard.version(),
                       shard.released_round(),
-                      m.full,
-                      {{0, shard.range().count, static_cast<uint8_t>(codec), payload.size()}}};
+                      values,
+                      {{0, shard.range().count, static_cast<uint8_t>(codec), bytes}}};
   auto& c = metrics_.region(r);
   ++c.pulls;
-  c.bytes_out += payload.size();
-  std::vector<zmq::message_t> frames;
-  frames.push_back(pool_.frame(std::move(payload)));
+  c.bytes_out += bytes;
   reply(membership_.peer(r).value_or(std::string()), id, std::move(out), std::move(frames));
   return Outcome::done;
 }

@@ -40,6 +40,27 @@ class PassSplitter {
   std::jthread thread_;  // last: started after, and joined before, the members above
 };
 
+// Runs `task` on the splitter's thread for as long as the object lives: the destructor waits for
+// it, also while an exception unwinds the caller (whose stack the task may use). A null splitter
+// runs nothing.
+class SplitTask {
+ public:
+  SplitTask(PassSplitter* splitter, std::function<void()> task) : splitter_(splitter) {
+    if (splitter_) splitter_->start(std::move(task));
+  }
+  ~SplitTask() { wait(); }
+  // Waits for the task now (once; later calls and the destructor return at once).
+  void wait() {
+    if (splitter_) splitter_->wait();
+    splitter_ = nullptr;
+  }
+  SplitTask(const SplitTask&) = delete;
+  SplitTask& operator=(const SplitTask&) = delete;
+
+ private:
+  PassSplitter* splitter_;
+};
+
 // Passes over fewer elements than this stay on one thread: waking the helper costs tens of
 // microseconds, about what a pass over a few MiB saves.
 inline constexpr size_t kSplitElements = size_t{1} << 20;  // 4 MiB of fp32

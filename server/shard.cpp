@@ -1,6 +1,7 @@
 #include "server/shard.hpp"
 
 #include <algorithm>
+#include <thread>
 
 #include "compression/codecs.hpp"
 #include "compression/factory.hpp"
@@ -18,12 +19,13 @@ Shard::Shard(ShardRange range, std::vector<uint8_t> critical_mask, size_t region
     : range_(range),
       mask_(std::move(critical_mask)),
       settings_(settings),
-      values_(range.count, 0.0f),
+      pool_(range.count),
+      values_(pool_.acquire()),
       momentum_(range.count, 0.0f),
       gate_(regions, settings.staleness_bound),
+      pulled_(regions, false),
       base_(regions),
-      sent_version_(regions, 0),
-      full_codec_(compression::make_fp32_codec()) {
+      sent_version_(regions, 0) {
   for (size_t r = 0; r < regions; ++r) {
     const auto& spec = settings.downlink_spec(r);
     auto it = downlinks_.find(spec);
@@ -33,53 +35,150 @@ Shard::Shard(ShardRange range, std::vector<uint8_t> critical_mask, size_t region
   GT_ASSERT(mask_.size() == range.count, "mask size {} != shard size {}", mask_.size(),
             range.count);
   critical_count_ = static_cast<uint64_t>(std::count(mask_.begin(), mask_.end(), uint8_t{1}));
+  values_->fill([](size_t, FloatSpan block) { std::fill(block.begin(), block.end(), 0.0f); });
+}
+
+void Shard::commit(std::shared_ptr<ValueBuffer> next) {
+  values_ = std::move(next);
+  if (has_momentum()) std::swap(momentum_, momentum_next_);
+  ++version_;
+}
+
+Shard::StagedPush Shard::start_push(size_t region, uint64_t round, ConstFloatSpan delta,
+                                    const std::vector<bool>& live) {
+  return stage(region, round, delta, live,
+               splitter_ != nullptr && values_->size() >= kSplitElements);
+}
+
+Shard::StagedPush Shard::stage(size_t region, uint64_t round, ConstFloatSpan delta,
+                               const std::vector<bool>& live, bool on_splitter) {
+  const size_t n = values_->size();
+  GT_ASSERT(!staged_, "start_push while another push is staged");
+  GT_ASSERT(delta.size() == n, "delta size {} != shard size {}", delta.size(), n);
+  GT_ASSERT(round == gate_.clock(region) + 1, "round {} after clock {}", round,
+            gate_.clock(region));
+  GT_ASSERT(live.at(region), "push from a dead region {}", region);
+  auto& st = staged_.emplace();
+  st.region = region;
+  st.round = round;
+  st.live = live;
+  st.result.staleness = gate_.staleness(region, round, live);
+  st.result.weight = staleness_weight(settings_.weighting, st.result.staleness);
+  st.live_count = static_cast<float>(std::count(live.begin(), live.end(), true));
+  st.delta = delta;
+  if (critical_count_ < n) {
+    st.next = pool_.acquire();
+    st.out = st.next->unsealed_values();
+    if (has_momentum()) momentum_next_.resize(n);
+  }
+  if (on_splitter) {
+    if (st.next) {
+      const size_t blocks = (n + ValueBuffer::kFillBlock - 1) / ValueBuffer::kFillBlock;
+      st.claims = std::make_unique<std::atomic<uint8_t>[]>(blocks);  // all kFree
+    }
+    st.on_splitter = std::make_unique<SplitTask>(splitter_, [this] { compute_staged(nullptr); });
+  }
+  return StagedPush(*this);
 }
 
 Shard::PushResult Shard::apply_push(size_t region, uint64_t round, ConstFloatSpan delta,
                                     const std::vector<bool>& live) {
-  GT_ASSERT(delta.size() == values_.size(), "delta size {} != shard size {}", delta.size(),
-            values_.size());
-  GT_ASSERT(round == gate_.clock(region) + 1, "round {} after clock {}", round,
-            gate_.clock(region));
-  GT_ASSERT(live.at(region), "push from a dead region {}", region);
-  PushResult result;
-  result.staleness = gate_.staleness(region, round, live);
-  result.weight = staleness_weight(settings_.weighting, result.staleness);
+  // start_push + commit, with both threads on the step instead of one.
+  auto staged = stage(region, round, delta, live, false);
+  compute_staged(splitter_);
+  return staged.commit();
+}
 
-  if (critical_count_ > 0 || values_.empty()) {
-    auto& slot = pending_[round];
-    slot.resize(live.size());
-    slot[region] = std::vector<float>(delta.begin(), delta.end());
-  } else {
-    pending_[round].resize(live.size());
-    pending_[round][region] = std::vector<float>();  // participation only
+namespace {
+// Block claims of a staged push being computed by two threads (Shard::Staged::claims).
+constexpr uint8_t kFree = 0, kFiller = 1, kHelper = 2, kHelped = 3;
+}  // namespace
+
+void Shard::step_staged(size_t begin, FloatSpan out) {
+  const auto& st = *staged_;
+  const size_t count = out.size();
+  const auto m =
+      has_momentum() ? ConstFloatSpan(momentum_).subspan(begin, count) : ConstFloatSpan();
+  const auto m_out = has_momentum() ? FloatSpan(momentum_next_).subspan(begin, count) : FloatSpan();
+  // Non-critical elements only: w(tau) * delta / live, folded into the optimizer's step. Without
+  // critical elements the mask selects everything and the step runs unmasked.
+  const auto mask = critical_count_ > 0 ? std::span<const uint8_t>(mask_).subspan(begin, count)
+                                        : std::span<const uint8_t>();
+  outer_step(settings_.optimizer, values_->values().subspan(begin, count), m,
+             st.delta.subspan(begin, count), mask, 0, {st.result.weight, st.live_count}, out,
+             m_out);
+}
+
+void Shard::compute_staged(PassSplitter* splitter) {
+  auto& st = *staged_;
+  const size_t n = values_->size();
+  // The critical part waits for its round's release: keep a copy. Without critical elements the
+  // region's push only counts as taking part in the round.
+  if (critical_count_ > 0 || n == 0) st.kept.assign(st.delta.begin(), st.delta.end());
+  // The rest is applied now, by a step that writes the next version beside the current one.
+  if (st.next) {
+    st.next->fill(
+        [&](size_t begin, FloatSpan block) {
+          if (st.claims) {
+            auto& claim = st.claims[begin / ValueBuffer::kFillBlock];
+            uint8_t expected = kFree;
+            if (!claim.compare_exchange_strong(expected, kFiller, std::memory_order_acq_rel)) {
+              // The other thread has it: wait until it is written, then let fill hash it. A
+              // block is a few microseconds of work.
+              while (claim.load(std::memory_order_acquire) != kHelped) std::this_thread::yield();
+              return;
+            }
+          }
+          step_staged(begin, block);
+        },
+        splitter);
   }
-  if (critical_count_ < values_.size()) {
-    // w(tau) * delta / live, folded into the optimizer's pass; without critical elements the
-    // mask selects everything and the step runs unmasked.
-    const auto n_live = static_cast<float>(std::count(live.begin(), live.end(), true));
-    const auto mask =
-        critical_count_ > 0 ? std::span<const uint8_t>(mask_) : std::span<const uint8_t>();
-    auto step = [&](size_t begin, size_t end) {
-      const size_t count = end - begin;
-      outer_step(settings_.optimizer, FloatSpan(values_).subspan(begin, count),
-                 FloatSpan(momentum_).subspan(begin, count), delta.subspan(begin, count),
-                 mask.empty() ? mask : mask.subspan(begin, count), 0, {result.weight, n_live});
-    };
-    const size_t n = values_.size();
-    if (splitter_ != nullptr && n >= kSplitElements) {
-      // Halves on two threads; the split is a multiple of 16 elements, so no 64-byte line of
-      // values or momentum is written by both.
-      const size_t half = n / 2 / 16 * 16;
-      splitter_->start([&] { step(half, n); });
-      step(0, half);
-      splitter_->wait();
-    } else {
-      step(0, n);
-    }
-    ++version_;
+  st.computed = true;
+}
+
+void Shard::help_staged() {
+  auto& st = *staged_;
+  if (!st.claims) return;
+  const size_t n = values_->size();
+  for (size_t b = (n + ValueBuffer::kFillBlock - 1) / ValueBuffer::kFillBlock; b-- > 0;) {
+    uint8_t expected = kFree;
+    if (!st.claims[b].compare_exchange_strong(expected, kHelper, std::memory_order_acq_rel))
+      return;  // the filler got here: it does the rest
+    const size_t begin = b * ValueBuffer::kFillBlock;
+    step_staged(begin, st.out.subspan(begin, std::min(ValueBuffer::kFillBlock, n - begin)));
+    st.claims[b].store(kHelped, std::memory_order_release);
   }
-  gate_.set_clock(region, round);
+}
+
+void Shard::commit_staged() {
+  auto& st = *staged_;
+  help_staged();
+  st.on_splitter.reset();  // waits for it
+  if (!st.computed) compute_staged(splitter_);
+  auto& slot = pending_[st.round];
+  slot.resize(st.live.size());
+  slot[st.region] = std::move(st.kept);
+  if (st.next) commit(std::move(st.next));
+  gate_.set_clock(st.region, st.round);
+  staged_.reset();
+}
+
+Shard::StagedPush::~StagedPush() {
+  if (shard_ == nullptr) return;
+  shard_->staged_->on_splitter.reset();  // waits for it before the push's buffers go
+  shard_->staged_.reset();
+}
+
+Shard::PushResult Shard::StagedPush::result() const {
+  GT_ASSERT(shard_ != nullptr, "StagedPush::result after commit");
+  return shard_->staged_->result;
+}
+
+Shard::PushResult Shard::StagedPush::commit() {
+  GT_ASSERT(shard_ != nullptr, "StagedPush committed twice");
+  const PushResult result = shard_->staged_->result;
+  shard_->commit_staged();
+  shard_ = nullptr;
   return result;
 }
 
@@ -98,14 +197,29 @@ std::vector<Shard::Released> Shard::release_ready(const std::vector<bool>& live)
     if (!complete || contributors == 0) break;
     if (critical_count_ > 0) {
       // Sum in region order, then divide: independent of arrival order.
-      scratch_.assign(values_.size(), 0.0f);
+      const size_t n = values_->size();
+      scratch_.assign(n, 0.0f);
       for (auto& s : slots)
         if (s)
-          for (size_t i = 0; i < scratch_.size(); ++i) scratch_[i] += (*s)[i];
+          for (size_t i = 0; i < n; ++i) scratch_[i] += (*s)[i];
       // The division by the contributors happens in the optimizer's pass: 1 * sum / n.
-      outer_step(settings_.optimizer, values_, momentum_, scratch_, mask_, 1,
-                 {1.0f, static_cast<float>(contributors)});
-      ++version_;
+      auto next = pool_.acquire();
+      if (has_momentum()) momentum_next_.resize(n);
+      const ConstFloatSpan values = values_->values();
+      const auto divisor = static_cast<float>(contributors);
+      next->fill(
+          [&](size_t begin, FloatSpan block) {
+            const size_t count = block.size();
+            const auto m_out =
+                has_momentum() ? FloatSpan(momentum_next_).subspan(begin, count) : FloatSpan();
+            outer_step(settings_.optimizer, values.subspan(begin, count),
+                       ConstFloatSpan(momentum_).subspan(begin, count),
+                       ConstFloatSpan(scratch_).subspan(begin, count),
+                       std::span<const uint8_t>(mask_).subspan(begin, count), 1, {1.0f, divisor},
+                       block, m_out);
+          },
+          splitter_);
+      commit(std::move(next));
     }
     ++released_round_;
     out.push_back({released_round_, contributors});
@@ -117,84 +231,66 @@ std::vector<Shard::Released> Shard::release_ready(const std::vector<bool>& live)
 void Shard::rejoin(size_t region) {
   for (auto& [round, slots] : pending_) slots.at(region).reset();
   gate_.set_clock(region, released_round_);
+  pulled_.at(region) = false;
   base_.at(region).reset();
   sent_version_.at(region) = 0;
   downlink_of_.at(region)->reset(region);
 }
 
-size_t Shard::pull_bytes(size_t region, bool full) const {
-  const auto& codec = full ? *full_codec_ : downlink_of_.at(region)->codec();
-  return codec.max_payload_bytes(values_.size());
+bool Shard::pull_sends_values(size_t region, bool full) const {
+  return full || downlink_of_.at(region)->codec().id() == compression::CodecId::fp32;
 }
 
-void Shard::pull_full(size_t region, Bytes& out) {
-  full_codec_->encode(values_, out);
-  base_.at(region) = values_;
-  sent_version_.at(region) = version_;
+std::shared_ptr<const ValueBuffer> Shard::pull_values(size_t region) {
+  if (!pull_sends_values(region, false)) {
+    // A lossy downlink sends changes from here on: keep what this pull sends to diff against.
+    auto& base = base_.at(region);
+    if (!base) base.emplace(values_->size());
+    std::copy(values().begin(), values().end(), base->begin());
+  }
   downlink_of_.at(region)->reset(region);
+  pulled_.at(region) = true;
+  sent_version_.at(region) = version_;
+  return values_;
+}
+
+size_t Shard::change_bytes(size_t region) const {
+  return downlink_of_.at(region)->codec().max_payload_bytes(values_->size());
 }
 
 void Shard::pull_change(size_t region, Bytes& out) {
+  GT_ASSERT(!pull_sends_values(region, false), "pull_change for region {}, which is sent values",
+            region);
   auto& base = base_.at(region);
-  GT_ASSERT(base.has_value(), "pull_change before pull_full for region {}", region);
-  auto& downlink = *downlink_of_.at(region);
-  const size_t n = values_.size();
-  if (downlink.codec().id() == compression::CodecId::fp32 &&
-      downlink.residual(region).size() == n) {
-    // Lossless downlink, after the region's first change pull. The fp32 error-feedback step
-    // sends x = g + e and sets e to +0 (kernels/codec_cpu fp32_encode), and nothing else writes
-    // this residual, so it is +0 everywhere here: the step is out = g + 0.0f with e unchanged.
-    // Done in one pass with g = values - sent and sent = values, straight into the payload,
-    // each block hashed for the checksum while it is in cache. Tests hold this path to the
-    // generic one, byte for byte and residual for residual.
-    out.resize(compression::kHeaderBytes + 4 * n);
-    GT_ASSERT(
-        reinterpret_cast<uintptr_t>(out.data() + compression::kHeaderBytes) % alignof(float) == 0,
-        "misaligned payload body");
-    compression::PayloadHeader h;
-    h.codec = compression::CodecId::fp32;
-    h.elements = n;
-    const ConstFloatSpan values = values_;
-    const FloatSpan sent = *base;
-    const FloatSpan body(reinterpret_cast<float*>(out.data() + compression::kHeaderBytes), n);
-    // A large shard: the splitter's thread computes the second half while this one computes and
-    // hashes the first; the hash of the second half waits for it. The split is a multiple of a
-    // checksum block, so one block starts exactly there.
-    constexpr size_t kBlockElements = compression::kChecksumBlock / sizeof(float);
-    size_t split = n;
-    bool waited = true;
-    if (splitter_ != nullptr && n >= kSplitElements) {
-      split = n / 2 / kBlockElements * kBlockElements;
-      waited = false;
-      splitter_->start([&, split] {
-        take_change_fp32(values.subspan(split), sent.subspan(split), body.subspan(split));
-      });
-    }
-    compression::write_payload(h, out, [&](size_t offset, ByteSpan block) {
-      const size_t at = offset / sizeof(float), count = block.size() / sizeof(float);
-      if (at >= split) {
-        if (!waited) splitter_->wait();
-        waited = true;
-        return;
-      }
-      take_change_fp32(values.subspan(at, count), sent.subspan(at, count), body.subspan(at, count));
-    });
-    if (!waited) splitter_->wait();
-  } else {
-    // TODO(perf): a codec entry point taking values and sent instead of g would fuse this pass
-    // into the error-feedback encode (x = (values - sent) + e), one pass fewer for lossy codecs.
-    scratch_.resize(n);
-    take_change(values_, *base, scratch_);
-    downlink.encode(region, scratch_, out);
-  }
+  GT_ASSERT(pulled_.at(region) && base.has_value(), "pull_change before pull_values for region {}",
+            region);
+  // TODO(perf): a codec entry point taking values and sent instead of g would fuse this pass
+  // into the error-feedback encode (x = (values - sent) + e), one pass fewer for lossy codecs.
+  scratch_.resize(values_->size());
+  take_change(values(), *base, scratch_);
+  downlink_of_.at(region)->encode(region, scratch_, out);
   sent_version_.at(region) = version_;
+}
+
+Bytes Shard::pull_copy(size_t region, bool full) {
+  if (pull_sends_values(region, full)) {
+    const auto payload = pull_values(region)->payload();
+    return Bytes(payload.begin(), payload.end());
+  }
+  Bytes out;
+  pull_change(region, out);
+  return out;
 }
 
 void Shard::restore(uint64_t version, uint64_t released_round, ConstFloatSpan values,
                     ConstFloatSpan momentum) {
-  GT_ASSERT(values.size() == values_.size() && momentum.size() == momentum_.size(),
-            "restore sizes {} {} for shard of {}", values.size(), momentum.size(), values_.size());
-  std::copy(values.begin(), values.end(), values_.begin());
+  GT_ASSERT(values.size() == values_->size() && momentum.size() == momentum_.size(),
+            "restore sizes {} {} for shard of {}", values.size(), momentum.size(), values_->size());
+  auto next = pool_.acquire();
+  next->fill([&](size_t begin, FloatSpan block) {
+    std::copy_n(values.begin() + static_cast<std::ptrdiff_t>(begin), block.size(), block.begin());
+  });
+  values_ = std::move(next);
   std::copy(momentum.begin(), momentum.end(), momentum_.begin());
   version_ = version;
   released_round_ = released_round;

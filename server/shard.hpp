@@ -1,19 +1,22 @@
 // Shard: one contiguous range of the global parameters and everything the server keeps for it.
 //
-// Owns: the values, the outer optimizer's momentum, the shard version (bumped whenever values
-// change), the synchronous round counter, the staleness gate's clocks, the critical deltas of
-// rounds not yet released (one per region, summed in region order at release so the result does
-// not depend on arrival order), and the downlink state per region (the values last sent and the
-// ErrorFeedback residual stream of that region, with the region's downlink codec).
+// Owns: the values (one ValueBuffer per version, copy-on-write: server/value_buffer.hpp), the
+// outer optimizer's momentum, the shard version (bumped whenever values change), the synchronous
+// round counter, the staleness gate's clocks, the critical deltas of rounds not yet released (one
+// per region, summed in region order at release so the result does not depend on arrival order),
+// and the downlink state per region (whether it has values, the version last sent, and for a
+// lossy downlink codec the values last sent and that region's ErrorFeedback residual stream).
 //
 // Consistency (docs/protocol.md): critical elements change only when a round is released, by the
 // outer optimizer applied to the average of the live regions' deltas for that round;
 // non-critical elements change on every push, by the optimizer applied to w(tau) * delta / live.
+//
 // Callers validate input first: every method here asserts its preconditions (our bugs).
 // Nothing blocks, but a pass split with the PassSplitter waits for its other half; not
 // thread-safe (the server's loop thread owns it).
 #pragma once
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <optional>
@@ -26,6 +29,7 @@
 #include "server/pass_splitter.hpp"
 #include "server/shard_map.hpp"
 #include "server/staleness_gate.hpp"
+#include "server/value_buffer.hpp"
 
 namespace geotrain::server {
 
@@ -56,8 +60,7 @@ class Shard {
   const StalenessGate& gate() const { return gate_; }
   uint64_t version() const { return version_; }
   uint64_t released_round() const { return released_round_; }
-  ConstFloatSpan values() const { return values_; }
-  FloatSpan values() { return values_; }
+  ConstFloatSpan values() const { return values_->values(); }
   ConstFloatSpan momentum() const { return momentum_; }
   const std::vector<uint8_t>& critical_mask() const { return mask_; }
   bool has_critical() const { return critical_count_ > 0; }
@@ -73,6 +76,30 @@ class Shard {
   PushResult apply_push(size_t region, uint64_t round, ConstFloatSpan delta,
                         const std::vector<bool>& live);
 
+  // apply_push in two halves, so that the caller can check the delta while the shard computes
+  // from it (on the splitter's thread, for a shard of kSplitElements or more with a splitter;
+  // otherwise the computing waits for commit()). The caller must keep `delta` valid and
+  // unchanged, and must not use the shard, until the StagedPush is committed or destroyed.
+  // Destroyed without commit(), it waits for the other thread and drops the push: the shard is
+  // as it was. One staged push at a time.
+  class StagedPush {
+   public:
+    StagedPush(const StagedPush&) = delete;
+    StagedPush& operator=(const StagedPush&) = delete;
+    ~StagedPush();
+    // What commit() will report (the staleness and its weight), known from the start.
+    PushResult result() const;
+    // Finishes and commits the push: apply_push's effect.
+    PushResult commit();
+
+   private:
+    friend class Shard;
+    explicit StagedPush(Shard& shard) : shard_(&shard) {}
+    Shard* shard_;  // null once committed
+  };
+  [[nodiscard]] StagedPush start_push(size_t region, uint64_t round, ConstFloatSpan delta,
+                                      const std::vector<bool>& live);
+
   struct Released {
     uint64_t round = 0;
     size_t contributors = 0;
@@ -84,26 +111,24 @@ class Shard {
   // round, and it must pull full values before it can pull changes.
   void rejoin(size_t region);
 
-  bool has_downlink(size_t region) const { return base_.at(region).has_value(); }
+  bool has_downlink(size_t region) const { return pulled_.at(region); }
   uint64_t sent_version(size_t region) const { return sent_version_.at(region); }
-  // fp32 payload of the current values into `out` (resized); restarts the region's downlink stream.
-  void pull_full(size_t region, Bytes& out);
-  // Payload of (values - values last sent) + residual, with the region's error feedback, into
-  // `out` (resized).
+
+  // What a pull sends: the values themselves for a full pull, and for every pull of a region
+  // whose downlink codec is fp32 (lossless, so the values say exactly what the change would, and
+  // the region's copy ends bit-identical to the shard's); otherwise the change.
+  bool pull_sends_values(size_t region, bool full) const;
+  // The current values as a sealed fp32 payload, shared without a copy; (re)starts the region's
+  // downlink from them.
+  std::shared_ptr<const ValueBuffer> pull_values(size_t region);
+  // Lossy downlink codecs only: the payload of (values - values last sent) + residual, with the
+  // region's error feedback, into `out` (resized).
   void pull_change(size_t region, Bytes& out);
-  Bytes pull_full(size_t region) {
-    Bytes out;
-    pull_full(region, out);
-    return out;
-  }
-  Bytes pull_change(size_t region) {
-    Bytes out;
-    pull_change(region, out);
-    return out;
-  }
-  // The payload size of the region's next pull (an upper bound for codecs of variable size), so
-  // that the caller can hand pull_*() a buffer that needs no resizing.
-  size_t pull_bytes(size_t region, bool full) const;
+  // The payload size of the region's next change pull (an upper bound for codecs of variable
+  // size), so that the caller can hand pull_change() a buffer that needs no resizing.
+  size_t change_bytes(size_t region) const;
+  // The payload bytes a pull sends, copied (tests and tools).
+  Bytes pull_copy(size_t region, bool full);
   // The region's downlink error-feedback residual (empty before its first change pull).
   ConstFloatSpan downlink_residual(size_t region) const {
     return downlink_of_.at(region)->residual(region);
@@ -112,8 +137,8 @@ class Shard {
     return downlink_of_.at(region)->codec();
   }
 
-  // Lets the push's optimizer pass and the fp32 pull pass of a large shard run half on the
-  // splitter's thread (server/pass_splitter.hpp); borrowed, must outlive the shard or be reset.
+  // Lets the optimizer's pass over a large shard run half on the splitter's thread
+  // (server/pass_splitter.hpp); borrowed, must outlive the shard or be reset.
   void set_splitter(PassSplitter* splitter) { splitter_ = splitter; }
 
   // Checkpoint restore: values and momentum must have the shard's size.
@@ -121,26 +146,60 @@ class Shard {
                ConstFloatSpan momentum);
 
  private:
+  // A push between start_push and commit.
+  struct Staged {
+    size_t region = 0;
+    uint64_t round = 0;
+    std::vector<bool> live;
+    PushResult result;
+    float live_count = 0;
+    ConstFloatSpan delta;
+    std::vector<float> kept;            // the critical part's copy (see apply_push)
+    std::shared_ptr<ValueBuffer> next;  // the next version, when the push changes values
+    FloatSpan out;                      // next's values, while it is being filled
+    bool computed = false;
+    // While the splitter's thread fills `next` front to back, this thread may step blocks from
+    // the back (help_staged); a block is stepped by whichever thread claims it first.
+    std::unique_ptr<std::atomic<uint8_t>[]> claims;
+    std::unique_ptr<SplitTask> on_splitter;  // computing on the splitter's thread
+  };
+  // Stages a push; `on_splitter`: its computing starts now, on the splitter's thread.
+  StagedPush stage(size_t region, uint64_t round, ConstFloatSpan delta,
+                   const std::vector<bool>& live, bool on_splitter);
+  // Computes staged_'s copy and next version; `splitter` may take half of the step.
+  void compute_staged(PassSplitter* splitter);
+  // The optimizer's step over next's values [begin, begin + out.size()).
+  void step_staged(size_t begin, FloatSpan out);
+  // Steps blocks from the back while the splitter's thread fills from the front.
+  void help_staged();
+  void commit_staged();
+  // Makes `next` (and momentum_next_) the current version.
+  void commit(std::shared_ptr<ValueBuffer> next);
+  bool has_momentum() const { return settings_.optimizer.momentum != 0.0f; }
+
   ShardRange range_;
   std::vector<uint8_t> mask_;  // 1 = critical element
   uint64_t critical_count_ = 0;
   ShardSettings settings_;
-  ShardBuffer values_;
+  ValueBufferPool pool_;
+  std::shared_ptr<ValueBuffer> values_;  // the current version: sealed, never written again
   ShardBuffer momentum_;
+  ShardBuffer momentum_next_;  // the next version's, while a step computes it
   uint64_t version_ = 0;
   uint64_t released_round_ = 0;
   StalenessGate gate_;
   // round -> per region critical delta (empty optional: not pushed yet)
   std::map<uint64_t, std::vector<std::optional<std::vector<float>>>> pending_;
-  std::vector<std::optional<ShardBuffer>> base_;  // downlink: values last sent
+  std::vector<bool> pulled_;                      // has values since it (re)joined
+  std::vector<std::optional<ShardBuffer>> base_;  // lossy downlink: values last sent
   std::vector<uint64_t> sent_version_;
   // One ErrorFeedback per distinct downlink codec spec; its stream `region` is that region's
   // residual, so every region has exactly one stream whatever codec it uses.
   std::map<std::string, compression::ErrorFeedback> downlinks_;
   std::vector<compression::ErrorFeedback*> downlink_of_;  // per region, into downlinks_
-  std::unique_ptr<compression::Codec> full_codec_;
   ShardBuffer scratch_;
   PassSplitter* splitter_ = nullptr;
+  std::optional<Staged> staged_;
 };
 
 }  // namespace geotrain::server

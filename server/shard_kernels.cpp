@@ -38,16 +38,4 @@ void take_change(ConstFloatSpan values, FloatSpan sent, FloatSpan g) {
   }
 }
 
-void take_change_fp32(ConstFloatSpan values, FloatSpan sent, FloatSpan out) {
-  GT_ASSERT(values.size() == sent.size() && out.size() == values.size(),
-            "take_change_fp32 sizes: {} {} {}", values.size(), sent.size(), out.size());
-  const float* GT_RESTRICT v = values.data();
-  float* GT_RESTRICT s = sent.data();
-  float* GT_RESTRICT o = out.data();
-  for (size_t i = 0; i < values.size(); ++i) {
-    o[i] = (v[i] - s[i]) + 0.0f;
-    s[i] = v[i];
-  }
-}
-
 }  // namespace geotrain::server

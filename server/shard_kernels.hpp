@@ -16,9 +16,4 @@ bool all_finite(ConstFloatSpan x);
 // Lossy downlink, the input of the error-feedback encode: g = values - sent, then sent = values.
 void take_change(ConstFloatSpan values, FloatSpan sent, FloatSpan g);
 
-// fp32 downlink whose error-feedback residual is zero (see Shard::pull_change):
-// out = (values - sent) + 0.0f, then sent = values. The + 0.0f is the residual the reference
-// order x = g + e adds; it turns a -0 change into +0 exactly as that order does.
-void take_change_fp32(ConstFloatSpan values, FloatSpan sent, FloatSpan out);
-
 }  // namespace geotrain::server

@@ -130,7 +130,7 @@ TEST_CASE(
   server::ShardRange range{0, 0, 3000, 0};
   server::Shard shard(range, std::vector<uint8_t>(3000, 0), 2, settings);
   const std::vector<bool> live{true, true};
-  auto full = shard.pull_full(1);
+  auto full = shard.pull_copy(1, true);
   std::vector<float> view(3000);
   compression::decode_payload(full, view);
   std::mt19937 rng(5);
@@ -141,7 +141,7 @@ TEST_CASE(
       for (float& x : delta) x = d(rng);
       shard.apply_push(region, t, delta, live);
     }
-    const auto payload = shard.pull_change(1);
+    const auto payload = shard.pull_copy(1, false);
     REQUIRE(compression::parse_header(payload).codec == compression::CodecId::int8);
     compression::decode_payload(payload, change);
     for (size_t i = 0; i < 3000; ++i) view[i] += change[i];
@@ -176,11 +176,13 @@ TEST_CASE(
   push(b, 1, delta);
   push(c, 1, delta);
 
-  auto pa = pull(a, false, v0, 1);  // fp32: a reconstructs the server's values exactly
+  auto pa = pull(a, false, v0, 1);  // fp32: a is sent the server's values themselves
+  CHECK(pa.header.full);
   REQUIRE(pa.header.segments.size() == 1);
   CHECK(pa.header.segments[0].codec == static_cast<uint8_t>(compression::CodecId::fp32));
   const auto& truth = pa.values;
   auto pb1 = pull(b, false, v0, 1);
+  CHECK_FALSE(pb1.header.full);
   CHECK(pb1.header.segments[0].codec == static_cast<uint8_t>(compression::CodecId::onebit));
   CHECK(pb1.header.segments[0].bytes * 16 < pa.header.segments[0].bytes);
   auto error = [&](const std::vector<float>& view) {

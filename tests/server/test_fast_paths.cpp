@@ -1,23 +1,28 @@
 // The server's fused passes and buffer reuse (server/shard_kernels.hpp, outer_optimizer.hpp,
-// payload_pool.hpp, pass_splitter.hpp, Shard::pull_change's fp32 path) against the unfused or
-// single-threaded reference they replace: equal bit for bit, not within a tolerance.
+// payload_pool.hpp, value_buffer.hpp, pass_splitter.hpp)
+// against the unfused or single-threaded reference they replace: equal bit for bit, not within a
+// tolerance.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <mutex>
 #include <random>
 #include <thread>
 
 #include "compression/error_feedback.hpp"
 #include "compression/factory.hpp"
+#include "compression/payload.hpp"
+#include "core/error.hpp"
 #include "server/huge_pages.hpp"
 #include "server/outer_optimizer.hpp"
 #include "server/pass_splitter.hpp"
 #include "server/payload_pool.hpp"
 #include "server/shard.hpp"
 #include "server/shard_kernels.hpp"
+#include "server/value_buffer.hpp"
 #include "server_fixture.hpp"
 
 using namespace geotrain;
@@ -69,13 +74,15 @@ TEST_CASE(
     for (bool masked : {false, true}) {
       CAPTURE(config.describe());
       CAPTURE(masked);
-      auto theta = gaussian(n, 2), m = gaussian(n, 3);
+      const auto theta = gaussian(n, 2), m = gaussian(n, 3);
       auto ref_theta = theta, ref_m = m;
       const auto& sel = masked ? mask : std::vector<uint8_t>();
-      server::outer_step(config, theta, m, delta, sel, 0, {1.0f / 3.0f, 2.0f});
+      std::vector<float> theta_out(n, -1.0f), m_out(n, -1.0f);
+      server::outer_step(config, theta, m, delta, sel, 0, {1.0f / 3.0f, 2.0f}, theta_out, m_out);
       reference_step(config, ref_theta, ref_m, delta, sel, 0, 1.0f / 3.0f, 2.0f);
-      CHECK(same_bits(theta, ref_theta));
-      CHECK(same_bits(m, ref_m));
+      CHECK(same_bits(theta_out, ref_theta));
+      // Without momentum m is not the optimizer's: m_out is left alone.
+      CHECK(same_bits(m_out, config.momentum == 0.0f ? std::vector<float>(n, -1.0f) : ref_m));
     }
   }
 }
@@ -103,52 +110,40 @@ TEST_CASE("take_change returns values - sent and leaves sent equal to the values
   const auto values = gaussian(1000, 4);
   auto sent = gaussian(1000, 5);
   const auto before = sent;
-  std::vector<float> g(1000), g_fp32(1000);
-  auto sent2 = sent;
+  std::vector<float> g(1000);
   server::take_change(values, sent, g);
-  server::take_change_fp32(values, sent2, g_fp32);
   for (size_t i = 0; i < 1000; ++i) REQUIRE(g[i] == values[i] - before[i]);
   CHECK(same_bits(sent, values));
-  CHECK(same_bits(sent2, values));
-  CHECK(same_bits(g, g_fp32));
-  // The one difference: a change of -0 leaves the fp32 path as +0, as x = g + e with e = +0 does.
-  std::vector<float> v{-0.0f}, s{0.0f}, out(1);
-  server::take_change_fp32(v, s, out);
-  CHECK_FALSE(std::signbit(out[0]));
 }
 
 TEST_CASE(
-    "the fp32 downlink's one-pass path sends the bytes and keeps the residual of the "
-    "error-feedback reference") {
+    "a region with the fp32 downlink is sent the values themselves, without a copy, and a later "
+    "push leaves the sent version as it was") {
   const size_t n = 70000;          // more than one checksum block, and not a multiple of one
   server::ShardSettings settings;  // fp32 downlink
+  settings.downlink_codec_for[0] = "int8";
   server::Shard shard(server::ShardRange{0, 0, n, 0}, std::vector<uint8_t>(n, 0), 2, settings);
   const std::vector<bool> live{true, true};
-  // The reference: the values last sent, and the error feedback's reference (unfused) order.
-  compression::ErrorFeedback reference(compression::make_codec("fp32"), false);
-  std::vector<float> sent(shard.values().begin(), shard.values().end()), g(n);
-  shard.pull_full(1);
-  Bytes out;
-  uint64_t round = 0;
-  for (int pull = 1; pull <= 4; ++pull) {
-    CAPTURE(pull);
-    if (pull != 3) {  // no push before the third pull: a pull of no change
-      ++round;
-      for (size_t region = 0; region < 2; ++region) {
-        auto delta = gaussian(n, static_cast<unsigned>(10 * round + region));
-        for (size_t i = 0; i < n; i += 7) delta[i] = 0.0f;
-        shard.apply_push(region, round, delta, live);
-      }
-    }
-    shard.pull_change(1, out);
-    for (size_t i = 0; i < n; ++i) g[i] = shard.values()[i] - sent[i];
-    Bytes expected;
-    reference.encode(1, g, expected);
-    std::copy(shard.values().begin(), shard.values().end(), sent.begin());
-    REQUIRE(out == expected);
-    CHECK(same_bits(shard.downlink_residual(1), reference.residual(1)));
-    CHECK(shard.sent_version(1) == shard.version());
-  }
+  CHECK(shard.pull_sends_values(1, false));  // fp32: every pull
+  CHECK(shard.pull_sends_values(0, true));   // int8: full pulls only
+  CHECK_FALSE(shard.pull_sends_values(0, false));
+  shard.apply_push(0, 1, gaussian(n, 1), live);
+  const auto sent = shard.pull_values(1);
+  CHECK(shard.has_downlink(1));
+  CHECK(shard.sent_version(1) == shard.version());
+  CHECK(sent->values().data() == shard.values().data());  // shared, not copied
+  const auto payload = sent->payload();
+  const Bytes copy(payload.begin(), payload.end());
+  std::vector<float> decoded(n);
+  compression::decode_payload(payload, decoded);
+  CHECK(same_bits(decoded, shard.values()));
+  CHECK(shard.pull_values(1).get() == sent.get());  // the same version: the same buffer again
+  // The next version is computed beside the sent one, which stays whole while ZeroMQ sends it.
+  shard.apply_push(1, 1, gaussian(n, 2), live);
+  CHECK(shard.values().data() != sent->values().data());
+  CHECK(std::equal(copy.begin(), copy.end(), sent->payload().begin()));
+  compression::decode_payload(sent->payload(), decoded);  // still sound: checksum and all
+  CHECK_FALSE(same_bits(decoded, shard.values()));
 }
 
 TEST_CASE(
@@ -183,6 +178,89 @@ TEST_CASE(
     late = short_lived.frame(short_lived.acquire(64));
   }
   CHECK(late.size() == 64);  // freed after its pool is gone: no crash, no leak (ASan builds)
+}
+
+TEST_CASE(
+    "a value buffer is filled block by block and sealed as an fp32 payload, on one thread or two") {
+  for (size_t n : {size_t{0}, size_t{1000}, 3 * server::ValueBuffer::kFillBlock + 5,
+                   server::kSplitElements + 12345}) {
+    CAPTURE(n);
+    server::ValueBufferPool pool(n);
+    server::PassSplitter splitter;
+    for (auto* split : {static_cast<server::PassSplitter*>(nullptr), &splitter}) {
+      auto b = pool.acquire();
+      CHECK(b->size() == n);
+      CHECK(reinterpret_cast<uintptr_t>(b->values().data()) % 64 == 0);
+      CHECK_FALSE(b->sealed());
+      std::vector<std::pair<size_t, size_t>> calls;
+      std::mutex calls_mutex;
+      b->fill(
+          [&](size_t begin, FloatSpan block) {
+            for (size_t i = 0; i < block.size(); ++i) block[i] = static_cast<float>(begin + i);
+            std::lock_guard lock(calls_mutex);
+            calls.emplace_back(begin, block.size());
+          },
+          split);
+      CHECK(b->sealed());
+      // Every value written exactly once, by blocks that tile the buffer.
+      std::sort(calls.begin(), calls.end());
+      size_t at = 0;
+      for (const auto& [begin, count] : calls) {
+        CHECK(begin == at);
+        at += count;
+      }
+      CHECK(at == n);
+      const bool was_split = split != nullptr && n >= server::kSplitElements;
+      CHECK(calls.size() == (was_split ? n / 2 / server::ValueBuffer::kFillBlock + 1
+                                       : (n + server::ValueBuffer::kFillBlock - 1) /
+                                             server::ValueBuffer::kFillBlock));
+      const auto payload = b->payload();
+      CHECK(payload.size() == compression::kHeaderBytes + 4 * n);
+      CHECK(payload.data() + compression::kHeaderBytes ==
+            reinterpret_cast<const std::byte*>(b->values().data()));
+      std::vector<float> decoded(n);
+      compression::decode_payload(payload, decoded);  // checksum and all
+      for (size_t i = 0; i < n; ++i) REQUIRE(decoded[i] == static_cast<float>(i));
+    }
+  }
+}
+
+TEST_CASE(
+    "the value buffer pool reuses a buffer once nothing holds it, frames included, and frames may "
+    "outlive the pool") {
+  server::ValueBufferPool pool(1000, 1);
+  auto fill = [](server::ValueBuffer& b, float x) {
+    b.fill([x](size_t, FloatSpan block) { std::fill(block.begin(), block.end(), x); });
+  };
+  auto a = pool.acquire();
+  fill(*a, 2.5f);
+  const auto payload = a->payload();
+  const float* where = a->values().data();
+  {
+    auto frame = server::ValueBufferPool::frame(a);
+    CHECK(frame.data() == payload.data());  // no copy
+    CHECK(frame.size() == payload.size());
+    a.reset();
+    CHECK(pool.idle() == 0);  // the frame still holds it
+  }
+  CHECK(pool.idle() == 1);
+  auto again = pool.acquire();
+  CHECK(again->values().data() == where);
+  CHECK_FALSE(again->sealed());  // a new version: to be filled again
+  fill(*again, 1.0f);
+  auto other = pool.acquire();
+  CHECK(other->values().data() != where);
+  again.reset();
+  other.reset();
+  CHECK(pool.idle() == 1);  // at most max_idle wait
+  zmq::message_t late;
+  {
+    server::ValueBufferPool short_lived(16);
+    auto b = short_lived.acquire();
+    fill(*b, 0.0f);
+    late = server::ValueBufferPool::frame(std::move(b));
+  }
+  CHECK(late.size() == compression::kHeaderBytes + 64);  // no crash, no leak (ASan builds)
 }
 
 TEST_CASE(
@@ -260,31 +338,76 @@ TEST_CASE("the pass splitter runs each task on its thread and wait() returns onc
   }
 }
 
-TEST_CASE("a large shard's push and pull split over two threads give the bytes of one thread") {
+TEST_CASE("a large shard's push split over two threads gives the bytes of one thread") {
   const size_t n =
       server::kSplitElements + 12345;  // large enough to split, halves of unequal blocks
-  server::ShardSettings settings;
-  settings.optimizer = {0.7f, 0.9f, true};
-  std::vector<uint8_t> mask(n, 0);
-  for (size_t i = 0; i < n; i += 5) mask[i] = 1;  // some critical elements: the masked step
-  server::Shard one(server::ShardRange{0, 0, n, 0}, mask, 1, settings);
-  server::Shard two(server::ShardRange{0, 0, n, 0}, mask, 1, settings);
-  server::PassSplitter splitter;
-  two.set_splitter(&splitter);
-  const std::vector<bool> live{true};
-  one.pull_full(0);
-  two.pull_full(0);
-  Bytes a, b;
-  for (uint64_t t = 1; t <= 3; ++t) {
-    const auto delta = gaussian(n, static_cast<unsigned>(t));
-    one.apply_push(0, t, delta, live);
-    two.apply_push(0, t, delta, live);
-    one.release_ready(live);
-    two.release_ready(live);
-    REQUIRE(same_bits(one.values(), two.values()));
-    REQUIRE(same_bits(one.momentum(), two.momentum()));
-    one.pull_change(0, a);
-    two.pull_change(0, b);
-    REQUIRE(a == b);
+  for (const char* downlink : {"fp32", "int8"}) {
+    CAPTURE(downlink);
+    server::ShardSettings settings;
+    settings.optimizer = {0.7f, 0.9f, true};
+    settings.downlink_codec = downlink;
+    std::vector<uint8_t> mask(n, 0);
+    for (size_t i = 0; i < n; i += 5) mask[i] = 1;  // some critical elements: the masked step
+    server::Shard one(server::ShardRange{0, 0, n, 0}, mask, 1, settings);
+    server::Shard two(server::ShardRange{0, 0, n, 0}, mask, 1, settings);
+    server::PassSplitter splitter;
+    two.set_splitter(&splitter);
+    const std::vector<bool> live{true};
+    REQUIRE(one.pull_copy(0, true) == two.pull_copy(0, true));
+    for (uint64_t t = 1; t <= 3; ++t) {
+      const auto delta = gaussian(n, static_cast<unsigned>(t));
+      one.apply_push(0, t, delta, live);
+      two.apply_push(0, t, delta, live);
+      REQUIRE(same_bits(one.values(), two.values()));
+      one.release_ready(live);
+      two.release_ready(live);
+      REQUIRE(same_bits(one.values(), two.values()));
+      REQUIRE(same_bits(one.momentum(), two.momentum()));
+      REQUIRE(one.pull_copy(0, false) == two.pull_copy(0, false));
+    }
+  }
+}
+
+TEST_CASE(
+    "a staged push computed on the splitter's thread commits the bytes of apply_push, and a "
+    "dropped one leaves the shard as it was") {
+  const size_t n = server::kSplitElements + 12345;
+  for (bool critical : {false, true}) {
+    CAPTURE(critical);
+    server::ShardSettings settings;
+    settings.optimizer = {0.7f, 0.9f, true};
+    std::vector<uint8_t> mask(n, 0);
+    if (critical)
+      for (size_t i = 0; i < n; i += 5) mask[i] = 1;
+    server::Shard reference(server::ShardRange{0, 0, n, 0}, mask, 2, settings);
+    server::Shard staged(server::ShardRange{0, 0, n, 0}, mask, 2, settings);
+    server::PassSplitter splitter;
+    staged.set_splitter(&splitter);
+    const std::vector<bool> live{true, true};
+    for (uint64_t t = 1; t <= 3; ++t) {
+      for (size_t region = 0; region < 2; ++region) {
+        const auto delta = gaussian(n, static_cast<unsigned>(10 * t + region));
+        // A push dropped before its commit first: nothing of it may remain.
+        {
+          const auto noise = gaussian(n, 99);
+          auto dropped = staged.start_push(region, t, noise, live);
+          CHECK(dropped.result().staleness == 0);
+        }
+        CHECK(staged.gate().clock(region) == t - 1);
+        REQUIRE(same_bits(staged.values(), reference.values()));
+        REQUIRE(same_bits(staged.momentum(), reference.momentum()));
+        const auto expected = reference.apply_push(region, t, delta, live);
+        auto push = staged.start_push(region, t, delta, live);
+        const auto got = push.commit();
+        CHECK(got.staleness == expected.staleness);
+        CHECK(got.weight == expected.weight);
+        CHECK(staged.version() == reference.version());
+        REQUIRE(same_bits(staged.values(), reference.values()));
+        REQUIRE(same_bits(staged.momentum(), reference.momentum()));
+      }
+      CHECK(staged.release_ready(live).size() == reference.release_ready(live).size());
+      REQUIRE(same_bits(staged.values(), reference.values()));
+      REQUIRE(staged.pull_copy(0, true) == reference.pull_copy(0, true));
+    }
   }
 }

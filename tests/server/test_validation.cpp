@@ -101,6 +101,24 @@ TEST_CASE("every malformed message gets an error reply naming the problem and ch
          auto h = push_header(0, 1, 0, p, kShard);
          return push_with(h, std::move(p));
        }},
+      {"element count in a checksummed fp32 header differs from the segment",
+       wire::ErrorCode::bad_payload,
+       [](uint64_t) {
+         // The right size for the shard, a sound checksum, and a header that claims fewer elements.
+         auto p = good_payload();
+         auto h = compression::parse_header(p);
+         h.elements = kShard - 1;
+         compression::write_header(h, p);
+         auto header = push_header(0, 1, 0, p, kShard);
+         return push_with(header, std::move(p));
+       }},
+      {"payload with a flipped bit in its last checksum block", wire::ErrorCode::bad_payload,
+       [](uint64_t) {
+         auto p = good_payload();
+         p[p.size() - 3] ^= std::byte{4};
+         auto h = push_header(0, 1, 0, p, kShard);
+         return push_with(h, std::move(p));
+       }},
       {"unknown codec id", wire::ErrorCode::bad_codec,
        [](uint64_t) {
          auto p = good_payload();
