@@ -35,7 +35,13 @@ Shard::Shard(ShardRange range, std::vector<uint8_t> critical_mask, size_t region
   GT_ASSERT(mask_.size() == range.count, "mask size {} != shard size {}", mask_.size(),
             range.count);
   critical_count_ = static_cast<uint64_t>(std::count(mask_.begin(), mask_.end(), uint8_t{1}));
-  values_->fill([](size_t, FloatSpan block) { std::fill(block.begin(), block.end(), 0.0f); });
+  // Versions get their payload header as they are written when some region is sent values on
+  // every pull; otherwise only a full pull needs one, and makes it then.
+  header_on_fill_ = std::any_of(downlink_of_.begin(), downlink_of_.end(), [](const auto* d) {
+    return d->codec().id() == compression::CodecId::fp32;
+  });
+  values_->fill([](size_t, FloatSpan block) { std::fill(block.begin(), block.end(), 0.0f); },
+                nullptr, header_on_fill_);
 }
 
 void Shard::commit(std::shared_ptr<ValueBuffer> next) {
@@ -131,7 +137,7 @@ void Shard::compute_staged(PassSplitter* splitter) {
           }
           step_staged(begin, block);
         },
-        splitter);
+        splitter, header_on_fill_);
   }
   st.computed = true;
 }
@@ -218,7 +224,7 @@ std::vector<Shard::Released> Shard::release_ready(const std::vector<bool>& live)
                        std::span<const uint8_t>(mask_).subspan(begin, count), 1, {1.0f, divisor},
                        block, m_out);
           },
-          splitter_);
+          splitter_, header_on_fill_);
       commit(std::move(next));
     }
     ++released_round_;
@@ -242,6 +248,7 @@ bool Shard::pull_sends_values(size_t region, bool full) const {
 }
 
 std::shared_ptr<const ValueBuffer> Shard::pull_values(size_t region) {
+  values_->payload_for_send();  // the header, unless the version was written with it
   if (!pull_sends_values(region, false)) {
     // A lossy downlink sends changes from here on: keep what this pull sends to diff against.
     auto& base = base_.at(region);
@@ -287,9 +294,12 @@ void Shard::restore(uint64_t version, uint64_t released_round, ConstFloatSpan va
   GT_ASSERT(values.size() == values_->size() && momentum.size() == momentum_.size(),
             "restore sizes {} {} for shard of {}", values.size(), momentum.size(), values_->size());
   auto next = pool_.acquire();
-  next->fill([&](size_t begin, FloatSpan block) {
-    std::copy_n(values.begin() + static_cast<std::ptrdiff_t>(begin), block.size(), block.begin());
-  });
+  next->fill(
+      [&](size_t begin, FloatSpan block) {
+        std::copy_n(values.begin() + static_cast<std::ptrdiff_t>(begin), block.size(),
+                    block.begin());
+      },
+      splitter_, header_on_fill_);
   values_ = std::move(next);
   std::copy(momentum.begin(), momentum.end(), momentum_.begin());
   version_ = version;

@@ -183,6 +183,7 @@ class Shard {
   ShardSettings settings_;
   ValueBufferPool pool_;
   std::shared_ptr<ValueBuffer> values_;  // the current version: sealed, never written again
+  bool header_on_fill_ = true;           // versions hash their payload header as they are written
   ShardBuffer momentum_;
   ShardBuffer momentum_next_;  // the next version's, while a step computes it
   uint64_t version_ = 0;

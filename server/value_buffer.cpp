@@ -1,5 +1,6 @@
 #include "server/value_buffer.hpp"
 
+#include <algorithm>
 #include <mutex>
 #include <new>
 #include <vector>
@@ -46,30 +47,48 @@ FloatSpan ValueBuffer::unsealed_values() {
 }
 
 ConstByteSpan ValueBuffer::payload() const {
-  GT_ASSERT(sealed_, "the payload of a value buffer that is not sealed");
+  GT_ASSERT(has_header_, "the payload of a value buffer without its header");
   return payload_bytes();
 }
 
-void ValueBuffer::fill(const Write& write, PassSplitter* splitter) {
+ConstByteSpan ValueBuffer::payload_for_send() {
+  GT_ASSERT(sealed_, "sending a value buffer that is not filled");
+  if (!has_header_) {
+    compression::PayloadHeader h;
+    h.codec = compression::CodecId::fp32;
+    h.elements = elements_;
+    compression::write_header(h, payload_bytes());
+    has_header_ = true;
+  }
+  return payload_bytes();
+}
+
+void ValueBuffer::fill(const Write& write, PassSplitter* splitter, bool header) {
   GT_ASSERT(!sealed_, "writing the values of a sealed (published) version");
-  compression::PayloadHeader h;
-  h.codec = compression::CodecId::fp32;
-  h.elements = elements_;
   const FloatSpan values(data(), elements_);
   // The split is a multiple of a block, so a block is either this thread's or the other's, and
   // no 64-byte line is written by both.
   const bool split = splitter != nullptr && elements_ >= kSplitElements;
   const size_t half = split ? elements_ / 2 / kFillBlock * kFillBlock : elements_;
   SplitTask high(split ? splitter : nullptr, [&] { write(half, values.subspan(half)); });
-  compression::write_payload(h, payload_bytes(), [&](size_t offset, ByteSpan block) {
-    const size_t begin = offset / sizeof(float);
-    if (begin < half)
-      write(begin, values.subspan(begin, block.size() / sizeof(float)));
-    else
-      high.wait();  // for the other thread (once) before this block is hashed
-  });
+  if (header) {
+    compression::PayloadHeader h;
+    h.codec = compression::CodecId::fp32;
+    h.elements = elements_;
+    compression::write_payload(h, payload_bytes(), [&](size_t offset, ByteSpan block) {
+      const size_t begin = offset / sizeof(float);
+      if (begin < half)
+        write(begin, values.subspan(begin, block.size() / sizeof(float)));
+      else
+        high.wait();  // for the other thread (once) before this block is hashed
+    });
+  } else {
+    for (size_t begin = 0; begin < half; begin += kFillBlock)
+      write(begin, values.subspan(begin, std::min(kFillBlock, half - begin)));
+  }
   high.wait();
   sealed_ = true;
+  has_header_ = header;
 }
 
 struct ValueBufferPool::State {
@@ -96,6 +115,7 @@ std::shared_ptr<ValueBuffer> ValueBufferPool::acquire() {
   }
   if (!buffer) buffer.reset(new ValueBuffer(state_->elements));
   buffer->sealed_ = false;
+  buffer->has_header_ = false;
   // The deleter hands the buffer back to the pool's state, which it keeps alive: the last
   // reference may be dropped by a frame freed after the pool is gone.
   return std::shared_ptr<ValueBuffer>(buffer.release(), [home = state_](ValueBuffer* b) {

@@ -7,9 +7,11 @@
 // lets a push be checked while it is applied: nothing is visible until the swap.
 //
 // Layout: the 40-byte payload header sits right before the values, which start 64-byte aligned
-// (huge-page aligned from 2 MiB up). A buffer is written once, by fill(), which hashes each block
-// of values right after the caller wrote it (in cache) and then writes the header and checksum:
-// the buffer is sealed, read-only from then on, and may be shared.
+// (huge-page aligned from 2 MiB up). A buffer is written once, by fill(): it is sealed,
+// read-only from then on. Its payload header (with the checksum over the values) is written
+// either by fill, which then hashes each block of values right after the caller wrote it (in
+// cache), or later by the first call of payload_for_send(), with a pass of its own. Once it has
+// its header it may be shared.
 //
 // Threads: a ValueBufferPool and its buffers' write accessors are for one thread (the server's
 // loop). A buffer goes back to its pool from whatever thread drops the last reference to it
@@ -44,16 +46,20 @@ class ValueBuffer {
   size_t size() const { return elements_; }
   ConstFloatSpan values() const { return {data(), elements_}; }
   bool sealed() const { return sealed_; }
-  // Writes the values through `write` and seals the buffer (asserts it is not sealed yet). With a
-  // splitter, a buffer of kSplitElements or more is written half by the splitter's thread (one
-  // call of `write` for the whole second half) while this thread writes and hashes the first;
-  // hashing the second half waits for it. `write` must then be safe to call from both threads
-  // on their disjoint ranges.
-  void fill(const Write& write, PassSplitter* splitter = nullptr);
+  bool has_header() const { return has_header_; }
+  // Writes the values through `write` and seals the buffer (asserts it is not sealed yet), with
+  // the payload header when `header` is true. With a splitter, a buffer of kSplitElements or more
+  // is written half by the splitter's thread (one call of `write` for the whole second half)
+  // while this thread writes (and hashes) the first; hashing the second half waits for it.
+  // `write` must then be safe to call from both threads on their disjoint ranges.
+  void fill(const Write& write, PassSplitter* splitter = nullptr, bool header = true);
   // The values of a buffer not sealed yet (asserted), for a second thread that writes blocks of
   // them while fill() runs: fill's `write` must then wait, for such a block, until it is written.
   FloatSpan unsealed_values();
-  // The values as an fp32 payload (asserts the buffer is sealed).
+  // The values as an fp32 payload of a sealed buffer (asserted): writes the header first if fill
+  // did not. Call before the buffer is shared.
+  ConstByteSpan payload_for_send();
+  // The payload of a buffer that has its header (asserted).
   ConstByteSpan payload() const;
 
  private:
@@ -66,6 +72,7 @@ class ValueBuffer {
   size_t bytes_;        // allocated
   std::byte* storage_;  // header at storage_ + kLead - 40, values at storage_ + kLead
   bool sealed_ = false;
+  bool has_header_ = false;
 };
 
 class ValueBufferPool {
@@ -80,7 +87,8 @@ class ValueBufferPool {
   // An unsealed buffer of the pool's size, to fill(): an idle one when there is one (no
   // allocation, no page faults), else a new one.
   std::shared_ptr<ValueBuffer> acquire();
-  // A frame of the sealed buffer's payload that shares the buffer (no copy) until ZeroMQ frees it.
+  // A frame of the payload of a buffer that has its header; it shares the buffer (no copy)
+  // until ZeroMQ frees it.
   static zmq::message_t frame(std::shared_ptr<const ValueBuffer> sealed);
   // Buffers waiting to be reused (tests).
   size_t idle() const;

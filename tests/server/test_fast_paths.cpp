@@ -181,46 +181,53 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "a value buffer is filled block by block and sealed as an fp32 payload, on one thread or two") {
+    "a value buffer is filled block by block and sealed as an fp32 payload, on one thread or two, "
+    "with its header at once or on first send") {
   for (size_t n : {size_t{0}, size_t{1000}, 3 * server::ValueBuffer::kFillBlock + 5,
                    server::kSplitElements + 12345}) {
     CAPTURE(n);
     server::ValueBufferPool pool(n);
     server::PassSplitter splitter;
     for (auto* split : {static_cast<server::PassSplitter*>(nullptr), &splitter}) {
-      auto b = pool.acquire();
-      CHECK(b->size() == n);
-      CHECK(reinterpret_cast<uintptr_t>(b->values().data()) % 64 == 0);
-      CHECK_FALSE(b->sealed());
-      std::vector<std::pair<size_t, size_t>> calls;
-      std::mutex calls_mutex;
-      b->fill(
-          [&](size_t begin, FloatSpan block) {
-            for (size_t i = 0; i < block.size(); ++i) block[i] = static_cast<float>(begin + i);
-            std::lock_guard lock(calls_mutex);
-            calls.emplace_back(begin, block.size());
-          },
-          split);
-      CHECK(b->sealed());
-      // Every value written exactly once, by blocks that tile the buffer.
-      std::sort(calls.begin(), calls.end());
-      size_t at = 0;
-      for (const auto& [begin, count] : calls) {
-        CHECK(begin == at);
-        at += count;
+      for (bool header : {true, false}) {
+        CAPTURE(header);
+        auto b = pool.acquire();
+        CHECK(b->size() == n);
+        CHECK(reinterpret_cast<uintptr_t>(b->values().data()) % 64 == 0);
+        CHECK_FALSE(b->sealed());
+        std::vector<std::pair<size_t, size_t>> calls;
+        std::mutex calls_mutex;
+        b->fill(
+            [&](size_t begin, FloatSpan block) {
+              for (size_t i = 0; i < block.size(); ++i) block[i] = static_cast<float>(begin + i);
+              std::lock_guard lock(calls_mutex);
+              calls.emplace_back(begin, block.size());
+            },
+            split, header);
+        CHECK(b->sealed());
+        CHECK(b->has_header() == header);
+        // Every value written exactly once, by blocks that tile the buffer.
+        std::sort(calls.begin(), calls.end());
+        size_t at = 0;
+        for (const auto& [begin, count] : calls) {
+          CHECK(begin == at);
+          at += count;
+        }
+        CHECK(at == n);
+        const bool was_split = split != nullptr && n >= server::kSplitElements;
+        CHECK(calls.size() == (was_split ? n / 2 / server::ValueBuffer::kFillBlock + 1
+                                         : (n + server::ValueBuffer::kFillBlock - 1) /
+                                               server::ValueBuffer::kFillBlock));
+        const auto payload = b->payload_for_send();
+        CHECK(b->has_header());
+        CHECK(payload.data() == b->payload().data());
+        CHECK(payload.size() == compression::kHeaderBytes + 4 * n);
+        CHECK(payload.data() + compression::kHeaderBytes ==
+              reinterpret_cast<const std::byte*>(b->values().data()));
+        std::vector<float> decoded(n);
+        compression::decode_payload(payload, decoded);  // checksum and all
+        for (size_t i = 0; i < n; ++i) REQUIRE(decoded[i] == static_cast<float>(i));
       }
-      CHECK(at == n);
-      const bool was_split = split != nullptr && n >= server::kSplitElements;
-      CHECK(calls.size() == (was_split ? n / 2 / server::ValueBuffer::kFillBlock + 1
-                                       : (n + server::ValueBuffer::kFillBlock - 1) /
-                                             server::ValueBuffer::kFillBlock));
-      const auto payload = b->payload();
-      CHECK(payload.size() == compression::kHeaderBytes + 4 * n);
-      CHECK(payload.data() + compression::kHeaderBytes ==
-            reinterpret_cast<const std::byte*>(b->values().data()));
-      std::vector<float> decoded(n);
-      compression::decode_payload(payload, decoded);  // checksum and all
-      for (size_t i = 0; i < n; ++i) REQUIRE(decoded[i] == static_cast<float>(i));
     }
   }
 }
