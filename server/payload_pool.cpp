@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "server/huge_pages.hpp"
+#include "wire/messages.hpp"
 
 namespace geotrain::server {
 
@@ -20,8 +21,12 @@ struct PayloadPool::State {
   std::vector<Bytes> idle;
 };
 
-// A payload on its way through ZeroMQ, and the pool it goes back to.
+// A payload on its way through ZeroMQ, and the pool it goes back to when ZeroMQ is done.
 struct PayloadPool::InFlight {
+  InFlight(Bytes&& b, std::shared_ptr<State> h) : bytes(std::move(b)), home(std::move(h)) {}
+  InFlight(const InFlight&) = delete;
+  InFlight& operator=(const InFlight&) = delete;
+  ~InFlight() { home->put(std::move(bytes)); }
   Bytes bytes;
   std::shared_ptr<State> home;
 };
@@ -58,17 +63,9 @@ Bytes PayloadPool::acquire(size_t bytes) {
 }
 
 zmq::message_t PayloadPool::frame(Bytes&& payload) {
-  auto owner = std::make_unique<InFlight>(InFlight{std::move(payload), state_});
-  // The C callback receives the owner as its hint: ZeroMQ holds it until the frame is freed.
-  zmq::message_t m(
-      owner->bytes.data(), owner->bytes.size(),
-      [](void*, void* hint) {
-        std::unique_ptr<InFlight> back(static_cast<InFlight*>(hint));
-        back->home->put(std::move(back->bytes));
-      },
-      owner.get());
-  owner.release();
-  return m;
+  auto owner = std::make_unique<InFlight>(std::move(payload), state_);
+  const ConstByteSpan view(owner->bytes);
+  return wire::frame_owning(view, std::move(owner));
 }
 
 size_t PayloadPool::idle() const {

@@ -7,6 +7,7 @@
 
 #include "core/error.hpp"
 #include "server/huge_pages.hpp"
+#include "wire/messages.hpp"
 
 namespace geotrain::server {
 namespace {
@@ -128,14 +129,9 @@ std::shared_ptr<ValueBuffer> ValueBufferPool::acquire() {
 zmq::message_t ValueBufferPool::frame(std::shared_ptr<const ValueBuffer> sealed) {
   GT_ASSERT(sealed != nullptr, "a frame of no value buffer");
   const auto payload = sealed->payload();
-  // ZeroMQ keeps the reference as the frame's hint and drops it when it frees the frame.
-  auto owner = std::make_unique<std::shared_ptr<const ValueBuffer>>(std::move(sealed));
-  zmq::message_t m(
-      const_cast<std::byte*>(payload.data()), payload.size(),
-      [](void*, void* hint) { delete static_cast<std::shared_ptr<const ValueBuffer>*>(hint); },
-      owner.get());
-  owner.release();
-  return m;
+  // The frame keeps a reference and drops it when ZeroMQ frees the frame.
+  return wire::frame_owning(
+      payload, std::make_unique<std::shared_ptr<const ValueBuffer>>(std::move(sealed)));
 }
 
 size_t ValueBufferPool::idle() const {

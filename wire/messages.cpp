@@ -278,12 +278,8 @@ Header decode_header(const zmq::message_t& frame) {
 
 zmq::message_t frame_from_bytes(Bytes&& bytes) {
   auto owner = std::make_unique<Bytes>(std::move(bytes));
-  void* data = owner->data();
-  const size_t size = owner->size();
-  zmq::message_t m(
-      data, size, [](void*, void* hint) { delete static_cast<Bytes*>(hint); }, owner.get());
-  owner.release();  // now owned by the frame; freed by the lambda above
-  return m;
+  const ConstByteSpan view(*owner);
+  return frame_owning(view, std::move(owner));
 }
 
 void check_frames(const std::vector<Segment>& segments, std::span<const zmq::message_t> frames,

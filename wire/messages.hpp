@@ -11,6 +11,7 @@
 #include <zmq.hpp>
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <variant>
@@ -148,6 +149,17 @@ zmq::message_t encode_header(const Header& header);
 // Throws WireError{malformed} for anything that is not a valid header (truncated, misaligned
 // size, traversal limit, unknown union member) and WireError{bad_version} for another version.
 Header decode_header(const zmq::message_t& frame);
+
+// A frame over `bytes` (no copy) that owns `owner` until ZeroMQ frees the frame and then
+// destroys it, on whichever thread frees the frame. `owner` must keep `bytes` alive.
+template <typename Owner>
+zmq::message_t frame_owning(ConstByteSpan bytes, std::unique_ptr<Owner> owner) {
+  zmq::message_t m(
+      const_cast<std::byte*>(bytes.data()), bytes.size(),
+      [](void*, void* hint) { delete static_cast<Owner*>(hint); }, owner.get());
+  owner.release();  // now the frame's: the callback above deletes it
+  return m;
+}
 
 // Frame that takes ownership of `bytes` without copying them.
 zmq::message_t frame_from_bytes(Bytes&& bytes);
