@@ -176,3 +176,26 @@ TEST_CASE("a two-point sweep runs both points, writes the results, and resumes w
        {"sweep_accuracy_vs_time.png", "sweep_accuracy_vs_wan_bytes.png", "sweep_bars.png"})
     CHECK_MESSAGE((fs::exists(dir / png) && fs::file_size(dir / png) > 1000), png);
 }
+
+TEST_CASE("every sweep shipped in configs/sweeps loads, each point setting the keys it names") {
+  size_t files = 0;
+  for (const auto& entry :
+       fs::directory_iterator(fs::path(GEOTRAIN_SOURCE_DIR) / "configs/sweeps")) {
+    if (entry.path().extension() != ".yaml") continue;
+    CAPTURE(entry.path().string());
+    ++files;
+    const auto plan = load_sweep(entry.path());
+    REQUIRE_FALSE(plan.points.empty());
+    for (const auto& point : plan.points) {
+      CAPTURE(point.label);
+      const auto config = YAML::Load(point.config_yaml);
+      CHECK(config["run"]["name"].as<std::string>() == point.label);
+      for (const auto& [key, value] : point.values) {
+        const auto dot = key.find('.');
+        REQUIRE(dot != std::string::npos);
+        CHECK(config[key.substr(0, dot)][key.substr(dot + 1)].IsDefined());
+      }
+    }
+  }
+  CHECK(files >= 2);
+}
