@@ -47,6 +47,14 @@ class TokenBucket {
     tokens_ = std::min(tokens_, burst_);
   }
 
+  // The lane sends nothing in [from, until): reservations still ahead at `from` move back by the
+  // pause, new ones start at `until` at the earliest, and no tokens accrue meanwhile.
+  void pause(Clock::time_point from, Clock::time_point until) {
+    if (until <= from) return;
+    refill(from);
+    last_ = std::max(last_, from) + (until - from);
+  }
+
   double rate() const { return rate_; }
 
  private:
