@@ -84,7 +84,7 @@ inline void quantize_chunk(const float* GT_RESTRICT x, size_t begin, size_t coun
 void fp32_encode(const float* GT_RESTRICT g, float* GT_RESTRICT residual, size_t n,
                  float* GT_RESTRICT out) {
   if (residual == nullptr) {
-    std::memcpy(out, g, n * sizeof(float));
+    if (n > 0) std::memcpy(out, g, n * sizeof(float));  // no null pointers, even for no bytes
     return;
   }
   for (size_t i = 0; i < n; ++i) {
@@ -96,7 +96,7 @@ void fp32_encode(const float* GT_RESTRICT g, float* GT_RESTRICT residual, size_t
 void fp32_decode(const float* GT_RESTRICT in, size_t n, float* GT_RESTRICT y, bool add) {
   if (add) {
     for (size_t i = 0; i < n; ++i) y[i] += in[i];
-  } else {
+  } else if (n > 0) {  // memcpy's pointers must not be null, even for no bytes
     std::memcpy(y, in, n * sizeof(float));
   }
 }
