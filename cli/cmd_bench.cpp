@@ -6,6 +6,7 @@
 
 #include "bench/codec_bench.hpp"
 #include "bench/server_bench.hpp"
+#include "bench/train_bench.hpp"
 #include "cli/commands.hpp"
 
 namespace geotrain::cli {
@@ -49,6 +50,29 @@ void add_bench_command(CLI::App& app, CommandList& commands) {
       ->check(CLI::Range(0.0, 60.0));
   server->add_flag("--json", server_opts->json, "print one JSON document instead of a table");
   commands.emplace_back(server, [server_opts] { return bench::run_server_bench(*server_opts); });
+
+  auto train_opts = std::make_shared<bench::TrainBenchOptions>();
+  auto* train = bench->add_subcommand(
+      "train", "one worker's training step on the CPU: tokens/s, forward+backward vs AdamW, FLOPs");
+  train->add_option("--model", train_opts->model,
+                    "gpt-tiny, gpt-small, gpt2-124m, or an MLP spec such as 784-256-128-10")
+      ->capture_default_str();
+  train->add_option("--seq-len", train_opts->seq_len, "GPT: context length instead of the preset's")
+      ->check(CLI::Range(1u, 1u << 16));
+  train->add_option("--batch", train_opts->batch, "sequences (samples) per step")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 1u << 16));
+  train->add_option("--threads", train_opts->threads, "CPU threads for the model ops")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
+  train->add_option("--steps", train_opts->steps, "timed steps")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000));
+  train->add_option("--warmup-steps", train_opts->warmup_steps, "untimed first steps")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1000));
+  train->add_flag("--json", train_opts->json, "print one JSON document instead of a table");
+  commands.emplace_back(train, [train_opts] { return bench::run_train_bench(*train_opts); });
 }
 
 }  // namespace geotrain::cli

@@ -17,6 +17,8 @@ void add_server_command(CLI::App& app, CommandList& commands);
 void add_worker_command(CLI::App& app, CommandList& commands);
 void add_netsim_command(CLI::App& app, CommandList& commands);
 void add_run_command(CLI::App& app, CommandList& commands);
+// `export-init` and `dump-batches` (cmd_model.cpp).
+void add_model_commands(CLI::App& app, CommandList& commands);
 // `bench netsim`, added by add_bench_command (defined in cmd_netsim.cpp).
 void add_netsim_bench_command(CLI::App& bench, CommandList& commands);
 

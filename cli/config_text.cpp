@@ -6,7 +6,8 @@
 #include <sstream>
 
 #include "core/error.hpp"
-#include "models/mlp.hpp"
+#include "core/yaml_reader.hpp"
+#include "models/model_spec.hpp"
 
 namespace geotrain::cli {
 
@@ -22,21 +23,11 @@ std::string resolved_config_text(const std::filesystem::path& file) {
     GT_REQUIRE(false, "{}: not valid YAML: {}", file.string(), e.what());
   }
   auto model = root["model"];
-  if (!model || !model.IsMap() || !model["arch"] || model["tensors"]) return ss.str();
-  std::string arch;
-  try {
-    arch = model["arch"].as<std::string>();
-  } catch (const YAML::Exception&) {
-    GT_REQUIRE(false, "{}: model.arch must be a string such as \"784-256-128-10\"", file.string());
-  }
-  models::MlpConfig mlp;
-  try {
-    mlp = models::parse_mlp_config(arch);
-  } catch (const InputError& e) {
-    GT_REQUIRE(false, "{}: model.arch: {}", file.string(), e.what());
-  }
+  if (!model || !model.IsMap() || model["tensors"]) return ss.str();
+  if (!model["arch"] && !model["kind"] && !model["preset"]) return ss.str();
+  models::ModelSpec spec = models::parse_model_spec(model, YamlReader(file.string()));
   YAML::Node tensors(YAML::NodeType::Sequence);
-  for (const auto& t : models::Mlp(mlp).tensor_specs()) {
+  for (const auto& t : models::model_tensor_specs(spec)) {
     YAML::Node n;
     n["name"] = t.name;
     n["size"] = t.size;

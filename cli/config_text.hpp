@@ -1,5 +1,6 @@
-// Reading the deployment config in the binary that wires everything together: model.arch (an
-// MLP spec such as "784-256-128-10") is expanded into model.tensors, which is what the server
+// Reading the deployment config in the binary that wires everything together: the model section
+// (an MLP's model.arch, a GPT's preset and sizes) is expanded into model.tensors, which is what
+// the server
 // (which knows nothing of models) reads. Every process started from the same file therefore
 // derives the same parameter table.
 #pragma once
@@ -9,8 +10,8 @@
 
 namespace geotrain::cli {
 
-// The config file's text, with model.tensors filled in from model.arch when it is absent.
-// InputError when the file cannot be read or is not YAML, or when model.arch is invalid.
+// The config file's text, with model.tensors filled in from the model section when absent.
+// InputError when the file cannot be read or is not YAML, or when the model section is invalid.
 std::string resolved_config_text(const std::filesystem::path& file);
 
 }  // namespace geotrain::cli

@@ -4,9 +4,11 @@
 
 #include <cmath>
 
+#include "kernels/ops/threads.hpp"
+
 namespace geotrain::kernels::cpu {
 
-void set_blas_threads(int threads) { openblas_set_num_threads(threads); }
+void set_blas_threads(int threads) { set_threads(threads); }
 namespace {
 blasint as_blas(size_t n) { return static_cast<blasint>(n); }
 }  // namespace

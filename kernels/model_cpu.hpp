@@ -15,7 +15,8 @@
 namespace geotrain::kernels::cpu {
 
 // Threads OpenBLAS may use for one GEMM. Workers set 1: a region already runs one process per
-// core, and small GEMMs lose more to OpenBLAS's thread hand-offs than they gain.
+// core, and small GEMMs lose more to OpenBLAS's thread hand-offs than they gain. An alias of
+// set_threads (kernels/ops/threads.hpp), which also sets the GPT ops' threads.
 void set_blas_threads(int threads);
 
 // y (B, out) = x (B, in) W^T (W: (out, in)) + b (out).

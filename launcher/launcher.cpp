@@ -174,7 +174,7 @@ RunResult run_deployment(const LaunchOptions& o, std::stop_token stop) {
         if (spec.role == ProcessRole::worker) fleet.start(spec);
     }
 
-    RunMonitor monitor(settings.target_accuracy);
+    RunMonitor monitor(settings.target());
     std::vector<JsonlTail> tails;
     for (const auto& spec : plan.processes)
       if (spec.role == ProcessRole::worker)
@@ -229,28 +229,13 @@ RunResult run_deployment(const LaunchOptions& o, std::stop_token stop) {
   make_plots(o, run_dir);
   SummaryInputs in;
   in.target_accuracy = settings.target_accuracy;
+  in.target_val_bpb = settings.target_val_bpb;
   in.wall_seconds = wall;
   in.status = status;
   if (status != "completed") in.failure = failure.substr(0, failure.find('\n'));
   const auto s = write_summary_and_report(run_dir, in);
 
-  const auto acc = s["final_test_accuracy"];
-  std::string line =
-      fmt::format("run {}: {} in {:.1f} s; final test accuracy {}; parameter exchange {}",
-                  run_dir.filename().string(), status, wall,
-                  acc.is_number() ? fmt::format("{:.2f}%", 100 * acc.get<double>()) : "-",
-                  human_bytes(s.value("wan_bytes_total", 0.0)));
-  if (s.contains("wan_wire_bytes_total"))
-    line +=
-        fmt::format(" ({} across the WAN)", human_bytes(s["wan_wire_bytes_total"].get<double>()));
-  if (settings.target_accuracy) {
-    const double target = *settings.target_accuracy;
-    line += acc.is_number() && acc.get<double>() >= target
-                ? fmt::format("; target {:.1f}% reached", 100 * target)
-                : fmt::format("; target {:.1f}% NOT reached", 100 * target);
-    if (s["time_to_target_seconds"].is_number())
-      line += fmt::format(" (every region by {:.1f} s)", s["time_to_target_seconds"].get<double>());
-  }
+  const std::string line = outcome_line(run_dir.filename().string(), s);
   std::fprintf(o.progress, "%s\nreport: %s\n", line.c_str(),
                (run_dir / "report.md").string().c_str());
   result.status = status;

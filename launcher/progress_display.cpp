@@ -10,6 +10,8 @@ std::vector<std::string> progress_lines(const RunMonitor& monitor,
                                         const std::vector<std::string>& regions) {
   std::size_t width = 6;
   for (const auto& r : regions) width = std::max(width, r.size());
+  // A language model's regions show validation bits per byte where a classifier's show accuracy.
+  const bool lm = monitor.language_model();
   std::vector<std::string> lines;
   for (const auto& name : regions) {
     auto it = monitor.regions().find(name);
@@ -19,12 +21,15 @@ std::vector<std::string> progress_lines(const RunMonitor& monitor,
     }
     const auto& r = it->second;
     const std::string planned = r.rounds_planned ? fmt::format("/{:.0f}", *r.rounds_planned) : "";
+    const std::string metric =
+        lm ? fmt::format("bpb {:>6}", r.val_bpb ? fmt::format("{:.2f}", *r.val_bpb) : "-")
+           : fmt::format("acc {:>6}", r.accuracy ? fmt::format("{:.2f}%", 100 * *r.accuracy) : "-");
     lines.push_back(fmt::format(
-        "{:<{}}  round {:>4}{:<5} step {:>6}  loss {:>7}  acc {:>6}  WAN {:>8.2f} MB  stale {:>3}  "
+        "{:<{}}  round {:>4}{:<5} step {:>6}  loss {:>7}  {}  WAN {:>8.2f} MB  stale {:>3}  "
         "{:>5.2f} rounds/s",
         name, width, r.rounds_done, planned, r.step, r.loss ? fmt::format("{:.4f}", *r.loss) : "-",
-        r.accuracy ? fmt::format("{:.2f}%", 100 * *r.accuracy) : "-", r.wan_bytes() / 1e6,
-        r.staleness ? fmt::format("{:.0f}", *r.staleness) : "-", r.rounds_per_s()));
+        metric, r.wan_bytes() / 1e6, r.staleness ? fmt::format("{:.0f}", *r.staleness) : "-",
+        r.rounds_per_s()));
   }
   return lines;
 }

@@ -1,5 +1,6 @@
 // ProgressDisplay: the live view of a run, one line per region (round, step, loss, newest test
-// accuracy, WAN megabytes, staleness, rounds per second), drawn from a RunMonitor.
+// accuracy, or newest validation bits per byte for a language model, WAN megabytes, staleness,
+// rounds per second), drawn from a RunMonitor.
 //
 // On a terminal the block of lines is redrawn in place (ANSI cursor-up + clear-line); otherwise
 // each show() prints the lines once, prefixed with the elapsed time, for logs. The caller

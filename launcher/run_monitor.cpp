@@ -1,5 +1,7 @@
 #include "launcher/run_monitor.hpp"
 
+#include "core/error.hpp"
+
 namespace geotrain::launcher {
 
 namespace {
@@ -12,6 +14,19 @@ double number_or(const nlohmann::json& e, const char* key, double fallback) {
   return number(e, key).value_or(fallback);
 }
 }  // namespace
+
+RunMonitor::RunMonitor(RunTarget target) : target_(target) {
+  GT_ASSERT(!(target_.accuracy && target_.val_bpb),
+            "a run has one target: accuracy {} and val_bpb {} are both set", *target_.accuracy,
+            *target_.val_bpb);
+}
+
+bool RunMonitor::language_model() const {
+  if (model_ == "gpt") return true;
+  for (const auto& [_, r] : regions_)
+    if (r.val_bpb || r.final_val_bpb) return true;
+  return false;
+}
 
 void RunMonitor::add(const nlohmann::json& e) {
   if (!e.is_object()) return;
@@ -27,6 +42,8 @@ void RunMonitor::add(const nlohmann::json& e) {
   if (leader && t > region.leader_time) region.leader_time = t;
 
   if (kind == "start") {
+    if (auto m = e.find("model"); model_.empty() && m != e.end() && m->is_string())
+      model_ = m->get<std::string>();
     if (leader) {
       if (start_.is_null()) start_ = e;
       region.rounds_planned = number(e, "rounds");
@@ -54,16 +71,20 @@ void RunMonitor::add(const nlohmann::json& e) {
       ++region.staleness_n;
     }
   } else if (kind == "eval") {
-    if (auto a = number(e, "test_accuracy")) {
-      region.accuracy = a;
-      if (target_ && *a >= *target_ && !region.time_to_target) region.time_to_target = t;
-    }
+    const auto accuracy = number(e, "test_accuracy");
+    const auto bpb = number(e, "val_bpb");
+    if (accuracy) region.accuracy = accuracy;
+    if (bpb) region.val_bpb = bpb;
+    if (auto l = number(e, "val_loss")) region.val_loss = l;
+    if (!region.time_to_target && target_.reached_by(accuracy, bpb)) region.time_to_target = t;
   } else if (kind == "done") {
     worker.done = true;
     worker.wall_s = number(e, "wall_s");
     if (auto s = number(e, "steps")) worker.steps = static_cast<uint64_t>(*s);
     if (leader) {
       if (auto a = number(e, "final_test_accuracy")) region.final_accuracy = a;
+      if (auto b = number(e, "final_val_bpb")) region.final_val_bpb = b;
+      if (auto l = number(e, "final_val_loss")) region.final_val_loss = l;
     }
   }
 }

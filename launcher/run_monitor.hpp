@@ -1,6 +1,8 @@
 // RunMonitor: folds the workers' metrics events (docs/run-folder.md, "Worker metrics") into
 // per-region and per-worker state: what the progress display shows and what summary.json
 // is computed from. Events of unknown kinds are ignored; missing fields count as absent.
+// Classifiers evaluate test_accuracy/test_loss; language models val_bpb/val_loss/val_accuracy
+// (the `start` event's `model` says which); both are kept as they come.
 //
 // `time` in worker events is seconds since that worker started; workers of a run start within
 // a fraction of a second of each other, so times are compared across workers as they are.
@@ -14,6 +16,8 @@
 #include <optional>
 #include <string>
 #include <utility>
+
+#include "launcher/run_target.hpp"
 
 namespace geotrain::launcher {
 
@@ -32,6 +36,10 @@ struct RegionState {
   std::optional<double> loss;      // leader's newest step loss
   std::optional<double> accuracy;  // newest eval test_accuracy
   std::optional<double> final_accuracy;  // leader's `done`
+  std::optional<double> val_bpb;         // newest eval val_bpb (language models)
+  std::optional<double> val_loss;        // newest eval val_loss, nats per byte
+  std::optional<double> final_val_bpb;   // leader's `done`
+  std::optional<double> final_val_loss;  // leader's `done`
   uint64_t rounds_done = 0;              // round events of training rounds (steps > 0)
   double bytes_pushed = 0, bytes_pulled = 0;
   std::optional<double> staleness;  // newest
@@ -39,7 +47,7 @@ struct RegionState {
   uint64_t staleness_n = 0;
   double wait_s = 0;                     // sum of round wait_s
   double leader_time = 0;                // newest leader event time
-  std::optional<double> time_to_target;  // first eval at or above the target
+  std::optional<double> time_to_target;  // first eval that met the target
   std::optional<double> rounds_planned;  // from the leader's `start`
 
   double wan_bytes() const { return bytes_pushed + bytes_pulled; }
@@ -50,8 +58,10 @@ struct RegionState {
 
 class RunMonitor {
  public:
-  explicit RunMonitor(std::optional<double> target_accuracy = std::nullopt)
-      : target_(target_accuracy) {}
+  RunMonitor() = default;
+  explicit RunMonitor(std::optional<double> target_accuracy)
+      : RunMonitor(RunTarget{target_accuracy, std::nullopt}) {}
+  explicit RunMonitor(RunTarget target);
 
   void add(const nlohmann::json& event);
 
@@ -61,10 +71,16 @@ class RunMonitor {
   }
   // The first leader `start` event seen (run settings as the workers understood them).
   const nlohmann::json& start_event() const { return start_; }
-  std::optional<double> target_accuracy() const { return target_; }
+  // The `model` of the first start event that names one ("gpt", "mlp"); empty when unknown.
+  const std::string& model() const { return model_; }
+  // A language-model run: the workers said "gpt", or a region reported val_bpb.
+  bool language_model() const;
+  std::optional<double> target_accuracy() const { return target_.accuracy; }
+  const RunTarget& target() const { return target_; }
 
  private:
-  std::optional<double> target_;
+  RunTarget target_;
+  std::string model_;
   std::map<std::string, RegionState> regions_;
   std::map<std::pair<std::string, uint32_t>, WorkerState> workers_;
   nlohmann::json start_;

@@ -8,6 +8,11 @@
 
 namespace geotrain::launcher {
 
+namespace {
+// Bits per byte above 8 are worse than guessing bytes uniformly; the bound only catches typos.
+constexpr double kMaxTargetBpb = 100;
+}  // namespace
+
 std::string read_text_file(const std::filesystem::path& file) {
   std::ifstream f(file);
   GT_REQUIRE(f.good(), "file '{}' cannot be read", file.string());
@@ -37,10 +42,10 @@ RunSettings parse_run_settings(std::string_view yaml_text, std::string_view sour
 
   auto run = root["run"];
   if (run) {
-    in.check_keys(
-        run, "run",
-        {"name", "out_dir", "wan_profile", "target_accuracy", "base_port", "startup_timeout_s",
-         "timeout_s", "progress_interval_s", "plots", "netsim_stats_interval_s"});
+    in.check_keys(run, "run",
+                  {"name", "out_dir", "wan_profile", "target_accuracy", "target_val_bpb",
+                   "base_port", "startup_timeout_s", "timeout_s", "progress_interval_s", "plots",
+                   "netsim_stats_interval_s"});
     if (auto n = run["name"]) {
       s.name = in.string(n, "run.name");
       const bool ok = !s.name.empty() && s.name.find_first_of("/\\ \t\n") == std::string::npos;
@@ -58,6 +63,15 @@ RunSettings parse_run_settings(std::string_view yaml_text, std::string_view sour
     }
     if (auto n = run["target_accuracy"])
       s.target_accuracy = in.number<double>(n, "run.target_accuracy", 0.0, 1.0);
+    if (auto n = run["target_val_bpb"]) {
+      s.target_val_bpb = in.number<double>(n, "run.target_val_bpb", 0.0, kMaxTargetBpb);
+      GT_REQUIRE(*s.target_val_bpb > 0, "{}: run.target_val_bpb is {}, allowed: (0, {}]", source,
+                 *s.target_val_bpb, kMaxTargetBpb);
+    }
+    GT_REQUIRE(!(s.target_accuracy && s.target_val_bpb),
+               "{}: run.target_accuracy and run.target_val_bpb are both set, allowed: one of them "
+               "(target_accuracy for classifiers, target_val_bpb for language models)",
+               source);
     if (auto n = run["base_port"]) s.base_port = in.number<uint16_t>(n, "run.base_port", 0, 65000);
     if (auto n = run["startup_timeout_s"])
       s.startup_timeout_s = in.number<double>(n, "run.startup_timeout_s", 0.1, 3600);

@@ -5,7 +5,9 @@
 //     name: demo                      # run folder suffix (default: the config file's stem)
 //     out_dir: runs                   # parent of run folders (relative to the working dir)
 //     wan_profile: wan/global-3.yaml  # relative to the config file; required with > 1 region
-//     target_accuracy: 0.85           # enables time_to_target_seconds in summary.json
+//     target_accuracy: 0.85           # classifiers: enables time_to_target_seconds in summary.json
+//     target_val_bpb: 2.5             # language models, instead: validation bits per byte (lower
+//                                     # is better); at most one of the two targets
 //     base_port: 0                    # first loopback port; 0 = ephemeral ports from the kernel
 //     startup_timeout_s: 30           # servers and netsim must accept connections by then
 //     timeout_s: 0                    # whole run; 0 = no limit
@@ -24,13 +26,16 @@
 #include <string_view>
 #include <vector>
 
+#include "launcher/run_target.hpp"
+
 namespace geotrain::launcher {
 
 struct RunSettings {
   std::string name;
   std::filesystem::path out_dir = "runs";
   std::optional<std::filesystem::path> wan_profile;  // resolved against the config's folder
-  std::optional<double> target_accuracy;
+  std::optional<double> target_accuracy;             // at most one of these two
+  std::optional<double> target_val_bpb;
   uint16_t base_port = 0;
   double startup_timeout_s = 30;
   double timeout_s = 0;
@@ -41,6 +46,8 @@ struct RunSettings {
   // From the rest of the config.
   std::vector<std::string> regions;
   uint32_t workers_per_region = 1;
+
+  RunTarget target() const { return {target_accuracy, target_val_bpb}; }
 };
 
 // `source` names the config in messages; `config_dir` resolves a relative wan_profile;

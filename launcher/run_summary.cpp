@@ -17,6 +17,25 @@ using nlohmann::json;
 namespace {
 json opt(std::optional<double> v) { return v ? json(*v) : json(nullptr); }
 
+// A mean over the regions that have a value; null when none has.
+struct RegionMean {
+  double sum = 0;
+  int n = 0;
+  void add(std::optional<double> v) {
+    if (!v) return;
+    sum += *v;
+    ++n;
+  }
+  json value() const { return n ? json(sum / n) : json(nullptr); }
+};
+
+std::string bpb_text(const json& v) {
+  return v.is_number() ? fmt::format("{:.3f}", v.get<double>()) : "-";
+}
+std::string pct_text(const json& v) {
+  return v.is_number() ? fmt::format("{:.2f}%", 100 * v.get<double>()) : "-";
+}
+
 // Bytes netsim carried: the newest record of each link, forward + reverse.
 std::optional<double> netsim_bytes(const fs::path& file) {
   if (!fs::exists(file)) return std::nullopt;
@@ -69,7 +88,11 @@ std::string human_bytes(double bytes) {
 }
 
 RunMonitor read_run_metrics(const fs::path& run_dir, std::optional<double> target_accuracy) {
-  RunMonitor monitor(target_accuracy);
+  return read_run_metrics(run_dir, RunTarget{target_accuracy, std::nullopt});
+}
+
+RunMonitor read_run_metrics(const fs::path& run_dir, const RunTarget& target) {
+  RunMonitor monitor(target);
   std::vector<fs::path> files;
   if (fs::is_directory(run_dir))
     for (const auto& entry : fs::directory_iterator(run_dir)) {
@@ -83,26 +106,34 @@ RunMonitor read_run_metrics(const fs::path& run_dir, std::optional<double> targe
   return monitor;
 }
 
+bool is_language_model(const json& s) {
+  return s.is_object() && (s.value("model", "") == "gpt" ||
+                           (s.contains("final_val_bpb") && s["final_val_bpb"].is_number()));
+}
+
 json build_summary(const fs::path& run_dir, const SummaryInputs& in) {
-  const auto monitor = read_run_metrics(run_dir, in.target_accuracy);
+  const auto monitor = read_run_metrics(run_dir, in.target());
   json s;
   s["status"] = in.status;
   if (!in.failure.empty()) s["failure"] = in.failure;
+  if (!monitor.model().empty()) s["model"] = monitor.model();
   s["regions"] = monitor.regions().size();
   s["workers"] = monitor.workers().size();
 
-  double acc_sum = 0, wan = 0, staleness_sum = 0, round_events = 0;
-  int acc_n = 0;
+  RegionMean accuracy, val_bpb, val_loss;
+  double wan = 0, staleness_sum = 0, round_events = 0;
   uint64_t rounds = 0;
   bool all_reached = !monitor.regions().empty();
   double time_to_target = 0;
   json per_region = json::object();
   for (const auto& [name, r] : monitor.regions()) {
+    // The leader's final values, else its newest evaluation (a run that stopped early).
     const auto acc = r.final_accuracy ? r.final_accuracy : r.accuracy;
-    if (acc) {
-      acc_sum += *acc;
-      ++acc_n;
-    }
+    const auto bpb = r.final_val_bpb ? r.final_val_bpb : r.val_bpb;
+    const auto loss = r.final_val_loss ? r.final_val_loss : r.val_loss;
+    accuracy.add(acc);
+    val_bpb.add(bpb);
+    val_loss.add(loss);
     wan += r.wan_bytes();
     staleness_sum += r.staleness_sum;
     round_events += static_cast<double>(r.staleness_n);
@@ -112,6 +143,8 @@ json build_summary(const fs::path& run_dir, const SummaryInputs& in) {
     else
       all_reached = false;
     per_region[name] = {{"final_test_accuracy", opt(acc)},
+                        {"final_val_bpb", opt(bpb)},
+                        {"final_val_loss", opt(loss)},
                         {"rounds", r.rounds_done},
                         {"wan_bytes", r.wan_bytes()},
                         {"bytes_pushed", r.bytes_pushed},
@@ -131,7 +164,9 @@ json build_summary(const fs::path& run_dir, const SummaryInputs& in) {
     worker_wall += wall;
     slowest = std::max(slowest, wall);
   }
-  s["final_test_accuracy"] = acc_n ? json(acc_sum / acc_n) : json(nullptr);
+  s["final_test_accuracy"] = accuracy.value();
+  s["final_val_bpb"] = val_bpb.value();
+  s["final_val_loss"] = val_loss.value();
   s["wall_seconds"] = in.wall_seconds.value_or(slowest);
   s["wan_bytes_total"] = wan;
   if (auto b = netsim_bytes(run_dir / "netsim.jsonl")) s["wan_wire_bytes_total"] = *b;
@@ -140,10 +175,10 @@ json build_summary(const fs::path& run_dir, const SummaryInputs& in) {
   s["compute_utilization"] =
       worker_wall > 0 ? json(std::min(1.0, compute / worker_wall)) : json(nullptr);
   s["mean_staleness"] = round_events > 0 ? json(staleness_sum / round_events) : json(nullptr);
-  if (in.target_accuracy) {
-    s["target_accuracy"] = *in.target_accuracy;
+  if (in.target_accuracy) s["target_accuracy"] = *in.target_accuracy;
+  if (in.target_val_bpb) s["target_val_bpb"] = *in.target_val_bpb;
+  if (in.target().any())
     s["time_to_target_seconds"] = all_reached ? json(time_to_target) : json(nullptr);
-  }
   s["per_region"] = per_region;
   return s;
 }
@@ -158,21 +193,30 @@ std::string build_report(const fs::path& run_dir, const json& s) {
   std::string md = fmt::format("# Run {}\n\nStatus: **{}**", run_dir.filename().string(),
                                s.value("status", "?"));
   if (s.contains("failure")) md += fmt::format(" ({})", s["failure"].get<std::string>());
+  // A language model is evaluated on validation bits per byte (lower is better), a classifier
+  // on test accuracy: each report shows its own model's keys and metrics.
+  const bool lm = is_language_model(s) || (config && config_value(config, "model.kind") == "gpt");
   md += "\n\n## Settings\n\n| setting | value |\n|---|---|\n";
   for (const char* key :
-       {"regions", "model.arch", "model.critical", "worker.workers_per_region", "worker.device",
-        "worker.batch_size", "worker.local_steps", "worker.rounds", "worker.lr",
-        "worker.critical_codec", "worker.noncritical_codec", "worker.overlap",
-        "server.staleness_bound", "server.optimizer", "run.wan_profile", "run.target_accuracy"}) {
+       {"regions", "model.kind", lm ? "model.preset" : "model.arch", "model.critical",
+        "worker.workers_per_region", "worker.device", "worker.batch_size", "worker.local_steps",
+        "worker.rounds", "worker.lr", "worker.critical_codec", "worker.noncritical_codec",
+        "worker.overlap", "server.staleness_bound", "server.optimizer", "run.wan_profile",
+        lm ? "run.target_val_bpb" : "run.target_accuracy"}) {
     std::string v = config ? config_value(config, key) : "?";
     if (std::string(key) == "run.wan_profile" && v != "(default)") v = fs::path(v).stem().string();
     md += fmt::format("| `{}` | {} |\n", key, v);
   }
   md += "\n## Results\n\n| result | value |\n|---|---|\n";
-  const auto pct = [](const json& v) {
-    return v.is_number() ? fmt::format("{:.2f}%", 100 * v.get<double>()) : "-";
-  };
-  md += fmt::format("| final test accuracy | {} |\n", pct(s["final_test_accuracy"]));
+  const auto pct = pct_text;
+  if (lm) {
+    md += fmt::format("| final validation bits per byte (lower is better) | {} |\n",
+                      bpb_text(s["final_val_bpb"]));
+    md += fmt::format("| final validation loss (nats per byte) | {} |\n",
+                      bpb_text(s["final_val_loss"]));
+  } else {
+    md += fmt::format("| final test accuracy | {} |\n", pct(s["final_test_accuracy"]));
+  }
   md += fmt::format("| wall time | {} s |\n", fmt_value(s["wall_seconds"]));
   md += fmt::format(
       "| parameter exchange payload, leaders <-> all servers (`wan_bytes_total`) | {} |\n",
@@ -184,19 +228,24 @@ std::string build_report(const fs::path& run_dir, const json& s) {
                     fmt_value(s["steps"]));
   md += fmt::format("| compute utilization | {} |\n", pct(s["compute_utilization"]));
   md += fmt::format("| mean staleness | {} |\n", fmt_value(s["mean_staleness"]));
+  const std::string reached_at =
+      s.contains("time_to_target_seconds") && s["time_to_target_seconds"].is_number()
+          ? fmt::format("{:.1f} s", s["time_to_target_seconds"].get<double>())
+          : std::string("not reached");
   if (s.contains("target_accuracy"))
-    md += fmt::format("| time to {} | {} |\n", pct(s["target_accuracy"]),
-                      s["time_to_target_seconds"].is_number()
-                          ? fmt::format("{:.1f} s", s["time_to_target_seconds"].get<double>())
-                          : std::string("not reached"));
-  md +=
-      "\n## Per region\n\n| region | accuracy | rounds | WAN payload | mean staleness | waiting "
-      "(s) |\n"
-      "|---|---|---|---|---|---|\n";
+    md += fmt::format("| time to {} | {} |\n", pct(s["target_accuracy"]), reached_at);
+  if (s.contains("target_val_bpb"))
+    md += fmt::format("| time to {} bpb | {} |\n", bpb_text(s["target_val_bpb"]), reached_at);
+  md += fmt::format(
+      "\n## Per region\n\n| region | {} | rounds | WAN payload | mean staleness | waiting (s) |\n"
+      "|---|---|---|---|---|---|\n",
+      lm ? "validation bpb" : "accuracy");
   for (const auto& [name, r] : s["per_region"].items())
-    md += fmt::format("| {} | {} | {} | {} | {} | {} |\n", name, pct(r["final_test_accuracy"]),
-                      fmt_value(r["rounds"]), human_bytes(r.value("wan_bytes", 0.0)),
-                      fmt_value(r["mean_staleness"]), fmt_value(r["wait_seconds"]));
+    md += fmt::format(
+        "| {} | {} | {} | {} | {} | {} |\n", name,
+        lm ? bpb_text(r.value("final_val_bpb", json(nullptr))) : pct(r["final_test_accuracy"]),
+        fmt_value(r["rounds"]), human_bytes(r.value("wan_bytes", 0.0)),
+        fmt_value(r["mean_staleness"]), fmt_value(r["wait_seconds"]));
   bool heading = false;
   for (const char* png : {"loss_accuracy_vs_time.png", "loss_accuracy_vs_wan_bytes.png",
                           "staleness_histogram.png", "round_time_split.png"}) {
@@ -210,6 +259,40 @@ std::string build_report(const fs::path& run_dir, const json& s) {
       "`netsim.jsonl`, "
       "`*.log` (each process's output); see docs/run.md.\n";
   return md;
+}
+
+std::string outcome_line(const std::string& run_name, const json& s) {
+  const bool lm = is_language_model(s);
+  const auto metric =
+      lm ? s.value("final_val_bpb", json(nullptr)) : s.value("final_test_accuracy", json(nullptr));
+  std::string line = fmt::format("run {}: {} in {:.1f} s; {}; parameter exchange {}", run_name,
+                                 s.value("status", "?"), s.value("wall_seconds", 0.0),
+                                 lm ? fmt::format("final validation bpb {}", bpb_text(metric))
+                                    : fmt::format("final test accuracy {}", pct_text(metric)),
+                                 human_bytes(s.value("wan_bytes_total", 0.0)));
+  if (s.contains("wan_wire_bytes_total"))
+    line +=
+        fmt::format(" ({} across the WAN)", human_bytes(s["wan_wire_bytes_total"].get<double>()));
+  // Reached: the final value meets the target (as for accuracy, the run's end decides).
+  std::optional<std::string> target;
+  bool reached = false;
+  if (s.contains("target_accuracy") && s["target_accuracy"].is_number()) {
+    const double t = s["target_accuracy"].get<double>();
+    const auto acc = s.value("final_test_accuracy", json(nullptr));
+    target = fmt::format("{:.1f}%", 100 * t);
+    reached = acc.is_number() && acc.get<double>() >= t;
+  } else if (s.contains("target_val_bpb") && s["target_val_bpb"].is_number()) {
+    const double t = s["target_val_bpb"].get<double>();
+    const auto bpb = s.value("final_val_bpb", json(nullptr));
+    target = fmt::format("{:.3f} bpb", t);
+    reached = bpb.is_number() && bpb.get<double>() <= t;
+  }
+  if (target) {
+    line += fmt::format("; target {} {}", *target, reached ? "reached" : "NOT reached");
+    if (s.contains("time_to_target_seconds") && s["time_to_target_seconds"].is_number())
+      line += fmt::format(" (every region by {:.1f} s)", s["time_to_target_seconds"].get<double>());
+  }
+  return line;
 }
 
 json write_summary_and_report(const fs::path& run_dir, const SummaryInputs& inputs) {

@@ -2,15 +2,19 @@
 // (worker-*.metrics.jsonl, netsim.jsonl, config.yaml), so that a folder of a run that failed
 // or was interrupted gets them too, and so that they can be rebuilt later.
 //
-// summary.json fields (docs/run.md): status, final_test_accuracy (mean over regions of the
-// leaders' final accuracy, else their newest eval), wall_seconds, wan_bytes_total (payload
-// bytes pushed + pulled by all leaders, to every server: with R regions, (R-1)/R of it crosses
-// the WAN), wan_wire_bytes_total (bytes netsim carried, both directions, framing included,
-// when netsim.jsonl exists), rounds (most rounds any region finished), steps
+// summary.json fields (docs/run.md): status, model ("gpt"/"mlp", from the workers' start
+// events, when they name it), final_test_accuracy (classifiers: mean over regions of the
+// leaders' final accuracy, else their newest eval; null for a language model), final_val_bpb
+// and final_val_loss (language models: the same over the leaders' final validation bits per
+// byte and loss in nats per byte; null for a classifier), wall_seconds, wan_bytes_total
+// (payload bytes pushed + pulled by all leaders, to every server: with R regions, (R-1)/R of
+// it crosses the WAN), wan_wire_bytes_total (bytes netsim carried, both directions, framing
+// included, when netsim.jsonl exists), rounds (most rounds any region finished), steps
 // (most local steps any worker took), compute_utilization (forward+backward time over wall
-// time, summed over workers), mean_staleness (over all round events), time_to_target_seconds
-// (when a target is set: the time by which every region's leader had evaluated at or above it;
-// null if one never did), and per_region details.
+// time, summed over workers), mean_staleness (over all round events), target_accuracy or
+// target_val_bpb with time_to_target_seconds (when a target is set: the time by which every
+// region's leader had evaluated at or above the accuracy, or at or below the bpb; null if one
+// never did), and per_region details.
 // Functions read and write files; they do not block otherwise. No shared state.
 #pragma once
 
@@ -26,15 +30,22 @@
 namespace geotrain::launcher {
 
 struct SummaryInputs {
-  std::optional<double> target_accuracy;
+  std::optional<double> target_accuracy;  // at most one of these two (RunTarget)
+  std::optional<double> target_val_bpb;
   std::optional<double> wall_seconds;  // the launcher's clock; else the slowest worker's wall_s
   std::string status = "completed";    // completed | failed | interrupted | timed out
   std::string failure;                 // why, when not completed
+
+  RunTarget target() const { return {target_accuracy, target_val_bpb}; }
 };
 
 // Folds every worker-*.metrics.jsonl of the folder into a monitor.
+RunMonitor read_run_metrics(const std::filesystem::path& run_dir, const RunTarget& target);
 RunMonitor read_run_metrics(const std::filesystem::path& run_dir,
                             std::optional<double> target_accuracy);
+
+// Whether a summary is of a language-model run (model "gpt", or a final_val_bpb).
+bool is_language_model(const nlohmann::json& summary);
 
 nlohmann::json build_summary(const std::filesystem::path& run_dir, const SummaryInputs& inputs);
 
@@ -45,6 +56,11 @@ std::string build_report(const std::filesystem::path& run_dir, const nlohmann::j
 // Builds both and writes summary.json and report.md; returns the summary.
 nlohmann::json write_summary_and_report(const std::filesystem::path& run_dir,
                                         const SummaryInputs& inputs);
+
+// The one line `geotrain run` prints at the end: run name, status, wall time, the final
+// metric (test accuracy, or validation bits per byte for a language model), WAN bytes, and
+// whether the target was reached.
+std::string outcome_line(const std::string& run_name, const nlohmann::json& summary);
 
 // "1.23 MB", "456 kB", ...
 std::string human_bytes(double bytes);

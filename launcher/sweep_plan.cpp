@@ -11,6 +11,7 @@
 #include "core/error.hpp"
 #include "core/yaml_reader.hpp"
 #include "launcher/run_settings.hpp"
+#include "launcher/run_summary.hpp"
 
 namespace geotrain::launcher {
 
@@ -190,6 +191,7 @@ SweepPlan load_sweep(const fs::path& file) {
 namespace {
 struct Derived {
   json accuracy, delta, ttt, wall, wan, reduction, speedup;
+  json bpb, bpb_delta;  // language models: final validation bits per byte, minus the baseline's
 };
 
 Derived derive(const SweepRow& row, const SweepRow& base) {
@@ -204,8 +206,11 @@ Derived derive(const SweepRow& row, const SweepRow& base) {
   const auto ttt = num(s, "time_to_target_seconds"), bttt = num(b, "time_to_target_seconds");
   const auto wall = num(s, "wall_seconds"), bwall = num(b, "wall_seconds");
   const auto wan = num(s, "wan_bytes_total"), bwan = num(b, "wan_bytes_total");
+  const auto bpb = num(s, "final_val_bpb"), bbpb = num(b, "final_val_bpb");
   d.accuracy = acc ? json(*acc) : json(nullptr);
   d.delta = acc && bacc ? json(100 * (*acc - *bacc)) : json(nullptr);
+  d.bpb = bpb ? json(*bpb) : json(nullptr);
+  d.bpb_delta = bpb && bbpb ? json(*bpb - *bbpb) : json(nullptr);
   d.ttt = ttt ? json(*ttt) : json(nullptr);
   d.wall = wall ? json(*wall) : json(nullptr);
   d.wan = wan ? json(*wan) : json(nullptr);
@@ -233,7 +238,7 @@ std::string results_csv(const SweepPlan& plan, const std::vector<SweepRow>& rows
   out +=
       ",status,final_test_accuracy,accuracy_delta_pp,time_to_target_seconds,wall_seconds,wan_bytes_"
       "total,"
-      "wan_reduction,speedup,baseline,run_dir\n";
+      "wan_reduction,speedup,baseline,run_dir,final_val_bpb,val_bpb_delta\n";
   for (const auto& r : rows) {
     const auto d = derive(r, rows[plan.baseline]);
     out += csv_text(r.point->label);
@@ -241,11 +246,12 @@ std::string results_csv(const SweepPlan& plan, const std::vector<SweepRow>& rows
       out += ',';
       out += csv_text(value_of(*r.point, k));
     }
-    out += fmt::format(",{},{},{},{},{},{},{},{},{},{}\n",
+    out += fmt::format(",{},{},{},{},{},{},{},{},{},{},{},{}\n",
                        r.summary.is_object() ? r.summary.value("status", "") : "not run",
                        csv_cell(d.accuracy), csv_cell(d.delta), csv_cell(d.ttt), csv_cell(d.wall),
                        csv_cell(d.wan), csv_cell(d.reduction), csv_cell(d.speedup),
-                       &r == &rows[plan.baseline] ? "yes" : "", csv_text(r.run_dir.string()));
+                       &r == &rows[plan.baseline] ? "yes" : "", csv_text(r.run_dir.string()),
+                       csv_cell(d.bpb), csv_cell(d.bpb_delta));
   }
   return out;
 }
@@ -255,9 +261,11 @@ std::string results_markdown(const SweepPlan& plan, const std::vector<SweepRow>&
       fmt::format("# Sweep {}\n\nBaseline: `{}`. Deltas are against the baseline row.\n\n| run |",
                   plan.name, plan.points[plan.baseline].label);
   for (const auto& k : plan.keys) md += fmt::format(" `{}` |", k);
-  md +=
-      " status | accuracy | delta (pp) | time to target (s) | wall (s) | WAN bytes | WAN reduction "
-      "| speedup |\n|";
+  // Language models are compared on validation bits per byte (lower is better), not accuracy.
+  const bool lm = std::any_of(rows.begin(), rows.end(),
+                              [](const SweepRow& r) { return is_language_model(r.summary); });
+  md += lm ? " status | val bpb | delta (bpb) |" : " status | accuracy | delta (pp) |";
+  md += " time to target (s) | wall (s) | WAN bytes | WAN reduction | speedup |\n|";
   for (std::size_t i = 0; i < plan.keys.size() + 9; ++i) md += "---|";
   md += "\n";
   const auto pct = [](const json& v) {
@@ -272,8 +280,9 @@ std::string results_markdown(const SweepPlan& plan, const std::vector<SweepRow>&
     for (const auto& k : plan.keys) md += fmt::format(" {} |", value_of(*r.point, k));
     md += fmt::format(" {} | {} | {} | {} | {} | {} | {} | {} |\n",
                       r.summary.is_object() ? r.summary.value("status", "") : "not run",
-                      pct(d.accuracy), num(d.delta, "{:+.2f}"), num(d.ttt, "{:.1f}"),
-                      num(d.wall, "{:.1f}"),
+                      lm ? num(d.bpb, "{:.3f}") : pct(d.accuracy),
+                      lm ? num(d.bpb_delta, "{:+.3f}") : num(d.delta, "{:+.2f}"),
+                      num(d.ttt, "{:.1f}"), num(d.wall, "{:.1f}"),
                       d.wan.is_number() ? fmt::format("{:.3g}", d.wan.get<double>()) : "-",
                       pct(d.reduction), num(d.speedup, "{:.2f}x"));
   }

@@ -55,7 +55,9 @@ struct SweepRow {
 
 // results.csv and results.md: final accuracy and its delta against the baseline (percentage
 // points), time to target, wall time, WAN bytes and their reduction against the baseline, and
-// speedup (baseline time / this time, on time to target when both reached it, else wall time).
+// speedup (baseline time / this time, on time to target when both reached it, else wall time);
+// for language models the final validation bits per byte and its delta against the baseline
+// (last CSV columns, so older readers keep theirs; results.md shows them instead of accuracy).
 std::string results_csv(const SweepPlan& plan, const std::vector<SweepRow>& rows);
 std::string results_markdown(const SweepPlan& plan, const std::vector<SweepRow>& rows);
 

@@ -62,11 +62,23 @@ std::vector<TensorSpec> Mlp::tensor_specs() const {
   return specs;
 }
 
-ParamTable Mlp::make_table(const std::vector<std::string>& critical_globs) const {
-  ParamTable table(tensor_specs(), critical_globs);
-  GT_ASSERT(table.total_elements() == parameter_count_, "layout {} vs {}", table.total_elements(),
-            parameter_count_);
-  return table;
+BatchResult Mlp::forward_backward(ConstFloatSpan params, const BatchView& batch, FloatSpan grad,
+                                  const TensorReady& on_ready) {
+  GT_REQUIRE(batch.x != nullptr && batch.labels != nullptr,
+             "mlp: the batch has no features or labels (is the data a text corpus?)");
+  LayerReady layer_ready;
+  if (on_ready)
+    layer_ready = [&](size_t layer) {
+      on_ready(2 * layer);
+      on_ready(2 * layer + 1);
+    };
+  return forward_backward(params, batch.x, batch.labels, batch.batch, grad, layer_ready);
+}
+
+BatchResult Mlp::evaluate(ConstFloatSpan params, const BatchView& batch) {
+  GT_REQUIRE(batch.x != nullptr && batch.labels != nullptr,
+             "mlp: the batch has no features or labels (is the data a text corpus?)");
+  return evaluate(params, batch.x, batch.labels, batch.batch);
 }
 
 void Mlp::init(FloatSpan params, uint64_t seed) const {
@@ -99,6 +111,7 @@ BatchResult Mlp::forward(ConstFloatSpan params, const float* x, const int32_t* l
   }
   dlogits_.resize(batch * config_.classes);  // (B, classes)
   BatchResult r;
+  r.predictions = batch;
   r.loss_sum = kc::softmax_cross_entropy(acts_.back().data(), labels, batch, config_.classes,
                                          want_grad ? dlogits_.data() : nullptr, &r.correct);
   return r;

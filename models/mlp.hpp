@@ -17,6 +17,7 @@
 
 #include "core/param_table.hpp"
 #include "core/span.hpp"
+#include "models/model.hpp"
 
 namespace geotrain::models {
 
@@ -34,29 +35,29 @@ inline MlpConfig softmax_regression_config(size_t inputs = 784, size_t classes =
 // Parses "784-256-128-10" (inputs-hidden...-classes) or "softmax" (784-10); InputError otherwise.
 MlpConfig parse_mlp_config(const std::string& spec);
 
-struct BatchResult {
-  double loss_sum = 0;  // summed over the batch; mean = loss_sum / batch
-  size_t correct = 0;   // rows whose argmax is the label
-};
-
 struct LayerShape {
   size_t in = 0, out = 0;
   size_t weight_offset = 0, bias_offset = 0;  // into the flat buffer
 };
 
-class Mlp {
+class Mlp final : public Model {
  public:
   // InputError when a size is 0.
   explicit Mlp(MlpConfig config);
 
   const MlpConfig& config() const { return config_; }
   const std::vector<LayerShape>& layers() const { return layers_; }
-  std::vector<TensorSpec> tensor_specs() const;
-  uint64_t parameter_count() const { return parameter_count_; }
-  ParamTable make_table(const std::vector<std::string>& critical_globs = {}) const;
+  std::string kind() const override { return "mlp"; }
+  std::vector<TensorSpec> tensor_specs() const override;
+  uint64_t parameter_count() const override { return parameter_count_; }
 
   // PyTorch's nn.Linear default: weights and biases uniform in +-1/sqrt(in), from `seed`.
-  void init(FloatSpan params, uint64_t seed) const;
+  void init(FloatSpan params, uint64_t seed) const override;
+
+  // Model: batch.x (B, inputs) and batch.labels (B); tensors 2l and 2l+1 become ready together.
+  BatchResult forward_backward(ConstFloatSpan params, const BatchView& batch, FloatSpan grad,
+                               const TensorReady& on_ready = {}) override;
+  BatchResult evaluate(ConstFloatSpan params, const BatchView& batch) override;
 
   // Called during backward with a layer index once that layer's weight and bias gradients
   // (tensors 2l and 2l+1 of the table) are final, last layer first.

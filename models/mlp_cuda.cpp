@@ -52,6 +52,7 @@ BatchResult MlpCuda::forward(const float* d_params, const float* d_x, const int3
                                 cudaMemcpyDeviceToHost, stream_));
   GT_CUDA_CHECK(cudaStreamSynchronize(stream_));
   BatchResult r;
+  r.predictions = batch;
   for (size_t i = 0; i < batch; ++i) {
     r.loss_sum += losses[i];
     r.correct += static_cast<size_t>(correct[i]);

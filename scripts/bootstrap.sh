@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything geotrain needs to build, test and run, from Debian packages only.
-# Idempotent: when every package is already installed it does nothing (no apt-get update).
+# Then writes the default text corpus (the King James Bible, scripts/kjv.sh) when it is missing
+# or empty. Idempotent: when every package and the corpus are present it does nothing (no
+# apt-get update).
 # CUDA, cuBLAS and NCCL are not installed here; the build uses /usr/local/cuda when present.
 set -euo pipefail
 
@@ -13,9 +15,10 @@ packages=(
   doctest-dev
   libyaml-cpp-dev libcli11-dev nlohmann-json3-dev
   libopenblas-dev libgloo-dev
-  python3 python3-matplotlib
-  dataset-fashion-mnist
+  python3 python3-matplotlib python3-numpy python3-torch
+  dataset-fashion-mnist bible-kjv bible-kjv-text
 )
+corpus=/usr/local/share/geotrain/kjv.txt
 
 missing=()
 for p in "${packages[@]}"; do
@@ -24,15 +27,21 @@ for p in "${packages[@]}"; do
   fi
 done
 
-if [ "${#missing[@]}" -eq 0 ]; then
-  echo "bootstrap: all ${#packages[@]} packages present"
+if [ "${#missing[@]}" -eq 0 ] && [ -s "$corpus" ]; then
+  echo "bootstrap: all ${#packages[@]} packages present, corpus $corpus present"
   exit 0
 fi
 
-echo "bootstrap: installing ${missing[*]}"
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "bootstrap: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+if [ ! -s "$corpus" ]; then
+  echo "bootstrap: writing the default text corpus $corpus"
+  $SUDO bash "$(dirname "${BASH_SOURCE[0]}")/kjv.sh" "$corpus"
+fi
 echo "bootstrap: done"

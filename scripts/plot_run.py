@@ -5,6 +5,7 @@ Usage: plot_run.py RUN_DIR
 
 Writes into RUN_DIR:
   loss_accuracy_vs_time.png       training loss and test accuracy against time, per region
+                                  (a language model: validation bits per byte instead)
   loss_accuracy_vs_wan_bytes.png  the same against cumulative WAN payload bytes of the region
   staleness_histogram.png         staleness of the leaders' rounds
   round_time_split.png            time per round: compute, communication (AllReduce), waiting
@@ -79,26 +80,41 @@ def smooth(ys, n=10):
     return out
 
 
+def is_language_model(regions):
+    """A language model's leaders evaluate val_bpb (docs/run-folder.md), a classifier's test_accuracy."""
+    return any(e.get("event") == "eval" and isinstance(e.get("val_bpb"), (int, float))
+               for events in regions.values() for e in events)
+
+
+# The evaluation metric each kind of model is plotted on: (eval field, scale, axis label, title).
+ACCURACY = ("test_accuracy", 100.0, "test accuracy (%)", "test accuracy")
+BPB = ("val_bpb", 1.0, "validation bits per byte (lower is better)",
+       "validation bits per byte (bpb)")
+
+
 def plot_curves(regions, run_dir, use_bytes):
-    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(11, 4))
+    field, scale, ylabel, title = BPB if is_language_model(regions) else ACCURACY
+    fig, (ax_loss, ax_metric) = plt.subplots(1, 2, figsize=(11, 4))
     for name, events in sorted(regions.items()):
         curve = wan_curve(events)
         t, loss = series(events, "step", "loss")
-        te, acc = series(events, "eval", "test_accuracy")
+        te, metric = series(events, "eval", field)
         if use_bytes:
             t = [bytes_at(curve, x) / 1e6 for x in t]
             te = [bytes_at(curve, x) / 1e6 for x in te]
         ax_loss.plot(t, smooth(loss), label=name)
-        ax_acc.plot(te, [100 * a for a in acc], marker="o", markersize=3, label=name)
+        ax_metric.plot(te, [scale * m for m in metric], marker="o", markersize=3, label=name)
     xlabel = "WAN payload sent + received by the region (MB)" if use_bytes else "time (s)"
     ax_loss.set(xlabel=xlabel, ylabel="training loss (leader, 10-step mean)", title="loss")
-    ax_acc.set(xlabel=xlabel, ylabel="test accuracy (%)", title="accuracy")
-    for ax in (ax_loss, ax_acc):
+    ax_metric.set(xlabel=xlabel, ylabel=ylabel, title=title)
+    for ax in (ax_loss, ax_metric):
         ax.grid(alpha=0.3)
         ax.legend()
     fig.tight_layout()
+    # The file names stay for both kinds of model, so report.md's links hold.
     name = "loss_accuracy_vs_wan_bytes.png" if use_bytes else "loss_accuracy_vs_time.png"
-    fig.savefig(os.path.join(run_dir, name), dpi=100)
+    fig.savefig(os.path.join(run_dir, name), dpi=100,
+                metadata={"Title": f"training loss and {title} vs {'WAN bytes' if use_bytes else 'time'}"})
     plt.close(fig)
 
 
@@ -153,7 +169,8 @@ def main(argv):
     plot_curves(regions, run_dir, use_bytes=True)
     plot_staleness(regions, run_dir)
     plot_round_split(regions, run_dir)
-    print(f"plot_run.py: 4 plots in {run_dir}")
+    metric = "validation bpb" if is_language_model(regions) else "test accuracy"
+    print(f"plot_run.py: 4 plots in {run_dir} (training loss and {metric})")
     return 0
 
 

@@ -7,6 +7,8 @@ Writes into SWEEP_DIR:
   sweep_accuracy_vs_time.png       test accuracy (mean over regions) against time, one line per run
   sweep_accuracy_vs_wan_bytes.png  the same against cumulative WAN payload bytes (all regions)
   sweep_bars.png                   final accuracy, WAN bytes and wall time per run
+A sweep of language models plots validation bits per byte (lower is better) instead of accuracy,
+under the same file names.
 
 Uses Debian's python3-matplotlib with the Agg backend.
 """
@@ -23,20 +25,21 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from plot_run import bytes_at, read_events, wan_curve  # noqa: E402
 
 
-def accuracy_curve(run_dir):
-    """(times, WAN bytes of all regions so far, mean accuracy) at each evaluation."""
+def metric_curve(run_dir, field, scale):
+    """(times, WAN bytes of all regions so far, mean over regions of `field` x scale) at each
+    evaluation."""
     regions = read_events(run_dir)
-    evals = sorted((float(e.get("time", 0)), name, float(e["test_accuracy"]))
+    evals = sorted((float(e.get("time", 0)), name, float(e[field]))
                    for name, ev in regions.items() for e in ev
-                   if e.get("event") == "eval" and isinstance(e.get("test_accuracy"), (int, float)))
+                   if e.get("event") == "eval" and isinstance(e.get(field), (int, float)))
     curves = {name: wan_curve(ev) for name, ev in regions.items()}
-    latest, ts, bs, accs = {}, [], [], []
-    for t, name, acc in evals:
-        latest[name] = acc
+    latest, ts, bs, values = {}, [], [], []
+    for t, name, v in evals:
+        latest[name] = v
         ts.append(t)
         bs.append(sum(bytes_at(c, t) for c in curves.values()) / 1e6)
-        accs.append(100 * sum(latest.values()) / len(latest))
-    return ts, bs, accs
+        values.append(scale * sum(latest.values()) / len(latest))
+    return ts, bs, values
 
 
 def main(argv):
@@ -46,20 +49,29 @@ def main(argv):
     sweep_dir = argv[1]
     with open(os.path.join(sweep_dir, "results.csv"), encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
+    # A language-model sweep has final_val_bpb values (results.csv's last columns).
+    lm = any(r.get("final_val_bpb") for r in rows)
+    if lm:
+        field, scale = "val_bpb", 1.0
+        ylabel, title = "validation bits per byte, mean over regions (lower is better)", "validation bpb per run"
+    else:
+        field, scale = "test_accuracy", 100.0
+        ylabel, title = "test accuracy, mean over regions (%)", "accuracy per run"
     for use_bytes in (False, True):
         fig, ax = plt.subplots(figsize=(8, 4.5))
         for r in rows:
             if not r.get("run_dir") or not os.path.isdir(r["run_dir"]):
                 continue
-            ts, bs, accs = accuracy_curve(r["run_dir"])
-            ax.plot(bs if use_bytes else ts, accs, marker="o", markersize=2, label=r["label"])
+            ts, bs, values = metric_curve(r["run_dir"], field, scale)
+            ax.plot(bs if use_bytes else ts, values, marker="o", markersize=2, label=r["label"])
         ax.set(xlabel="WAN payload, all regions (MB)" if use_bytes else "time (s)",
-               ylabel="test accuracy, mean over regions (%)", title="accuracy per run")
+               ylabel=ylabel, title=title)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
         fig.tight_layout()
+        # The file names stay for both kinds of model, so results.md's links hold.
         name = "sweep_accuracy_vs_wan_bytes.png" if use_bytes else "sweep_accuracy_vs_time.png"
-        fig.savefig(os.path.join(sweep_dir, name), dpi=100)
+        fig.savefig(os.path.join(sweep_dir, name), dpi=100, metadata={"Title": title})
         plt.close(fig)
 
     labels = [r["label"] for r in rows]
@@ -67,8 +79,10 @@ def main(argv):
     def col(key, scale=1.0):
         return [float(r[key]) * scale if r.get(key) else 0.0 for r in rows]
 
+    final = (("final validation bpb (lower is better)", col("final_val_bpb")) if lm
+             else ("final test accuracy (%)", col("final_test_accuracy", 100)))
     fig, axes = plt.subplots(1, 3, figsize=(13, 4))
-    for ax, (title, values) in zip(axes, [("final test accuracy (%)", col("final_test_accuracy", 100)),
+    for ax, (title, values) in zip(axes, [final,
                                           ("WAN payload (MB)", col("wan_bytes_total", 1e-6)),
                                           ("wall time (s)", col("wall_seconds"))]):
         ax.bar(range(len(labels)), values, color="tab:blue")
@@ -77,9 +91,9 @@ def main(argv):
         ax.set_title(title)
         ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(os.path.join(sweep_dir, "sweep_bars.png"), dpi=100)
+    fig.savefig(os.path.join(sweep_dir, "sweep_bars.png"), dpi=100, metadata={"Title": final[0]})
     plt.close(fig)
-    print(f"plot_sweep.py: 3 plots in {sweep_dir}")
+    print(f"plot_sweep.py: 3 plots in {sweep_dir} ({'validation bpb' if lm else 'test accuracy'})")
     return 0
 
 

@@ -163,7 +163,8 @@ ServerConfig parse_server_config(std::string_view yaml_text, std::string_view so
   auto model = root["model"];
   GT_REQUIRE(model, "{}: key 'model' is missing (model.tensors: list of {{name, size}})", c.source);
   check_keys(c, model, "model",
-             {"tensors", "critical", "arch"});  // arch: expanded into tensors by cli/
+             {"tensors", "critical", "arch", "kind", "preset", "vocab", "d_model", "layers", "heads",
+              "seq_len", "mlp_ratio"});  // the model's own keys: expanded into tensors by cli/
   GT_REQUIRE(model["tensors"] && model["tensors"].IsSequence(),
              "{}: model.tensors must be a list of {{name, size}}", c.source);
   for (const auto& t : model["tensors"]) {

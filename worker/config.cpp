@@ -26,6 +26,23 @@ std::string WorkerConfig::server_endpoint(const std::string& from, const std::st
   return e->second;
 }
 
+namespace {
+
+void parse_data(const YamlReader& in, const YAML::Node& d, WorkerConfig& c) {
+  in.check_keys(d, "worker.data", {"kind", "path", "validation_fraction", "eval_windows"});
+  if (auto n = d["kind"]) {
+    c.data.kind = in.choice(n, "worker.data.kind", {"fashion-mnist", "text"});
+    c.data.path = c.data.kind == "text" ? DataConfig::kKjvFile : DataConfig::kFashionMnistDir;
+  }
+  if (auto n = d["path"]) c.data.path = in.string(n, "worker.data.path");
+  if (auto n = d["validation_fraction"])
+    c.data.validation_fraction = in.number<double>(n, "worker.data.validation_fraction", 1e-6, 0.5);
+  if (auto n = d["eval_windows"])
+    c.data.eval_windows = in.number<uint32_t>(n, "worker.data.eval_windows", 1, 1 << 20);
+}
+
+}  // namespace
+
 WorkerConfig parse_worker_config(std::string_view yaml_text, std::string_view source) {
   const YamlReader in{std::string(source)};
   const YAML::Node root = in.load_deployment_config(yaml_text);
@@ -34,14 +51,14 @@ WorkerConfig parse_worker_config(std::string_view yaml_text, std::string_view so
   c.regions = in.strings(root["regions"], "regions");
   GT_REQUIRE(!c.regions.empty(), "{}: regions is empty", source);
 
-  auto model = root["model"];
-  GT_REQUIRE(model, "{}: key 'model' is missing (model.arch, e.g. \"784-256-128-10\")", source);
-  in.check_keys(model, "model", {"arch", "tensors", "critical"});
-  GT_REQUIRE(model["arch"],
+  c.model = models::parse_model_spec(root["model"], in);
+  GT_REQUIRE(c.model.kind != "mlp" || !c.model.arch.empty(),
              "{}: model.arch is missing: a worker needs the architecture (e.g. \"784-256-128-10\")",
              source);
-  c.arch = in.string(model["arch"], "model.arch");
-  if (model["critical"]) c.critical = in.strings(model["critical"], "model.critical");
+  if (c.model.is_language_model()) {
+    c.data.kind = "text";
+    c.data.path = DataConfig::kKjvFile;
+  }
 
   if (auto server = root["server"]) {
     GT_REQUIRE(server.IsMap(), "{}: 'server' must be a mapping", source);
@@ -59,10 +76,12 @@ WorkerConfig parse_worker_config(std::string_view yaml_text, std::string_view so
 
   auto w = root["worker"];
   if (!w) return c;
+  if (auto d = w["data"]) parse_data(in, d, c);
   in.check_keys(w, "worker",
                 {"workers_per_region",
                  "device",
                  "data_dir",
+                 "data",
                  "batch_size",
                  "accumulation_steps",
                  "local_steps",
@@ -103,7 +122,15 @@ WorkerConfig parse_worker_config(std::string_view yaml_text, std::string_view so
   get_u64("eval_every", c.eval_every, 0, uint64_t{1} << 32);
   get_u64("seed", c.seed, 0, UINT64_MAX);
   if (auto n = w["device"]) c.device = in.choice(n, "worker.device", {"cpu", "cuda"});
-  if (auto n = w["data_dir"]) c.data_dir = in.string(n, "worker.data_dir");
+  if (auto n = w["data_dir"]) {
+    GT_REQUIRE(!w["data"], "{}: worker.data_dir and worker.data are both set: use worker.data.path",
+               source);
+    c.data.path = in.string(n, "worker.data_dir");
+  }
+  GT_REQUIRE(c.model.is_language_model() == (c.data.kind == "text"),
+             "{}: model.kind {} cannot train on worker.data.kind {} (a gpt trains on text, an mlp "
+             "on fashion-mnist)",
+             source, c.model.kind, c.data.kind);
   for (auto [key, out] : {std::pair{"critical_codec", &c.critical_codec},
                           {"noncritical_codec", &c.noncritical_codec}}) {
     if (auto n = w[key]) {
@@ -117,8 +144,9 @@ WorkerConfig parse_worker_config(std::string_view yaml_text, std::string_view so
   }
   if (auto n = w["overlap"]) c.overlap = in.boolean(n, "worker.overlap");
   if (auto o = w["optimizer"]) {
-    in.check_keys(o, "worker.optimizer",
-                  {"kind", "momentum", "nesterov", "weight_decay", "beta1", "beta2", "eps"});
+    in.check_keys(o, "worker.optimizer", {"kind", "momentum", "nesterov", "weight_decay", "beta1",
+                                          "beta2", "eps", "no_decay"});
+    if (auto n = o["no_decay"]) c.optimizer.no_decay = in.strings(n, "worker.optimizer.no_decay");
     if (auto n = o["kind"])
       c.optimizer.kind = in.choice(n, "worker.optimizer.kind", {"sgd", "adamw"}) == "sgd"
                              ? OptimizerKind::kSgd

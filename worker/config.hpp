@@ -1,11 +1,11 @@
 // WorkerConfig: what a worker process needs, read from the deployment's shared YAML config.
 //
 //   regions: [us-east, eu-west]
-//   model:  { arch: "784-256-128-10", critical: ["fc3.*"] }
+//   model:  { arch: "784-256-128-10", critical: ["fc3.*"] }   or {kind: gpt, preset: gpt-tiny}
 //   server: { endpoints: {us-east: "tcp://10.0.0.1:7101", ...}, staleness_bound: 2, ... }
 //   worker: { workers_per_region: 2, batch_size: 64, local_steps: 4, rounds: 200, ... }
 //
-// The worker reads `regions`, `model.arch` and `model.critical`, `server.endpoints` and
+// The worker reads `regions`, `model` (models/model_spec.hpp), `server.endpoints` and
 // `server.staleness_bound` (so that leader and servers agree on one bound), and all of
 // `worker` (keys and defaults: docs/training.md). Unknown keys under `worker` and `model` are
 // errors naming the key and what is allowed. Plain struct; parsing only reads the text.
@@ -19,15 +19,27 @@
 #include <string_view>
 #include <vector>
 
+#include "models/model_spec.hpp"
 #include "worker/anomaly_guard.hpp"
 #include "worker/optimizer.hpp"
 
 namespace geotrain::worker {
 
+// worker.data: what the model trains on.
+//   {kind: fashion-mnist, path: DIR}   the IDX files of Fashion-MNIST (classifiers)
+//   {kind: text, path: FILE_OR_DIR}    a byte-level text corpus (language models)
+struct DataConfig {
+  std::string kind = "fashion-mnist";  // fashion-mnist | text
+  std::filesystem::path path = kFashionMnistDir;
+  double validation_fraction = 0.05;  // text: the last fraction of the bytes
+  uint32_t eval_windows = 64;         // text: validation windows per evaluation
+  static constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";
+  static constexpr const char* kKjvFile = "/usr/local/share/geotrain/kjv.txt";
+};
+
 struct WorkerConfig {
   std::vector<std::string> regions;
-  std::string arch = "784-256-128-10";                  // models::parse_mlp_config
-  std::vector<std::string> critical;                    // tensor globs
+  models::ModelSpec model;  // model: kind, arch or preset and sizes, critical globs
   std::map<std::string, std::string> server_endpoints;  // region -> its server
   // How one region reaches another region's server, when not at server_endpoints (e.g. through
   // netsim): routes[from_region][to_region] = endpoint.
@@ -36,7 +48,7 @@ struct WorkerConfig {
 
   uint32_t workers_per_region = 1;
   std::string device = "cpu";  // cpu | cuda
-  std::filesystem::path data_dir = "/usr/share/datasets/fashion-mnist";
+  DataConfig data;
   uint32_t batch_size = 64;  // per worker, per micro-batch
   uint32_t accumulation_steps = 1;
   uint32_t local_steps = 1;  // H: local steps per round

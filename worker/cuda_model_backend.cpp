@@ -101,10 +101,11 @@ class CudaModelBackend final : public ModelBackend {
     for (size_t i = 0; i < parameters_; ++i) grad[i] += grad_staging_[i];
   }
 
-  models::BatchResult evaluate(ConstFloatSpan params, const float* x, const int32_t* labels,
-                               size_t n) override {
-    load(params, x, labels, n);
-    return mlp_.evaluate(d_params_.get(), d_x_.get(), d_y_.get(), n);
+  models::BatchResult evaluate(ConstFloatSpan params, const models::BatchView& batch) override {
+    GT_REQUIRE(batch.x != nullptr && batch.labels != nullptr,
+               "the CUDA MLP needs features and labels");
+    load(params, batch.x, batch.labels, batch.batch);
+    return mlp_.evaluate(d_params_.get(), d_x_.get(), d_y_.get(), batch.batch);
   }
 
  private:

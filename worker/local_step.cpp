@@ -8,7 +8,7 @@ namespace geotrain::worker {
 
 LocalStep::LocalStep(const LocalStepConfig& config, size_t parameters)
     : config_(config),
-      optimizer_(config.optimizer, parameters),
+      optimizer_(config.optimizer, parameters, config.decay_mask),
       guard_(config.guard),
       grad_(parameters, 0.0f) {
   GT_REQUIRE(config.accumulation_steps >= 1, "accumulation_steps {} must be >= 1",

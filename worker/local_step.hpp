@@ -25,6 +25,7 @@ struct LocalStepConfig {
   uint32_t accumulation_steps = 1;  // micro-batches per optimizer step
   double max_grad_norm = 0;         // 0: no clipping
   AnomalyGuardConfig guard;
+  std::vector<uint8_t> decay_mask;  // per parameter, 1 = weight decay applies; empty: all
 };
 
 struct StepReport {

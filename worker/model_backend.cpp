@@ -16,7 +16,7 @@ std::unique_ptr<Communicator> CpuModelBackend::connect_region(gloo::rendezvous::
                                                  GlooOptions{options.gloo_host, options.timeout});
   region_ = comm.get();
   if (options.bucket_cap_mb > 0)
-    buckets_ = std::make_unique<BucketedAllReduce>(*region_, model_.make_table().tensors(),
+    buckets_ = std::make_unique<BucketedAllReduce>(*region_, model_->make_table().tensors(),
                                                    options.bucket_cap_mb,
                                                    /*background=*/true);
   return comm;
@@ -26,13 +26,9 @@ CpuModelBackend::~CpuModelBackend() = default;
 
 models::BatchResult CpuModelBackend::forward_backward(ConstFloatSpan params, const Batch& batch,
                                                       FloatSpan grad, bool last) {
-  models::Mlp::LayerReady ready;
-  if (buckets_ && last)
-    ready = [&](size_t layer) {  // layer l holds tensors 2l (weight) and 2l+1 (bias)
-      buckets_->tensor_ready(2 * layer, grad);
-      buckets_->tensor_ready(2 * layer + 1, grad);
-    };
-  return model_.forward_backward(params, batch.x.data(), batch.y.data(), batch.size, grad, ready);
+  models::Model::TensorReady ready;
+  if (buckets_ && last) ready = [&](size_t tensor) { buckets_->tensor_ready(tensor, grad); };
+  return model_->forward_backward(params, view_of(batch), grad, ready);
 }
 
 void CpuModelBackend::reduce_gradient(FloatSpan grad) {
@@ -43,9 +39,9 @@ void CpuModelBackend::reduce_gradient(FloatSpan grad) {
     region_->allreduce_sum(grad);
 }
 
-models::BatchResult CpuModelBackend::evaluate(ConstFloatSpan params, const float* x,
-                                              const int32_t* labels, size_t n) {
-  return model_.evaluate(params, x, labels, n);
+models::BatchResult CpuModelBackend::evaluate(ConstFloatSpan params,
+                                              const models::BatchView& batch) {
+  return model_->evaluate(params, batch);
 }
 
 void require_device_available(const std::string& device) {
@@ -66,14 +62,19 @@ void require_device_available(const std::string& device) {
 }
 
 std::unique_ptr<ModelBackend> make_model_backend(const std::string& device,
-                                                 const models::MlpConfig& config, int rank) {
+                                                 const models::ModelSpec& spec, int rank) {
   require_device_available(device);
+  if (device == "cuda") {
+    GT_REQUIRE(spec.kind == "mlp",
+               "worker.device cuda trains model.kind mlp only in this version; model.kind {} "
+               "runs on device: cpu",
+               spec.kind);
 #ifdef GEOTRAIN_WORKER_HAS_CUDA
-  if (device == "cuda") return make_cuda_model_backend(config, rank);
-#else
-  (void)rank;
+    return make_cuda_model_backend(models::parse_mlp_config(spec.arch), rank);
 #endif
-  return std::make_unique<CpuModelBackend>(config);
+  }
+  (void)rank;
+  return std::make_unique<CpuModelBackend>(models::make_model(spec));
 }
 
 }  // namespace geotrain::worker

@@ -3,10 +3,12 @@
 //
 // The trainer's view stays in host memory: parameters, the optimizer and the LocalStep
 // gradient accumulator are host spans. A backend may keep its own copies elsewhere:
-//   - CpuModelBackend: models::Mlp, works in place on the host spans; the region is Gloo.
+//   - CpuModelBackend: any models::Model (the MLP, the GPT), works in place on the host spans;
+//     the region is Gloo.
 //   - CudaModelBackend (worker/cuda_model_backend.hpp, CUDA + NCCL builds): models::MlpCuda with
 //     device buffers for parameters, the gradient accumulator and the batch; the gradient stays
-//     on the device through the NCCL AllReduce and comes to the host once per step.
+//     on the device through the NCCL AllReduce and comes to the host once per step. MLP only
+//     for now: a GPT on CUDA is refused with a message saying so.
 // Usage per optimizer step: forward_backward(params, batch, grad) for each micro-batch, then
 // reduce_gradient(grad), then read grad (the region's sum) and step the host optimizer.
 // Calls block; not thread-safe (one trainer thread). Spans are borrowed for the call.
@@ -17,7 +19,8 @@
 #include <string>
 
 #include "core/span.hpp"
-#include "models/mlp.hpp"
+#include "models/model.hpp"
+#include "models/model_spec.hpp"
 #include "worker/batch_loader.hpp"
 #include "worker/bucketed_allreduce.hpp"
 #include "worker/communicator.hpp"
@@ -56,25 +59,29 @@ class ModelBackend {
   // grad += the sum over the region (over this worker alone when not connected) of the
   // gradients accumulated since the last call; the backend's own accumulator is then zero.
   virtual void reduce_gradient(FloatSpan grad) = 0;
-  // Forward only; params, x (n, inputs) and labels (n) are host memory.
-  virtual models::BatchResult evaluate(ConstFloatSpan params, const float* x, const int32_t* labels,
-                                       size_t n) = 0;
+  // Forward only; params and the batch are host memory.
+  virtual models::BatchResult evaluate(ConstFloatSpan params, const models::BatchView& batch) = 0;
 };
+
+// The model's view of a loader batch (borrows it).
+inline models::BatchView view_of(const Batch& b) {
+  return {b.size, b.x.empty() ? nullptr : b.x.data(), b.y.empty() ? nullptr : b.y.data(),
+          b.tokens.empty() ? nullptr : b.tokens.data()};
+}
 
 class CpuModelBackend final : public ModelBackend {
  public:
-  explicit CpuModelBackend(const models::MlpConfig& config) : model_(config) {}
+  explicit CpuModelBackend(std::unique_ptr<models::Model> model) : model_(std::move(model)) {}
   std::unique_ptr<Communicator> connect_region(gloo::rendezvous::Store& store, int rank, int size,
                                                const RegionOptions& options) override;
   ~CpuModelBackend() override;
   models::BatchResult forward_backward(ConstFloatSpan params, const Batch& batch, FloatSpan grad,
                                        bool last = true) override;
   void reduce_gradient(FloatSpan grad) override;  // in place: grad already holds the accumulation
-  models::BatchResult evaluate(ConstFloatSpan params, const float* x, const int32_t* labels,
-                               size_t n) override;
+  models::BatchResult evaluate(ConstFloatSpan params, const models::BatchView& batch) override;
 
  private:
-  models::Mlp model_;
+  std::unique_ptr<models::Model> model_;
   Communicator* region_ = nullptr;  // borrowed: connect_region's result, owned by the caller
   std::unique_ptr<BucketedAllReduce> buckets_;  // when bucket_cap_mb > 0; uses *region_
 };
@@ -86,7 +93,8 @@ void require_device_available(const std::string& device);
 
 // The backend for worker.device (after require_device_available). `rank` is the worker's rank
 // in its region; the CUDA backend trains on device rank % device_count.
+// InputError for a model the device cannot train yet (a GPT on cuda).
 std::unique_ptr<ModelBackend> make_model_backend(const std::string& device,
-                                                 const models::MlpConfig& config, int rank);
+                                                 const models::ModelSpec& spec, int rank);
 
 }  // namespace geotrain::worker

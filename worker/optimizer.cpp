@@ -1,5 +1,6 @@
 #include "worker/optimizer.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
@@ -14,7 +15,23 @@ OptimizerKind parse_optimizer_kind(const std::string& name) {
   return OptimizerKind::kSgd;
 }
 
-Optimizer::Optimizer(const OptimizerConfig& config, size_t parameters) : config_(config) {
+std::vector<uint8_t> weight_decay_mask(const ParamTable& table,
+                                       const std::vector<std::string>& no_decay) {
+  std::vector<uint8_t> mask(table.total_elements(), 1);
+  for (const TensorInfo& t : table.tensors()) {
+    bool skip = false;
+    for (const auto& glob : no_decay) skip = skip || glob_match(glob, t.name);
+    if (skip) std::fill_n(mask.begin() + static_cast<std::ptrdiff_t>(t.offset), t.size, uint8_t{0});
+  }
+  return mask;
+}
+
+Optimizer::Optimizer(const OptimizerConfig& config, size_t parameters,
+                     std::vector<uint8_t> decay_mask)
+    : config_(config), decay_mask_(std::move(decay_mask)) {
+  GT_REQUIRE(decay_mask_.empty() || decay_mask_.size() == parameters,
+             "optimizer: decay mask has {} elements, {} parameters", decay_mask_.size(),
+             parameters);
   GT_REQUIRE(config.momentum >= 0 && config.momentum < 1, "optimizer momentum {} not in [0, 1)",
              config.momentum);
   GT_REQUIRE(config.beta1 >= 0 && config.beta1 < 1, "optimizer beta1 {} not in [0, 1)",
@@ -43,7 +60,8 @@ void Optimizer::step(FloatSpan params, ConstFloatSpan grad, float lr) {
   if (config_.kind == OptimizerKind::kSgd) {
     const float mu = config_.momentum;
     for (size_t i = 0; i < n; ++i) {
-      float g = grad[i] + wd * params[i];
+      const float wd_i = decay_mask_.empty() || decay_mask_[i] ? wd : 0.0f;
+      float g = grad[i] + wd_i * params[i];
       if (mu > 0) {
         // PyTorch: the buffer starts as the first gradient (no dampening).
         m_[i] = steps_ == 1 ? g : mu * m_[i] + g;
@@ -59,7 +77,7 @@ void Optimizer::step(FloatSpan params, ConstFloatSpan grad, float lr) {
   const auto bc2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(static_cast<double>(b2), t)));
   for (size_t i = 0; i < n; ++i) {
     const float g = grad[i];
-    params[i] *= 1.0f - lr * wd;  // decoupled weight decay
+    if (decay_mask_.empty() || decay_mask_[i]) params[i] *= 1.0f - lr * wd;  // decoupled
     m_[i] = b1 * m_[i] + (1.0f - b1) * g;
     v_[i] = b2 * v_[i] + (1.0f - b2) * g * g;
     // PyTorch's form: p -= (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps).

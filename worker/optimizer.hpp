@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/param_table.hpp"
 #include "core/span.hpp"
 
 namespace geotrain::worker {
@@ -23,15 +24,28 @@ struct OptimizerConfig {
   bool nesterov = false;      // SGD
   float weight_decay = 0.0f;  // SGD: L2 added to the gradient; AdamW: decoupled, p *= 1 - lr wd
   float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;  // AdamW
+  // Tensors that get no weight decay (globs on tensor names): biases, LayerNorm gains and
+  // biases, and embeddings, as GPT-2 / nanoGPT train them. Applied through a decay mask.
+  std::vector<std::string> no_decay = default_no_decay();
+  static std::vector<std::string> default_no_decay() {
+    return {"*.b", "*.bias", "*ln_*", "wte", "wpe"};
+  }
 };
+
+// One byte per parameter of `table`'s flat layout: 1 where weight decay applies, 0 in tensors
+// matching a `no_decay` glob.
+std::vector<uint8_t> weight_decay_mask(const ParamTable& table,
+                                       const std::vector<std::string>& no_decay);
 
 // "sgd" or "adamw"; InputError naming the value otherwise.
 OptimizerKind parse_optimizer_kind(const std::string& name);
 
 class Optimizer {
  public:
-  // InputError on momentum/betas outside [0, 1), eps <= 0 or weight_decay < 0.
-  Optimizer(const OptimizerConfig& config, size_t parameters);
+  // InputError on momentum/betas outside [0, 1), eps <= 0 or weight_decay < 0, or a decay mask
+  // of another size. decay_mask: 1 where weight decay applies (weight_decay_mask); empty: every
+  // parameter is decayed.
+  Optimizer(const OptimizerConfig& config, size_t parameters, std::vector<uint8_t> decay_mask = {});
 
   // params -= lr * update(grad). InputError when the spans do not match the state's size.
   void step(FloatSpan params, ConstFloatSpan grad, float lr);
@@ -42,6 +56,7 @@ class Optimizer {
   OptimizerConfig config_;
   std::vector<float> m_;  // SGD momentum buffer, or Adam's first moment
   std::vector<float> v_;  // Adam's second moment
+  std::vector<uint8_t> decay_mask_;  // (parameters) or empty
   uint64_t steps_ = 0;
 };
 

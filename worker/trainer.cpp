@@ -9,9 +9,7 @@
 
 #include "core/error.hpp"
 #include "kernels/model_cpu.hpp"
-#include "models/mlp.hpp"
-#include "worker/batch_loader.hpp"
-#include "worker/idx_dataset.hpp"
+#include "models/model_spec.hpp"
 #include "worker/local_step.hpp"
 #include "worker/metrics_log.hpp"
 #include "worker/model_backend.hpp"
@@ -19,6 +17,7 @@
 #include "worker/region_sync.hpp"
 #include "worker/sampler.hpp"
 #include "worker/server_store.hpp"
+#include "worker/training_data.hpp"
 
 namespace geotrain::worker {
 namespace {
@@ -27,26 +26,6 @@ using Clock = std::chrono::steady_clock;
 
 double since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-struct Evaluation {
-  double accuracy = 0;
-  double loss = 0;
-};
-
-Evaluation evaluate(ModelBackend& model, ConstFloatSpan params, const Dataset& test,
-                    const std::vector<int32_t>& labels) {
-  constexpr size_t kChunk = 1000;
-  double loss = 0;
-  size_t correct = 0;
-  for (size_t begin = 0; begin < test.count; begin += kChunk) {
-    const size_t n = std::min(kChunk, test.count - begin);
-    auto r =
-        model.evaluate(params, test.x.data() + begin * test.features, labels.data() + begin, n);
-    loss += r.loss_sum;
-    correct += r.correct;
-  }
-  return {double(correct) / double(test.count), loss / double(test.count)};
 }
 
 }  // namespace
@@ -79,35 +58,17 @@ TrainResult Trainer::run(std::stop_token stop) {
 
   kernels::cpu::set_blas_threads(static_cast<int>(config_.blas_threads));
   // Model: the same initialisation in every process.
-  models::Mlp model(models::parse_mlp_config(config_.arch));
-  const ParamTable table = model.make_table(config_.critical);
+  const auto model = models::make_model(config_.model);
+  const ParamTable table = model->make_table(config_.model.critical);
   std::vector<float> params(table.total_elements());
-  model.init(params, config_.seed);
+  model->init(params, config_.seed);
   // Where forward/backward run (worker.device), and the matching region connection.
-  const auto backend = make_model_backend(config_.device, model.config(), static_cast<int>(rank_));
+  const auto backend = make_model_backend(config_.device, config_.model, static_cast<int>(rank_));
 
-  // Data: this worker's shard of the training set; the test set for the leader.
-  const Dataset train = load_fashion_mnist(config_.data_dir, Split::kTrain);
-  GT_REQUIRE(
-      train.features == model.config().inputs && train.classes <= model.config().classes,
-      "model.arch '{}' takes {} inputs and {} classes, the data has {} features and {} classes",
-      config_.arch, model.config().inputs, model.config().classes, train.features, train.classes);
-  Dataset test;
-  std::vector<int32_t> test_labels;
-  if (leader) {
-    test = load_fashion_mnist(config_.data_dir, Split::kTest);
-    test_labels.assign(test.y.begin(), test.y.end());
-  }
-  const DistributedSampler sampler(SamplerOptions{train.count, world,
-                                                  global_rank(region_index_, rank_, per_region),
-                                                  true, config_.seed, false});
-  const uint64_t batches_per_epoch =
-      (sampler.samples_per_rank() + config_.batch_size - 1) / config_.batch_size;
+  // Data: this worker's training stream; the held-out set for the leader.
   const uint64_t micro_batches = config_.total_steps() * config_.accumulation_steps;
-  LoaderOptions lo;
-  lo.batch_size = config_.batch_size;
-  lo.epochs = (micro_batches + batches_per_epoch - 1) / batches_per_epoch;
-  BatchLoader loader(train, sampler, lo);
+  TrainingData data(config_, world, global_rank(region_index_, rank_, per_region), leader,
+                    micro_batches);
 
   // Inside the region: Gloo (cpu) or NCCL (cuda), with the rendezvous at the region's own server.
   std::unique_ptr<ServerStore> store;
@@ -136,12 +97,14 @@ TrainResult Trainer::run(std::stop_token stop) {
   lsc.accumulation_steps = config_.accumulation_steps;
   lsc.max_grad_norm = config_.max_grad_norm;
   lsc.guard = config_.guard;
+  lsc.decay_mask = weight_decay_mask(table, config_.optimizer.no_decay);
   LocalStep step(lsc, params.size());
 
   MetricsLog log(worker_metrics_path(config_.run_dir, region_, rank_));
   log.write("start", {{"region", region_},
                       {"rank", rank_},
                       {"world", world},
+                      {"model", model->kind()},
                       {"parameters", params.size()},
                       {"batch_size", config_.batch_size},
                       {"local_steps", config_.local_steps},
@@ -178,7 +141,19 @@ TrainResult Trainer::run(std::stop_token stop) {
   const auto delay = std::chrono::milliseconds(
       config_.step_delay_ms.count(region_) ? config_.step_delay_ms.at(region_) : 0);
   TrainResult result;
-  std::optional<double> last_accuracy;
+  // An evaluation as the metrics contract names it: test_* for classifiers, val_* for LMs.
+  const auto eval_fields = [&](const Evaluation& e, uint64_t at_round, uint64_t at_step) {
+    nlohmann::json j{{"region", region_}, {"round", at_round}, {"step", at_step}};
+    if (e.bits_per_byte) {
+      j["val_loss"] = e.loss;
+      j["val_bpb"] = *e.bits_per_byte;
+      j["val_accuracy"] = e.accuracy;
+    } else {
+      j["test_accuracy"] = e.accuracy;
+      j["test_loss"] = e.loss;
+    }
+    return j;
+  };
   std::vector<float> loss_buf(1);
   uint64_t round = static_cast<uint64_t>(first_round[0]);
   for (; round <= config_.rounds && !stop.stop_requested(); ++round) {
@@ -186,14 +161,13 @@ TrainResult Trainer::run(std::stop_token stop) {
     for (uint32_t h = 0; h < config_.local_steps; ++h) {
       double compute = 0, comm_s = 0, loss_sum = 0;
       for (uint32_t m = 0; m < config_.accumulation_steps; ++m) {
-        auto batch = loader.next();
-        GT_ASSERT(batch.has_value(), "loader ran out of batches at round {}", round);
+        const Batch batch = data.next();
         const auto t0 = Clock::now();
         const bool last = m + 1 == config_.accumulation_steps;
-        auto r = backend->forward_backward(params, *batch, step.grad(), last);
+        auto r = backend->forward_backward(params, batch, step.grad(), last);
         compute += since(t0);
-        step.add_micro_batch(r.loss_sum / double(batch->size));
-        loss_sum += r.loss_sum / double(batch->size);
+        step.add_micro_batch(r.mean_loss());
+        loss_sum += r.mean_loss();
       }
       if (delay.count() > 0) std::this_thread::sleep_for(delay);  // an artificially slow region
       {
@@ -255,15 +229,8 @@ TrainResult Trainer::run(std::stop_token stop) {
     if (comm) comm->broadcast(params, 0);
     if (leader) {
       log.write("round", round_fields);
-      if (config_.eval_every > 0 && round % config_.eval_every == 0 && round < config_.rounds) {
-        const auto e = evaluate(*backend, params, test, test_labels);
-        last_accuracy = e.accuracy;
-        log.write("eval", {{"region", region_},
-                           {"round", round},
-                           {"step", result.steps},
-                           {"test_accuracy", e.accuracy},
-                           {"test_loss", e.loss}});
-      }
+      if (config_.eval_every > 0 && round % config_.eval_every == 0 && round < config_.rounds)
+        log.write("eval", eval_fields(data.evaluate(*backend, params), round, result.steps));
     }
     ++result.rounds;
   }
@@ -297,22 +264,29 @@ TrainResult Trainer::run(std::stop_token stop) {
                       {"steps", result.steps},
                       {"skipped_steps", result.skipped_steps}};
   if (leader) {
-    const auto e = evaluate(*backend, params, test, test_labels);
-    result.final_test_accuracy = e.accuracy;
-    log.write("eval", {{"region", region_},
-                       {"round", round - 1},
-                       {"step", result.steps},
-                       {"test_accuracy", e.accuracy},
-                       {"test_loss", e.loss}});
-    done["final_test_accuracy"] = e.accuracy;
+    const auto e = data.evaluate(*backend, params);
+    log.write("eval", eval_fields(e, round - 1, result.steps));
+    if (e.bits_per_byte) {
+      result.final_val_bpb = e.bits_per_byte;
+      result.final_val_loss = e.loss;
+      done["final_val_bpb"] = *e.bits_per_byte;
+      done["final_val_loss"] = e.loss;
+    } else {
+      result.final_test_accuracy = e.accuracy;
+      done["final_test_accuracy"] = e.accuracy;
+    }
     // The final parameters, raw little-endian fp32 in the table's layout.
     const auto file = config_.run_dir / fmt::format("params-{}.f32", region_);
     std::ofstream out(file, std::ios::binary | std::ios::trunc);
     out.write(reinterpret_cast<const char*>(params.data()),
               std::streamsize(params.size() * sizeof(float)));
     GT_REQUIRE(out.good(), "cannot write the final parameters to '{}'", file.string());
-    spdlog::info("region {}: {} rounds, {} steps, test accuracy {:.2f}%", region_, result.rounds,
-                 result.steps, 100 * e.accuracy);
+    if (e.bits_per_byte)
+      spdlog::info("region {}: {} rounds, {} steps, validation loss {:.4f}, {:.4f} bits per byte",
+                   region_, result.rounds, result.steps, e.loss, *e.bits_per_byte);
+    else
+      spdlog::info("region {}: {} rounds, {} steps, test accuracy {:.2f}%", region_,
+                   result.rounds, result.steps, 100 * e.accuracy);
   }
   result.wall_seconds = since(start);
   done["wall_s"] = result.wall_seconds;

@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "models/mlp.hpp"
+#include "cluster.hpp"
 #include "process.hpp"
 #include "temp_dir.hpp"
 #include "worker/batch_loader.hpp"
@@ -16,112 +17,9 @@
 #include "worker/sampler.hpp"
 
 using namespace geotrain;
+using namespace geotrain::test;
 using namespace std::chrono_literals;
 
-namespace {
-
-const char* kData = "/usr/share/datasets/fashion-mnist";
-
-struct Cluster {
-  std::vector<std::string> regions;
-  uint32_t workers = 1;
-  std::string model = R"({arch: "784-32-10", critical: ["fc2.*"]})";
-  std::string server_extra;  // more keys under server:
-  std::string worker_yaml;   // keys under worker:
-};
-
-struct Outcome {
-  std::vector<int> exit_codes;
-  std::vector<std::string> logs;
-};
-
-std::string config_text(const Cluster& c, const std::filesystem::path& dir,
-                        const std::vector<int>& ports) {
-  std::string regions, endpoints;
-  for (size_t i = 0; i < c.regions.size(); ++i) {
-    regions += (i ? ", " : "") + c.regions[i];
-    endpoints += fmt::format("{}{}: \"tcp://127.0.0.1:{}\"", i ? ", " : "", c.regions[i], ports[i]);
-  }
-  return fmt::format(R"(regions: [{}]
-model: {}
-server:
-  endpoints: {{{}}}
-  run_dir: "{}"
-  dead_after_ms: 60000
-{}
-worker:
-  workers_per_region: {}
-  run_dir: "{}"
-  data_dir: "{}"
-  timeout_ms: 60000
-{}
-)",
-                     regions, c.model, endpoints, dir.string(), c.server_extra, c.workers,
-                     dir.string(), kData, c.worker_yaml);
-}
-
-// Starts one server per region and every worker; waits for the workers; stops the servers.
-Outcome run_cluster(const Cluster& c, const std::filesystem::path& dir,
-                    std::chrono::seconds timeout = 120s) {
-  std::vector<int> ports;
-  for (size_t i = 0; i < c.regions.size(); ++i) ports.push_back(test::free_port());
-  const auto config = dir / "config.yaml";
-  std::ofstream(config) << config_text(c, dir, ports);
-  std::vector<std::unique_ptr<test::Process>> servers, workers;
-  for (const auto& r : c.regions)
-    servers.push_back(std::make_unique<test::Process>(
-        std::vector<std::string>{"server", "--config", config.string(), "--region", r},
-        dir / ("server-" + r + ".log")));
-  for (const auto& r : c.regions)
-    for (uint32_t k = 0; k < c.workers; ++k)
-      workers.push_back(std::make_unique<test::Process>(
-          std::vector<std::string>{"worker", "--config", config.string(), "--region", r, "--rank",
-                                   std::to_string(k)},
-          dir / fmt::format("worker-{}-{}.log", r, k)));
-  Outcome out;
-  for (auto& w : workers) {
-    auto code = w->wait(timeout);
-    out.exit_codes.push_back(code.value_or(-1));
-    out.logs.push_back(w->log());
-  }
-  for (auto& s : servers) s->terminate();
-  for (auto& s : servers) CHECK(s->wait(20s).value_or(-1) == 0);
-  return out;
-}
-
-void require_success(const Outcome& o) {
-  for (size_t i = 0; i < o.exit_codes.size(); ++i)
-    REQUIRE_MESSAGE(o.exit_codes[i] == 0, "worker ", i, " exited with ", o.exit_codes[i], ":\n",
-                    o.logs[i]);
-}
-
-std::vector<float> read_params(const std::filesystem::path& file) {
-  std::ifstream f(file, std::ios::binary | std::ios::ate);
-  REQUIRE_MESSAGE(f.good(), "no final parameters at ", file.string());
-  std::vector<float> v(size_t(f.tellg()) / sizeof(float));
-  f.seekg(0);
-  f.read(reinterpret_cast<char*>(v.data()), std::streamsize(v.size() * sizeof(float)));
-  return v;
-}
-
-std::vector<nlohmann::json> events(const std::filesystem::path& file, const std::string& kind) {
-  std::ifstream f(file);
-  std::vector<nlohmann::json> out;
-  std::string line;
-  while (std::getline(f, line)) {
-    auto j = nlohmann::json::parse(line);
-    if (j["event"] == kind) out.push_back(j);
-  }
-  return out;
-}
-
-double final_accuracy(const std::filesystem::path& dir, const std::string& region) {
-  auto done = events(dir / fmt::format("worker-{}-0.metrics.jsonl", region), "done");
-  REQUIRE(done.size() == 1);
-  return done[0]["final_test_accuracy"].get<double>();
-}
-
-}  // namespace
 
 namespace {
 // Runs `regions` x `workers` with fp32, H = 1, synchronous rounds and plain SGD, and returns the
@@ -272,7 +170,7 @@ TEST_CASE("bad worker configurations fail at start-up with a clear message") {
   CHECK(start_alone("  critical_codec: onebyte\n")
             .find("worker.critical_codec: codec spec 'onebyte': unknown codec") !=
         std::string::npos);
-  CHECK(start_alone("  data_dir: /nonexistent\n").find("/nonexistent/train-images-idx3-ubyte.gz") !=
+  CHECK(start_alone("  data: {kind: fashion-mnist, path: /nonexistent}\n").find("/nonexistent/train-images-idx3-ubyte.gz") !=
         std::string::npos);
   CHECK(start_alone("  batch_sise: 3\n").find("unknown key 'worker.batch_sise'") !=
         std::string::npos);

@@ -117,7 +117,7 @@ TEST_CASE("the CUDA backend's loss and accumulated gradient match the CPU backen
     models::Mlp layout(config);
     std::vector<float> params(layout.parameter_count());
     layout.init(params, 5);
-    CpuModelBackend cpu(config);
+    CpuModelBackend cpu(std::make_unique<models::Mlp>(config));
     auto gpu = make_cuda_model_backend(config, 0);
     std::vector<float> grad_cpu(params.size(), 0.0f), grad_gpu(params.size(), 0.0f);
     for (uint64_t m = 0; m < 2; ++m) {  // two micro-batches accumulate
@@ -139,8 +139,8 @@ TEST_CASE("the CUDA backend's loss and accumulated gradient match the CPU backen
     gpu->reduce_gradient(again_gpu);
     CHECK(worst_relative(again_gpu, again_cpu) < 1e-4);
 
-    const auto ec = cpu.evaluate(params, batch.x.data(), batch.y.data(), batch.size);
-    const auto eg = gpu->evaluate(params, batch.x.data(), batch.y.data(), batch.size);
+    const auto ec = cpu.evaluate(params, view_of(batch));
+    const auto eg = gpu->evaluate(params, view_of(batch));
     CHECK(eg.loss_sum == doctest::Approx(ec.loss_sum).epsilon(1e-4));
     CHECK(eg.correct == ec.correct);
   }
@@ -162,7 +162,7 @@ TEST_CASE(
   comm->broadcast(host, 0);
   CHECK(host == std::vector<float>{1.0f, -2.0f, 3.5f});
 
-  CpuModelBackend cpu(config);
+  CpuModelBackend cpu(std::make_unique<models::Mlp>(config));
   const Batch batch = random_batch(config, 32, 3);
   std::vector<float> grad_cpu(params.size(), 0.0f), grad_gpu(params.size(), 0.0f);
   cpu.forward_backward(params, batch, grad_cpu);

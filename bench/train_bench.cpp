@@ -1,0 +1,174 @@
+#include "bench/train_bench.hpp"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "bench/codec_bench.hpp"
+#include "core/error.hpp"
+#include "kernels/ops/threads.hpp"
+#include "models/gpt.hpp"
+#include "models/mlp.hpp"
+#include "worker/optimizer.hpp"
+
+namespace geotrain::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+bool is_gpt_preset(const std::string& name) {
+  const auto names = models::gpt_preset_names();
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+}  // namespace
+
+TrainBenchResult measure_train(const TrainBenchOptions& o) {
+  GT_REQUIRE(o.batch >= 1 && o.steps >= 1 && o.warmup_steps >= 0 && o.threads >= 1,
+             "bench train: batch {}, steps {}, warmup {}, threads {} must be positive", o.batch,
+             o.steps, o.warmup_steps, o.threads);
+  kernels::cpu::set_threads(o.threads);
+  TrainBenchResult r;
+  r.model = o.model;
+  r.batch = o.batch;
+  r.threads = o.threads;
+  r.steps = o.steps;
+
+  std::mt19937_64 rng(1);
+  std::unique_ptr<models::Model> model;
+  std::vector<int32_t> tokens, labels;  // (B, T + 1) or (B)
+  std::vector<float> x;                 // (B, inputs)
+  models::BatchView view;
+  view.batch = o.batch;
+  if (is_gpt_preset(o.model)) {
+    models::GptConfig c = models::gpt_preset(o.model);
+    if (o.seq_len > 0) c.seq_len = o.seq_len;
+    model = std::make_unique<models::Gpt>(c);
+    r.kind = "gpt";
+    r.seq_len = static_cast<uint32_t>(c.seq_len);
+    tokens.resize(size_t{o.batch} * (c.seq_len + 1));
+    std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(c.vocab) - 1);
+    for (auto& t : tokens) t = token(rng);
+    view.tokens = tokens.data();
+  } else {
+    GT_REQUIRE(o.seq_len == 0, "bench train: --seq-len is for a GPT preset, not MLP '{}'", o.model);
+    models::MlpConfig c;
+    try {
+      c = models::parse_mlp_config(o.model);
+    } catch (const InputError& e) {
+      std::string presets;
+      for (const auto& n : models::gpt_preset_names()) presets += n + ", ";
+      GT_REQUIRE(false, "bench train: --model '{}' is neither a GPT preset ({}) nor an MLP: {}",
+                 o.model, presets.substr(0, presets.size() - 2), e.what());
+    }
+    model = std::make_unique<models::Mlp>(c);
+    r.kind = "mlp";
+    r.seq_len = 1;
+    x.resize(size_t{o.batch} * c.inputs);
+    labels.resize(o.batch);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::uniform_int_distribution<int32_t> label(0, static_cast<int32_t>(c.classes) - 1);
+    for (auto& v : x) v = normal(rng);
+    for (auto& l : labels) l = label(rng);
+    view.x = x.data();
+    view.labels = labels.data();
+  }
+
+  const ParamTable table = model->make_table();
+  std::vector<float> params(table.total_elements()), grad(table.total_elements());
+  model->init(params, 1);
+  r.parameters = model->parameter_count();
+  if (r.kind == "gpt") {
+    const auto& c = static_cast<const models::Gpt&>(*model).config();
+    const double n = static_cast<double>(r.parameters - c.seq_len * c.d_model);  // less wpe
+    r.flops_per_token = 6 * n + 12.0 * double(c.layers) * double(c.seq_len) * double(c.d_model);
+  } else {
+    r.flops_per_token = 6.0 * static_cast<double>(r.parameters);
+  }
+
+  worker::OptimizerConfig oc;
+  oc.kind = worker::OptimizerKind::kAdamW;
+  oc.weight_decay = 0.1f;
+  worker::Optimizer optimizer(oc, params.size(), worker::weight_decay_mask(table, oc.no_decay));
+
+  double fb = 0, opt = 0;
+  for (int step = 0; step < o.warmup_steps + o.steps; ++step) {
+    const auto t0 = Clock::now();
+    std::fill(grad.begin(), grad.end(), 0.0f);
+    r.loss = model->forward_backward(params, view, grad).mean_loss();
+    const double t_fb = seconds_since(t0);
+    const auto t1 = Clock::now();
+    optimizer.step(params, grad, 1e-4f);
+    const double t_opt = seconds_since(t1);
+    if (step >= o.warmup_steps) {
+      fb += t_fb;
+      opt += t_opt;
+    }
+  }
+  const double timed = double(o.batch) * r.seq_len * o.steps;  // tokens (samples)
+  r.tokens_per_s = timed / (fb + opt);
+  r.step_ms = 1e3 * (fb + opt) / o.steps;
+  r.forward_backward_ms = 1e3 * fb / o.steps;
+  r.optimizer_ms = 1e3 * opt / o.steps;
+  r.gflops = r.flops_per_token * r.tokens_per_s / 1e9;
+  return r;
+}
+
+int run_train_bench(const TrainBenchOptions& options) {
+  const TrainBenchResult r = measure_train(options);
+  const bool gpt = r.kind == "gpt";
+  const char* formula =
+      gpt ? "6 N + 12 L T d per token, N = parameters less wpe" : "6 N per sample, N = parameters";
+  if (options.json) {
+    nlohmann::json doc = {{"model", r.model},
+                          {"kind", r.kind},
+                          {"batch", r.batch},
+                          {"seq_len", r.seq_len},
+                          {"threads", r.threads},
+                          {"steps", r.steps},
+                          {"warmup_steps", options.warmup_steps},
+                          {"parameters", r.parameters},
+                          {"flops_per_token", r.flops_per_token},
+                          {"flops_formula", formula},
+                          {"tokens_per_s", r.tokens_per_s},
+                          {"step_ms", r.step_ms},
+                          {"forward_backward_ms", r.forward_backward_ms},
+                          {"optimizer_ms", r.optimizer_ms},
+                          {"gflops", r.gflops},
+                          {"loss", r.loss},
+                          {"optimizer", "adamw"},
+                          {"device", cpu_name()}};
+    std::printf("%s\n", doc.dump(2).c_str());
+    return 0;
+  }
+  const char* unit = gpt ? "tokens" : "samples";
+  std::printf("geotrain bench train: %s (%s, %llu parameters), batch %u%s, %d threads, %s\n",
+              r.model.c_str(), r.kind.c_str(), static_cast<unsigned long long>(r.parameters),
+              r.batch, gpt ? fmt::format(" x T {}", r.seq_len).c_str() : "", r.threads,
+              cpu_name().c_str());
+  std::printf("  %-22s %12.0f\n", fmt::format("{}/s", unit).c_str(), r.tokens_per_s);
+  std::printf("  %-22s %12.2f\n", "step ms", r.step_ms);
+  std::printf("  %-22s %12.2f  (%.0f%%)\n", "forward+backward ms", r.forward_backward_ms,
+              100 * r.forward_backward_ms / r.step_ms);
+  std::printf("  %-22s %12.2f  (%.0f%%)\n", "optimizer (AdamW) ms", r.optimizer_ms,
+              100 * r.optimizer_ms / r.step_ms);
+  std::printf("  %-22s %12.4g  (%s)\n",
+              fmt::format("FLOPs per {}", gpt ? "token" : "sample").c_str(), r.flops_per_token,
+              formula);
+  std::printf("  %-22s %12.2f\n", "model GFLOP/s", r.gflops);
+  std::printf("  mean of %d timed steps after %d warm-up steps; last loss %.4f\n", r.steps,
+              options.warmup_steps, r.loss);
+  return 0;
+}
+
+}  // namespace geotrain::bench

@@ -1,0 +1,194 @@
+// `geotrain export-init` and `geotrain dump-batches`: what a worker of a config starts from and
+// what it trains on, written as files a reference implementation reads (scripts/
+// torch_reference_gpt.py): the initial parameters as safetensors, with the model's configuration
+// in the metadata, and the token windows of a worker's first micro-batches as an int32 .npy
+// (steps, B, T + 1). Both go through the worker's own code paths (worker::load_worker_config,
+// models::make_model + init(worker.seed), worker::TextWindows with the trainer's world and rank),
+// so the files are exactly what that worker uses.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli/commands.hpp"
+#include "core/error.hpp"
+#include "models/model_spec.hpp"
+#include "models/npy.hpp"
+#include "models/safetensors.hpp"
+#include "worker/config.hpp"
+#include "worker/sampler.hpp"
+#include "worker/text_corpus.hpp"
+
+namespace geotrain::cli {
+
+namespace {
+
+// The shape of each tensor of the spec's model, in tensor_specs() order (models/gpt.hpp and
+// models/mlp.hpp fix the layouts; weights are (out, in) as in nn.Linear).
+std::vector<std::vector<uint64_t>> tensor_shapes(const models::ModelSpec& spec,
+                                                 const std::vector<TensorSpec>& tensors) {
+  std::vector<std::vector<uint64_t>> shapes;
+  if (spec.kind == "gpt") {
+    const auto& c = spec.gpt;
+    const uint64_t d = c.d_model, hidden = c.mlp_ratio * c.d_model;
+    for (const auto& t : tensors) {
+      if (t.name == "wte")
+        shapes.push_back({c.vocab, d});
+      else if (t.name == "wpe")
+        shapes.push_back({c.seq_len, d});
+      else if (t.name.ends_with("attn.qkv.w"))
+        shapes.push_back({3 * d, d});
+      else if (t.name.ends_with("attn.proj.w"))
+        shapes.push_back({d, d});
+      else if (t.name.ends_with("mlp.fc.w"))
+        shapes.push_back({hidden, d});
+      else if (t.name.ends_with("mlp.proj.w"))
+        shapes.push_back({d, hidden});
+      else
+        shapes.push_back({t.size});  // biases and LayerNorm parameters
+    }
+  } else {
+    const models::Mlp mlp(models::parse_mlp_config(spec.arch));
+    for (const auto& layer : mlp.layers()) {
+      shapes.push_back({layer.out, layer.in});
+      shapes.push_back({layer.out});
+    }
+  }
+  GT_ASSERT(shapes.size() == tensors.size(), "{} shapes for {} tensors", shapes.size(),
+            tensors.size());
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    uint64_t n = 1;
+    for (uint64_t s : shapes[i]) n *= s;
+    GT_ASSERT(n == tensors[i].size, "tensor {}: shape has {} elements, the table {}",
+              tensors[i].name, n, tensors[i].size);
+  }
+  return shapes;
+}
+
+std::map<std::string, std::string> model_metadata(const models::ModelSpec& spec, uint64_t seed,
+                                                  uint64_t parameters) {
+  std::map<std::string, std::string> m = {{"format", "geotrain"},
+                                          {"model", spec.kind},
+                                          {"seed", std::to_string(seed)},
+                                          {"parameters", std::to_string(parameters)}};
+  if (spec.kind == "gpt") {
+    const auto& c = spec.gpt;
+    m["vocab"] = std::to_string(c.vocab);
+    m["d_model"] = std::to_string(c.d_model);
+    m["layers"] = std::to_string(c.layers);
+    m["heads"] = std::to_string(c.heads);
+    m["seq_len"] = std::to_string(c.seq_len);
+    m["mlp_ratio"] = std::to_string(c.mlp_ratio);
+    if (!spec.preset.empty()) m["preset"] = spec.preset;
+  } else {
+    m["arch"] = spec.arch;
+  }
+  return m;
+}
+
+struct ExportInitArgs {
+  std::string config;
+  std::string out;
+};
+
+int run_export_init(const ExportInitArgs& args) {
+  const auto config = worker::load_worker_config(args.config);
+  const auto model = models::make_model(config.model);
+  const ParamTable table = model->make_table(config.model.critical);
+  std::vector<float> params(table.total_elements());
+  model->init(params, config.seed);
+
+  const auto specs = model->tensor_specs();
+  const auto shapes = tensor_shapes(config.model, specs);
+  std::vector<models::SafetensorView> views;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const TensorInfo& t = table.tensors()[i];
+    views.push_back({t.name, shapes[i], ConstFloatSpan(params).subspan(t.offset, t.size)});
+  }
+  models::write_safetensors(args.out, views,
+                            model_metadata(config.model, config.seed, params.size()));
+  std::printf("export-init: %s: %zu tensors, %zu parameters (%s, seed %llu)\n", args.out.c_str(),
+              views.size(), params.size(), config.model.kind.c_str(),
+              static_cast<unsigned long long>(config.seed));
+  return 0;
+}
+
+struct DumpBatchesArgs {
+  std::string config;
+  std::string region;
+  uint32_t rank = 0;
+  uint64_t steps = 0;
+  std::string out;
+};
+
+int run_dump_batches(const DumpBatchesArgs& args) {
+  const auto config = worker::load_worker_config(args.config);
+  GT_REQUIRE(config.data.kind == "text" && config.model.is_language_model(),
+             "{}: dump-batches is for text data (worker.data.kind text, model.kind gpt); this "
+             "config trains model.kind {} on worker.data.kind {}",
+             args.config, config.model.kind, config.data.kind);
+  const std::string region = args.region.empty() ? config.regions.front() : args.region;
+  const uint32_t per_region = config.workers_per_region;
+  GT_REQUIRE(args.rank < per_region, "--rank {} is not below worker.workers_per_region = {}",
+             args.rank, per_region);
+  // The trainer's world and global rank (worker/trainer.cpp).
+  const auto world = static_cast<uint32_t>(config.regions.size()) * per_region;
+  const uint32_t rank = worker::global_rank(config.region_index(region), args.rank, per_region);
+
+  const std::string source = config.data.path.string();
+  const auto corpus = worker::load_text_corpus(config.data.path, config.data.validation_fraction);
+  const size_t window = config.model.window();
+  const worker::TextWindows windows(corpus, window, config.batch_size, config.seed, world, rank,
+                                    source);
+  std::vector<int32_t> tokens;  // (steps, B, T + 1)
+  tokens.reserve(args.steps * config.batch_size * window);
+  for (uint64_t j = 0; j < args.steps; ++j) {
+    const auto batch = windows.batch(j);
+    GT_ASSERT(batch.tokens.size() == config.batch_size * window, "batch {}: {} tokens", j,
+              batch.tokens.size());
+    tokens.insert(tokens.end(), batch.tokens.begin(), batch.tokens.end());
+  }
+  models::write_npy_int32(args.out, {args.steps, config.batch_size, window}, tokens);
+  std::printf(
+      "dump-batches: %s: int32 (%llu, %u, %zu), the first %llu micro-batches of region %s rank "
+      "%u (global rank %u of %u, seed %llu) from %s\n",
+      args.out.c_str(), static_cast<unsigned long long>(args.steps), config.batch_size, window,
+      static_cast<unsigned long long>(args.steps), region.c_str(), args.rank, rank, world,
+      static_cast<unsigned long long>(config.seed), source.c_str());
+  return 0;
+}
+
+}  // namespace
+
+void add_model_commands(CLI::App& app, CommandList& commands) {
+  auto init_args = std::make_shared<ExportInitArgs>();
+  auto* init = app.add_subcommand(
+      "export-init",
+      "write the initial parameters every process of a config starts from (safetensors)");
+  init->add_option("--config", init_args->config, "YAML config (model, worker.seed)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  init->add_option("--out", init_args->out, "the .safetensors file to write")->required();
+  commands.emplace_back(init, [init_args] { return run_export_init(*init_args); });
+
+  auto dump_args = std::make_shared<DumpBatchesArgs>();
+  auto* dump = app.add_subcommand(
+      "dump-batches",
+      "write the token windows a worker trains on for its first micro-batches (int32 .npy)");
+  dump->add_option("--config", dump_args->config, "YAML config with worker.data.kind text")
+      ->required()
+      ->check(CLI::ExistingFile);
+  dump->add_option("--region", dump_args->region, "the worker's region (default: the first)");
+  dump->add_option("--rank", dump_args->rank, "the worker's rank inside its region")
+      ->capture_default_str();
+  dump->add_option("--steps", dump_args->steps, "micro-batches to write")
+      ->required()
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 20));
+  dump->add_option("--out", dump_args->out, "the .npy file to write")->required();
+  commands.emplace_back(dump, [dump_args] { return run_dump_batches(*dump_args); });
+}
+
+}  // namespace geotrain::cli

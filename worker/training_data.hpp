@@ -1,0 +1,63 @@
+// TrainingData: what one worker trains on and what its region's leader evaluates on, for either
+// kind of worker.data, so that the trainer's loop is the same for a classifier and a language
+// model.
+//   fashion-mnist: this worker's DistributedSampler shard of the training images through a
+//     prefetching BatchLoader; the test set (leaders) for test accuracy and loss.
+//   text: this worker's stream of random byte windows (TextWindows); the fixed validation
+//     windows (leaders) for validation loss, bits per byte and next-byte accuracy.
+//
+// Owns the datasets and the loader. next() blocks only on the loader's prefetch. Not
+// thread-safe (the trainer thread). InputError on data that cannot be read or does not fit the
+// model (wrong feature count, a corpus shorter than one window), naming the file.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+
+#include "core/span.hpp"
+#include "worker/batch_loader.hpp"
+#include "worker/config.hpp"
+#include "worker/idx_dataset.hpp"
+#include "worker/model_backend.hpp"
+#include "worker/sampler.hpp"
+#include "worker/text_corpus.hpp"
+
+namespace geotrain::worker {
+
+struct Evaluation {
+  double loss = 0;      // mean cross-entropy per prediction (nats)
+  double accuracy = 0;  // argmax hits per prediction (next-byte accuracy for text)
+  std::optional<double> bits_per_byte;  // text: loss / ln 2 (one byte is one token)
+};
+
+class TrainingData {
+ public:
+  // world: workers in all regions; rank: global rank. `evaluates`: load the held-out set.
+  // micro_batches: how many next() calls the run makes (sizes the classifier's epochs).
+  TrainingData(const WorkerConfig& config, uint32_t world, uint32_t rank, bool evaluates,
+               uint64_t micro_batches);
+  ~TrainingData();
+  TrainingData(const TrainingData&) = delete;
+  TrainingData& operator=(const TrainingData&) = delete;
+
+  bool is_text() const { return corpus_ != nullptr; }
+  Batch next();
+  // Loss and accuracy of `params` on the held-out set (leaders only: GT_ASSERT otherwise).
+  Evaluation evaluate(ModelBackend& model, ConstFloatSpan params) const;
+
+ private:
+  // fashion-mnist
+  std::unique_ptr<Dataset> train_, test_;
+  std::vector<int32_t> test_labels_;
+  std::unique_ptr<DistributedSampler> sampler_;
+  std::unique_ptr<BatchLoader> loader_;
+  // text
+  std::unique_ptr<TextCorpus> corpus_;
+  std::unique_ptr<TextWindows> windows_;
+  Batch validation_;  // (eval_windows, seq_len + 1)
+  uint64_t next_micro_batch_ = 0;
+  uint32_t eval_chunk_ = 64;
+};
+
+}  // namespace geotrain::worker
