@@ -54,8 +54,9 @@ void add_bench_command(CLI::App& app, CommandList& commands) {
   auto train_opts = std::make_shared<bench::TrainBenchOptions>();
   auto* train = bench->add_subcommand(
       "train", "one worker's training step on the CPU: tokens/s, forward+backward vs AdamW, FLOPs");
-  train->add_option("--model", train_opts->model,
-                    "gpt-tiny, gpt-small, gpt2-124m, or an MLP spec such as 784-256-128-10")
+  train
+      ->add_option("--model", train_opts->model,
+                   "gpt-tiny, gpt-small, gpt2-124m, or an MLP spec such as 784-256-128-10")
       ->capture_default_str();
   train->add_option("--seq-len", train_opts->seq_len, "GPT: context length instead of the preset's")
       ->check(CLI::Range(1u, 1u << 16));

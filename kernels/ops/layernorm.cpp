@@ -33,8 +33,12 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* x, con
 
 void layernorm_backward(float* dx, float* dw, float* db, const float* dout, const float* x,
                         const float* w, const float* mean, const float* rstd, size_t N, size_t C) {
-  {
-    parallel_for((N + kRowBlock - 1) / kRowBlock, [&](size_t blk) {
+  // One loop over two kinds of task: [0, row_blocks) add into dx, one block of rows each; the
+  // rest own a block of channels of dw and db and sum every row into them in order.
+  constexpr size_t kChannelBlock = 16;
+  const size_t row_blocks = (N + kRowBlock - 1) / kRowBlock;
+  parallel_for(row_blocks + (C + kChannelBlock - 1) / kChannelBlock, [&](size_t blk) {
+    if (blk < row_blocks) {
       for (size_t r = blk * kRowBlock; r < N && r < (blk + 1) * kRowBlock; ++r) {
         const float* xr = x + r * C;
         const float* d = dout + r * C;
@@ -53,12 +57,9 @@ void layernorm_backward(float* dx, float* dw, float* db, const float* dout, cons
           o[c] += s * (d[c] * w[c] - gm - xhat * gxm);
         }
       }
-    });
-    // dw, db: each thread owns a fixed block of channels and sums the rows in order.
-    constexpr size_t kBlock = 16;
-    parallel_for((C + kBlock - 1) / kBlock, [&](size_t blk) {
-      const size_t c0 = blk * kBlock;
-      const size_t c1 = c0 + kBlock < C ? c0 + kBlock : C;
+    } else {
+      const size_t c0 = (blk - row_blocks) * kChannelBlock;
+      const size_t c1 = c0 + kChannelBlock < C ? c0 + kChannelBlock : C;
       for (size_t r = 0; r < N; ++r) {
         const float* xr = x + r * C;
         const float* d = dout + r * C;
@@ -68,8 +69,8 @@ void layernorm_backward(float* dx, float* dw, float* db, const float* dout, cons
           db[c] += d[c];
         }
       }
-    });
-  }
+    }
+  });
 }
 
 }  // namespace geotrain::kernels::cpu

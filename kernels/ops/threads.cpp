@@ -83,7 +83,7 @@ class Pool {
   }
 
   void work() {
-    uint64_t seen = wake_.load();
+    uint64_t seen = 0;  // wake_'s initial value: a worker that starts late still sees every bump
     for (;;) {
       // Spin a little (the next op's job usually follows within microseconds), then sleep.
       for (int spins = 0; wake_.load() == seen && spins < 20000; ++spins) cpu_relax();
