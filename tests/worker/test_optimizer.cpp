@@ -103,7 +103,8 @@ TEST_CASE("the guard refuses non-finite gradients and losses beyond k sigma, and
 TEST_CASE("a refused step leaves parameters and optimizer state untouched") {
   LocalStep step({.optimizer = {.kind = OptimizerKind::kSgd, .momentum = 0.9f},
                   .schedule = {.base_lr = 0.5f},
-                  .guard = {.window = 4, .min_samples = 2}},
+                  .guard = {.window = 4, .min_samples = 2},
+                  .decay_mask = {}},
                  2);
   std::vector<float> p{1.0f, 2.0f};
   step.grad()[0] = std::numeric_limits<float>::infinity();
@@ -139,7 +140,8 @@ TEST_CASE("two accumulated micro-batches of 4 give the gradient of one batch of 
   LocalStep step({.optimizer = {.momentum = 0.0f},
                   .schedule = {.base_lr = 0.1f},
                   .accumulation_steps = 2,
-                  .guard = {}},
+                  .guard = {},
+                  .decay_mask = {}},
                  params.size());
   const auto r1 = model.forward_backward(params, x.data(), y.data(), 4, step.grad());
   CHECK_FALSE(step.add_micro_batch(r1.loss_sum / 4));
@@ -151,4 +153,21 @@ TEST_CASE("two accumulated micro-batches of 4 give the gradient of one batch of 
   for (size_t i = 0; i < params.size(); ++i)
     CHECK(params[i] == doctest::Approx(expected[i]).epsilon(1e-5));
   CHECK(r.loss == doctest::Approx((r1.loss_sum + r2.loss_sum) / 8));
+}
+
+TEST_CASE("AdamW skips weight decay on the no_decay tensors: biases, LayerNorms, embeddings") {
+  const ParamTable table({{"wte", 2}, {"h.0.ln_1.w", 1}, {"h.0.attn.qkv.w", 2}, {"h.0.attn.qkv.b", 1},
+                          {"fc1.weight", 1}, {"fc1.bias", 1}},
+                         {});
+  const auto mask = weight_decay_mask(table, OptimizerConfig::default_no_decay());
+  CHECK(mask == std::vector<uint8_t>{0, 0, 0, 1, 1, 0, 1, 0});
+  CHECK(weight_decay_mask(table, {}) == std::vector<uint8_t>(8, 1));
+
+  // With a zero gradient AdamW moves only by decay: p *= 1 - lr wd where the mask says so.
+  OptimizerConfig config{.kind = OptimizerKind::kAdamW, .weight_decay = 0.5f};
+  Optimizer opt(config, 8, mask);
+  std::vector<float> p(8, 1.0f), g(8, 0.0f);
+  opt.step(p, g, 0.1f);
+  for (size_t i = 0; i < p.size(); ++i) CHECK(p[i] == (mask[i] ? 0.95f : 1.0f));
+  CHECK_THROWS_AS(Optimizer(config, 7, mask), InputError);  // a mask of another size
 }

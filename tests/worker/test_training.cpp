@@ -59,7 +59,8 @@ TEST_CASE("one epoch of the default MLP with SGD momentum reaches 80% test accur
   const uint32_t batch = 64;
   LocalStep step({.optimizer = {.kind = OptimizerKind::kSgd, .momentum = 0.9f},
                   .schedule = {.base_lr = 0.02f, .warmup_steps = 50},
-                  .guard = {}},
+                  .guard = {},
+                  .decay_mask = {}},
                  params.size());
   const double before = accuracy(model, params, test);
 
