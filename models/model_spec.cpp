@@ -29,13 +29,13 @@ ModelSpec parse_model_spec(const YAML::Node& model, const YamlReader& in) {
       in.check_keys(e, "model.tensors[]", {"name", "size"});
       GT_REQUIRE(e["name"] && e["size"], "{}: every model.tensors entry needs name and size",
                  source);
-      spec.tensors.push_back({in.string(e["name"], "model.tensors[].name"),
-                              in.number<uint64_t>(e["size"], "model.tensors[].size", 1,
-                                                  uint64_t{1} << 40)});
+      spec.tensors.push_back(
+          {in.string(e["name"], "model.tensors[].name"),
+           in.number<uint64_t>(e["size"], "model.tensors[].size", 1, uint64_t{1} << 40)});
     }
   }
-  const char* gpt_keys[] = {"preset", "vocab", "d_model", "layers", "heads", "seq_len",
-                            "mlp_ratio"};
+  const char* gpt_keys[] = {"preset", "vocab",   "d_model",  "layers",
+                            "heads",  "seq_len", "mlp_ratio"};
   if (spec.kind == "mlp") {
     for (const char* k : gpt_keys)
       GT_REQUIRE(!model[k], "{}: model.{} is a GPT key, but model.kind is mlp (set kind: gpt)",
@@ -55,7 +55,8 @@ ModelSpec parse_model_spec(const YAML::Node& model, const YamlReader& in) {
     }
     return spec;
   }
-  GT_REQUIRE(!model["arch"], "{}: model.arch is an MLP key; a GPT is set by model.preset ({}) and "
+  GT_REQUIRE(!model["arch"],
+             "{}: model.arch is an MLP key; a GPT is set by model.preset ({}) and "
              "vocab, d_model, layers, heads, seq_len, mlp_ratio",
              source, join(gpt_preset_names()));
   if (auto n = model["preset"]) {

@@ -24,12 +24,12 @@
 namespace geotrain::models {
 
 struct ModelSpec {
-  std::string kind = "mlp";  // mlp | gpt
-  std::string arch;                     // mlp: models::parse_mlp_config
-  std::string preset;                   // gpt: the preset named, if any
-  GptConfig gpt;                        // gpt: the preset with the keys given applied
-  std::vector<std::string> critical;    // tensor globs
-  std::vector<TensorSpec> tensors;      // model.tensors, when given explicitly (servers)
+  std::string kind = "mlp";           // mlp | gpt
+  std::string arch;                   // mlp: models::parse_mlp_config
+  std::string preset;                 // gpt: the preset named, if any
+  GptConfig gpt;                      // gpt: the preset with the keys given applied
+  std::vector<std::string> critical;  // tensor globs
+  std::vector<TensorSpec> tensors;    // model.tensors, when given explicitly (servers)
 
   bool is_language_model() const { return kind == "gpt"; }
   // Tokens per sample window: seq_len + 1 for a language model, 0 otherwise.

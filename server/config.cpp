@@ -162,9 +162,10 @@ ServerConfig parse_server_config(std::string_view yaml_text, std::string_view so
       "{}: regions lists a name twice", c.source);
   auto model = root["model"];
   GT_REQUIRE(model, "{}: key 'model' is missing (model.tensors: list of {{name, size}})", c.source);
-  check_keys(c, model, "model",
-             {"tensors", "critical", "arch", "kind", "preset", "vocab", "d_model", "layers", "heads",
-              "seq_len", "mlp_ratio"});  // the model's own keys: expanded into tensors by cli/
+  check_keys(
+      c, model, "model",
+      {"tensors", "critical", "arch", "kind", "preset", "vocab", "d_model", "layers", "heads",
+       "seq_len", "mlp_ratio"});  // the model's own keys: expanded into tensors by cli/
   GT_REQUIRE(model["tensors"] && model["tensors"].IsSequence(),
              "{}: model.tensors must be a list of {{name, size}}", c.source);
   for (const auto& t : model["tensors"]) {

@@ -25,10 +25,10 @@ namespace geotrain::worker {
 
 struct Batch {
   uint64_t epoch = 0;
-  uint64_t index = 0;      // batch number within the epoch
-  size_t size = 0;         // B
-  std::vector<float> x;    // (B, features): classifiers
-  std::vector<int32_t> y;  // (B): classifiers
+  uint64_t index = 0;           // batch number within the epoch
+  size_t size = 0;              // B
+  std::vector<float> x;         // (B, features): classifiers
+  std::vector<int32_t> y;       // (B): classifiers
   std::vector<int32_t> tokens;  // (B, seq_len + 1): language models (worker/text_corpus.hpp)
 };
 

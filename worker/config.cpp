@@ -144,8 +144,9 @@ WorkerConfig parse_worker_config(std::string_view yaml_text, std::string_view so
   }
   if (auto n = w["overlap"]) c.overlap = in.boolean(n, "worker.overlap");
   if (auto o = w["optimizer"]) {
-    in.check_keys(o, "worker.optimizer", {"kind", "momentum", "nesterov", "weight_decay", "beta1",
-                                          "beta2", "eps", "no_decay"});
+    in.check_keys(
+        o, "worker.optimizer",
+        {"kind", "momentum", "nesterov", "weight_decay", "beta1", "beta2", "eps", "no_decay"});
     if (auto n = o["no_decay"]) c.optimizer.no_decay = in.strings(n, "worker.optimizer.no_decay");
     if (auto n = o["kind"])
       c.optimizer.kind = in.choice(n, "worker.optimizer.kind", {"sgd", "adamw"}) == "sgd"

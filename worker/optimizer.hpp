@@ -54,8 +54,8 @@ class Optimizer {
 
  private:
   OptimizerConfig config_;
-  std::vector<float> m_;  // SGD momentum buffer, or Adam's first moment
-  std::vector<float> v_;  // Adam's second moment
+  std::vector<float> m_;             // SGD momentum buffer, or Adam's first moment
+  std::vector<float> v_;             // Adam's second moment
   std::vector<uint8_t> decay_mask_;  // (parameters) or empty
   uint64_t steps_ = 0;
 };

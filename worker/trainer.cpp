@@ -285,8 +285,8 @@ TrainResult Trainer::run(std::stop_token stop) {
       spdlog::info("region {}: {} rounds, {} steps, validation loss {:.4f}, {:.4f} bits per byte",
                    region_, result.rounds, result.steps, e.loss, *e.bits_per_byte);
     else
-      spdlog::info("region {}: {} rounds, {} steps, test accuracy {:.2f}%", region_,
-                   result.rounds, result.steps, 100 * e.accuracy);
+      spdlog::info("region {}: {} rounds, {} steps, test accuracy {:.2f}%", region_, result.rounds,
+                   result.steps, 100 * e.accuracy);
   }
   result.wall_seconds = since(start);
   done["wall_s"] = result.wall_seconds;

@@ -68,9 +68,8 @@ Evaluation TrainingData::evaluate(ModelBackend& model, ConstFloatSpan params) co
     const size_t row = validation_.tokens.size() / validation_.size;
     for (size_t begin = 0; begin < validation_.size; begin += eval_chunk_) {
       const size_t n = std::min<size_t>(eval_chunk_, validation_.size - begin);
-      const auto r =
-          model.evaluate(params, models::BatchView{n, nullptr, nullptr,
-                                                   validation_.tokens.data() + begin * row});
+      const auto r = model.evaluate(
+          params, models::BatchView{n, nullptr, nullptr, validation_.tokens.data() + begin * row});
       loss += r.loss_sum;
       correct += r.correct;
       predictions += r.predictions;
@@ -80,9 +79,9 @@ Evaluation TrainingData::evaluate(ModelBackend& model, ConstFloatSpan params) co
     constexpr size_t kChunk = 1000;
     for (size_t begin = 0; begin < test_->count; begin += kChunk) {
       const size_t n = std::min(kChunk, test_->count - begin);
-      const auto r = model.evaluate(
-          params, models::BatchView{n, test_->x.data() + begin * test_->features,
-                                    test_labels_.data() + begin, nullptr});
+      const auto r =
+          model.evaluate(params, models::BatchView{n, test_->x.data() + begin * test_->features,
+                                                   test_labels_.data() + begin, nullptr});
       loss += r.loss_sum;
       correct += r.correct;
       predictions += r.predictions;

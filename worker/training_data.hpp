@@ -26,8 +26,8 @@
 namespace geotrain::worker {
 
 struct Evaluation {
-  double loss = 0;      // mean cross-entropy per prediction (nats)
-  double accuracy = 0;  // argmax hits per prediction (next-byte accuracy for text)
+  double loss = 0;                      // mean cross-entropy per prediction (nats)
+  double accuracy = 0;                  // argmax hits per prediction (next-byte accuracy for text)
   std::optional<double> bits_per_byte;  // text: loss / ln 2 (one byte is one token)
 };
 

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "process.hpp"
+#include "temp_dir.hpp"
 
 namespace geotrain::test {
 
@@ -27,8 +28,8 @@ struct Cluster {
   std::vector<std::string> regions;
   uint32_t workers = 1;
   std::string model = R"({arch: "784-32-10", critical: ["fc2.*"]})";
-  std::string server_extra;  // more keys under server:
-  std::string worker_yaml;   // keys under worker:
+  std::string server_extra;                                       // more keys under server:
+  std::string worker_yaml;                                        // keys under worker:
   std::string data = fmt::format("  data_dir: \"{}\"\n", kData);  // the data lines under worker:
 };
 
@@ -38,7 +39,7 @@ struct Outcome {
 };
 
 inline std::string config_text(const Cluster& c, const std::filesystem::path& dir,
-                        const std::vector<int>& ports) {
+                               const std::vector<int>& ports) {
   std::string regions, endpoints;
   for (size_t i = 0; i < c.regions.size(); ++i) {
     regions += (i ? ", " : "") + c.regions[i];
@@ -63,7 +64,7 @@ worker:
 
 // Starts one server per region and every worker; waits for the workers; stops the servers.
 inline Outcome run_cluster(const Cluster& c, const std::filesystem::path& dir,
-                    std::chrono::seconds timeout = 120s) {
+                           std::chrono::seconds timeout = 120s) {
   std::vector<int> ports;
   for (size_t i = 0; i < c.regions.size(); ++i) ports.push_back(test::free_port());
   const auto config = dir / "config.yaml";
@@ -105,7 +106,8 @@ inline std::vector<float> read_params(const std::filesystem::path& file) {
   return v;
 }
 
-inline std::vector<nlohmann::json> events(const std::filesystem::path& file, const std::string& kind) {
+inline std::vector<nlohmann::json> events(const std::filesystem::path& file,
+                                          const std::string& kind) {
   std::ifstream f(file);
   std::vector<nlohmann::json> out;
   std::string line;
@@ -122,5 +124,21 @@ inline double final_accuracy(const std::filesystem::path& dir, const std::string
   return done[0]["final_test_accuracy"].get<double>();
 }
 
+// Starts one worker of a one-region config with no server running, expects it to fail at
+// start-up, and returns its log (what a user would read).
+inline std::string start_worker_alone(const std::string& worker_yaml,
+                                      const std::string& model = R"({arch: "784-32-10"})") {
+  TempDir dir("bad");
+  const auto config = dir.path() / "config.yaml";
+  std::ofstream(config) << fmt::format(
+      "regions: [a]\nmodel: {}\nserver: {{endpoints: {{a: \"tcp://127.0.0.1:{}\"}}}}\nworker:\n  "
+      "run_dir: \"{}\"\n{}",
+      model, free_port(), dir.path().string(), worker_yaml);
+  Process w({"worker", "--config", config.string(), "--region", "a"}, dir.path() / "w.log");
+  const auto code = w.wait(30s);
+  REQUIRE(code.has_value());
+  CHECK(*code != 0);
+  return w.log();
+}
 
 }  // namespace geotrain::test

@@ -69,8 +69,7 @@ TEST_CASE(
     for (const auto& windows : ranks) {
       const worker::Batch bt = windows.batch(s);
       std::fill(g.begin(), g.end(), 0.0f);
-      model.forward_backward(p, models::BatchView{bt.size, nullptr, nullptr, bt.tokens.data()},
-                             g);
+      model.forward_backward(p, models::BatchView{bt.size, nullptr, nullptr, bt.tokens.data()}, g);
       for (size_t i = 0; i < g.size(); ++i) sum[i] += g[i];
     }
     for (size_t i = 0; i < p.size(); ++i) p[i] -= lr * (sum[i] / float(world));
@@ -87,8 +86,10 @@ TEST_CASE(
     moved += double(p[i] - p0[i]) * double(p[i] - p0[i]);
   }
   const double rel = std::sqrt(diff / norm), rel_between = std::sqrt(between / norm);
-  MESSAGE("relative error ", rel, ", between regions ", rel_between, ", training moved the "
-          "parameters by ", std::sqrt(moved / norm), " (relative)");
+  MESSAGE("relative error ", rel, ", between regions ", rel_between,
+          ", training moved the "
+          "parameters by ",
+          std::sqrt(moved / norm), " (relative)");
   CHECK(std::sqrt(moved / norm) > 1e-3);  // the comparison is about a run that trained
   CHECK(rel <= 1e-5);
   CHECK(rel_between <= 1e-6);
@@ -126,24 +127,15 @@ TEST_CASE("gpt-tiny trains across 2 regions with onebit and error feedback both 
     CHECK(last < 5.5);
     CHECK(last < first);
     // onebit: about 1 bit per parameter per push (plus scales), far below fp32's 32 bits.
-    const double fp32_bytes = 8.0 * double(models::gpt_parameter_count(models::gpt_preset("gpt-tiny"))) * 4;
+    const double fp32_bytes =
+        8.0 * double(models::gpt_parameter_count(models::gpt_preset("gpt-tiny"))) * 4;
     CHECK(pushed < fp32_bytes / 16);
   }
 }
 
 TEST_CASE("a language model on a missing corpus, or a classifier on text, fails with the name") {
-  auto start_alone = [](const std::string& model, const std::string& worker_yaml) {
-    test::TempDir dir("lm-bad");
-    const auto config = dir.path() / "config.yaml";
-    std::ofstream(config) << fmt::format(
-        "regions: [a]\nmodel: {}\nserver: {{endpoints: {{a: \"tcp://127.0.0.1:{}\"}}}}\nworker:\n  "
-        "run_dir: \"{}\"\n{}",
-        model, test::free_port(), dir.path().string(), worker_yaml);
-    test::Process w({"worker", "--config", config.string(), "--region", "a"}, dir.path() / "w.log");
-    const auto code = w.wait(30s);
-    REQUIRE(code.has_value());
-    CHECK(*code != 0);
-    return w.log();
+  const auto start_alone = [](const std::string& model, const std::string& worker_yaml) {
+    return start_worker_alone(worker_yaml, model);
   };
   const std::string gpt = "{kind: gpt, preset: gpt-tiny}";
   const auto missing = start_alone(gpt, "  data: {kind: text, path: /nonexistent/corpus.txt}\n");

@@ -8,8 +8,8 @@
 #include <fstream>
 #include <memory>
 
-#include "models/mlp.hpp"
 #include "cluster.hpp"
+#include "models/mlp.hpp"
 #include "process.hpp"
 #include "temp_dir.hpp"
 #include "worker/batch_loader.hpp"
@@ -19,7 +19,6 @@
 using namespace geotrain;
 using namespace geotrain::test;
 using namespace std::chrono_literals;
-
 
 namespace {
 // Runs `regions` x `workers` with fp32, H = 1, synchronous rounds and plain SGD, and returns the
@@ -153,25 +152,15 @@ TEST_CASE(
 }
 
 TEST_CASE("bad worker configurations fail at start-up with a clear message") {
-  auto start_alone = [](const std::string& worker_yaml,
-                        const std::string& model = R"({arch: "784-32-10"})") {
-    test::TempDir dir("bad");
-    const auto config = dir.path() / "config.yaml";
-    std::ofstream(config) << fmt::format(
-        "regions: [a]\nmodel: {}\nserver: {{endpoints: {{a: \"tcp://127.0.0.1:{}\"}}}}\nworker:\n  "
-        "run_dir: \"{}\"\n{}",
-        model, test::free_port(), dir.path().string(), worker_yaml);
-    test::Process w({"worker", "--config", config.string(), "--region", "a"}, dir.path() / "w.log");
-    const auto code = w.wait(30s);
-    REQUIRE(code.has_value());
-    CHECK(*code != 0);
-    return w.log();
+  const auto start_alone = [](const std::string& worker_yaml,
+                              const std::string& model = R"({arch: "784-32-10"})") {
+    return start_worker_alone(worker_yaml, model);
   };
   CHECK(start_alone("  critical_codec: onebyte\n")
             .find("worker.critical_codec: codec spec 'onebyte': unknown codec") !=
         std::string::npos);
-  CHECK(start_alone("  data: {kind: fashion-mnist, path: /nonexistent}\n").find("/nonexistent/train-images-idx3-ubyte.gz") !=
-        std::string::npos);
+  CHECK(start_alone("  data: {kind: fashion-mnist, path: /nonexistent}\n")
+            .find("/nonexistent/train-images-idx3-ubyte.gz") != std::string::npos);
   CHECK(start_alone("  batch_sise: 3\n").find("unknown key 'worker.batch_sise'") !=
         std::string::npos);
   CHECK(start_alone("", R"({arch: "784-0-10"})").find("model.arch") != std::string::npos);

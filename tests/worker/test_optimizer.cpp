@@ -156,8 +156,12 @@ TEST_CASE("two accumulated micro-batches of 4 give the gradient of one batch of 
 }
 
 TEST_CASE("AdamW skips weight decay on the no_decay tensors: biases, LayerNorms, embeddings") {
-  const ParamTable table({{"wte", 2}, {"h.0.ln_1.w", 1}, {"h.0.attn.qkv.w", 2}, {"h.0.attn.qkv.b", 1},
-                          {"fc1.weight", 1}, {"fc1.bias", 1}},
+  const ParamTable table({{"wte", 2},
+                          {"h.0.ln_1.w", 1},
+                          {"h.0.attn.qkv.w", 2},
+                          {"h.0.attn.qkv.b", 1},
+                          {"fc1.weight", 1},
+                          {"fc1.bias", 1}},
                          {});
   const auto mask = weight_decay_mask(table, OptimizerConfig::default_no_decay());
   CHECK(mask == std::vector<uint8_t>{0, 0, 0, 1, 1, 0, 1, 0});
