@@ -26,48 +26,6 @@ namespace geotrain::cli {
 
 namespace {
 
-// The shape of each tensor of the spec's model, in tensor_specs() order (models/gpt.hpp and
-// models/mlp.hpp fix the layouts; weights are (out, in) as in nn.Linear).
-std::vector<std::vector<uint64_t>> tensor_shapes(const models::ModelSpec& spec,
-                                                 const std::vector<TensorSpec>& tensors) {
-  std::vector<std::vector<uint64_t>> shapes;
-  if (spec.kind == "gpt") {
-    const auto& c = spec.gpt;
-    const uint64_t d = c.d_model, hidden = c.mlp_ratio * c.d_model;
-    for (const auto& t : tensors) {
-      if (t.name == "wte")
-        shapes.push_back({c.vocab, d});
-      else if (t.name == "wpe")
-        shapes.push_back({c.seq_len, d});
-      else if (t.name.ends_with("attn.qkv.w"))
-        shapes.push_back({3 * d, d});
-      else if (t.name.ends_with("attn.proj.w"))
-        shapes.push_back({d, d});
-      else if (t.name.ends_with("mlp.fc.w"))
-        shapes.push_back({hidden, d});
-      else if (t.name.ends_with("mlp.proj.w"))
-        shapes.push_back({d, hidden});
-      else
-        shapes.push_back({t.size});  // biases and LayerNorm parameters
-    }
-  } else {
-    const models::Mlp mlp(models::parse_mlp_config(spec.arch));
-    for (const auto& layer : mlp.layers()) {
-      shapes.push_back({layer.out, layer.in});
-      shapes.push_back({layer.out});
-    }
-  }
-  GT_ASSERT(shapes.size() == tensors.size(), "{} shapes for {} tensors", shapes.size(),
-            tensors.size());
-  for (size_t i = 0; i < shapes.size(); ++i) {
-    uint64_t n = 1;
-    for (uint64_t s : shapes[i]) n *= s;
-    GT_ASSERT(n == tensors[i].size, "tensor {}: shape has {} elements, the table {}",
-              tensors[i].name, n, tensors[i].size);
-  }
-  return shapes;
-}
-
 std::map<std::string, std::string> model_metadata(const models::ModelSpec& spec, uint64_t seed,
                                                   uint64_t parameters) {
   std::map<std::string, std::string> m = {{"format", "geotrain"},
@@ -102,7 +60,7 @@ int run_export_init(const ExportInitArgs& args) {
   model->init(params, config.seed);
 
   const auto specs = model->tensor_specs();
-  const auto shapes = tensor_shapes(config.model, specs);
+  const auto shapes = model->tensor_shapes();
   std::vector<models::SafetensorView> views;
   for (size_t i = 0; i < specs.size(); ++i) {
     const TensorInfo& t = table.tensors()[i];

@@ -117,6 +117,27 @@ std::vector<TensorSpec> Gpt::tensor_specs() const {
   return specs;
 }
 
+std::vector<std::vector<uint64_t>> Gpt::tensor_shapes() const {
+  const uint64_t d = config_.d_model, hidden = config_.mlp_ratio * config_.d_model;
+  std::vector<std::vector<uint64_t>> shapes = {{config_.vocab, d}, {config_.seq_len, d}};
+  for (size_t l = 0; l < config_.layers; ++l)
+    shapes.insert(shapes.end(), {{d},
+                                 {d},  // ln_1
+                                 {3 * d, d},
+                                 {3 * d},  // attn.qkv
+                                 {d, d},
+                                 {d},  // attn.proj
+                                 {d},
+                                 {d},  // ln_2
+                                 {hidden, d},
+                                 {hidden},  // mlp.fc
+                                 {d, hidden},
+                                 {d}});  // mlp.proj
+  shapes.push_back({d});                 // ln_f.w
+  shapes.push_back({d});                 // ln_f.b
+  return shapes;
+}
+
 void Gpt::init(FloatSpan params, uint64_t seed) const {
   GT_REQUIRE(params.size() == parameter_count_, "gpt init: params has {} elements, model has {}",
              params.size(), parameter_count_);

@@ -68,6 +68,7 @@ class Gpt final : public Model {
   std::string kind() const override { return "gpt"; }
   std::vector<TensorSpec> tensor_specs() const override;
   uint64_t parameter_count() const override { return parameter_count_; }
+  std::vector<std::vector<uint64_t>> tensor_shapes() const override;
   void init(FloatSpan params, uint64_t seed) const override;
 
   // batch.tokens: (B, T + 1), every token in [0, vocab): inputs tokens[:, :T], targets

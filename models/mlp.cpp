@@ -52,6 +52,15 @@ Mlp::Mlp(MlpConfig config) : config_(std::move(config)) {
   acts_.resize(layers_.size());
 }
 
+std::vector<std::vector<uint64_t>> Mlp::tensor_shapes() const {
+  std::vector<std::vector<uint64_t>> shapes;
+  for (const LayerShape& l : layers_) {
+    shapes.push_back({l.out, l.in});
+    shapes.push_back({l.out});
+  }
+  return shapes;
+}
+
 std::vector<TensorSpec> Mlp::tensor_specs() const {
   std::vector<TensorSpec> specs;
   for (size_t l = 0; l < layers_.size(); ++l) {

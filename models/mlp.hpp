@@ -50,6 +50,7 @@ class Mlp final : public Model {
   std::string kind() const override { return "mlp"; }
   std::vector<TensorSpec> tensor_specs() const override;
   uint64_t parameter_count() const override { return parameter_count_; }
+  std::vector<std::vector<uint64_t>> tensor_shapes() const override;
 
   // PyTorch's nn.Linear default: weights and biases uniform in +-1/sqrt(in), from `seed`.
   void init(FloatSpan params, uint64_t seed) const override;

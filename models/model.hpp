@@ -46,6 +46,9 @@ class Model {
   virtual std::string kind() const = 0;
   virtual std::vector<TensorSpec> tensor_specs() const = 0;
   virtual uint64_t parameter_count() const = 0;
+  // Each tensor's shape, in tensor_specs() order (weights (out, in) as nn.Linear): what files
+  // for other tools (safetensors) record. The product of a shape is the tensor's size.
+  virtual std::vector<std::vector<uint64_t>> tensor_shapes() const = 0;
   ParamTable make_table(const std::vector<std::string>& critical_globs = {}) const {
     return ParamTable(tensor_specs(), critical_globs);
   }

@@ -32,7 +32,7 @@ void parse_data(const YamlReader& in, const YAML::Node& d, WorkerConfig& c) {
   in.check_keys(d, "worker.data", {"kind", "path", "validation_fraction", "eval_windows"});
   if (auto n = d["kind"]) {
     c.data.kind = in.choice(n, "worker.data.kind", {"fashion-mnist", "text"});
-    c.data.path = c.data.kind == "text" ? DataConfig::kKjvFile : DataConfig::kFashionMnistDir;
+    c.data.path = c.data.kind == "text" ? DataConfig::kKjvFile : kFashionMnistDir;
   }
   if (auto n = d["path"]) c.data.path = in.string(n, "worker.data.path");
   if (auto n = d["validation_fraction"])

@@ -21,6 +21,7 @@
 
 #include "models/model_spec.hpp"
 #include "worker/anomaly_guard.hpp"
+#include "worker/idx_dataset.hpp"
 #include "worker/optimizer.hpp"
 
 namespace geotrain::worker {
@@ -33,7 +34,6 @@ struct DataConfig {
   std::filesystem::path path = kFashionMnistDir;
   double validation_fraction = 0.05;  // text: the last fraction of the bytes
   uint32_t eval_windows = 64;         // text: validation windows per evaluation
-  static constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";
   static constexpr const char* kKjvFile = "/usr/local/share/geotrain/kjv.txt";
 };
 

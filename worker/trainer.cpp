@@ -15,7 +15,7 @@
 #include "worker/model_backend.hpp"
 #include "worker/overlapped_sync.hpp"
 #include "worker/region_sync.hpp"
-#include "worker/sampler.hpp"
+#include "worker/sampler.hpp"  // global_rank
 #include "worker/server_store.hpp"
 #include "worker/training_data.hpp"
 

@@ -13,6 +13,7 @@
 #include "core/error.hpp"
 #include "kernels/ops/threads.hpp"
 #include "models/gpt.hpp"
+#include "models/mlp.hpp"
 
 using namespace geotrain;
 using namespace geotrain::models;
@@ -278,4 +279,26 @@ TEST_CASE("gpt-tiny training throughput at 1 and 2 threads" * doctest::skip()) {
     MESSAGE(threads, " thread(s): ", 1e3 * s / steps, " ms/step, ",
             double(steps * B * c.seq_len) / s, " tokens/s");
   }
+}
+
+TEST_CASE("tensor shapes multiply out to the tensor sizes, weights (out, in), for GPT and MLP") {
+  const geotrain::models::Gpt gpt(geotrain::models::gpt_preset("gpt-tiny"));
+  const geotrain::models::Mlp mlp(geotrain::models::MlpConfig{784, {32}, 10});
+  for (const geotrain::models::Model* m :
+       {static_cast<const geotrain::models::Model*>(&gpt),
+        static_cast<const geotrain::models::Model*>(&mlp)}) {
+    const auto specs = m->tensor_specs();
+    const auto shapes = m->tensor_shapes();
+    REQUIRE(shapes.size() == specs.size());
+    for (size_t i = 0; i < specs.size(); ++i) {
+      uint64_t n = 1;
+      for (uint64_t s : shapes[i]) n *= s;
+      CHECK_MESSAGE(n == specs[i].size, specs[i].name);
+    }
+  }
+  const auto shapes = gpt.tensor_shapes();
+  CHECK(shapes[0] == std::vector<uint64_t>{256, 128});      // wte
+  CHECK(shapes[4] == std::vector<uint64_t>{3 * 128, 128});  // h.0.attn.qkv.w
+  CHECK(shapes[10] == std::vector<uint64_t>{512, 128});     // h.0.mlp.fc.w
+  CHECK(mlp.tensor_shapes()[0] == std::vector<uint64_t>{32, 784});
 }
