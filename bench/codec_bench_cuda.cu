@@ -11,6 +11,7 @@
 #include "compression/codecs.hpp"
 #include "core/check_cuda.hpp"
 #include "kernels/codec_cuda.cuh"
+#include "kernels/qtopk_cuda.cuh"
 #include "kernels/topk_cuda.cuh"
 
 namespace geotrain::bench {
@@ -128,6 +129,15 @@ CudaBenchReport run_cuda_codec_bench(std::size_t n, int repeats) {
          kc::cuda::int4_decode(scales, reinterpret_cast<uint8_t*>(packed), n, chunk, dy.as<float>(),
                                false, 0);
        }},
+      {"fp4", 4 + 32.0 / chunk,
+       [&](float* e) {
+         kc::cuda::fp4_encode(dg.as<float>(), e, n, chunk, scales,
+                              reinterpret_cast<uint8_t*>(packed), 0);
+       },
+       [&] {
+         kc::cuda::fp4_decode(scales, reinterpret_cast<uint8_t*>(packed), n, chunk, dy.as<float>(),
+                              false, 0);
+       }},
       {"onebit", 1 + 32.0 / chunk,
        [&](float* e) {
          kc::cuda::onebit_encode(dg.as<float>(), e, n, chunk, scales,
@@ -153,6 +163,19 @@ CudaBenchReport run_cuda_codec_bench(std::size_t n, int repeats) {
                                            dy.as<float>(), false, 0);
                    }});
 
+  // topk with 2-bit values at 2% per chunk: a fixed layout, decoded on the device.
+  const kc::QtopkLayout qlayout{n, chunk, uint32_t(compression::topk_count(chunk, 0.02)), 2};
+  auto* qvalues = dbody.as<uint8_t>() + qlayout.values_offset();
+  auto* qindices = dbody.as<uint8_t>() + qlayout.indices_offset();
+  cases.push_back(
+      {"topk:ratio=0.02,bits=2", 8.0 * double(qlayout.body_bytes() + 40) / double(n),
+       [&](float* e) {
+         kc::cuda::qtopk_encode(dg.as<float>(), e, qlayout, scales, qvalues, qindices, 0);
+       },
+       [&] {
+         kc::cuda::qtopk_decode(qlayout, scales, qvalues, qindices, dy.as<float>(), false, 0);
+       }});
+
   std::vector<float> y(n);
   for (auto& c : cases) {
     for (bool ef : {false, true}) {
@@ -162,7 +185,6 @@ CudaBenchReport run_cuda_codec_bench(std::size_t n, int repeats) {
       r.path = "cuda";
       r.data = "gaussian";
       r.error_feedback = ef;
-      r.bits_per_element = c.bits;
       const double enc_s =
           ev.best_seconds(repeats, [&] { c.encode(ef ? de.as<float>() : nullptr); });
       if (c.name.rfind("topk", 0) == 0) {
@@ -183,6 +205,9 @@ CudaBenchReport run_cuda_codec_bench(std::size_t n, int repeats) {
         GT_CUDA_CHECK(cudaMemcpy(dindex.ptr, index.data(), 4 * k, cudaMemcpyHostToDevice));
         c.bits = 8.0 * double(topk_body + 40) / double(n);
       }
+      // After the encode: topk's size is only known from the body it wrote (issue 11: the row
+      // without EF used to report the 0 it started from).
+      r.bits_per_element = c.bits;
       const double dec_s = ev.best_seconds(repeats, [&] { c.decode(); });
       GT_CUDA_CHECK(cudaMemcpy(y.data(), dy.ptr, 4 * n, cudaMemcpyDeviceToHost));
       if (ef) {

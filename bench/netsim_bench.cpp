@@ -115,7 +115,9 @@ int run_netsim_bench(const NetsimBenchOptions& options) {
   }
   for (const auto& name : names) {
     const auto profile = netsim::load_profile(dir / (name + ".yaml"));
-    for (const auto& [pair, props] : profile.links) {
+    auto links = profile.links;  // plus the link of every other pair (`between: any`), if any
+    if (profile.any_pair) links[{"any", "any"}] = *profile.any_pair;
+    for (const auto& [pair, props] : links) {
       spdlog::debug("bench netsim: {} {}->{}", name, pair.first, pair.second);
       auto r = measure_link(pair.first, pair.second, props, options, seed++);
       r["profile"] = name;

@@ -8,7 +8,11 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <unistd.h>
+
 #include <filesystem>
+#include <fstream>
+#include <optional>
 #include <thread>
 
 #include "bench/codec_bench.hpp"
@@ -17,6 +21,7 @@
 #include "core/error.hpp"
 #include "server/param_server.hpp"
 #include "wire/client.hpp"
+#include "wire/security_config.hpp"
 
 namespace geotrain::bench {
 namespace {
@@ -141,10 +146,15 @@ struct Sizes {
 // one request at a time keeps each exchange comparable with one raw request/reply.)
 class ServerSession {
  public:
+  // keys_dir non-empty: CURVE on (the keys of region "bench" in it).
   ServerSession(zmq::context_t& context, const std::string& transport, const std::string& codec,
-                size_t elements)
+                size_t elements, const std::filesystem::path& keys_dir = {})
       : elements_(elements) {
     config_.regions = {"bench"};
+    // A session waits while the others are timed (the raw echo, the CURVE twin, a busy machine):
+    // never declare its region dead for that.
+    config_.dead_after = std::chrono::hours(24);
+    if (!keys_dir.empty()) config_.security = {wire::CurveSetting::on, keys_dir};
     config_.tensors = {{"w", elements}};
     config_.shard.downlink_codec = codec;
     config_.max_message_bytes =
@@ -152,11 +162,15 @@ class ServerSession {
     config_.run_dir =
         std::filesystem::temp_directory_path() / "geotrain-bench-server";  // never written
     server::ServerOptions options;
-    options.endpoint = endpoint_for(transport, "server-" + codec + std::to_string(elements));
+    options.endpoint = endpoint_for(
+        transport, "server-" + codec + std::to_string(elements) + (keys_dir.empty() ? "" : "-c"));
     options.write_metrics = false;
     server_ = std::make_unique<server::ParamServer>(config_, 0, context, options);
     loop_ = std::jthread([this](std::stop_token stop) { server_->run(stop); });
-    client_ = std::make_unique<wire::Client>(wire::connect_dealer(context, server_->endpoint()));
+    wire::ChannelOptions client_options;
+    client_options.curve_client = wire::curve_client(config_.security, "bench", "bench");
+    client_ = std::make_unique<wire::Client>(
+        wire::connect_dealer(context, server_->endpoint(), client_options));
     must(client_->call(wire::Hello{"bench", wire::kProtocolVersion, server_->table_hash(), {}}),
          "hello");
     version_ = std::get<wire::PullReply>(
@@ -250,6 +264,23 @@ class RawSession {
   Bytes push_payload_;
 };
 
+// CURVE keys of region "bench" for one run, in a fresh temporary folder removed afterwards.
+struct TempKeys {
+  std::filesystem::path path;
+  TempKeys()
+      : path(std::filesystem::temp_directory_path() /
+             fmt::format("geotrain-bench-keys-{}", ::getpid())) {
+    std::filesystem::remove_all(path);
+    wire::KeyDirectory::generate(path, {"bench"}, false);
+  }
+  ~TempKeys() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path, ignored);
+  }
+  TempKeys(const TempKeys&) = delete;
+  TempKeys& operator=(const TempKeys&) = delete;
+};
+
 void print_table(const std::vector<ServerBenchResult>& results) {
   fmt::print("{:<7} {:<7} {:>10} {:>11} {:>10} {:>10} {:>10} {:>10} {:>10}  {}\n", "link", "codec",
              "shard", "wire B/rt", "srv MB/s", "raw MB/s", "srv/raw", "srv rtt us", "raw rtt us",
@@ -258,6 +289,16 @@ void print_table(const std::vector<ServerBenchResult>& results) {
     fmt::print("{:<7} {:<7} {:>10} {:>11} {:>10.1f} {:>10.1f} {:>10.2f} {:>10.0f} {:>10.0f}  {}\n",
                r.transport, r.codec, r.bytes, r.wire_bytes, r.server_mbps, r.raw_zmq_mbps, r.ratio,
                r.server_rtt_us, r.raw_rtt_us, r.note);
+  bool any_curve = false;
+  for (const auto& r : results) any_curve = any_curve || r.has_curve;
+  if (!any_curve) return;
+  fmt::print("\nCURVE: the same server with CURVE on, timed alternately with it off\n");
+  fmt::print("{:<7} {:<7} {:>10} {:>11} {:>11} {:>12}\n", "link", "codec", "shard", "curve MB/s",
+             "curve/plain", "curve rtt us");
+  for (const auto& r : results)
+    if (r.has_curve)
+      fmt::print("{:<7} {:<7} {:>10} {:>11.1f} {:>11.2f} {:>12.0f}\n", r.transport, r.codec,
+                 r.bytes, r.curve_mbps, r.curve_ratio, r.curve_rtt_us);
 }
 
 }  // namespace
@@ -282,6 +323,8 @@ std::vector<ServerBenchResult> measure_server(const ServerBenchOptions& options)
   for (size_t s : options.sizes)
     GT_REQUIRE(s >= 4096 && s % 4 == 0,
                "bench server: size {} must be a multiple of 4, at least 4096", s);
+  std::optional<TempKeys> keys;
+  if (options.curve) keys.emplace();
   zmq::context_t context;
   std::vector<ServerBenchResult> results;
   const size_t total = options.transports.size() * options.codecs.size() * options.sizes.size();
@@ -310,6 +353,17 @@ std::vector<ServerBenchResult> measure_server(const ServerBenchOptions& options)
         r.server_round_trips = srv.count;
         r.raw_round_trips = raw.count;
         r.note = server_bench_note(transport, codec, bytes, sizes.push_payload);
+        if (options.curve && transport == "tcp") {
+          // Its own context: one ZAP handler per context (wire/curve_authenticator.hpp).
+          zmq::context_t curve_context;
+          ServerSession curve(curve_context, transport, codec, bytes / 4, keys->path);
+          const auto [plain, secured] = time_alternately(
+              options.seconds, [&] { server.round_trip(); }, [&] { curve.round_trip(); });
+          r.has_curve = true;
+          r.curve_mbps = static_cast<double>(r.wire_bytes) / secured.median_s / 1e6;
+          r.curve_rtt_us = secured.median_s * 1e6;
+          r.curve_ratio = plain.median_s / secured.median_s;
+        }
         results.push_back(r);
       }
     }
@@ -317,8 +371,53 @@ std::vector<ServerBenchResult> measure_server(const ServerBenchOptions& options)
   return results;
 }
 
+std::size_t rss_kib() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line))
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoul(line.substr(6));
+  return 0;
+}
+
+ServerSoakResult soak_server(const ServerBenchOptions& options) {
+  GT_REQUIRE(options.duration > 0, "bench server: --duration must be positive");
+  ServerSoakResult soak;
+  soak.transport = "tcp";
+  soak.codec = options.codecs.front();
+  soak.bytes = *std::max_element(options.sizes.begin(), options.sizes.end());
+  soak.curve = options.curve;
+  std::optional<TempKeys> keys;
+  if (options.curve) keys.emplace();
+  zmq::context_t context;
+  ServerSession session(context, soak.transport, soak.codec, soak.bytes / 4,
+                        keys ? keys->path : std::filesystem::path());
+  // Warm-up: pools filled, buffers touched; then the reading that counts as the start.
+  for (int i = 0; i < 20; ++i) session.round_trip();
+  soak.rss_start_kib = soak.rss_max_kib = rss_kib();
+  const auto start = Clock::now();
+  auto next_reading = start + std::chrono::seconds(1);
+  for (;;) {
+    session.round_trip();
+    ++soak.round_trips;
+    const auto now = Clock::now();
+    if (now >= next_reading) {
+      soak.rss_max_kib = std::max(soak.rss_max_kib, rss_kib());
+      next_reading += std::chrono::seconds(1);
+      if (std::chrono::duration<double>(now - start).count() >= options.duration) break;
+    }
+  }
+  soak.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  soak.rss_end_kib = rss_kib();
+  soak.rss_max_kib = std::max(soak.rss_max_kib, soak.rss_end_kib);
+  return soak;
+}
+
 int run_server_bench(const ServerBenchOptions& options) {
+  const std::size_t rss_at_start = rss_kib();
   const auto results = measure_server(options);
+  std::optional<ServerSoakResult> soak;
+  if (options.duration > 0) soak = soak_server(options);
+  const std::size_t rss_at_end = rss_kib();
   if (options.json) {
     nlohmann::json doc;
     doc["device"] = cpu_name();
@@ -341,6 +440,23 @@ int run_server_bench(const ServerBenchOptions& options) {
                               {"server_round_trips", r.server_round_trips},
                               {"raw_round_trips", r.raw_round_trips},
                               {"note", r.note}});
+    if (options.curve) {
+      auto& rows = doc["sizes"];
+      for (size_t i = 0; i < results.size(); ++i)
+        if (results[i].has_curve) {
+          rows[i]["curve_mbps"] = results[i].curve_mbps;
+          rows[i]["curve_rtt_us"] = results[i].curve_rtt_us;
+          rows[i]["curve_ratio"] = results[i].curve_ratio;
+        }
+    }
+    doc["rss_kib_at_start"] = rss_at_start;
+    doc["rss_kib_at_end"] = rss_at_end;
+    if (soak)
+      doc["soak"] = {{"transport", soak->transport},   {"codec", soak->codec},
+                     {"bytes", soak->bytes},           {"curve", soak->curve},
+                     {"seconds", soak->seconds},       {"round_trips", soak->round_trips},
+                     {"rss_start_kib", soak->rss_start_kib}, {"rss_end_kib", soak->rss_end_kib},
+                     {"rss_max_kib", soak->rss_max_kib}};
     fmt::print("{}\n", doc.dump(2));
   } else {
     fmt::print(
@@ -353,6 +469,13 @@ int run_server_bench(const ServerBenchOptions& options) {
         "The issue's target, server at least 0.8 of raw ZeroMQ, applies to tcp, fp32, payloads of "
         "1 MB and up\n");
     print_table(results);
+    if (soak)
+      fmt::print(
+          "\nsoak: {:.0f} s of push+pull round trips ({}, {}, {} bytes{}), {} round trips; RSS "
+          "{} KiB at its start, {} KiB at its end (max {} KiB)\n",
+          soak->seconds, soak->transport, soak->codec, soak->bytes, soak->curve ? ", CURVE" : "",
+          soak->round_trips, soak->rss_start_kib, soak->rss_end_kib, soak->rss_max_kib);
+    fmt::print("RSS of this process: {} KiB at start, {} KiB at end\n", rss_at_start, rss_at_end);
   }
   return 0;
 }

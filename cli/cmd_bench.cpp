@@ -49,6 +49,12 @@ void add_bench_command(CLI::App& app, CommandList& commands) {
       ->capture_default_str()
       ->check(CLI::Range(0.0, 60.0));
   server->add_flag("--json", server_opts->json, "print one JSON document instead of a table");
+  server->add_flag("--curve", server_opts->curve,
+                   "also time tcp rows with CURVE on, alternately with it off (curve_ratio)");
+  server
+      ->add_option("--duration", server_opts->duration,
+                   "then a soak of this many seconds of load with RSS at its start and end")
+      ->check(CLI::Range(0.0, 86400.0));
   commands.emplace_back(server, [server_opts] { return bench::run_server_bench(*server_opts); });
 
   auto train_opts = std::make_shared<bench::TrainBenchOptions>();

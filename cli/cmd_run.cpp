@@ -1,20 +1,27 @@
-// `geotrain run [CONFIG] [--out DIR]`: launches a whole deployment on this machine (launcher/),
-// with configs/demo.yaml when no CONFIG is given; `geotrain sweep SWEEP.yaml [--out DIR]`: a
-// grid of such runs, one after another, with a results table. SIGINT/SIGTERM become a stop
+// `geotrain run [CONFIG] [--out DIR] [--wan PROFILE] [--set KEY=VALUE]...`: launches a whole
+// deployment on this machine (launcher/), with configs/demo.yaml when no CONFIG is given;
+// `geotrain sweep SWEEP.yaml [--out DIR] [--set KEY=VALUE]...`: a grid of such runs, one after
+// another, with a results table; `geotrain compare RUN... [--out DIR]`: existing run folders in
+// one table and plot (launcher/compare.hpp). SIGINT/SIGTERM become a stop
 // request (SignalWatcher); the launcher itself runs on the main thread, which its children's
 // PR_SET_PDEATHSIG is tied to.
 #include <CLI/CLI.hpp>
+#include <yaml-cpp/yaml.h>
 
 #include <filesystem>
 #include <memory>
 #include <stop_token>
 #include <thread>
+#include <vector>
 
 #include "cli/commands.hpp"
 #include "cli/config_text.hpp"
 #include "cli/signal_watcher.hpp"
 #include "core/error.hpp"
+#include "launcher/compare.hpp"
+#include "launcher/config_overrides.hpp"
 #include "launcher/launcher.hpp"
+#include "launcher/run_folder.hpp"
 #include "launcher/sweep.hpp"
 #include "server/config.hpp"
 #include "worker/config.hpp"
@@ -28,7 +35,26 @@ struct RunArgs {
   std::string config;
   std::string out;
   bool no_plots = false;
+  std::vector<std::string> sets;  // --set section.key=value
+  std::string wan;                // --wan PROFILE (run only)
 };
+
+struct CompareArgs {
+  std::vector<std::string> runs;
+  std::string out;
+  bool no_plots = false;
+};
+
+// `--set KEY=VALUE`, repeatable, one pair per occurrence.
+void add_set_option(CLI::App& cmd, std::vector<std::string>& sets, const char* applies_to) {
+  cmd.add_option("--set", sets,
+                 fmt::format("override a config key, e.g. --set worker.lr=0.2 or --set "
+                             "regions=[a,b] (YAML value; repeatable; {}; checked like the file's "
+                             "keys)",
+                             applies_to))
+      ->allow_extra_args(false)
+      ->type_name("KEY=VALUE");
+}
 
 // A file shipped in the source tree: next to the working directory first, then where this
 // binary was built from.
@@ -48,7 +74,7 @@ launcher::LaunchOptions launch_options(bool plots) {
   // anything starts (`source` is the config file; the server reads model.arch expanded).
   o.validate = [](const std::string& text, const std::string& source) {
     (void)worker::parse_worker_config(text, source);
-    (void)server::parse_server_config(resolved_config_text(source), source);
+    (void)server::parse_server_config(resolved_config_text(text, source), source);
   };
   return o;
 }
@@ -58,6 +84,18 @@ int run_run(const RunArgs& args) {
   o.config = args.config.empty() ? shipped_file("configs/demo.yaml") : fs::path(args.config);
   GT_REQUIRE(fs::is_regular_file(o.config), "config file '{}' does not exist", o.config.string());
   if (!args.out.empty()) o.out_dir = args.out;
+  o.overrides = launcher::parse_overrides(args.sets);
+  if (!args.wan.empty()) {
+    for (const auto& ov : o.overrides)
+      GT_REQUIRE(ov.key != "run.wan_profile", "--wan {} and {}: give one of them", args.wan,
+                 ov.origin);
+    // A name: the config's wan/ folder, then the shipped profiles; else a file.
+    const auto file = launcher::find_wan_profile(
+        args.wan, {o.config.parent_path() / "wan", shipped_file("configs/wan")}, "--wan");
+    YAML::Emitter quoted;
+    quoted << YAML::DoubleQuoted << file.string();
+    o.overrides.push_back({"run.wan_profile", quoted.c_str(), "--wan " + args.wan});
+  }
   std::stop_source stop;
   SignalWatcher watcher([&stop](int) { stop.request_stop(); });
   return launcher::run_deployment(o, stop.get_token()).exit_code;
@@ -68,10 +106,23 @@ int run_sweep(const RunArgs& args) {
   o.run = launch_options(!args.no_plots);
   o.sweep_file = args.config;
   if (!args.out.empty()) o.out_dir = args.out;
+  o.overrides = launcher::parse_overrides(args.sets);
+  o.wan_dirs = {shipped_file("configs/wan")};
   if (!args.no_plots) o.plot_script = shipped_file("scripts/plot_sweep.py");
   std::stop_source stop;
   SignalWatcher watcher([&stop](int) { stop.request_stop(); });
   return launcher::run_sweep(o, stop.get_token());
+}
+
+int run_compare(const CompareArgs& args) {
+  launcher::CompareOptions o;
+  for (const auto& r : args.runs) o.runs.emplace_back(r);
+  o.out_dir = args.out.empty()
+                  ? fs::path("runs") / launcher::run_folder_name("compare",
+                                                                 std::chrono::system_clock::now())
+                  : fs::path(args.out);
+  if (!args.no_plots) o.plot_script = shipped_file("scripts/plot_compare.py");
+  return launcher::run_compare(o);
 }
 }  // namespace
 
@@ -85,6 +136,11 @@ void add_run_command(CLI::App& app, CommandList& commands) {
   cmd->add_option("--out", args->out,
                   "parent folder of the run folder (default: run.out_dir, else runs)");
   cmd->add_flag("--no-plots", args->no_plots, "skip the matplotlib plots");
+  cmd->add_option("--wan", args->wan,
+                  "run on this WAN profile instead of run.wan_profile: a name (lan, global-3, "
+                  "... from the config's wan/ folder or configs/wan) or a file")
+      ->type_name("PROFILE");
+  add_set_option(*cmd, args->sets, "baked into the run folder's config.yaml");
   commands.emplace_back(cmd, [args] { return run_run(*args); });
 
   auto sweep_args = std::make_shared<RunArgs>();
@@ -97,7 +153,21 @@ void add_run_command(CLI::App& app, CommandList& commands) {
   sweep->add_option("--out", sweep_args->out,
                     "parent folder of the sweep folder (default: the sweep's out_dir)");
   sweep->add_flag("--no-plots", sweep_args->no_plots, "skip the matplotlib plots");
+  add_set_option(*sweep, sweep_args->sets, "applied to the base config of every point");
   commands.emplace_back(sweep, [sweep_args] { return run_sweep(*sweep_args); });
+
+  auto compare_args = std::make_shared<CompareArgs>();
+  auto* compare = app.add_subcommand(
+      "compare",
+      "compare existing run folders: one table (markdown on stdout, compare.csv) and a plot of "
+      "accuracy or validation bpb against time and WAN bytes");
+  compare->add_option("runs", compare_args->runs, "run folders (the first is the baseline)")
+      ->required();
+  compare->add_option("--out", compare_args->out,
+                      "folder for compare.md, compare.csv and compare.png (default: "
+                      "runs/<time>-compare)");
+  compare->add_flag("--no-plots", compare_args->no_plots, "skip the matplotlib plot");
+  commands.emplace_back(compare, [compare_args] { return run_compare(*compare_args); });
 }
 
 }  // namespace geotrain::cli

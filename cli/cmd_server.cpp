@@ -5,6 +5,7 @@
 #include <memory>
 #include <stop_token>
 #include <thread>
+#include <vector>
 
 #include "cli/commands.hpp"
 #include "cli/config_text.hpp"
@@ -12,6 +13,8 @@
 #include "cli/signal_watcher.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "launcher/config_overrides.hpp"
+#include "launcher/run_settings.hpp"
 #include "server/config.hpp"
 #include "server/param_server.hpp"
 
@@ -22,10 +25,17 @@ struct ServerArgs {
   std::string config;
   std::string region;
   std::string endpoint;
+  std::vector<std::string> sets;  // --set section.key=value
 };
 
 int run_server(const ServerArgs& args) {
-  auto config = server::parse_server_config(resolved_config_text(args.config), args.config);
+  const auto overrides = launcher::parse_overrides(args.sets);
+  const auto source = launcher::describe_source(args.config, overrides);
+  auto config = server::parse_server_config(
+      resolved_config_text(
+          launcher::apply_overrides(launcher::read_text_file(args.config), overrides, source),
+          source),
+      source);
   uint32_t region = 0;
   if (!args.region.empty()) {
     region = config.region_index(args.region);
@@ -64,6 +74,11 @@ void add_server_command(CLI::App& app, CommandList& commands) {
       "--region", args->region,
       "the region this server belongs to (default: from the launcher's rank, e.g. SLURM_PROCID)");
   cmd->add_option("--endpoint", args->endpoint, "bind here instead of server.endpoints[region]");
+  cmd->add_option("--set", args->sets,
+                  "override a config key, e.g. --set server.staleness_bound=1 (YAML value; "
+                  "repeatable; checked like the file's keys)")
+      ->allow_extra_args(false)
+      ->type_name("KEY=VALUE");
   commands.emplace_back(cmd, [args] { return run_server(*args); });
 }
 

@@ -7,6 +7,7 @@
 #include <optional>
 #include <stop_token>
 #include <thread>
+#include <vector>
 
 #include "cli/commands.hpp"
 #include "cli/config_text.hpp"
@@ -14,6 +15,8 @@
 #include "cli/signal_watcher.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "launcher/config_overrides.hpp"
+#include "launcher/run_settings.hpp"
 #include "worker/config.hpp"
 #include "worker/trainer.hpp"
 
@@ -25,10 +28,17 @@ struct WorkerArgs {
   std::string region;
   std::optional<uint32_t> rank;
   std::string run_dir;
+  std::vector<std::string> sets;  // --set section.key=value
 };
 
 int run_worker(const WorkerArgs& args) {
-  auto config = worker::parse_worker_config(resolved_config_text(args.config), args.config);
+  const auto overrides = launcher::parse_overrides(args.sets);
+  const auto source = launcher::describe_source(args.config, overrides);
+  auto config = worker::parse_worker_config(
+      resolved_config_text(
+          launcher::apply_overrides(launcher::read_text_file(args.config), overrides, source),
+          source),
+      source);
   if (!args.run_dir.empty()) config.run_dir = args.run_dir;
 
   std::string region = args.region;
@@ -73,6 +83,11 @@ void add_worker_command(CLI::App& app, CommandList& commands) {
   cmd->add_option("--rank", args->rank,
                   "rank inside the region, 0 = leader (default 0 with --region)");
   cmd->add_option("--run-dir", args->run_dir, "write metrics here instead of worker.run_dir");
+  cmd->add_option("--set", args->sets,
+                  "override a config key, e.g. --set worker.lr=0.2 (YAML value; repeatable; "
+                  "checked like the file's keys)")
+      ->allow_extra_args(false)
+      ->type_name("KEY=VALUE");
   commands.emplace_back(cmd, [args] { return run_worker(*args); });
 }
 

@@ -17,8 +17,12 @@ void add_server_command(CLI::App& app, CommandList& commands);
 void add_worker_command(CLI::App& app, CommandList& commands);
 void add_netsim_command(CLI::App& app, CommandList& commands);
 void add_run_command(CLI::App& app, CommandList& commands);
+// `serve`: `run` with worker.external: true (cmd_serve.cpp, docs/python.md).
+void add_serve_command(CLI::App& app, CommandList& commands);
 // `export-init` and `dump-batches` (cmd_model.cpp).
 void add_model_commands(CLI::App& app, CommandList& commands);
+// `keygen`: CURVE keys for security.keys_dir (cmd_keygen.cpp).
+void add_keygen_command(CLI::App& app, CommandList& commands);
 // `bench netsim`, added by add_bench_command (defined in cmd_netsim.cpp).
 void add_netsim_bench_command(CLI::App& bench, CommandList& commands);
 

@@ -16,16 +16,20 @@ std::string resolved_config_text(const std::filesystem::path& file) {
   GT_REQUIRE(f.good(), "config file '{}' cannot be read", file.string());
   std::stringstream ss;
   ss << f.rdbuf();
+  return resolved_config_text(ss.str(), file.string());
+}
+
+std::string resolved_config_text(const std::string& text, const std::string& source) {
   YAML::Node root;
   try {
-    root = YAML::Load(ss.str());
+    root = YAML::Load(text);
   } catch (const YAML::Exception& e) {
-    GT_REQUIRE(false, "{}: not valid YAML: {}", file.string(), e.what());
+    GT_REQUIRE(false, "{}: not valid YAML: {}", source, e.what());
   }
   auto model = root["model"];
-  if (!model || !model.IsMap() || model["tensors"]) return ss.str();
-  if (!model["arch"] && !model["kind"] && !model["preset"]) return ss.str();
-  models::ModelSpec spec = models::parse_model_spec(model, YamlReader(file.string()));
+  if (!model || !model.IsMap() || model["tensors"]) return text;
+  if (!model["arch"] && !model["kind"] && !model["preset"]) return text;
+  models::ModelSpec spec = models::parse_model_spec(model, YamlReader(source));
   YAML::Node tensors(YAML::NodeType::Sequence);
   for (const auto& t : models::model_tensor_specs(spec)) {
     YAML::Node n;

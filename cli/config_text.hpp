@@ -14,4 +14,8 @@ namespace geotrain::cli {
 // InputError when the file cannot be read or is not YAML, or when the model section is invalid.
 std::string resolved_config_text(const std::filesystem::path& file);
 
+// The same for config text already read (`source` names it in messages), e.g. a config with
+// `--set` overrides applied (launcher/config_overrides.hpp).
+std::string resolved_config_text(const std::string& text, const std::string& source);
+
 }  // namespace geotrain::cli

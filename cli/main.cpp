@@ -25,7 +25,9 @@ int main(int argc, char** argv) {
   geotrain::cli::add_worker_command(app, commands);
   geotrain::cli::add_netsim_command(app, commands);
   geotrain::cli::add_run_command(app, commands);
+  geotrain::cli::add_serve_command(app, commands);
   geotrain::cli::add_model_commands(app, commands);
+  geotrain::cli::add_keygen_command(app, commands);
 
   if (argc == 1) {  // no subcommand: show what there is, rather than only that one is missing
     std::fputs(app.help().c_str(), stderr);

@@ -7,7 +7,10 @@
 //   int8     per-chunk absmax scale, 8 + 32/chunk bits/element
 //   int4     per-chunk absmax scale, 4 + 32/chunk bits/element
 //   onebit   sign + per-chunk mean |x| (the MSE-optimal scale for the sign pattern), 1 + 32/chunk
+//   fp4      E2M1 (OCP MX FP4) with a per-chunk scale absmax/6, 4 + 32/chunk bits/element
 //   topk     the k = ceil(ratio*n) largest |x|: fp32 values + delta-varint indices
+//   topk with bits = 2, 4 or 8 (wire id qtopk): the k = ceil(ratio*chunk) largest |x| of each
+//            chunk, values as sign + level of the chunk's absmax, chunk-relative packed indices
 //   +zstd    a zstd stage after any of the above
 #pragma once
 
@@ -28,7 +31,11 @@ struct QuantOptions {
 
 struct TopkOptions {
   double ratio = 0.01;     // fraction of entries kept, in (0, 1]
-  uint32_t sample = 4096;  // entries sampled to estimate the threshold
+  uint32_t sample = 4096;  // entries sampled to estimate the threshold (bits == 0 only)
+  // 0: exact fp32 values, one global selection. 2, 4, 8: chunked selection (k = ceil(ratio *
+  // chunk) per chunk) and values quantised to this many bits (the qtopk payload).
+  uint32_t bits = 0;
+  uint32_t chunk = kDefaultChunk;  // selection chunk (bits != 0 only), as for int8
 };
 
 std::unique_ptr<Codec> make_fp32_codec();
@@ -36,7 +43,9 @@ std::unique_ptr<Codec> make_fp16_codec();
 std::unique_ptr<Codec> make_bf16_codec();
 std::unique_ptr<Codec> make_int8_codec(QuantOptions options = {});
 std::unique_ptr<Codec> make_int4_codec(QuantOptions options = {});
+std::unique_ptr<Codec> make_fp4_codec(uint32_t chunk = kDefaultChunk);
 std::unique_ptr<Codec> make_onebit_codec(uint32_t chunk = kDefaultChunk);
+// options.bits == 0: topk; 2, 4 or 8: qtopk.
 std::unique_ptr<Codec> make_topk_codec(TopkOptions options = {});
 // zstd after `inner`; level in [1, 19].
 std::unique_ptr<Codec> make_zstd_stage(std::unique_ptr<Codec> inner, int level = 3);

@@ -4,6 +4,7 @@
 
 #include <optional>
 
+#include "compression/codecs.hpp"
 #include "compression/payload.hpp"
 #include "core/span.hpp"
 
@@ -16,8 +17,12 @@ void decode_checked(ConstByteSpan payload, FloatSpan y, bool add, std::optional<
 // Per-family validation + decode of a parsed payload; each throws before writing y.
 void decode_dense(const PayloadHeader& h, ConstByteSpan body, FloatSpan y, bool add);
 void decode_topk(const PayloadHeader& h, ConstByteSpan body, FloatSpan y, bool add);
+void decode_qtopk(const PayloadHeader& h, ConstByteSpan body, FloatSpan y, bool add);
 void decode_zstd(const PayloadHeader& h, ConstByteSpan body, FloatSpan y, bool add);
 
 void require_chunk(uint32_t chunk, std::string_view what);
+
+// The topk codec with quantised values (options.bits != 0); make_topk_codec picks it.
+std::unique_ptr<Codec> make_qtopk_codec(const TopkOptions& options);
 
 }  // namespace geotrain::compression::detail

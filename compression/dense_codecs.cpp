@@ -1,4 +1,4 @@
-// fp32, fp16, bf16, int8, int4 and onebit: codecs whose body size depends only on the element
+// fp32, fp16, bf16, int8, int4, fp4 and onebit: codecs whose body size depends only on the element
 // count and chunk. Packing is done by kernels/codec_cpu; this file owns layout and validation.
 #include <cstring>
 #include <vector>
@@ -14,7 +14,8 @@ namespace {
 namespace kc = geotrain::kernels;
 
 bool is_chunked(CodecId id) {
-  return id == CodecId::int8 || id == CodecId::int4 || id == CodecId::onebit;
+  return id == CodecId::int8 || id == CodecId::int4 || id == CodecId::fp4 ||
+         id == CodecId::onebit;
 }
 
 // Exact body size of a dense codec; callers bound n by kMaxElements, so nothing overflows.
@@ -29,6 +30,7 @@ uint64_t dense_body_bytes(CodecId id, uint64_t n, uint32_t chunk) {
     case CodecId::int8:
       return scales + n;
     case CodecId::int4:
+    case CodecId::fp4:
       return scales + kc::int4_byte_count(n);
     case CodecId::onebit:
       return scales + 4 * kc::onebit_word_count(n);
@@ -110,6 +112,9 @@ class DenseCodec final : public Codec {
         kc::cpu::int4_encode(g, residual, n, chunk, rounding, scales,
                              reinterpret_cast<uint8_t*>(packed));
         break;
+      case CodecId::fp4:
+        kc::cpu::fp4_encode(g, residual, n, chunk, scales, reinterpret_cast<uint8_t*>(packed));
+        break;
       case CodecId::onebit:
         kc::cpu::onebit_encode(g, residual, n, chunk, scales, reinterpret_cast<uint32_t*>(packed));
         break;
@@ -146,6 +151,9 @@ std::unique_ptr<Codec> make_int8_codec(QuantOptions o) {
 }
 std::unique_ptr<Codec> make_int4_codec(QuantOptions o) {
   return std::make_unique<DenseCodec>(CodecId::int4, o);
+}
+std::unique_ptr<Codec> make_fp4_codec(uint32_t chunk) {
+  return std::make_unique<DenseCodec>(CodecId::fp4, QuantOptions{chunk, false, 0});
 }
 std::unique_ptr<Codec> make_onebit_codec(uint32_t chunk) {
   return std::make_unique<DenseCodec>(CodecId::onebit, QuantOptions{chunk, false, 0});
@@ -195,11 +203,15 @@ void decode_parsed(const PayloadHeader& h, ConstByteSpan body, FloatSpan y, bool
     case CodecId::bf16:
     case CodecId::int8:
     case CodecId::int4:
+    case CodecId::fp4:
     case CodecId::onebit:
       decode_dense(h, body, y, add);
       return;
     case CodecId::topk:
       decode_topk(h, body, y, add);
+      return;
+    case CodecId::qtopk:
+      decode_qtopk(h, body, y, add);
       return;
     case CodecId::zstd:
       decode_zstd(h, body, y, add);
@@ -215,7 +227,9 @@ void decode_dense(const PayloadHeader& h, ConstByteSpan body, FloatSpan y, bool 
   // Wire buffers need not be aligned; decode from an aligned copy when they are not.
   std::vector<float> aligned;
   const std::byte* data = body.data();
-  if (reinterpret_cast<uintptr_t>(data) % alignof(float) != 0) {
+  // Not for an empty body: memcpy into an empty vector's null data() is undefined (found by
+  // fuzz/codec_decode.cpp under UBSan).
+  if (!body.empty() && reinterpret_cast<uintptr_t>(data) % alignof(float) != 0) {
     aligned.resize((body.size() + 3) / 4);
     std::memcpy(aligned.data(), data, body.size());
     data = reinterpret_cast<const std::byte*>(aligned.data());
@@ -239,6 +253,9 @@ void decode_dense(const PayloadHeader& h, ConstByteSpan body, FloatSpan y, bool 
       break;
     case CodecId::int4:
       kc::cpu::int4_decode(scales, reinterpret_cast<const uint8_t*>(packed), n, h.chunk, out, add);
+      break;
+    case CodecId::fp4:
+      kc::cpu::fp4_decode(scales, reinterpret_cast<const uint8_t*>(packed), n, h.chunk, out, add);
       break;
     case CodecId::onebit:
       kc::cpu::onebit_decode(scales, reinterpret_cast<const uint32_t*>(packed), n, h.chunk, out,

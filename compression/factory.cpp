@@ -90,21 +90,35 @@ std::unique_ptr<Codec> make_base(std::string_view text, std::string_view whole) 
                "codec spec '{}': seed only applies with stochastic rounding", whole);
     return o.codec == "int8" ? make_int8_codec(q) : make_int4_codec(q);
   }
-  if (o.codec == "onebit") {
+  if (o.codec == "onebit" || o.codec == "fp4") {
     allow_only(o, {"chunk"}, whole);
-    return make_onebit_codec(parse_number<uint32_t>(o, "chunk", kDefaultChunk, whole));
+    const uint32_t chunk = parse_number<uint32_t>(o, "chunk", kDefaultChunk, whole);
+    return o.codec == "onebit" ? make_onebit_codec(chunk) : make_fp4_codec(chunk);
   }
   if (o.codec == "topk") {
-    allow_only(o, {"ratio", "sample"}, whole);
+    allow_only(o, {"ratio", "sample", "bits", "chunk"}, whole);
     TopkOptions t;
     t.ratio = parse_number<double>(o, "ratio", t.ratio, whole);
     t.sample = parse_number<uint32_t>(o, "sample", t.sample, whole);
+    t.bits = parse_number<uint32_t>(o, "bits", 0, whole);
+    t.chunk = parse_number<uint32_t>(o, "chunk", kDefaultChunk, whole);
+    const bool quantised = o.values.contains("bits");
+    GT_REQUIRE(!quantised || t.bits == 2 || t.bits == 4 || t.bits == 8,
+               "codec spec '{}': bits={} is invalid for topk (allowed: 2, 4, 8; leave it out for "
+               "fp32 values)",
+               whole, o.values.find("bits")->second);
+    GT_REQUIRE(quantised || !o.values.contains("chunk"),
+               "codec spec '{}': chunk only applies to topk with bits (chunked selection)", whole);
+    GT_REQUIRE(!quantised || !o.values.contains("sample"),
+               "codec spec '{}': sample does not apply to topk with bits (each chunk is selected "
+               "exactly)",
+               whole);
     return make_topk_codec(t);
   }
-  GT_REQUIRE(
-      false,
-      "codec spec '{}': unknown codec '{}' (allowed: fp32, fp16, bf16, int8, int4, onebit, topk)",
-      whole, o.codec);
+  GT_REQUIRE(false,
+             "codec spec '{}': unknown codec '{}' (allowed: fp32, fp16, bf16, int8, int4, fp4, "
+             "onebit, topk)",
+             whole, o.codec);
   return nullptr;
 }
 
@@ -112,7 +126,7 @@ std::unique_ptr<Codec> make_base(std::string_view text, std::string_view whole) 
 
 std::unique_ptr<Codec> make_codec(std::string_view spec) {
   GT_REQUIRE(!spec.empty(),
-             "codec spec is empty (allowed: fp32, fp16, bf16, int8, int4, onebit, topk)");
+             "codec spec is empty (allowed: fp32, fp16, bf16, int8, int4, fp4, onebit, topk)");
   const size_t plus = spec.find('+');
   auto codec = make_base(spec.substr(0, plus), spec);
   if (plus == std::string_view::npos) return codec;
@@ -135,7 +149,10 @@ std::vector<std::string> standard_codec_specs() {
           "onebit+zstd",
           "topk:ratio=0.01",
           "topk:ratio=0.01+zstd",
-          "int8+zstd"};
+          "int8+zstd",
+          "fp4",
+          "topk:ratio=0.02,bits=2",
+          "topk:ratio=0.02,bits=2+zstd"};
 }
 
 }  // namespace geotrain::compression

@@ -40,6 +40,10 @@ std::string codec_name(uint8_t raw) {
       return "topk";
     case CodecId::zstd:
       return "zstd";
+    case CodecId::fp4:
+      return "fp4";
+    case CodecId::qtopk:
+      return "qtopk";
   }
   return fmt::format("unknown({})", raw);
 }
@@ -57,7 +61,11 @@ namespace {
 // the digest of the one-shot call for the same bytes and seed.
 template <typename Block, typename Each>
 uint64_t blockwise_checksum(Block body, uint64_t header_hash, bool each_first, Each&& each) {
+  // A state on the stack must be initialised before a seeded reset: reset_withSeed skips deriving
+  // its secret when the state's stale seed equals the new one, which the previous payload with
+  // the same header leaves behind at the same stack address (xxhash.h, XXH3_INITSTATE).
   XXH3_state_t state;
+  XXH3_INITSTATE(&state);
   const auto reset = XXH3_64bits_reset_withSeed(&state, header_hash);
   GT_ASSERT(reset == XXH_OK, "XXH3 reset failed");
   for (size_t offset = 0; offset < body.size(); offset += kChecksumBlock) {

@@ -6,7 +6,8 @@
 //        5    1 version      body format version of that codec
 //        6    2 flags        bit 0: stochastic rounding was used (informational)
 //        8    4 chunk        elements per scale chunk (0 for codecs without chunks)
-//       12    4 aux          codec-specific: topk's k, zstd's inner codec id
+//       12    4 aux          codec-specific: topk's k, zstd's inner codec id, qtopk's k per
+//                            chunk (bits 0-23) and value bits (bits 24-31)
 //       16    8 elements     fp32 elements encoded
 //       24    8 body_bytes   bytes after the header; the payload is exactly 40 + body_bytes
 //       32    8 checksum     XXH3-64 of the body, seeded with XXH3-64 of header bytes 0..31
@@ -34,7 +35,14 @@ enum class CodecId : uint8_t {
   onebit = 6,
   topk = 7,
   zstd = 8,
+  fp4 = 9,     // E2M1 with a per-chunk scale
+  qtopk = 10,  // topk with chunked selection and quantised values ("topk:...,bits=B")
 };
+
+// True for the raw values that name a codec above (for fields read off the wire).
+inline bool is_codec_id(uint8_t raw) {
+  return raw >= static_cast<uint8_t>(CodecId::fp32) && raw <= static_cast<uint8_t>(CodecId::qtopk);
+}
 
 // "int8" for CodecId::int8; "unknown(42)" for values that are not codecs.
 std::string codec_name(CodecId id);

@@ -19,7 +19,8 @@ struct DCtxDeleter {
   void operator()(ZSTD_DCtx* d) const { ZSTD_freeDCtx(d); }
 };
 
-// Largest inner payload any codec produces for n elements (topk at ratio 1: 4 + 10 bytes each).
+// Largest inner payload any codec produces for n elements (topk at ratio 1: 4 + 10 bytes each;
+// qtopk at most 4/32 + 1 + 20/8 bytes each, plus a byte of padding per chunk).
 uint64_t max_inner_payload(uint64_t n) { return kHeaderBytes + 14 * n + 64; }
 
 class ZstdStage final : public Codec {
@@ -95,8 +96,8 @@ namespace detail {
 
 void decode_zstd(const PayloadHeader& h, ConstByteSpan body, FloatSpan y, bool add) {
   GT_REQUIRE(h.chunk == 0, "codec payload: zstd: chunk field is {}, must be 0", h.chunk);
-  GT_REQUIRE(h.aux != static_cast<uint8_t>(CodecId::zstd) && h.aux >= 1 &&
-                 h.aux <= static_cast<uint8_t>(CodecId::topk),
+  GT_REQUIRE(h.aux <= 0xff && is_codec_id(static_cast<uint8_t>(h.aux)) &&
+                 h.aux != static_cast<uint8_t>(CodecId::zstd),
              "codec payload: zstd: inner codec id {} is not a codec zstd can wrap", h.aux);
   const unsigned long long size = ZSTD_getFrameContentSize(body.data(), body.size());
   GT_REQUIRE(size != ZSTD_CONTENTSIZE_ERROR, "codec payload: zstd: body is not a zstd frame");

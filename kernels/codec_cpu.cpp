@@ -217,6 +217,55 @@ void int4_decode(const float* GT_RESTRICT scales, const uint8_t* GT_RESTRICT pac
   }
 }
 
+void fp4_encode(const float* GT_RESTRICT g, float* GT_RESTRICT residual, size_t n, uint32_t chunk,
+                float* GT_RESTRICT scales, uint8_t* GT_RESTRICT packed) {
+  // chunk is even (a multiple of 32), so a byte never straddles two chunks.
+  quant_encode(g, residual, n, chunk, kFp4Max, scales,
+               [&](const float* x, float* res, size_t begin, size_t count, float inv, float scale) {
+                 uint8_t* out = packed + begin / 2;
+                 for (size_t i = 0; i < count / 2; ++i)
+                   out[i] = static_cast<uint8_t>(fp4_code(x[2 * i], inv) |
+                                                 (fp4_code(x[2 * i + 1], inv) << 4));
+                 if (count & 1) out[count / 2] = static_cast<uint8_t>(fp4_code(x[count - 1], inv));
+                 if (res != nullptr) {
+                   // x - D(code) through the chunk's 16 decoded values (fp4_value itself, as
+                   // on the GPU): a lookup instead of the magnitude's shifts vectorises better.
+                   float table[16];
+                   for (unsigned code = 0; code < 16; ++code) table[code] = fp4_value(code, scale);
+                   for (size_t i = 0; i < count; ++i)
+                     res[i] = x[i] - table[(out[i / 2] >> (4 * (i & 1))) & 0xFu];
+                 }
+               });
+}
+
+void fp4_decode(const float* GT_RESTRICT scales, const uint8_t* GT_RESTRICT packed, size_t n,
+                uint32_t chunk, float* GT_RESTRICT y, bool add) {
+  for (size_t c = 0, begin = 0; begin < n; ++c, begin += chunk) {
+    const size_t count = std::min<size_t>(chunk, n - begin);
+    // The chunk's 16 decoded values (fp4_value itself, so the CUDA decoder agrees), then lookups.
+    float table[16];
+    for (unsigned code = 0; code < 16; ++code) table[code] = fp4_value(code, scales[c]);
+    const uint8_t* in = packed + begin / 2;
+    float* out = y + begin;
+    const size_t pairs = count / 2;
+    if (add) {
+      for (size_t i = 0; i < pairs; ++i) {
+        out[2 * i] += table[in[i] & 0xFu];
+        out[2 * i + 1] += table[in[i] >> 4];
+      }
+    } else {
+      for (size_t i = 0; i < pairs; ++i) {
+        out[2 * i] = table[in[i] & 0xFu];
+        out[2 * i + 1] = table[in[i] >> 4];
+      }
+    }
+    if (count & 1) {
+      const float v = table[in[pairs] & 0xFu];
+      out[count - 1] = add ? out[count - 1] + v : v;
+    }
+  }
+}
+
 void onebit_encode(const float* GT_RESTRICT g, float* GT_RESTRICT residual, size_t n,
                    uint32_t chunk, float* GT_RESTRICT scales, uint32_t* GT_RESTRICT bits) {
   for (size_t c = 0, begin = 0; begin < n; ++c, begin += chunk) {

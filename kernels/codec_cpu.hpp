@@ -52,6 +52,13 @@ void int4_encode(const float* g, float* residual, size_t n, uint32_t chunk, Roun
 void int4_decode(const float* scales, const uint8_t* packed, size_t n, uint32_t chunk, float* y,
                  bool add);
 
+// fp4: scales (chunk_count) fp32 = absmax/6, packed (int4_byte_count) E2M1 codes
+// (codec_math.hpp): element 2i in the low nibble of byte i, 2i+1 in the high nibble.
+void fp4_encode(const float* g, float* residual, size_t n, uint32_t chunk, float* scales,
+                uint8_t* packed);
+void fp4_decode(const float* scales, const uint8_t* packed, size_t n, uint32_t chunk, float* y,
+                bool add);
+
 // onebit: scales (chunk_count) fp32 = mean |x| of the chunk (canonical lane sum / count),
 // bits (onebit_word_count): bit j of word w is element 32w+j, set when x < 0.
 // chunk must be a multiple of 32.

@@ -140,6 +140,44 @@ __global__ void int4_decode_kernel(const float* __restrict__ scales,
   }
 }
 
+// ---- fp4: one block per chunk; thread t packs elements 2t, 2t+1 into byte t ----
+
+__global__ void fp4_encode_kernel(const float* __restrict__ g, float* __restrict__ residual,
+                                  size_t n, uint32_t chunk, float* __restrict__ scales,
+                                  uint8_t* __restrict__ packed) {
+  const size_t c = blockIdx.x;
+  const size_t begin = c * chunk;
+  const size_t count = min_size(chunk, n - begin);
+  const float* x = g + begin;
+  float* e = residual ? residual + begin : nullptr;
+  const float absmax = block_absmax(x, e, count);
+  const float inv = quant_inv(absmax, kFp4Max);
+  const float scale = quant_scale(absmax, kFp4Max);
+  if (threadIdx.x == 0) scales[c] = scale;
+  uint8_t* out = packed + begin / 2;
+  for (size_t p = threadIdx.x; 2 * p < count; p += blockDim.x) {
+    unsigned code[2] = {0, 0};
+    for (int h = 0; h < 2; ++h) {
+      const size_t i = 2 * p + h;
+      if (i >= count) break;
+      const float v = e ? x[i] + e[i] : x[i];
+      code[h] = fp4_code(v, inv);
+      if (e) e[i] = v - fp4_value(code[h], scale);
+    }
+    out[p] = static_cast<uint8_t>(code[0] | (code[1] << 4));
+  }
+}
+
+__global__ void fp4_decode_kernel(const float* __restrict__ scales,
+                                  const uint8_t* __restrict__ packed, size_t n, uint32_t chunk,
+                                  float* __restrict__ y, bool add) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x) {
+    const float v = fp4_value((packed[i / 2] >> (4 * (i & 1))) & 0xFu, scales[i / chunk]);
+    y[i] = add ? y[i] + v : v;
+  }
+}
+
 // ---- onebit: one warp per chunk ----
 
 constexpr int kWarpsPerBlock = 8;
@@ -277,6 +315,20 @@ void int4_decode(const float* scales, const uint8_t* packed, size_t n, uint32_t 
                  bool add, cudaStream_t stream) {
   if (n == 0) return;
   int4_decode_kernel<<<grid_for(n), kThreads, 0, stream>>>(scales, packed, n, chunk, y, add);
+  GT_CUDA_CHECK_LAUNCH();
+}
+
+void fp4_encode(const float* g, float* residual, size_t n, uint32_t chunk, float* scales,
+                uint8_t* packed, cudaStream_t stream) {
+  if (n == 0) return;
+  fp4_encode_kernel<<<unsigned(chunk_count(n, chunk)), kThreads, 0, stream>>>(g, residual, n, chunk,
+                                                                              scales, packed);
+  GT_CUDA_CHECK_LAUNCH();
+}
+void fp4_decode(const float* scales, const uint8_t* packed, size_t n, uint32_t chunk, float* y,
+                bool add, cudaStream_t stream) {
+  if (n == 0) return;
+  fp4_decode_kernel<<<grid_for(n), kThreads, 0, stream>>>(scales, packed, n, chunk, y, add);
   GT_CUDA_CHECK_LAUNCH();
 }
 

@@ -34,6 +34,12 @@ void int4_encode(const float* g, float* residual, size_t n, uint32_t chunk, Roun
 void int4_decode(const float* scales, const uint8_t* packed, size_t n, uint32_t chunk, float* y,
                  bool add, cudaStream_t stream);
 
+// fp4 (E2M1 codes, scale absmax/6): one block per chunk, like int4.
+void fp4_encode(const float* g, float* residual, size_t n, uint32_t chunk, float* scales,
+                uint8_t* packed, cudaStream_t stream);
+void fp4_decode(const float* scales, const uint8_t* packed, size_t n, uint32_t chunk, float* y,
+                bool add, cudaStream_t stream);
+
 // One warp per chunk: lane j accumulates elements j, j+32, ... (the canonical lane order), a
 // shuffle-xor butterfly folds the lanes, and __ballot_sync packs word k from the k-th pass.
 void onebit_encode(const float* g, float* residual, size_t n, uint32_t chunk, float* scales,

@@ -162,6 +162,51 @@ GT_HD int quantize(float x, float inv, float levels, bool stochastic, float u) {
   return static_cast<int>(r);
 }
 
+// ---- fp4: OCP MX E2M1 (1 sign, 2 exponent, 1 mantissa bit) with a per-chunk fp32 scale ----
+// Codes 0..7 are the magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6 (the E2M1 encoding, in order); bit 3 is
+// the sign. scale = absmax/6, inv = 6/absmax; v = |x| * inv is rounded to the nearest magnitude,
+// a tie going to the even code (0.25 -> 0, 0.75 -> 1, 1.25 -> 1, 1.75 -> 2, 2.5 -> 2, 3.5 -> 4,
+// 5 -> 4), as IEEE rounds ties to an even mantissa. The sign bit is set when x < 0, so -0 and NaN
+// give code 0 (+0). Comparisons only: the CPU loop vectorises and the GPU computes the same code.
+inline constexpr float kFp4Max = 6.0f;
+
+GT_HD unsigned fp4_code(float x, float inv) {
+  const float v = abs_f(x) * inv;
+  const unsigned m = unsigned(v > 0.25f) + unsigned(v >= 0.75f) + unsigned(v > 1.25f) +
+                     unsigned(v >= 1.75f) + unsigned(v > 2.5f) + unsigned(v >= 3.5f) +
+                     unsigned(v > 5.0f);
+  return m | (x < 0.0f ? 8u : 0u);
+}
+
+// Magnitude of code m (0..7) as a multiple of the scale: exact in float.
+GT_HD float fp4_magnitude(unsigned m) {
+  // 0, 0.5, 1, 1.5 are m/2; 2, 3, 4, 6 are (2 + mantissa) * 2^(e-2) with e = m >> 1.
+  return m < 4 ? float(m) * 0.5f : float((2u + (m & 1u)) << ((m >> 1) - 2u));
+}
+
+GT_HD float fp4_value(unsigned code, float scale) {
+  const float v = scale * fp4_magnitude(code & 7u);
+  return (code & 8u) ? -v : v;
+}
+
+// ---- topk with quantised values (qtopk): sign + magnitude level of the chunk's absmax ----
+// bits b in {2, 4, 8}: the top bit is the sign (x < 0), the low b-1 bits a level m in
+// [0, L-1], L = 2^(b-1), decoded as scale * (m+1)/L with scale = the chunk's absmax (the largest
+// selected |x|). The selected entries are the chunk's largest, so there is no zero level:
+// m = clamp(round(|x| * L/absmax) - 1, 0, L-1), round half to even. (m+1)/L is exact, so decoding
+// rounds once, in the product.
+GT_HD unsigned qtopk_code(float x, float inv, float levels) {
+  const int r = quantize(abs_f(x), inv, levels, false, 0.0f);  // in [0, L]; NaN gives 0
+  const unsigned m = r > 0 ? unsigned(r - 1) : 0u;
+  return m | (x < 0.0f ? unsigned(levels) : 0u);
+}
+
+GT_HD float qtopk_value(unsigned code, float scale, float levels) {
+  const unsigned sign = unsigned(levels);
+  const float v = scale * (float((code & (sign - 1u)) + 1u) / levels);
+  return (code & sign) ? -v : v;
+}
+
 // ---- one-bit ----
 // Bit set <=> x < 0 (so +0, -0 and NaN decode to +scale). Decoded value: bit ? -scale : scale.
 GT_HD float onebit_value(uint32_t word, unsigned bit, float scale) {

@@ -5,6 +5,7 @@
 #include "core/error.hpp"
 #include "core/yaml_reader.hpp"
 #include "netsim/config.hpp"
+#include "wire/security_config.hpp"
 
 namespace geotrain::launcher {
 
@@ -91,6 +92,37 @@ Deployment plan_deployment(const std::string& config_text, const std::string& so
   for (const auto& r : s.regions) endpoints[r] = tcp(d.host, d.server_ports[r]);
   server["endpoints"] = endpoints;
   server["run_dir"] = run.string();
+  // server.metrics_port (docs/monitoring.md): each server on this machine needs a port of its
+  // own. A port P gives the regions P, P + 1, ... in config order (so a fixed scrape config can
+  // name them), `auto` free ones; a map is used as written. The resolved config has the map.
+  if (YAML::Node m = server["metrics_port"]; m && !(m.IsScalar() && m.Scalar() == "0")) {
+    const bool any = m.IsScalar() && m.Scalar() == "auto";
+    const uint32_t base =
+        any || m.IsMap() ? 0u : in.number<uint32_t>(m, "server.metrics_port", 1, 65535);
+    GT_REQUIRE(base == 0 || base + s.regions.size() - 1 <= 65535,
+               "{}: server.metrics_port {} leaves no port for each of {} regions", source, base,
+               s.regions.size());
+    for (size_t i = 0; i < s.regions.size(); ++i) {
+      const auto& r = s.regions[i];
+      if (m.IsMap()) {
+        if (m[r]) {
+          const auto port = in.number<uint32_t>(m[r], "server.metrics_port." + r, 0, 65535);
+          if (port > 0) d.metrics_ports[r] = static_cast<uint16_t>(port);
+        }
+      } else {
+        d.metrics_ports[r] = any ? ports.allocate() : static_cast<uint16_t>(base + i);
+      }
+    }
+    YAML::Node resolved(YAML::NodeType::Map);
+    for (const auto& [r, port] : d.metrics_ports) resolved[r] = port;
+    server["metrics_port"] = resolved;
+    if (!server["metrics_host"]) server["metrics_host"] = d.host;  // loopback, as the servers
+  }
+  // run.restart: a restarted server restores its newest checkpoint; without server.checkpoint
+  // it would have none, so it checkpoints every released round unless the config says otherwise.
+  if (s.restart.enabled() && !(server["checkpoint"] && server["checkpoint"].IsMap() &&
+                               server["checkpoint"]["every"]))
+    server["checkpoint"]["every"] = 1;
   root["server"] = server;
   YAML::Node worker = root["worker"];
   if (!worker) worker = YAML::Node(YAML::NodeType::Map);
@@ -106,6 +138,28 @@ Deployment plan_deployment(const std::string& config_text, const std::string& so
   if (s.wan_profile)
     root["run"]["wan_profile"] = std::filesystem::absolute(*s.wan_profile).string();
   root.remove("netsim");  // folded into netsim.yaml
+  {
+    // security: CURVE on every server socket. Auto (or unset): on for WAN profiles but lan.
+    const auto security = wire::parse_security_config(root["security"], in, /*allow_auto=*/true);
+    const bool automatic = !root["security"] || !root["security"]["curve"] ||
+                           security.curve == wire::CurveSetting::automatic;
+    d.curve = security.curve == wire::CurveSetting::on;
+    if (automatic)
+      d.curve = s.regions.size() > 1 && s.wan_profile && !s.external_workers &&
+                wire::curve_supported() &&
+                netsim::load_profile(*s.wan_profile).name != "lan";
+    YAML::Node sec(YAML::NodeType::Map);
+    sec["curve"] = d.curve;
+    if (d.curve) {
+      std::filesystem::path keys = security.keys_dir;
+      if (keys.empty()) {
+        keys = run / "keys";
+        d.keys_to_generate = keys;
+      }
+      sec["keys_dir"] = std::filesystem::absolute(keys).string();
+    }
+    root["security"] = sec;
+  }
   d.config_yaml = emit(
       root,
       fmt::format("# Resolved by geotrain run from {}: every process of this run read this file.\n",
@@ -157,7 +211,7 @@ Deployment plan_deployment(const std::string& config_text, const std::string& so
     d.processes.push_back(p);
   }
   for (const auto& r : s.regions)
-    for (uint32_t rank = 0; rank < s.workers_per_region; ++rank)
+    for (uint32_t rank = 0; rank < s.workers_per_region && !s.external_workers; ++rank)
       d.processes.push_back(
           {fmt::format("worker-{}-{}", r, rank),
            ProcessRole::worker,

@@ -9,6 +9,9 @@
 //    WAN profile's properties, listening on a fresh port and forwarding to the target region's
 //    server; statistics to `netsim.jsonl`. An optional top-level `netsim:` section in the user's
 //    config adds `seed` and per-link overrides/faults (`links: [{from, to, delay_ms, faults}]`);
+//  - security: `security.curve` true, false or auto (the default): auto turns CURVE on for a
+//    WAN profile other than `lan` (and not for external workers). With CURVE on and no
+//    `security.keys_dir`, keys are generated into <run>/keys (keys_to_generate);
 //  - the processes, in start order: servers, netsim, then workers, each with its arguments
 //    (without the binary) and the ports that must accept connections before it counts as up.
 // Pure apart from port allocation; the netsim part is checked with netsim's own parser.
@@ -45,10 +48,15 @@ struct NetsimRoute {
 struct Deployment {
   std::string host = "127.0.0.1";
   std::map<std::string, uint16_t> server_ports;  // region -> its server's port
+  std::map<std::string, uint16_t> metrics_ports;  // region -> its GET /metrics port, if any
   std::vector<NetsimRoute> routes;               // one per ordered pair of distinct regions
   std::string config_yaml;                       // written to <run>/config.yaml
   std::optional<std::string> netsim_yaml;        // written to <run>/netsim.yaml (> 1 region)
   std::vector<ProcessSpec> processes;            // start order
+  // security (docs/deploy.md): whether the run uses CURVE, and the keys folder to fill before
+  // anything starts (set when CURVE is on and the config names no security.keys_dir).
+  bool curve = false;
+  std::optional<std::filesystem::path> keys_to_generate;
 };
 
 Deployment plan_deployment(const std::string& config_text, const std::string& source,

@@ -4,7 +4,10 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <fstream>
+#include <map>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -12,10 +15,12 @@
 #include "core/log.hpp"
 #include "launcher/child_process.hpp"
 #include "launcher/deployment.hpp"
+#include "launcher/fault_log.hpp"
 #include "launcher/jsonl_tail.hpp"
 #include "launcher/progress_display.hpp"
 #include "launcher/run_folder.hpp"
 #include "launcher/run_summary.hpp"
+#include "wire/curve_keys.hpp"
 
 namespace geotrain::launcher {
 
@@ -34,6 +39,16 @@ struct Running {
   ProcessSpec spec;
   ChildProcess child;
   fs::path log;
+  // run.restart: a server or netsim that died is brought back in phases: backoff (dead, waiting
+  // run.restart.backoff_s), starting (until its ports accept connections), resuming (until
+  // every region has finished a round since), running.
+  enum class Phase { running, backoff, starting, resuming } phase = Phase::running;
+  uint32_t restarts = 0;
+  Clock::time_point phase_until{};   // end of the backoff, or the startup deadline
+  size_t fault = 0;                  // its newest fault in the FaultLog
+  uint64_t rounds_at_death = 0;      // fewest rounds any region had finished when it died
+  std::map<std::string, uint64_t> rounds_at_up{};  // each region's finished rounds once it was up
+  std::optional<JsonlTail> metrics{};  // a server's metrics, read from its restart on
 };
 
 // The children of one run, started into one process group; stops them all on destruction.
@@ -51,7 +66,25 @@ class Fleet {
     if (group_ == 0) group_ = child.pid();
     spdlog::debug("run: started {} (pid {})", spec.name, child.pid());
     procs_.push_back(std::make_unique<Running>(Running{spec, std::move(child), log}));
+    if (events_) events_->started(seconds_since(t0_), spec.name, to_string(spec.role),
+                                  procs_.back()->child.pid(), 0);
     return *procs_.back();
+  }
+  // Starts a process that died again, with the same arguments (and so the same ports); its log
+  // goes on in the same file.
+  void restart(Running& p) {
+    std::ofstream(p.log, std::ios::app)
+        << fmt::format("--- geotrain run: restarting {} (restart {}) ---\n", p.spec.name,
+                       p.restarts);
+    p.child = ChildProcess(binary_, p.spec.args, p.log, group_);
+    spdlog::debug("run: restarted {} (pid {})", p.spec.name, p.child.pid());
+    if (events_) events_->started(seconds_since(t0_), p.spec.name, to_string(p.spec.role),
+                                  p.child.pid(), p.restarts);
+  }
+  // Every start goes to events.jsonl, with times since t0.
+  void record(FaultLog* events, Clock::time_point t0) {
+    events_ = events;
+    t0_ = t0;
   }
   std::vector<std::unique_ptr<Running>>& procs() { return procs_; }
 
@@ -84,8 +117,70 @@ class Fleet {
   fs::path run_dir_;
   double grace_s_;
   pid_t group_ = 0;
+  FaultLog* events_ = nullptr;
+  Clock::time_point t0_;
   std::vector<std::unique_ptr<Running>> procs_;
 };
+
+// worker.external: the servers and netsim are up; tell the user's leaders where to connect, on
+// the console and in <run>/endpoints.json (whose existence says the servers are up).
+void announce_external_leaders(const Deployment& plan, const RunSettings& s, const fs::path& run,
+                               double up_after_s) {
+  nlohmann::json j;
+  j["config"] = fs::absolute(run / "config.yaml").string();
+  j["regions"] = s.regions;
+  for (const auto& r : s.regions)
+    j["servers"][r] = fmt::format("tcp://{}:{}", plan.host, plan.server_ports.at(r));
+  for (const auto& [r, port] : plan.metrics_ports)
+    j["metrics"][r] = fmt::format("http://{}:{}/metrics", plan.host, port);
+  j["routes"] = nlohmann::json::object();
+  for (const auto& route : plan.routes)
+    j["routes"][route.from][route.to] = fmt::format("tcp://{}:{}", plan.host, route.listen_port);
+  write_text_file(run / "endpoints.json.tmp", j.dump(2) + "\n");
+  fs::rename(run / "endpoints.json.tmp", run / "endpoints.json");
+  spdlog::info("run: servers{} up after {:.1f} s; waiting for the leaders of {} region(s) "
+               "(worker.external): each reads {}",
+               plan.netsim_yaml ? " and netsim" : "", up_after_s, s.regions.size(),
+               j["config"].get<std::string>());
+  for (const auto& from : s.regions) {
+    std::string line;
+    for (const auto& to : s.regions) {
+      std::string e = j["servers"][to];
+      if (j["routes"].contains(from) && j["routes"][from].contains(to)) e = j["routes"][from][to];
+      line += fmt::format(" {}={}", to, e);
+    }
+    spdlog::info("run: leader of {} connects to{}", from, line);
+  }
+}
+
+// True while some region's leader has not logged its `done` event.
+bool external_leaders_left(const RunMonitor& monitor, const std::vector<std::string>& regions) {
+  for (const auto& r : regions) {
+    auto w = monitor.workers().find({r, 0});
+    if (w == monitor.workers().end() || !w->second.done) return true;
+  }
+  return false;
+}
+
+// The fewest rounds any region has finished (0 before every region reported one).
+uint64_t fewest_rounds(const RunMonitor& monitor, const std::vector<std::string>& regions) {
+  uint64_t fewest = UINT64_MAX;
+  for (const auto& r : regions) {
+    auto it = monitor.regions().find(r);
+    fewest = std::min(fewest, it == monitor.regions().end() ? 0 : it->second.rounds_done);
+  }
+  return fewest == UINT64_MAX ? 0 : fewest;
+}
+
+// The round of the newest `restore` event among a server's new metrics lines, if any.
+std::optional<uint64_t> restored_round(JsonlTail& metrics) {
+  std::optional<uint64_t> round;
+  for (const auto& e : metrics.read_new())
+    if (e.value("event", std::string()) == "restore" && e.contains("round") &&
+        e["round"].is_number_unsigned())
+      round = e["round"].get<uint64_t>();
+  return round;
+}
 
 std::string failure_message(const Running& p, int status) {
   return fmt::format("{} failed ({}); last lines of {}:\n{}", p.spec.name, describe_status(status),
@@ -134,10 +229,11 @@ void make_plots(const LaunchOptions& o, const fs::path& run_dir) {
 }  // namespace
 
 RunResult run_deployment(const LaunchOptions& o, std::stop_token stop) {
-  auto settings = load_run_settings(o.config);
+  const auto source = describe_source(o.config.string(), o.overrides);
+  const auto text = apply_overrides(read_text_file(o.config), o.overrides, source);
+  auto settings = parse_run_settings(text, source, o.config.parent_path(), o.config.stem().string());
   if (o.out_dir) settings.out_dir = *o.out_dir;
-  const auto text = read_text_file(o.config);
-  if (o.validate) o.validate(text, o.config.string());
+  if (o.validate) o.validate(text, source);
 
   RunResult result;
   result.run_dir =
@@ -146,19 +242,31 @@ RunResult run_deployment(const LaunchOptions& o, std::stop_token stop) {
   Deployment plan;
   {
     PortAllocator ports(settings.base_port);
-    plan = plan_deployment(text, o.config.string(), settings, run_dir, ports);
+    plan = plan_deployment(text, source, settings, run_dir, ports);
+    if (plan.keys_to_generate) {
+      wire::KeyDirectory::generate(*plan.keys_to_generate, settings.regions, /*force=*/false);
+      spdlog::info("run: CURVE keys generated in {}", plan.keys_to_generate->string());
+    }
     write_text_file(run_dir / "config.yaml", plan.config_yaml);
     if (plan.netsim_yaml) write_text_file(run_dir / "netsim.yaml", *plan.netsim_yaml);
     if (o.validate) o.validate(plan.config_yaml, (run_dir / "config.yaml").string());
   }  // probe sockets closed: the children bind the ports now
   spdlog::info("run: {} region(s) x {} worker(s), run folder {}", settings.regions.size(),
                settings.workers_per_region, run_dir.string());
+  if (!plan.metrics_ports.empty()) {  // server.metrics_port: where Prometheus scrapes
+    std::string line;
+    for (const auto& [r, port] : plan.metrics_ports)
+      line += fmt::format(" {}=http://{}:{}/metrics", r, plan.host, port);
+    spdlog::info("run: Prometheus metrics of the servers:{}", line);
+  }
 
   const auto t0 = Clock::now();
   std::string failure;
   std::string status = "completed";
+  FaultLog faults(run_dir / "events.jsonl");
   {
     Fleet fleet(o.binary, run_dir, o.grace_s);
+    fleet.record(&faults, t0);
     // Servers and netsim, each healthy before the workers start.
     const auto deadline = t0 + seconds(settings.startup_timeout_s);
     for (const auto& spec : plan.processes) {
@@ -166,7 +274,9 @@ RunResult run_deployment(const LaunchOptions& o, std::stop_token stop) {
       failure = wait_healthy(fleet.start(spec), deadline, stop);
       if (!failure.empty()) break;
     }
-    if (failure.empty()) {
+    if (failure.empty() && settings.external_workers) {
+      announce_external_leaders(plan, settings, run_dir, seconds_since(t0));
+    } else if (failure.empty()) {
       spdlog::info("run: servers{} up after {:.1f} s; starting {} worker(s)",
                    plan.netsim_yaml ? " and netsim" : "", seconds_since(t0),
                    settings.regions.size() * settings.workers_per_region);
@@ -180,26 +290,110 @@ RunResult run_deployment(const LaunchOptions& o, std::stop_token stop) {
       if (spec.role == ProcessRole::worker)
         tails.emplace_back(run_dir /
                            fmt::format("worker-{}-{}.metrics.jsonl", spec.region, spec.rank));
+    if (settings.external_workers)  // the external leaders write the leader's metrics file
+      for (const auto& r : settings.regions)
+        tails.emplace_back(run_dir / fmt::format("worker-{}-0.metrics.jsonl", r));
     ProgressDisplay display(o.progress, o.redraw.value_or(::isatty(::fileno(o.progress)) == 1));
     const double refresh = display_refresh(o, settings);
     auto next_show = Clock::now();
+    // A server or netsim died: restart it (run.restart) or fail the run.
+    const auto on_death = [&](Running& p, int st) {
+      const bool again = p.restarts < settings.restart.max_restarts;
+      p.fault = faults.fault(seconds_since(t0), p.spec.name, to_string(p.spec.role),
+                             p.spec.region, describe_status(st), again,
+                             again ? p.restarts + 1 : p.restarts);
+      if (!again) {
+        failure = failure_message(p, st);
+        if (settings.restart.enabled())
+          failure = fmt::format("run.restart.max_restarts = {} used up: {}",
+                                settings.restart.max_restarts, failure);
+        return;
+      }
+      ++p.restarts;
+      spdlog::warn("run: {} {} at {:.1f} s; restarting it in {} s (restart {} of {})",
+                   p.spec.name, describe_status(st), seconds_since(t0),
+                   settings.restart.backoff_s, p.restarts, settings.restart.max_restarts);
+      p.rounds_at_death = fewest_rounds(monitor, settings.regions);
+      p.phase = Running::Phase::backoff;
+      p.phase_until = Clock::now() + seconds(settings.restart.backoff_s);
+    };
+    const auto supervise = [&](Running& p, std::optional<int> st) {
+      using Phase = Running::Phase;
+      if (st && p.phase != Phase::backoff) return on_death(p, *st);
+      switch (p.phase) {
+        case Phase::running:
+          return;
+        case Phase::backoff:
+          if (Clock::now() < p.phase_until) return;
+          if (p.spec.role == ProcessRole::server) {
+            p.metrics.emplace(run_dir / fmt::format("server-{}.metrics.jsonl", p.spec.region));
+            p.metrics->read_new();  // the dead process's lines
+          }
+          fleet.restart(p);
+          p.phase = Phase::starting;
+          p.phase_until = Clock::now() + seconds(settings.startup_timeout_s);
+          return;
+        case Phase::starting: {
+          bool up = true;
+          for (auto port : p.spec.health_ports) up = up && port_accepts("127.0.0.1", port);
+          if (!up) {
+            if (Clock::now() > p.phase_until)
+              failure = fmt::format(
+                  "{} did not accept connections within run.startup_timeout_s = {} s of its "
+                  "restart; last lines of {}:\n{}",
+                  p.spec.name, settings.startup_timeout_s, p.log.string(), tail_lines(p.log, 20));
+            return;
+          }
+          const auto restored = p.metrics ? restored_round(*p.metrics) : std::nullopt;
+          faults.restarted(p.fault, seconds_since(t0), p.child.pid(), restored);
+          spdlog::warn("run: {}", describe_fault(faults.faults()[p.fault]));
+          for (const auto& r : settings.regions) {
+            auto it = monitor.regions().find(r);
+            p.rounds_at_up[r] = it == monitor.regions().end() ? 0 : it->second.rounds_done;
+          }
+          p.phase = Phase::resuming;
+          return;
+        }
+        case Phase::resuming:
+          for (const auto& r : settings.regions) {
+            auto it = monitor.regions().find(r);
+            if (it == monitor.regions().end() || it->second.rounds_done <= p.rounds_at_up[r])
+              return;
+          }
+          {
+            std::optional<uint64_t> lost;
+            if (p.spec.role == ProcessRole::server) {
+              const auto restored = faults.faults()[p.fault].restored_round.value_or(0);
+              lost = p.rounds_at_death > restored ? p.rounds_at_death - restored : 0;
+            }
+            faults.recovered(p.fault, seconds_since(t0), lost);
+          }
+          spdlog::info("run: {}", describe_fault(faults.faults()[p.fault]));
+          p.phase = Phase::running;
+          return;
+      }
+    };
     while (failure.empty()) {
       bool workers_left = false;
       for (auto& p : fleet.procs()) {
         auto st = p->child.poll();
         if (p->spec.role == ProcessRole::worker) {
-          if (!st)
+          if (!st) {
             workers_left = true;
-          else if (*st != 0 && failure.empty())
+          } else if (*st != 0 && failure.empty()) {
+            faults.fault(seconds_since(t0), p->spec.name, "worker", p->spec.region,
+                         describe_status(*st), false, 0);
             failure = failure_message(*p, *st);
-        } else if (st && failure.empty()) {
-          failure = failure_message(*p, *st);
+          }
+        } else if (failure.empty()) {
+          supervise(*p, st);
         }
       }
       for (auto& t : tails)
         for (const auto& e : t.read_new()) monitor.add(e);
+      if (settings.external_workers) workers_left = external_leaders_left(monitor, settings.regions);
       if (Clock::now() >= next_show || !workers_left || !failure.empty()) {
-        display.show(monitor, settings.regions, seconds_since(t0));
+        display.show(monitor, settings.regions, seconds_since(t0), faults.lines());
         next_show = Clock::now() + seconds(refresh);
       }
       if (!failure.empty() || !workers_left) break;

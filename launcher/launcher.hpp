@@ -6,7 +6,9 @@
 // netsim.yaml -> start servers and netsim -> wait until their ports accept connections ->
 // start workers -> supervise until every worker has exited -> SIGTERM servers and netsim ->
 // plots -> summary.json and report.md. A child that fails (non-zero exit, or a server/netsim
-// that exits early) fails the run and its log tail is shown. A stop request (the caller's
+// that exits early) fails the run and its log tail is shown, except that under run.restart a
+// server or netsim is started again on the same ports (up to max_restarts times each); every
+// start, death and recovery goes to <run>/events.jsonl (launcher/fault_log.hpp). A stop request (the caller's
 // SIGINT/SIGTERM) or run.timeout_s ends the run early. In every case the children are stopped
 // (SIGTERM, then SIGKILL after a grace period; they also carry PR_SET_PDEATHSIG) and whatever
 // metrics exist are summarized.
@@ -20,17 +22,24 @@
 #include <optional>
 #include <stop_token>
 #include <string>
+#include <vector>
+
+#include "launcher/config_overrides.hpp"
 
 namespace geotrain::launcher {
 
 struct LaunchOptions {
   std::filesystem::path config;
+  // `--set` / `--wan`, applied to the config's text before anything reads it; the run folder's
+  // config.yaml then holds the result (config_overrides.hpp).
+  std::vector<ConfigOverride> overrides;
   std::optional<std::filesystem::path> out_dir;  // overrides run.out_dir
   std::string binary;                            // the geotrain binary the children run
   std::filesystem::path plot_script;             // scripts/plot_run.py; empty = no plots
   std::string python = "/usr/bin/python3";       // Debian's, with python3-matplotlib
-  // Called on the user's config and again on the resolved one, e.g. with the worker and server
-  // parsers: a config error then stops the run before any process starts.
+  // Called on the user's config (with the overrides applied; `source` then names them) and
+  // again on the resolved one, e.g. with the worker and server parsers: a config error then
+  // stops the run before any process starts.
   std::function<void(const std::string& yaml_text, const std::string& source)> validate;
   std::FILE* progress = stderr;
   std::optional<bool> redraw;  // default: `progress` is a terminal

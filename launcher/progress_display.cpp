@@ -35,8 +35,9 @@ std::vector<std::string> progress_lines(const RunMonitor& monitor,
 }
 
 void ProgressDisplay::show(const RunMonitor& monitor, const std::vector<std::string>& regions,
-                           double elapsed_s) {
-  const auto lines = progress_lines(monitor, regions);
+                           double elapsed_s, const std::vector<std::string>& notes) {
+  auto lines = progress_lines(monitor, regions);
+  for (const auto& n : notes) lines.push_back("fault: " + n);
   std::string text;
   if (redraw_) {
     if (drawn_ > 0) text += fmt::format("\x1b[{}A", drawn_);

@@ -24,7 +24,9 @@ class ProgressDisplay {
  public:
   ProgressDisplay(std::FILE* out, bool redraw) : out_(out), redraw_(redraw) {}
 
-  void show(const RunMonitor& monitor, const std::vector<std::string>& regions, double elapsed_s);
+  // `notes` (faults and restarts, launcher/fault_log.hpp) follow the regions' lines.
+  void show(const RunMonitor& monitor, const std::vector<std::string>& regions, double elapsed_s,
+            const std::vector<std::string>& notes = {});
   // Leaves the last block on screen; later output starts below it.
   void finish() { drawn_ = 0; }
 

@@ -23,7 +23,7 @@ std::string read_text_file(const std::filesystem::path& file) {
 
 RunSettings parse_run_settings(std::string_view yaml_text, std::string_view source,
                                const std::filesystem::path& config_dir,
-                               std::string_view default_name) {
+                               std::string_view default_name) try {
   const YamlReader in{std::string(source)};
   const YAML::Node root = in.load_deployment_config(yaml_text);
 
@@ -39,13 +39,15 @@ RunSettings parse_run_settings(std::string_view yaml_text, std::string_view sour
   if (auto w = root["worker"]; w && w.IsMap() && w["workers_per_region"])
     s.workers_per_region =
         in.number<uint32_t>(w["workers_per_region"], "worker.workers_per_region", 1, 64);
+  if (auto w = root["worker"]; w && w.IsMap() && w["external"])
+    s.external_workers = in.boolean(w["external"], "worker.external");
 
   auto run = root["run"];
   if (run) {
     in.check_keys(run, "run",
                   {"name", "out_dir", "wan_profile", "target_accuracy", "target_val_bpb",
                    "base_port", "startup_timeout_s", "timeout_s", "progress_interval_s", "plots",
-                   "netsim_stats_interval_s"});
+                   "netsim_stats_interval_s", "restart"});
     if (auto n = run["name"]) {
       s.name = in.string(n, "run.name");
       const bool ok = !s.name.empty() && s.name.find_first_of("/\\ \t\n") == std::string::npos;
@@ -82,6 +84,16 @@ RunSettings parse_run_settings(std::string_view yaml_text, std::string_view sour
     if (auto n = run["plots"]) s.plots = in.boolean(n, "run.plots");
     if (auto n = run["netsim_stats_interval_s"])
       s.netsim_stats_interval_s = in.number<double>(n, "run.netsim_stats_interval_s", 0.01, 3600);
+    if (auto n = run["restart"]) {
+      GT_REQUIRE(n.IsMap(),
+                 "{}: run.restart must be a mapping like {{max_restarts: 3, backoff_s: 1}}",
+                 source);
+      in.check_keys(n, "run.restart", {"max_restarts", "backoff_s"});
+      if (auto m = n["max_restarts"])
+        s.restart.max_restarts = in.number<uint32_t>(m, "run.restart.max_restarts", 0, 1000);
+      if (auto b = n["backoff_s"])
+        s.restart.backoff_s = in.number<double>(b, "run.restart.backoff_s", 0, 3600);
+    }
   }
   GT_REQUIRE(s.regions.size() == 1 || s.wan_profile,
              "{}: run.wan_profile is missing: with {} regions every inter-region connection goes "
@@ -89,6 +101,8 @@ RunSettings parse_run_settings(std::string_view yaml_text, std::string_view sour
              "which needs a WAN profile (e.g. run.wan_profile: wan/global-3.yaml)",
              source, s.regions.size());
   return s;
+} catch (const YAML::Exception& e) {
+  throw yaml_input_error(source, e);  // a check is missing: still an InputError
 }
 
 RunSettings load_run_settings(const std::filesystem::path& config_file) {

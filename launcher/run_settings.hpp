@@ -4,7 +4,8 @@
 //   run:
 //     name: demo                      # run folder suffix (default: the config file's stem)
 //     out_dir: runs                   # parent of run folders (relative to the working dir)
-//     wan_profile: wan/global-3.yaml  # relative to the config file; required with > 1 region
+//     wan_profile: wan/global-3.yaml  # relative to the config file; required with > 1 region;
+//                                     # must cover every pair (`geotrain run --wan` replaces it)
 //     target_accuracy: 0.85           # classifiers: enables time_to_target_seconds in summary.json
 //     target_val_bpb: 2.5             # language models, instead: validation bits per byte (lower
 //                                     # is better); at most one of the two targets
@@ -14,6 +15,9 @@
 //     progress_interval_s: 2          # progress refresh (TTY) or log line period (not a TTY)
 //     plots: true                     # run scripts/plot_run.py at the end
 //     netsim_stats_interval_s: 1      # netsim.jsonl period
+//     restart: {max_restarts: 0, backoff_s: 1}  # restart a server or netsim that dies, up to
+//                                     # max_restarts times each, backoff_s after its death;
+//                                     # 0 = off: its death fails the run (docs/run.md)
 //
 // Unknown keys are errors naming the key and the allowed ones (InputError); so are values out
 // of range. Plain struct; parsing only reads text.
@@ -30,6 +34,13 @@
 
 namespace geotrain::launcher {
 
+// run.restart: what the launcher does when a server or netsim dies before the workers are done.
+struct RestartPolicy {
+  uint32_t max_restarts = 0;  // per process; 0: no restarts, a death fails the run
+  double backoff_s = 1;       // from the death to the new process's start
+  bool enabled() const { return max_restarts > 0; }
+};
+
 struct RunSettings {
   std::string name;
   std::filesystem::path out_dir = "runs";
@@ -42,10 +53,14 @@ struct RunSettings {
   double progress_interval_s = 2;
   bool plots = true;
   double netsim_stats_interval_s = 1;
+  RestartPolicy restart;
 
   // From the rest of the config.
   std::vector<std::string> regions;
   uint32_t workers_per_region = 1;
+  // worker.external: the workers are the user's own processes (Python leaders, docs/python.md);
+  // the launcher starts servers and netsim only and waits for every region's leader's `done`.
+  bool external_workers = false;
 
   RunTarget target() const { return {target_accuracy, target_val_bpb}; }
 };

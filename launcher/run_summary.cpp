@@ -7,6 +7,7 @@
 #include <map>
 
 #include "core/error.hpp"
+#include "launcher/fault_log.hpp"
 #include "launcher/jsonl_tail.hpp"
 
 namespace geotrain::launcher {
@@ -36,10 +37,11 @@ std::string pct_text(const json& v) {
   return v.is_number() ? fmt::format("{:.2f}%", 100 * v.get<double>()) : "-";
 }
 
-// Bytes netsim carried: the newest record of each link, forward + reverse.
+// Bytes netsim carried: the newest record of each link, forward + reverse. A restarted netsim
+// (run.restart) counts from zero again: a count that goes down adds the one before it.
 std::optional<double> netsim_bytes(const fs::path& file) {
   if (!fs::exists(file)) return std::nullopt;
-  std::map<std::string, double> per_link;
+  std::map<std::string, double> per_link, before_restarts;
   for (const auto& r : read_jsonl(file)) {
     const auto link = r.value("link", std::string());
     double b = 0;
@@ -47,10 +49,13 @@ std::optional<double> netsim_bytes(const fs::path& file) {
       if (r.contains(lane) && r[lane].is_object() && r[lane].contains("bytes") &&
           r[lane]["bytes"].is_number())
         b += r[lane]["bytes"].get<double>();
+    if (auto it = per_link.find(link); it != per_link.end() && b < it->second)
+      before_restarts[link] += it->second;
     per_link[link] = b;
   }
   double total = 0;
   for (const auto& [_, b] : per_link) total += b;
+  for (const auto& [_, b] : before_restarts) total += b;
   return total;
 }
 
@@ -180,6 +185,10 @@ json build_summary(const fs::path& run_dir, const SummaryInputs& in) {
   if (in.target().any())
     s["time_to_target_seconds"] = all_reached ? json(time_to_target) : json(nullptr);
   s["per_region"] = per_region;
+  // run.restart: what died and how the run recovered (launcher/fault_log.hpp).
+  const auto faults = fold_faults(read_jsonl(run_dir / "events.jsonl"));
+  s["restarts"] = faults["restarts"];
+  s["faults"] = faults["faults"];
   return s;
 }
 
@@ -201,7 +210,8 @@ std::string build_report(const fs::path& run_dir, const json& s) {
        {"regions", "model.kind", lm ? "model.preset" : "model.arch", "model.critical",
         "worker.workers_per_region", "worker.device", "worker.batch_size", "worker.local_steps",
         "worker.rounds", "worker.lr", "worker.critical_codec", "worker.noncritical_codec",
-        "worker.overlap", "server.staleness_bound", "server.optimizer", "run.wan_profile",
+        "worker.overlap", "worker.fragments", "server.staleness_bound", "server.optimizer",
+        "run.wan_profile",
         lm ? "run.target_val_bpb" : "run.target_accuracy"}) {
     std::string v = config ? config_value(config, key) : "?";
     if (std::string(key) == "run.wan_profile" && v != "(default)") v = fs::path(v).stem().string();
@@ -246,6 +256,20 @@ std::string build_report(const fs::path& run_dir, const json& s) {
         lm ? bpb_text(r.value("final_val_bpb", json(nullptr))) : pct(r["final_test_accuracy"]),
         fmt_value(r["rounds"]), human_bytes(r.value("wan_bytes", 0.0)),
         fmt_value(r["mean_staleness"]), fmt_value(r["wait_seconds"]));
+  if (s.contains("faults") && s["faults"].is_array() && !s["faults"].empty()) {
+    md += fmt::format(
+        "\n## Faults and restarts\n\n{} restart(s).\n\n| process | what | at (s) | restarted "
+        "in (s) | checkpoint round | training resumed after (s) | rounds redone |\n"
+        "|---|---|---|---|---|---|---|\n",
+        fmt_value(s.value("restarts", json(0))));
+    for (const auto& f : s["faults"])
+      md += fmt::format("| {} | {} | {} | {} | {} | {} | {} |\n", fmt_value(f["process"]),
+                        fmt_value(f["status"]), fmt_value(f["at_s"]),
+                        f.value("restarted", false) ? fmt_value(f["restart_seconds"])
+                                                    : std::string("not restarted"),
+                        fmt_value(f["restored_round"]), fmt_value(f["recovery_seconds"]),
+                        fmt_value(f["rounds_lost"]));
+  }
   bool heading = false;
   for (const char* png : {"loss_accuracy_vs_time.png", "loss_accuracy_vs_wan_bytes.png",
                           "staleness_histogram.png", "round_time_split.png"}) {
@@ -273,6 +297,8 @@ std::string outcome_line(const std::string& run_name, const json& s) {
   if (s.contains("wan_wire_bytes_total"))
     line +=
         fmt::format(" ({} across the WAN)", human_bytes(s["wan_wire_bytes_total"].get<double>()));
+  if (s.contains("restarts") && s["restarts"].is_number() && s["restarts"].get<double>() > 0)
+    line += fmt::format("; {} restart(s) after faults", s["restarts"].get<uint64_t>());
   // Reached: the final value meets the target (as for accuracy, the run's end decides).
   std::optional<std::string> target;
   bool reached = false;

@@ -39,10 +39,12 @@ void write_results(const fs::path& dir, const SweepPlan& plan, const std::vector
 }  // namespace
 
 int run_sweep(const SweepOptions& o, std::stop_token stop) {
-  const auto plan = load_sweep(o.sweep_file);
+  const auto plan = load_sweep(o.sweep_file, o.overrides, o.wan_dirs);
   const auto dir = (o.out_dir ? *o.out_dir : plan.out_dir) / plan.name;
   fs::create_directories(dir / "configs");
-  write_text_file(dir / "sweep.yaml", read_text_file(o.sweep_file));
+  std::string note;
+  for (const auto& ov : o.overrides) note += "# run with " + ov.origin + "\n";
+  write_text_file(dir / "sweep.yaml", note + read_text_file(o.sweep_file));
   std::vector<SweepRow> rows;
   for (const auto& p : plan.points) {
     rows.push_back({&p, json(nullptr), {}});
@@ -74,6 +76,7 @@ int run_sweep(const SweepOptions& o, std::stop_token stop) {
     spdlog::info("sweep {}: point {}/{} '{}' ({:.0f} s so far{})", plan.name, i + 1,
                  plan.points.size(), p.label, elapsed, eta);
     LaunchOptions run = o.run;
+    run.overrides.clear();  // already in the point's config
     run.config = dir / "configs" / (p.label + ".yaml");
     run.out_dir = point_runs;
     const auto result = run_deployment(run, stop);

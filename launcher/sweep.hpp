@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <optional>
 #include <stop_token>
+#include <vector>
 
 #include "launcher/launcher.hpp"
 
@@ -23,6 +24,10 @@ struct SweepOptions {
   std::optional<std::filesystem::path> out_dir;  // overrides the sweep's out_dir
   LaunchOptions run;  // binary, plots, validation, progress; config is set per point
   std::filesystem::path plot_script;  // scripts/plot_sweep.py; empty = no sweep plots
+  // `--set`: applied to the base config of every point (run.overrides is not used: the points'
+  // configs already hold them). Recorded as a comment at the top of the folder's sweep.yaml.
+  std::vector<ConfigOverride> overrides;
+  std::vector<std::filesystem::path> wan_dirs;  // where the sweep key `wan` finds NAME.yaml
 };
 
 // 0 when every point completed, 1 when one failed, 130 when interrupted.

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <functional>
 #include <optional>
 #include <set>
 
@@ -12,6 +11,7 @@
 #include "core/yaml_reader.hpp"
 #include "launcher/run_settings.hpp"
 #include "launcher/run_summary.hpp"
+#include "netsim/config.hpp"
 
 namespace geotrain::launcher {
 
@@ -26,29 +26,18 @@ std::string flow(const YAML::Node& n) {
   return e.c_str();
 }
 
-// Sets `path` (a.b.c) in `root` to `value`, creating mappings on the way.
 void set_path(YAML::Node root, const std::string& path, const YAML::Node& value,
               const std::string& source) {
-  std::vector<std::string> parts;
-  for (std::size_t start = 0;;) {
-    const auto dot = path.find('.', start);
-    parts.push_back(path.substr(start, dot == std::string::npos ? std::string::npos : dot - start));
-    if (dot == std::string::npos) break;
-    start = dot + 1;
+  set_config_path(std::move(root), path, value, source);
+}
+
+// The `name` of a WAN profile file (its stem when it cannot be read: the run reports that).
+std::string profile_name(const fs::path& file) {
+  try {
+    return netsim::load_profile(file).name;
+  } catch (const InputError&) {
+    return file.stem().string();
   }
-  for (const auto& p : parts)
-    GT_REQUIRE(!p.empty(), "{}: key '{}' is not a dotted config key", source, path);
-  // yaml-cpp nodes are handles: walking with operator= would rebind, so build by recursion.
-  std::function<void(YAML::Node, std::size_t)> walk = [&](YAML::Node node, std::size_t i) {
-    if (i + 1 == parts.size()) {
-      node[parts[i]] = value;
-      return;
-    }
-    if (!node[parts[i]] || !node[parts[i]].IsMap())
-      node[parts[i]] = YAML::Node(YAML::NodeType::Map);
-    walk(node[parts[i]], i + 1);
-  };
-  walk(root, 0);
 }
 
 std::string sanitize(std::string s) {
@@ -76,7 +65,8 @@ std::string csv_cell(const json& v) {
 }  // namespace
 
 SweepPlan parse_sweep(const std::string& text, const std::string& source, const fs::path& sweep_dir,
-                      const std::string& default_name) {
+                      const std::string& default_name, const std::vector<ConfigOverride>& overrides,
+                      const std::vector<fs::path>& wan_dirs) try {
   const YamlReader in{source};
   YAML::Node root;
   try {
@@ -94,6 +84,16 @@ SweepPlan parse_sweep(const std::string& text, const std::string& source, const 
   fs::path base = in.string(root["base"], "base");
   if (base.is_relative()) base = sweep_dir / base;
   const std::string base_text = read_text_file(base);
+  // `wan: NAME`: a path relative to the sweep file, else NAME.yaml in these folders.
+  std::vector<fs::path> wan_search = {base.parent_path() / "wan", sweep_dir / ".." / "wan"};
+  wan_search.insert(wan_search.end(), wan_dirs.begin(), wan_dirs.end());
+  const auto wan_file = [&](const YAML::Node& v) {
+    GT_REQUIRE(v.IsScalar(), "{}: wan is '{}', allowed: a WAN profile name (e.g. lan) or file",
+               source, flow(v));
+    const fs::path given = v.Scalar();
+    if (fs::is_regular_file(sweep_dir / given)) return fs::absolute(sweep_dir / given);
+    return find_wan_profile(v.Scalar(), wan_search, source + ": wan");
+  };
 
   // Points as (label, [(key, value node)]).
   std::vector<std::pair<std::string, std::vector<std::pair<std::string, YAML::Node>>>> raw;
@@ -133,15 +133,33 @@ SweepPlan parse_sweep(const std::string& text, const std::string& source, const 
   }
   GT_REQUIRE(!raw.empty(), "{}: the sweep has no points (give grid, points, or both)", source);
 
+  for (const auto& [label, values] : raw) {
+    bool wan = false, wan_profile = false;
+    for (const auto& [key, value] : values) {
+      wan |= key == "wan";
+      wan_profile |= key == "run.wan_profile";
+      for (const auto& o : overrides)
+        GT_REQUIRE(o.key != key && !(key == "wan" && o.key == "run.wan_profile"),
+                   "{}: {}: the sweep sets '{}' itself, so it cannot be overridden; change the "
+                   "sweep file instead",
+                   source, o.origin, key);
+    }
+    GT_REQUIRE(!(wan && wan_profile),
+               "{}: a point sets both wan and run.wan_profile; allowed: one of them", source);
+  }
+
   std::set<std::string> labels;
   for (auto& [label, values] : raw) {
     SweepPoint point;
-    YAML::Node config = YAML::Load(base_text);
+    YAML::Node config = apply_overrides(YAML::Load(base_text), overrides, source);
     for (const auto& [key, value] : values) {
       YAML::Node v = value;
       if (key == "run.wan_profile" && v.IsScalar() && fs::path(v.Scalar()).is_relative())
         v = YAML::Node(fs::absolute(sweep_dir / v.Scalar()).lexically_normal().string());
-      set_path(config, key, v, source);
+      if (key == "wan")
+        set_path(config, "run.wan_profile", YAML::Node(wan_file(v).string()), source);
+      else
+        set_path(config, key, v, source);
       point.values.emplace_back(key, flow(value));
       if (std::find(plan.keys.begin(), plan.keys.end(), key) == plan.keys.end())
         plan.keys.push_back(key);
@@ -161,6 +179,19 @@ SweepPlan parse_sweep(const std::string& text, const std::string& source, const 
           fs::absolute(base.parent_path() / config["run"]["wan_profile"].Scalar())
               .lexically_normal()
               .string();
+    const auto regions = config["regions"];
+    if (config["run"]["wan_profile"] && regions && regions.IsSequence() && regions.size() > 1)
+      point.wan_profile = profile_name(config["run"]["wan_profile"].Scalar());
+    {
+      YAML::Node setup = YAML::Clone(config);
+      if (setup["run"] && setup["run"].IsMap()) {
+        setup["run"].remove("name");
+        setup["run"].remove("wan_profile");
+      }
+      YAML::Emitter e;
+      e << setup;
+      point.setup = e.c_str();
+    }
     YAML::Emitter e;
     e << config;
     point.config_yaml =
@@ -182,10 +213,14 @@ SweepPlan parse_sweep(const std::string& text, const std::string& source, const 
                all);
   }
   return plan;
+} catch (const YAML::Exception& e) {
+  throw yaml_input_error(source, e);  // a check is missing: still an InputError
 }
 
-SweepPlan load_sweep(const fs::path& file) {
-  return parse_sweep(read_text_file(file), file.string(), file.parent_path(), file.stem().string());
+SweepPlan load_sweep(const fs::path& file, const std::vector<ConfigOverride>& overrides,
+                     const std::vector<fs::path>& wan_dirs) {
+  return parse_sweep(read_text_file(file), describe_source(file.string(), overrides),
+                     file.parent_path(), file.stem().string(), overrides, wan_dirs);
 }
 
 namespace {
@@ -222,12 +257,42 @@ Derived derive(const SweepRow& row, const SweepRow& base) {
   return d;
 }
 
+// this / reference: on time to target when both reached it, else on wall time.
+std::optional<double> time_ratio(const json& s, const json& ref) {
+  auto num = [](const json& j, const char* k) -> std::optional<double> {
+    if (!j.is_object() || !j.contains(k) || !j[k].is_number()) return std::nullopt;
+    return j[k].get<double>();
+  };
+  const auto ttt = num(s, "time_to_target_seconds"), rttt = num(ref, "time_to_target_seconds");
+  if (ttt && rttt && *rttt > 0) return *ttt / *rttt;
+  const auto wall = num(s, "wall_seconds"), rwall = num(ref, "wall_seconds");
+  if (wall && rwall && *rwall > 0) return *wall / *rwall;
+  return std::nullopt;
+}
+
 std::string value_of(const SweepPoint& p, const std::string& key) {
   for (const auto& [k, v] : p.values)
     if (k == key) return v;
   return "";
 }
 }  // namespace
+
+std::vector<std::optional<double>> wan_over_lan(const std::vector<SweepRow>& rows) {
+  std::vector<std::optional<double>> out(rows.size());
+  const auto completed = [](const json& s) {
+    return s.is_object() && s.value("status", "") == "completed";
+  };
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const auto& p = *rows[i].point;
+    if (p.wan_profile.empty() || !completed(rows[i].summary)) continue;
+    for (const auto& lan : rows) {
+      if (lan.point->wan_profile != "lan" || lan.point->setup != p.setup) continue;
+      if (completed(lan.summary)) out[i] = time_ratio(rows[i].summary, lan.summary);
+      break;  // the first LAN point of the same setup is the control
+    }
+  }
+  return out;
+}
 
 std::string results_csv(const SweepPlan& plan, const std::vector<SweepRow>& rows) {
   std::string out = "label";
@@ -238,20 +303,24 @@ std::string results_csv(const SweepPlan& plan, const std::vector<SweepRow>& rows
   out +=
       ",status,final_test_accuracy,accuracy_delta_pp,time_to_target_seconds,wall_seconds,wan_bytes_"
       "total,"
-      "wan_reduction,speedup,baseline,run_dir,final_val_bpb,val_bpb_delta\n";
+      "wan_reduction,speedup,baseline,run_dir,final_val_bpb,val_bpb_delta,wan_profile,wan_over_"
+      "lan\n";
+  const auto over_lan = wan_over_lan(rows);
   for (const auto& r : rows) {
     const auto d = derive(r, rows[plan.baseline]);
+    const auto& ratio = over_lan[static_cast<std::size_t>(&r - rows.data())];
     out += csv_text(r.point->label);
     for (const auto& k : plan.keys) {
       out += ',';
       out += csv_text(value_of(*r.point, k));
     }
-    out += fmt::format(",{},{},{},{},{},{},{},{},{},{},{},{}\n",
+    out += fmt::format(",{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
                        r.summary.is_object() ? r.summary.value("status", "") : "not run",
                        csv_cell(d.accuracy), csv_cell(d.delta), csv_cell(d.ttt), csv_cell(d.wall),
                        csv_cell(d.wan), csv_cell(d.reduction), csv_cell(d.speedup),
                        &r == &rows[plan.baseline] ? "yes" : "", csv_text(r.run_dir.string()),
-                       csv_cell(d.bpb), csv_cell(d.bpb_delta));
+                       csv_cell(d.bpb), csv_cell(d.bpb_delta), csv_text(r.point->wan_profile),
+                       csv_cell(ratio ? json(*ratio) : json(nullptr)));
   }
   return out;
 }
@@ -265,8 +334,18 @@ std::string results_markdown(const SweepPlan& plan, const std::vector<SweepRow>&
   const bool lm = std::any_of(rows.begin(), rows.end(),
                               [](const SweepRow& r) { return is_language_model(r.summary); });
   md += lm ? " status | val bpb | delta (bpb) |" : " status | accuracy | delta (pp) |";
-  md += " time to target (s) | wall (s) | WAN bytes | WAN reduction | speedup |\n|";
-  for (std::size_t i = 0; i < plan.keys.size() + 9; ++i) md += "---|";
+  md += " time to target (s) | wall (s) | WAN bytes | WAN reduction | speedup |";
+  // A sweep with a LAN control (a point on the `lan` profile and the same setup on another)
+  // gets the WAN's cost in time.
+  const auto over_lan = wan_over_lan(rows);
+  const bool has_lan_pair =
+      std::any_of(rows.begin(), rows.end(), [&](const SweepRow& r) {
+        const auto& v = over_lan[static_cast<std::size_t>(&r - rows.data())];
+        return v && r.point->wan_profile != "lan";
+      });
+  if (has_lan_pair) md += " WAN profile | WAN / LAN time |";
+  md += "\n|";
+  for (std::size_t i = 0; i < plan.keys.size() + (has_lan_pair ? 11 : 9); ++i) md += "---|";
   md += "\n";
   const auto pct = [](const json& v) {
     return v.is_number() ? fmt::format("{:.2f}%", 100 * v.get<double>()) : "-";
@@ -278,14 +357,24 @@ std::string results_markdown(const SweepPlan& plan, const std::vector<SweepRow>&
     const auto d = derive(r, rows[plan.baseline]);
     md += fmt::format("| {}{} |", r.point->label, &r == &rows[plan.baseline] ? " (baseline)" : "");
     for (const auto& k : plan.keys) md += fmt::format(" {} |", value_of(*r.point, k));
-    md += fmt::format(" {} | {} | {} | {} | {} | {} | {} | {} |\n",
+    md += fmt::format(" {} | {} | {} | {} | {} | {} | {} | {} |",
                       r.summary.is_object() ? r.summary.value("status", "") : "not run",
                       lm ? num(d.bpb, "{:.3f}") : pct(d.accuracy),
                       lm ? num(d.bpb_delta, "{:+.3f}") : num(d.delta, "{:+.2f}"),
                       num(d.ttt, "{:.1f}"), num(d.wall, "{:.1f}"),
                       d.wan.is_number() ? fmt::format("{:.3g}", d.wan.get<double>()) : "-",
                       pct(d.reduction), num(d.speedup, "{:.2f}x"));
+    if (has_lan_pair) {
+      const auto& ratio = over_lan[static_cast<std::size_t>(&r - rows.data())];
+      md += fmt::format(" {} | {} |", r.point->wan_profile.empty() ? "-" : r.point->wan_profile,
+                        ratio ? fmt::format("{:.2f}x", *ratio) : "-");
+    }
+    md += "\n";
   }
+  if (has_lan_pair)
+    md +=
+        "\nWAN / LAN time (`wan_over_lan` in results.csv): the run's time to target (wall time when "
+        "either run missed the target) over the same setup's on the `lan` profile.\n";
   md +=
       "\nPlots: `sweep_accuracy_vs_time.png`, `sweep_accuracy_vs_wan_bytes.png`, `sweep_bars.png`. "
       "Each run's own report is in its run folder (`run_dir` in results.csv).\n";

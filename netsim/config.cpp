@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -36,8 +37,11 @@ struct Field {
   }
 
   void require_map(const std::set<std::string>& allowed_keys) const {
-    if (!node.IsMap()) fail("must be a mapping");
+    if (!present() || !node.IsMap()) fail("must be a mapping");
     for (const auto& kv : node) {
+      if (!kv.first.IsScalar())  // `? [a, b]: x`: not a name (found by fuzz/netsim_config.cpp)
+        throw InputError(fmt::format("{}: {} has a key that is not a plain name ({})", *where,
+                                     path.empty() ? "the top level" : path, YAML::Dump(kv.first)));
       const auto key = kv.first.as<std::string>();
       if (!allowed_keys.count(key)) {
         std::string list;
@@ -48,22 +52,24 @@ struct Field {
     }
   }
   std::string string() const {
-    if (!node.IsScalar()) fail("must be a string");
+    if (!present() || !node.IsScalar()) fail("must be a string");
     return node.Scalar();
   }
   double number(double min, double max) const {
     double v = 0;
-    if (!node.IsScalar() || !YAML::convert<double>::decode(node, v) || !(v >= min && v <= max))
+    if (!present() || !node.IsScalar() || !YAML::convert<double>::decode(node, v) ||
+        !(v >= min && v <= max))
       fail(fmt::format("must be a number from {} to {}", min, max));
     return v;
   }
   bool boolean() const {
     bool v = false;
-    if (!node.IsScalar() || !YAML::convert<bool>::decode(node, v)) fail("must be true or false");
+    if (!present() || !node.IsScalar() || !YAML::convert<bool>::decode(node, v))
+      fail("must be true or false");
     return v;
   }
   std::vector<Field> sequence() const {
-    if (!node.IsSequence()) fail("must be a list");
+    if (!present() || !node.IsSequence()) fail("must be a list");
     std::vector<Field> out;
     for (std::size_t i = 0; i < node.size(); ++i) out.push_back(item(i));
     return out;
@@ -120,15 +126,25 @@ WanProfile profile_from(const Field& root) {
   WanProfile prof;
   prof.name = root.child("name").string();
   if (auto d = root.child("description"); d.present()) prof.description = d.string();
+  // `regions` may be left out when a `between: any` entry covers every pair; the listed links
+  // may then name any regions.
+  const auto link_fields = root.child("links").sequence();
+  const bool has_any_pair = std::any_of(link_fields.begin(), link_fields.end(), [](const Field& l) {
+    const auto b = l.child("between");
+    return b.present() && b.node.IsScalar() && b.node.Scalar() == "any";
+  });
   std::set<std::string> regions;
-  for (const Field& r : root.child("regions").sequence()) {
-    auto name = r.string();
-    if (name.empty() || name.find("->") != std::string::npos)
-      r.fail("must be a non-empty name without '->'");
-    if (!regions.insert(name).second) r.fail("is listed twice");
-    prof.regions.push_back(name);
+  const bool regions_given = root.child("regions").present() || !has_any_pair;
+  if (regions_given) {
+    for (const Field& r : root.child("regions").sequence()) {
+      auto name = r.string();
+      if (name.empty() || name.find("->") != std::string::npos)
+        r.fail("must be a non-empty name without '->'");
+      if (!regions.insert(name).second) r.fail("is listed twice");
+      prof.regions.push_back(name);
+    }
+    if (prof.regions.empty()) root.child("regions").fail("must name at least one region");
   }
-  if (prof.regions.empty()) root.child("regions").fail("must name at least one region");
   LinkProperties defaults;
   if (auto d = root.child("defaults"); d.present()) {
     d.require_map(kPropertyKeys);
@@ -136,17 +152,26 @@ WanProfile profile_from(const Field& root) {
   }
   auto region = [&](const Field& f) {
     auto name = f.string();
-    if (!regions.count(name)) f.fail("is not one of the profile's regions");
+    if (regions_given && !regions.count(name)) f.fail("is not one of the profile's regions");
+    if (name.empty() || name.find("->") != std::string::npos)
+      f.fail("must be a non-empty name without '->'");
     return name;
   };
-  for (const Field& l : root.child("links").sequence()) {
+  for (const Field& l : link_fields) {
     l.require_map(with(kPropertyKeys, {"between", "from", "to"}));
     LinkProperties p = defaults;
     read_properties(l, p);
     std::vector<std::pair<std::string, std::string>> pairs;
     if (auto b = l.child("between"); b.present()) {
       if (l.child("from").present() || l.child("to").present())
-        b.fail("give either between: [A, B] or from: A and to: B, not both");
+        b.fail("give either between: [A, B] (or between: any) or from: A and to: B, not both");
+      if (b.node.IsScalar()) {
+        if (b.node.Scalar() != "any")
+          b.fail("must be a list of two regions, or 'any' (every pair no other entry lists)");
+        if (prof.any_pair) b.fail("between: any is given twice");
+        prof.any_pair = p;
+        continue;
+      }
       auto ends = b.sequence();
       if (ends.size() != 2) b.fail("must list exactly two regions");
       auto a = region(ends[0]), z = region(ends[1]);
@@ -212,13 +237,21 @@ Fault fault_from(const Field& f) {
 }  // namespace
 
 const LinkProperties& WanProfile::link(const std::string& from, const std::string& to) const {
-  auto it = links.find({from, to});
-  GT_REQUIRE(it != links.end(), "WAN profile '{}' has no link {}->{}", name, from, to);
-  return it->second;
+  if (auto it = links.find({from, to}); it != links.end()) return it->second;
+  if (any_pair) return *any_pair;
+  std::string listed;
+  for (const auto& [pair, _] : links)
+    listed += (listed.empty() ? "" : ", ") + pair.first + "->" + pair.second;
+  throw InputError(fmt::format(
+      "WAN profile '{}' has no link {}->{} (it lists {}; a 'between: any' entry would cover "
+      "every other pair)",
+      name, from, to, listed.empty() ? "none" : listed));
 }
 
-WanProfile parse_profile(const std::string& yaml_text, const std::string& where) {
+WanProfile parse_profile(const std::string& yaml_text, const std::string& where) try {
   return profile_from({load_yaml(yaml_text, where), "", &where});
+} catch (const YAML::Exception& e) {  // a check is missing: still an InputError
+  throw InputError(fmt::format("{}: not a valid config: {}", where, e.what()));
 }
 
 WanProfile load_profile(const std::filesystem::path& file) {
@@ -226,7 +259,7 @@ WanProfile load_profile(const std::filesystem::path& file) {
 }
 
 NetsimConfig parse_netsim_config(const std::string& yaml_text, const std::string& where,
-                                 const std::filesystem::path& base_dir) {
+                                 const std::filesystem::path& base_dir) try {
   const Field root{load_yaml(yaml_text, where), "", &where};
   root.require_map({"profile", "seed", "stats", "links"});
   NetsimConfig cfg;
@@ -256,15 +289,15 @@ NetsimConfig parse_netsim_config(const std::string& yaml_text, const std::string
   }
   std::set<std::pair<std::string, std::string>> seen;
   for (const Field& l : root.child("links").sequence()) {
-    l.require_map(with(kPropertyKeys, {"from", "to", "listen", "target", "faults"}));
+    l.require_map(
+        with(kPropertyKeys, {"from", "to", "listen", "target", "faults", "capture_file"}));
     LinkConfig link;
     link.from = l.child("from").string();
     link.to = l.child("to").string();
     try {
       link.properties = cfg.profile.link(link.from, link.to);
-    } catch (const InputError&) {
-      l.child("to").fail(
-          fmt::format("profile '{}' has no link {}->{}", cfg.profile.name, link.from, link.to));
+    } catch (const InputError& e) {
+      l.child("to").fail(e.what());  // names the profile, the pair, and what it does list
     }
     if (!seen.insert({link.from, link.to}).second) l.fail("this link is listed twice");
     read_properties(l, link.properties);  // per-link overrides
@@ -272,10 +305,16 @@ NetsimConfig parse_netsim_config(const std::string& yaml_text, const std::string
     link.target = parse_endpoint(l.child("target").string(), where + ": " + l.path + ".target");
     if (auto f = l.child("faults"); f.present())
       for (const Field& item : f.sequence()) link.faults.push_back(fault_from(item));
+    if (auto c = l.child("capture_file"); c.present()) {
+      std::filesystem::path p = c.string();
+      link.capture_file = p.is_relative() ? base_dir / p : p;
+    }
     cfg.links.push_back(std::move(link));
   }
   if (cfg.links.empty()) root.child("links").fail("must list at least one link");
   return cfg;
+} catch (const YAML::Exception& e) {  // a check is missing: still an InputError
+  throw InputError(fmt::format("{}: not a valid config: {}", where, e.what()));
 }
 
 NetsimConfig load_netsim_config(const std::filesystem::path& file) {

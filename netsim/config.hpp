@@ -1,7 +1,8 @@
 // netsim configuration files (YAML), parsed into plain structs.
 //
 // A WAN *profile* (configs/wan/*.yaml) names regions and the properties of the link between
-// each pair; a *netsim config* picks a profile and adds, per directed link, the address to
+// each pair, and may give one link for every pair it does not list (`between: any`), which is
+// how one profile fits any deployment (configs/wan/lan.yaml); a *netsim config* picks a profile and adds, per directed link, the address to
 // listen on and the target to forward to, plus faults and statistics options. See
 // docs/netsim.md for the reference. Parsing is strict: unknown keys, wrong types and values out
 // of range throw InputError naming the file, the key path, the value and what is allowed.
@@ -10,6 +11,7 @@
 
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -24,8 +26,12 @@ struct WanProfile {
   std::string description;
   std::vector<std::string> regions;
   std::map<std::pair<std::string, std::string>, LinkProperties> links;  // directed (from, to)
+  // `between: any`: every ordered pair of distinct regions that `links` does not list,
+  // including regions the profile does not name.
+  std::optional<LinkProperties> any_pair;
 
-  // Properties of from->to; throws InputError when the profile has no such link.
+  // Properties of from->to: the listed link, else `any_pair`; throws InputError when the
+  // profile has neither.
   const LinkProperties& link(const std::string& from, const std::string& to) const;
 };
 

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <vector>
@@ -55,6 +56,9 @@ struct LinkConfig {
   Endpoint target;
   LinkProperties properties;
   std::vector<Fault> faults;
+  // Tests and debugging: every byte the link forwards, both directions, appended to this file
+  // as it is read (the zero-copy splice path is off for such a link). Empty: no capture.
+  std::filesystem::path capture_file;
 
   std::string name() const { return from + "->" + to; }
 };

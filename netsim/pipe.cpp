@@ -112,7 +112,7 @@ void WanProxy::Impl::on_readable(Connection& c, int p) {
     if (room == 0) break;
     const bool fast = props.delay_ms == 0 && props.jitter_ms == 0 && !lane.bucket &&
                       props.window_kib == 0 && pipe.queue.empty() && !link.partitioned &&
-                      !(p == 0 && c.connecting) && !c.blackholed;
+                      !(p == 0 && c.connecting) && !c.blackholed && !link.capture.is_open();
     if (fast) {                     // forward at once, through a kernel pipe
       if (pipe.spliced > 0) break;  // the destination is full; EPOLLOUT drains the pipe first
       if (!pipe.splice_w.valid()) {
@@ -154,6 +154,10 @@ void WanProxy::Impl::on_readable(Connection& c, int p) {
       continue;
     }
     const auto n = static_cast<std::size_t>(r);
+    if (n > 0 && link.capture.is_open()) {
+      link.capture.write(scratch.data(), static_cast<std::streamsize>(n));
+      link.capture.flush();  // readable by a test while the link runs
+    }
     if (n == 0) {
       pipe.src_eof = true;
       Chunk fin;

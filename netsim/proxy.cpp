@@ -39,6 +39,11 @@ WanProxy::Impl::Impl(std::vector<LinkConfig> configs, ProxyOptions opts)
     link->config = std::move(configs[i]);
     link->listener = listen_tcp(link->config.listen, /*nonblocking=*/true);
     link->port = local_port(link->listener.get());
+    if (!link->config.capture_file.empty()) {
+      link->capture.open(link->config.capture_file, std::ios::binary | std::ios::app);
+      GT_REQUIRE(link->capture.good(), "link {}: capture_file '{}' cannot be written",
+                 link->config.name(), link->config.capture_file.string());
+    }
     for (int lane = 0; lane < 2; ++lane) {
       link->lanes[lane].rng.seed(options.seed * 1000003 + i * 2 + lane);
       const auto& p = link->config.properties;

@@ -51,6 +51,7 @@ struct Link {
   bool blackhole = false;
   std::unordered_set<uint64_t> connections;
   std::atomic<uint64_t> open{0}, total{0}, dropped{0};
+  std::ofstream capture;  // config.capture_file, when set: every byte read, both directions
 };
 
 struct Chunk {

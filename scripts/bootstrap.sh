@@ -16,6 +16,11 @@ packages=(
   libyaml-cpp-dev libcli11-dev nlohmann-json3-dev
   libopenblas-dev libgloo-dev
   python3 python3-matplotlib python3-numpy python3-torch
+  python3-dev pybind11-dev
+  python3-prometheus-client  # tests/python/test_metrics_endpoint.py parses the server's /metrics
+  # The libFuzzer build of fuzz/ (docs/fuzzing.md): Debian's clang, and its compiler-rt, which
+  # holds libFuzzer and the sanitizer runtimes (clang only recommends it).
+  clang libclang-rt-dev
   dataset-fashion-mnist bible-kjv bible-kjv-text
 )
 corpus=/usr/local/share/geotrain/kjv.txt

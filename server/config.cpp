@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <cmath>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -42,12 +43,61 @@ std::vector<std::string> get_strings(const Ctx& c, const YAML::Node& node, const
   return c.in.strings(node, key);
 }
 
+// server.consistency (server/consistency.hpp): {policy, quorum, grace_ms, weighting}.
+void parse_consistency(const Ctx& c, const YAML::Node& n, ServerConfig& cfg) {
+  for (const char* key : {"staleness_bound", "staleness_weighting"})
+    GT_REQUIRE(!(n.IsMap() && n[key]),
+               "{}: server.consistency.{} is not a key: set server.{} (the ssp bound, read by "
+               "servers and workers alike)",
+               c.source, key, key);
+  check_keys(c, n, "server.consistency", {"policy", "quorum", "grace_ms", "weighting"});
+  auto& out = cfg.shard.consistency;
+  if (auto p = n["policy"]) {
+    const auto policy = get_str(c, p, "server.consistency.policy");
+    GT_REQUIRE(policy == "ssp" || policy == "quorum",
+               "{}: server.consistency.policy is '{}', allowed: ssp, quorum", c.source, policy);
+    out.policy = policy == "ssp" ? ConsistencyPolicy::ssp : ConsistencyPolicy::quorum;
+  }
+  const auto regions = static_cast<uint32_t>(cfg.regions.size());
+  for (const char* key : {"quorum", "grace_ms"})
+    GT_REQUIRE(out.is_quorum() || !n[key],
+               "{}: server.consistency.{} is set but server.consistency.policy is 'ssp' (it "
+               "applies to policy: quorum only)",
+               c.source, key);
+  // Default: a majority of the configured regions.
+  out.quorum = regions / 2 + 1;
+  if (auto q = n["quorum"]) {
+    // A count of regions ("2"), or a fraction of them ("0.67": the nearest count, at least 1).
+    const bool fraction = q.IsScalar() && q.Scalar().find_first_of(".eE") != std::string::npos;
+    if (fraction) {
+      const double f = get<double>(c, q, "server.consistency.quorum (a fraction)", 0.0, 1.0);
+      GT_REQUIRE(f > 0.0, "{}: server.consistency.quorum is {}, allowed: a fraction in (0, 1]",
+                 c.source, f);
+      out.quorum = std::max<uint32_t>(1, static_cast<uint32_t>(std::lround(f * regions)));
+    } else {
+      out.quorum = get<uint32_t>(c, q, "server.consistency.quorum (regions)", 1, regions);
+    }
+  }
+  if (auto g = n["grace_ms"])
+    out.grace =
+        std::chrono::milliseconds(get<int64_t>(c, g, "server.consistency.grace_ms", 0, 3600000));
+  out.weighting = out.is_quorum() ? MergeWeighting::tokens : MergeWeighting::equal;
+  if (auto w = n["weighting"]) {
+    const auto weighting = get_str(c, w, "server.consistency.weighting");
+    GT_REQUIRE(weighting == "tokens" || weighting == "equal",
+               "{}: server.consistency.weighting is '{}', allowed: tokens, equal", c.source,
+               weighting);
+    out.weighting = weighting == "tokens" ? MergeWeighting::tokens : MergeWeighting::equal;
+  }
+}
+
 void parse_server(const Ctx& c, const YAML::Node& s, ServerConfig& cfg) {
   check_keys(c, s, "server",
              {"endpoints", "shards_per_region", "chunk", "staleness_bound", "staleness_weighting",
               "optimizer", "downlink_codec", "heartbeat_ms", "dead_after_ms", "max_message_bytes",
               "high_water_mark", "checkpoint", "run_dir", "metrics_every_ms",
-              "wait_for_all_regions", "downlink_codecs"});
+              "wait_for_all_regions", "downlink_codecs", "handshake_ms", "consistency",
+              "metrics_port", "metrics_host"});
   if (auto n = s["endpoints"]) {
     check_keys(c, n, "server.endpoints",
                std::set<std::string>(cfg.regions.begin(), cfg.regions.end()));
@@ -67,6 +117,7 @@ void parse_server(const Ctx& c, const YAML::Node& s, ServerConfig& cfg) {
                "{}: server.staleness_weighting is '{}', allowed: none, inverse", c.source, w);
     cfg.shard.weighting = w == "none" ? StalenessWeighting::none : StalenessWeighting::inverse;
   }
+  if (auto n = s["consistency"]) parse_consistency(c, n, cfg);
   if (auto o = s["optimizer"]) {
     check_keys(c, o, "server.optimizer", {"lr", "momentum", "nesterov"});
     if (auto n = o["lr"])
@@ -111,6 +162,8 @@ void parse_server(const Ctx& c, const YAML::Node& s, ServerConfig& cfg) {
     cfg.max_message_bytes = get<int64_t>(c, n, "server.max_message_bytes", 4096, int64_t{1} << 34);
   if (auto n = s["high_water_mark"])
     cfg.high_water_mark = get<int>(c, n, "server.high_water_mark", 1, 100000);
+  if (auto n = s["handshake_ms"])
+    cfg.handshake = std::chrono::milliseconds(get<int>(c, n, "server.handshake_ms", 100, 600000));
   if (auto k = s["checkpoint"]) {
     check_keys(c, k, "server.checkpoint", {"every", "keep", "dir"});
     if (auto n = k["every"])
@@ -123,6 +176,25 @@ void parse_server(const Ctx& c, const YAML::Node& s, ServerConfig& cfg) {
   if (auto n = s["metrics_every_ms"])
     cfg.metrics_every =
         std::chrono::milliseconds(get<int64_t>(c, n, "server.metrics_every_ms", 10, 3600000));
+  if (auto n = s["metrics_port"]) {
+    if (n.IsMap()) {
+      check_keys(c, n, "server.metrics_port",
+                 std::set<std::string>(cfg.regions.begin(), cfg.regions.end()));
+      for (const auto& kv : n) {
+        const auto region = kv.first.as<std::string>();
+        const auto port = get<uint32_t>(c, kv.second, "server.metrics_port." + region, 0, 65535);
+        if (port > 0) cfg.metrics_ports[region] = static_cast<uint16_t>(port);
+      }
+    } else if (n.IsScalar() && n.Scalar() == "auto") {
+      for (const auto& r : cfg.regions) cfg.metrics_ports[r] = 0;
+    } else {
+      const auto port = get<uint32_t>(c, n, "server.metrics_port (a port, a map or auto)", 0,
+                                      65535);
+      if (port > 0)
+        for (const auto& r : cfg.regions) cfg.metrics_ports[r] = static_cast<uint16_t>(port);
+    }
+  }
+  if (auto n = s["metrics_host"]) cfg.metrics_host = get_str(c, n, "server.metrics_host");
   GT_REQUIRE(cfg.dead_after > cfg.heartbeat,
              "{}: server.dead_after_ms ({}) must exceed server.heartbeat_ms ({})", c.source,
              cfg.dead_after.count(), cfg.heartbeat.count());
@@ -146,10 +218,11 @@ uint64_t ServerConfig::state_hash(uint64_t table_hash) const {
   mix(shards_per_region);
   mix(chunk);
   mix(shard.optimizer.momentum > 0 ? 1 : 0);
+  if (fragments > 1) mix(fragments);  // (one fragment hashes as before fragments existed)
   return h;
 }
 
-ServerConfig parse_server_config(std::string_view yaml_text, std::string_view source) {
+ServerConfig parse_server_config(std::string_view yaml_text, std::string_view source) try {
   Ctx c{YamlReader(std::string(source)), std::string(source)};
   const YAML::Node root = c.in.load_deployment_config(yaml_text);
   ServerConfig cfg;
@@ -178,7 +251,13 @@ ServerConfig parse_server_config(std::string_view yaml_text, std::string_view so
   }
   if (auto n = model["critical"]) cfg.critical = get_strings(c, n, "model.critical");
   if (auto s = root["server"]) parse_server(c, s, cfg);
+  // The worker section belongs to the workers; its fragment count decides the shard map.
+  if (auto w = root["worker"]; w && w.IsMap() && w["fragments"])
+    cfg.fragments = get<uint32_t>(c, w["fragments"], "worker.fragments", 1, 1024);
+  cfg.security = wire::parse_security_config(root["security"], c.in, /*allow_auto=*/false);
   return cfg;
+} catch (const YAML::Exception& e) {
+  throw yaml_input_error(source, e);  // a check is missing: still an InputError
 }
 
 ServerConfig load_server_config(const std::filesystem::path& file) {

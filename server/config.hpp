@@ -22,6 +22,7 @@
 
 #include "core/param_table.hpp"
 #include "server/shard.hpp"
+#include "wire/security_config.hpp"
 
 namespace geotrain::server {
 
@@ -37,6 +38,9 @@ struct ServerConfig {
   std::vector<std::string> critical;
   std::map<std::string, std::string> endpoints;  // region -> endpoint its server binds
   uint32_t shards_per_region = 1;
+  // Streaming fragments (the worker's `worker.fragments`, read here so that servers and leaders
+  // cut the same shards): every shard lies inside one fragment (server/shard_map.hpp).
+  uint32_t fragments = 1;
   uint64_t chunk = 1024;
   ShardSettings shard;
   std::chrono::milliseconds heartbeat{1000};
@@ -46,9 +50,17 @@ struct ServerConfig {
   bool wait_for_all_regions = true;
   int64_t max_message_bytes = int64_t{256} << 20;
   int high_water_mark = 64;
+  // ZMQ_HANDSHAKE_IVL: a connection that has not finished its handshake by then is closed.
+  std::chrono::milliseconds handshake{10000};
+  wire::SecurityConfig security;  // top-level `security:` (CURVE)
   CheckpointConfig checkpoint;
   std::filesystem::path run_dir = "runs/server";
   std::chrono::milliseconds metrics_every{5000};
+  // server.metrics_port (docs/monitoring.md): the Prometheus endpoint, GET /metrics over HTTP.
+  // A port for every server, {region: port}, or `auto` (any free port, logged); 0 or absent:
+  // none. Region -> port here (0: any free one); a region not in the map serves none.
+  std::map<std::string, uint16_t> metrics_ports;
+  std::string metrics_host = "0.0.0.0";  // server.metrics_host: the address it binds
 
   // Index of a region name; InputError naming the allowed names otherwise.
   uint32_t region_index(std::string_view name) const;

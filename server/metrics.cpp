@@ -20,9 +20,12 @@ void ServerMetrics::record_staleness(size_t r, uint32_t tau) {
   h[std::min<size_t>(tau, h.size() - 1)] += 1;
 }
 
-void ServerMetrics::round_released(uint32_t shard, uint64_t round, size_t contributors) {
+void ServerMetrics::round_released(uint32_t shard, uint64_t round, size_t contributors,
+                                   size_t late) {
   ++applied_rounds_;
-  event("round", {{"shard", shard}, {"round", round}, {"contributors", contributors}});
+  nlohmann::json fields{{"shard", shard}, {"round", round}, {"contributors", contributors}};
+  if (late > 0) fields["late"] = late;
+  event("round", std::move(fields));
 }
 
 void ServerMetrics::event(const std::string& name, nlohmann::json fields) {

@@ -32,7 +32,8 @@ class ServerMetrics {
 
   RegionCounters& region(size_t r) { return regions_.at(r); }
   void record_staleness(size_t r, uint32_t tau);
-  void round_released(uint32_t shard, uint64_t round, size_t contributors);
+  // `late`: of the contributors, deltas of rounds released before (quorum policy).
+  void round_released(uint32_t shard, uint64_t round, size_t contributors, size_t late = 0);
   // Appends {"t": seconds since start, "event": name, ...fields}.
   void event(const std::string& name, nlohmann::json fields = nlohmann::json::object());
   nlohmann::json snapshot() const;

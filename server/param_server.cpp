@@ -8,6 +8,7 @@
 #include "compression/codec.hpp"
 #include "compression/payload.hpp"
 #include "core/error.hpp"
+#include "server/prometheus_text.hpp"
 #include "server/shard_kernels.hpp"
 
 namespace geotrain::server {
@@ -20,6 +21,8 @@ template <class... F>
 struct Overload : F... {
   using F::operator()...;
 };
+template <class... F>
+Overload(F...) -> Overload<F...>;  // for clang < 17 (fuzz/'s libFuzzer build): no aggregate CTAD
 
 std::filesystem::path under(const std::filesystem::path& base, const std::filesystem::path& p) {
   return p.is_absolute() ? p : base / p;
@@ -58,7 +61,7 @@ ParamServer::ParamServer(const ServerConfig& config, uint32_t region, zmq::conte
       options_(std::move(options)),
       table_(config.tensors, config.critical),
       map_(table_.total_elements(), static_cast<uint32_t>(config.regions.size()),
-           config.shards_per_region, config.chunk),
+           config.shards_per_region, config.chunk, config.fragments),
       membership_(config.regions, config.dead_after, config.wait_for_all_regions, options_.clock()),
       checkpoints_(under(config.run_dir, config.checkpoint.dir) / config.regions.at(region),
                    config.checkpoint.keep),
@@ -92,11 +95,41 @@ ParamServer::ParamServer(const ServerConfig& config, uint32_t region, zmq::conte
   channel.send_hwm = channel.receive_hwm = config.high_water_mark;
   channel.max_frame_bytes = config.max_message_bytes;
   channel.max_frames = kMaxSegments + 1;
-  channel_ = wire::bind_router(context, endpoint, channel);
+  channel.handshake_ms = static_cast<int>(config.handshake.count());
+  if (config.security.curve_on()) {
+    const auto keys = config.security.keys();
+    std::map<std::string, std::string> allowed;
+    for (const auto& r : config.regions)
+      allowed[keys.client_public(r)] = fmt::format("the client key of region {}", r);
+    channel.curve_server = wire::ChannelOptions::CurveServer{
+        keys.server_keypair(config.regions[region]).secret_key};
+    authenticator_ = options_.authenticator;
+    if (!authenticator_) {
+      own_authenticator_ = std::make_unique<wire::CurveAuthenticator>(context, std::move(allowed));
+      authenticator_ = own_authenticator_.get();
+      // One monitor per authenticator: a shared one (several servers in a context) logs ZAP
+      // refusals only.
+      channel.monitor_endpoint = authenticator_->monitor_endpoint();
+    }
+  }
+  // Restored before the port opens: once it accepts connections (what `geotrain run` waits for
+  // after a restart), the checkpoint is in and its `restore` event written.
   restore();
-  spdlog::info("server {}: {} shard(s) of {} elements, {} on {}", config.regions[region],
+  channel_ = wire::bind_router(context, endpoint, channel);
+  if (auto m = config.metrics_ports.find(config.regions[region]);
+      m != config.metrics_ports.end()) {
+    metrics_endpoint_ = std::make_unique<MetricsEndpoint>(context, config.metrics_host, m->second);
+    spdlog::info("server {}: Prometheus metrics at {}", config.regions[region],
+                 metrics_endpoint_->url());
+    metrics_.event("metrics_endpoint",
+                   {{"port", metrics_endpoint_->port()}, {"url", metrics_endpoint_->url()}});
+  }
+  spdlog::info("server {}: {} shard(s) of {} elements, {}, {} on {}{}", config.regions[region],
                shards_.size(), table_.total_elements(), config.shard.optimizer.describe(),
-               channel_->endpoint());
+               config.shard.consistency.describe(), channel_->endpoint(),
+               authenticator_
+                   ? fmt::format(" (CURVE, keys from {})", config.security.keys_dir.string())
+                   : std::string());
 }
 
 void ParamServer::restore() {
@@ -129,6 +162,14 @@ void ParamServer::run(std::stop_token stop) {
 }
 
 bool ParamServer::step(std::chrono::milliseconds timeout) {
+  // Quorum policy: wake up when a round's grace window expires, not a poll tick later.
+  std::optional<TimePoint> deadline;
+  for (const auto& s : shards_)
+    if (auto d = s.grace_deadline(); d && (!deadline || *d < *deadline)) deadline = d;
+  if (deadline) {
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(*deadline - options_.clock());
+    timeout = std::clamp(left, std::chrono::milliseconds(0), timeout);
+  }
   if (auto env = channel_->receive(timeout)) {
     if (handle(*env, std::nullopt) == Outcome::park) {
       size_t mine = std::count_if(parked_.begin(), parked_.end(),
@@ -143,7 +184,10 @@ bool ParamServer::step(std::chrono::milliseconds timeout) {
     }
   }
   sweep();
+  if (config_.shard.consistency.is_quorum()) release_rounds();  // grace windows that expired
   retry_parked();
+  if (metrics_endpoint_)
+    metrics_endpoint_->serve([&] { return prometheus_text(stats(), read_process_stats()); });
   return !shutdown_;
 }
 
@@ -151,11 +195,14 @@ ParamServer::Outcome ParamServer::handle(wire::Envelope& env,
                                          std::optional<TimePoint> parked_since) {
   uint64_t request_id = 0;
   try {
-    if (env.frames.size() > kMaxSegments + 1)
-      throw WireError(ErrorCode::too_large,
-                      fmt::format("message has more than {} frames", kMaxSegments + 1));
+    // The channel kept at most kMaxSegments + 2 frames of the message (the rest were dropped as
+    // they arrived); the header is read first so that a refusal by count names the request.
     const wire::Header h = wire::decode_header(env.frames.front());
     request_id = h.request_id;
+    if (env.frames.size() > kMaxSegments + 1)
+      throw WireError(ErrorCode::too_large,
+                      fmt::format("message has more than {} frames", kMaxSegments + 1),
+                      request_id);
     uint64_t total = 0;
     for (const auto& f : env.frames) total += f.size();
     if (total > static_cast<uint64_t>(config_.max_message_bytes))
@@ -334,13 +381,15 @@ ParamServer::Outcome ParamServer::on_push(uint32_t r, const wire::Header& h, con
     throw WireError(ErrorCode::too_large,
                     fmt::format("push has {} segments, limit {}", m.segments.size(), kMaxSegments),
                     id);
+  if (m.tokens > kMaxPushTokens)
+    throw WireError(ErrorCode::bad_payload,
+                    fmt::format("push.tokens is {}, at most {}", m.tokens, kMaxPushTokens), id);
   wire::check_frames(m.segments, payloads, id);
   const uint64_t n = shard.range().count;
   uint64_t covered = 0;
   for (size_t i = 0; i < m.segments.size(); ++i) {
     const auto& s = m.segments[i];
-    if (s.codec < static_cast<uint8_t>(compression::CodecId::fp32) ||
-        s.codec > static_cast<uint8_t>(compression::CodecId::zstd))
+    if (!compression::is_codec_id(s.codec))
       throw WireError(ErrorCode::bad_codec,
                       fmt::format("segment {}: codec id {} is not a codec", i, s.codec), id);
     if (s.offset < covered || s.count > n || s.offset > n - s.count)
@@ -354,7 +403,7 @@ ParamServer::Outcome ParamServer::on_push(uint32_t r, const wire::Header& h, con
   }
   // Everything about the header holds; now the gate decides whether this push may proceed.
   const auto live_now = live();
-  if (!shard.gate().admits(m.round, live_now)) return Outcome::park;
+  if (!shard.admits(m.round, live_now)) return Outcome::park;
 
   // The delta. The usual push is one fp32 segment covering the shard: it is read in place (no
   // copy), and the shard starts computing from it (Shard::start_push) while this thread checks it:
@@ -396,7 +445,7 @@ ParamServer::Outcome ParamServer::on_push(uint32_t r, const wire::Header& h, con
     delta = delta_;
   }
   // From here until commit() (or a throw, which drops it) the shard computes its next version.
-  auto staged = shard.start_push(r, m.round, delta, live_now);
+  auto staged = shard.start_push(r, m.round, delta, live_now, {m.tokens, options_.clock()});
   bool finite = true;
   if (in_place) {
     checked_segment(0, m.segments[0], wire::frame_bytes(payloads[0]), id,
@@ -493,9 +542,10 @@ ParamServer::Outcome ParamServer::on_pull(uint32_t r, const wire::Header& h,
 
 void ParamServer::release_rounds() {
   const auto live_now = live();
+  const auto now = options_.clock();
   for (auto& s : shards_)
-    for (const auto& rel : s.release_ready(live_now))
-      metrics_.round_released(s.range().id, rel.round, rel.contributors);
+    for (const auto& rel : s.release_ready(live_now, now))
+      metrics_.round_released(s.range().id, rel.round, rel.contributors, rel.late);
   if (config_.checkpoint.every == 0 || shards_.empty()) return;
   uint64_t round = UINT64_MAX;
   for (const auto& s : shards_) round = std::min(round, s.released_round());
@@ -569,6 +619,13 @@ nlohmann::json ParamServer::stats() const {
                       {"released_round", s.released_round()},
                       {"clocks", s.gate().clocks()}});
   j["shards"] = shards;
+  if (authenticator_) {
+    const auto a = authenticator_->counts();
+    j["curve"] = {{"accepted", a.accepted},
+                  {"refused_key", a.refused_key},
+                  {"failed_handshakes", a.failed_handshakes},
+                  {"connections_open", a.connections_open}};
+  }
   const auto counted = membership_.live();
   for (uint32_t r = 0; r < counted.size(); ++r) {
     j["regions"][config_.regions[r]]["live"] = static_cast<bool>(counted[r]);

@@ -13,6 +13,8 @@
 // returned). A server with a shard of kSplitElements or more also owns one helper thread
 // (PassSplitter) that runs half of a push's or pull's pass while the loop thread runs the other.
 // The clock is injectable so tests decide when a silent region is dead.
+// With security.curve on, the ROUTER is a CURVE server with this region's server key, and a
+// CurveAuthenticator (ZAP, one more thread) admits only the configured regions' client keys.
 #pragma once
 
 #include <zmq.hpp>
@@ -31,9 +33,11 @@
 #include "server/config.hpp"
 #include "server/membership.hpp"
 #include "server/metrics.hpp"
+#include "server/metrics_endpoint.hpp"
 #include "server/payload_pool.hpp"
 #include "server/shard.hpp"
 #include "wire/channel.hpp"
+#include "wire/curve_authenticator.hpp"
 #include "wire/messages.hpp"
 
 namespace geotrain::server {
@@ -45,6 +49,10 @@ struct ServerOptions {
   Clock clock = [] { return std::chrono::steady_clock::now(); };
   bool write_metrics = true;           // JSONL under config.run_dir
   std::chrono::milliseconds poll{20};  // loop tick: liveness sweeps run at least this often
+  // With security.curve on: the ZAP handler of `context` to use, when several servers share one
+  // context (tests; handshake failures before ZAP are then not logged); null: the server makes
+  // its own (one per context).
+  wire::CurveAuthenticator* authenticator = nullptr;
 };
 
 inline constexpr size_t kMaxParkedPerPeer = 4;
@@ -52,6 +60,9 @@ inline constexpr size_t kMaxKvEntries = 4096;
 inline constexpr size_t kMaxKvKeyBytes = 256;
 inline constexpr size_t kMaxKvValueBytes = size_t{64} << 10;
 inline constexpr size_t kMaxSegments = 4096;
+// push.tokens above this is refused, so that the tokens of the deltas merged into a round sum
+// without overflow.
+inline constexpr uint64_t kMaxPushTokens = uint64_t{1} << 40;
 
 class ParamServer {
  public:
@@ -59,6 +70,10 @@ class ParamServer {
               ServerOptions options = {});
 
   std::string endpoint() const { return channel_->endpoint(); }
+  // The Prometheus endpoint's port (server.metrics_port), if this server has one.
+  std::optional<uint16_t> metrics_port() const {
+    return metrics_endpoint_ ? std::optional(metrics_endpoint_->port()) : std::nullopt;
+  }
   uint64_t table_hash() const { return table_.layout_hash(); }
   const std::vector<Shard>& shards() const { return shards_; }
 
@@ -105,6 +120,10 @@ class ParamServer {
   ParamTable table_;
   ShardMap map_;
   std::vector<Shard> shards_;
+  // With security.curve on: the ZAP handler (own, or options_.authenticator). Declared before
+  // channel_: it must exist before the socket binds and outlive it.
+  std::unique_ptr<wire::CurveAuthenticator> own_authenticator_;
+  wire::CurveAuthenticator* authenticator_ = nullptr;
   std::unique_ptr<wire::Channel> channel_;
   Membership membership_;
   std::vector<Parked> parked_;
@@ -112,6 +131,8 @@ class ParamServer {
   CheckpointStore checkpoints_;
   uint64_t last_checkpoint_round_ = 0;
   ServerMetrics metrics_;
+  // server.metrics_port: GET /metrics (Prometheus), answered by step() between messages.
+  std::unique_ptr<MetricsEndpoint> metrics_endpoint_;
   ShardBuffer delta_;                       // scratch: decoded push
   PayloadPool pool_;                        // pull reply payloads, reused once ZeroMQ sent them
   std::unique_ptr<PassSplitter> splitter_;  // second thread for the passes of large shards, if any

@@ -51,25 +51,33 @@ void Shard::commit(std::shared_ptr<ValueBuffer> next) {
 }
 
 Shard::StagedPush Shard::start_push(size_t region, uint64_t round, ConstFloatSpan delta,
-                                    const std::vector<bool>& live) {
-  return stage(region, round, delta, live,
+                                    const std::vector<bool>& live, PushMeta meta) {
+  return stage(region, round, delta, live, meta,
                splitter_ != nullptr && values_->size() >= kSplitElements);
 }
 
+bool Shard::admits(uint64_t round, const std::vector<bool>& live) const {
+  return gate_.admits(round, live, settings_.consistency.is_quorum() ? released_round_ : 0);
+}
+
 Shard::StagedPush Shard::stage(size_t region, uint64_t round, ConstFloatSpan delta,
-                               const std::vector<bool>& live, bool on_splitter) {
+                               const std::vector<bool>& live, PushMeta meta, bool on_splitter) {
   const size_t n = values_->size();
   GT_ASSERT(!staged_, "start_push while another push is staged");
   GT_ASSERT(delta.size() == n, "delta size {} != shard size {}", delta.size(), n);
   GT_ASSERT(round == gate_.clock(region) + 1, "round {} after clock {}", round,
             gate_.clock(region));
   GT_ASSERT(live.at(region), "push from a dead region {}", region);
-  auto& st = staged_.emplace();
+  // emplace(Staged{}), not emplace(): clang (the libFuzzer build of fuzz/) decides inside the
+  // class definition, before Staged's member initializers, that Staged is not default-constructible.
+  auto& st = staged_.emplace(Staged{});
   st.region = region;
   st.round = round;
+  st.meta = meta;
   st.live = live;
   st.result.staleness = gate_.staleness(region, round, live);
   st.result.weight = staleness_weight(settings_.weighting, st.result.staleness);
+  st.result.late = round <= released_round_;
   st.live_count = static_cast<float>(std::count(live.begin(), live.end(), true));
   st.delta = delta;
   if (critical_count_ < n) {
@@ -88,9 +96,9 @@ Shard::StagedPush Shard::stage(size_t region, uint64_t round, ConstFloatSpan del
 }
 
 Shard::PushResult Shard::apply_push(size_t region, uint64_t round, ConstFloatSpan delta,
-                                    const std::vector<bool>& live) {
+                                    const std::vector<bool>& live, PushMeta meta) {
   // start_push + commit, with both threads on the step instead of one.
-  auto staged = stage(region, round, delta, live, false);
+  auto staged = stage(region, round, delta, live, meta, false);
   compute_staged(splitter_);
   return staged.commit();
 }
@@ -161,9 +169,14 @@ void Shard::commit_staged() {
   help_staged();
   st.on_splitter.reset();  // waits for it
   if (!st.computed) compute_staged(splitter_);
-  auto& slot = pending_[st.round];
-  slot.resize(st.live.size());
-  slot[st.region] = std::move(st.kept);
+  // A late push (its round released without it) joins the oldest unreleased round's merge; it
+  // does not count as that round's push of its region.
+  auto& pending = pending_round(st.result.late ? released_round_ + 1 : st.round);
+  if (!st.result.late) {
+    pending.pushed[st.region] = true;
+    if (!pending.first_push) pending.first_push = st.meta.at;
+  }
+  pending.deltas.push_back({st.region, st.round, st.meta.tokens, std::move(st.kept)});
   if (st.next) commit(std::move(st.next));
   gate_.set_clock(st.region, st.round);
   staged_.reset();
@@ -188,54 +201,104 @@ Shard::PushResult Shard::StagedPush::commit() {
   return result;
 }
 
-std::vector<Shard::Released> Shard::release_ready(const std::vector<bool>& live) {
+Shard::PendingRound& Shard::pending_round(uint64_t round) {
+  auto& p = pending_[round];
+  if (p.pushed.empty()) p.pushed.assign(gate_.clocks().size(), false);
+  return p;
+}
+
+void Shard::merge(std::vector<Contribution>& deltas) {
+  // Sum in (region, round) order, then divide: independent of arrival order. With equal weights
+  // (or tokens all equal, or some unknown) this is the plain sum divided by the count, the same
+  // bytes as before weights existed.
+  std::sort(deltas.begin(), deltas.end(), [](const Contribution& x, const Contribution& y) {
+    return x.region != y.region ? x.region < y.region : x.round < y.round;
+  });
+  const bool all_known =
+      std::all_of(deltas.begin(), deltas.end(), [](const Contribution& c) { return c.tokens > 0; });
+  const bool all_equal = std::all_of(deltas.begin(), deltas.end(), [&](const Contribution& c) {
+    return c.tokens == deltas.front().tokens;
+  });
+  const bool by_tokens =
+      settings_.consistency.weighting == MergeWeighting::tokens && all_known && !all_equal;
+  const size_t n = values_->size();
+  scratch_.assign(n, 0.0f);
+  float divisor = 0.0f;
+  if (by_tokens) {
+    uint64_t total = 0;
+    for (const auto& c : deltas) {
+      const auto w = static_cast<float>(c.tokens);
+      for (size_t i = 0; i < n; ++i) scratch_[i] += w * c.delta[i];
+      total += c.tokens;
+    }
+    divisor = static_cast<float>(total);
+  } else {
+    for (const auto& c : deltas)
+      for (size_t i = 0; i < n; ++i) scratch_[i] += c.delta[i];
+    divisor = static_cast<float>(deltas.size());
+  }
+  // The division happens in the optimizer's pass: 1 * sum / divisor.
+  auto next = pool_.acquire();
+  if (has_momentum()) momentum_next_.resize(n);
+  const ConstFloatSpan values = values_->values();
+  next->fill(
+      [&](size_t begin, FloatSpan block) {
+        const size_t count = block.size();
+        const auto m_out =
+            has_momentum() ? FloatSpan(momentum_next_).subspan(begin, count) : FloatSpan();
+        outer_step(settings_.optimizer, values.subspan(begin, count),
+                   ConstFloatSpan(momentum_).subspan(begin, count),
+                   ConstFloatSpan(scratch_).subspan(begin, count),
+                   std::span<const uint8_t>(mask_).subspan(begin, count), 1, {1.0f, divisor}, block,
+                   m_out);
+      },
+      splitter_, header_on_fill_);
+  commit(std::move(next));
+}
+
+std::vector<Shard::Released> Shard::release_ready(const std::vector<bool>& live, TimePoint now) {
+  const auto& policy = settings_.consistency;
   std::vector<Released> out;
   for (;;) {
     auto it = pending_.find(released_round_ + 1);
     if (it == pending_.end()) break;
-    auto& slots = it->second;
+    auto& round = it->second;
     bool complete = true;
-    size_t contributors = 0;
+    size_t pushed = 0;
     for (size_t r = 0; r < live.size(); ++r) {
-      if (live[r] && !slots[r]) complete = false;
-      if (slots[r]) ++contributors;
+      if (live[r] && !round.pushed[r]) complete = false;
+      if (round.pushed[r]) ++pushed;
     }
-    if (!complete || contributors == 0) break;
-    if (critical_count_ > 0) {
-      // Sum in region order, then divide: independent of arrival order.
-      const size_t n = values_->size();
-      scratch_.assign(n, 0.0f);
-      for (auto& s : slots)
-        if (s)
-          for (size_t i = 0; i < n; ++i) scratch_[i] += (*s)[i];
-      // The division by the contributors happens in the optimizer's pass: 1 * sum / n.
-      auto next = pool_.acquire();
-      if (has_momentum()) momentum_next_.resize(n);
-      const ConstFloatSpan values = values_->values();
-      const auto divisor = static_cast<float>(contributors);
-      next->fill(
-          [&](size_t begin, FloatSpan block) {
-            const size_t count = block.size();
-            const auto m_out =
-                has_momentum() ? FloatSpan(momentum_next_).subspan(begin, count) : FloatSpan();
-            outer_step(settings_.optimizer, values.subspan(begin, count),
-                       ConstFloatSpan(momentum_).subspan(begin, count),
-                       ConstFloatSpan(scratch_).subspan(begin, count),
-                       std::span<const uint8_t>(mask_).subspan(begin, count), 1, {1.0f, divisor},
-                       block, m_out);
-          },
-          splitter_, header_on_fill_);
-      commit(std::move(next));
-    }
+    const bool quorum_due = policy.is_quorum() && pushed >= policy.quorum && round.first_push &&
+                            now >= *round.first_push + policy.grace;
+    if (pushed == 0 || !(complete || quorum_due)) break;
+    if (critical_count_ > 0) merge(round.deltas);
     ++released_round_;
-    out.push_back({released_round_, contributors});
+    Released rel{released_round_, round.deltas.size(), 0};
+    for (const auto& c : round.deltas)
+      if (c.round != released_round_) ++rel.late;
+    out.push_back(rel);
     pending_.erase(it);
   }
   return out;
 }
 
+std::optional<Shard::TimePoint> Shard::grace_deadline() const {
+  const auto& policy = settings_.consistency;
+  if (!policy.is_quorum()) return std::nullopt;
+  auto it = pending_.find(released_round_ + 1);
+  if (it == pending_.end() || !it->second.first_push) return std::nullopt;
+  const auto& pushed = it->second.pushed;
+  if (static_cast<size_t>(std::count(pushed.begin(), pushed.end(), true)) < policy.quorum)
+    return std::nullopt;
+  return *it->second.first_push + policy.grace;
+}
+
 void Shard::rejoin(size_t region) {
-  for (auto& [round, slots] : pending_) slots.at(region).reset();
+  for (auto& [round, p] : pending_) {
+    p.pushed.at(region) = false;
+    std::erase_if(p.deltas, [&](const Contribution& c) { return c.region == region; });
+  }
   gate_.set_clock(region, released_round_);
   pulled_.at(region) = false;
   base_.at(region).reset();

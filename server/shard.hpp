@@ -2,14 +2,17 @@
 //
 // Owns: the values (one ValueBuffer per version, copy-on-write: server/value_buffer.hpp), the
 // outer optimizer's momentum, the shard version (bumped whenever values change), the synchronous
-// round counter, the staleness gate's clocks, the critical deltas of rounds not yet released (one
-// per region, summed in region order at release so the result does not depend on arrival order),
-// and the downlink state per region (whether it has values, the version last sent, and for a
-// lossy downlink codec the values last sent and that region's ErrorFeedback residual stream).
+// round counter, the staleness gate's clocks, the critical deltas of rounds not yet released (per
+// round: the deltas merged into it, each with its region, own round and tokens, summed in (region,
+// round) order at release so the result does not depend on arrival order), and the downlink
+// state per region (whether it has values, the version last sent, and for a lossy downlink codec
+// the values last sent and that region's ErrorFeedback residual stream).
 //
-// Consistency (docs/protocol.md): critical elements change only when a round is released, by the
-// outer optimizer applied to the average of the live regions' deltas for that round;
-// non-critical elements change on every push, by the optimizer applied to w(tau) * delta / live.
+// Consistency (docs/protocol.md, server/consistency.hpp): critical elements change only when a
+// round is released, by the outer optimizer applied to the weighted average of the deltas merged
+// into it (ssp: every live region's; quorum: also a quorum's once the grace window expired, plus
+// late deltas of rounds released before); non-critical elements change on every push, by the
+// optimizer applied to w(tau) * delta / live.
 //
 // Callers validate input first: every method here asserts its preconditions (our bugs).
 // Nothing blocks, but a pass split with the PassSplitter waits for its other half; not
@@ -17,6 +20,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <map>
 #include <memory>
 #include <optional>
@@ -24,6 +28,7 @@
 
 #include "compression/error_feedback.hpp"
 #include "core/span.hpp"
+#include "server/consistency.hpp"
 #include "server/huge_pages.hpp"
 #include "server/outer_optimizer.hpp"
 #include "server/pass_splitter.hpp"
@@ -41,6 +46,7 @@ struct ShardSettings {
   OuterOptimizerConfig optimizer;
   uint32_t staleness_bound = 0;
   StalenessWeighting weighting = StalenessWeighting::none;
+  ConsistencySettings consistency;  // server.consistency: when rounds release, how deltas weigh
   std::string downlink_codec = "fp32";
   std::map<size_t, std::string> downlink_codec_for;  // region -> spec overriding downlink_codec
 
@@ -50,8 +56,17 @@ struct ShardSettings {
   }
 };
 
+// What a push says besides its delta.
+struct PushMeta {
+  uint64_t tokens = 0;  // tokens (samples) the delta represents; 0: unknown
+  // When it arrived: the quorum policy's grace window starts at a round's first push.
+  std::chrono::steady_clock::time_point at{};
+};
+
 class Shard {
  public:
+  using TimePoint = std::chrono::steady_clock::time_point;
+
   Shard(ShardRange range, std::vector<uint8_t> critical_mask, size_t regions,
         const ShardSettings& settings);
 
@@ -68,13 +83,14 @@ class Shard {
   struct PushResult {
     uint32_t staleness = 0;
     float weight = 1.0f;
+    bool late = false;  // its round was released already: the critical part joins the next merge
   };
   // Records region's delta for `round` (must be clock+1 and admitted by the gate): applies the
-  // non-critical part now, keeps the critical part until the round is released. `delta` may be
-  // a view into the push's payload frame; it is read, never kept. The caller checked that every
-  // element is finite.
+  // non-critical part now, keeps the critical part until the round is released (a late push's,
+  // until the oldest unreleased round is). `delta` may be a view into the push's payload frame;
+  // it is read, never kept. The caller checked that every element is finite.
   PushResult apply_push(size_t region, uint64_t round, ConstFloatSpan delta,
-                        const std::vector<bool>& live);
+                        const std::vector<bool>& live, PushMeta meta = {});
 
   // apply_push in two halves, so that the caller can check the delta while the shard computes
   // from it (on the splitter's thread, for a shard of kSplitElements or more with a splitter;
@@ -98,14 +114,23 @@ class Shard {
     Shard* shard_;  // null once committed
   };
   [[nodiscard]] StagedPush start_push(size_t region, uint64_t round, ConstFloatSpan delta,
-                                      const std::vector<bool>& live);
+                                      const std::vector<bool>& live, PushMeta meta = {});
+
+  // Whether the gate admits a push of `round` now (ssp: StalenessGate::admits; quorum: counted
+  // from max(slowest live clock, released round)).
+  bool admits(uint64_t round, const std::vector<bool>& live) const;
 
   struct Released {
     uint64_t round = 0;
-    size_t contributors = 0;
+    size_t contributors = 0;  // deltas merged: one per on-time region, plus the late ones
+    size_t late = 0;          // of which late deltas of rounds released before
   };
-  // Releases, in order, every round that all live regions have pushed.
-  std::vector<Released> release_ready(const std::vector<bool>& live);
+  // Releases, in order, every round that all live regions have pushed, and under the quorum
+  // policy every round that a quorum has pushed and whose grace window expired by `now`.
+  std::vector<Released> release_ready(const std::vector<bool>& live, TimePoint now = {});
+  // Quorum policy: when the oldest unreleased round will be released by its grace window expiring
+  // (it has a quorum); none otherwise. The server's loop wakes up then.
+  std::optional<TimePoint> grace_deadline() const;
 
   // A region (re)joins: its pending deltas are dropped, its clock restarts at the last released
   // round, and it must pull full values before it can pull changes.
@@ -150,6 +175,7 @@ class Shard {
   struct Staged {
     size_t region = 0;
     uint64_t round = 0;
+    PushMeta meta;
     std::vector<bool> live;
     PushResult result;
     float live_count = 0;
@@ -165,7 +191,7 @@ class Shard {
   };
   // Stages a push; `on_splitter`: its computing starts now, on the splitter's thread.
   StagedPush stage(size_t region, uint64_t round, ConstFloatSpan delta,
-                   const std::vector<bool>& live, bool on_splitter);
+                   const std::vector<bool>& live, PushMeta meta, bool on_splitter);
   // Computes staged_'s copy and next version; `splitter` may take half of the step.
   void compute_staged(PassSplitter* splitter);
   // The optimizer's step over next's values [begin, begin + out.size()).
@@ -189,8 +215,23 @@ class Shard {
   uint64_t version_ = 0;
   uint64_t released_round_ = 0;
   StalenessGate gate_;
-  // round -> per region critical delta (empty optional: not pushed yet)
-  std::map<uint64_t, std::vector<std::optional<std::vector<float>>>> pending_;
+  // A delta waiting for its merge: the critical part's copy (empty for a shard without critical
+  // elements), from `region`'s push of `round` (earlier than the merge's round when late).
+  struct Contribution {
+    size_t region = 0;
+    uint64_t round = 0;
+    uint64_t tokens = 0;
+    std::vector<float> delta;
+  };
+  struct PendingRound {
+    std::vector<bool> pushed;  // per region: pushed this round in time (late deltas do not count)
+    std::vector<Contribution> deltas;
+    std::optional<TimePoint> first_push;  // the first in-time push: the grace window starts here
+  };
+  PendingRound& pending_round(uint64_t round);
+  // The critical step of a release: the weighted average of `deltas` (server/consistency.hpp).
+  void merge(std::vector<Contribution>& deltas);
+  std::map<uint64_t, PendingRound> pending_;      // unreleased rounds
   std::vector<bool> pulled_;                      // has values since it (re)joined
   std::vector<std::optional<ShardBuffer>> base_;  // lossy downlink: values last sent
   std::vector<uint64_t> sent_version_;

@@ -1,7 +1,11 @@
 // ShardMap: splits the flat parameter buffer into contiguous shard ranges, balanced by size and
 // with every boundary on a multiple of the codec chunk (so per-chunk scales never straddle two
-// shards). Shard s belongs to region s / shards_per_region. A pure function of (elements,
-// regions, shards_per_region, chunk): every process derives the same map from the config.
+// shards). With streaming fragments (worker.fragments = P, core/fragments.hpp) the buffer is
+// first cut into P fragments and each fragment into regions x shards_per_region shards, so that a
+// shard belongs to exactly one fragment and every region's server owns part of every fragment;
+// shard f * n + j (n = regions x shards_per_region) belongs to region j / shards_per_region. With
+// P = 1 this is the plain split. A pure function of (elements, regions, shards_per_region, chunk,
+// fragments): every process derives the same map from the config.
 // Immutable value type; thread-safe to read.
 #pragma once
 
@@ -15,13 +19,15 @@ struct ShardRange {
   uint64_t offset = 0;  // first element in the flat buffer
   uint64_t count = 0;
   uint32_t region = 0;  // index of the owning region
+  uint32_t fragment = 0;
 };
 
 class ShardMap {
  public:
   // InputError when regions or shards_per_region is 0 or chunk is 0. Shards may be empty when
   // the buffer has fewer chunks than shards.
-  ShardMap(uint64_t elements, uint32_t regions, uint32_t shards_per_region, uint64_t chunk);
+  ShardMap(uint64_t elements, uint32_t regions, uint32_t shards_per_region, uint64_t chunk,
+           uint32_t fragments = 1);
 
   const std::vector<ShardRange>& shards() const { return shards_; }
   std::vector<ShardRange> owned_by(uint32_t region) const;

@@ -4,11 +4,13 @@
 //     t <= slowest + s + 1,   slowest = min clock over live regions,
 // i.e. a region may run at most s rounds ahead of the slowest live region; a push beyond that
 // waits (the server parks it and retries it when clocks or liveness change); it is never refused.
+// Under the quorum policy the bound counts from max(slowest, released round) instead.
 // The staleness of an admitted push is tau = max(0, max clock of the other live regions - t):
 // how many rounds the most advanced live region is ahead of it (0 in lockstep, at most s).
 // Dead regions neither hold the gate nor count for tau. Plain value type, not thread-safe.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -30,9 +32,11 @@ class StalenessGate {
       if (live[r] && (!s || clocks_[r] < *s)) s = clocks_[r];
     return s;
   }
-  bool admits(uint64_t round, const std::vector<bool>& live) const {
+  // `floor` raises the slowest clock the bound counts from: the quorum policy passes the released
+  // round, so that a region behind it holds nobody back (server/consistency.hpp).
+  bool admits(uint64_t round, const std::vector<bool>& live, uint64_t floor = 0) const {
     auto s = slowest(live);
-    return !s || round <= *s + bound_ + 1;
+    return !s || round <= std::max(*s, floor) + bound_ + 1;
   }
   uint32_t staleness(size_t region, uint64_t round, const std::vector<bool>& live) const {
     uint64_t ahead = 0;

@@ -29,6 +29,28 @@ class ZmqChannel final : public Channel {
     GT_ZMQ_CHECK(zmq_setsockopt(s, ZMQ_RCVHWM, &rcvhwm, sizeof rcvhwm));
     GT_ZMQ_CHECK(zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger));
     GT_ZMQ_CHECK(zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg));
+    if (options.handshake_ms >= 0)
+      GT_ZMQ_CHECK(zmq_setsockopt(s, ZMQ_HANDSHAKE_IVL, &options.handshake_ms,
+                                  sizeof options.handshake_ms));
+    GT_ASSERT(!(router_ && options.curve_client) && !(!router_ && options.curve_server),
+              "CURVE roles: a ROUTER channel is a CURVE server, a DEALER a CURVE client");
+    if (const auto& c = options.curve_server) {
+      int on = 1;
+      GT_ZMQ_CHECK(zmq_setsockopt(s, ZMQ_CURVE_SERVER, &on, sizeof on));
+      GT_ZMQ_CHECK(zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, c->secret_key.c_str(), 41));
+      const char domain[] = "geotrain";
+      GT_ZMQ_CHECK(zmq_setsockopt(s, ZMQ_ZAP_DOMAIN, domain, sizeof domain - 1));
+    }
+    if (const auto& c = options.curve_client) {
+      GT_ZMQ_CHECK(zmq_setsockopt(s, ZMQ_CURVE_SERVERKEY, c->server_public_key.c_str(), 41));
+      GT_ZMQ_CHECK(zmq_setsockopt(s, ZMQ_CURVE_PUBLICKEY, c->public_key.c_str(), 41));
+      GT_ZMQ_CHECK(zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, c->secret_key.c_str(), 41));
+    }
+    if (!options.monitor_endpoint.empty())
+      GT_ZMQ_CHECK(zmq_socket_monitor(
+          s, options.monitor_endpoint.c_str(),
+          ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+              ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH));
     if (router_) {
       int mandatory = 1;
       GT_ZMQ_CHECK(zmq_setsockopt(s, ZMQ_ROUTER_MANDATORY, &mandatory, sizeof mandatory));

@@ -9,7 +9,13 @@
 //
 // Limits bound what a flooding peer can make us hold: ZMQ_MAXMSGSIZE caps every frame,
 // ZMQ_RCVHWM/ZMQ_SNDHWM cap queued messages; ROUTER_MANDATORY makes sends to a peer that is gone
-// report failure instead of vanishing.
+// report failure instead of vanishing. ZMQ_HANDSHAKE_IVL (handshake_ms) closes a connection that
+// has not completed its ZMTP (and CURVE) handshake in time, so idle connections cannot pile up.
+//
+// CURVE (wire/curve_keys.hpp): a ROUTER with `curve_server` is a CURVE server (a ZAP handler,
+// wire/curve_authenticator.hpp, must already be bound in the context); a DEALER with
+// `curve_client` connects as a CURVE client. `monitor_endpoint` attaches a socket monitor for
+// handshake and connection events (read by CurveAuthenticator).
 #pragma once
 
 #include <zmq.hpp>
@@ -33,6 +39,19 @@ struct ChannelOptions {
   int64_t max_frame_bytes = int64_t{1} << 30;  // ZMQ_MAXMSGSIZE: larger frames drop the peer
   size_t max_frames = 4096;                    // frames per message accepted by receive()
   std::chrono::milliseconds linger{0};
+  int handshake_ms = -1;  // ZMQ_HANDSHAKE_IVL; -1: libzmq's default (30 s)
+
+  struct CurveServer {
+    std::string secret_key;  // Z85: this server's secret key
+  };
+  struct CurveClient {
+    std::string server_public_key;  // Z85: the server this socket connects to
+    std::string public_key;         // Z85: this client's keypair
+    std::string secret_key;
+  };
+  std::optional<CurveServer> curve_server;  // ROUTER only
+  std::optional<CurveClient> curve_client;  // DEALER only
+  std::string monitor_endpoint;             // empty: no monitor
 };
 
 class Channel {

@@ -17,6 +17,10 @@ template <class... F>
 struct Overload : F... {
   using F::operator()...;
 };
+// Clang before 17 has no class template argument deduction for aggregates (the libFuzzer build
+// of fuzz/ uses Debian's clang 14): the guide C++17 needed.
+template <class... F>
+Overload(F...) -> Overload<F...>;
 
 void put_segments(capnp::List<schema::Segment>::Builder out, const std::vector<Segment>& in) {
   for (size_t i = 0; i < in.size(); ++i) {
@@ -88,6 +92,7 @@ void build(schema::Header::Builder h, const Body& body) {
             b.setRound(m.round);
             b.setBaseVersion(m.base_version);
             put_segments(b.initSegments(static_cast<unsigned>(m.segments.size())), m.segments);
+            b.setTokens(m.tokens);
           },
           [&](const PushReply& m) {
             auto b = h.initPushReply();
@@ -158,7 +163,8 @@ Body read(schema::Header::Reader h, uint64_t request_id) {
       return Heartbeat{};
     case schema::Header::PUSH: {
       auto r = h.getPush();
-      return Push{r.getShard(), r.getRound(), r.getBaseVersion(), get_segments(r.getSegments())};
+      return Push{r.getShard(), r.getRound(), r.getBaseVersion(), get_segments(r.getSegments()),
+                  r.getTokens()};
     }
     case schema::Header::PUSH_REPLY: {
       auto r = h.getPushReply();

@@ -86,6 +86,7 @@ struct Push {
   uint64_t round = 0;
   uint64_t base_version = 0;
   std::vector<Segment> segments;
+  uint64_t tokens = 0;  // tokens (samples) the delta represents, for merging; 0: unknown
 };
 struct PushReply {
   uint32_t shard = 0;

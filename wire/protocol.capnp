@@ -42,6 +42,7 @@ struct Push {
   round @1 :UInt64;
   baseVersion @2 :UInt64;       # shard version the delta was computed against
   segments @3 :List(Segment);   # delta = theta_local - theta_base, per segment
+  tokens @4 :UInt64;            # tokens (samples) the delta represents; 0 = unknown (equal weight)
 }
 
 struct PushReply {

@@ -9,6 +9,12 @@
 
 namespace geotrain::worker {
 
+uint32_t WorkerConfig::merge_delay() const {
+  if (fragment_delay) return *fragment_delay;
+  if (overlap_mode == OverlapMode::off) return 0;
+  return local_steps / fragments;  // one round late without fragments
+}
+
 uint32_t WorkerConfig::region_index(std::string_view name) const {
   for (uint32_t i = 0; i < regions.size(); ++i)
     if (regions[i] == name) return i;
@@ -43,7 +49,7 @@ void parse_data(const YamlReader& in, const YAML::Node& d, WorkerConfig& c) {
 
 }  // namespace
 
-WorkerConfig parse_worker_config(std::string_view yaml_text, std::string_view source) {
+WorkerConfig parse_worker_config(std::string_view yaml_text, std::string_view source) try {
   const YamlReader in{std::string(source)};
   const YAML::Node root = in.load_deployment_config(yaml_text);
   WorkerConfig c;
@@ -52,8 +58,11 @@ WorkerConfig parse_worker_config(std::string_view yaml_text, std::string_view so
   GT_REQUIRE(!c.regions.empty(), "{}: regions is empty", source);
 
   c.model = models::parse_model_spec(root["model"], in);
-  GT_REQUIRE(c.model.kind != "mlp" || !c.model.arch.empty(),
-             "{}: model.arch is missing: a worker needs the architecture (e.g. \"784-256-128-10\")",
+  if (auto w = root["worker"]; w && w.IsMap() && w["external"])
+    c.external = in.boolean(w["external"], "worker.external");
+  GT_REQUIRE(c.external || c.model.kind != "mlp" || !c.model.arch.empty(),
+             "{}: model.arch is missing: a worker needs the architecture (e.g. \"784-256-128-10\"), "
+             "unless the workers are your own processes (worker.external: true, docs/python.md)",
              source);
   if (c.model.is_language_model()) {
     c.data.kind = "text";
@@ -72,10 +81,21 @@ WorkerConfig parse_worker_config(std::string_view yaml_text, std::string_view so
     }
     if (auto s = server["staleness_bound"])
       c.staleness_bound = in.number<uint32_t>(s, "server.staleness_bound", 0, 1000);
+    // The outer optimizer, for the eager and delayed merges' prediction (the server checks the
+    // keys and ranges; these are read leniently here).
+    if (auto o = server["optimizer"]; o && o.IsMap()) {
+      if (auto n = o["lr"]) c.outer.lr = in.number<float>(n, "server.optimizer.lr", 1e-6f, 100.0f);
+      if (auto n = o["momentum"])
+        c.outer.momentum = in.number<float>(n, "server.optimizer.momentum", 0.0f, 0.999f);
+      if (auto n = o["nesterov"]) c.outer.nesterov = in.boolean(n, "server.optimizer.nesterov");
+    }
   }
+
+  c.security = wire::parse_security_config(root["security"], in, /*allow_auto=*/false);
 
   auto w = root["worker"];
   if (!w) return c;
+  GT_REQUIRE(w.IsMap(), "{}: 'worker' must be a mapping", source);  // before w["data"]
   if (auto d = w["data"]) parse_data(in, d, c);
   in.check_keys(w, "worker",
                 {"workers_per_region",
@@ -105,7 +125,10 @@ WorkerConfig parse_worker_config(std::string_view yaml_text, std::string_view so
                  "step_delay_ms",
                  "routes",
                  "blas_threads",
-                 "bucket_cap_mb"});
+                 "bucket_cap_mb",
+                 "external",
+                 "fragments",
+                 "fragment_delay"});
   auto get_u32 = [&](const char* key, uint32_t& out, uint32_t lo, uint32_t hi) {
     if (auto n = w[key]) out = in.number<uint32_t>(n, fmt::format("worker.{}", key), lo, hi);
   };
@@ -127,7 +150,7 @@ WorkerConfig parse_worker_config(std::string_view yaml_text, std::string_view so
                source);
     c.data.path = in.string(n, "worker.data_dir");
   }
-  GT_REQUIRE(c.model.is_language_model() == (c.data.kind == "text"),
+  GT_REQUIRE(c.external || c.model.is_language_model() == (c.data.kind == "text"),
              "{}: model.kind {} cannot train on worker.data.kind {} (a gpt trains on text, an mlp "
              "on fashion-mnist)",
              source, c.model.kind, c.data.kind);
@@ -142,7 +165,30 @@ WorkerConfig parse_worker_config(std::string_view yaml_text, std::string_view so
       }
     }
   }
-  if (auto n = w["overlap"]) c.overlap = in.boolean(n, "worker.overlap");
+  if (auto n = w["overlap"]) {
+    const std::string text = in.string(n, "worker.overlap");
+    bool on = false;
+    if (YAML::convert<bool>::decode(n, on)) {
+      c.overlap_mode = on ? OverlapMode::carry : OverlapMode::off;
+    } else {
+      GT_REQUIRE(text == "eager" || text == "delayed",
+                 "{}: worker.overlap is '{}', allowed: false, true, eager, delayed", source, text);
+      c.overlap_mode = parse_overlap_mode(text);
+    }
+    c.overlap = c.overlap_mode != OverlapMode::off;
+  }
+  get_u32("fragments", c.fragments, 1, 1024);
+  GT_REQUIRE(c.fragments <= c.local_steps,
+             "{}: worker.fragments is {}, must be at most worker.local_steps = {} (each fragment "
+             "syncs at its own step of the round)",
+             source, c.fragments, c.local_steps);
+  if (auto n = w["fragment_delay"]) {
+    c.fragment_delay = in.number<uint32_t>(n, "worker.fragment_delay", 0, c.local_steps);
+    GT_REQUIRE(*c.fragment_delay == 0 || c.overlap,
+               "{}: worker.fragment_delay is {} but worker.overlap is false: a delayed merge "
+               "needs an overlap mode (true, eager or delayed)",
+               source, *c.fragment_delay);
+  }
   if (auto o = w["optimizer"]) {
     in.check_keys(
         o, "worker.optimizer",
@@ -214,6 +260,8 @@ WorkerConfig parse_worker_config(std::string_view yaml_text, std::string_view so
     }
   }
   return c;
+} catch (const YAML::Exception& e) {
+  throw yaml_input_error(source, e);  // a check is missing: still an InputError
 }
 
 WorkerConfig load_worker_config(const std::filesystem::path& file) {

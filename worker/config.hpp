@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -23,6 +24,8 @@
 #include "worker/anomaly_guard.hpp"
 #include "worker/idx_dataset.hpp"
 #include "worker/optimizer.hpp"
+#include "worker/overlap_merge.hpp"
+#include "wire/security_config.hpp"
 
 namespace geotrain::worker {
 
@@ -55,7 +58,15 @@ struct WorkerConfig {
   uint64_t rounds = 100;
   std::string critical_codec = "fp32";
   std::string noncritical_codec = "fp32";
-  bool overlap = false;
+  bool overlap = false;  // overlap_mode != off
+  // worker.overlap: false | true (carry) | eager | delayed (worker/overlap_merge.hpp).
+  OverlapMode overlap_mode = OverlapMode::off;
+  // Streaming (worker/streaming_sync.hpp): P fragments, each merged fragment_delay steps after
+  // its push (default: H with overlap and one fragment, H / P with fragments, 0 without overlap).
+  uint32_t fragments = 1;
+  std::optional<uint32_t> fragment_delay;
+  // The servers' outer optimizer (server.optimizer), which eager and delayed merges predict.
+  OuterStepConfig outer;
   OptimizerConfig optimizer;
   float lr = 0.05f;
   uint64_t warmup_steps = 0;
@@ -72,11 +83,18 @@ struct WorkerConfig {
   std::filesystem::path run_dir = "runs/worker";
   std::chrono::milliseconds timeout{120'000};
   std::map<std::string, uint32_t> step_delay_ms;  // artificial slowness per region
+  wire::SecurityConfig security;  // top-level `security:`: CURVE keys for every server link
+  // worker.external: the workers are the user's own processes (Python leaders through
+  // geotrain.torch.OuterSync, docs/python.md): `geotrain run` starts servers and netsim only, and
+  // the model may be given by model.tensors alone.
+  bool external = false;
 
   uint32_t region_index(std::string_view name) const;  // InputError naming the allowed names
   // The endpoint region `from` uses for the server of region `to` (a route, or the server's own).
   std::string server_endpoint(const std::string& from, const std::string& to) const;
   uint64_t total_steps() const { return rounds * local_steps; }
+  // Steps from a fragment's push to its merge (0: blocking), after the defaults above.
+  uint32_t merge_delay() const;
 };
 
 WorkerConfig parse_worker_config(std::string_view yaml_text, std::string_view source = "<config>");

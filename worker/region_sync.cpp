@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <stdexcept>
 
 #include "compression/factory.hpp"
 #include "compression/payload.hpp"
@@ -18,24 +19,57 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// Replies of one server, by request id; throws when the server stays silent past `timeout`.
+// The server no longer knows this region: it restarted (from a checkpoint), a new connection
+// replaced ours (netsim restarted), or it declared the region dead. Thrown by collect(); the
+// caller rejoins that server and retries the round's shards there.
+class ServerLost : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Replies of one server, by request id; throws SystemError when they do not all come within
+// `timeout`. With `probe` > 0, a heartbeat goes out after every `probe` of silence: a server that
+// restarted (and lost requests that were in flight) answers it with `unregistered`, which,
+// like any `unregistered` reply, throws ServerLost; a slow but healthy server answers it, and
+// the wait goes on.
 std::map<uint64_t, wire::Reply> collect(wire::Client& client, const std::string& region,
                                         const std::vector<uint64_t>& ids,
-                                        std::chrono::milliseconds timeout, const char* what) {
+                                        std::chrono::milliseconds timeout, const char* what,
+                                        std::chrono::milliseconds probe = {}) {
   std::map<uint64_t, wire::Reply> replies;
+  std::vector<uint64_t> probes;
   const auto deadline = Clock::now() + timeout;
+  auto quiet_since = Clock::now();
   while (replies.size() < ids.size()) {
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    if (left.count() <= 0)
+    const auto now = Clock::now();
+    if (now >= deadline)
       throw SystemError("wire", what, __FILE__, __LINE__,
                         fmt::format("server of region {} sent {} of {} replies within {} ms",
                                     region, replies.size(), ids.size(), timeout.count()));
-    auto reply = client.receive(left);
+    auto until = deadline;
+    if (probe.count() > 0) {
+      if (now - quiet_since >= probe) {
+        if (auto id = client.send(wire::Heartbeat{})) probes.push_back(*id);
+        quiet_since = now;
+      }
+      until = std::min(until, quiet_since + probe);
+    }
+    auto reply = client.receive(
+        std::max(std::chrono::duration_cast<std::chrono::milliseconds>(until - now),
+                 std::chrono::milliseconds(1)));
     if (!reply) continue;
     const uint64_t id = reply->header.request_id;
-    if (std::find(ids.begin(), ids.end(), id) == ids.end()) continue;  // a reply we gave up on
-    if (auto* e = std::get_if<wire::Error>(&reply->header.body))
+    const bool ours = std::find(ids.begin(), ids.end(), id) != ids.end();
+    const bool probed = std::find(probes.begin(), probes.end(), id) != probes.end();
+    const auto* e = std::get_if<wire::Error>(&reply->header.body);
+    // Id 0: the server dropped our waiting requests (it declared the region dead).
+    if (e && e->code == wire::ErrorCode::unregistered && (ours || probed || id == 0))
+      throw ServerLost(fmt::format("server of region {} answered {} with: {}", region,
+                                   probed ? "a heartbeat" : what, e->message));
+    if (!ours && !probed) continue;  // a reply we gave up on
+    quiet_since = Clock::now();
+    if (probed) continue;
+    if (e)
       throw InputError(fmt::format("server of region {} refused {}: {} ({})", region, what,
                                    e->message, wire::error_code_name(e->code)));
     replies.emplace(id, std::move(*reply));
@@ -62,10 +96,16 @@ RegionSync::RegionSync(const ParamTable& layout, SyncConfig config, zmq::context
   for (const auto& s : config_.servers) {
     ServerLink link;
     link.region = s.region;
-    link.client = std::make_unique<wire::Client>(wire::connect_dealer(context, s.endpoint));
+    wire::ChannelOptions options;
+    options.curve_client = s.curve;
+    link.client =
+        std::make_unique<wire::Client>(wire::connect_dealer(context, s.endpoint, options));
     servers_.push_back(std::move(link));
   }
   base_.assign(layout_.total_elements(), 0.0f);
+  GT_REQUIRE(config_.fragments >= 1 && config_.fragments <= 1024,
+             "region {}: fragments is {}, must be in [1, 1024]", config_.region, config_.fragments);
+  rounds_.assign(config_.fragments, 1);
 }
 
 RegionSync::~RegionSync() = default;
@@ -96,6 +136,7 @@ void RegionSync::build_segments(ShardState& shard) const {
 uint64_t RegionSync::connect() {
   shards_.clear();
   uint64_t next = UINT64_MAX;
+  std::vector<uint64_t> next_of(servers_.size(), 1);  // each server's next round for us
   for (size_t s = 0; s < servers_.size(); ++s) {
     auto& link = servers_[s];
     auto id = link.client->send(
@@ -105,6 +146,7 @@ uint64_t RegionSync::connect() {
     const auto& hello = body_as<wire::HelloReply>(replies.begin()->second, link.region);
     link.last_contact = Clock::now();
     next = std::min(next, hello.next_round);
+    next_of[s] = hello.next_round;
     for (const auto& info : hello.shards) {
       GT_REQUIRE(info.offset + info.count <= base_.size(),
                  "server of region {}: shard {} [{}, {}) lies outside the {} parameters",
@@ -118,23 +160,57 @@ uint64_t RegionSync::connect() {
   for (const auto& sh : shards_) covered += sh.count;
   GT_REQUIRE(covered == base_.size(), "region {}: the servers' shards cover {} of {} parameters",
              config_.region, covered, base_.size());
-  round_ = next == UINT64_MAX ? 1 : next;
-  pull_into_base(true, 0, nullptr);
-  spdlog::info("region {}: connected to {} servers, {} shards, next round {}", config_.region,
-               servers_.size(), shards_.size(), round_);
-  return round_;
+  // Shard ids are fragment-major (server/shard_map.hpp): n shards per fragment.
+  const uint32_t frags = config_.fragments;
+  GT_REQUIRE(shards_.size() % frags == 0,
+             "region {}: the servers have {} shards, not a multiple of worker.fragments = {} (do "
+             "the servers read the same config?)",
+             config_.region, shards_.size(), frags);
+  const size_t per_fragment = shards_.size() / frags;
+  for (auto& sh : shards_) {
+    GT_REQUIRE(sh.id < shards_.size(), "region {}: shard id {} out of range ({} shards)",
+               config_.region, sh.id, shards_.size());
+    sh.fragment = static_cast<uint32_t>(sh.id / per_fragment);
+  }
+  const uint64_t first = next == UINT64_MAX ? 1 : next;
+  rounds_.assign(frags, first);
+  // A server that released rounds without us (we started late and were declared dead, or it
+  // restarted) expects a later round: map our rounds onto each server's (round_shift).
+  for (auto& sh : shards_)
+    sh.round_shift = static_cast<int64_t>(first) - static_cast<int64_t>(next_of[sh.server]);
+  pull_into_base(true, nullptr);
+  spdlog::info("region {}: connected to {} servers, {} shards in {} fragment(s), next round {}",
+               config_.region, servers_.size(), shards_.size(), frags, first);
+  return first;
 }
 
-RegionSync::Pulls RegionSync::send_pulls(bool full, uint64_t min_round,
+std::vector<ElementRange> RegionSync::fragment_ranges(uint32_t fragment) const {
+  std::vector<ElementRange> out;
+  for (const auto& sh : shards_)
+    if (sh.fragment == fragment) out.push_back({sh.offset, sh.count});
+  return out;
+}
+
+uint64_t RegionSync::server_round(const ShardState& shard) const {
+  return static_cast<uint64_t>(static_cast<int64_t>(rounds_[shard.fragment]) - shard.round_shift);
+}
+
+uint64_t RegionSync::min_round(const ShardState& shard) const {
+  const uint64_t round = server_round(shard);
+  return round > config_.staleness_bound ? round - config_.staleness_bound : 0;
+}
+
+RegionSync::Pulls RegionSync::send_pulls(bool full, const std::vector<bool>& take,
                                          const std::vector<bool>& servers) {
   Pulls pulls;
   pulls.ids.resize(servers_.size());
   pulls.shard_of.resize(servers_.size());
   for (size_t i = 0; i < shards_.size(); ++i) {
     auto& sh = shards_[i];
-    if (!servers[sh.server]) continue;
+    if (!take[i] || !servers[sh.server]) continue;
     auto& link = servers_[sh.server];
-    auto id = link.client->send(wire::PullRequest{sh.id, full ? 0 : sh.version, full, min_round});
+    auto id = link.client->send(
+        wire::PullRequest{sh.id, full ? 0 : sh.version, full, full ? 0 : min_round(sh)});
     GT_REQUIRE(id.has_value(), "server of region {}: send queue full", link.region);
     pulls.ids[sh.server].push_back(*id);
     pulls.shard_of[sh.server][*id] = i;
@@ -173,12 +249,14 @@ void RegionSync::apply_pull(size_t shard_index, const wire::Reply& reply, RoundR
     }
   }
   sh.version = pr.version;
-  released = std::min(released, pr.round);
+  released = std::min(released, static_cast<uint64_t>(static_cast<int64_t>(pr.round) +
+                                                      sh.round_shift));
 }
 
-void RegionSync::pull_into_base(bool full, uint64_t min_round, RoundReport* report) {
+void RegionSync::pull_into_base(bool full, RoundReport* report) {
   const auto t0 = Clock::now();
-  Pulls pulls = send_pulls(full, min_round, std::vector<bool>(servers_.size(), true));
+  Pulls pulls = send_pulls(full, std::vector<bool>(shards_.size(), true),
+                           std::vector<bool>(servers_.size(), true));
   uint64_t released = UINT64_MAX;
   for (size_t s = 0; s < servers_.size(); ++s) {
     if (pulls.ids[s].empty()) continue;
@@ -193,35 +271,61 @@ void RegionSync::pull_into_base(bool full, uint64_t min_round, RoundReport* repo
   }
 }
 
-RoundReport RegionSync::exchange(ConstFloatSpan local) {
+RoundReport RegionSync::exchange(ConstFloatSpan local, std::optional<uint32_t> fragment) {
   GT_REQUIRE(local.size() == base_.size(), "region {}: {} local parameters, the table has {}",
              config_.region, local.size(), base_.size());
   GT_ASSERT(!shards_.empty(), "exchange() before connect()");
+  GT_ASSERT(!fragment || *fragment < config_.fragments, "fragment {} of {}", *fragment,
+            config_.fragments);
+  std::vector<bool> todo(shards_.size());
+  for (size_t i = 0; i < shards_.size(); ++i)
+    todo[i] = !fragment || shards_[i].fragment == *fragment;
   RoundReport report;
-  report.round = round_;
+  report.fragment = fragment.value_or(0);
+  report.round = rounds_[report.fragment];
   delta_.resize(base_.size());
-  for (size_t i = 0; i < base_.size(); ++i) delta_[i] = local[i] - base_[i];
+  uint64_t released = UINT64_MAX;
+  // Servers that lost this region since the last round (keep_alive rejoined them) or that it
+  // could not rejoin then: hello and full pulls first (neither waits on any round).
+  for (size_t s = 0; s < servers_.size(); ++s) {
+    bool pending = false;
+    for (size_t i = 0; i < shards_.size(); ++i)
+      pending = pending || (todo[i] && shards_[i].server == s && shards_[i].resync);
+    if (!pending && !servers_[s].lost) continue;
+    try {
+      if (servers_[s].lost) rejoin(s);
+      resync(s, todo, &report, released);
+    } catch (const ServerLost& e) {
+      lose(s, e.what());  // redone in push_and_pull, in its turn
+    }
+  }
+  push_and_pull(local, todo, report, released);
+  report.released_round = released == UINT64_MAX ? 0 : released;
+  if (fragment) {
+    ++rounds_[*fragment];
+  } else {
+    for (auto& r : rounds_) ++r;
+  }
+  return report;
+}
 
+void RegionSync::push_and_pull(ConstFloatSpan local, const std::vector<bool>& take,
+                               RoundReport& report, uint64_t& released) {
   std::vector<std::vector<uint64_t>> push_ids(servers_.size());
   std::vector<size_t> shards_on(servers_.size(), 0);
+  // Shards of a server still lost, or not pulled in full since it was rejoined, are redone in
+  // that server's turn below.
+  std::vector<bool> pushed(shards_.size()), redo_on(servers_.size());
   const auto t0 = Clock::now();
-  for (const auto& sh : shards_) {
-    wire::Push push{sh.id, round_, sh.version, {}};
-    std::vector<zmq::message_t> frames;
-    for (const auto& seg : sh.segments) {
-      Bytes payload;
-      auto& ef = seg.critical ? critical_ef_ : noncritical_ef_;
-      ef.encode(seg.stream, ConstFloatSpan(delta_).subspan(sh.offset + seg.offset, seg.count),
-                payload);
-      const auto codec = static_cast<uint8_t>(compression::parse_header(payload).codec);
-      push.segments.push_back({seg.offset, seg.count, codec, payload.size()});
-      report.bytes_pushed += payload.size();
-      frames.push_back(wire::frame_from_bytes(std::move(payload)));
+  for (size_t i = 0; i < shards_.size(); ++i) {
+    if (!take[i]) continue;
+    const auto& sh = shards_[i];
+    if (servers_[sh.server].lost || sh.resync) {
+      redo_on[sh.server] = true;
+      continue;
     }
-    auto& link = servers_[sh.server];
-    auto id = link.client->send(std::move(push), std::move(frames));
-    GT_REQUIRE(id.has_value(), "server of region {}: send queue full", link.region);
-    push_ids[sh.server].push_back(*id);
+    pushed[i] = true;
+    push_ids[sh.server].push_back(send_push(i, local, report));
     ++shards_on[sh.server];
   }
 
@@ -229,22 +333,34 @@ RoundReport RegionSync::exchange(ConstFloatSpan local) {
   // before its pull), saving a WAN round trip per round: a pull may name the round being pushed
   // and waits at the server until it is released. A server holds at most 4 waiting requests per
   // peer, so this is done where a server has at most 2 of our shards (push + pull each).
-  const uint64_t min_round =
-      round_ > config_.staleness_bound ? round_ - config_.staleness_bound : 0;
   std::vector<bool> pipelined(servers_.size()), later(servers_.size());
   for (size_t s = 0; s < servers_.size(); ++s) {
     pipelined[s] = shards_on[s] > 0 && shards_on[s] <= kMaxPipelinedShards;
     later[s] = shards_on[s] > kMaxPipelinedShards;
   }
-  Pulls early = send_pulls(false, min_round, pipelined);
+  Pulls early = send_pulls(false, pushed, pipelined);
 
-  uint64_t released = UINT64_MAX;
+  // Servers in the same order in every region: a leader that redoes its round on one server
+  // (below) never waits there for a leader that waits on it at another.
   for (size_t s = 0; s < servers_.size(); ++s) {
+    if (redo_on[s]) {
+      redo(s, local, take, report, released);
+      later[s] = false;
+      continue;
+    }
     if (push_ids[s].empty()) continue;
     std::vector<uint64_t> ids = push_ids[s];
     ids.insert(ids.end(), early.ids[s].begin(), early.ids[s].end());
-    auto replies =
-        collect(*servers_[s].client, servers_[s].region, ids, config_.timeout, "push and pull");
+    std::map<uint64_t, wire::Reply> replies;
+    try {
+      replies = collect(*servers_[s].client, servers_[s].region, ids, config_.timeout,
+                        "push and pull", config_.heartbeat);
+    } catch (const ServerLost& e) {
+      lose(s, e.what());
+      redo(s, local, take, report, released);
+      later[s] = false;
+      continue;
+    }
     servers_[s].last_contact = Clock::now();
     for (uint64_t id : push_ids[s]) {
       const auto& pr = body_as<wire::PushReply>(replies.at(id), servers_[s].region);
@@ -254,31 +370,187 @@ RoundReport RegionSync::exchange(ConstFloatSpan local) {
     for (uint64_t id : early.ids[s])
       apply_pull(early.shard_of[s].at(id), replies.at(id), &report, released);
   }
-  report.push_seconds = seconds_since(t0);
+  report.push_seconds += seconds_since(t0);
 
   // Servers holding more of our shards: pull once their pushes are in.
   const auto t1 = Clock::now();
-  Pulls rest = send_pulls(false, min_round, later);
+  Pulls rest = send_pulls(false, pushed, later);
   for (size_t s = 0; s < servers_.size(); ++s) {
     if (rest.ids[s].empty()) continue;
-    auto replies =
-        collect(*servers_[s].client, servers_[s].region, rest.ids[s], config_.timeout, "pull");
+    std::map<uint64_t, wire::Reply> replies;
+    try {
+      replies = collect(*servers_[s].client, servers_[s].region, rest.ids[s], config_.timeout,
+                        "pull", config_.heartbeat);
+    } catch (const ServerLost& e) {
+      lose(s, e.what());
+      redo(s, local, take, report, released);
+      continue;
+    }
     servers_[s].last_contact = Clock::now();
     for (auto& [id, reply] : replies) apply_pull(rest.shard_of[s].at(id), reply, &report, released);
   }
-  report.pull_seconds = seconds_since(t1);
-  report.released_round = released == UINT64_MAX ? 0 : released;
-  ++round_;
-  return report;
+  report.pull_seconds += seconds_since(t1);
+}
+
+uint64_t RegionSync::send_push(size_t i, ConstFloatSpan local, RoundReport& report) {
+  const auto& sh = shards_[i];
+  for (uint64_t j = sh.offset; j < sh.offset + sh.count; ++j) delta_[j] = local[j] - base_[j];
+  wire::Push push{sh.id, server_round(sh), sh.version, {}, config_.tokens_per_round};
+  std::vector<zmq::message_t> frames;
+  for (const auto& seg : sh.segments) {
+    Bytes payload;
+    auto& ef = seg.critical ? critical_ef_ : noncritical_ef_;
+    ef.encode(seg.stream, ConstFloatSpan(delta_).subspan(sh.offset + seg.offset, seg.count),
+              payload);
+    const auto codec = static_cast<uint8_t>(compression::parse_header(payload).codec);
+    push.segments.push_back({seg.offset, seg.count, codec, payload.size()});
+    report.bytes_pushed += payload.size();
+    frames.push_back(wire::frame_from_bytes(std::move(payload)));
+  }
+  auto& link = servers_[sh.server];
+  auto id = link.client->send(std::move(push), std::move(frames));
+  GT_REQUIRE(id.has_value(), "server of region {}: send queue full", link.region);
+  return *id;
+}
+
+void RegionSync::redo(size_t s, ConstFloatSpan local, const std::vector<bool>& take,
+                      RoundReport& report, uint64_t& released) {
+  auto& link = servers_[s];
+  for (uint32_t attempt = 0; attempt < kMaxRejoinAttempts; ++attempt) {
+    try {
+      std::vector<bool> mine(shards_.size());
+      for (size_t i = 0; i < shards_.size(); ++i) mine[i] = take[i] && shards_[i].server == s;
+      if (link.lost) rejoin(s);
+      resync(s, mine, &report, released);
+      std::vector<uint64_t> pushes;
+      for (size_t i = 0; i < shards_.size(); ++i)
+        if (mine[i]) pushes.push_back(send_push(i, local, report));
+      if (pushes.empty()) return;  // it had released the round already
+      auto replies = collect(*link.client, link.region, pushes, config_.timeout,
+                             "push (rejoined)", config_.heartbeat);
+      for (auto& [id, reply] : replies) {
+        const auto& pr = body_as<wire::PushReply>(reply, link.region);
+        report.max_staleness = std::max(report.max_staleness, pr.staleness);
+        report.gate_wait_us = std::max(report.gate_wait_us, pr.gate_wait_us);
+      }
+      std::vector<bool> only(servers_.size());
+      only[s] = true;
+      Pulls pulls = send_pulls(false, mine, only);
+      auto pulled = collect(*link.client, link.region, pulls.ids[s], config_.timeout,
+                            "pull (rejoined)", config_.heartbeat);
+      for (auto& [id, reply] : pulled)
+        apply_pull(pulls.shard_of[s].at(id), reply, &report, released);
+      link.last_contact = Clock::now();
+      return;
+    } catch (const ServerLost& e) {
+      lose(s, e.what());
+    }
+  }
+  throw SystemError("wire", "exchange", __FILE__, __LINE__,
+                    fmt::format("region {}: the server of region {} lost this region {} times in "
+                                "one round; giving up",
+                                config_.region, link.region, kMaxRejoinAttempts));
+}
+
+void RegionSync::lose(size_t s, const std::string& why) {
+  spdlog::warn("region {}: lost the server of region {} ({}); rejoining it", config_.region,
+               servers_[s].region, why);
+  servers_[s].lost = true;
+}
+
+void RegionSync::rejoin(size_t s) {
+  auto& link = servers_[s];
+  const auto t0 = Clock::now();
+  const auto deadline = t0 + config_.timeout;
+  std::vector<uint64_t> ids;
+  std::optional<wire::Reply> answer;
+  // The hello is sent again after every heartbeat period without an answer: one sent while the
+  // server was down may have died with the old connection.
+  for (auto next_send = t0; !answer;) {
+    const auto now = Clock::now();
+    if (now >= deadline)
+      throw SystemError("wire", "hello (rejoin)", __FILE__, __LINE__,
+                        fmt::format("region {}: the server of region {} did not answer a hello "
+                                    "within {} ms",
+                                    config_.region, link.region, config_.timeout.count()));
+    if (now >= next_send) {
+      if (auto id = link.client->send(wire::Hello{config_.region, wire::kProtocolVersion,
+                                                  layout_.layout_hash(), {}}))
+        ids.push_back(*id);
+      next_send = now + config_.heartbeat;
+    }
+    auto reply = link.client->receive(std::max(
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::min(next_send, deadline) - now),
+        std::chrono::milliseconds(1)));
+    if (reply && std::find(ids.begin(), ids.end(), reply->header.request_id) != ids.end())
+      answer = std::move(reply);
+  }
+  if (auto* e = std::get_if<wire::Error>(&answer->header.body))
+    throw InputError(fmt::format("region {}: the server of region {} refused the hello: {} ({})",
+                                 config_.region, link.region, e->message,
+                                 wire::error_code_name(e->code)));
+  body_as<wire::HelloReply>(*answer, link.region);
+  link.lost = false;
+  link.last_contact = Clock::now();
+  for (auto& sh : shards_)
+    if (sh.server == s) sh.resync = true;
+  ++rejoins_;
+  spdlog::warn("region {}: rejoined the server of region {} after {:.2f} s", config_.region,
+               link.region, seconds_since(t0));
+}
+
+void RegionSync::resync(size_t s, std::vector<bool>& todo, RoundReport* report,
+                        uint64_t& released) {
+  // A rejoined server sends full values of its shards, and its round counter restarts at its
+  // released round: map this region's rounds onto it (round_shift).
+  std::vector<bool> take(shards_.size());
+  for (size_t i = 0; i < shards_.size(); ++i) take[i] = todo[i] && shards_[i].resync;
+  std::vector<bool> only(servers_.size());
+  only[s] = true;
+  Pulls pulls = send_pulls(true, take, only);
+  if (pulls.ids[s].empty()) return;
+  auto replies = collect(*servers_[s].client, servers_[s].region, pulls.ids[s], config_.timeout,
+                         "full pull (rejoined)", config_.heartbeat);
+  servers_[s].last_contact = Clock::now();
+  for (auto& [id, reply] : replies) {
+    const size_t i = pulls.shard_of[s].at(id);
+    auto& sh = shards_[i];
+    const auto server_released = body_as<wire::PullReply>(reply, servers_[s].region).round;
+    const auto ours = static_cast<int64_t>(rounds_[sh.fragment]);
+    const auto theirs = static_cast<int64_t>(server_released) + 1;  // it expects next
+    if (theirs > ours) {
+      // It released this round already (with our push: the reply was lost): the full values
+      // are the round's result. Our next round is its next.
+      sh.round_shift = ours - static_cast<int64_t>(server_released);
+      todo[i] = false;
+    } else {
+      // It lost rounds (restored an older checkpoint, or dropped our unreleased pushes): our
+      // delta against these values carries them again.
+      sh.round_shift = ours - theirs;
+    }
+    sh.resync = false;
+    apply_pull(i, reply, report, released);
+  }
 }
 
 void RegionSync::keep_alive() {
   const auto now = Clock::now();
-  for (auto& link : servers_) {
+  for (size_t s = 0; s < servers_.size(); ++s) {
+    auto& link = servers_[s];
+    if (link.lost) {
+      rejoin(s);  // register again now; its shards are pulled in full at their next exchange
+      continue;
+    }
     if (now - link.last_contact < config_.heartbeat) continue;
     auto id = link.client->send(wire::Heartbeat{});
     if (!id) continue;  // queue full: the server is behind, and will hear from us soon anyway
-    collect(*link.client, link.region, {*id}, config_.timeout, "heartbeat");
+    try {
+      collect(*link.client, link.region, {*id}, config_.timeout, "heartbeat", config_.heartbeat);
+    } catch (const ServerLost& e) {
+      lose(s, e.what());
+      rejoin(s);
+      continue;
+    }
     link.last_contact = Clock::now();
   }
 }

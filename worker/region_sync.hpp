@@ -14,8 +14,24 @@
 // region may run s rounds ahead of the slowest (the servers' gate enforces the same bound on
 // pushes).
 //
+// Streaming fragments (config.fragments = P > 1): the servers cut every fragment into their own
+// shards (server/shard_map.hpp), so shard id / (shards / P) is its fragment. exchange() with a
+// fragment pushes and pulls only that fragment's shards, and every fragment counts its own
+// rounds: the server gates and releases each shard separately, so a (fragment, round) pair is the
+// unit of synchronisation, and one fragment is the whole table when P = 1.
+//
+// A server that loses this region (it restarted from its checkpoint, a new connection replaced
+// ours because netsim restarted, or it declared the region dead) answers `unregistered`; while
+// a reply is awaited, a heartbeat goes out after every `heartbeat` of silence to find out (a
+// request in flight when the server died gets no answer at all). The leader then rejoins that
+// server (hello, re-sent until answered), pulls its shards in full and does the round again on
+// them, with the delta taken against the values it pulled: rounds the server lost since its
+// checkpoint are re-pushed inside that delta (docs/run.md, "Restarts"). A server that released
+// the round already gets no second push. Its round counter may now differ from this region's:
+// each shard keeps the difference (round_shift). At most kMaxRejoinAttempts per exchange.
+//
 // Blocking: connect() and exchange() block on the network, up to `timeout` per reply (a missing
-// reply is a SystemError naming the server). Not thread-safe: one thread (see OverlappedSync
+// reply is a SystemError naming the server). Not thread-safe: one thread (see StreamingSync
 // for running it in the background). Buffers: base() is owned here; callers pass spans in.
 #pragma once
 
@@ -25,10 +41,12 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "compression/error_feedback.hpp"
+#include "core/fragments.hpp"
 #include "core/param_table.hpp"
 #include "core/span.hpp"
 #include "wire/client.hpp"
@@ -40,17 +58,25 @@ struct SyncConfig {
   struct Server {
     std::string region;
     std::string endpoint;
+    // security.curve: connect as a CURVE client (this region's keypair, that server's key).
+    std::optional<wire::ChannelOptions::CurveClient> curve;
   };
   std::vector<Server> servers;  // every region's server (the leader talks to all of them)
   std::string critical_codec = "onebit";
   std::string noncritical_codec = "int8";
   uint32_t staleness_bound = 0;
+  uint32_t fragments = 1;                     // streaming fragments (worker.fragments)
   std::chrono::milliseconds timeout{60'000};  // per reply
   std::chrono::milliseconds heartbeat{1'000};
+  // Tokens (samples) the region trains on between two pushes of a shard, sent with every push
+  // so that a server with server.consistency.weighting: tokens weighs this region's delta by
+  // them (docs/protocol.md); 0: unknown, weighted like every other delta.
+  uint64_t tokens_per_round = 0;
 };
 
 struct RoundReport {
   uint64_t round = 0;
+  uint32_t fragment = 0;        // the fragment exchanged (0 when the whole table was)
   uint64_t bytes_pushed = 0;    // payload bytes sent (frames after the header)
   uint64_t bytes_pulled = 0;    // payload bytes received
   double push_seconds = 0;      // first push sent -> last push reply
@@ -78,14 +104,20 @@ class RegionSync {
   uint64_t connect();
 
   // One round: pushes local - base, pulls the new values into base. Returns what it measured.
-  RoundReport exchange(ConstFloatSpan local);
+  // With a fragment, only that fragment's shards (only their part of `local` is read, and only
+  // their part of base changes); without, every shard, each in its fragment's round.
+  RoundReport exchange(ConstFloatSpan local, std::optional<uint32_t> fragment = std::nullopt);
 
   // Sends a heartbeat to servers not contacted within config.heartbeat. Cheap; call between steps.
   void keep_alive();
 
   ConstFloatSpan base() const { return base_; }
-  uint64_t next_round() const { return round_; }
+  uint64_t next_round(uint32_t fragment = 0) const { return rounds_.at(fragment); }
+  // The element ranges of fragment p's shards (valid after connect()).
+  std::vector<ElementRange> fragment_ranges(uint32_t fragment) const;
   const SyncConfig& config() const { return config_; }
+  // How often a server was rejoined after it lost this region.
+  uint64_t rejoins() const { return rejoins_; }
 
  private:
   struct Segment {
@@ -101,11 +133,17 @@ class RegionSync {
     size_t server;         // index into servers_
     uint64_t version = 0;  // last version pulled
     std::vector<Segment> segments;
+    uint32_t fragment = 0;
+    // This region's round minus the round its server counts for it (non-zero after the server
+    // restarted from an older checkpoint).
+    int64_t round_shift = 0;
+    bool resync = false;  // its server was rejoined: pull it in full before the next push
   };
   struct ServerLink {
     std::string region;
     std::unique_ptr<wire::Client> client;
     std::chrono::steady_clock::time_point last_contact;
+    bool lost = false;  // it answered `unregistered`: rejoin before using it again
   };
 
   // Pull requests sent and not yet answered: request ids per server, and the shard of each
@@ -116,13 +154,35 @@ class RegionSync {
   };
   // Pipelining a shard's pull behind its push keeps two requests waiting at its server.
   static constexpr size_t kMaxPipelinedShards = 2;
+  static constexpr uint32_t kMaxRejoinAttempts = 4;
 
   void build_segments(ShardState& shard) const;
-  Pulls send_pulls(bool full, uint64_t min_round, const std::vector<bool>& servers);
+  // Pulls of the shards for which `take` is true, on the servers for which `servers` is true.
+  Pulls send_pulls(bool full, const std::vector<bool>& take, const std::vector<bool>& servers);
+  // The round this region pushes next for the shard, as its server counts it.
+  uint64_t server_round(const ShardState& shard) const;
+  // The oldest round a pull of this shard may see released (staleness bound).
+  uint64_t min_round(const ShardState& shard) const;
+  // The round for the shards in `take`: pushes, then pulls. A server that lost this region is
+  // rejoined and the round redone there (redo) in its turn.
+  void push_and_pull(ConstFloatSpan local, const std::vector<bool>& take, RoundReport& report,
+                     uint64_t& released);
+  // Encodes and sends shard i's push (delta against base); returns its request id.
+  uint64_t send_push(size_t shard_index, ConstFloatSpan local, RoundReport& report);
+  // Rejoins `server`, pulls its shards of `take` in full and pushes and pulls them again; up to
+  // kMaxRejoinAttempts times, then SystemError.
+  void redo(size_t server, ConstFloatSpan local, const std::vector<bool>& take,
+            RoundReport& report, uint64_t& released);
+  void lose(size_t server, const std::string& why);
+  // Hello to a server that lost this region; marks its shards for a full pull.
+  void rejoin(size_t server);
+  // Full pulls of the marked shards of `todo` on `server`; clears `todo` for shards whose round
+  // it released already. Throws ServerLost (region_sync.cpp) when it lost this region again.
+  void resync(size_t server, std::vector<bool>& todo, RoundReport* report, uint64_t& released);
   // Decodes a pull reply (all of it, before base changes) into base; `released` takes the min.
   void apply_pull(size_t shard_index, const wire::Reply& reply, RoundReport* report,
                   uint64_t& released);
-  void pull_into_base(bool full, uint64_t min_round, RoundReport* report);
+  void pull_into_base(bool full, RoundReport* report);
 
   const ParamTable& layout_;
   SyncConfig config_;
@@ -133,7 +193,8 @@ class RegionSync {
   std::vector<float> delta_;
   compression::ErrorFeedback critical_ef_;
   compression::ErrorFeedback noncritical_ef_;
-  uint64_t round_ = 1;
+  std::vector<uint64_t> rounds_;  // per fragment: the round it pushes next
+  uint64_t rejoins_ = 0;
 };
 
 }  // namespace geotrain::worker

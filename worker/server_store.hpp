@@ -5,7 +5,8 @@
 // Owns one wire::Client (a DEALER to the server). Blocking: get() and wait() block until every
 // key is set (the server holds the request until then), up to `timeout`, then throw
 // SystemError. Not thread-safe: one thread (Gloo calls the store from the thread that builds the
-// context). Keys are prefixed with `prefix` (e.g. "gloo/us-east/") to keep regions and runs apart.
+// context). `options` carry the CURVE client keys when security.curve is on. Keys are prefixed
+// with `prefix` (e.g. "gloo/us-east/") to keep regions and runs apart.
 #pragma once
 
 #include <gloo/rendezvous/store.h>
@@ -23,7 +24,8 @@ namespace geotrain::worker {
 class ServerStore final : public gloo::rendezvous::Store {
  public:
   ServerStore(zmq::context_t& context, const std::string& server_endpoint, std::string prefix,
-              std::chrono::milliseconds timeout = std::chrono::seconds(60));
+              std::chrono::milliseconds timeout = std::chrono::seconds(60),
+              const wire::ChannelOptions& options = {});
 
   void set(const std::string& key, const std::vector<char>& data) override;
   std::vector<char> get(const std::string& key) override;

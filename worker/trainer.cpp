@@ -13,7 +13,7 @@
 #include "worker/local_step.hpp"
 #include "worker/metrics_log.hpp"
 #include "worker/model_backend.hpp"
-#include "worker/overlapped_sync.hpp"
+#include "worker/streaming_sync.hpp"
 #include "worker/region_sync.hpp"
 #include "worker/sampler.hpp"  // global_rank
 #include "worker/server_store.hpp"
@@ -26,6 +26,33 @@ using Clock = std::chrono::steady_clock;
 
 double since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// The exchanges merged in one round (one per round without streaming), as the round event's
+// fields: bytes and seconds summed, the worst staleness and gate wait, the last round merged.
+void add_reports(nlohmann::json& j, const std::vector<RoundReport>& reports) {
+  double push = 0, pull = 0, gate = 0;
+  uint64_t pushed = 0, pulled = 0;
+  uint32_t staleness = 0;
+  uint64_t largest = 0;  // the largest single exchange: what streaming divides by P
+  for (const auto& r : reports) {
+    largest = std::max(largest, r.bytes_pushed + r.bytes_pulled);
+    push += r.push_seconds;
+    pull += r.pull_seconds;
+    pushed += r.bytes_pushed;
+    pulled += r.bytes_pulled;
+    staleness = std::max(staleness, r.max_staleness);
+    gate = std::max(gate, double(r.gate_wait_us) / 1e6);
+  }
+  j["push_s"] = push;
+  j["pull_s"] = pull;
+  j["bytes_pushed"] = pushed;
+  j["bytes_pulled"] = pulled;
+  j["staleness"] = staleness;
+  j["gate_wait_s"] = gate;
+  j["merged_round"] = reports.back().round;
+  j["exchanges"] = reports.size();
+  j["largest_exchange_bytes"] = largest;
 }
 
 }  // namespace
@@ -75,8 +102,10 @@ TrainResult Trainer::run(std::stop_token stop) {
   std::unique_ptr<Communicator> comm;  // host spans, whatever the device
   if (per_region > 1) {
     const std::string prefix = (config_.device == "cuda" ? "nccl/" : "gloo/") + region_ + "/";
+    wire::ChannelOptions store_options;
+    store_options.curve_client = wire::curve_client(config_.security, region_, region_);
     store = std::make_unique<ServerStore>(context_, config_.server_endpoint(region_, region_),
-                                          prefix, config_.timeout);
+                                          prefix, config_.timeout, store_options);
     comm = backend->connect_region(
         *store, static_cast<int>(rank_), static_cast<int>(per_region),
         RegionOptions{config_.gloo_host, config_.timeout, config_.bucket_cap_mb});
@@ -112,26 +141,41 @@ TrainResult Trainer::run(std::stop_token stop) {
                       {"critical_codec", config_.critical_codec},
                       {"noncritical_codec", config_.noncritical_codec},
                       {"overlap", config_.overlap},
+                      {"overlap_mode", std::string(overlap_mode_name(config_.overlap_mode))},
+                      {"fragments", config_.fragments},
+                      {"fragment_delay", config_.merge_delay()},
                       {"staleness_bound", config_.staleness_bound}});
 
   // Across regions: the leader's link to every region's server.
   std::unique_ptr<RegionSync> sync;
-  std::unique_ptr<OverlappedSync> overlapped;
+  std::unique_ptr<StreamingSync> streaming;
   std::vector<float> first_round{1.0f};
   if (leader) {
     SyncConfig sc;
     sc.region = region_;
     for (const auto& r : config_.regions)
-      sc.servers.push_back({r, config_.server_endpoint(region_, r)});
+      sc.servers.push_back(
+          {r, config_.server_endpoint(region_, r), wire::curve_client(config_.security, region_, r)});
     sc.critical_codec = config_.critical_codec;
     sc.noncritical_codec = config_.noncritical_codec;
     sc.staleness_bound = config_.staleness_bound;
+    sc.fragments = config_.fragments;
+    // The samples one round's delta stands for (the servers' token-weighted merge).
+    sc.tokens_per_round = uint64_t{config_.local_steps} * config_.batch_size *
+                          config_.accumulation_steps * config_.workers_per_region;
     sc.timeout = config_.timeout;
     sync = std::make_unique<RegionSync>(table, sc, context_);
     sync->set_origin(params);
     first_round[0] = static_cast<float>(sync->connect());
     std::copy(sync->base().begin(), sync->base().end(), params.begin());
-    if (config_.overlap) overlapped = std::make_unique<OverlappedSync>(*sync);
+    StreamingConfig stc;
+    stc.local_steps = config_.local_steps;
+    stc.fragments = config_.fragments;
+    stc.delay = config_.merge_delay();
+    stc.mode = config_.overlap_mode;
+    stc.outer = config_.outer;
+    stc.regions = static_cast<uint32_t>(config_.regions.size());
+    streaming = std::make_unique<StreamingSync>(*sync, stc);
   }
   if (comm) {
     comm->broadcast(first_round, 0);
@@ -156,6 +200,19 @@ TrainResult Trainer::run(std::stop_token stop) {
   };
   std::vector<float> loss_buf(1);
   uint64_t round = static_cast<uint64_t>(first_round[0]);
+  // Whether the leader's exchanges change the parameters after a step: a fragment is due, or a
+  // merge `delay` steps after one.
+  const uint32_t merge_delay = config_.merge_delay();
+  const auto changes_at = [&](uint64_t step) {
+    for (uint32_t p = 0; p < config_.fragments; ++p)
+      if (StreamingSync::due(step, p, config_.fragments, config_.local_steps) ||
+          (merge_delay > 0 && step > merge_delay &&
+           StreamingSync::due(step - merge_delay, p, config_.fragments, config_.local_steps)))
+        return true;
+    return false;
+  };
+  std::vector<RoundReport> merged;  // the exchanges merged during this round (leader)
+  double round_wait = 0;
   for (; round <= config_.rounds && !stop.stop_requested(); ++round) {
     double round_compute = 0, round_comm = 0;
     for (uint32_t h = 0; h < config_.local_steps; ++h) {
@@ -198,35 +255,28 @@ TrainResult Trainer::run(std::stop_token stop) {
                          {"compute_s", compute},
                          {"comm_s", comm_s},
                          {"skipped", report.verdict != Verdict::kAccept}});
-      if (sync && !overlapped) sync->keep_alive();
+      // The exchanges due after this step (every fragment's push, and the merges `delay` steps
+      // later); every rank knows the schedule, so all take part in the broadcast that follows.
+      const uint64_t global_step = (round - 1) * config_.local_steps + h + 1;
+      if (leader) {
+        const auto t0 = Clock::now();
+        for (auto& rep : streaming->after_step(global_step, params)) merged.push_back(rep);
+        round_wait += since(t0);
+        if (!streaming->background()) sync->keep_alive();
+      }
+      if (comm && changes_at(global_step)) comm->broadcast(params, 0);
     }
 
     // The round boundary.
     nlohmann::json round_fields;
     if (leader) {
-      const auto t0 = Clock::now();
-      std::optional<RoundReport> rep;
-      if (overlapped) {
-        rep = overlapped->step(params);
-      } else {
-        rep = sync->exchange(params);
-        std::copy(sync->base().begin(), sync->base().end(), params.begin());
-      }
-      const double wait = since(t0);
       round_fields = {
           {"region", region_},          {"round", round},       {"steps", config_.local_steps},
-          {"compute_s", round_compute}, {"comm_s", round_comm}, {"wait_s", wait}};
-      if (rep) {
-        round_fields["push_s"] = rep->push_seconds;
-        round_fields["pull_s"] = rep->pull_seconds;
-        round_fields["bytes_pushed"] = rep->bytes_pushed;
-        round_fields["bytes_pulled"] = rep->bytes_pulled;
-        round_fields["staleness"] = rep->max_staleness;
-        round_fields["gate_wait_s"] = double(rep->gate_wait_us) / 1e6;
-        round_fields["merged_round"] = rep->round;
-      }
+          {"compute_s", round_compute}, {"comm_s", round_comm}, {"wait_s", round_wait}};
+      if (!merged.empty()) add_reports(round_fields, merged);
+      merged.clear();
+      round_wait = 0;
     }
-    if (comm) comm->broadcast(params, 0);
     if (leader) {
       log.write("round", round_fields);
       if (config_.eval_every > 0 && round % config_.eval_every == 0 && round < config_.rounds)
@@ -235,28 +285,22 @@ TrainResult Trainer::run(std::stop_token stop) {
     ++result.rounds;
   }
 
-  // Overlap: the last exchange is still in flight; take it in, and give every worker the result.
-  if (overlapped) {
+  // Overlap and streaming: take in what is still in flight, push the fragments' last progress,
+  // and give every worker the result.
+  const bool flush = config_.merge_delay() > 0 || config_.fragments > 1;
+  if (streaming) {
     const auto t0 = Clock::now();
-    auto rep = overlapped->finish(params);
-    if (rep) {
-      log.write("round", {{"region", region_},
-                          {"round", rep->round},
-                          {"steps", 0},
-                          {"compute_s", 0.0},
-                          {"comm_s", 0.0},
-                          {"wait_s", since(t0)},
-                          {"push_s", rep->push_seconds},
-                          {"pull_s", rep->pull_seconds},
-                          {"bytes_pushed", rep->bytes_pushed},
-                          {"bytes_pulled", rep->bytes_pulled},
-                          {"staleness", rep->max_staleness},
-                          {"gate_wait_s", double(rep->gate_wait_us) / 1e6},
-                          {"merged_round", rep->round}});
+    const uint64_t last_step = (round - 1) * config_.local_steps;
+    auto reps = streaming->finish(last_step, params);
+    if (!reps.empty()) {
+      nlohmann::json j{{"region", region_}, {"round", reps.back().round}, {"steps", 0},
+                       {"compute_s", 0.0},  {"comm_s", 0.0},              {"wait_s", since(t0)}};
+      add_reports(j, reps);
+      log.write("round", j);
     }
-    overlapped.reset();
+    streaming.reset();
   }
-  if (comm && config_.overlap) comm->broadcast(params, 0);
+  if (comm && flush) comm->broadcast(params, 0);
 
   nlohmann::json done{{"region", region_},
                       {"rank", rank_},

@@ -205,3 +205,36 @@ TEST_CASE(
   CHECK(r.out.find("--region is missing and no launcher rank is set") != std::string::npos);
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("--set overrides config keys of a server or worker, checked like the file's keys") {
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("geotrain-cli-set-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const auto config = dir / "c.yaml";
+  std::ofstream(config)
+      << "regions: [a, b]\nmodel: {arch: \"784-10\"}\n"
+         "server: {endpoints: {a: \"tcp://127.0.0.1:1\", b: \"tcp://127.0.0.1:2\"}, run_dir: \""
+      << (dir / "run").string() << "\"}\n";
+  auto r = run("server --config " + config.string() + " --region a --set server.stalenes_bound=2");
+  CHECK(r.code == 2);
+  CHECK(r.out.find("(with --set server.stalenes_bound=2): unknown key 'server.stalenes_bound'") !=
+        std::string::npos);
+  r = run("worker --config " + config.string() + " --region a --set worker.batch_size=0");
+  CHECK(r.code == 2);
+  CHECK(r.out.find("worker.batch_size") != std::string::npos);
+  CHECK(r.out.find("--set worker.batch_size=0") != std::string::npos);
+  r = run("worker --config " + config.string() + " --region a --set worker");
+  CHECK(r.code == 2);
+  CHECK(r.out.find("expected section.key=value") != std::string::npos);
+
+  // A list value and a nested key: region c exists only through --set, and its server runs
+  // (SIGINT after a few seconds stops it cleanly).
+  r = run("server --config " + config.string() + " --region c");
+  CHECK(r.code == 2);
+  r = run("--log-level info server --config " + config.string() +
+              " --region c --set regions=[a,b,c] --set server.endpoints.c=tcp://127.0.0.1:0",
+          "timeout --preserve-status -s INT 5");
+  CHECK_MESSAGE(r.code == 0, r.out);
+  CHECK_MESSAGE(r.out.find("tcp://127.0.0.1:") != std::string::npos, r.out);
+  std::filesystem::remove_all(dir);
+}

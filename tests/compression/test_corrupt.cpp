@@ -138,7 +138,7 @@ TEST_CASE("header fields are validated: magic, codec, version, element count") {
 
 TEST_CASE("a body length that does not match elements and chunk is rejected") {
   auto x = test::gaussian(1000, 5);
-  for (const std::string spec : {"int8", "int4", "onebit", "fp16"}) {
+  for (const std::string spec : {"int8", "int4", "onebit", "fp16", "fp4", "topk:bits=2"}) {
     CAPTURE(spec);
     Bytes p = encode(spec, x);
     p.resize(p.size() - 4);
@@ -237,4 +237,35 @@ TEST_CASE("zstd payloads with a corrupt or oversized frame are rejected") {
   p.resize(kHeaderBytes + 3);
   reseal(p);
   expect_rejected(*stage, p, x.size(), "not a zstd frame");
+}
+
+// Regression (fuzz/corpus/codec_decode/crash-topk-varint-shift-70.bin): a 10th varint byte with
+// bit 63 set and a continuation bit passed the overflow check, and the 11th was shifted by 70
+// (undefined behaviour, reported by UBSan in the libFuzzer build).
+TEST_CASE("a topk index varint that continues past bit 63 is rejected") {
+  std::vector<float> x(1000, 0.0f);
+  x[10] = 5;
+  auto topk = make_codec("topk:ratio=0.001");
+  const Bytes clean = encode("topk:ratio=0.001", x);  // k = 1: one value, then varint 10
+  const size_t idx = kHeaderBytes + 4;
+  Bytes p = clean;
+  p.erase(p.begin() + idx, p.end());
+  for (int i = 0; i < 9; ++i) p.push_back(std::byte{0x80});  // bits 0..62: zero, continued
+  p.push_back(std::byte{0x81});                              // bit 63, and a continuation bit
+  p.push_back(std::byte{0x01});                              // what would be bit 70
+  reseal(p);
+  expect_rejected(*topk, p, x.size(), "overflows 64 bits");
+}
+
+// Regressions (fuzz/corpus/codec_*/crash-*-empty-body-odd-address.bin): an empty body at an odd
+// address was "aligned" by memcpy into an empty vector's null data() (undefined; UBSan).
+TEST_CASE("a payload of zero elements decodes from an odd address") {
+  for (const char* spec : {"fp32", "int8", "onebit", "topk:ratio=0.02,bits=2"}) {
+    CAPTURE(spec);
+    const Bytes clean = encode(spec, std::vector<float>{});
+    Bytes shifted(clean.size() + 1);
+    std::memcpy(shifted.data() + 1, clean.data(), clean.size());
+    std::vector<float> y;
+    CHECK_NOTHROW(make_codec(spec)->decode(ConstByteSpan(shifted).subspan(1), y));
+  }
 }

@@ -20,7 +20,12 @@ const char* kLossySpecs[] = {"fp16",
                              "onebit:chunk=32",
                              "topk:ratio=0.05",
                              "onebit+zstd",
-                             "topk:ratio=0.01+zstd"};
+                             "topk:ratio=0.01+zstd",
+                             "fp4",
+                             "fp4:chunk=32",
+                             "topk:ratio=0.05,bits=2",
+                             "topk:ratio=0.02,bits=4,chunk=256",
+                             "topk:ratio=0.1,bits=8,chunk=32+zstd"};
 }
 
 TEST_CASE("EF invariant: decoded outputs plus the final residual sum to the inputs") {
@@ -121,4 +126,15 @@ TEST_CASE("EF with onebit on a convex quadratic reaches the optimum of uncompres
   CHECK(sgd < 1e-4);
   CHECK(onebit_ef < 1e-2);              // ||w*|| is about 22: within 0.05%
   CHECK(onebit_ef < onebit_plain / 3);  // and EF is what gets it there
+}
+
+TEST_CASE("EF with fp4 and with 2-bit chunked topk on a convex quadratic nears the optimum") {
+  const double fp4_ef = descend(make_codec("fp4:chunk=64"), true, 3000);
+  const double topk_ef = descend(make_codec("topk:ratio=0.05,bits=2,chunk=64"), true, 3000);
+  const double topk_plain = descend(make_codec("topk:ratio=0.05,bits=2,chunk=64"), false, 3000);
+  MESSAGE("distance to optimum: fp4+EF ", fp4_ef, ", topk 5% 2-bit+EF ", topk_ef,
+          ", without EF ", topk_plain);
+  CHECK(fp4_ef < 1e-2);
+  CHECK(topk_ef < 1e-2);
+  CHECK(topk_ef < topk_plain / 3);
 }

@@ -14,6 +14,12 @@ TEST_CASE("specs build the codec they name, and spec() round-trips") {
   CHECK(make_codec("topk:ratio=0.001")->spec() == "topk:ratio=0.001,sample=4096");
   CHECK(make_codec("onebit+zstd")->spec() == "onebit:chunk=1024+zstd:level=3");
   CHECK(make_codec("onebit+zstd")->id() == CodecId::zstd);
+  CHECK(make_codec("fp4")->spec() == "fp4:chunk=1024");
+  CHECK(make_codec("fp4:chunk=32")->id() == CodecId::fp4);
+  CHECK(make_codec("topk:ratio=0.02,bits=2")->spec() == "topk:ratio=0.02,bits=2,chunk=1024");
+  CHECK(make_codec("topk:ratio=0.02,bits=2")->id() == CodecId::qtopk);
+  CHECK(make_codec("topk:bits=8,chunk=64+zstd")->spec() ==
+        "topk:ratio=0.01,bits=8,chunk=64+zstd:level=3");
   for (const auto& spec : standard_codec_specs()) {
     auto canonical = make_codec(spec)->spec();
     CHECK(make_codec(canonical)->spec() == canonical);
@@ -50,5 +56,34 @@ TEST_CASE("bad specs are input errors that name what is wrong and what is allowe
   CHECK_THROWS_WITH_AS(make_codec("int8+zstd:level=30"), doctest::Contains("level 30 is invalid"),
                        InputError);
   CHECK_THROWS_WITH_AS(make_codec("int8+zstd+zstd"), doctest::Contains("unknown stage"),
+                       InputError);
+}
+
+TEST_CASE("bad fp4 and quantised topk specs name the key and the value") {
+  CHECK_THROWS_WITH_AS(make_codec("topk:ratio=0.02,bits=3"),
+                       doctest::Contains("bits=3 is invalid for topk (allowed: 2, 4, 8"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(make_codec("topk:bits=0"), doctest::Contains("bits=0 is invalid"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(make_codec("topk:bits=two"), doctest::Contains("bits=two is not a valid"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(make_codec("topk:ratio=0.02,chunk=64"),
+                       doctest::Contains("chunk only applies to topk with bits"), InputError);
+  CHECK_THROWS_WITH_AS(make_codec("topk:bits=2,sample=64"),
+                       doctest::Contains("sample does not apply to topk with bits"), InputError);
+  CHECK_THROWS_WITH_AS(make_codec("topk:bits=2,chunk=100"),
+                       doctest::Contains("chunk 100 is invalid"), InputError);
+  CHECK_THROWS_WITH_AS(make_codec("topk:bits=2,ratio=2"), doctest::Contains("ratio 2 is invalid"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(make_codec("topk:bits=2,scale=1"),
+                       doctest::Contains("unknown option 'scale' for topk (allowed: ratio, sample, "
+                                         "bits, chunk)"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(make_codec("fp4:chunk=48"), doctest::Contains("fp4: chunk 48 is invalid"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(make_codec("fp4:bits=4"),
+                       doctest::Contains("unknown option 'bits' for fp4 (allowed: chunk)"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(make_codec("fp5"), doctest::Contains("unknown codec 'fp5' (allowed: fp32"),
                        InputError);
 }

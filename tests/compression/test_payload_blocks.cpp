@@ -2,7 +2,11 @@
 // compression/codec.hpp decode_view) against the two-pass calls they stand for.
 #include <doctest/doctest.h>
 
+#include <cstddef>
 #include <cstring>
+
+#define XXH_STATIC_LINKING_ONLY  // XXH3_state_t's layout
+#include <xxhash.h>
 
 #include "compression/codec.hpp"
 #include "compression/factory.hpp"
@@ -88,5 +92,36 @@ TEST_CASE(
     std::vector<float> short_scratch(x.size() - 1, 5.0f);
     CHECK_THROWS_AS(decode_view(parse_header(payload), payload, short_scratch), InputError);
     CHECK(short_scratch[0] == 5.0f);
+  }
+}
+
+namespace {
+// Leaves, below the caller, what a stale XXH3 state with seed `seed` looks like wherever the next
+// call's 64-byte aligned state may land: every word at the seed field's offset (mod 64) holds
+// the seed, every word at extSecret's offset holds 0, and the rest (the secret) is garbage.
+__attribute__((noinline)) void leave_stale_state(uint64_t seed) {
+  constexpr size_t seed_word = offsetof(XXH3_state_t, seed) % 64 / 8;
+  constexpr size_t ext_word = offsetof(XXH3_state_t, extSecret) % 64 / 8;
+  static_assert(seed_word != ext_word);
+  alignas(64) volatile uint64_t junk[2048];
+  for (size_t i = 0; i < 2048; ++i)
+    junk[i] = i % 8 == seed_word ? seed : i % 8 == ext_word ? 0 : 0x9e3779b97f4a7c15ull * (i + 1);
+}
+}  // namespace
+
+TEST_CASE("payloads with the same header written back to back all carry their true checksum") {
+  // Regression: the block-wise hash kept its XXH3 state on the stack without XXH3_INITSTATE, so a
+  // seeded reset skipped deriving its secret when stale stack bytes held the same seed (as the
+  // previous payload with this header leaves them), and the header got the checksum of garbage.
+  PayloadHeader h;
+  h.elements = 768;
+  Bytes payload(kHeaderBytes + 768 * 4);
+  const auto zeros = [](size_t, ByteSpan block) { std::memset(block.data(), 0, block.size()); };
+  write_payload(h, payload, zeros);
+  const uint64_t seed = XXH3_64bits(payload.data(), 32);  // the seed this header hashes with
+  for (int i = 0; i < 20; ++i) {
+    leave_stale_state(seed);
+    write_payload(h, payload, zeros);
+    REQUIRE_NOTHROW(parse_header(payload));
   }
 }

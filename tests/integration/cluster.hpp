@@ -31,6 +31,7 @@ struct Cluster {
   std::string server_extra;                                       // more keys under server:
   std::string worker_yaml;                                        // keys under worker:
   std::string data = fmt::format("  data_dir: \"{}\"\n", kData);  // the data lines under worker:
+  std::string top_yaml;  // more top-level sections (e.g. security:)
 };
 
 struct Outcome {
@@ -57,9 +58,10 @@ worker:
   run_dir: "{}"
 {}  timeout_ms: 60000
 {}
+{}
 )",
                      regions, c.model, endpoints, dir.string(), c.server_extra, c.workers,
-                     dir.string(), c.data, c.worker_yaml);
+                     dir.string(), c.data, c.worker_yaml, c.top_yaml);
 }
 
 // Starts one server per region and every worker; waits for the workers; stops the servers.

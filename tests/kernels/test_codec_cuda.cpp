@@ -11,6 +11,7 @@
 #include "kernels/codec_cpu.hpp"
 #include "kernels/codec_cuda.cuh"
 #include "kernels/topk_cuda.cuh"
+#include "kernels/qtopk_cuda.cuh"
 
 using namespace geotrain;
 using namespace geotrain::kernels;
@@ -217,4 +218,90 @@ TEST_CASE("topk: CUDA decode scatters the values like the CPU decoder") {
   DeviceArray<uint32_t> di(index);
   cuda::topk_decode(dv.get(), di.get(), index.size(), n, dy.get(), true, 0);
   CHECK(same_bits(dy.to_host(), expected));
+}
+
+TEST_CASE("fp4: CUDA encode and decode match the CPU bit for bit, with and without EF") {
+  for (uint32_t chunk : {32u, 256u, 1024u, 2048u}) {
+    for (size_t n : kSizes) {
+      for (bool ef : {false, true}) {
+        CAPTURE(chunk);
+        CAPTURE(n);
+        CAPTURE(ef);
+        auto g = test::heavy_tailed(n, unsigned(n + chunk) + 9);
+        for (size_t i = 0; i < n; i += 11) g[i] = 0.0f;  // exact zeros, and ties below
+        if (n > 3) g[1] = -g[0], g[2] = 0.125f * g[0];
+        auto e = test::gaussian(n, 9, 0.1f);
+        const size_t nc = chunk_count(n, chunk), nb = int4_byte_count(n);
+        std::vector<float> scales(nc), e_cpu = e;
+        std::vector<uint8_t> packed(nb);
+        cpu::fp4_encode(g.data(), ef ? e_cpu.data() : nullptr, n, chunk, scales.data(),
+                        packed.data());
+        DeviceArray<float> dg(g), de(e), dscales(nc);
+        DeviceArray<uint8_t> dpacked(nb);
+        cuda::fp4_encode(dg.get(), ef ? de.get() : nullptr, n, chunk, dscales.get(), dpacked.get(),
+                         0);
+        CHECK(same_bits(dscales.to_host(), scales));
+        CHECK(dpacked.to_host() == packed);
+        if (ef) CHECK(same_bits(de.to_host(), e_cpu));
+        std::vector<float> y_cpu(n, 1.0f);
+        cpu::fp4_decode(scales.data(), packed.data(), n, chunk, y_cpu.data(), true);
+        DeviceArray<float> dy(std::vector<float>(n, 1.0f));
+        cuda::fp4_decode(dscales.get(), dpacked.get(), n, chunk, dy.get(), true, 0);
+        CHECK(same_bits(dy.to_host(), y_cpu));
+      }
+    }
+  }
+}
+
+TEST_CASE("topk with quantised values: the CUDA body and residual match the CPU codec's") {
+  // Through the codec on the CPU side, so that the header, layout and bytes are the wire's.
+  for (uint32_t chunk : {32u, 1024u, 4096u}) {
+    for (uint32_t bits : {2u, 4u, 8u}) {
+      for (double ratio : {0.001, 0.02, 0.3, 1.0}) {
+        for (size_t n : {size_t{1}, size_t{1000}, size_t{100'003}}) {
+          for (bool ef : {false, true}) {
+            CAPTURE(chunk);
+            CAPTURE(bits);
+            CAPTURE(ratio);
+            CAPTURE(n);
+            CAPTURE(ef);
+            auto g = test::heavy_tailed(n, unsigned(n) + bits);
+            for (size_t i = 0; i < n; i += 7) g[i] = 0.5f;  // plenty of ties
+            auto e = test::gaussian(n, 10, 0.1f);
+            auto codec = compression::make_topk_codec({ratio, 4096, bits, chunk});
+            Bytes payload;
+            std::vector<float> e_cpu = e;
+            if (ef)
+              codec->encode_with_feedback(g, e_cpu, payload);
+            else
+              codec->encode(g, payload);
+            const std::vector<std::byte> body(payload.begin() + compression::kHeaderBytes,
+                                              payload.end());
+
+            const QtopkLayout layout{n, chunk, uint32_t(compression::topk_count(chunk, ratio)),
+                                     bits};
+            REQUIRE(layout.body_bytes() == body.size());
+            DeviceArray<float> dg(g), de(e);
+            DeviceArray<std::byte> dbody(body.size());
+            std::byte* base = dbody.get();
+            cuda::qtopk_encode(dg.get(), ef ? de.get() : nullptr, layout,
+                               reinterpret_cast<float*>(base),
+                               reinterpret_cast<uint8_t*>(base + layout.values_offset()),
+                               reinterpret_cast<uint8_t*>(base + layout.indices_offset()), 0);
+            CHECK(dbody.to_host() == body);
+            if (ef) CHECK(same_bits(de.to_host(), e_cpu));
+
+            std::vector<float> y_cpu(n, 2.0f);
+            codec->decode_add(payload, y_cpu);
+            DeviceArray<float> dy(std::vector<float>(n, 2.0f));
+            cuda::qtopk_decode(layout, reinterpret_cast<float*>(base),
+                               reinterpret_cast<uint8_t*>(base + layout.values_offset()),
+                               reinterpret_cast<uint8_t*>(base + layout.indices_offset()), dy.get(),
+                               true, 0);
+            CHECK(same_bits(dy.to_host(), y_cpu));
+          }
+        }
+      }
+    }
+  }
 }

@@ -283,10 +283,12 @@ TEST_CASE("sweep results add the final validation bpb and its delta against the 
   const auto csv = results_csv(plan, rows);
   CHECK(csv.find("label,worker.local_steps,status,final_test_accuracy,accuracy_delta_pp,"
                  "time_to_target_seconds,wall_seconds,wan_bytes_total,wan_reduction,speedup,"
-                 "baseline,run_dir,final_val_bpb,val_bpb_delta\n") == 0);
-  CHECK(csv.find("local_steps=32,32,completed,,,,30,250,0.75,1,,/r/1,2.3,-0.2\n") !=
+                 "baseline,run_dir,final_val_bpb,val_bpb_delta,wan_profile,wan_over_lan\n") == 0);
+  // (one region: no WAN profile, no wan_over_lan)
+  CHECK(csv.find("local_steps=32,32,completed,,,,30,250,0.75,1,,/r/1,2.3,-0.2,,\n") !=
         std::string::npos);
-  CHECK(csv.find("local_steps=8,8,completed,,,,30,1000,0,1,yes,/r/0,2.5,0\n") != std::string::npos);
+  CHECK(csv.find("local_steps=8,8,completed,,,,30,1000,0,1,yes,/r/0,2.5,0,,\n") !=
+        std::string::npos);
   const auto md = results_markdown(plan, rows);
   CHECK(md.find("| status | val bpb | delta (bpb) | time to target (s) |") != std::string::npos);
   CHECK(md.find("| local_steps=32 | 32 | completed | 2.300 | -0.200 | - | 30.0 | 250 | 75.00% |") !=
@@ -295,7 +297,7 @@ TEST_CASE("sweep results add the final validation bpb and its delta against the 
   // A classifier sweep keeps its accuracy columns and leaves the bpb ones empty.
   json acc{{"status", "completed"}, {"final_test_accuracy", 0.8}, {"final_val_bpb", nullptr}};
   const std::vector<SweepRow> cls{{&plan.points[0], acc, "/r/0"}, {&plan.points[1], acc, "/r/1"}};
-  CHECK(results_csv(plan, cls).find(",/r/1,,\n") != std::string::npos);
+  CHECK(results_csv(plan, cls).find(",/r/1,,,,\n") != std::string::npos);
   CHECK(results_markdown(plan, cls).find("| status | accuracy | delta (pp) |") !=
         std::string::npos);
 }

@@ -217,3 +217,53 @@ TEST_CASE("one region needs no netsim and no routes") {
   CHECK(d.processes.size() == 2);
   CHECK_FALSE(YAML::Load(d.config_yaml)["worker"]["routes"]);
 }
+
+// Regression (fuzz/corpus/run_config/crash-complex-key*.yaml): a complex key escaped
+// parse_run_settings as YAML::TypedBadConversion.
+TEST_CASE("run settings with a key that is not a plain name get an InputError") {
+  CHECK_THROWS_WITH_AS(parse_run_settings("? [a, b]\n: 1\nregions: [us-east]\n", "t.yaml", kWanDir, "t"),
+                       doctest::Contains("not a plain name"), InputError);
+}
+
+TEST_CASE("CURVE is on by default for WAN profiles, off for lan, and can be switched off") {
+  test::TempDir dir("plan-curve");
+  auto plan = [&](const std::string& extra, const std::string& profile = "wan/global-3.yaml") {
+    std::string yaml = kThreeRegions;
+    if (profile != "wan/global-3.yaml") {
+      const auto at = yaml.find("wan/global-3.yaml");
+      yaml.replace(at, std::string("wan/global-3.yaml").size(), profile);
+    }
+    yaml += extra;
+    const auto s = parse_run_settings(yaml, "t.yaml", kWanDir, "t");
+    PortAllocator ports(0);
+    return plan_deployment(yaml, "t.yaml", s, dir.path(), ports);
+  };
+  auto security_of = [](const Deployment& d) { return YAML::Load(d.config_yaml)["security"]; };
+  {
+    const auto d = plan("");  // global-3, nothing said: auto -> on, keys generated in the run
+    CHECK(d.curve);
+    REQUIRE(d.keys_to_generate);
+    CHECK(*d.keys_to_generate == fs::absolute(dir.path()) / "keys");
+    CHECK(security_of(d)["curve"].as<bool>());
+    CHECK(security_of(d)["keys_dir"].as<std::string>() == d.keys_to_generate->string());
+  }
+  {
+    const auto d = plan("", "wan/lan.yaml");
+    CHECK_FALSE(d.curve);
+    CHECK_FALSE(d.keys_to_generate);
+    CHECK_FALSE(security_of(d)["curve"].as<bool>());
+  }
+  {
+    const auto d = plan("security: {curve: false}\n");
+    CHECK_FALSE(d.curve);
+    CHECK_FALSE(security_of(d)["curve"].as<bool>());
+  }
+  {
+    const auto d = plan("security: {curve: true, keys_dir: /etc/geo/keys}\n", "wan/lan.yaml");
+    CHECK(d.curve);
+    CHECK_FALSE(d.keys_to_generate);
+    CHECK(security_of(d)["keys_dir"].as<std::string>() == "/etc/geo/keys");
+  }
+  CHECK_THROWS_WITH_AS(plan("security: {curve: on, key_dir: x}\n"),
+                       doctest::Contains("security.key_dir"), InputError);
+}

@@ -114,6 +114,89 @@ TEST_CASE("the results table gives deltas, WAN reduction and speedup against the
                 "| 90.00% | 2.00x |") != std::string::npos);
 }
 
+TEST_CASE("a sweep over wan profiles reports each setup's time on the WAN over its time on lan") {
+  test::TempDir tmp("sweep-lan");
+  write_base(tmp.path());
+  const auto plan = parse_sweep(
+      "base: base.yaml\ngrid: {worker.critical_codec: [fp32, onebit], wan: [us-eu, lan]}\n",
+      "s.yaml", tmp.path(), "s", {}, {fs::path(GEOTRAIN_SOURCE_DIR) / "configs/wan"});
+  REQUIRE(plan.points.size() == 4);
+  CHECK(plan.points[1].label == "critical_codec=fp32,wan=lan");
+  CHECK(plan.keys == std::vector<std::string>{"worker.critical_codec", "wan"});
+  CHECK(plan.points[0].wan_profile == "us-eu");
+  CHECK(plan.points[1].wan_profile == "lan");
+  CHECK(fs::path(YAML::Load(plan.points[1].config_yaml)["run"]["wan_profile"].as<std::string>())
+            .filename() == "lan.yaml");
+  CHECK(plan.points[0].setup == plan.points[1].setup);  // the same but for the WAN
+  CHECK(plan.points[0].setup != plan.points[2].setup);
+
+  auto summary = [](json ttt, double wall) {
+    return json{{"status", "completed"},
+                {"final_test_accuracy", 0.85},
+                {"time_to_target_seconds", ttt},
+                {"wall_seconds", wall},
+                {"wan_bytes_total", 1000.0}};
+  };
+  // fp32: both reached the target, 30 s on us-eu vs 12 s on lan: 2.5x on time to target.
+  // onebit: the lan run missed the target, so wall time: 40 s vs 20 s = 2x.
+  const std::vector<SweepRow> rows{{&plan.points[0], summary(30.0, 50), "/r/0"},
+                                   {&plan.points[1], summary(12.0, 25), "/r/1"},
+                                   {&plan.points[2], summary(25.0, 40), "/r/2"},
+                                   {&plan.points[3], summary(nullptr, 20), "/r/3"}};
+  const auto ratios = wan_over_lan(rows);
+  REQUIRE(ratios.size() == 4);
+  REQUIRE(ratios[0]);
+  CHECK(*ratios[0] == doctest::Approx(2.5));
+  CHECK(*ratios[1] == doctest::Approx(1.0));
+  REQUIRE(ratios[2]);
+  CHECK(*ratios[2] == doctest::Approx(2.0));
+  const auto csv = results_csv(plan, rows);
+  CHECK(csv.find(",final_val_bpb,val_bpb_delta,wan_profile,wan_over_lan\n") != std::string::npos);
+  CHECK(csv.find("/r/0,,,us-eu,2.5\n") != std::string::npos);
+  CHECK(csv.find("/r/3,,,lan,1\n") != std::string::npos);
+  const auto md = results_markdown(plan, rows);
+  CHECK(md.find("| WAN profile | WAN / LAN time |") != std::string::npos);
+  CHECK(md.find("| us-eu | 2.50x |") != std::string::npos);
+  CHECK(md.find("| us-eu | 2.00x |") != std::string::npos);
+
+  // A LAN run that did not finish gives no ratio; a sweep without lan has no such column.
+  auto unfinished = rows;
+  unfinished[1].summary = json{{"status", "failed"}};
+  CHECK_FALSE(wan_over_lan(unfinished)[0]);
+  const auto no_lan = parse_sweep("base: base.yaml\ngrid: {worker.critical_codec: [fp32, onebit]}\n",
+                                  "s.yaml", tmp.path(), "s");
+  const std::vector<SweepRow> plain{{&no_lan.points[0], summary(1.0, 2), "/r/0"},
+                                    {&no_lan.points[1], summary(1.0, 2), "/r/1"}};
+  CHECK_FALSE(wan_over_lan(plain)[0]);
+  CHECK(results_markdown(no_lan, plain).find("WAN / LAN") == std::string::npos);
+  CHECK(results_csv(no_lan, plain).find("/r/0,,,us-eu,\n") != std::string::npos);
+}
+
+TEST_CASE("sweep --set overrides reach every point, and the wan key refuses unknown profiles") {
+  test::TempDir tmp("sweep-set");
+  write_base(tmp.path());
+  const auto plan = parse_sweep(
+      "base: base.yaml\npoints: [{label: x, set: {wan: lan}}, {label: y}]\n", "s.yaml",
+      tmp.path(), "s", parse_overrides({"worker.local_steps=7"}),
+      {fs::path(GEOTRAIN_SOURCE_DIR) / "configs/wan"});
+  for (const auto& p : plan.points)
+    CHECK(YAML::Load(p.config_yaml)["worker"]["local_steps"].as<int>() == 7);
+  CHECK(plan.points[0].wan_profile == "lan");
+  CHECK(plan.points[1].wan_profile == "us-eu");  // the base's
+  // The sweep varies the WAN profile, so --set cannot.
+  CHECK_THROWS_WITH_AS(
+      parse_sweep("base: base.yaml\ngrid: {wan: [lan]}\n", "s.yaml", tmp.path(), "s",
+                  parse_overrides({"run.wan_profile=x.yaml"})),
+      doctest::Contains("the sweep sets 'wan' itself"), InputError);
+  CHECK_THROWS_WITH_AS(parse_sweep("base: base.yaml\ngrid: {wan: [mars]}\n", "s.yaml", tmp.path(),
+                                   "s", {}, {fs::path(GEOTRAIN_SOURCE_DIR) / "configs/wan"}),
+                       doctest::Contains("s.yaml: wan 'mars': no such file"), InputError);
+  CHECK_THROWS_WITH_AS(
+      parse_sweep("base: base.yaml\npoints: [{set: {wan: lan, run.wan_profile: x.yaml}}]\n",
+                  "s.yaml", tmp.path(), "s"),
+      doctest::Contains("both wan and run.wan_profile"), InputError);
+}
+
 TEST_CASE("a two-point sweep runs both points, writes the results, and resumes without rerunning") {
   test::TempDir tmp("sweep-run");
   write_base(tmp.path());
@@ -191,6 +274,10 @@ TEST_CASE("every sweep shipped in configs/sweeps loads, each point setting the k
       const auto config = YAML::Load(point.config_yaml);
       CHECK(config["run"]["name"].as<std::string>() == point.label);
       for (const auto& [key, value] : point.values) {
+        if (key == "wan") {  // a WAN profile by name: run.wan_profile is that file
+          CHECK(fs::is_regular_file(config["run"]["wan_profile"].as<std::string>()));
+          continue;
+        }
         const auto dot = key.find('.');
         REQUIRE(dot != std::string::npos);
         CHECK(config[key.substr(0, dot)][key.substr(dot + 1)].IsDefined());

@@ -86,6 +86,79 @@ TEST_CASE("config errors name the key, the value and what is allowed") {
         std::string::npos);
 }
 
+TEST_CASE("the lan profile's between-any link covers every pair, whatever the regions are called") {
+  const auto lan = load_profile(kWan / "lan.yaml");
+  CHECK(lan.regions.empty());  // it names none: it fits any deployment
+  REQUIRE(lan.any_pair);
+  for (const char* from : {"us-east", "eu-west", "ap-southeast"})
+    for (const char* to : {"us-east", "eu-west", "ap-southeast"}) {
+      if (std::string(from) == to) continue;
+      const auto& p = lan.link(from, to);
+      CHECK(p.delay_ms == 0);
+      CHECK(p.bandwidth_mbps == 0);
+      CHECK(p.window_kib == 0);
+    }
+  // A netsim config for three regions resolves every one of its links against lan.
+  std::string yaml = "profile: lan.yaml\nlinks:\n";
+  int port = 9001;
+  for (const char* from : {"us-east", "eu-west", "ap-southeast"})
+    for (const char* to : {"us-east", "eu-west", "ap-southeast"})
+      if (std::string(from) != to)
+        yaml += fmt::format("  - {{from: {}, to: {}, listen: '127.0.0.1:0', target: '127.0.0.1:{}'}}\n",
+                            from, to, port++);
+  const auto cfg = parse_netsim_config(yaml, "t.yaml", kWan);
+  CHECK(cfg.links.size() == 6);
+  for (const auto& l : cfg.links) CHECK(l.properties.delay_ms == 0);
+}
+
+TEST_CASE("listed links win over between-any, which takes the profile's defaults") {
+  const auto p = parse_profile(
+      "name: p\nregions: [a, b]\ndefaults: {bandwidth_mbps: 100}\n"
+      "links: [{between: [a, b], delay_ms: 5}, {between: any, delay_ms: 50}]\n",
+      "p.yaml");
+  CHECK(p.link("a", "b").delay_ms == 5);
+  CHECK(p.link("b", "a").delay_ms == 5);
+  CHECK(p.link("a", "c").delay_ms == 50);  // a region the profile does not name
+  CHECK(p.link("c", "a").bandwidth_mbps == 100);
+  CHECK(p.links.size() == 2);  // between: any is not a listed link
+}
+
+TEST_CASE("a pair a profile neither lists nor covers is an error naming the profile and the pair") {
+  const auto g3 = load_profile(kWan / "global-3.yaml");
+  CHECK_FALSE(g3.any_pair);
+  CHECK_THROWS_WITH_AS(g3.link("us-east", "sa-east"),
+                       doctest::Contains("WAN profile 'global-3' has no link us-east->sa-east"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(g3.link("us-east", "sa-east"), doctest::Contains("between: any"),
+                       InputError);
+  auto e = error_of(kProfile +
+                    "links: [{from: a, to: c, listen: '127.0.0.1:0', target: '127.0.0.1:9'}]");
+  CHECK(e.find("links[0].to") != std::string::npos);
+  CHECK(e.find("has no link a->c") != std::string::npos);
+  CHECK(e.find("it lists a->b, b->a") != std::string::npos);
+}
+
+TEST_CASE("between-any errors: a bad value, twice, and no regions without it") {
+  auto profile_error = [](const std::string& yaml) {
+    try {
+      parse_profile(yaml, "p.yaml");
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK(profile_error("name: p\nregions: [a]\nlinks: [{between: all}]\n").find("or 'any'") !=
+        std::string::npos);
+  CHECK(profile_error("links: [{between: any}]\n").find("name is missing") != std::string::npos);
+  CHECK(profile_error("name: p\nlinks: [{between: any}, {between: any, delay_ms: 1}]\n")
+            .find("given twice") != std::string::npos);
+  CHECK(profile_error("name: p\nlinks: [{between: [a, b]}]\n").find("regions is missing") !=
+        std::string::npos);
+  CHECK(profile_error("name: p\nregions: [a]\nlinks: [{between: [a, z]}, {between: any}]\n")
+            .find("not one of the profile's regions") != std::string::npos);
+  CHECK(profile_error("name: p\nlinks: [{between: [a, b]}, {between: any}]\n").empty());
+}
+
 TEST_CASE("a proxy refuses link properties that config files could not express") {
   LinkConfig l;
   l.from = std::string("a");
@@ -113,6 +186,15 @@ TEST_CASE("a token bucket releases a burst at once, then paces at its rate") {
   CHECK(duration<double>(t2 - t1).count() == doctest::Approx(0.01));
   const auto t3 = b.reserve(1, t0);  // the debt of the big chunk is paid before the next byte
   CHECK(duration<double>(t3 - t0).count() == doctest::Approx(0.501).epsilon(0.001));
+}
+
+// Regressions (fuzz/corpus/netsim_config/crash-*): a profile without `name` escaped as
+// YAML::InvalidNode, a complex key as YAML::TypedBadConversion.
+TEST_CASE("a profile without a name, or with a key that is not a name, gets an InputError") {
+  CHECK_THROWS_WITH_AS(parse_profile("regions: [a, b]\nlinks:\n  - {between: [a, b], delay_ms: 1}\n", "p.yaml"),
+                       doctest::Contains("name is missing"), InputError);
+  CHECK_THROWS_WITH_AS(parse_profile("name: x\n? [a]\n: 1\n", "p.yaml"),
+                       doctest::Contains("not a plain name"), InputError);
 }
 
 }  // namespace geotrain::netsim

@@ -70,6 +70,7 @@ class Cluster {
     thread_ = std::jthread([this](std::stop_token st) { server_->run(st); });
   }
   ~Cluster() {
+    if (!thread_.joinable()) return;  // stop() joined it
     thread_.request_stop();
     thread_.join();
   }

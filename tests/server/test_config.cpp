@@ -78,3 +78,85 @@ server:
   CHECK_THROWS_WITH_AS(bad("  wait_for_all_regions: maybe\n"),
                        doctest::Contains("server.wait_for_all_regions"), InputError);
 }
+
+TEST_CASE("server.consistency parses the quorum policy, its defaults, and counts or fractions") {
+  const std::string three = R"(
+regions: [us, eu, ap]
+model:
+  tensors: [{name: w, size: 4096}]
+)";
+  auto parse = [&](const std::string& consistency) {
+    return server::parse_server_config(three + "server:\n  consistency: " + consistency + "\n")
+        .shard.consistency;
+  };
+  // No consistency section: today's ssp, every delta weighted equally.
+  const auto ssp = server::parse_server_config(three).shard.consistency;
+  CHECK(ssp.policy == server::ConsistencyPolicy::ssp);
+  CHECK(ssp.weighting == server::MergeWeighting::equal);
+  CHECK(parse("{policy: ssp, weighting: tokens}").weighting == server::MergeWeighting::tokens);
+
+  const auto q = parse("{policy: quorum, quorum: 2, grace_ms: 250, weighting: equal}");
+  CHECK(q.policy == server::ConsistencyPolicy::quorum);
+  CHECK(q.quorum == 2);
+  CHECK(q.grace == std::chrono::milliseconds(250));
+  CHECK(q.weighting == server::MergeWeighting::equal);
+  // Defaults under quorum: a majority of the regions, 500 ms, token weights.
+  const auto d = parse("{policy: quorum}");
+  CHECK(d.quorum == 2);
+  CHECK(d.grace == std::chrono::milliseconds(500));
+  CHECK(d.weighting == server::MergeWeighting::tokens);
+  // A fraction of the 3 regions is the nearest count: 0.67 -> 2, 1.0 -> 3, 0.1 -> 1 (at least 1).
+  CHECK(parse("{policy: quorum, quorum: 0.67}").quorum == 2);
+  CHECK(parse("{policy: quorum, quorum: 1.0}").quorum == 3);
+  CHECK(parse("{policy: quorum, quorum: 0.1}").quorum == 1);
+  // The ssp keys stay where they are, and mean what they meant.
+  auto both = server::parse_server_config(
+      three + "server:\n  staleness_bound: 2\n  consistency: {policy: quorum}\n");
+  CHECK(both.shard.staleness_bound == 2);
+}
+
+TEST_CASE("server.consistency errors name the key, the value and what is allowed") {
+  auto bad = [](const std::string& consistency) {
+    return server::parse_server_config(std::string(kBase) +  // regions us, eu
+                                       "server:\n  consistency: " + consistency + "\n");
+  };
+  CHECK_THROWS_WITH_AS(bad("{policy: paxos}"),
+                       doctest::Contains("server.consistency.policy is 'paxos', allowed: ssp, "
+                                         "quorum"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(bad("{policy: quorum, grace: 5}"),
+                       doctest::Contains("unknown key 'server.consistency.grace'"), InputError);
+  CHECK_THROWS_WITH_AS(
+      bad("{policy: quorum, quorum: 3}"),
+      doctest::Contains("server.consistency.quorum (regions) is 3, allowed: [1, 2]"), InputError);
+  CHECK_THROWS_WITH_AS(bad("{policy: quorum, quorum: 0}"),
+                       doctest::Contains("server.consistency.quorum (regions) is 0"), InputError);
+  CHECK_THROWS_WITH_AS(bad("{policy: quorum, quorum: 1.5}"),
+                       doctest::Contains("server.consistency.quorum (a fraction) is 1.5"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(bad("{policy: quorum, quorum: 0.0}"),
+                       doctest::Contains("allowed: a fraction in (0, 1]"), InputError);
+  CHECK_THROWS_WITH_AS(bad("{policy: quorum, quorum: most}"),
+                       doctest::Contains("server.consistency.quorum (regions) is 'most'"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(bad("{policy: quorum, grace_ms: -1}"),
+                       doctest::Contains("server.consistency.grace_ms is -1"), InputError);
+  CHECK_THROWS_WITH_AS(bad("{policy: quorum, weighting: samples}"),
+                       doctest::Contains("server.consistency.weighting is 'samples', allowed: "
+                                         "tokens, equal"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(bad("{quorum: 2}"),
+                       doctest::Contains("server.consistency.quorum is set but "
+                                         "server.consistency.policy is 'ssp'"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(bad("{staleness_bound: 2}"), doctest::Contains("set server.staleness_bound"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(bad("quorum"), doctest::Contains("'server.consistency' must be a mapping"),
+                       InputError);
+}
+
+// Regression (fuzz/corpus/server_config/crash-complex-key.yaml): escaped as a yaml-cpp exception.
+TEST_CASE("a server config with a key that is not a plain name gets an InputError") {
+  CHECK_THROWS_WITH_AS(geotrain::server::parse_server_config("? [a, b]\n: 1\nregions: [us-east]\n", "c.yaml"),
+                       doctest::Contains("not a plain name"), geotrain::InputError);
+}

@@ -1,5 +1,6 @@
 #include <doctest/doctest.h>
 
+#include "core/fragments.hpp"
 #include "server/shard.hpp"
 #include "server/shard_map.hpp"
 #include "server_fixture.hpp"
@@ -32,6 +33,35 @@ TEST_CASE(
     }
   }
   CHECK_THROWS_AS(server::ShardMap(10, 0, 1, 1024), InputError);
+}
+
+TEST_CASE("with fragments every shard lies in one fragment and every region owns part of each") {
+  const uint64_t elements = 1000003;
+  const auto frags = fragment_ranges(elements, 4, 1024);
+  REQUIRE(frags.size() == 4);
+  server::ShardMap map(elements, 3, 2, 1024, 4);
+  const auto& s = map.shards();
+  REQUIRE(s.size() == 4 * 3 * 2);
+  uint64_t next = 0;
+  for (const auto& r : s) {
+    CHECK(r.offset == next);
+    next = r.offset + r.count;
+    CHECK(r.fragment == r.id / 6);  // fragment-major ids: what a leader relies on
+    CHECK(r.region == (r.id % 6) / 2);
+    CHECK(r.offset >= frags[r.fragment].offset);
+    CHECK(r.offset + r.count <= frags[r.fragment].end());
+    CHECK(fragment_of(frags, r.offset) == r.fragment);
+  }
+  CHECK(next == elements);
+  // Fragments are equal within a chunk; one fragment is the plain map, shard for shard.
+  for (const auto& f : frags) CHECK(f.count >= elements / 4 - 1024);
+  server::ShardMap plain(elements, 3, 2, 1024), one(elements, 3, 2, 1024, 1);
+  REQUIRE(plain.shards().size() == one.shards().size());
+  for (size_t i = 0; i < plain.shards().size(); ++i) {
+    CHECK(plain.shards()[i].offset == one.shards()[i].offset);
+    CHECK(plain.shards()[i].count == one.shards()[i].count);
+  }
+  CHECK_THROWS_AS(fragment_ranges(elements, 0, 1024), InputError);
 }
 
 TEST_CASE("a synchronous round equals the exact average of the regions' deltas") {

@@ -10,7 +10,7 @@ TEST_CASE("every message type survives encode and decode with its fields") {
       Hello{"us-east", kProtocolVersion, 0x1234567890abcdefull, {"ef-downlink", "full-pull"}},
       HelloReply{"eu-west", {{1, 1024, 2048}, {2, 3072, 100}}, 17, 500, {"kv"}},
       Heartbeat{},
-      Push{3, 9, 41, {{0, 1024, 6, 168}, {1024, 5, 1, 60}}},
+      Push{3, 9, 41, {{0, 1024, 6, 168}, {1024, 5, 1, 60}}, 32768},
       PushReply{3, 9, 2, 1500},
       PullRequest{3, 40, true, 8},
       PullReply{3, 44, 9, false, {{0, 4096, 4, 4200}}},
@@ -44,6 +44,10 @@ TEST_CASE("every message type survives encode and decode with its fields") {
   CHECK(push.segments[1].count == 5);
   CHECK(push.segments[1].codec == 1);
   CHECK(push.segments[1].bytes == 60);
+  CHECK(push.tokens == 32768);
+  // A push without tokens (an older leader) reads as 0: unknown, merged with equal weight.
+  const auto untold = decode_header(encode_header(Header{1, Push{1, 2, 3, {}}}));
+  CHECK(std::get<Push>(untold.body).tokens == 0);
   auto hello = std::get<Hello>(decode_header(encode_header(Header{1, bodies[0]})).body);
   CHECK(hello.region == "us-east");
   CHECK(hello.table_hash == 0x1234567890abcdefull);

@@ -69,3 +69,13 @@ TEST_CASE(
   CHECK_THROWS_WITH_AS(require_device_available("tpu"),
                        doctest::Contains("allowed values are cpu and cuda"), InputError);
 }
+
+// Regressions (fuzz/corpus/worker_config/crash-*): `worker: <scalar>` reached worker["data"] and
+// escaped as YAML::BadSubscript; a complex key escaped as YAML::TypedBadConversion.
+TEST_CASE("a worker section that is not a mapping, or a key that is not a name, gets an InputError") {
+  const std::string head = "regions: [a]\nmodel: {arch: \"784-32-10\"}\n";
+  CHECK_THROWS_WITH_AS(parse_worker_config(head + "worker: 3\n", "w.yaml"),
+                       doctest::Contains("'worker' must be a mapping"), InputError);
+  CHECK_THROWS_WITH_AS(parse_worker_config("? [a, b]\n: 1\n" + head, "w.yaml"),
+                       doctest::Contains("not a plain name"), InputError);
+}

@@ -2,11 +2,12 @@
 // side of the protocol, from hello to compressed rounds.
 #include <doctest/doctest.h>
 
+#include <cstring>
 #include <future>
 #include <thread>
 
 #include "server/param_server.hpp"
-#include "worker/overlapped_sync.hpp"
+#include "worker/streaming_sync.hpp"
 #include "worker/region_sync.hpp"
 
 using namespace geotrain;
@@ -87,6 +88,34 @@ std::vector<float> ramp(size_t n, float scale) {
   std::vector<float> v(n);
   for (size_t i = 0; i < n; ++i) v[i] = scale * float(int(i % 13) - 6);
   return v;
+}
+
+// Two leaders, a and b, connected to the deployment's servers with fp32 codecs.
+struct Leaders {
+  Leaders(Deployment& d, const ParamTable& table, uint32_t fragments = 1)
+      : a(table, config(d, "a", fragments), d.context()),
+        b(table, config(d, "b", fragments), d.context()) {
+    a.connect();
+    b.connect();
+  }
+  static worker::SyncConfig config(Deployment& d, const std::string& region, uint32_t fragments) {
+    auto c = d.sync(region, "fp32", "fp32", 0);
+    c.fragments = fragments;
+    return c;
+  }
+  worker::RegionSync a, b;
+};
+
+// Streaming with H local steps, the merge `delay` steps after the push, for 2 regions.
+worker::StreamingConfig streaming_config(uint32_t local_steps, uint32_t delay,
+                                         worker::OverlapMode mode, uint32_t fragments = 1) {
+  worker::StreamingConfig sc;
+  sc.local_steps = local_steps;
+  sc.fragments = fragments;
+  sc.delay = delay;
+  sc.mode = mode;
+  sc.regions = 2;  // outer SGD, lr 1
+  return sc;
 }
 
 }  // namespace
@@ -180,25 +209,131 @@ TEST_CASE("overlap: the exchange runs in the background and merges one round lat
   const auto dir = temp_dir("overlap");
   Deployment d(two_region_config(dir, 0, "fp32"), "overlap");
   const ParamTable table = d.table();
-  worker::RegionSync a(table, d.sync("a", "fp32", "fp32", 0), d.context());
-  worker::RegionSync b(table, d.sync("b", "fp32", "fp32", 0), d.context());
-  a.connect();
-  b.connect();
+  Leaders leaders(d, table);
+  auto& b = leaders.b;
   const size_t n = table.total_elements();
-  worker::OverlappedSync overlapped(a);
-  std::vector<float> local(n, 1.0f);                // region a's round-1 local values: delta 1
-  CHECK_FALSE(overlapped.step(local).has_value());  // starts round 1, returns at once
-  CHECK(overlapped.in_flight());
+  // H = 1, merged one round late.
+  worker::StreamingSync overlapped(leaders.a, streaming_config(1, 1, worker::OverlapMode::carry));
+  std::vector<float> local(n, 1.0f);                   // region a's round-1 local values: delta 1
+  CHECK(overlapped.after_step(1, local).empty());      // starts round 1, returns at once
+  for (size_t i = 0; i < n; ++i) REQUIRE(local[i] == 1.0f);  // carry: unchanged meanwhile
   for (float& v : local) v += 10.0f;  // a keeps training while round 1 is on the wire
 
   std::vector<float> local_b(n, 3.0f);  // b's delta 3: the average is 2
   b.exchange(local_b);
-  auto report = overlapped.finish(local);
-  REQUIRE(report.has_value());
-  CHECK(report->round == 1);
+  auto reports = overlapped.finish(1, local);
+  REQUIRE(reports.size() == 1);
+  CHECK(reports[0].round == 1);
   // base_new = 2, snapshot = 1, local = 11: merged = 2 + (11 - 1) = 12
   for (size_t i = 0; i < n; ++i) REQUIRE(local[i] == 12.0f);
-  CHECK_FALSE(overlapped.in_flight());
+}
+
+TEST_CASE("eager overlap moves the region by its own share at once, then takes the average") {
+  const auto dir = temp_dir("eager");
+  Deployment d(two_region_config(dir, 0, "fp32"), "eager");
+  const ParamTable table = d.table();
+  Leaders leaders(d, table);
+  auto& b = leaders.b;
+  const size_t n = table.total_elements();
+  worker::StreamingSync eager(leaders.a, streaming_config(1, 1, worker::OverlapMode::eager));
+  std::vector<float> local(n, 1.0f);
+  CHECK(eager.after_step(1, local).empty());
+  for (size_t i = 0; i < n; ++i) REQUIRE(local[i] == 0.5f);  // theta_g + q / R = 0 + 1 / 2
+  for (float& v : local) v += 10.0f;
+  std::vector<float> local_b(n, 3.0f);
+  b.exchange(local_b);
+  eager.finish(1, local);
+  // base_new = 2, after start = 0.5, local = 10.5: merged = 2 + 10 = 12
+  for (size_t i = 0; i < n; ++i) REQUIRE(local[i] == 12.0f);
+}
+
+TEST_CASE("with one fragment and no overlap, streaming is the synchronous exchange, bit for bit") {
+  const auto dir = temp_dir("stream-sync");
+  Deployment d(two_region_config(dir, 0, "fp32"), "stream-sync");
+  const ParamTable table = d.table();
+  Leaders leaders(d, table);
+  auto& b = leaders.b;
+  const size_t n = table.total_elements();
+  worker::StreamingSync streaming(leaders.a, streaming_config(1, 0, worker::OverlapMode::off));
+  std::vector<float> la(n), lb(n);
+  for (int round = 1; round <= 3; ++round) {
+    const auto da = ramp(n, 0.37f * float(round)), db = ramp(n, -0.11f);
+    for (size_t i = 0; i < n; ++i) {
+      la[i] += da[i];
+      lb[i] += db[i];
+    }
+    const std::vector<float> la_in = la, lb_in = lb, base_before(b.base().begin(), b.base().end());
+    auto fa = std::async(std::launch::async, [&] { return streaming.after_step(round, la); });
+    b.exchange(lb);
+    const auto reports = fa.get();
+    REQUIRE(reports.size() == 1);
+    std::copy(b.base().begin(), b.base().end(), lb.begin());
+    // Both regions hold the servers' values: the average of the two deltas, added to base.
+    for (size_t i = 0; i < n; ++i) {
+      const float expected =
+          base_before[i] + ((la_in[i] - base_before[i]) + (lb_in[i] - base_before[i])) / 2;
+      REQUIRE(lb[i] == doctest::Approx(expected).epsilon(1e-6));
+    }
+    REQUIRE(std::memcmp(la.data(), lb.data(), n * sizeof(float)) == 0);
+  }
+  CHECK(streaming.finish(3, la).empty());  // nothing in flight, nothing left to push
+}
+
+TEST_CASE("each streaming fragment exchanges only its own shards, on its own step and round") {
+  const auto dir = temp_dir("fragments");
+  auto config = two_region_config(dir, 0, "fp32");
+  config.fragments = 2;  // what the servers read from worker.fragments
+  config.chunk = 256;
+  Deployment d(config, "fragments");
+  const ParamTable table = d.table();
+  Leaders leaders(d, table, 2);
+  auto& a = leaders.a;
+  auto& b = leaders.b;
+  const size_t n = table.total_elements();
+  // 3072 parameters (12 chunks) in 2 fragments of 1536, each cut into one shard per region.
+  const auto f0 = a.fragment_ranges(0), f1 = a.fragment_ranges(1);
+  REQUIRE(f0.size() == 2);
+  REQUIRE(f1.size() == 2);
+  CHECK(f0[0].offset == 0);
+  CHECK(f0.back().end() == 1536);
+  CHECK(f1[0].offset == 1536);
+  const auto sc = streaming_config(2, 0, worker::OverlapMode::off, 2);
+  worker::StreamingSync ta(a, sc), tb(b, sc);
+  std::vector<float> la(n, 1.0f), lb(n, 3.0f);
+  // Step 1: fragment 0 is due (H = 2, P = 2: fragment 0 at odd steps, fragment 1 at even).
+  auto fa = std::async(std::launch::async, [&] { return ta.after_step(1, la); });
+  auto rb = tb.after_step(1, lb);
+  auto ra = fa.get();
+  REQUIRE(ra.size() == 1);
+  CHECK(ra[0].fragment == 0);
+  CHECK(ra[0].round == 1);
+  // crit.w [0, 1024) and free.w: segments [0, 768), [768, 1024), [1024, 1536)
+  CHECK(ra[0].bytes_pushed == 1536 * 4 + 3 * compression::kHeaderBytes);
+  for (size_t i = 0; i < n; ++i) REQUIRE(la[i] == (i < 1536 ? 2.0f : 1.0f));
+  CHECK(a.next_round(0) == 2);
+  CHECK(a.next_round(1) == 1);
+  // Step 2: fragment 1.
+  fa = std::async(std::launch::async, [&] { return ta.after_step(2, la); });
+  rb = tb.after_step(2, lb);
+  ra = fa.get();
+  REQUIRE(ra.size() == 1);
+  CHECK(ra[0].fragment == 1);
+  for (size_t i = 0; i < n; ++i) REQUIRE(la[i] == 2.0f);
+  for (size_t i = 0; i < n; ++i) REQUIRE(lb[i] == 2.0f);
+  // Step 3: fragment 0 again, in its round 2; the end pushes fragment 1's last step.
+  for (float& v : la) v += 1.0f;
+  fa = std::async(std::launch::async, [&] { return ta.after_step(3, la); });
+  rb = tb.after_step(3, lb);
+  ra = fa.get();
+  CHECK(ra.at(0).round == 2);
+  for (size_t i = 0; i < 1536; ++i) REQUIRE(la[i] == 2.5f);
+  fa = std::async(std::launch::async, [&] { return ta.finish(3, la); });
+  rb = tb.finish(3, lb);
+  ra = fa.get();
+  REQUIRE(ra.size() == 1);
+  CHECK(ra[0].fragment == 1);
+  for (size_t i = 0; i < n; ++i) REQUIRE(la[i] == 2.5f);
+  for (size_t i = 0; i < n; ++i) REQUIRE(lb[i] == la[i]);
 }
 
 TEST_CASE(

@@ -1,0 +1,192 @@
+// geotrain_fuzz_seeds: writes the generated part of the seed corpus (fuzz/corpus/).
+//
+//   geotrain_fuzz_seeds SOURCE_DIR [OUT_DIR]     (OUT_DIR defaults to SOURCE_DIR/fuzz/corpus)
+//
+// Valid inputs for each target, made with the project's own encoders, so that fuzzing starts
+// from inputs that pass every check and mutates from there:
+//   wire_header/    one encoded frame 0 per message type
+//   codec_decode/   a payload of every factory codec at several sizes ([0x00][0x01][payload])
+//   codec_zstd/     the same as inner payloads ([0x00][0x01][inner]) and whole zstd payloads
+//   checkpoint/     a checkpoint written by CheckpointStore::write (fuzz/checkpoint.cpp's format)
+//   *_config/       copies of the configs in SOURCE_DIR/configs
+// Each generated seed is checked to be accepted by its decoder before it is written. Files
+// named crash-* in the corpus are regression inputs kept by hand; this program never touches
+// them. Deterministic: running it again writes the same bytes.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+
+#include "compression/codec.hpp"
+#include "compression/factory.hpp"
+#include "core/error.hpp"
+#include "fuzz/checkpoint_layout.hpp"
+#include "server/checkpoint.hpp"
+#include "wire/messages.hpp"
+
+using namespace geotrain;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string as_string(const void* data, size_t size) {
+  return std::string(static_cast<const char*>(data), size);
+}
+
+void write(const fs::path& file, const std::string& bytes) {
+  fs::create_directories(file.parent_path());
+  std::ofstream out(file, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  GT_ASSERT(out.good(), "cannot write {}", file.string());
+}
+
+std::string read(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  GT_ASSERT(in.good(), "cannot read {}", file.string());
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// "topk:ratio=0.01" -> "topk-ratio-0.01": a file name.
+std::string file_stem(std::string spec) {
+  for (char& c : spec)
+    if (c == ':' || c == '=' || c == ',' || c == '+') c = '-';
+  return spec;
+}
+
+size_t write_wire(const fs::path& out) {
+  const std::vector<wire::Segment> segments{{0, 300, 6, 120}, {300, 37, 7, 92}};
+  const std::vector<std::pair<std::string, wire::Body>> messages{
+      {"hello",
+       wire::Hello{"us-east", wire::kProtocolVersion, 0x1234abcd, {"ef-downlink", "full-pull"}}},
+      {"hello-reply",
+       wire::HelloReply{"eu-west", {{0, 0, 4096}, {1, 4096, 1024}}, 7, 1000, {"ef-downlink"}}},
+      {"heartbeat", wire::Heartbeat{}},
+      {"push", wire::Push{1, 12, 11, segments}},
+      {"push-reply", wire::PushReply{1, 12, 2, 1500}},
+      {"pull", wire::PullRequest{0, 11, false, 12}},
+      {"pull-reply", wire::PullReply{0, 12, 12, true, segments}},
+      {"error", wire::Error{wire::ErrorCode::bad_shard, "shard 9 is not served here"}},
+      {"stats-request", wire::StatsRequest{}},
+      {"stats-reply", wire::StatsReply{R"({"rounds":3})"}},
+      {"checkpoint", wire::CheckpointRequest{}},
+      {"checkpoint-reply", wire::CheckpointReply{40}},
+      {"shutdown", wire::Shutdown{}},
+      {"ack", wire::Ack{}},
+      {"kv-set", wire::KvSet{"gloo/us-east/0", Bytes{std::byte{1}, std::byte{2}, std::byte{3}}}},
+      {"kv-get", wire::KvGet{"gloo/us-east/0"}},
+      {"kv-reply", wire::KvReply{"gloo/us-east/0", Bytes{std::byte{4}, std::byte{5}}}},
+  };
+  GT_ASSERT(messages.size() == std::variant_size_v<wire::Body>, "a message type has no seed");
+  uint64_t id = 1;
+  for (const auto& [name, body] : messages) {
+    const auto frame = wire::encode_header({id++, body});
+    (void)wire::decode_header(frame);  // accepted
+    write(out / "wire_header" / ("seed-" + name + ".bin"), as_string(frame.data(), frame.size()));
+  }
+  return messages.size();
+}
+
+std::vector<float> values(size_t n) {
+  std::vector<float> x(n);
+  for (size_t i = 0; i < n; ++i)
+    x[i] = i % 11 == 0
+               ? 0.0f
+               : std::sin(0.37f * static_cast<float>(i)) * (1.0f + static_cast<float>(i % 5));
+  return x;
+}
+
+size_t write_codecs(const fs::path& out) {
+  std::vector<std::string> specs;
+  for (const std::string& spec : compression::standard_codec_specs()) {
+    const std::string base = spec.substr(0, spec.find('+'));
+    if (std::find(specs.begin(), specs.end(), base) == specs.end()) specs.push_back(base);
+  }
+  // Several chunks in small payloads, too.
+  for (const char* extra : {"int8:chunk=32", "int4:chunk=32", "onebit:chunk=32"})
+    specs.push_back(extra);
+  size_t count = 0;
+  for (const auto& spec : specs) {
+    for (size_t n : {size_t{1}, size_t{37}, size_t{300}, size_t{1500}}) {
+      auto codec = compression::make_codec(spec);
+      Bytes payload;
+      codec->encode(values(n), payload);
+      if (payload.size() > 4096) continue;  // small seeds mutate faster
+      std::vector<float> y(n);
+      codec->decode(payload, y);  // accepted
+      const std::string stem = fmt::format("seed-{}-n{}", file_stem(spec), n);
+      const std::string body = as_string(payload.data(), payload.size());
+      write(out / "codec_decode" / (stem + ".bin"), std::string("\x00\x01", 2) + body);
+      write(out / "codec_zstd" / (stem + ".bin"), std::string("\x00\x01", 2) + body);
+      auto zstd = compression::make_codec(spec + "+zstd");
+      Bytes packed;
+      zstd->encode(values(n), packed);
+      zstd->decode(packed, y);  // accepted
+      write(out / "codec_zstd" / (stem + "-raw.bin"),
+            std::string("\x00\x11", 2) + as_string(packed.data(), packed.size()));
+      count += 3;
+    }
+  }
+  return count;
+}
+
+size_t write_checkpoint(const fs::path& out) {
+  const fs::path dir = fs::temp_directory_path() / fmt::format("geotrain-seeds-{}", ::getpid());
+  fs::remove_all(dir);
+  server::CheckpointState state{40, fuzz::kCheckpointStateHash, {}};
+  for (const auto& range : fuzz::checkpoint_ranges()) {
+    server::ShardSnapshot s{range, 17 + range.id, 40, values(range.count), values(range.count)};
+    for (float& m : s.momentum) m *= 0.5f;
+    state.shards.push_back(std::move(s));
+  }
+  server::CheckpointStore store(dir, 1);
+  const fs::path folder = store.write(state);
+  (void)store.load(folder, fuzz::kCheckpointStateHash, fuzz::checkpoint_ranges());  // accepted
+  std::string input = read(folder / "manifest.json");
+  for (const auto& range : fuzz::checkpoint_ranges())
+    input += std::string(fuzz::kCheckpointSeparator) +
+             read(folder / fmt::format("shard-{}.bin", range.id));
+  fs::remove_all(dir);
+  write(out / "checkpoint" / "seed-checkpoint.bin", std::string(1, '\x00') + input);
+  write(out / "checkpoint" / "seed-checkpoint-fixed.bin", std::string(1, '\x01') + input);
+  return 2;
+}
+
+size_t copy_configs(const fs::path& source, const fs::path& out) {
+  size_t count = 0;
+  auto copy = [&](const fs::path& file, const char* target, const std::string& prefix = "") {
+    write(out / target / ("seed-" + file.stem().string() + ".yaml"), prefix + read(file));
+    ++count;
+  };
+  const fs::path configs = source / "configs";
+  for (const auto& e : fs::recursive_directory_iterator(configs)) {
+    if (!e.is_regular_file() || e.path().extension() != ".yaml") continue;
+    const auto folder = e.path().parent_path().filename().string();
+    if (folder == "wan") {
+      const bool is_profile = e.path().filename() != "example-netsim.yaml";
+      copy(e.path(), "netsim_config", std::string(1, is_profile ? '\x01' : '\x00'));
+    } else if (folder == "sweeps") {
+      copy(e.path(), "sweep_config");
+    } else {
+      for (const char* target : {"server_config", "worker_config", "run_config"})
+        copy(e.path(), target);
+    }
+  }
+  return count;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || argc > 3) {
+    std::fprintf(stderr, "usage: %s SOURCE_DIR [OUT_DIR]\n", argv[0]);
+    return 2;
+  }
+  const fs::path source = argv[1];
+  const fs::path out = argc == 3 ? fs::path(argv[2]) : source / "fuzz" / "corpus";
+  const size_t n =
+      write_wire(out) + write_codecs(out) + write_checkpoint(out) + copy_configs(source, out);
+  std::printf("wrote %zu seeds under %s\n", n, out.c_str());
+  return 0;
+}

@@ -1,0 +1,295 @@
+#include "launcher/compare.hpp"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <optional>
+#include <set>
+
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "launcher/child_process.hpp"
+#include "launcher/jsonl_tail.hpp"
+#include "launcher/run_folder.hpp"
+#include "launcher/run_settings.hpp"
+#include "launcher/run_summary.hpp"
+
+namespace geotrain::launcher {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+constexpr std::size_t kMarkdownKeys = 8;
+
+// What the launcher sets for every run (ports, folders, the expanded parameter table): never a
+// setting the user compares on.
+// The folder as an absolute path without a trailing '/'.
+fs::path folder(const fs::path& dir) {
+  const auto abs = fs::absolute(dir).lexically_normal();
+  return abs.has_filename() ? abs : abs.parent_path();
+}
+
+bool launcher_owned(const std::string& key) {
+  for (const char* prefix : {"server.endpoints", "server.run_dir", "worker.run_dir",
+                             "worker.routes", "model.tensors", "run.name", "run.out_dir"})
+    if (key == prefix || key.starts_with(std::string(prefix) + ".")) return true;
+  return false;
+}
+
+// `run_dir`: values inside the run's own folder (keys, checkpoints) are the launcher's too.
+void flatten(const YAML::Node& node, const std::string& prefix, const std::string& run_dir,
+             std::map<std::string, std::string>& out) {
+  if (node.IsMap() && node.size() > 0) {
+    for (const auto& kv : node) {
+      const auto key = kv.first.as<std::string>();
+      flatten(kv.second, prefix.empty() ? key : prefix + "." + key, run_dir, out);
+    }
+    return;
+  }
+  if (launcher_owned(prefix)) return;
+  if (node.IsScalar() && node.Scalar().starts_with(run_dir)) return;
+  if (node.IsScalar()) {
+    // A WAN profile is an absolute path in config.yaml: its file name says which one.
+    out[prefix] = prefix == "run.wan_profile" ? fs::path(node.Scalar()).stem().string()
+                                              : node.Scalar();
+    return;
+  }
+  YAML::Emitter e;
+  e << YAML::Flow << node;
+  out[prefix] = e.c_str();
+}
+
+std::map<std::string, std::string> read_settings(const fs::path& dir) {
+  std::map<std::string, std::string> out;
+  const auto file = dir / "config.yaml";
+  if (!fs::exists(file)) return out;
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(file.string());
+  } catch (const YAML::Exception& e) {
+    GT_REQUIRE(false, "{}: config.yaml is not valid YAML: {}", dir.string(), e.what());
+  }
+  flatten(root, "", folder(dir).string(), out);
+  return out;
+}
+
+bool looks_like_run_folder(const fs::path& dir) {
+  if (fs::exists(dir / "summary.json") || fs::exists(dir / "config.yaml")) return true;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const auto name = e.path().filename().string();
+    if (name.starts_with("worker-") && name.ends_with(".metrics.jsonl")) return true;
+  }
+  return false;
+}
+
+std::optional<double> num(const json& j, const char* k) {
+  if (!j.is_object() || !j.contains(k) || !j[k].is_number()) return std::nullopt;
+  return j[k].get<double>();
+}
+
+json opt(std::optional<double> v) { return v ? json(*v) : json(nullptr); }
+
+// A run against the baseline, as in a sweep's results.
+struct Row {
+  json accuracy, delta, bpb, loss, bpb_delta, ttt, wall, wan, wire, reduction, speedup;
+};
+
+Row derive(const json& s, const json& b) {
+  Row r;
+  const auto acc = num(s, "final_test_accuracy"), bacc = num(b, "final_test_accuracy");
+  const auto bpb = num(s, "final_val_bpb"), bbpb = num(b, "final_val_bpb");
+  const auto ttt = num(s, "time_to_target_seconds"), bttt = num(b, "time_to_target_seconds");
+  const auto wall = num(s, "wall_seconds"), bwall = num(b, "wall_seconds");
+  const auto wan = num(s, "wan_bytes_total"), bwan = num(b, "wan_bytes_total");
+  r.accuracy = opt(acc);
+  r.delta = acc && bacc ? json(100 * (*acc - *bacc)) : json(nullptr);
+  r.bpb = opt(bpb);
+  r.loss = opt(num(s, "final_val_loss"));
+  r.bpb_delta = bpb && bbpb ? json(*bpb - *bbpb) : json(nullptr);
+  r.ttt = opt(ttt);
+  r.wall = opt(wall);
+  r.wan = opt(wan);
+  r.wire = opt(num(s, "wan_wire_bytes_total"));
+  r.reduction = wan && bwan && *bwan > 0 ? json(1.0 - *wan / *bwan) : json(nullptr);
+  if (ttt && bttt && *ttt > 0)
+    r.speedup = *bttt / *ttt;
+  else if (wall && bwall && *wall > 0)
+    r.speedup = *bwall / *wall;
+  return r;
+}
+
+std::string csv_text(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string out = "\"";
+  for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+
+std::string csv_cell(const json& v) {
+  if (v.is_null()) return "";
+  if (v.is_number_float()) return fmt::format("{:.6g}", v.get<double>());
+  if (v.is_string()) return csv_text(v.get<std::string>());
+  return v.dump();
+}
+
+std::string setting(const ComparedRun& r, const std::string& key) {
+  auto it = r.settings.find(key);
+  return it == r.settings.end() ? "(default)" : it->second;
+}
+}  // namespace
+
+Comparison load_comparison(const std::vector<fs::path>& run_dirs) {
+  GT_REQUIRE(!run_dirs.empty(), "compare: give at least one run folder");
+  Comparison c;
+  for (const auto& dir : run_dirs) {
+    GT_REQUIRE(fs::is_directory(dir), "compare: '{}' is not a run folder: no such directory",
+               dir.string());
+    GT_REQUIRE(looks_like_run_folder(dir),
+               "compare: '{}' is not a run folder: it has no summary.json, config.yaml or "
+               "worker-*.metrics.jsonl (geotrain run writes them; see docs/run-folder.md)",
+               dir.string());
+    GT_REQUIRE(fs::exists(dir / "summary.json"),
+               "compare: '{}' has no summary.json: the run has not finished (geotrain run writes "
+               "it at the end, also for failed and interrupted runs)",
+               dir.string());
+    ComparedRun r;
+    r.dir = dir;
+    r.summary = json::parse(read_text_file(dir / "summary.json"), nullptr, false);
+    GT_REQUIRE(r.summary.is_object(), "compare: '{}': summary.json is not a JSON object",
+               dir.string());
+    r.settings = read_settings(dir);
+    r.label = folder(dir).filename().string();
+    c.runs.push_back(std::move(r));
+  }
+  // Equal folder names (the same run name in two sweeps): add the parent folder's name.
+  std::map<std::string, int> uses;
+  for (const auto& r : c.runs) ++uses[r.label];
+  for (auto& r : c.runs) {
+    if (uses[r.label] > 1) {
+      r.label = fmt::format("{}/{}", folder(r.dir).parent_path().filename().string(), r.label);
+    }
+  }
+  c.language_model = is_language_model(c.runs[0].summary);
+  for (const auto& r : c.runs)
+    GT_REQUIRE(is_language_model(r.summary) == c.language_model,
+               "compare: '{}' is a {} run and '{}' a {} run: compare runs of one kind",
+               r.dir.string(), is_language_model(r.summary) ? "language-model" : "classifier",
+               c.runs[0].dir.string(), c.language_model ? "language-model" : "classifier");
+  std::set<std::string> seen;
+  for (const auto& r : c.runs)
+    for (const auto& entry : r.settings) {
+      const auto& key = entry.first;  // not a structured binding: clang < 16 cannot capture one
+      if (!seen.insert(key).second) continue;
+      const auto first = setting(c.runs[0], key);
+      if (std::any_of(c.runs.begin(), c.runs.end(),
+                      [&](const ComparedRun& o) { return setting(o, key) != first; }))
+        c.differing_keys.push_back(key);
+    }
+  return c;
+}
+
+std::string comparison_csv(const Comparison& c) {
+  std::string out = "label";
+  for (const auto& k : c.differing_keys) {
+    out += ',';
+    out += csv_text(k);
+  }
+  out +=
+      ",status,model,final_test_accuracy,accuracy_delta_pp,final_val_bpb,final_val_loss,val_bpb_"
+      "delta,time_to_target_seconds,wall_seconds,wan_bytes_total,wan_wire_bytes_total,wan_"
+      "reduction,speedup,baseline,run_dir\n";
+  for (const auto& r : c.runs) {
+    const auto d = derive(r.summary, c.runs[0].summary);
+    out += csv_text(r.label);
+    for (const auto& k : c.differing_keys) {
+      out += ',';
+      out += csv_text(setting(r, k));
+    }
+    out += fmt::format(",{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+                       csv_text(r.summary.value("status", "")),
+                       csv_text(r.summary.value("model", "")), csv_cell(d.accuracy),
+                       csv_cell(d.delta), csv_cell(d.bpb), csv_cell(d.loss), csv_cell(d.bpb_delta),
+                       csv_cell(d.ttt), csv_cell(d.wall), csv_cell(d.wan), csv_cell(d.wire),
+                       csv_cell(d.reduction), csv_cell(d.speedup), &r == &c.runs[0] ? "yes" : "",
+                       csv_text(folder(r.dir).string()));
+  }
+  return out;
+}
+
+std::string comparison_markdown(const Comparison& c) {
+  const bool lm = c.language_model;
+  std::string md = fmt::format(
+      "# Comparison of {} run(s)\n\nBaseline: `{}` (the first). Deltas, WAN reduction and speedup "
+      "are against it; speedup is on time to target when both reached it, else on wall time.\n\n",
+      c.runs.size(), c.runs[0].label);
+  const std::size_t shown = std::min(c.differing_keys.size(), kMarkdownKeys);
+  md += "| run |";
+  for (std::size_t i = 0; i < shown; ++i) md += fmt::format(" `{}` |", c.differing_keys[i]);
+  md += lm ? " status | val bpb | val loss | delta (bpb) |" : " status | accuracy | delta (pp) |";
+  md += " time to target (s) | wall (s) | WAN bytes | WAN reduction | speedup |\n|";
+  for (std::size_t i = 0; i < shown + (lm ? 10 : 9); ++i) md += "---|";
+  md += "\n";
+  const auto pct = [](const json& v) {
+    return v.is_number() ? fmt::format("{:.2f}%", 100 * v.get<double>()) : "-";
+  };
+  const auto number = [](const json& v, const char* f) {
+    return v.is_number() ? fmt::format(fmt::runtime(f), v.get<double>()) : "-";
+  };
+  for (const auto& r : c.runs) {
+    const auto d = derive(r.summary, c.runs[0].summary);
+    md += fmt::format("| {}{} |", r.label, &r == &c.runs[0] ? " (baseline)" : "");
+    for (std::size_t i = 0; i < shown; ++i)
+      md += fmt::format(" {} |", setting(r, c.differing_keys[i]));
+    md += fmt::format(" {} |", r.summary.value("status", "-"));
+    if (lm)
+      md += fmt::format(" {} | {} | {} |", number(d.bpb, "{:.3f}"), number(d.loss, "{:.4f}"),
+                        number(d.bpb_delta, "{:+.3f}"));
+    else
+      md += fmt::format(" {} | {} |", pct(d.accuracy), number(d.delta, "{:+.2f}"));
+    md += fmt::format(" {} | {} | {} | {} | {} |\n", number(d.ttt, "{:.1f}"),
+                      number(d.wall, "{:.1f}"),
+                      d.wan.is_number() ? human_bytes(d.wan.get<double>()) : "-", pct(d.reduction),
+                      number(d.speedup, "{:.2f}x"));
+  }
+  if (c.differing_keys.empty())
+    md += "\nThe runs' configs do not differ (apart from names, ports and folders).\n";
+  else if (shown < c.differing_keys.size())
+    md += fmt::format("\n{} more config keys differ; compare.csv has them all.\n",
+                      c.differing_keys.size() - shown);
+  md += fmt::format(
+      "\nPlot: `compare.png` ({} against time and against WAN payload bytes). Each run's own "
+      "report is in its folder (`run_dir` in compare.csv).\n",
+      lm ? "validation bits per byte" : "test accuracy");
+  return md;
+}
+
+int run_compare(const CompareOptions& o) {
+  const auto c = load_comparison(o.runs);
+  fs::create_directories(o.out_dir);
+  const auto md = comparison_markdown(c);
+  write_text_file(o.out_dir / "compare.md", md);
+  write_text_file(o.out_dir / "compare.csv", comparison_csv(c));
+  std::fputs(md.c_str(), o.table);
+  if (!o.plot_script.empty()) {
+    if (!fs::exists(o.python) || !fs::exists(o.plot_script)) {
+      spdlog::warn(
+          "compare: plot skipped: {} or {} is missing (scripts/bootstrap.sh installs "
+          "python3-matplotlib)",
+          o.python, o.plot_script.string());
+    } else {
+      ChildProcess plot(o.python, {o.plot_script.string(), o.out_dir.string()},
+                        o.out_dir / "plots.log");
+      const auto st = plot.wait_for(std::chrono::seconds(120));
+      if (!st || *st != 0)
+        spdlog::warn("compare: the plot script failed; see {}:\n{}",
+                     (o.out_dir / "plots.log").string(), tail_lines(o.out_dir / "plots.log", 10));
+    }
+  }
+  std::fprintf(o.log, "compare: %zu run(s); files in %s (compare.md, compare.csv%s)\n",
+               c.runs.size(), o.out_dir.string().c_str(),
+               fs::exists(o.out_dir / "compare.png") ? ", compare.png" : "");
+  return 0;
+}
+
+}  // namespace geotrain::launcher

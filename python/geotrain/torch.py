@@ -1,0 +1,389 @@
+"""geotrain for PyTorch: OuterSync, a region's leader in a few lines (docs/python.md).
+
+    sync = OuterSync(model, config="runs/<run>/config.yaml", region="us-east")
+    for step in range(sync.total_steps):
+        loss = train_step(model, opt, next(batches))   # your forward, backward, opt.step()
+        sync.step(loss=loss)                           # every H steps: the WAN exchange
+    sync.finish()
+
+Every H = worker.local_steps calls, step() pushes the region's compressed delta (local -
+global base, error feedback on) to every region's server and pulls the new global parameters
+into the model, in place: the C++ RegionSync driven by StreamingSync, exactly as in the native
+worker, with the codecs, staleness bound, overlap mode (worker.overlap: false | true | eager |
+delayed), streaming fragments (worker.fragments, worker.fragment_delay) and servers of the
+deployment config. Without overlap or fragments it only counts between rounds.
+
+Inside a region, your own torch.distributed group does the AllReduce of gradients. Build
+OuterSync on every rank of that group (process_group=...): rank 0 is the region's leader and
+talks to the servers; at each round boundary the others receive the new parameters from it by
+broadcast. Or build it on rank 0 only and broadcast yourself.
+"""
+
+import os
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from geotrain import _core
+from geotrain.metrics import MetricsLog, worker_metrics_path
+
+__all__ = ["OuterSync", "named_tensors"]
+
+
+def named_tensors(model):
+    """[(name, parameter)] of an nn.Module, an iterable of (name, tensor) pairs, or an iterable
+    of tensors (named "0", "1", ...), in order."""
+    if isinstance(model, torch.nn.Module):
+        return list(model.named_parameters())
+    items = list(model)
+    if items and isinstance(items[0], (tuple, list)):
+        return [(str(n), p) for n, p in items]
+    return [(str(i), p) for i, p in enumerate(items)]
+
+
+def _add_reports(event, reports):
+    """The exchanges merged in one round (one per round without fragments) as the round event's
+    fields, as the native worker writes them: bytes and seconds summed, the worst staleness and
+    gate wait, the last round merged."""
+    if not reports:
+        return
+    event.update({
+        "push_s": sum(r["push_s"] for r in reports),
+        "pull_s": sum(r["pull_s"] for r in reports),
+        "bytes_pushed": sum(r["bytes_pushed"] for r in reports),
+        "bytes_pulled": sum(r["bytes_pulled"] for r in reports),
+        "staleness": max(r["staleness"] for r in reports),
+        "gate_wait_s": max(r["gate_wait_s"] for r in reports),
+        "released_round": reports[-1]["released_round"],
+        "merged_round": reports[-1]["round"],
+        "exchanges": len(reports)})
+
+
+def _global_rank(group, rank):
+    if group is None:
+        return rank
+    get = getattr(dist, "get_global_rank", None) or dist.distributed_c10d._get_global_rank
+    return get(group, rank)
+
+
+class OuterSync:
+    """The WAN part of a region's training loop, wrapped around a torch model's parameters.
+
+    model      nn.Module, [(name, tensor)] or [tensor]: the parameters to synchronise. Their
+               names and sizes, in order, must be the servers' table (model.tensors, or the
+               native model the config names).
+    config     a deployment config (YAML), normally the run folder's config.yaml that
+               `geotrain serve` / `geotrain run` (worker.external: true) wrote: server
+               endpoints, routes through netsim, codecs, H, staleness, overlap, run_dir.
+    region     this region's name (one of the config's regions).
+    servers    {region: endpoint} instead of a config (then pass the other settings here).
+    Keyword arguments override the config: local_steps (H), critical (globs),
+    critical_codec, noncritical_codec, staleness_bound, overlap (False/True/"eager"/"delayed"),
+    fragments, fragment_delay, outer ({lr, momentum, nesterov}: server.optimizer), timeout_ms,
+    run_dir.
+    process_group  the region's torch.distributed group (default: the default group when one is
+               initialised); its rank 0 leads.
+    metrics    write <run_dir>/worker-<region>-0.metrics.jsonl (leader only), which `geotrain
+               serve` reads for progress, the summary and the report.
+
+    Every region must start from the same parameters (seed the model's initialisation
+    identically): the servers hold the sum of the regions' deltas from that common start.
+    """
+
+    def __init__(self, model, config=None, region=None, *, servers=None, process_group=None,
+                 metrics=True, **overrides):
+        self.region = region
+        self._named = named_tensors(model)
+        if not self._named:
+            raise ValueError("OuterSync: the model has no parameters")
+        s = self._settings(config, region, servers, overrides)
+        self.settings = s
+        self.local_steps = int(s["local_steps"])
+        self.rounds = int(s["rounds"])
+        self.total_steps = self.local_steps * self.rounds
+        self._check_table(s["tensors"])
+        self.fragments = int(s["fragments"])
+        self._delay = self._merge_delay(s)  # steps from a fragment's push to its merge
+
+        self._group = process_group
+        distributed = dist.is_available() and dist.is_initialized()
+        self.rank = dist.get_rank(process_group) if distributed else 0
+        self._group_size = dist.get_world_size(process_group) if distributed else 1
+        self.is_leader = self.rank == 0
+
+        self._flatten()
+        self._leader = None
+        self._log = None
+        self.round = 1
+        self.steps = 0
+        self._merged = []  # the exchanges merged during this round (leader)
+        self.rounds_done = 0
+        self.last_report = None
+        self._finished = False
+        self._round_compute = 0.0
+        self._round_wait = 0.0
+        self._last_step_end = time.monotonic()
+        self._start = time.monotonic()
+
+        if self.is_leader:
+            outer = {"lr": 1.0, "momentum": 0.0, "nesterov": False, **s["outer"]}
+            self._leader = _core.RegionSync(
+                [(n, int(p.numel())) for n, p in self._named], s["critical"], region,
+                s["servers"], s["critical_codec"], s["noncritical_codec"],
+                int(s["staleness_bound"]), s["overlap"], int(s["timeout_ms"]),
+                local_steps=self.local_steps, fragments=int(s["fragments"]),
+                fragment_delay=self._delay, outer_lr=float(outer["lr"]),
+                outer_momentum=float(outer["momentum"]),
+                outer_nesterov=bool(outer["nesterov"]))
+            if metrics:
+                self._log = MetricsLog(worker_metrics_path(s["run_dir"], region, 0))
+                self._log.write("start", {
+                    "region": region, "rank": 0, "world": len(s["regions"]) * self._group_size,
+                    "model": s.get("model_name", "torch"), "parameters": self.size,
+                    "batch_size": s.get("batch_size"), "local_steps": self.local_steps,
+                    "rounds": self.rounds, "critical_codec": s["critical_codec"],
+                    "noncritical_codec": s["noncritical_codec"],
+                    "overlap": s["overlap"] != "false", "overlap_mode": s["overlap"],
+                    "fragments": int(s["fragments"]), "fragment_delay": self._delay,
+                    "staleness_bound": int(s["staleness_bound"]), "frontend": "python"})
+            self._gather()
+            self.round = int(self._leader.connect(self._flat_np))
+            self._leader.copy_base(self._flat_np)
+            self._scatter()
+        if self._group_size > 1:  # every rank follows the leader's schedule from its round
+            first = torch.tensor([self.round], dtype=torch.int64)
+            dist.broadcast(first, src=_global_rank(self._group, 0), group=self._group)
+            self.round = int(first.item())
+        self._first_step = (self.round - 1) * self.local_steps  # global steps before this run
+        self._broadcast()
+
+    # -- settings -------------------------------------------------------------------------
+
+    def _settings(self, config, region, servers, overrides):
+        if region is None:
+            raise ValueError("OuterSync: region is required (one of the config's regions)")
+        if config is not None:
+            with open(config, encoding="utf-8") as f:
+                s = dict(_core.leader_settings(f.read(), str(config), region))
+        else:
+            if not servers:
+                raise ValueError("OuterSync: pass config=... or servers={region: endpoint}")
+            s = dict(region=region, regions=list(servers), tensors=[], critical=[],
+                     critical_codec="fp32", noncritical_codec="fp32", staleness_bound=0,
+                     overlap="false", fragments=1, fragment_delay=None,
+                     outer=dict(lr=1.0, momentum=0.0, nesterov=False), local_steps=1, rounds=1,
+                     timeout_ms=120000, run_dir=os.path.join("runs", "python"))
+            if region not in servers:
+                raise ValueError(f"OuterSync: region '{region}' is not in servers "
+                                 f"(allowed: {', '.join(servers)})")
+        if servers:
+            s["servers"] = list(servers.items())
+            s["regions"] = list(servers)
+        known = {"local_steps", "rounds", "critical", "critical_codec", "noncritical_codec",
+                 "staleness_bound", "overlap", "fragments", "fragment_delay", "outer",
+                 "timeout_ms", "run_dir", "model_name"}
+        for key, value in overrides.items():
+            if key not in known:
+                raise TypeError(f"OuterSync: unknown argument '{key}' "
+                                f"(allowed: {', '.join(sorted(known))})")
+            if value is not None:
+                s[key] = value
+        if isinstance(s["overlap"], bool):
+            s["overlap"] = "true" if s["overlap"] else "false"
+        s["overlap"] = str(s["overlap"])
+        if s["overlap"] not in ("false", "true", "eager", "delayed"):
+            raise ValueError(f"OuterSync: overlap is '{s['overlap']}' (allowed: False, True, "
+                             "'eager', 'delayed')")
+        for key in ("critical_codec", "noncritical_codec"):
+            _core.Codec(s[key])  # a bad spec fails here, naming what is allowed
+        return s
+
+    @staticmethod
+    def _merge_delay(s):
+        """Steps from a fragment's push to its merge, as WorkerConfig::merge_delay()."""
+        if s["fragment_delay"] is not None:
+            return int(s["fragment_delay"])
+        if s["overlap"] == "false":
+            return 0
+        return int(s["local_steps"]) // int(s["fragments"])
+
+    def _check_table(self, tensors):
+        if not tensors:
+            return  # no table in the config: the servers compare layout hashes at connect
+        mine = [(n, int(p.numel())) for n, p in self._named]
+        theirs = [(str(n), int(k)) for n, k in tensors]
+        for i, (a, b) in enumerate(zip(mine, theirs)):
+            if a != b:
+                raise ValueError(f"OuterSync: parameter {i} is {a[0]} ({a[1]} values) but the "
+                                 f"config's table has {b[0]} ({b[1]} values) there; the model's "
+                                 "named parameters must be the servers' model.tensors, in order "
+                                 "(geotrain.deployment.config_for_model writes such a config)")
+        if len(mine) != len(theirs):
+            raise ValueError(f"OuterSync: the model has {len(mine)} parameters, the config's "
+                             f"table {len(theirs)}")
+
+    # -- the flat buffer ------------------------------------------------------------------
+
+    def _flatten(self):
+        """One float32 CPU buffer in the table's order. CPU float32 parameters become views of
+        it (no copies at round boundaries); others are staged through it."""
+        params = [p for _, p in self._named]
+        self.size = sum(int(p.numel()) for p in params)
+        self._views = all(p.device.type == "cpu" and p.dtype == torch.float32 for p in params)
+        self._flat = torch.empty(self.size, dtype=torch.float32)
+        offset = 0
+        self._slices = []
+        with torch.no_grad():
+            for p in params:
+                n = int(p.numel())
+                view = self._flat[offset:offset + n]
+                view.copy_(p.detach().reshape(-1))
+                if self._views:
+                    p.data = view.view_as(p)
+                self._slices.append((offset, n))
+                offset += n
+        self._flat_np = self._flat.numpy()  # shares memory with self._flat
+
+    def _gather(self):
+        if self._views:
+            return
+        with torch.no_grad():
+            for (off, n), (_, p) in zip(self._slices, self._named):
+                self._flat[off:off + n].copy_(p.detach().reshape(-1))
+
+    def _scatter(self):
+        if self._views:
+            return
+        with torch.no_grad():
+            for (off, n), (_, p) in zip(self._slices, self._named):
+                p.copy_(self._flat[off:off + n].view_as(p))
+
+    def _broadcast(self):
+        if self._group_size <= 1:
+            return
+        self._gather()
+        dist.broadcast(self._flat, src=_global_rank(self._group, 0), group=self._group)
+        self._scatter()
+
+    # -- the loop -------------------------------------------------------------------------
+
+    def step(self, loss=None, **fields):
+        """Call once per local step, after opt.step(). Runs the exchanges due after this step
+        (StreamingSync::after_step): every local_steps calls the round boundary, where it
+        returns True; otherwise False. Without overlap the parameters then hold the new global
+        values; with overlap they are merged `fragment_delay` steps after their push (one round
+        late by default); with fragments, a fragment's exchange may also change its part of the
+        parameters between round boundaries. `loss` (a float or a tensor) and other numeric
+        fields go into the step's metrics event."""
+        now = time.monotonic()
+        compute = now - self._last_step_end
+        self._round_compute += compute
+        self.steps += 1
+        if self._log:
+            event = {"region": self.region, "rank": 0, "round": self.round, "step": self.steps,
+                     "compute_s": compute, "comm_s": 0.0}
+            if loss is not None:
+                event["loss"] = float(loss)
+            event.update({k: float(v) for k, v in fields.items()})
+            self._log.write("step", event)
+        global_step = self._first_step + self.steps  # (round - 1) * H + h + 1
+        changes = _core.changes_after(global_step, self.fragments, self.local_steps, self._delay)
+        if self._leader is not None:
+            t0 = time.monotonic()
+            if changes:
+                self._gather()
+            # Reads and writes the buffer only when something is due (`changes`); otherwise it
+            # only keeps the servers' heartbeats going.
+            self._merged += self._leader.after_step(global_step, self._flat_np)
+            if changes:
+                self._scatter()
+            self._round_wait += time.monotonic() - t0
+        if changes:
+            self._broadcast()
+        boundary = self.steps % self.local_steps == 0
+        if boundary:
+            self._boundary()
+        self._last_step_end = time.monotonic()
+        return boundary
+
+    def _boundary(self):
+        reports, self._merged = self._merged, []
+        self.last_report = reports[-1] if reports else None
+        if self._log:
+            event = {"region": self.region, "round": self.round, "steps": self.local_steps,
+                     "compute_s": self._round_compute, "comm_s": 0.0,
+                     "wait_s": self._round_wait}
+            _add_reports(event, reports)
+            self._log.write("round", event)
+        self._round_compute = 0.0
+        self._round_wait = 0.0
+        self.round += 1
+        self.rounds_done += 1
+
+    def log_eval(self, **fields):
+        """Records an evaluation: test_accuracy / test_loss (classifiers) or val_loss / val_bpb
+        / val_accuracy (language models), as the native worker's `eval` event."""
+        if self._log:
+            event = {"region": self.region, "round": self.round - 1, "step": self.steps}
+            event.update({k: float(v) for k, v in fields.items()})
+            self._log.write("eval", event)
+
+    def finish(self, **final_eval):
+        """The end of training (StreamingSync::finish): with overlap, waits for the exchanges in
+        flight and merges them; with fragments, exchanges (blocking) every fragment whose last
+        push is older than the last step, so every region ends on the global values. Logs the
+        final evaluation (fields as log_eval) and the `done` event, and writes the final
+        parameters to <run_dir>/params-<region>.f32. Idempotent."""
+        if self._finished:
+            return
+        self._finished = True
+        if self._leader is not None:
+            t0 = time.monotonic()
+            self._gather()
+            reports = self._merged + self._leader.finish(self._first_step + self.steps,
+                                                         self._flat_np)
+            self._merged = []
+            self._scatter()
+            if reports:
+                self.last_report = reports[-1]
+            if reports and self._log:
+                event = {"region": self.region, "round": reports[-1]["round"], "steps": 0,
+                         "compute_s": 0.0, "comm_s": 0.0, "wait_s": time.monotonic() - t0}
+                _add_reports(event, reports)
+                self._log.write("round", event)
+        self._broadcast()
+        if self._log:
+            if final_eval:
+                self.log_eval(**final_eval)
+            done = {"region": self.region, "rank": 0, "rounds": self.rounds_done,
+                    "steps": self.steps, "skipped_steps": 0,
+                    "wall_s": time.monotonic() - self._start}
+            for key in ("test_accuracy", "val_bpb", "val_loss"):
+                if key in final_eval:
+                    done["final_" + key] = float(final_eval[key])
+            self._log.write("done", done)
+            self._log.close()
+            path = os.path.join(self.settings["run_dir"], f"params-{self.region}.f32")
+            self._gather()
+            self._flat_np.tofile(path)
+
+    def close(self):
+        """Drops the connections (after finish())."""
+        self._leader = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            self.finish()
+        self.close()
+        return False
+
+    @property
+    def parameters(self):
+        """The flat float32 CPU tensor in the table's order (the parameters' storage when they
+        are CPU float32)."""
+        return self._flat

@@ -1,0 +1,370 @@
+// geotrain.RegionSync: a region leader's link to every region's server, binding
+// worker/region_sync.hpp, driven by worker/streaming_sync.hpp (overlap modes, fragments) as in
+// the native trainer, plus the deployment config as the native worker reads it
+// (worker/config.hpp), so that a Python leader and a C++ leader of the same config talk to the
+// same servers with the same settings.
+//
+// Owns its ZeroMQ context, the parameter table's layout and the RegionSync; calls block on the
+// network with the GIL released. One Python thread at a time per object.
+#include <fmt/format.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <yaml-cpp/yaml.h>
+#include <zmq.hpp>
+
+#include <filesystem>
+#include <memory>
+#include <optional>
+
+#include "buffers.hpp"
+#include "core/param_table.hpp"
+#include "models/model_spec.hpp"
+#include "worker/config.hpp"
+#include "worker/overlap_merge.hpp"
+#include "worker/region_sync.hpp"
+#include "worker/streaming_sync.hpp"
+
+namespace geotrain::python {
+
+namespace {
+
+using worker::OverlapMode;
+using worker::RegionSync;
+using worker::RoundReport;
+using worker::StreamingConfig;
+using worker::StreamingSync;
+using worker::SyncConfig;
+
+py::dict report_dict(const RoundReport& r) {
+  py::dict d;
+  d["round"] = r.round;
+  d["fragment"] = r.fragment;
+  d["bytes_pushed"] = r.bytes_pushed;
+  d["bytes_pulled"] = r.bytes_pulled;
+  d["push_s"] = r.push_seconds;
+  d["pull_s"] = r.pull_seconds;
+  d["staleness"] = r.max_staleness;
+  d["gate_wait_s"] = double(r.gate_wait_us) / 1e6;
+  d["released_round"] = r.released_round;
+  return d;
+}
+
+py::list report_list(const std::vector<RoundReport>& reports) {
+  py::list out;
+  for (const auto& r : reports) out.append(report_dict(r));
+  return out;
+}
+
+// One leader's state. Members are destroyed in reverse: the streaming thread first, then the
+// RegionSync (closing its sockets), the table it borrows, and last the context.
+class RegionLeader {
+ public:
+  RegionLeader(const std::vector<TensorSpec>& tensors, const std::vector<std::string>& critical,
+               SyncConfig config, StreamingConfig streaming)
+      : table_(tensors, critical),
+        sync_(std::make_unique<RegionSync>(table_, std::move(config), context_)),
+        streaming_config_(streaming) {}
+
+  ~RegionLeader() {
+    py::gil_scoped_release nogil;  // the streaming thread may be finishing an exchange
+    streaming_.reset();
+    sync_.reset();
+  }
+
+  uint64_t connect(const py::handle& origin) {
+    if (!origin.is_none()) {
+      auto v = float_view(origin, false, "origin");
+      sync_->set_origin(v.span);
+    }
+    uint64_t next;
+    {
+      py::gil_scoped_release nogil;
+      next = sync_->connect();
+    }
+    // InputError (ValueError) for a delay beyond H or fragments that are not the servers'.
+    streaming_ = std::make_unique<StreamingSync>(*sync_, streaming_config_);
+    return next;
+  }
+
+  // After local step `step` (1-based over the whole run), in place on `local` (the flat
+  // parameters): StreamingSync::after_step. Returns the reports of the exchanges merged.
+  py::list after_step(uint64_t step, const py::handle& local) {
+    require_connected();
+    auto v = float_view(local, true, "local");
+    std::vector<RoundReport> reports;
+    {
+      py::gil_scoped_release nogil;
+      reports = streaming_->after_step(step, v.span);
+      if (!streaming_->background()) sync_->keep_alive();  // else its thread heartbeats
+    }
+    return report_list(reports);
+  }
+
+  py::list finish(uint64_t last_step, const py::handle& local) {
+    require_connected();
+    auto v = float_view(local, true, "local");
+    std::vector<RoundReport> reports;
+    {
+      py::gil_scoped_release nogil;
+      reports = streaming_->finish(last_step, v.span);
+    }
+    return report_list(reports);
+  }
+
+  void copy_base(const py::handle& out) {
+    auto v = float_view(out, true, "out");
+    const auto base = sync_->base();
+    if (v.span.size() != base.size())
+      throw py::value_error(fmt::format("out has {} elements, the table has {}", v.span.size(),
+                                        base.size()));
+    std::copy(base.begin(), base.end(), v.span.begin());
+  }
+
+  const ParamTable& table() const { return table_; }
+  uint64_t next_round() const { return sync_->next_round(); }
+  const StreamingConfig& streaming() const { return streaming_config_; }
+
+ private:
+  void require_connected() const {
+    if (!streaming_) throw py::value_error("RegionSync: connect() first");
+  }
+
+  zmq::context_t context_;
+  ParamTable table_;
+  std::unique_ptr<RegionSync> sync_;
+  StreamingConfig streaming_config_;
+  std::unique_ptr<StreamingSync> streaming_;
+};
+
+// Whether the leader's exchanges change the parameters after local step `step`: a fragment is
+// due, or a merge `delay` steps after one (what the other ranks of a region broadcast on).
+bool changes_after(uint64_t step, uint32_t fragments, uint32_t local_steps, uint32_t delay) {
+  for (uint32_t p = 0; p < fragments; ++p)
+    if (StreamingSync::due(step, p, fragments, local_steps) ||
+        (delay > 0 && step > delay && StreamingSync::due(step - delay, p, fragments, local_steps)))
+      return true;
+  return false;
+}
+
+// What a leader of `region` needs from a deployment config, as the native worker reads it.
+py::dict leader_settings(const std::string& yaml_text, const std::string& source,
+                         const std::string& region) {
+  const auto c = worker::parse_worker_config(yaml_text, source);
+  c.region_index(region);  // InputError naming the allowed regions
+  py::dict d;
+  d["region"] = region;
+  d["regions"] = c.regions;
+  py::list servers;
+  for (const auto& r : c.regions) servers.append(py::make_tuple(r, c.server_endpoint(region, r)));
+  d["servers"] = servers;
+  py::list tensors;
+  // The servers' table: model.tensors, or the tensors of the native model the config names
+  // (a torch model with geotrain's names, like examples/torch_gpt_kjv.py's GPT).
+  std::vector<TensorSpec> specs = c.model.tensors;
+  if (specs.empty() && (c.model.kind != "mlp" || !c.model.arch.empty()))
+    specs = models::model_tensor_specs(c.model);
+  for (const auto& t : specs) tensors.append(py::make_tuple(t.name, t.size));
+  d["tensors"] = tensors;
+  d["critical"] = c.model.critical;
+  d["critical_codec"] = c.critical_codec;
+  d["noncritical_codec"] = c.noncritical_codec;
+  d["staleness_bound"] = c.staleness_bound;
+  d["overlap"] = std::string(worker::overlap_mode_name(c.overlap_mode));  // false|true|eager|...
+  d["fragments"] = c.fragments;
+  // As written (None: the default, H / P with overlap, 0 without; OuterSync derives it).
+  d["fragment_delay"] = c.fragment_delay ? py::object(py::int_(*c.fragment_delay)) : py::none();
+  py::dict outer;  // server.optimizer, which the eager and delayed merges predict
+  outer["lr"] = c.outer.lr;
+  outer["momentum"] = c.outer.momentum;
+  outer["nesterov"] = c.outer.nesterov;
+  d["outer"] = outer;
+  d["local_steps"] = c.local_steps;
+  d["rounds"] = c.rounds;
+  d["workers_per_region"] = c.workers_per_region;
+  d["batch_size"] = c.batch_size;
+  d["lr"] = c.lr;
+  d["seed"] = c.seed;
+  d["eval_every"] = c.eval_every;
+  d["timeout_ms"] = c.timeout.count();
+  d["run_dir"] = c.run_dir.string();
+  d["external"] = c.external;
+  // The local training settings, for a Python loop that wants to train like the native worker.
+  py::dict opt;
+  opt["kind"] = c.optimizer.kind == worker::OptimizerKind::kSgd ? "sgd" : "adamw";
+  opt["momentum"] = c.optimizer.momentum;
+  opt["nesterov"] = c.optimizer.nesterov;
+  opt["weight_decay"] = c.optimizer.weight_decay;
+  opt["beta1"] = c.optimizer.beta1;
+  opt["beta2"] = c.optimizer.beta2;
+  opt["eps"] = c.optimizer.eps;
+  opt["no_decay"] = c.optimizer.no_decay;
+  d["optimizer"] = opt;
+  d["warmup_steps"] = c.warmup_steps;
+  d["lr_decay"] = c.decay == worker::LrDecay::kCosine ? "cosine" : "constant";
+  d["min_lr"] = c.min_lr;
+  d["max_grad_norm"] = c.max_grad_norm;
+  py::dict data;
+  data["kind"] = c.data.kind;
+  data["path"] = c.data.path.string();
+  data["validation_fraction"] = c.data.validation_fraction;
+  data["eval_windows"] = c.data.eval_windows;
+  d["data"] = data;
+  return d;
+}
+
+// `yaml_text` with model.tensors (and model.critical, when given) replaced: the table of a model
+// that only the Python side knows, for the servers.
+// A relative run.wan_profile is made absolute against `config_dir` (the original's folder), so
+// the result can be written anywhere.
+std::string with_model_tensors(const std::string& yaml_text,
+                               const std::vector<std::pair<std::string, uint64_t>>& tensors,
+                               const std::optional<std::vector<std::string>>& critical,
+                               const std::string& config_dir) {
+  YAML::Node root = YAML::Load(yaml_text);
+  if (!root.IsMap()) throw py::value_error("the config is not a YAML mapping");
+  if (auto run = root["run"]; run && run.IsMap() && run["wan_profile"] && !config_dir.empty()) {
+    std::filesystem::path p = run["wan_profile"].as<std::string>();
+    if (p.is_relative()) run["wan_profile"] = (std::filesystem::path(config_dir) / p).string();
+  }
+  YAML::Node model = root["model"];
+  if (!model || !model.IsMap()) model = YAML::Node(YAML::NodeType::Map);
+  for (const char* key : {"arch", "kind", "preset", "vocab", "d_model", "layers", "heads",
+                          "seq_len", "mlp_ratio"})
+    model.remove(key);
+  YAML::Node list(YAML::NodeType::Sequence);
+  for (const auto& [name, size] : tensors) {
+    YAML::Node t(YAML::NodeType::Map);
+    t.SetStyle(YAML::EmitterStyle::Flow);
+    t["name"] = name;
+    t["size"] = size;
+    list.push_back(t);
+  }
+  model["tensors"] = list;
+  if (critical) {
+    YAML::Node globs(YAML::NodeType::Sequence);
+    globs.SetStyle(YAML::EmitterStyle::Flow);
+    for (const auto& g : *critical) globs.push_back(g);
+    model["critical"] = globs;
+  }
+  root["model"] = model;
+  YAML::Emitter out;
+  out << root;
+  return std::string(out.c_str()) + "\n";
+}
+
+}  // namespace
+
+void bind_sync(py::module_& m) {
+  py::class_<RegionLeader>(m, "RegionSync", R"doc(
+A region leader's exchange with every region's server: the C++ RegionSync, driven by
+StreamingSync as in the native trainer (worker.overlap modes, worker.fragments). Parameters are
+one flat float32 array in the table's order. Usually used through geotrain.torch.OuterSync.
+
+  tensors   [(name, size), ...]: the table, as the servers' model.tensors
+  critical  globs of the tensors exchanged synchronously (model.critical)
+  region    this region's name; servers: [(region, endpoint), ...] for every region
+  critical_codec, noncritical_codec: codec specs (error feedback always on)
+  staleness_bound: rounds this region may run ahead of the slowest (server.staleness_bound)
+  local_steps: H; overlap: False/True/"false"/"true"/"eager"/"delayed" (worker.overlap)
+  fragments: P (worker.fragments, must match the servers'); fragment_delay: steps from a
+             fragment's push to its merge (None: H / P with overlap, 0 without)
+  outer_lr, outer_momentum, outer_nesterov: the servers' outer optimizer (server.optimizer),
+             which the eager and delayed merges predict
+)doc")
+      .def(py::init([](const std::vector<std::pair<std::string, uint64_t>>& tensors,
+                       const std::vector<std::string>& critical, const std::string& region,
+                       const std::vector<std::pair<std::string, std::string>>& servers,
+                       const std::string& critical_codec, const std::string& noncritical_codec,
+                       uint32_t staleness_bound, const py::object& overlap, int64_t timeout_ms,
+                       uint32_t local_steps, uint32_t fragments,
+                       std::optional<uint32_t> fragment_delay, float outer_lr,
+                       float outer_momentum, bool outer_nesterov) {
+             if (local_steps < 1 || fragments < 1)
+               throw py::value_error(fmt::format(
+                   "local_steps is {} and fragments {}: both must be at least 1", local_steps,
+                   fragments));
+             std::vector<TensorSpec> specs;
+             for (const auto& [name, size] : tensors) specs.push_back({name, size});
+             SyncConfig c;
+             c.region = region;
+             for (const auto& [r, endpoint] : servers) {
+               SyncConfig::Server server;
+               server.region = r;
+               server.endpoint = endpoint;
+               c.servers.push_back(std::move(server));
+             }
+             c.critical_codec = critical_codec;
+             c.noncritical_codec = noncritical_codec;
+             c.staleness_bound = staleness_bound;
+             c.fragments = fragments;
+             c.timeout = std::chrono::milliseconds(timeout_ms);
+             // The schedule as the native worker derives it from its config (merge_delay()).
+             worker::WorkerConfig w;
+             w.overlap_mode = py::isinstance<py::bool_>(overlap)
+                                  ? (overlap.cast<bool>() ? OverlapMode::carry : OverlapMode::off)
+                                  : worker::parse_overlap_mode(py::str(overlap).cast<std::string>());
+             w.local_steps = local_steps;
+             w.fragments = fragments;
+             w.fragment_delay = fragment_delay;
+             StreamingConfig stc;
+             stc.local_steps = local_steps;
+             stc.fragments = fragments;
+             stc.delay = w.merge_delay();
+             stc.mode = w.overlap_mode;
+             stc.outer = {outer_lr, outer_momentum, outer_nesterov};
+             stc.regions = static_cast<uint32_t>(servers.size());
+             return std::make_unique<RegionLeader>(specs, critical, std::move(c), stc);
+           }),
+           py::arg("tensors"), py::arg("critical"), py::arg("region"), py::arg("servers"),
+           py::arg("critical_codec") = "fp32", py::arg("noncritical_codec") = "fp32",
+           py::arg("staleness_bound") = 0, py::arg("overlap") = false,
+           py::arg("timeout_ms") = 120000, py::arg("local_steps") = 1, py::arg("fragments") = 1,
+           py::arg("fragment_delay") = py::none(), py::arg("outer_lr") = 1.0f,
+           py::arg("outer_momentum") = 0.0f, py::arg("outer_nesterov") = false)
+      .def("connect", &RegionLeader::connect, py::arg("origin") = py::none(),
+           "register with every server and pull the global values; origin: the common initial "
+           "parameters (the servers hold the sum of deltas from it). Returns the next round")
+      .def("after_step", &RegionLeader::after_step, py::arg("step"), py::arg("local"),
+           "after local step `step` (1-based over the run: (round - 1) * H + h + 1), in place on "
+           "the flat parameters: merges the exchanges due, starts the fragments due; returns "
+           "the merged exchanges' reports (a list of dicts, often empty)")
+      .def("finish", &RegionLeader::finish, py::arg("last_step"), py::arg("local"),
+           "the end of training after `last_step`: merges what is in flight and exchanges every "
+           "fragment pushed before the last step; returns the reports merged")
+      .def("copy_base", &RegionLeader::copy_base, py::arg("out"),
+           "out[:] = the newest global parameters this region has received")
+      .def_property_readonly("next_round", &RegionLeader::next_round)
+      .def_property_readonly(
+          "overlap",
+          [](const RegionLeader& l) {
+            return std::string(worker::overlap_mode_name(l.streaming().mode));
+          })
+      .def_property_readonly("fragments",
+                             [](const RegionLeader& l) { return l.streaming().fragments; })
+      .def_property_readonly("fragment_delay",
+                             [](const RegionLeader& l) { return l.streaming().delay; })
+      .def_property_readonly(
+          "layout_hash", [](const RegionLeader& l) { return l.table().layout_hash(); })
+      .def_property_readonly("size",
+                             [](const RegionLeader& l) { return l.table().total_elements(); })
+      .def_property_readonly("tensors", [](const RegionLeader& l) {
+        py::list out;
+        for (const auto& t : l.table().tensors())
+          out.append(py::make_tuple(t.name, t.offset, t.size, t.critical));
+        return out;
+      });
+
+  m.def("leader_settings", &leader_settings, py::arg("yaml_text"), py::arg("source"),
+        py::arg("region"),
+        "what a region's leader reads from a deployment config, parsed by the native worker's "
+        "parser (same keys, defaults and errors)");
+  m.def("with_model_tensors", &with_model_tensors, py::arg("yaml_text"), py::arg("tensors"),
+        py::arg("critical") = py::none(), py::arg("config_dir") = "",
+        "the config text with model.tensors set to [(name, size), ...] (and model.critical)");
+  m.def("changes_after", &changes_after, py::arg("step"), py::arg("fragments"),
+        py::arg("local_steps"), py::arg("delay"),
+        "whether a leader's exchanges change the parameters after local step `step` (a fragment "
+        "due, or merged `delay` steps after one): when a region's other ranks take a broadcast");
+}
+
+}  // namespace geotrain::python

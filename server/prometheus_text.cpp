@@ -1,0 +1,257 @@
+#include "server/prometheus_text.hpp"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <string_view>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "core/version.hpp"
+
+namespace geotrain::server {
+
+namespace {
+
+using Labels = std::vector<std::pair<std::string, std::string>>;
+
+// One metric family at a time: its # HELP and # TYPE lines, then its samples.
+class Exposition {
+ public:
+  void family(std::string_view name, std::string_view type, std::string_view help) {
+    text_ += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+  }
+  void sample(std::string_view name, const Labels& labels, const std::string& value) {
+    text_ += name;
+    if (!labels.empty()) {
+      text_ += '{';
+      for (size_t i = 0; i < labels.size(); ++i)
+        text_ += fmt::format("{}{}=\"{}\"", i ? "," : "", labels[i].first,
+                             prometheus_label_value(labels[i].second));
+      text_ += '}';
+    }
+    text_ += ' ';
+    text_ += value;
+    text_ += '\n';
+  }
+  std::string take() { return std::move(text_); }
+
+ private:
+  std::string text_;
+};
+
+// Integers exactly (a uint64 counter beyond 2^53 keeps its digits); other numbers as doubles.
+std::string number(const nlohmann::json& v) {
+  if (v.is_number_unsigned()) return std::to_string(v.get<uint64_t>());
+  if (v.is_number_integer()) return std::to_string(v.get<int64_t>());
+  if (v.is_boolean()) return v.get<bool>() ? "1" : "0";
+  if (v.is_number()) return fmt::format("{}", v.get<double>());
+  return "NaN";
+}
+
+std::string number(double v) { return fmt::format("{}", v); }
+
+Labels with(Labels labels, std::string key, std::string value) {
+  labels.emplace_back(std::move(key), std::move(value));
+  return labels;
+}
+
+// Per-region counters of ServerMetrics::snapshot(): JSON key, metric name, type, help.
+struct RegionCounter {
+  const char* key;
+  const char* name;
+  const char* help;
+};
+constexpr RegionCounter kRegionCounters[] = {
+    {"pushes", "geotrain_pushes_total", "Pushes accepted from the region."},
+    {"pulls", "geotrain_pulls_total", "Pulls answered to the region."},
+    {"bytes_in", "geotrain_received_bytes_total",
+     "Payload bytes of the pushes accepted from the region."},
+    {"bytes_out", "geotrain_sent_bytes_total", "Payload bytes of the pulls sent to the region."},
+    {"errors", "geotrain_error_replies_total", "Error replies sent to the region."},
+    {"gate_waits", "geotrain_gate_waits_total",
+     "Pushes of the region that waited at the staleness gate."},
+};
+
+}  // namespace
+
+std::string prometheus_label_value(const std::string& value) {
+  std::string out;
+  out.reserve(value.size());
+  for (char c : value) {
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '"')
+      out += "\\\"";
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
+  }
+  return out;
+}
+
+ProcessStats read_process_stats() {
+  ProcessStats p;
+  const long page = sysconf(_SC_PAGESIZE);
+  const long ticks = sysconf(_SC_CLK_TCK);
+  if (std::ifstream statm("/proc/self/statm"); statm) {
+    double size = 0, resident = 0;
+    if (statm >> size >> resident) {
+      p.virtual_bytes = size * double(page);
+      p.resident_bytes = resident * double(page);
+    }
+  }
+  if (std::ifstream stat("/proc/self/stat"); stat && ticks > 0) {
+    std::string line;
+    std::getline(stat, line);
+    // Fields after the command name (which may hold spaces, hence the last ')'): state is
+    // field 3, utime 14, stime 15, starttime 22 (clock ticks after boot).
+    const auto close = line.rfind(')');
+    if (close != std::string::npos) {
+      std::istringstream rest(line.substr(close + 2));
+      std::vector<std::string> f{std::istream_iterator<std::string>(rest), {}};
+      if (f.size() > 19) {
+        p.cpu_seconds = (std::stod(f[11]) + std::stod(f[12])) / double(ticks);
+        if (std::ifstream boot("/proc/stat"); boot) {
+          std::string key;
+          double btime = 0;
+          while (boot >> key)
+            if (key == "btime" && boot >> btime) {
+              p.start_time_seconds = btime + std::stod(f[19]) / double(ticks);
+              break;
+            }
+        }
+      }
+    }
+  }
+  std::error_code ec;
+  double fds = 0;
+  for (std::filesystem::directory_iterator it("/proc/self/fd", ec), end; !ec && it != end;
+       it.increment(ec))
+    ++fds;
+  if (!ec && fds > 0) p.open_fds = fds;
+  return p;
+}
+
+std::string prometheus_text(const nlohmann::json& stats, const ProcessStats& process) {
+  Exposition out;
+  const Labels server{{"server", stats.value("server", std::string())}};
+  const auto& regions =
+      stats.contains("regions") ? stats["regions"] : nlohmann::json::object();
+
+  out.family("geotrain_server_info", "gauge", "Always 1; labels name the server and version.");
+  out.sample("geotrain_server_info", with(server, "version", kVersion), "1");
+  out.family("geotrain_rounds_released_total", "counter",
+             "Rounds released, summed over the server's shards.");
+  out.sample("geotrain_rounds_released_total", server,
+             number(stats.value("applied_rounds", nlohmann::json(0))));
+  out.family("geotrain_parked_requests", "gauge",
+             "Requests waiting at the server (the staleness gate, unreleased rounds).");
+  out.sample("geotrain_parked_requests", server,
+             number(stats.value("parked", nlohmann::json(0))));
+
+  uint64_t live = 0;
+  for (const auto& [name, r] : regions.items())
+    if (r.value("live", false)) ++live;
+  out.family("geotrain_regions_live", "gauge", "Regions the server counts as live.");
+  out.sample("geotrain_regions_live", server, std::to_string(live));
+  out.family("geotrain_region_live", "gauge", "1 if the server counts the region as live.");
+  for (const auto& [name, r] : regions.items())
+    out.sample("geotrain_region_live", with(server, "region", name),
+               r.value("live", false) ? "1" : "0");
+  out.family("geotrain_region_registered", "gauge",
+             "1 if the region's leader is registered with the server.");
+  for (const auto& [name, r] : regions.items())
+    out.sample("geotrain_region_registered", with(server, "region", name),
+               r.value("registered", false) ? "1" : "0");
+
+  for (const auto& c : kRegionCounters) {
+    out.family(c.name, "counter", c.help);
+    for (const auto& [name, r] : regions.items())
+      if (r.contains(c.key)) out.sample(c.name, with(server, "region", name), number(r[c.key]));
+  }
+  out.family("geotrain_gate_wait_seconds_total", "counter",
+             "Time the region's pushes waited at the staleness gate.");
+  for (const auto& [name, r] : regions.items())
+    if (r.contains("gate_wait_us"))
+      out.sample("geotrain_gate_wait_seconds_total", with(server, "region", name),
+                 number(r["gate_wait_us"].get<double>() / 1e6));
+
+  // The staleness histogram: bucket tau of the snapshot counts pushes of staleness tau (0..s).
+  out.family("geotrain_push_staleness", "histogram",
+             "Staleness (rounds behind the newest) of the region's accepted pushes.");
+  for (const auto& [name, r] : regions.items()) {
+    if (!r.contains("staleness_histogram")) continue;
+    const auto labels = with(server, "region", name);
+    uint64_t cumulative = 0, sum = 0;
+    const auto& h = r["staleness_histogram"];
+    for (size_t tau = 0; tau < h.size(); ++tau) {
+      const auto n = h[tau].get<uint64_t>();
+      cumulative += n;
+      sum += n * tau;
+      out.sample("geotrain_push_staleness_bucket", with(labels, "le", std::to_string(tau)),
+                 std::to_string(cumulative));
+    }
+    out.sample("geotrain_push_staleness_bucket", with(labels, "le", "+Inf"),
+               std::to_string(cumulative));
+    out.sample("geotrain_push_staleness_sum", labels, std::to_string(sum));
+    out.sample("geotrain_push_staleness_count", labels, std::to_string(cumulative));
+  }
+
+  if (stats.contains("shards")) {
+    const auto& shards = stats["shards"];
+    out.family("geotrain_shard_version", "gauge", "Version of the shard's values.");
+    for (const auto& s : shards)
+      out.sample("geotrain_shard_version", with(server, "shard", number(s["id"])),
+                 number(s["version"]));
+    out.family("geotrain_shard_released_round", "gauge", "Newest round the shard released.");
+    for (const auto& s : shards)
+      out.sample("geotrain_shard_released_round", with(server, "shard", number(s["id"])),
+                 number(s["released_round"]));
+  }
+
+  if (stats.contains("curve")) {
+    const auto& c = stats["curve"];
+    const std::pair<const char*, const char*> counters[] = {
+        {"accepted", "CURVE connections whose client key was admitted."},
+        {"refused_key", "CURVE connections refused for an unknown client key."},
+        {"failed_handshakes", "CURVE handshakes that failed."}};
+    for (const auto& [key, help] : counters) {
+      if (!c.contains(key)) continue;
+      const auto name = fmt::format("geotrain_curve_{}_total", key);
+      out.family(name, "counter", help);
+      out.sample(name, server, number(c[key]));
+    }
+    if (c.contains("connections_open")) {
+      out.family("geotrain_curve_connections_open", "gauge", "CURVE connections open now.");
+      out.sample("geotrain_curve_connections_open", server, number(c["connections_open"]));
+    }
+  }
+
+  // The standard process metrics of Prometheus client libraries (no server label: they are the
+  // process's, and a scrape's `instance` names it).
+  const std::tuple<const std::optional<double>&, const char*, const char*, const char*> proc[] = {
+      {process.resident_bytes, "process_resident_memory_bytes", "gauge",
+       "Resident memory size in bytes."},
+      {process.virtual_bytes, "process_virtual_memory_bytes", "gauge",
+       "Virtual memory size in bytes."},
+      {process.cpu_seconds, "process_cpu_seconds_total", "counter",
+       "Total user and system CPU time spent in seconds."},
+      {process.open_fds, "process_open_fds", "gauge", "Number of open file descriptors."},
+      {process.start_time_seconds, "process_start_time_seconds", "gauge",
+       "Start time of the process since unix epoch in seconds."}};
+  for (const auto& [value, name, type, help] : proc) {
+    if (!value) continue;
+    out.family(name, type, help);
+    out.sample(name, {}, number(*value));
+  }
+  return out.take();
+}
+
+}  // namespace geotrain::server

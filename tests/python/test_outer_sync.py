@@ -1,0 +1,137 @@
+"""geotrain.torch.OuterSync against real servers (`geotrain serve`, worker.external: true, with
+netsim between the regions): two regions, closed-form parameter values after each round, the
+run folder the launcher summarizes, and the errors a user meets first."""
+
+import json
+import os
+import tempfile
+import threading
+import unittest
+
+import _support
+
+geotrain = _support.import_geotrain()
+torch = _support.import_torch()
+if torch is None:
+    _support.skip("torch is not installed (scripts/bootstrap.sh installs python3-torch)")
+BINARY = _support.binary()
+
+from geotrain.deployment import config_for_model, serve  # noqa: E402
+from geotrain.torch import OuterSync  # noqa: E402
+
+BASE = """
+regions: [a, b]
+server:
+  staleness_bound: 0
+  optimizer: {{lr: 1.0, momentum: 0.0}}
+  heartbeat_ms: 200
+  dead_after_ms: 30000
+worker:
+  local_steps: 2
+  rounds: 3
+  critical_codec: fp32
+  noncritical_codec: {noncritical}
+  overlap: {overlap}
+run:
+  name: outer-sync
+  wan_profile: {wan}
+  plots: false
+  progress_interval_s: 1
+"""
+
+
+def tiny_model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
+
+
+class TwoRegions(unittest.TestCase):
+    def start(self, tmp, overlap=False, noncritical="fp32", critical=("*",)):
+        # Critical tensors are combined synchronously: each round's global step is exactly the
+        # mean of the regions' deltas. (Non-critical ones apply on arrival: no closed form.)
+        critical = list(critical)
+        base = os.path.join(tmp, "base.yaml")
+        with open(base, "w") as f:
+            f.write(BASE.format(overlap=str(overlap).lower(), noncritical=noncritical,
+                                wan=os.path.join(_support.source_dir(), "configs/wan/lan.yaml")))
+        config = config_for_model(base, tiny_model().named_parameters(),
+                                  os.path.join(tmp, "config.yaml"), critical=critical)
+        log = open(os.path.join(tmp, "serve.log"), "w")
+        self.addCleanup(log.close)
+        servers = serve(config, out=os.path.join(tmp, "runs"), binary=BINARY, stdout=log)
+        self.addCleanup(servers.stop)
+        return servers
+
+    def run_region(self, servers, region, increment, results):
+        model = tiny_model()
+        start = [p.detach().clone() for p in model.parameters()]
+        sync = OuterSync(model, config=servers.config, region=region)
+        history = []
+        for _ in range(sync.total_steps):
+            with torch.no_grad():
+                for p in model.parameters():
+                    p.add_(increment)  # the "local optimizer": a known delta per step
+            if sync.step(loss=1.0 / (1 + sync.steps)):
+                history.append([(p - s).mean().item() for p, s in
+                                zip(model.parameters(), start)])
+        sync.finish(test_accuracy=0.5)
+        results[region] = history
+
+    def run_both(self, servers):
+        results, errors = {}, []
+
+        def target(region, inc):
+            try:
+                self.run_region(servers, region, inc, results)
+            except Exception as e:  # reported below, not lost in the thread
+                errors.append(e)
+
+        threads = [threading.Thread(target=target, args=(r, inc)) for r, inc in (("a", 1.0),
+                                                                                 ("b", 3.0))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        self.assertEqual(errors, [])
+        return results
+
+    def test_each_round_both_regions_hold_the_mean_of_their_deltas(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            servers = self.start(tmp)
+            results = self.run_both(servers)
+            # H = 2 steps of +1 (a) and +3 (b): the global step is the mean, +4 per round.
+            for region in ("a", "b"):
+                self.assertEqual(results[region], [[4.0] * 4, [8.0] * 4, [12.0] * 4], region)
+            self.assertEqual(servers.wait(60), 0)
+            with open(os.path.join(servers.run_dir, "summary.json")) as f:
+                summary = json.load(f)
+            self.assertEqual(summary["status"], "completed")
+            self.assertEqual(summary["rounds"], 3)
+            self.assertAlmostEqual(summary["final_test_accuracy"], 0.5)
+            self.assertGreater(summary["wan_wire_bytes_total"], 0)  # netsim carried the WAN
+            self.assertTrue(os.path.exists(os.path.join(servers.run_dir, "report.md")))
+            self.assertTrue(os.path.exists(os.path.join(servers.run_dir, "params-a.f32")))
+
+    def test_overlap_merges_one_round_late(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            servers = self.start(tmp, overlap=True, critical=["0.*", "1.*"])
+            results = self.run_both(servers)
+            # Round 1's exchange runs behind round 2's steps and is merged at round 2's end:
+            # local = base_new + (local - snapshot). Region a: +2 (round 2) on top of +4 global.
+            for region, expected in (("a", [2.0, 6.0]), ("b", [6.0, 10.0])):
+                for got, want in zip(results[region][:2], expected):
+                    for value in got:
+                        self.assertAlmostEqual(value, want, places=4, msg=region)
+            self.assertEqual(servers.wait(60), 0)
+
+    def test_a_model_that_is_not_the_servers_table_is_refused_before_connecting(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            servers = self.start(tmp)
+            with self.assertRaisesRegex(ValueError, "parameter 0 is weight"):
+                OuterSync(torch.nn.Linear(4, 3), config=servers.config, region="a")
+            with self.assertRaisesRegex(ValueError, "allowed: a, b"):
+                OuterSync(tiny_model(), config=servers.config, region="c")
+
+
+if __name__ == "__main__":
+    unittest.main()

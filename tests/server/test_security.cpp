@@ -1,0 +1,311 @@
+// CURVE on the server's socket (issue 13, item 1) and the limits that bound a misbehaving peer
+// (item 6): refused clients, the log lines that say so, and a legitimate client that keeps
+// being served.
+#include <doctest/doctest.h>
+#include <netinet/in.h>
+#include <spdlog/sinks/ringbuffer_sink.h>
+#include <spdlog/spdlog.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <fstream>
+
+#include "tests/server/server_fixture.hpp"
+#include "wire/curve_keys.hpp"
+
+using namespace geotrain;
+using namespace geotrain::test;
+
+namespace {
+
+// The server of region a on tcp loopback, its own context and thread, CURVE on or off.
+class TcpServer {
+ public:
+  TcpServer(const server::ServerConfig& config) {
+    server::ServerOptions options;
+    options.endpoint = "tcp://127.0.0.1:0";
+    options.poll = 5ms;
+    server_ = std::make_unique<server::ParamServer>(config, 0, context_, options);
+    endpoint_ = server_->endpoint();
+    hash_ = server_->table_hash();
+    thread_ = std::jthread([this](std::stop_token st) { server_->run(st); });
+  }
+  ~TcpServer() {
+    thread_.request_stop();
+    thread_.join();
+  }
+  wire::Client client(const wire::ChannelOptions& options = {}) {
+    return wire::Client(wire::connect_dealer(context_, endpoint_, options));
+  }
+  const std::string& endpoint() const { return endpoint_; }
+  uint64_t table_hash() const { return hash_; }
+  int port() const { return std::stoi(endpoint_.substr(endpoint_.rfind(':') + 1)); }
+
+ private:
+  zmq::context_t context_;
+  std::unique_ptr<server::ParamServer> server_;
+  std::string endpoint_;
+  uint64_t hash_ = 0;
+  std::jthread thread_;
+};
+
+// Captures what the server logs while it lives.
+class LogCapture {
+ public:
+  LogCapture() : sink_(std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(256)) {
+    spdlog::default_logger()->sinks().push_back(sink_);
+  }
+  ~LogCapture() {
+    auto& sinks = spdlog::default_logger()->sinks();
+    sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
+  }
+  std::string text() const {
+    std::string all;
+    for (const auto& line : sink_->last_formatted()) all += line;
+    return all;
+  }
+
+ private:
+  std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> sink_;
+};
+
+std::string curve_section(const std::filesystem::path& keys) {
+  return fmt::format("security: {{curve: true, keys_dir: \"{}\"}}\n", keys.string());
+}
+
+// Regions a, b, c as in server_fixture.hpp, with a real clock (nobody is declared dead during a
+// test), `server_extra` under server: and `top_extra` at the top level.
+server::ServerConfig tcp_config(const std::filesystem::path& dir, const std::string& server_extra,
+                                const std::string& top_extra = "") {
+  return server::parse_server_config(fmt::format(R"(
+regions: [a, b, c]
+model:
+  tensors: [{{name: crit.w, size: 1024}}, {{name: free.w, size: 1024}}, {{name: other.w, size: 4096}}]
+  critical: ["crit.*"]
+server:
+  wait_for_all_regions: false
+  dead_after_ms: 600000
+  run_dir: "{}"
+{}
+{})",
+                                                 dir.string(), server_extra, top_extra));
+}
+
+server::ServerConfig curve_config(const std::filesystem::path& dir) {
+  wire::KeyDirectory::generate(dir / "keys", {"a", "b", "c"}, false);
+  return tcp_config(dir, "", curve_section(dir / "keys"));
+}
+
+wire::ChannelOptions as_region(const std::filesystem::path& keys, const std::string& region) {
+  const wire::KeyDirectory dir(keys);
+  const auto mine = dir.client_keypair(region);
+  wire::ChannelOptions o;
+  o.curve_client = wire::ChannelOptions::CurveClient{dir.server_public("a"), mine.public_key,
+                                                     mine.secret_key};
+  return o;
+}
+
+bool eventually(const std::function<bool()>& f, std::chrono::milliseconds limit = 10s) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < end) {
+    if (f()) return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return f();
+}
+
+}  // namespace
+
+TEST_CASE("with CURVE on, a region with its client key pushes and pulls as usual") {
+  TempDir dir("curve-ok");
+  TcpServer srv(curve_config(dir.path()));
+  auto c = srv.client(as_region(dir.path() / "keys", "b"));
+  hello(c, "b", srv.table_hash());
+  pull(c, true);
+  std::vector<float> delta(kShard);
+  for (size_t i = 0; i < delta.size(); ++i) delta[i] = static_cast<float>(i) * 0.25f;
+  push(c, 1, delta);
+  const auto p = pull(c, true, 0, 0);
+  // Non-critical half applied on arrival (one live region: the full delta); values match.
+  CHECK(p.values[kShard - 1] == doctest::Approx(delta[kShard - 1]));
+  CHECK(stats(c)["curve"]["accepted"].get<int>() >= 1);
+}
+
+TEST_CASE("an unauthenticated (NULL mechanism) client is refused and the server log says so") {
+  TempDir dir("curve-null");
+  LogCapture log;
+  TcpServer srv(curve_config(dir.path()));
+  auto plain = srv.client();  // no CURVE at all
+  auto r = plain.call(wire::Hello{"b", wire::kProtocolVersion, srv.table_hash(), {}}, {}, 1500ms);
+  CHECK_FALSE(r.has_value());
+  CHECK(eventually([&] { return log.text().find("does not speak CURVE") != std::string::npos; }));
+  // The refusal named the peer's address.
+  CHECK(log.text().find("peer 127.0.0.1:") != std::string::npos);
+  // The server still serves a region with its key.
+  auto good = srv.client(as_region(dir.path() / "keys", "c"));
+  hello(good, "c", srv.table_hash());
+  CHECK(stats(good)["curve"]["failed_handshakes"].get<int>() >= 1);
+}
+
+TEST_CASE("a client whose key is not in the allow-list is refused, and so is one with a wrong "
+          "server key") {
+  TempDir dir("curve-wrong");
+  LogCapture log;
+  TcpServer srv(curve_config(dir.path()));
+  // A keypair of its own: a valid CURVE client, but not one of the regions'.
+  const auto stranger = wire::generate_keypair();
+  wire::ChannelOptions o;
+  o.curve_client = wire::ChannelOptions::CurveClient{
+      wire::KeyDirectory(dir.path() / "keys").server_public("a"), stranger.public_key,
+      stranger.secret_key};
+  auto intruder = srv.client(o);
+  CHECK_FALSE(intruder.call(wire::Hello{"b", wire::kProtocolVersion, srv.table_hash(), {}}, {},
+                            1500ms)
+                  .has_value());
+  CHECK(eventually([&] {
+    return log.text().find("is not in the allow-list") != std::string::npos &&
+           log.text().find(stranger.public_key) != std::string::npos;
+  }));
+  // A region's own keypair but the wrong server key (e.g. another region's server's).
+  auto confused_options = as_region(dir.path() / "keys", "b");
+  confused_options.curve_client->server_public_key =
+      wire::KeyDirectory(dir.path() / "keys").server_public("b");
+  auto confused = srv.client(confused_options);
+  CHECK_FALSE(confused.call(wire::Hello{"b", wire::kProtocolVersion, srv.table_hash(), {}}, {},
+                            1500ms)
+                  .has_value());
+  auto good = srv.client(as_region(dir.path() / "keys", "b"));
+  hello(good, "b", srv.table_hash());
+  const auto s = stats(good);
+  CHECK(s["curve"]["refused_key"].get<int>() >= 1);
+  CHECK(s["curve"]["failed_handshakes"].get<int>() >= 2);
+  CHECK(log.text().find("cryptographic error") != std::string::npos);
+}
+
+TEST_CASE("the security section: unknown keys, auto outside geotrain run and a missing keys_dir "
+          "are errors") {
+  TempDir dir("curve-config");
+  auto parse = [&](const std::string& security) {
+    return server::parse_server_config(
+        "regions: [a]\nmodel: {tensors: [{name: w, size: 1024}]}\n" + security);
+  };
+  CHECK_THROWS_WITH_AS(parse("security: {curve: true, keydir: x}"),
+                       doctest::Contains("unknown key 'security.keydir'"), InputError);
+  CHECK_THROWS_WITH_AS(parse("security: {curve: auto}"),
+                       doctest::Contains("only `geotrain run` resolves"), InputError);
+  CHECK_THROWS_WITH_AS(parse("security: {curve: true}"),
+                       doctest::Contains("security.keys_dir is missing"), InputError);
+  CHECK_THROWS_WITH_AS(parse("security: {curve: maybe}"),
+                       doctest::Contains("allowed: true, false, auto"), InputError);
+  CHECK_FALSE(parse("security: {curve: false}").security.curve_on());
+  // Keys are read when the server starts: a missing key file names the file and keygen.
+  auto cfg = parse(fmt::format("security: {{curve: true, keys_dir: \"{}\"}}",
+                               (dir.path() / "none").string()));
+  zmq::context_t ctx;
+  server::ServerOptions options;
+  options.endpoint = "tcp://127.0.0.1:0";
+  options.write_metrics = false;
+  CHECK_THROWS_WITH_AS(server::ParamServer(cfg, 0, ctx, options),
+                       doctest::Contains("geotrain keygen"), InputError);
+}
+
+TEST_CASE("keygen writes a server and a client keypair per region, secrets 0600, and refuses to "
+          "overwrite") {
+  TempDir dir("keygen");
+  const auto files = wire::KeyDirectory::generate(dir.path() / "k", {"x", "y"}, false);
+  CHECK(files.size() == 8);
+  const wire::KeyDirectory keys(dir.path() / "k");
+  CHECK(keys.server_keypair("x").public_key != keys.client_keypair("x").public_key);
+  CHECK(keys.client_public("y").size() == wire::kZ85KeyChars);
+  const auto perms = std::filesystem::status(keys.file("server", "x", true)).permissions();
+  CHECK((perms & std::filesystem::perms::all) ==
+        (std::filesystem::perms::owner_read | std::filesystem::perms::owner_write));
+  const auto before = keys.server_public("x");
+  CHECK_THROWS_WITH_AS(wire::KeyDirectory::generate(dir.path() / "k", {"x"}, false),
+                       doctest::Contains("--force"), InputError);
+  CHECK(keys.server_public("x") == before);
+  wire::KeyDirectory::generate(dir.path() / "k", {"x"}, true);
+  CHECK(keys.server_public("x") != before);
+}
+
+TEST_CASE("a message larger than max_message_bytes and one with too many frames are refused") {
+  TempDir dir("limits");
+  TcpServer cluster(tcp_config(dir.path(), "  max_message_bytes: 65536"));
+  auto c = cluster.client();
+  hello(c, "a", cluster.table_hash());
+  // One frame above the limit: ZMQ_MAXMSGSIZE drops the connection before the frame is
+  // buffered, so no reply ever comes; the server goes on.
+  {
+    auto big = cluster.client();
+    std::vector<zmq::message_t> frames;
+    frames.emplace_back(size_t{65536 + 1024});
+    auto id = big.send(wire::Heartbeat{}, std::move(frames));
+    REQUIRE(id);
+    CHECK_FALSE(big.receive(500ms).has_value());
+  }
+  // Frames each under the limit but together over it: refused as tooLarge, nothing changed.
+  {
+    std::vector<zmq::message_t> frames;
+    for (int i = 0; i < 3; ++i) frames.emplace_back(size_t{30000});
+    auto r = expect_reply(c, wire::Heartbeat{}, std::move(frames));
+    REQUIRE(std::holds_alternative<wire::Error>(r.header.body));
+    CHECK(std::get<wire::Error>(r.header.body).code == wire::ErrorCode::too_large);
+  }
+  // More frames than any request may have: refused by count (the extra frames are drained
+  // and dropped by the channel, never kept).
+  {
+    std::vector<zmq::message_t> frames;
+    for (size_t i = 0; i < server::kMaxSegments + 10; ++i) frames.emplace_back(size_t{1});
+    auto r = expect_reply(c, wire::Heartbeat{}, std::move(frames));
+    REQUIRE(std::holds_alternative<wire::Error>(r.header.body));
+    CHECK(std::get<wire::Error>(r.header.body).code == wire::ErrorCode::too_large);
+    CHECK(std::get<wire::Error>(r.header.body).message.find("frames") != std::string::npos);
+  }
+  CHECK(stats(c)["regions"]["a"]["pushes"].get<int>() == 0);
+}
+
+TEST_CASE("a client opening connections without end is bounded: idle connections are closed "
+          "after the handshake interval while a legitimate client is served") {
+  TempDir dir("flood");
+  TcpServer srv(tcp_config(dir.path(), "  handshake_ms: 300"));
+  auto c = srv.client();
+  hello(c, "a", srv.table_hash());
+  // The misbehaving client: many TCP connections that never send a ZMTP greeting.
+  constexpr int kConnections = 300;
+  std::vector<int> fds;
+  for (int i = 0; i < kConnections; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    REQUIRE(fd >= 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<uint16_t>(srv.port()));
+    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+    fds.push_back(fd);
+  }
+  // The legitimate client is served all along.
+  const auto start = std::chrono::steady_clock::now();
+  int served = 0;
+  for (uint64_t round = 1; round <= 20; ++round) {
+    push(c, round, filled(kShard, 0.001f));
+    pull(c, true);
+    ++served;
+  }
+  CHECK(served == 20);
+  CHECK(std::chrono::steady_clock::now() - start < 10s);
+  // Every flood connection is closed by the server once handshake_ms has passed.
+  std::this_thread::sleep_for(1s);
+  int closed = 0;
+  for (int fd : fds) {
+    timeval tv{2, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    char buf[256];
+    ssize_t n = 0;
+    do n = ::recv(fd, buf, sizeof buf, 0);  // the server's greeting, then end of stream
+    while (n > 0);
+    if (n == 0 || (n < 0 && errno == ECONNRESET)) ++closed;
+    ::close(fd);
+  }
+  CHECK(closed == kConnections);
+  hello(c, "a", srv.table_hash());
+}

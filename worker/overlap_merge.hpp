@@ -1,0 +1,105 @@
+// OverlapMerge: what a region's parameters become while its outer gradient is on the WAN, and
+// when the global result comes back (docs/training.md, "Overlap modes").
+//
+// Notation, per fragment (the whole table without streaming): theta_g is the global value the
+// servers last returned, q the region's progress since its last push (its outer gradient, with
+// the sign of a step), R the number of regions. At the START of an exchange the region pushes q
+// and its parameters become theta_g + proxy(q), a guess at the global step still in flight; at
+// the MERGE, when the new theta_g' arrives, the guess is replaced by the truth:
+//   x <- theta_g' + r,   r = the progress made since the START.
+// The modes differ only in the guess:
+//   carry   (overlap: true)  proxy(q) = q: the region's own progress at full weight, as if every
+//                            region had made the same progress (the behaviour before modes).
+//   eager   (overlap: eager) proxy(q) = step(q / R): the region's own share of the average,
+//                            through the servers' outer optimizer, with the others' in-flight
+//                            shares unknown (zero): eager updates, arXiv 2502.12996.
+//   delayed (overlap: delayed) proxy(q) = step(q / R + o): as eager, plus o = the other regions'
+//                            share of the last merged round, a first-order prediction of the
+//                            in-flight step (delay compensation).
+// step() is the servers' outer optimizer (server.optimizer: lr, momentum, Nesterov). Its
+// momentum is not sent; OuterStepModel reconstructs it from the successive global values, so the
+// proxy includes the momentum the servers will apply anyway.
+//
+// Pure arithmetic over caller-owned spans: no threads, no network. Not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/span.hpp"
+
+namespace geotrain::worker {
+
+enum class OverlapMode { off, carry, eager, delayed };
+
+// "false"/"true"/"eager"/"delayed" (worker.overlap); InputError otherwise.
+OverlapMode parse_overlap_mode(std::string_view text);
+std::string_view overlap_mode_name(OverlapMode mode);  // false | true | eager | delayed
+
+// The servers' outer optimizer, as the worker models it (server.optimizer).
+struct OuterStepConfig {
+  float lr = 1.0f;
+  float momentum = 0.0f;
+  bool nesterov = false;
+};
+
+// Tracks the servers' momentum from the global values they return, and predicts their step.
+// With SGD (momentum 0) it is stateless.
+class OuterStepModel {
+ public:
+  OuterStepModel(OuterStepConfig config, size_t elements);
+
+  // The servers moved the global values by `change` (theta_g' - theta_g) on [offset, offset +
+  // change.size()). Recovers the average outer gradient d of that step and updates the
+  // momentum estimate: with momentum m <- mu m + d, and
+  //   SGD:      change = lr d
+  //   momentum: change = lr m
+  //   Nesterov: change = lr (d + mu m) = lr ((1 + mu) d + mu^2 m_old).
+  // Writes d into `gradient` (same size as change).
+  void observe(uint64_t offset, ConstFloatSpan change, FloatSpan gradient);
+
+  // The step the servers would take for an average outer gradient `d` on [offset, ...), from
+  // the current momentum estimate, into `out`. Does not change the estimate.
+  void predict(uint64_t offset, ConstFloatSpan d, FloatSpan out) const;
+
+  const OuterStepConfig& config() const { return config_; }
+
+ private:
+  OuterStepConfig config_;
+  std::vector<float> momentum_;  // empty without momentum
+};
+
+// The merge rule for one region, over the whole flat table; every call names the range of one
+// fragment and touches nothing outside it.
+class OverlapMerge {
+ public:
+  // `global`: the global values the region starts from (after connect()); `regions`: R.
+  OverlapMerge(OverlapMode mode, OuterStepConfig outer, uint32_t regions, ConstFloatSpan global);
+
+  // START of an exchange on [offset, offset + n): x holds the local parameters. Writes the
+  // values to push (theta_g + q) into `push` on the range and sets x to theta_g + proxy(q).
+  void start(uint64_t offset, uint64_t n, FloatSpan x, FloatSpan push);
+
+  // MERGE: the exchange started last on the range returned the global values `global` (the
+  // full table; only the range is read). Sets x to global + (x - value after start).
+  void merge(uint64_t offset, uint64_t n, FloatSpan x, ConstFloatSpan global);
+
+  // A blocking exchange set the range to `global` (full table): the next start measures from it.
+  void take_global(uint64_t offset, uint64_t n, ConstFloatSpan global);
+
+  OverlapMode mode() const { return mode_; }
+
+ private:
+  OverlapMode mode_;
+  OuterStepModel outer_;
+  float inv_regions_;
+  std::vector<float> global_;      // theta_g as last merged
+  std::vector<float> after_start_; // x right after the last start (progress since = x - this)
+  std::vector<float> last_push_;   // delayed: q of the last merged round
+  std::vector<float> others_;      // delayed: the other regions' share of the last merged round
+  std::vector<float> scratch_, scratch2_;
+};
+
+}  // namespace geotrain::worker

@@ -1,0 +1,154 @@
+#include "worker/streaming_sync.hpp"
+
+#include <algorithm>
+#include <utility>
+
+#include "core/error.hpp"
+
+namespace geotrain::worker {
+
+bool StreamingSync::due(uint64_t step, uint32_t fragment, uint32_t fragments,
+                        uint32_t local_steps) {
+  const uint64_t lag = uint64_t{fragments - 1 - fragment} * local_steps / fragments;
+  return step > 0 && (step + lag) % local_steps == 0;
+}
+
+StreamingSync::StreamingSync(RegionSync& sync, StreamingConfig config)
+    : sync_(sync), config_(config) {
+  GT_REQUIRE(config_.local_steps >= 1, "streaming: local_steps is 0");
+  GT_REQUIRE(config_.fragments >= 1 && config_.fragments <= config_.local_steps,
+             "worker.fragments is {}, must be in [1, local_steps = {}] (each fragment needs its "
+             "own step in the round)",
+             config_.fragments, config_.local_steps);
+  GT_REQUIRE(config_.fragments == sync_.config().fragments,
+             "streaming: {} fragments, the region's sync was built for {}", config_.fragments,
+             sync_.config().fragments);
+  GT_REQUIRE(config_.delay <= config_.local_steps,
+             "worker.fragment_delay is {} steps, must be at most local_steps = {} (a fragment's "
+             "exchange must be merged before its next one starts)",
+             config_.delay, config_.local_steps);
+  GT_REQUIRE(config_.delay == 0 || config_.mode != OverlapMode::off,
+             "streaming: a delay of {} steps needs an overlap mode", config_.delay);
+  for (uint32_t p = 0; p < config_.fragments; ++p) ranges_.push_back(sync_.fragment_ranges(p));
+  last_start_.assign(config_.fragments, 0);
+  if (background()) {
+    merge_ = std::make_unique<OverlapMerge>(config_.mode, config_.outer, config_.regions,
+                                            sync_.base());
+    thread_ = std::jthread([this](std::stop_token stop) { loop(stop); });
+  }
+}
+
+StreamingSync::~StreamingSync() {
+  if (thread_.joinable()) {
+    thread_.request_stop();
+    wake_.notify_all();
+  }
+}
+
+void StreamingSync::copy_ranges(uint32_t fragment, ConstFloatSpan from, FloatSpan to) const {
+  for (const auto& r : ranges_[fragment])
+    std::copy(from.begin() + r.offset, from.begin() + r.end(), to.begin() + r.offset);
+}
+
+void StreamingSync::loop(std::stop_token stop) {
+  std::unique_lock lock(mutex_);
+  while (!stop.stop_requested()) {
+    // Idle: wake for work, or every heartbeat interval to keep the servers from declaring us dead.
+    wake_.wait_for(lock, stop, sync_.config().heartbeat, [&] { return !queue_.empty(); });
+    if (stop.stop_requested()) break;
+    if (queue_.empty()) {
+      lock.unlock();
+      try {
+        sync_.keep_alive();
+      } catch (...) {
+        // A failed heartbeat is reported by the next exchange, which talks to the same servers.
+      }
+      lock.lock();
+      continue;
+    }
+    std::shared_ptr<Job> job = queue_.front();
+    queue_.pop_front();
+    lock.unlock();
+    std::optional<RoundReport> report;
+    std::exception_ptr error;
+    try {
+      report = sync_.exchange(job->push, job->fragment);
+      // Copied here, on the only thread that writes base: the merge reads the copy.
+      copy_ranges(job->fragment, sync_.base(), job->base);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    lock.lock();
+    job->report = report;
+    job->error = error;
+    job->done = true;
+    wake_.notify_all();
+  }
+}
+
+RoundReport StreamingSync::wait_and_merge(Job& job, FloatSpan params) {
+  {
+    std::unique_lock lock(mutex_);
+    wake_.wait(lock, [&] { return job.done; });
+    if (job.error) std::rethrow_exception(job.error);
+  }
+  GT_ASSERT(job.report.has_value(), "exchange finished without a report");
+  for (const auto& r : ranges_[job.fragment]) merge_->merge(r.offset, r.count, params, job.base);
+  return *job.report;
+}
+
+RoundReport StreamingSync::run_blocking(uint32_t fragment, FloatSpan params) {
+  RoundReport report = sync_.exchange(params, fragment);
+  copy_ranges(fragment, sync_.base(), params);
+  if (merge_)  // (the final exchanges of an overlapped run)
+    for (const auto& r : ranges_[fragment]) merge_->take_global(r.offset, r.count, sync_.base());
+  return report;
+}
+
+std::vector<RoundReport> StreamingSync::after_step(uint64_t step, FloatSpan params) {
+  GT_REQUIRE(params.size() == sync_.base().size(),
+             "streaming: {} local parameters, the table has {}", params.size(),
+             sync_.base().size());
+  std::vector<RoundReport> merged;
+  // Merges first: a fragment due again at this step must take its last result in before it
+  // pushes (delay == H).
+  while (!in_flight_.empty() && in_flight_.front()->merge_at <= step) {
+    merged.push_back(wait_and_merge(*in_flight_.front(), params));
+    in_flight_.pop_front();
+  }
+  for (uint32_t p = 0; p < config_.fragments; ++p) {
+    if (!due(step, p, config_.fragments, config_.local_steps)) continue;
+    last_start_[p] = step;
+    if (!background()) {
+      merged.push_back(run_blocking(p, params));
+      continue;
+    }
+    auto job = std::make_shared<Job>();
+    job->fragment = p;
+    job->merge_at = step + config_.delay;
+    job->push.resize(params.size());
+    job->base.resize(params.size());
+    for (const auto& r : ranges_[p]) merge_->start(r.offset, r.count, params, job->push);
+    in_flight_.push_back(job);
+    {
+      std::lock_guard lock(mutex_);
+      queue_.push_back(job);
+    }
+    wake_.notify_all();
+  }
+  return merged;
+}
+
+std::vector<RoundReport> StreamingSync::finish(uint64_t last_step, FloatSpan params) {
+  std::vector<RoundReport> merged;
+  while (!in_flight_.empty()) {
+    merged.push_back(wait_and_merge(*in_flight_.front(), params));
+    in_flight_.pop_front();
+  }
+  // Progress not pushed yet (fragments due before the last step): one more exchange each.
+  for (uint32_t p = 0; p < config_.fragments; ++p)
+    if (last_start_[p] < last_step) merged.push_back(run_blocking(p, params));
+  return merged;
+}
+
+}  // namespace geotrain::worker

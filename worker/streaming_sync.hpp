@@ -1,0 +1,96 @@
+// StreamingSync: when a region leader exchanges which part of the model, and how the result is
+// merged (docs/training.md, "Overlap modes" and "Streaming fragments").
+//
+// The parameters are cut into P fragments (RegionSync::fragment_ranges; P = 1: the whole table).
+// Fragment p is due every H local steps, at steps k with (k + (P - 1 - p) * H / P) % H == 0,
+// so the last fragment is due at every round boundary, as the whole table is without streaming,
+// and only 1/P of the model is on the WAN at once. A due fragment starts its exchange (push its
+// progress, pull the new global values of its shards) and is merged `delay` steps later
+// (worker.fragment_delay; H for overlap without fragments, i.e. one round late):
+//   - delay 0: the exchange blocks, and the fragment takes the global values (synchronous);
+//   - delay > 0: the exchange runs on a background thread while the workers go on training, and
+//     the merge follows the overlap mode (worker/overlap_merge.hpp).
+// At the end, finish() merges what is in flight and exchanges, blocking, every fragment whose
+// last push is older than the last step, so that every region ends on the global values.
+//
+// Owns its thread (joined on destruction) and per-exchange buffers; borrows the RegionSync,
+// which nobody else may use while this object lives (the thread keeps the servers' heartbeats
+// going while idle). after_step() and finish() are for one caller thread. An exception in a
+// background exchange is rethrown by the next after_step() or finish().
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "worker/overlap_merge.hpp"
+#include "worker/region_sync.hpp"
+
+namespace geotrain::worker {
+
+struct StreamingConfig {
+  uint32_t local_steps = 1;  // H
+  uint32_t fragments = 1;    // P (must match the RegionSync's)
+  uint32_t delay = 0;        // steps from a fragment's push to its merge; 0: blocking, <= H
+  OverlapMode mode = OverlapMode::off;  // the merge rule when delay > 0
+  OuterStepConfig outer;                // the servers' outer optimizer (eager / delayed)
+  uint32_t regions = 1;                 // R
+};
+
+class StreamingSync {
+ public:
+  // `sync` must be connected; its base() is where every region starts. InputError for a delay
+  // beyond H, or fragments not matching the servers'.
+  StreamingSync(RegionSync& sync, StreamingConfig config);
+  ~StreamingSync();
+  StreamingSync(const StreamingSync&) = delete;
+  StreamingSync& operator=(const StreamingSync&) = delete;
+
+  // After local step `step` (1-based over the whole run: (round - 1) * H + h + 1): merges the
+  // exchanges due at this step (waiting for them if they are still on the WAN), then starts the
+  // fragments due. May change `params`. Returns the reports of the exchanges merged.
+  std::vector<RoundReport> after_step(uint64_t step, FloatSpan params);
+
+  // The end of training after step `last_step`: see above. Returns the reports merged.
+  std::vector<RoundReport> finish(uint64_t last_step, FloatSpan params);
+
+  // Fragment p's offset in the schedule, and whether it is due after step k.
+  static bool due(uint64_t step, uint32_t fragment, uint32_t fragments, uint32_t local_steps);
+
+  bool background() const { return config_.delay > 0; }
+
+ private:
+  struct Job {
+    uint32_t fragment = 0;
+    uint64_t merge_at = 0;    // the step after which it is merged
+    std::vector<float> push;  // the values pushed (only the fragment's ranges are read)
+    std::vector<float> base;  // the global values after the exchange (the fragment's ranges)
+    std::optional<RoundReport> report;
+    std::exception_ptr error;
+    bool done = false;
+  };
+
+  void loop(std::stop_token stop);
+  RoundReport wait_and_merge(Job& job, FloatSpan params);
+  RoundReport run_blocking(uint32_t fragment, FloatSpan params);
+  void copy_ranges(uint32_t fragment, ConstFloatSpan from, FloatSpan to) const;
+
+  RegionSync& sync_;
+  StreamingConfig config_;
+  std::vector<std::vector<ElementRange>> ranges_;  // per fragment
+  std::vector<uint64_t> last_start_;               // per fragment: the step of its last push
+  std::unique_ptr<OverlapMerge> merge_;            // delay > 0
+  std::deque<std::shared_ptr<Job>> in_flight_;     // started, not merged; oldest first
+  std::mutex mutex_;
+  std::condition_variable_any wake_;
+  std::deque<std::shared_ptr<Job>> queue_;  // for the thread, oldest first
+  std::jthread thread_;
+};
+
+}  // namespace geotrain::worker
