@@ -117,10 +117,9 @@ int run_sweep(const RunArgs& args) {
 int run_compare(const CompareArgs& args) {
   launcher::CompareOptions o;
   for (const auto& r : args.runs) o.runs.emplace_back(r);
-  o.out_dir = args.out.empty()
-                  ? fs::path("runs") / launcher::run_folder_name("compare",
-                                                                 std::chrono::system_clock::now())
-                  : fs::path(args.out);
+  o.out_dir = args.out.empty() ? fs::path("runs") / launcher::run_folder_name(
+                                                        "compare", std::chrono::system_clock::now())
+                               : fs::path(args.out);
   if (!args.no_plots) o.plot_script = shipped_file("scripts/plot_compare.py");
   return launcher::run_compare(o);
 }

@@ -51,8 +51,8 @@ void flatten(const YAML::Node& node, const std::string& prefix, const std::strin
   if (node.IsScalar() && node.Scalar().starts_with(run_dir)) return;
   if (node.IsScalar()) {
     // A WAN profile is an absolute path in config.yaml: its file name says which one.
-    out[prefix] = prefix == "run.wan_profile" ? fs::path(node.Scalar()).stem().string()
-                                              : node.Scalar();
+    out[prefix] =
+        prefix == "run.wan_profile" ? fs::path(node.Scalar()).stem().string() : node.Scalar();
     return;
   }
   YAML::Emitter e;
@@ -206,13 +206,12 @@ std::string comparison_csv(const Comparison& c) {
       out += ',';
       out += csv_text(setting(r, k));
     }
-    out += fmt::format(",{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
-                       csv_text(r.summary.value("status", "")),
-                       csv_text(r.summary.value("model", "")), csv_cell(d.accuracy),
-                       csv_cell(d.delta), csv_cell(d.bpb), csv_cell(d.loss), csv_cell(d.bpb_delta),
-                       csv_cell(d.ttt), csv_cell(d.wall), csv_cell(d.wan), csv_cell(d.wire),
-                       csv_cell(d.reduction), csv_cell(d.speedup), &r == &c.runs[0] ? "yes" : "",
-                       csv_text(folder(r.dir).string()));
+    out += fmt::format(
+        ",{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", csv_text(r.summary.value("status", "")),
+        csv_text(r.summary.value("model", "")), csv_cell(d.accuracy), csv_cell(d.delta),
+        csv_cell(d.bpb), csv_cell(d.loss), csv_cell(d.bpb_delta), csv_cell(d.ttt), csv_cell(d.wall),
+        csv_cell(d.wan), csv_cell(d.wire), csv_cell(d.reduction), csv_cell(d.speedup),
+        &r == &c.runs[0] ? "yes" : "", csv_text(folder(r.dir).string()));
   }
   return out;
 }

@@ -113,11 +113,10 @@ std::string describe_source(const std::string& file, const std::vector<ConfigOve
 
 fs::path find_wan_profile(const std::string& value, const std::vector<fs::path>& search_dirs,
                           const std::string& what) {
-  GT_REQUIRE(!value.empty(), "{}: the WAN profile is empty (a name such as lan, or a file)",
-             what);
+  GT_REQUIRE(!value.empty(), "{}: the WAN profile is empty (a name such as lan, or a file)", what);
   if (fs::is_regular_file(value)) return fs::absolute(value).lexically_normal();
-  const fs::path file = fs::path(value).extension() == ".yaml" ? fs::path(value)
-                                                                : fs::path(value + ".yaml");
+  const fs::path file =
+      fs::path(value).extension() == ".yaml" ? fs::path(value) : fs::path(value + ".yaml");
   std::string searched;
   std::set<std::string> known;
   std::set<fs::path> seen;

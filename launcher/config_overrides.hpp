@@ -22,8 +22,8 @@
 namespace geotrain::launcher {
 
 struct ConfigOverride {
-  std::string key;    // dotted path: "worker.optimizer.lr", "regions"
-  std::string value;  // YAML text: "0.01", "[a, b]"
+  std::string key;     // dotted path: "worker.optimizer.lr", "regions"
+  std::string value;   // YAML text: "0.01", "[a, b]"
   std::string origin;  // how the user wrote it, for messages: "--set worker.lr=0.2", "--wan lan"
 };
 

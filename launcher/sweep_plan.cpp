@@ -338,11 +338,10 @@ std::string results_markdown(const SweepPlan& plan, const std::vector<SweepRow>&
   // A sweep with a LAN control (a point on the `lan` profile and the same setup on another)
   // gets the WAN's cost in time.
   const auto over_lan = wan_over_lan(rows);
-  const bool has_lan_pair =
-      std::any_of(rows.begin(), rows.end(), [&](const SweepRow& r) {
-        const auto& v = over_lan[static_cast<std::size_t>(&r - rows.data())];
-        return v && r.point->wan_profile != "lan";
-      });
+  const bool has_lan_pair = std::any_of(rows.begin(), rows.end(), [&](const SweepRow& r) {
+    const auto& v = over_lan[static_cast<std::size_t>(&r - rows.data())];
+    return v && r.point->wan_profile != "lan";
+  });
   if (has_lan_pair) md += " WAN profile | WAN / LAN time |";
   md += "\n|";
   for (std::size_t i = 0; i < plan.keys.size() + (has_lan_pair ? 11 : 9); ++i) md += "---|";
@@ -373,7 +372,8 @@ std::string results_markdown(const SweepPlan& plan, const std::vector<SweepRow>&
   }
   if (has_lan_pair)
     md +=
-        "\nWAN / LAN time (`wan_over_lan` in results.csv): the run's time to target (wall time when "
+        "\nWAN / LAN time (`wan_over_lan` in results.csv): the run's time to target (wall time "
+        "when "
         "either run missed the target) over the same setup's on the `lan` profile.\n";
   md +=
       "\nPlots: `sweep_accuracy_vs_time.png`, `sweep_accuracy_vs_wan_bytes.png`, `sweep_bars.png`. "

@@ -2,11 +2,11 @@
 //
 // A WAN *profile* (configs/wan/*.yaml) names regions and the properties of the link between
 // each pair, and may give one link for every pair it does not list (`between: any`), which is
-// how one profile fits any deployment (configs/wan/lan.yaml); a *netsim config* picks a profile and adds, per directed link, the address to
-// listen on and the target to forward to, plus faults and statistics options. See
-// docs/netsim.md for the reference. Parsing is strict: unknown keys, wrong types and values out
-// of range throw InputError naming the file, the key path, the value and what is allowed.
-// Pure functions; no thread-safety concerns.
+// how one profile fits any deployment (configs/wan/lan.yaml); a *netsim config* picks a profile
+// and adds, per directed link, the address to listen on and the target to forward to, plus faults
+// and statistics options. See docs/netsim.md for the reference. Parsing is strict: unknown keys,
+// wrong types and values out of range throw InputError naming the file, the key path, the value
+// and what is allowed. Pure functions; no thread-safety concerns.
 #pragma once
 
 #include <filesystem>

@@ -68,6 +68,16 @@ std::string read_file(const fs::path& path) {
 
 std::string folder_name(uint64_t round) { return fmt::format("ckpt-{:012}", round); }
 
+// A manifest number: a non-negative JSON integer. get<uint64_t>() alone would convert a float or
+// a negative number, and a float out of range is undefined behaviour (found by
+// fuzz/checkpoint.cpp under UBSan).
+uint64_t manifest_uint(const nlohmann::json& object, const char* key) {
+  const auto& v = object.at(key);
+  GT_REQUIRE(v.is_number_unsigned(), "manifest field '{}' is {}, must be a non-negative integer",
+             key, v.dump());
+  return v.get<uint64_t>();
+}
+
 }  // namespace
 
 CheckpointStore::CheckpointStore(fs::path dir, uint32_t keep) : dir_(std::move(dir)), keep_(keep) {
@@ -136,10 +146,10 @@ CheckpointState CheckpointStore::load(const fs::path& folder, uint64_t state_has
   }
   CheckpointState state;
   try {
-    GT_REQUIRE(manifest.at("format").get<uint32_t>() == kFormat, "manifest format {} is not {}",
+    GT_REQUIRE(manifest_uint(manifest, "format") == kFormat, "manifest format {} is not {}",
                manifest.at("format").dump(), kFormat);
-    state.round = manifest.at("round").get<uint64_t>();
-    state.state_hash = manifest.at("state_hash").get<uint64_t>();
+    state.round = manifest_uint(manifest, "round");
+    state.state_hash = manifest_uint(manifest, "state_hash");
     GT_REQUIRE(state.state_hash == state_hash,
                "state hash {:#x} does not match this configuration's {:#x} (table, shards or "
                "optimizer changed)",
@@ -153,12 +163,12 @@ CheckpointState CheckpointStore::load(const fs::path& folder, uint64_t state_has
       GT_REQUIRE(name == fmt::format("shard-{}.bin", expected[i].id),
                  "manifest file {} is '{}', expected shard-{}.bin", i, name, expected[i].id);
       const std::string bytes = read_file(folder / name);
-      GT_REQUIRE(bytes.size() == files[i].at("bytes").get<uint64_t>(),
+      GT_REQUIRE(bytes.size() == manifest_uint(files[i], "bytes"),
                  "{}: {} bytes, manifest says {}", name, bytes.size(), files[i].at("bytes").dump());
       const uint64_t sum = XXH3_64bits(bytes.data(), bytes.size());
-      GT_REQUIRE(sum == files[i].at("xxh3").get<uint64_t>(),
+      GT_REQUIRE(sum == manifest_uint(files[i], "xxh3"),
                  "{}: checksum {:#x} does not match the manifest's {:#x}", name, sum,
-                 files[i].at("xxh3").get<uint64_t>());
+                 manifest_uint(files[i], "xxh3"));
       FileHeader h;
       GT_REQUIRE(bytes.size() >= sizeof h, "{}: truncated header", name);
       std::memcpy(&h, bytes.data(), sizeof h);

@@ -24,19 +24,18 @@ fs::path make_run(const fs::path& parent, const std::string& name, const std::st
   std::ofstream(dir / "config.yaml")
       << "regions: [a, b]\nmodel: {arch: 784-10}\n"
          "server: {endpoints: {a: 'tcp://127.0.0.1:1', b: 'tcp://127.0.0.1:2'}, run_dir: "
-      << dir.string() << "}\nworker: {critical_codec: " << codec << ", lr: 0.1, run_dir: "
-      << dir.string() << "}\nrun: {name: " << name
+      << dir.string() << "}\nworker: {critical_codec: " << codec
+      << ", lr: 0.1, run_dir: " << dir.string() << "}\nrun: {name: " << name
       << ", wan_profile: /x/configs/wan/global-3.yaml}\nsecurity: {keys_dir: " << dir.string()
       << "/keys}\n";
   std::ofstream m(dir / "worker-a-0.metrics.jsonl");
   const char* field = language_model ? "val_bpb" : "test_accuracy";
   for (int i = 1; i <= 3; ++i) {
-    m << json{{"event", "round"}, {"region", "a"}, {"rank", 0}, {"time", i},
-              {"round", i},        {"bytes_pushed", 1000}, {"bytes_pulled", 1000}}
+    m << json{{"event", "round"}, {"region", "a"},        {"rank", 0},           {"time", i},
+              {"round", i},       {"bytes_pushed", 1000}, {"bytes_pulled", 1000}}
              .dump()
       << "\n";
-    m << json{{"event", "eval"}, {"region", "a"}, {"rank", 0}, {"time", i}, {field, 0.2 * i}}
-             .dump()
+    m << json{{"event", "eval"}, {"region", "a"}, {"rank", 0}, {"time", i}, {field, 0.2 * i}}.dump()
       << "\n";
   }
   std::ofstream(dir / "summary.json") << summary.dump(2);
@@ -44,7 +43,7 @@ fs::path make_run(const fs::path& parent, const std::string& name, const std::st
 }
 
 json classifier(double acc, double ttt, double wall, double bytes) {
-  return {{"status", "completed"},        {"model", "mlp"},      {"final_test_accuracy", acc},
+  return {{"status", "completed"},         {"model", "mlp"},       {"final_test_accuracy", acc},
           {"time_to_target_seconds", ttt}, {"wall_seconds", wall}, {"wan_bytes_total", bytes}};
 }
 
@@ -60,10 +59,10 @@ std::string error_of(const std::vector<fs::path>& dirs) {
 
 TEST_CASE("compare puts run folders in one table with the settings that differ and deltas") {
   test::TempDir tmp("compare");
-  const auto a = make_run(tmp.path(), "20260101-000000-fp32", "fp32",
-                          classifier(0.88, 20, 40, 1e9));
-  const auto b = make_run(tmp.path(), "20260101-000100-onebit", "onebit",
-                          classifier(0.87, 10, 30, 1e8));
+  const auto a =
+      make_run(tmp.path(), "20260101-000000-fp32", "fp32", classifier(0.88, 20, 40, 1e9));
+  const auto b =
+      make_run(tmp.path(), "20260101-000100-onebit", "onebit", classifier(0.87, 10, 30, 1e8));
   const auto c = load_comparison({a, b});
   REQUIRE(c.runs.size() == 2);
   CHECK_FALSE(c.language_model);
@@ -89,7 +88,7 @@ TEST_CASE("compare puts run folders in one table with the settings that differ a
 
 TEST_CASE("compare of language models shows validation bpb and loss") {
   test::TempDir tmp("compare-lm");
-  const json s1 = {{"status", "completed"}, {"model", "gpt"},      {"final_val_bpb", 2.5},
+  const json s1 = {{"status", "completed"},   {"model", "gpt"},      {"final_val_bpb", 2.5},
                    {"final_val_loss", 1.733}, {"wall_seconds", 100}, {"wan_bytes_total", 1e8}};
   json s2 = s1;
   s2["final_val_bpb"] = 2.6;
@@ -104,7 +103,8 @@ TEST_CASE("compare of language models shows validation bpb and loss") {
   CHECK(md.find("| y/run | onebit | completed | 2.600 | 1.7330 | +0.100 |") != std::string::npos);
 }
 
-TEST_CASE("compare names a folder that is missing, not a run folder, unfinished or of another kind") {
+TEST_CASE(
+    "compare names a folder that is missing, not a run folder, unfinished or of another kind") {
   test::TempDir tmp("compare-bad");
   const auto good = make_run(tmp.path(), "good", "fp32", classifier(0.8, 1, 2, 3));
   auto e = error_of({good, tmp.path() / "nowhere"});
@@ -121,9 +121,9 @@ TEST_CASE("compare names a folder that is missing, not a run folder, unfinished 
   std::ofstream(tmp.path() / "unfinished" / "summary.json") << "{not json";
   e = error_of({tmp.path() / "unfinished"});
   CHECK(e.find("summary.json is not a JSON object") != std::string::npos);
-  const auto lm = make_run(tmp.path(), "lm", "fp32",
-                           {{"status", "completed"}, {"model", "gpt"}, {"final_val_bpb", 2.5}},
-                           true);
+  const auto lm =
+      make_run(tmp.path(), "lm", "fp32",
+               {{"status", "completed"}, {"model", "gpt"}, {"final_val_bpb", 2.5}}, true);
   e = error_of({good, lm});
   CHECK(e.find("compare runs of one kind") != std::string::npos);
 }
@@ -142,10 +142,9 @@ TEST_CASE("geotrain compare prints the table and writes it, the CSV and the plot
     CHECK_MESSAGE((fs::exists(out / f) && fs::file_size(out / f) > 0), f);
   CHECK(fs::file_size(out / "compare.png") > 1000);
 
-  r = test::run_binary("compare " + a.string() + " " + (tmp.path() / "nope").string() +
-                       " --out " + (tmp.path() / "cmp2").string());
+  r = test::run_binary("compare " + a.string() + " " + (tmp.path() / "nope").string() + " --out " +
+                       (tmp.path() / "cmp2").string());
   CHECK(r.code == 2);
-  CHECK(r.text.find((tmp.path() / "nope").string() + "' is not a run folder") !=
-        std::string::npos);
+  CHECK(r.text.find((tmp.path() / "nope").string() + "' is not a run folder") != std::string::npos);
   CHECK_FALSE(fs::exists(tmp.path() / "cmp2"));
 }

@@ -83,9 +83,8 @@ TEST_CASE("overrides set nested keys, lists and mappings, creating sections on t
   CHECK(apply_overrides(kThreeRegions, {}, "t.yaml") == kThreeRegions);  // untouched
 
   // Through a value, not a section: refused, naming the key.
-  const auto e = error_of([] {
-    apply_overrides(kThreeRegions, parse_overrides({"worker.rounds.x=1"}), "t.yaml");
-  });
+  const auto e = error_of(
+      [] { apply_overrides(kThreeRegions, parse_overrides({"worker.rounds.x=1"}), "t.yaml"); });
   CHECK(e.find("cannot set 'worker.rounds.x'") != std::string::npos);
   CHECK(e.find("'worker.rounds' is a value") != std::string::npos);
   CHECK(error_of([] {
@@ -108,8 +107,8 @@ TEST_CASE("an overridden key is checked like a file key, and the error names the
   });
   CHECK(e.find("run.target_accuracy is 2") != std::string::npos);
   const auto s = parse_run_settings(
-      apply_overrides(kThreeRegions, parse_overrides({"run.name=other", "worker.workers_per_region=3"}),
-                      "t.yaml"),
+      apply_overrides(kThreeRegions,
+                      parse_overrides({"run.name=other", "worker.workers_per_region=3"}), "t.yaml"),
       "t.yaml", kConfigs, "t");
   CHECK(s.name == "other");
   CHECK(s.workers_per_region == 3);
@@ -238,10 +237,8 @@ TEST_CASE("geotrain run and sweep refuse a bad --set or --wan, naming it, before
   CHECK(r.code == 2);
   CHECK(r.text.find("has no link x->y") != std::string::npos);
 
-  std::ofstream(tmp.path() / "s.yaml")
-      << "base: c.yaml\ngrid: {worker.lr: [0.1, 0.2]}\n";
-  r = test::run_binary("sweep " + (tmp.path() / "s.yaml").string() + out +
-                       " --set worker.lr=0.3");
+  std::ofstream(tmp.path() / "s.yaml") << "base: c.yaml\ngrid: {worker.lr: [0.1, 0.2]}\n";
+  r = test::run_binary("sweep " + (tmp.path() / "s.yaml").string() + out + " --set worker.lr=0.3");
   CHECK(r.code == 2);
   CHECK(r.text.find("the sweep sets 'worker.lr' itself") != std::string::npos);
 }

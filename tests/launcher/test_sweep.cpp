@@ -163,8 +163,9 @@ TEST_CASE("a sweep over wan profiles reports each setup's time on the WAN over i
   auto unfinished = rows;
   unfinished[1].summary = json{{"status", "failed"}};
   CHECK_FALSE(wan_over_lan(unfinished)[0]);
-  const auto no_lan = parse_sweep("base: base.yaml\ngrid: {worker.critical_codec: [fp32, onebit]}\n",
-                                  "s.yaml", tmp.path(), "s");
+  const auto no_lan =
+      parse_sweep("base: base.yaml\ngrid: {worker.critical_codec: [fp32, onebit]}\n", "s.yaml",
+                  tmp.path(), "s");
   const std::vector<SweepRow> plain{{&no_lan.points[0], summary(1.0, 2), "/r/0"},
                                     {&no_lan.points[1], summary(1.0, 2), "/r/1"}};
   CHECK_FALSE(wan_over_lan(plain)[0]);
@@ -175,19 +176,18 @@ TEST_CASE("a sweep over wan profiles reports each setup's time on the WAN over i
 TEST_CASE("sweep --set overrides reach every point, and the wan key refuses unknown profiles") {
   test::TempDir tmp("sweep-set");
   write_base(tmp.path());
-  const auto plan = parse_sweep(
-      "base: base.yaml\npoints: [{label: x, set: {wan: lan}}, {label: y}]\n", "s.yaml",
-      tmp.path(), "s", parse_overrides({"worker.local_steps=7"}),
-      {fs::path(GEOTRAIN_SOURCE_DIR) / "configs/wan"});
+  const auto plan =
+      parse_sweep("base: base.yaml\npoints: [{label: x, set: {wan: lan}}, {label: y}]\n", "s.yaml",
+                  tmp.path(), "s", parse_overrides({"worker.local_steps=7"}),
+                  {fs::path(GEOTRAIN_SOURCE_DIR) / "configs/wan"});
   for (const auto& p : plan.points)
     CHECK(YAML::Load(p.config_yaml)["worker"]["local_steps"].as<int>() == 7);
   CHECK(plan.points[0].wan_profile == "lan");
   CHECK(plan.points[1].wan_profile == "us-eu");  // the base's
   // The sweep varies the WAN profile, so --set cannot.
-  CHECK_THROWS_WITH_AS(
-      parse_sweep("base: base.yaml\ngrid: {wan: [lan]}\n", "s.yaml", tmp.path(), "s",
-                  parse_overrides({"run.wan_profile=x.yaml"})),
-      doctest::Contains("the sweep sets 'wan' itself"), InputError);
+  CHECK_THROWS_WITH_AS(parse_sweep("base: base.yaml\ngrid: {wan: [lan]}\n", "s.yaml", tmp.path(),
+                                   "s", parse_overrides({"run.wan_profile=x.yaml"})),
+                       doctest::Contains("the sweep sets 'wan' itself"), InputError);
   CHECK_THROWS_WITH_AS(parse_sweep("base: base.yaml\ngrid: {wan: [mars]}\n", "s.yaml", tmp.path(),
                                    "s", {}, {fs::path(GEOTRAIN_SOURCE_DIR) / "configs/wan"}),
                        doctest::Contains("s.yaml: wan 'mars': no such file"), InputError);

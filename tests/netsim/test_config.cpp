@@ -104,8 +104,9 @@ TEST_CASE("the lan profile's between-any link covers every pair, whatever the re
   for (const char* from : {"us-east", "eu-west", "ap-southeast"})
     for (const char* to : {"us-east", "eu-west", "ap-southeast"})
       if (std::string(from) != to)
-        yaml += fmt::format("  - {{from: {}, to: {}, listen: '127.0.0.1:0', target: '127.0.0.1:{}'}}\n",
-                            from, to, port++);
+        yaml +=
+            fmt::format("  - {{from: {}, to: {}, listen: '127.0.0.1:0', target: '127.0.0.1:{}'}}\n",
+                        from, to, port++);
   const auto cfg = parse_netsim_config(yaml, "t.yaml", kWan);
   CHECK(cfg.links.size() == 6);
   for (const auto& l : cfg.links) CHECK(l.properties.delay_ms == 0);

@@ -129,3 +129,23 @@ TEST_CASE(
   CHECK(next.header.full);  // an fp32 downlink is sent values, not changes
   CHECK(next.values[0] == doctest::Approx(theta).epsilon(1e-6));
 }
+
+// Regression (fuzz/corpus/checkpoint/crash-manifest-float-format.bin): "format": 1.2e25 reached
+// get<uint32_t>(), a float-to-integer conversion out of range (undefined; UBSan).
+TEST_CASE("manifest numbers that are not non-negative integers are refused, naming the field") {
+  TempDir tmp("manifest-numbers");
+  server::CheckpointStore store(tmp.path(), 1);
+  const auto folder = store.write(sample_state(3, 42));
+  const auto ranges = ranges_of(sample_state(3, 42));
+  std::ifstream in(folder / "manifest.json");
+  const std::string good((std::istreambuf_iterator<char>(in)), {});
+  for (const std::string& bad : {"1.2e25", "-1", "1.5"}) {
+    std::string text = good;
+    const auto at = text.find("\"format\": 1");
+    REQUIRE(at != std::string::npos);
+    text.replace(at, std::string("\"format\": 1").size(), "\"format\": " + bad);
+    std::ofstream(folder / "manifest.json", std::ios::trunc) << text;
+    CHECK_THROWS_WITH_AS(store.load(folder, 42, ranges),
+                         doctest::Contains("manifest field 'format' is"), InputError);
+  }
+}

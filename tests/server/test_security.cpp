@@ -139,8 +139,13 @@ TEST_CASE("an unauthenticated (NULL mechanism) client is refused and the server 
   auto r = plain.call(wire::Hello{"b", wire::kProtocolVersion, srv.table_hash(), {}}, {}, 1500ms);
   CHECK_FALSE(r.has_value());
   CHECK(eventually([&] { return log.text().find("does not speak CURVE") != std::string::npos; }));
-  // The refusal named the peer's address.
-  CHECK(log.text().find("peer 127.0.0.1:") != std::string::npos);
+  // The refusal names the peer: its address, or "unknown" when the connection was closed before
+  // the monitor could read it (libzmq reports a failed handshake without the peer, so the
+  // address is the accepted connection's, read best-effort).
+  CHECK(eventually([&] { return log.text().find("CURVE: refused a connection") != std::string::npos; }));
+  const auto text = log.text();
+  CHECK((text.find("(peer 127.0.0.1:") != std::string::npos ||
+         text.find("(peer unknown)") != std::string::npos));
   // The server still serves a region with its key.
   auto good = srv.client(as_region(dir.path() / "keys", "c"));
   hello(good, "c", srv.table_hash());
