@@ -148,12 +148,15 @@ TEST_CASE("a server process refuses an unauthenticated client and its log says s
   wire::Client plain(wire::connect_dealer(context, fmt::format("tcp://127.0.0.1:{}", port)));
   CHECK_FALSE(plain.call(wire::Hello{"us", wire::kProtocolVersion, 0, {}}, {}, 3s).has_value());
   std::string log;
-  for (int i = 0; i < 100 && log.find("does not speak CURVE") == std::string::npos; ++i) {
+  for (int i = 0; i < 100 && log.find("CURVE: refused a connection") == std::string::npos; ++i) {
     std::this_thread::sleep_for(50ms);
     log = server.log();
   }
   CHECK(log.find("CURVE: refused a connection") != std::string::npos);
-  CHECK(log.find("does not speak CURVE") != std::string::npos);
+  // The reason: a mechanism mismatch, or, when libzmq closed the connection before reporting the
+  // mismatch (seen in CI), a handshake that did not complete.
+  CHECK((log.find("does not speak CURVE") != std::string::npos ||
+         log.find("handshake failed") != std::string::npos));
   server.terminate();
   CHECK(server.wait(20s).value_or(-1) == 0);
 }
