@@ -2,14 +2,13 @@
 
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 #include <zmq.hpp>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
-#include <unistd.h>
-
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -452,10 +451,14 @@ int run_server_bench(const ServerBenchOptions& options) {
     doc["rss_kib_at_start"] = rss_at_start;
     doc["rss_kib_at_end"] = rss_at_end;
     if (soak)
-      doc["soak"] = {{"transport", soak->transport},   {"codec", soak->codec},
-                     {"bytes", soak->bytes},           {"curve", soak->curve},
-                     {"seconds", soak->seconds},       {"round_trips", soak->round_trips},
-                     {"rss_start_kib", soak->rss_start_kib}, {"rss_end_kib", soak->rss_end_kib},
+      doc["soak"] = {{"transport", soak->transport},
+                     {"codec", soak->codec},
+                     {"bytes", soak->bytes},
+                     {"curve", soak->curve},
+                     {"seconds", soak->seconds},
+                     {"round_trips", soak->round_trips},
+                     {"rss_start_kib", soak->rss_start_kib},
+                     {"rss_end_kib", soak->rss_end_kib},
                      {"rss_max_kib", soak->rss_max_kib}};
     fmt::print("{}\n", doc.dump(2));
   } else {

@@ -35,8 +35,8 @@ int run_serve(const ServeArgs& args) {
   launcher::LaunchOptions o;
   o.binary = fs::read_symlink("/proc/self/exe").string();
   if (!args.no_plots) {
-    for (const fs::path& p : {fs::path("scripts/plot_run.py"),
-                             fs::path(GEOTRAIN_SOURCE_DIR) / "scripts/plot_run.py"})
+    for (const fs::path& p :
+         {fs::path("scripts/plot_run.py"), fs::path(GEOTRAIN_SOURCE_DIR) / "scripts/plot_run.py"})
       if (fs::exists(p)) {
         o.plot_script = p;
         break;

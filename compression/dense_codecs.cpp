@@ -14,8 +14,7 @@ namespace {
 namespace kc = geotrain::kernels;
 
 bool is_chunked(CodecId id) {
-  return id == CodecId::int8 || id == CodecId::int4 || id == CodecId::fp4 ||
-         id == CodecId::onebit;
+  return id == CodecId::int8 || id == CodecId::int4 || id == CodecId::fp4 || id == CodecId::onebit;
 }
 
 // Exact body size of a dense codec; callers bound n by kMaxElements, so nothing overflows.

@@ -120,8 +120,8 @@ Deployment plan_deployment(const std::string& config_text, const std::string& so
   }
   // run.restart: a restarted server restores its newest checkpoint; without server.checkpoint
   // it would have none, so it checkpoints every released round unless the config says otherwise.
-  if (s.restart.enabled() && !(server["checkpoint"] && server["checkpoint"].IsMap() &&
-                               server["checkpoint"]["every"]))
+  if (s.restart.enabled() &&
+      !(server["checkpoint"] && server["checkpoint"].IsMap() && server["checkpoint"]["every"]))
     server["checkpoint"]["every"] = 1;
   root["server"] = server;
   YAML::Node worker = root["worker"];
@@ -146,8 +146,7 @@ Deployment plan_deployment(const std::string& config_text, const std::string& so
     d.curve = security.curve == wire::CurveSetting::on;
     if (automatic)
       d.curve = s.regions.size() > 1 && s.wan_profile && !s.external_workers &&
-                wire::curve_supported() &&
-                netsim::load_profile(*s.wan_profile).name != "lan";
+                wire::curve_supported() && netsim::load_profile(*s.wan_profile).name != "lan";
     YAML::Node sec(YAML::NodeType::Map);
     sec["curve"] = d.curve;
     if (d.curve) {

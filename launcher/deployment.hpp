@@ -47,12 +47,12 @@ struct NetsimRoute {
 
 struct Deployment {
   std::string host = "127.0.0.1";
-  std::map<std::string, uint16_t> server_ports;  // region -> its server's port
+  std::map<std::string, uint16_t> server_ports;   // region -> its server's port
   std::map<std::string, uint16_t> metrics_ports;  // region -> its GET /metrics port, if any
-  std::vector<NetsimRoute> routes;               // one per ordered pair of distinct regions
-  std::string config_yaml;                       // written to <run>/config.yaml
-  std::optional<std::string> netsim_yaml;        // written to <run>/netsim.yaml (> 1 region)
-  std::vector<ProcessSpec> processes;            // start order
+  std::vector<NetsimRoute> routes;                // one per ordered pair of distinct regions
+  std::string config_yaml;                        // written to <run>/config.yaml
+  std::optional<std::string> netsim_yaml;         // written to <run>/netsim.yaml (> 1 region)
+  std::vector<ProcessSpec> processes;             // start order
   // security (docs/deploy.md): whether the run uses CURVE, and the keys folder to fill before
   // anything starts (set when CURVE is on and the config names no security.keys_dir).
   bool curve = false;

@@ -44,11 +44,11 @@ struct Running {
   // every region has finished a round since), running.
   enum class Phase { running, backoff, starting, resuming } phase = Phase::running;
   uint32_t restarts = 0;
-  Clock::time_point phase_until{};   // end of the backoff, or the startup deadline
-  size_t fault = 0;                  // its newest fault in the FaultLog
-  uint64_t rounds_at_death = 0;      // fewest rounds any region had finished when it died
+  Clock::time_point phase_until{};  // end of the backoff, or the startup deadline
+  size_t fault = 0;                 // its newest fault in the FaultLog
+  uint64_t rounds_at_death = 0;     // fewest rounds any region had finished when it died
   std::map<std::string, uint64_t> rounds_at_up{};  // each region's finished rounds once it was up
-  std::optional<JsonlTail> metrics{};  // a server's metrics, read from its restart on
+  std::optional<JsonlTail> metrics{};              // a server's metrics, read from its restart on
 };
 
 // The children of one run, started into one process group; stops them all on destruction.
@@ -66,20 +66,21 @@ class Fleet {
     if (group_ == 0) group_ = child.pid();
     spdlog::debug("run: started {} (pid {})", spec.name, child.pid());
     procs_.push_back(std::make_unique<Running>(Running{spec, std::move(child), log}));
-    if (events_) events_->started(seconds_since(t0_), spec.name, to_string(spec.role),
-                                  procs_.back()->child.pid(), 0);
+    if (events_)
+      events_->started(seconds_since(t0_), spec.name, to_string(spec.role),
+                       procs_.back()->child.pid(), 0);
     return *procs_.back();
   }
   // Starts a process that died again, with the same arguments (and so the same ports); its log
   // goes on in the same file.
   void restart(Running& p) {
-    std::ofstream(p.log, std::ios::app)
-        << fmt::format("--- geotrain run: restarting {} (restart {}) ---\n", p.spec.name,
-                       p.restarts);
+    std::ofstream(p.log, std::ios::app) << fmt::format(
+        "--- geotrain run: restarting {} (restart {}) ---\n", p.spec.name, p.restarts);
     p.child = ChildProcess(binary_, p.spec.args, p.log, group_);
     spdlog::debug("run: restarted {} (pid {})", p.spec.name, p.child.pid());
-    if (events_) events_->started(seconds_since(t0_), p.spec.name, to_string(p.spec.role),
-                                  p.child.pid(), p.restarts);
+    if (events_)
+      events_->started(seconds_since(t0_), p.spec.name, to_string(p.spec.role), p.child.pid(),
+                       p.restarts);
   }
   // Every start goes to events.jsonl, with times since t0.
   void record(FaultLog* events, Clock::time_point t0) {
@@ -138,10 +139,11 @@ void announce_external_leaders(const Deployment& plan, const RunSettings& s, con
     j["routes"][route.from][route.to] = fmt::format("tcp://{}:{}", plan.host, route.listen_port);
   write_text_file(run / "endpoints.json.tmp", j.dump(2) + "\n");
   fs::rename(run / "endpoints.json.tmp", run / "endpoints.json");
-  spdlog::info("run: servers{} up after {:.1f} s; waiting for the leaders of {} region(s) "
-               "(worker.external): each reads {}",
-               plan.netsim_yaml ? " and netsim" : "", up_after_s, s.regions.size(),
-               j["config"].get<std::string>());
+  spdlog::info(
+      "run: servers{} up after {:.1f} s; waiting for the leaders of {} region(s) "
+      "(worker.external): each reads {}",
+      plan.netsim_yaml ? " and netsim" : "", up_after_s, s.regions.size(),
+      j["config"].get<std::string>());
   for (const auto& from : s.regions) {
     std::string line;
     for (const auto& to : s.regions) {
@@ -231,7 +233,8 @@ void make_plots(const LaunchOptions& o, const fs::path& run_dir) {
 RunResult run_deployment(const LaunchOptions& o, std::stop_token stop) {
   const auto source = describe_source(o.config.string(), o.overrides);
   const auto text = apply_overrides(read_text_file(o.config), o.overrides, source);
-  auto settings = parse_run_settings(text, source, o.config.parent_path(), o.config.stem().string());
+  auto settings =
+      parse_run_settings(text, source, o.config.parent_path(), o.config.stem().string());
   if (o.out_dir) settings.out_dir = *o.out_dir;
   if (o.validate) o.validate(text, source);
 
@@ -299,9 +302,8 @@ RunResult run_deployment(const LaunchOptions& o, std::stop_token stop) {
     // A server or netsim died: restart it (run.restart) or fail the run.
     const auto on_death = [&](Running& p, int st) {
       const bool again = p.restarts < settings.restart.max_restarts;
-      p.fault = faults.fault(seconds_since(t0), p.spec.name, to_string(p.spec.role),
-                             p.spec.region, describe_status(st), again,
-                             again ? p.restarts + 1 : p.restarts);
+      p.fault = faults.fault(seconds_since(t0), p.spec.name, to_string(p.spec.role), p.spec.region,
+                             describe_status(st), again, again ? p.restarts + 1 : p.restarts);
       if (!again) {
         failure = failure_message(p, st);
         if (settings.restart.enabled())
@@ -310,9 +312,9 @@ RunResult run_deployment(const LaunchOptions& o, std::stop_token stop) {
         return;
       }
       ++p.restarts;
-      spdlog::warn("run: {} {} at {:.1f} s; restarting it in {} s (restart {} of {})",
-                   p.spec.name, describe_status(st), seconds_since(t0),
-                   settings.restart.backoff_s, p.restarts, settings.restart.max_restarts);
+      spdlog::warn("run: {} {} at {:.1f} s; restarting it in {} s (restart {} of {})", p.spec.name,
+                   describe_status(st), seconds_since(t0), settings.restart.backoff_s, p.restarts,
+                   settings.restart.max_restarts);
       p.rounds_at_death = fewest_rounds(monitor, settings.regions);
       p.phase = Running::Phase::backoff;
       p.phase_until = Clock::now() + seconds(settings.restart.backoff_s);
@@ -391,7 +393,8 @@ RunResult run_deployment(const LaunchOptions& o, std::stop_token stop) {
       }
       for (auto& t : tails)
         for (const auto& e : t.read_new()) monitor.add(e);
-      if (settings.external_workers) workers_left = external_leaders_left(monitor, settings.regions);
+      if (settings.external_workers)
+        workers_left = external_leaders_left(monitor, settings.regions);
       if (Clock::now() >= next_show || !workers_left || !failure.empty()) {
         display.show(monitor, settings.regions, seconds_since(t0), faults.lines());
         next_show = Clock::now() + seconds(refresh);

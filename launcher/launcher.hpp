@@ -8,12 +8,12 @@
 // plots -> summary.json and report.md. A child that fails (non-zero exit, or a server/netsim
 // that exits early) fails the run and its log tail is shown, except that under run.restart a
 // server or netsim is started again on the same ports (up to max_restarts times each); every
-// start, death and recovery goes to <run>/events.jsonl (launcher/fault_log.hpp). A stop request (the caller's
-// SIGINT/SIGTERM) or run.timeout_s ends the run early. In every case the children are stopped
-// (SIGTERM, then SIGKILL after a grace period; they also carry PR_SET_PDEATHSIG) and whatever
-// metrics exist are summarized.
-// Blocks for the whole run; call it from the main thread (PR_SET_PDEATHSIG follows the forking
-// thread). Writes progress to `progress`, messages through spdlog.
+// start, death and recovery goes to <run>/events.jsonl (launcher/fault_log.hpp). A stop request
+// (the caller's SIGINT/SIGTERM) or run.timeout_s ends the run early. In every case the children are
+// stopped (SIGTERM, then SIGKILL after a grace period; they also carry PR_SET_PDEATHSIG) and
+// whatever metrics exist are summarized. Blocks for the whole run; call it from the main thread
+// (PR_SET_PDEATHSIG follows the forking thread). Writes progress to `progress`, messages through
+// spdlog.
 #pragma once
 
 #include <cstdio>

@@ -211,8 +211,7 @@ std::string build_report(const fs::path& run_dir, const json& s) {
         "worker.workers_per_region", "worker.device", "worker.batch_size", "worker.local_steps",
         "worker.rounds", "worker.lr", "worker.critical_codec", "worker.noncritical_codec",
         "worker.overlap", "worker.fragments", "server.staleness_bound", "server.optimizer",
-        "run.wan_profile",
-        lm ? "run.target_val_bpb" : "run.target_accuracy"}) {
+        "run.wan_profile", lm ? "run.target_val_bpb" : "run.target_accuracy"}) {
     std::string v = config ? config_value(config, key) : "?";
     if (std::string(key) == "run.wan_profile" && v != "(default)") v = fs::path(v).stem().string();
     md += fmt::format("| `{}` | {} |\n", key, v);

@@ -163,8 +163,8 @@ CheckpointState CheckpointStore::load(const fs::path& folder, uint64_t state_has
       GT_REQUIRE(name == fmt::format("shard-{}.bin", expected[i].id),
                  "manifest file {} is '{}', expected shard-{}.bin", i, name, expected[i].id);
       const std::string bytes = read_file(folder / name);
-      GT_REQUIRE(bytes.size() == manifest_uint(files[i], "bytes"),
-                 "{}: {} bytes, manifest says {}", name, bytes.size(), files[i].at("bytes").dump());
+      GT_REQUIRE(bytes.size() == manifest_uint(files[i], "bytes"), "{}: {} bytes, manifest says {}",
+                 name, bytes.size(), files[i].at("bytes").dump());
       const uint64_t sum = XXH3_64bits(bytes.data(), bytes.size());
       GT_REQUIRE(sum == manifest_uint(files[i], "xxh3"),
                  "{}: checksum {:#x} does not match the manifest's {:#x}", name, sum,

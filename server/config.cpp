@@ -92,12 +92,13 @@ void parse_consistency(const Ctx& c, const YAML::Node& n, ServerConfig& cfg) {
 }
 
 void parse_server(const Ctx& c, const YAML::Node& s, ServerConfig& cfg) {
-  check_keys(c, s, "server",
-             {"endpoints", "shards_per_region", "chunk", "staleness_bound", "staleness_weighting",
-              "optimizer", "downlink_codec", "heartbeat_ms", "dead_after_ms", "max_message_bytes",
-              "high_water_mark", "checkpoint", "run_dir", "metrics_every_ms",
-              "wait_for_all_regions", "downlink_codecs", "handshake_ms", "consistency",
-              "metrics_port", "metrics_host"});
+  check_keys(c, s, "server", {"endpoints",         "shards_per_region",   "chunk",
+                              "staleness_bound",   "staleness_weighting", "optimizer",
+                              "downlink_codec",    "heartbeat_ms",        "dead_after_ms",
+                              "max_message_bytes", "high_water_mark",     "checkpoint",
+                              "run_dir",           "metrics_every_ms",    "wait_for_all_regions",
+                              "downlink_codecs",   "handshake_ms",        "consistency",
+                              "metrics_port",      "metrics_host"});
   if (auto n = s["endpoints"]) {
     check_keys(c, n, "server.endpoints",
                std::set<std::string>(cfg.regions.begin(), cfg.regions.end()));
@@ -188,8 +189,8 @@ void parse_server(const Ctx& c, const YAML::Node& s, ServerConfig& cfg) {
     } else if (n.IsScalar() && n.Scalar() == "auto") {
       for (const auto& r : cfg.regions) cfg.metrics_ports[r] = 0;
     } else {
-      const auto port = get<uint32_t>(c, n, "server.metrics_port (a port, a map or auto)", 0,
-                                      65535);
+      const auto port =
+          get<uint32_t>(c, n, "server.metrics_port (a port, a map or auto)", 0, 65535);
       if (port > 0)
         for (const auto& r : cfg.regions) cfg.metrics_ports[r] = static_cast<uint16_t>(port);
     }

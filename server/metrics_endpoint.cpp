@@ -57,8 +57,8 @@ size_t MetricsEndpoint::serve(const std::function<std::string()>& render) {
     // A ZMQ_STREAM message is always [routing id, data].
     if (!id.more() || !socket_.recv(data, zmq::recv_flags::dontwait)) continue;
     const std::string key = id.to_string();
-    auto it = std::find_if(open_.begin(), open_.end(),
-                           [&](const Connection& c) { return c.id == key; });
+    auto it =
+        std::find_if(open_.begin(), open_.end(), [&](const Connection& c) { return c.id == key; });
     if (data.size() == 0) {  // a connection opened or closed: forget what it sent
       if (it != open_.end()) open_.erase(it);
       continue;
@@ -121,8 +121,7 @@ void MetricsEndpoint::respond(const std::string& id, const std::string& request,
 void MetricsEndpoint::send(const std::string& id, const std::string& bytes) {
   // Would-block (a scraper that does not read) drops the reply: the scrape times out, the
   // server loop never waits.
-  if (!socket_.send(zmq::buffer(id), zmq::send_flags::sndmore | zmq::send_flags::dontwait))
-    return;
+  if (!socket_.send(zmq::buffer(id), zmq::send_flags::sndmore | zmq::send_flags::dontwait)) return;
   if (!socket_.send(zmq::buffer(bytes), zmq::send_flags::dontwait))
     spdlog::debug("metrics endpoint: a reply was dropped (the scraper is not reading)");
 }

@@ -101,8 +101,8 @@ ParamServer::ParamServer(const ServerConfig& config, uint32_t region, zmq::conte
     std::map<std::string, std::string> allowed;
     for (const auto& r : config.regions)
       allowed[keys.client_public(r)] = fmt::format("the client key of region {}", r);
-    channel.curve_server = wire::ChannelOptions::CurveServer{
-        keys.server_keypair(config.regions[region]).secret_key};
+    channel.curve_server =
+        wire::ChannelOptions::CurveServer{keys.server_keypair(config.regions[region]).secret_key};
     authenticator_ = options_.authenticator;
     if (!authenticator_) {
       own_authenticator_ = std::make_unique<wire::CurveAuthenticator>(context, std::move(allowed));
@@ -116,8 +116,7 @@ ParamServer::ParamServer(const ServerConfig& config, uint32_t region, zmq::conte
   // after a restart), the checkpoint is in and its `restore` event written.
   restore();
   channel_ = wire::bind_router(context, endpoint, channel);
-  if (auto m = config.metrics_ports.find(config.regions[region]);
-      m != config.metrics_ports.end()) {
+  if (auto m = config.metrics_ports.find(config.regions[region]); m != config.metrics_ports.end()) {
     metrics_endpoint_ = std::make_unique<MetricsEndpoint>(context, config.metrics_host, m->second);
     spdlog::info("server {}: Prometheus metrics at {}", config.regions[region],
                  metrics_endpoint_->url());
@@ -201,8 +200,7 @@ ParamServer::Outcome ParamServer::handle(wire::Envelope& env,
     request_id = h.request_id;
     if (env.frames.size() > kMaxSegments + 1)
       throw WireError(ErrorCode::too_large,
-                      fmt::format("message has more than {} frames", kMaxSegments + 1),
-                      request_id);
+                      fmt::format("message has more than {} frames", kMaxSegments + 1), request_id);
     uint64_t total = 0;
     for (const auto& f : env.frames) total += f.size();
     if (total > static_cast<uint64_t>(config_.max_message_bytes))

@@ -142,8 +142,7 @@ ProcessStats read_process_stats() {
 std::string prometheus_text(const nlohmann::json& stats, const ProcessStats& process) {
   Exposition out;
   const Labels server{{"server", stats.value("server", std::string())}};
-  const auto& regions =
-      stats.contains("regions") ? stats["regions"] : nlohmann::json::object();
+  const auto& regions = stats.contains("regions") ? stats["regions"] : nlohmann::json::object();
 
   out.family("geotrain_server_info", "gauge", "Always 1; labels name the server and version.");
   out.sample("geotrain_server_info", with(server, "version", kVersion), "1");
@@ -153,8 +152,7 @@ std::string prometheus_text(const nlohmann::json& stats, const ProcessStats& pro
              number(stats.value("applied_rounds", nlohmann::json(0))));
   out.family("geotrain_parked_requests", "gauge",
              "Requests waiting at the server (the staleness gate, unreleased rounds).");
-  out.sample("geotrain_parked_requests", server,
-             number(stats.value("parked", nlohmann::json(0))));
+  out.sample("geotrain_parked_requests", server, number(stats.value("parked", nlohmann::json(0))));
 
   uint64_t live = 0;
   for (const auto& [name, r] : regions.items())

@@ -69,7 +69,8 @@ Shard::StagedPush Shard::stage(size_t region, uint64_t round, ConstFloatSpan del
             gate_.clock(region));
   GT_ASSERT(live.at(region), "push from a dead region {}", region);
   // emplace(Staged{}), not emplace(): clang (the libFuzzer build of fuzz/) decides inside the
-  // class definition, before Staged's member initializers, that Staged is not default-constructible.
+  // class definition, before Staged's member initializers, that Staged is not
+  // default-constructible.
   auto& st = staged_.emplace(Staged{});
   st.region = region;
   st.round = round;

@@ -30,8 +30,8 @@ class ZmqChannel final : public Channel {
     GT_ZMQ_CHECK(zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger));
     GT_ZMQ_CHECK(zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg));
     if (options.handshake_ms >= 0)
-      GT_ZMQ_CHECK(zmq_setsockopt(s, ZMQ_HANDSHAKE_IVL, &options.handshake_ms,
-                                  sizeof options.handshake_ms));
+      GT_ZMQ_CHECK(
+          zmq_setsockopt(s, ZMQ_HANDSHAKE_IVL, &options.handshake_ms, sizeof options.handshake_ms));
     GT_ASSERT(!(router_ && options.curve_client) && !(!router_ && options.curve_server),
               "CURVE roles: a ROUTER channel is a CURVE server, a DEALER a CURVE client");
     if (const auto& c = options.curve_server) {

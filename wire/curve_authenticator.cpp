@@ -68,8 +68,8 @@ const char* handshake_reason(int event, uint32_t value) {
 
 CurveAuthenticator::CurveAuthenticator(zmq::context_t& context,
                                        std::map<std::string, std::string> allowed)
-    : monitor_endpoint_(fmt::format("inproc://geotrain.curve-monitor.{}",
-                                    static_cast<const void*>(this))),
+    : monitor_endpoint_(
+          fmt::format("inproc://geotrain.curve-monitor.{}", static_cast<const void*>(this))),
       zap_(context, zmq::socket_type::rep),
       monitor_(context, zmq::socket_type::pair) {
   for (auto& [key, name] : allowed) allowed_[z85_to_binary(key)] = name;

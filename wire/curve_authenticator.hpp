@@ -38,10 +38,10 @@ class CurveAuthenticator {
   const std::string& monitor_endpoint() const { return monitor_endpoint_; }
 
   struct Counts {
-    uint64_t accepted = 0;            // ZAP 200
-    uint64_t refused_key = 0;         // ZAP 400: client key not in the allow-list
-    uint64_t failed_handshakes = 0;   // handshake failures seen by the monitor (any reason)
-    uint64_t connections_open = 0;    // accepted TCP connections not yet closed
+    uint64_t accepted = 0;           // ZAP 200
+    uint64_t refused_key = 0;        // ZAP 400: client key not in the allow-list
+    uint64_t failed_handshakes = 0;  // handshake failures seen by the monitor (any reason)
+    uint64_t connections_open = 0;   // accepted TCP connections not yet closed
   };
   Counts counts() const;
 

@@ -45,8 +45,7 @@ class KeyDirectory {
   explicit KeyDirectory(std::filesystem::path dir) : dir_(std::move(dir)) {}
   const std::filesystem::path& dir() const { return dir_; }
 
-  std::filesystem::path file(std::string_view role, std::string_view region,
-                             bool secret) const;
+  std::filesystem::path file(std::string_view role, std::string_view region, bool secret) const;
   CurveKeypair server_keypair(const std::string& region) const;
   CurveKeypair client_keypair(const std::string& region) const;
   std::string server_public(const std::string& region) const;

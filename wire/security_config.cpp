@@ -5,7 +5,7 @@
 namespace geotrain::wire {
 
 SecurityConfig parse_security_config(const YAML::Node& node, const YamlReader& in,
-                                      bool allow_auto) {
+                                     bool allow_auto) {
   SecurityConfig s;
   if (!node || node.IsNull()) return s;
   in.check_keys(node, "security", {"curve", "keys_dir"});
@@ -23,8 +23,7 @@ SecurityConfig parse_security_config(const YAML::Node& node, const YamlReader& i
       try {
         on = c.as<bool>();
       } catch (const YAML::Exception&) {
-        GT_REQUIRE(false, "{}: security.curve is '{}', allowed: true, false, auto", in.source(),
-                   v);
+        GT_REQUIRE(false, "{}: security.curve is '{}', allowed: true, false, auto", in.source(), v);
       }
       s.curve = on ? CurveSetting::on : CurveSetting::off;
     }

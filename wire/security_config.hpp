@@ -36,8 +36,7 @@ struct SecurityConfig {
 
 // `node` is root["security"] (may be undefined: the defaults). With `allow_auto` false (server,
 // worker), `curve: auto` is refused and `curve: true` needs keys_dir.
-SecurityConfig parse_security_config(const YAML::Node& node, const YamlReader& in,
-                                      bool allow_auto);
+SecurityConfig parse_security_config(const YAML::Node& node, const YamlReader& in, bool allow_auto);
 
 // The CURVE client side of a connection from a process of region `region` to the server of
 // `server_region` (keys read from keys_dir); nullopt when CURVE is off.

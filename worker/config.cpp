@@ -60,10 +60,11 @@ WorkerConfig parse_worker_config(std::string_view yaml_text, std::string_view so
   c.model = models::parse_model_spec(root["model"], in);
   if (auto w = root["worker"]; w && w.IsMap() && w["external"])
     c.external = in.boolean(w["external"], "worker.external");
-  GT_REQUIRE(c.external || c.model.kind != "mlp" || !c.model.arch.empty(),
-             "{}: model.arch is missing: a worker needs the architecture (e.g. \"784-256-128-10\"), "
-             "unless the workers are your own processes (worker.external: true, docs/python.md)",
-             source);
+  GT_REQUIRE(
+      c.external || c.model.kind != "mlp" || !c.model.arch.empty(),
+      "{}: model.arch is missing: a worker needs the architecture (e.g. \"784-256-128-10\"), "
+      "unless the workers are your own processes (worker.external: true, docs/python.md)",
+      source);
   if (c.model.is_language_model()) {
     c.data.kind = "text";
     c.data.path = DataConfig::kKjvFile;

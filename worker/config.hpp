@@ -21,11 +21,11 @@
 #include <vector>
 
 #include "models/model_spec.hpp"
+#include "wire/security_config.hpp"
 #include "worker/anomaly_guard.hpp"
 #include "worker/idx_dataset.hpp"
 #include "worker/optimizer.hpp"
 #include "worker/overlap_merge.hpp"
-#include "wire/security_config.hpp"
 
 namespace geotrain::worker {
 

@@ -92,9 +92,9 @@ OverlapMerge::OverlapMerge(OverlapMode mode, OuterStepConfig outer, uint32_t reg
 }
 
 void OverlapMerge::start(uint64_t offset, uint64_t n, FloatSpan x, FloatSpan push) {
-  GT_ASSERT(offset + n <= global_.size() && x.size() == global_.size() &&
-                push.size() == global_.size(),
-            "overlap start: range [{}, {}) of {}", offset, offset + n, global_.size());
+  GT_ASSERT(
+      offset + n <= global_.size() && x.size() == global_.size() && push.size() == global_.size(),
+      "overlap start: range [{}, {}) of {}", offset, offset + n, global_.size());
   float* xr = x.data() + offset;
   const float* g = global_.data() + offset;
   // The push is the local value itself: theta_g + q with q = x - theta_g.
@@ -117,9 +117,9 @@ void OverlapMerge::start(uint64_t offset, uint64_t n, FloatSpan x, FloatSpan pus
 }
 
 void OverlapMerge::merge(uint64_t offset, uint64_t n, FloatSpan x, ConstFloatSpan global) {
-  GT_ASSERT(offset + n <= global_.size() && x.size() == global_.size() &&
-                global.size() == global_.size(),
-            "overlap merge: range [{}, {}) of {}", offset, offset + n, global_.size());
+  GT_ASSERT(
+      offset + n <= global_.size() && x.size() == global_.size() && global.size() == global_.size(),
+      "overlap merge: range [{}, {}) of {}", offset, offset + n, global_.size());
   float* xr = x.data() + offset;
   const float* gn = global.data() + offset;
   float* g = global_.data() + offset;

@@ -95,10 +95,10 @@ class OverlapMerge {
   OverlapMode mode_;
   OuterStepModel outer_;
   float inv_regions_;
-  std::vector<float> global_;      // theta_g as last merged
-  std::vector<float> after_start_; // x right after the last start (progress since = x - this)
-  std::vector<float> last_push_;   // delayed: q of the last merged round
-  std::vector<float> others_;      // delayed: the other regions' share of the last merged round
+  std::vector<float> global_;       // theta_g as last merged
+  std::vector<float> after_start_;  // x right after the last start (progress since = x - this)
+  std::vector<float> last_push_;    // delayed: q of the last merged round
+  std::vector<float> others_;       // delayed: the other regions' share of the last merged round
   std::vector<float> scratch_, scratch2_;
 };
 

@@ -54,9 +54,9 @@ std::map<uint64_t, wire::Reply> collect(wire::Client& client, const std::string&
       }
       until = std::min(until, quiet_since + probe);
     }
-    auto reply = client.receive(
-        std::max(std::chrono::duration_cast<std::chrono::milliseconds>(until - now),
-                 std::chrono::milliseconds(1)));
+    auto reply =
+        client.receive(std::max(std::chrono::duration_cast<std::chrono::milliseconds>(until - now),
+                                std::chrono::milliseconds(1)));
     if (!reply) continue;
     const uint64_t id = reply->header.request_id;
     const bool ours = std::find(ids.begin(), ids.end(), id) != ids.end();
@@ -249,8 +249,8 @@ void RegionSync::apply_pull(size_t shard_index, const wire::Reply& reply, RoundR
     }
   }
   sh.version = pr.version;
-  released = std::min(released, static_cast<uint64_t>(static_cast<int64_t>(pr.round) +
-                                                      sh.round_shift));
+  released =
+      std::min(released, static_cast<uint64_t>(static_cast<int64_t>(pr.round) + sh.round_shift));
 }
 
 void RegionSync::pull_into_base(bool full, RoundReport* report) {
@@ -426,8 +426,8 @@ void RegionSync::redo(size_t s, ConstFloatSpan local, const std::vector<bool>& t
       for (size_t i = 0; i < shards_.size(); ++i)
         if (mine[i]) pushes.push_back(send_push(i, local, report));
       if (pushes.empty()) return;  // it had released the round already
-      auto replies = collect(*link.client, link.region, pushes, config_.timeout,
-                             "push (rejoined)", config_.heartbeat);
+      auto replies = collect(*link.client, link.region, pushes, config_.timeout, "push (rejoined)",
+                             config_.heartbeat);
       for (auto& [id, reply] : replies) {
         const auto& pr = body_as<wire::PushReply>(reply, link.region);
         report.max_staleness = std::max(report.max_staleness, pr.staleness);
@@ -474,8 +474,8 @@ void RegionSync::rejoin(size_t s) {
                                     "within {} ms",
                                     config_.region, link.region, config_.timeout.count()));
     if (now >= next_send) {
-      if (auto id = link.client->send(wire::Hello{config_.region, wire::kProtocolVersion,
-                                                  layout_.layout_hash(), {}}))
+      if (auto id = link.client->send(
+              wire::Hello{config_.region, wire::kProtocolVersion, layout_.layout_hash(), {}}))
         ids.push_back(*id);
       next_send = now + config_.heartbeat;
     }

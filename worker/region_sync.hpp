@@ -171,8 +171,8 @@ class RegionSync {
   uint64_t send_push(size_t shard_index, ConstFloatSpan local, RoundReport& report);
   // Rejoins `server`, pulls its shards of `take` in full and pushes and pulls them again; up to
   // kMaxRejoinAttempts times, then SystemError.
-  void redo(size_t server, ConstFloatSpan local, const std::vector<bool>& take,
-            RoundReport& report, uint64_t& released);
+  void redo(size_t server, ConstFloatSpan local, const std::vector<bool>& take, RoundReport& report,
+            uint64_t& released);
   void lose(size_t server, const std::string& why);
   // Hello to a server that lost this region; marks its shards for a full pull.
   void rejoin(size_t server);

@@ -9,8 +9,8 @@ namespace geotrain::worker {
 ServerStore::ServerStore(zmq::context_t& context, const std::string& server_endpoint,
                          std::string prefix, std::chrono::milliseconds timeout,
                          const wire::ChannelOptions& options)
-    : client_(std::make_unique<wire::Client>(
-          wire::connect_dealer(context, server_endpoint, options))),
+    : client_(
+          std::make_unique<wire::Client>(wire::connect_dealer(context, server_endpoint, options))),
       endpoint_(server_endpoint),
       prefix_(std::move(prefix)),
       timeout_(timeout) {}

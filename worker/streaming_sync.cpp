@@ -32,8 +32,8 @@ StreamingSync::StreamingSync(RegionSync& sync, StreamingConfig config)
   for (uint32_t p = 0; p < config_.fragments; ++p) ranges_.push_back(sync_.fragment_ranges(p));
   last_start_.assign(config_.fragments, 0);
   if (background()) {
-    merge_ = std::make_unique<OverlapMerge>(config_.mode, config_.outer, config_.regions,
-                                            sync_.base());
+    merge_ =
+        std::make_unique<OverlapMerge>(config_.mode, config_.outer, config_.regions, sync_.base());
     thread_ = std::jthread([this](std::stop_token stop) { loop(stop); });
   }
 }

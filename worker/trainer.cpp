@@ -13,10 +13,10 @@
 #include "worker/local_step.hpp"
 #include "worker/metrics_log.hpp"
 #include "worker/model_backend.hpp"
-#include "worker/streaming_sync.hpp"
 #include "worker/region_sync.hpp"
 #include "worker/sampler.hpp"  // global_rank
 #include "worker/server_store.hpp"
+#include "worker/streaming_sync.hpp"
 #include "worker/training_data.hpp"
 
 namespace geotrain::worker {
@@ -154,8 +154,8 @@ TrainResult Trainer::run(std::stop_token stop) {
     SyncConfig sc;
     sc.region = region_;
     for (const auto& r : config_.regions)
-      sc.servers.push_back(
-          {r, config_.server_endpoint(region_, r), wire::curve_client(config_.security, region_, r)});
+      sc.servers.push_back({r, config_.server_endpoint(region_, r),
+                            wire::curve_client(config_.security, region_, r)});
     sc.critical_codec = config_.critical_codec;
     sc.noncritical_codec = config_.noncritical_codec;
     sc.staleness_bound = config_.staleness_bound;
@@ -293,8 +293,9 @@ TrainResult Trainer::run(std::stop_token stop) {
     const uint64_t last_step = (round - 1) * config_.local_steps;
     auto reps = streaming->finish(last_step, params);
     if (!reps.empty()) {
-      nlohmann::json j{{"region", region_}, {"round", reps.back().round}, {"steps", 0},
-                       {"compute_s", 0.0},  {"comm_s", 0.0},              {"wait_s", since(t0)}};
+      nlohmann::json j{{"region", region_}, {"round", reps.back().round},
+                       {"steps", 0},        {"compute_s", 0.0},
+                       {"comm_s", 0.0},     {"wait_s", since(t0)}};
       add_reports(j, reps);
       log.write("round", j);
     }

@@ -34,13 +34,14 @@ py::object torch_as_numpy(const py::handle& t, const char* what) {
 
 py::buffer_info request(const py::handle& obj, bool writable, const char* what) {
   if (!PyObject_CheckBuffer(obj.ptr()))
-    throw py::type_error(fmt::format(
-        "{}: expected a NumPy array, a CPU torch tensor or another buffer, got {}", what,
-        py::str(py::type::of(obj).attr("__name__")).cast<std::string>()));
+    throw py::type_error(
+        fmt::format("{}: expected a NumPy array, a CPU torch tensor or another buffer, got {}",
+                    what, py::str(py::type::of(obj).attr("__name__")).cast<std::string>()));
   try {
     return py::reinterpret_borrow<py::buffer>(obj).request(writable);
   } catch (const py::error_already_set& e) {
-    throw py::value_error(fmt::format("{}: {}{}", what, writable ? "not writable: " : "", e.what()));
+    throw py::value_error(
+        fmt::format("{}: {}{}", what, writable ? "not writable: " : "", e.what()));
   }
 }
 
@@ -56,8 +57,8 @@ bool c_contiguous(const py::buffer_info& info) {
 }  // namespace
 
 FloatView float_view(const py::handle& obj, bool writable, const char* what) {
-  py::object owner = is_torch_tensor(obj) ? torch_as_numpy(obj, what)
-                                          : py::reinterpret_borrow<py::object>(obj);
+  py::object owner =
+      is_torch_tensor(obj) ? torch_as_numpy(obj, what) : py::reinterpret_borrow<py::object>(obj);
   const auto info = request(owner, writable, what);
   const bool f32 = info.format == "f" || info.format == "<f" || info.format == "=f";
   if (!f32 || info.itemsize != 4)
@@ -76,8 +77,8 @@ ByteView byte_view(const py::handle& obj, const char* what) {
   const auto info = request(owner, false, what);
   if (!c_contiguous(info))
     throw py::value_error(fmt::format("{}: the payload buffer is not contiguous", what));
-  return {std::move(owner),
-          ConstByteSpan(static_cast<const std::byte*>(info.ptr), size_t(info.size * info.itemsize))};
+  return {std::move(owner), ConstByteSpan(static_cast<const std::byte*>(info.ptr),
+                                          size_t(info.size * info.itemsize))};
 }
 
 }  // namespace geotrain::python

@@ -139,10 +139,9 @@ of its own) or a spec string. fused=False forces the reference path (same bytes)
           py::arg("stream"), py::arg("values"))
       .def("reset", &ErrorFeedback::reset, py::arg("stream") = 0, "forget a stream's residual")
       .def("streams", &ErrorFeedback::streams)
-      .def("__repr__",
-           [](const ErrorFeedback& ef) {
-             return "geotrain.ErrorFeedback('" + ef.codec().spec() + "')";
-           });
+      .def("__repr__", [](const ErrorFeedback& ef) {
+        return "geotrain.ErrorFeedback('" + ef.codec().spec() + "')";
+      });
 
   m.def(
       "decode",

@@ -115,8 +115,8 @@ class RegionLeader {
     auto v = float_view(out, true, "out");
     const auto base = sync_->base();
     if (v.span.size() != base.size())
-      throw py::value_error(fmt::format("out has {} elements, the table has {}", v.span.size(),
-                                        base.size()));
+      throw py::value_error(
+          fmt::format("out has {} elements, the table has {}", v.span.size(), base.size()));
     std::copy(base.begin(), base.end(), v.span.begin());
   }
 
@@ -228,8 +228,8 @@ std::string with_model_tensors(const std::string& yaml_text,
   }
   YAML::Node model = root["model"];
   if (!model || !model.IsMap()) model = YAML::Node(YAML::NodeType::Map);
-  for (const char* key : {"arch", "kind", "preset", "vocab", "d_model", "layers", "heads",
-                          "seq_len", "mlp_ratio"})
+  for (const char* key :
+       {"arch", "kind", "preset", "vocab", "d_model", "layers", "heads", "seq_len", "mlp_ratio"})
     model.remove(key);
   YAML::Node list(YAML::NodeType::Sequence);
   for (const auto& [name, size] : tensors) {
@@ -277,12 +277,12 @@ one flat float32 array in the table's order. Usually used through geotrain.torch
                        const std::string& critical_codec, const std::string& noncritical_codec,
                        uint32_t staleness_bound, const py::object& overlap, int64_t timeout_ms,
                        uint32_t local_steps, uint32_t fragments,
-                       std::optional<uint32_t> fragment_delay, float outer_lr,
-                       float outer_momentum, bool outer_nesterov) {
+                       std::optional<uint32_t> fragment_delay, float outer_lr, float outer_momentum,
+                       bool outer_nesterov) {
              if (local_steps < 1 || fragments < 1)
-               throw py::value_error(fmt::format(
-                   "local_steps is {} and fragments {}: both must be at least 1", local_steps,
-                   fragments));
+               throw py::value_error(
+                   fmt::format("local_steps is {} and fragments {}: both must be at least 1",
+                               local_steps, fragments));
              std::vector<TensorSpec> specs;
              for (const auto& [name, size] : tensors) specs.push_back({name, size});
              SyncConfig c;
@@ -300,9 +300,10 @@ one flat float32 array in the table's order. Usually used through geotrain.torch
              c.timeout = std::chrono::milliseconds(timeout_ms);
              // The schedule as the native worker derives it from its config (merge_delay()).
              worker::WorkerConfig w;
-             w.overlap_mode = py::isinstance<py::bool_>(overlap)
-                                  ? (overlap.cast<bool>() ? OverlapMode::carry : OverlapMode::off)
-                                  : worker::parse_overlap_mode(py::str(overlap).cast<std::string>());
+             w.overlap_mode =
+                 py::isinstance<py::bool_>(overlap)
+                     ? (overlap.cast<bool>() ? OverlapMode::carry : OverlapMode::off)
+                     : worker::parse_overlap_mode(py::str(overlap).cast<std::string>());
              w.local_steps = local_steps;
              w.fragments = fragments;
              w.fragment_delay = fragment_delay;
@@ -334,17 +335,16 @@ one flat float32 array in the table's order. Usually used through geotrain.torch
       .def("copy_base", &RegionLeader::copy_base, py::arg("out"),
            "out[:] = the newest global parameters this region has received")
       .def_property_readonly("next_round", &RegionLeader::next_round)
-      .def_property_readonly(
-          "overlap",
-          [](const RegionLeader& l) {
-            return std::string(worker::overlap_mode_name(l.streaming().mode));
-          })
+      .def_property_readonly("overlap",
+                             [](const RegionLeader& l) {
+                               return std::string(worker::overlap_mode_name(l.streaming().mode));
+                             })
       .def_property_readonly("fragments",
                              [](const RegionLeader& l) { return l.streaming().fragments; })
       .def_property_readonly("fragment_delay",
                              [](const RegionLeader& l) { return l.streaming().delay; })
-      .def_property_readonly(
-          "layout_hash", [](const RegionLeader& l) { return l.table().layout_hash(); })
+      .def_property_readonly("layout_hash",
+                             [](const RegionLeader& l) { return l.table().layout_hash(); })
       .def_property_readonly("size",
                              [](const RegionLeader& l) { return l.table().total_elements(); })
       .def_property_readonly("tensors", [](const RegionLeader& l) {

@@ -132,8 +132,8 @@ TEST_CASE("EF with fp4 and with 2-bit chunked topk on a convex quadratic nears t
   const double fp4_ef = descend(make_codec("fp4:chunk=64"), true, 3000);
   const double topk_ef = descend(make_codec("topk:ratio=0.05,bits=2,chunk=64"), true, 3000);
   const double topk_plain = descend(make_codec("topk:ratio=0.05,bits=2,chunk=64"), false, 3000);
-  MESSAGE("distance to optimum: fp4+EF ", fp4_ef, ", topk 5% 2-bit+EF ", topk_ef,
-          ", without EF ", topk_plain);
+  MESSAGE("distance to optimum: fp4+EF ", fp4_ef, ", topk 5% 2-bit+EF ", topk_ef, ", without EF ",
+          topk_plain);
   CHECK(fp4_ef < 1e-2);
   CHECK(topk_ef < 1e-2);
   CHECK(topk_ef < topk_plain / 3);

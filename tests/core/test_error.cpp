@@ -76,10 +76,12 @@ TEST_CASE("GT_ASSERT aborts on a broken invariant") {
 TEST_CASE("a config key that is not a plain name is refused with an InputError naming it") {
   const YamlReader in{"cfg.yaml"};
   const YAML::Node root = YAML::Load("? [a, b]\n: 1\nregions: [x]\n");
-  CHECK_THROWS_WITH_AS(in.check_keys(root, "", {"regions"}),
-                       doctest::Contains("cfg.yaml: 'the top level' has a key that is not a plain name"),
-                       InputError);
+  CHECK_THROWS_WITH_AS(
+      in.check_keys(root, "", {"regions"}),
+      doctest::Contains("cfg.yaml: 'the top level' has a key that is not a plain name"),
+      InputError);
   CHECK_THROWS_AS(in.load_deployment_config("? {a: 1}\n: 1\n"), InputError);
   const YAML::Exception e(YAML::Mark::null_mark(), "bad conversion");
-  CHECK(std::string(yaml_input_error("cfg.yaml", e).what()).starts_with("cfg.yaml: not a valid config"));
+  CHECK(std::string(yaml_input_error("cfg.yaml", e).what())
+            .starts_with("cfg.yaml: not a valid config"));
 }

@@ -37,10 +37,10 @@ std::string run_through_netsim(bool curve, const std::filesystem::path& dir) {
   wire::ChannelOptions client_options;
   if (curve) {
     wire::KeyDirectory::generate(dir / "keys", {"a", "b"}, false);
-    security = fmt::format("security: {{curve: true, keys_dir: \"{}\"}}\n",
-                           (dir / "keys").string());
-    client_options.curve_client = wire::curve_client(
-        wire::SecurityConfig{wire::CurveSetting::on, dir / "keys"}, "b", "a");
+    security =
+        fmt::format("security: {{curve: true, keys_dir: \"{}\"}}\n", (dir / "keys").string());
+    client_options.curve_client =
+        wire::curve_client(wire::SecurityConfig{wire::CurveSetting::on, dir / "keys"}, "b", "a");
   }
   const auto config = server::parse_server_config(fmt::format(R"(
 regions: [a, b]
@@ -120,9 +120,10 @@ TEST_CASE("a two-region cluster of real processes trains with CURVE on every ser
   Cluster c;
   c.regions = {"us", "eu"};
   c.workers = 2;  // the workers' rendezvous at their region's server is CURVE too
-  c.worker_yaml = "  rounds: 3\n  local_steps: 2\n  critical_codec: fp32\n  noncritical_codec: int8\n";
-  c.top_yaml = fmt::format("security: {{curve: true, keys_dir: \"{}\"}}\n",
-                           (dir.path() / "keys").string());
+  c.worker_yaml =
+      "  rounds: 3\n  local_steps: 2\n  critical_codec: fp32\n  noncritical_codec: int8\n";
+  c.top_yaml =
+      fmt::format("security: {{curve: true, keys_dir: \"{}\"}}\n", (dir.path() / "keys").string());
   const auto out = run_cluster(c, dir.path());
   require_success(out);
   for (const auto& r : c.regions)
@@ -137,8 +138,8 @@ TEST_CASE("a server process refuses an unauthenticated client and its log says s
   wire::KeyDirectory::generate(dir.path() / "keys", {"us"}, false);
   Cluster c;
   c.regions = {"us"};
-  c.top_yaml = fmt::format("security: {{curve: true, keys_dir: \"{}\"}}\n",
-                           (dir.path() / "keys").string());
+  c.top_yaml =
+      fmt::format("security: {{curve: true, keys_dir: \"{}\"}}\n", (dir.path() / "keys").string());
   const int port = free_port();
   const auto config = dir.path() / "config.yaml";
   std::ofstream(config) << config_text(c, dir.path(), {port});

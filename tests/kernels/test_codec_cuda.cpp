@@ -10,8 +10,8 @@
 #include "core/check_cuda.hpp"
 #include "kernels/codec_cpu.hpp"
 #include "kernels/codec_cuda.cuh"
-#include "kernels/topk_cuda.cuh"
 #include "kernels/qtopk_cuda.cuh"
+#include "kernels/topk_cuda.cuh"
 
 using namespace geotrain;
 using namespace geotrain::kernels;

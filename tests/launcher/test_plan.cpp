@@ -221,8 +221,9 @@ TEST_CASE("one region needs no netsim and no routes") {
 // Regression (fuzz/corpus/run_config/crash-complex-key*.yaml): a complex key escaped
 // parse_run_settings as YAML::TypedBadConversion.
 TEST_CASE("run settings with a key that is not a plain name get an InputError") {
-  CHECK_THROWS_WITH_AS(parse_run_settings("? [a, b]\n: 1\nregions: [us-east]\n", "t.yaml", kWanDir, "t"),
-                       doctest::Contains("not a plain name"), InputError);
+  CHECK_THROWS_WITH_AS(
+      parse_run_settings("? [a, b]\n: 1\nregions: [us-east]\n", "t.yaml", kWanDir, "t"),
+      doctest::Contains("not a plain name"), InputError);
 }
 
 TEST_CASE("CURVE is on by default for WAN profiles, off for lan, and can be switched off") {

@@ -192,8 +192,9 @@ TEST_CASE("a token bucket releases a burst at once, then paces at its rate") {
 // Regressions (fuzz/corpus/netsim_config/crash-*): a profile without `name` escaped as
 // YAML::InvalidNode, a complex key as YAML::TypedBadConversion.
 TEST_CASE("a profile without a name, or with a key that is not a name, gets an InputError") {
-  CHECK_THROWS_WITH_AS(parse_profile("regions: [a, b]\nlinks:\n  - {between: [a, b], delay_ms: 1}\n", "p.yaml"),
-                       doctest::Contains("name is missing"), InputError);
+  CHECK_THROWS_WITH_AS(
+      parse_profile("regions: [a, b]\nlinks:\n  - {between: [a, b], delay_ms: 1}\n", "p.yaml"),
+      doctest::Contains("name is missing"), InputError);
   CHECK_THROWS_WITH_AS(parse_profile("name: x\n? [a]\n: 1\n", "p.yaml"),
                        doctest::Contains("not a plain name"), InputError);
 }

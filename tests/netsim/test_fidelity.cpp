@@ -97,7 +97,8 @@ TEST_CASE("with jitter, round trips vary but bytes are never reordered") {
   CHECK(r.intact);
 }
 
-TEST_CASE("the proxy forwards at >= 1 GB/s or a third of a direct transfer, and reports its latency") {
+TEST_CASE(
+    "the proxy forwards at >= 1 GB/s or a third of a direct transfer, and reports its latency") {
   auto echo = make_echo_server();
   OneLink link(echo->endpoint(), props(0));
   measure_rtts_ms(link.via(), 200);  // warm-up

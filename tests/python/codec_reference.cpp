@@ -6,7 +6,8 @@
 //                                                             turn: OUT_PREFIX.<i>.bin
 //   codec_reference ef SPEC STREAM OUT_PREFIX IN.f32...       one ErrorFeedback, each input on
 //                                                             STREAM: OUT_PREFIX.<i>.bin, and the
-//                                                             final residual OUT_PREFIX.residual.f32
+//                                                             final residual
+//                                                             OUT_PREFIX.residual.f32
 //   codec_reference decode IN.bin N OUT.f32                   decode_payload into N floats
 //
 // Inputs and outputs are raw little-endian float32. Exit 0 on success, 2 with a message otherwise.

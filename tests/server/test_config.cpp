@@ -157,6 +157,7 @@ TEST_CASE("server.consistency errors name the key, the value and what is allowed
 
 // Regression (fuzz/corpus/server_config/crash-complex-key.yaml): escaped as a yaml-cpp exception.
 TEST_CASE("a server config with a key that is not a plain name gets an InputError") {
-  CHECK_THROWS_WITH_AS(geotrain::server::parse_server_config("? [a, b]\n: 1\nregions: [us-east]\n", "c.yaml"),
-                       doctest::Contains("not a plain name"), geotrain::InputError);
+  CHECK_THROWS_WITH_AS(
+      geotrain::server::parse_server_config("? [a, b]\n: 1\nregions: [us-east]\n", "c.yaml"),
+      doctest::Contains("not a plain name"), geotrain::InputError);
 }

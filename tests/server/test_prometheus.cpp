@@ -1,7 +1,6 @@
 // server.metrics_port: its config forms, and the Prometheus text a stats snapshot renders to
 // (the HTTP side is tests/python/test_metrics_endpoint.py, with prometheus_client's parser).
 #include <doctest/doctest.h>
-
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
@@ -55,7 +54,8 @@ TEST_CASE("a stats snapshot renders as Prometheus counters, gauges and a stalene
   CHECK(has_line(text, "# TYPE geotrain_pushes_total counter"));
   CHECK(has_line(text, R"(geotrain_pushes_total{server="us",region="us"} 3)"));
   // uint64 counters keep every digit; label values are escaped.
-  CHECK(has_line(text, R"(geotrain_pushes_total{server="us",region="eu\"x"} 18446744073709551615)"));
+  CHECK(
+      has_line(text, R"(geotrain_pushes_total{server="us",region="eu\"x"} 18446744073709551615)"));
   CHECK(has_line(text, R"(geotrain_received_bytes_total{server="us",region="us"} 1200)"));
   CHECK(has_line(text, R"(geotrain_sent_bytes_total{server="us",region="us"} 900)"));
   CHECK(has_line(text, R"(geotrain_gate_wait_seconds_total{server="us",region="us"} 2.5)"));

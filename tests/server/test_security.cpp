@@ -100,8 +100,8 @@ wire::ChannelOptions as_region(const std::filesystem::path& keys, const std::str
   const wire::KeyDirectory dir(keys);
   const auto mine = dir.client_keypair(region);
   wire::ChannelOptions o;
-  o.curve_client = wire::ChannelOptions::CurveClient{dir.server_public("a"), mine.public_key,
-                                                     mine.secret_key};
+  o.curve_client =
+      wire::ChannelOptions::CurveClient{dir.server_public("a"), mine.public_key, mine.secret_key};
   return o;
 }
 
@@ -146,7 +146,8 @@ TEST_CASE("an unauthenticated (NULL mechanism) client is refused and the server 
   // The refusal names the peer: its address, or "unknown" when the connection was closed before
   // the monitor could read it (libzmq reports a failed handshake without the peer, so the
   // address is the accepted connection's, read best-effort).
-  CHECK(eventually([&] { return log.text().find("CURVE: refused a connection") != std::string::npos; }));
+  CHECK(eventually(
+      [&] { return log.text().find("CURVE: refused a connection") != std::string::npos; }));
   const auto text = log.text();
   CHECK((text.find("(peer 127.0.0.1:") != std::string::npos ||
          text.find("(peer unknown)") != std::string::npos));
@@ -156,21 +157,22 @@ TEST_CASE("an unauthenticated (NULL mechanism) client is refused and the server 
   CHECK(stats(good)["curve"]["failed_handshakes"].get<int>() >= 1);
 }
 
-TEST_CASE("a client whose key is not in the allow-list is refused, and so is one with a wrong "
-          "server key") {
+TEST_CASE(
+    "a client whose key is not in the allow-list is refused, and so is one with a wrong "
+    "server key") {
   TempDir dir("curve-wrong");
   LogCapture log;
   TcpServer srv(curve_config(dir.path()));
   // A keypair of its own: a valid CURVE client, but not one of the regions'.
   const auto stranger = wire::generate_keypair();
   wire::ChannelOptions o;
-  o.curve_client = wire::ChannelOptions::CurveClient{
-      wire::KeyDirectory(dir.path() / "keys").server_public("a"), stranger.public_key,
-      stranger.secret_key};
+  o.curve_client =
+      wire::ChannelOptions::CurveClient{wire::KeyDirectory(dir.path() / "keys").server_public("a"),
+                                        stranger.public_key, stranger.secret_key};
   auto intruder = srv.client(o);
-  CHECK_FALSE(intruder.call(wire::Hello{"b", wire::kProtocolVersion, srv.table_hash(), {}}, {},
-                            1500ms)
-                  .has_value());
+  CHECK_FALSE(
+      intruder.call(wire::Hello{"b", wire::kProtocolVersion, srv.table_hash(), {}}, {}, 1500ms)
+          .has_value());
   CHECK(eventually([&] {
     return log.text().find("is not in the allow-list") != std::string::npos &&
            log.text().find(stranger.public_key) != std::string::npos;
@@ -180,9 +182,9 @@ TEST_CASE("a client whose key is not in the allow-list is refused, and so is one
   confused_options.curve_client->server_public_key =
       wire::KeyDirectory(dir.path() / "keys").server_public("b");
   auto confused = srv.client(confused_options);
-  CHECK_FALSE(confused.call(wire::Hello{"b", wire::kProtocolVersion, srv.table_hash(), {}}, {},
-                            1500ms)
-                  .has_value());
+  CHECK_FALSE(
+      confused.call(wire::Hello{"b", wire::kProtocolVersion, srv.table_hash(), {}}, {}, 1500ms)
+          .has_value());
   auto good = srv.client(as_region(dir.path() / "keys", "b"));
   hello(good, "b", srv.table_hash());
   const auto s = stats(good);
@@ -191,12 +193,13 @@ TEST_CASE("a client whose key is not in the allow-list is refused, and so is one
   CHECK(log.text().find("cryptographic error") != std::string::npos);
 }
 
-TEST_CASE("the security section: unknown keys, auto outside geotrain run and a missing keys_dir "
-          "are errors") {
+TEST_CASE(
+    "the security section: unknown keys, auto outside geotrain run and a missing keys_dir "
+    "are errors") {
   TempDir dir("curve-config");
   auto parse = [&](const std::string& security) {
-    return server::parse_server_config(
-        "regions: [a]\nmodel: {tensors: [{name: w, size: 1024}]}\n" + security);
+    return server::parse_server_config("regions: [a]\nmodel: {tensors: [{name: w, size: 1024}]}\n" +
+                                       security);
   };
   CHECK_THROWS_WITH_AS(parse("security: {curve: true, keydir: x}"),
                        doctest::Contains("unknown key 'security.keydir'"), InputError);
@@ -208,8 +211,8 @@ TEST_CASE("the security section: unknown keys, auto outside geotrain run and a m
                        doctest::Contains("allowed: true, false, auto"), InputError);
   CHECK_FALSE(parse("security: {curve: false}").security.curve_on());
   // Keys are read when the server starts: a missing key file names the file and keygen.
-  auto cfg = parse(fmt::format("security: {{curve: true, keys_dir: \"{}\"}}",
-                               (dir.path() / "none").string()));
+  auto cfg = parse(
+      fmt::format("security: {{curve: true, keys_dir: \"{}\"}}", (dir.path() / "none").string()));
   zmq::context_t ctx;
   server::ServerOptions options;
   options.endpoint = "tcp://127.0.0.1:0";
@@ -218,8 +221,9 @@ TEST_CASE("the security section: unknown keys, auto outside geotrain run and a m
                        doctest::Contains("geotrain keygen"), InputError);
 }
 
-TEST_CASE("keygen writes a server and a client keypair per region, secrets 0600, and refuses to "
-          "overwrite") {
+TEST_CASE(
+    "keygen writes a server and a client keypair per region, secrets 0600, and refuses to "
+    "overwrite") {
   TempDir dir("keygen");
   const auto files = wire::KeyDirectory::generate(dir.path() / "k", {"x", "y"}, false);
   CHECK(files.size() == 8);
@@ -273,8 +277,9 @@ TEST_CASE("a message larger than max_message_bytes and one with too many frames 
   CHECK(stats(c)["regions"]["a"]["pushes"].get<int>() == 0);
 }
 
-TEST_CASE("a client opening connections without end is bounded: idle connections are closed "
-          "after the handshake interval while a legitimate client is served") {
+TEST_CASE(
+    "a client opening connections without end is bounded: idle connections are closed "
+    "after the handshake interval while a legitimate client is served") {
   TempDir dir("flood");
   TcpServer srv(tcp_config(dir.path(), "  handshake_ms: 300"));
   auto c = srv.client();

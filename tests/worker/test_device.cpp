@@ -72,7 +72,8 @@ TEST_CASE(
 
 // Regressions (fuzz/corpus/worker_config/crash-*): `worker: <scalar>` reached worker["data"] and
 // escaped as YAML::BadSubscript; a complex key escaped as YAML::TypedBadConversion.
-TEST_CASE("a worker section that is not a mapping, or a key that is not a name, gets an InputError") {
+TEST_CASE(
+    "a worker section that is not a mapping, or a key that is not a name, gets an InputError") {
   const std::string head = "regions: [a]\nmodel: {arch: \"784-32-10\"}\n";
   CHECK_THROWS_WITH_AS(parse_worker_config(head + "worker: 3\n", "w.yaml"),
                        doctest::Contains("'worker' must be a mapping"), InputError);

@@ -48,10 +48,9 @@ struct Toy {
         float d = 0;  // the server: the average outer gradient, then its optimizer
         for (size_t r = 0; r < regions; ++r) d += (in_flight[r] - theta) / float(regions);
         momentum = outer.momentum * momentum + d;
-        theta += outer.momentum == 0
-                     ? outer.lr * d
-                     : (outer.nesterov ? outer.lr * (d + outer.momentum * momentum)
-                                       : outer.lr * momentum);
+        theta += outer.momentum == 0 ? outer.lr * d
+                                     : (outer.nesterov ? outer.lr * (d + outer.momentum * momentum)
+                                                       : outer.lr * momentum);
         trace.global.push_back(theta);
         for (size_t r = 0; r < regions; ++r) {
           std::vector<float> xv{x[r]};

@@ -7,8 +7,8 @@
 #include <thread>
 
 #include "server/param_server.hpp"
-#include "worker/streaming_sync.hpp"
 #include "worker/region_sync.hpp"
+#include "worker/streaming_sync.hpp"
 
 using namespace geotrain;
 using namespace std::chrono_literals;
@@ -214,8 +214,8 @@ TEST_CASE("overlap: the exchange runs in the background and merges one round lat
   const size_t n = table.total_elements();
   // H = 1, merged one round late.
   worker::StreamingSync overlapped(leaders.a, streaming_config(1, 1, worker::OverlapMode::carry));
-  std::vector<float> local(n, 1.0f);                   // region a's round-1 local values: delta 1
-  CHECK(overlapped.after_step(1, local).empty());      // starts round 1, returns at once
+  std::vector<float> local(n, 1.0f);               // region a's round-1 local values: delta 1
+  CHECK(overlapped.after_step(1, local).empty());  // starts round 1, returns at once
   for (size_t i = 0; i < n; ++i) REQUIRE(local[i] == 1.0f);  // carry: unchanged meanwhile
   for (float& v : local) v += 10.0f;  // a keeps training while round 1 is on the wire
 
