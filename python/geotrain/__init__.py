@@ -13,6 +13,7 @@ The extension module geotrain._core binds the C++ library; nothing here reimplem
 from geotrain._core import (  # noqa: F401
     Codec,
     ErrorFeedback,
+    HandshakeError,
     RegionSync,
     __version__,
     built_with_cuda,
@@ -24,6 +25,7 @@ from geotrain._core import (  # noqa: F401
 __all__ = [
     "Codec",
     "ErrorFeedback",
+    "HandshakeError",
     "RegionSync",
     "__version__",
     "built_with_cuda",

@@ -15,8 +15,12 @@ deployment config. Without overlap or fragments it only counts between rounds.
 
 Inside a region, your own torch.distributed group does the AllReduce of gradients. Build
 OuterSync on every rank of that group (process_group=...): rank 0 is the region's leader and
-talks to the servers; at each round boundary the others receive the new parameters from it by
-broadcast. Or build it on rank 0 only and broadcast yourself.
+talks to the servers; after every step where its exchange changed the parameters the others
+receive them from it by broadcast. Or build it on rank 0 only and broadcast yourself.
+
+With CURVE (security.curve in the config, or keys_dir=...), the leader connects as a CURVE
+client with its region's keys; a server that refuses the handshake raises
+geotrain.HandshakeError (a ConnectionError) at construction, naming the server and the reason.
 """
 
 import os
@@ -82,7 +86,8 @@ class OuterSync:
     Keyword arguments override the config: local_steps (H), critical (globs),
     critical_codec, noncritical_codec, staleness_bound, overlap (False/True/"eager"/"delayed"),
     fragments, fragment_delay, outer ({lr, momentum, nesterov}: server.optimizer), timeout_ms,
-    run_dir.
+    run_dir; keys_dir (CURVE with this region's keys, the folder `geotrain keygen` wrote) and
+    curve (False: no CURVE), which default to the config's security section.
     process_group  the region's torch.distributed group (default: the default group when one is
                initialised); its rank 0 leads.
     metrics    write <run_dir>/worker-<region>-0.metrics.jsonl (leader only), which `geotrain
@@ -105,6 +110,7 @@ class OuterSync:
         self.total_steps = self.local_steps * self.rounds
         self._check_table(s["tensors"])
         self.fragments = int(s["fragments"])
+        self.curve = s["curve"]  # every server link is CURVE (keys from s["keys_dir"])
         self._delay = self._merge_delay(s)  # steps from a fragment's push to its merge
 
         self._group = process_group
@@ -127,37 +133,55 @@ class OuterSync:
         self._last_step_end = time.monotonic()
         self._start = time.monotonic()
 
+        failure = None
         if self.is_leader:
-            outer = {"lr": 1.0, "momentum": 0.0, "nesterov": False, **s["outer"]}
-            self._leader = _core.RegionSync(
-                [(n, int(p.numel())) for n, p in self._named], s["critical"], region,
-                s["servers"], s["critical_codec"], s["noncritical_codec"],
-                int(s["staleness_bound"]), s["overlap"], int(s["timeout_ms"]),
-                local_steps=self.local_steps, fragments=int(s["fragments"]),
-                fragment_delay=self._delay, outer_lr=float(outer["lr"]),
-                outer_momentum=float(outer["momentum"]),
-                outer_nesterov=bool(outer["nesterov"]))
-            if metrics:
-                self._log = MetricsLog(worker_metrics_path(s["run_dir"], region, 0))
-                self._log.write("start", {
-                    "region": region, "rank": 0, "world": len(s["regions"]) * self._group_size,
-                    "model": s.get("model_name", "torch"), "parameters": self.size,
-                    "batch_size": s.get("batch_size"), "local_steps": self.local_steps,
-                    "rounds": self.rounds, "critical_codec": s["critical_codec"],
-                    "noncritical_codec": s["noncritical_codec"],
-                    "overlap": s["overlap"] != "false", "overlap_mode": s["overlap"],
-                    "fragments": int(s["fragments"]), "fragment_delay": self._delay,
-                    "staleness_bound": int(s["staleness_bound"]), "frontend": "python"})
-            self._gather()
-            self.round = int(self._leader.connect(self._flat_np))
-            self._leader.copy_base(self._flat_np)
-            self._scatter()
+            try:
+                self._connect(s, region, metrics)
+            except Exception as e:  # the other ranks are told below, then it is raised
+                failure = e
         if self._group_size > 1:  # every rank follows the leader's schedule from its round
-            first = torch.tensor([self.round], dtype=torch.int64)
+            first = torch.tensor([self.round if failure is None else -1], dtype=torch.int64)
             dist.broadcast(first, src=_global_rank(self._group, 0), group=self._group)
+            if int(first.item()) < 0 and failure is None:
+                raise RuntimeError(f"OuterSync: the leader of region '{region}' (rank 0 of the "
+                                   "process group) could not connect to the servers; its "
+                                   "exception says why")
             self.round = int(first.item())
+        if failure is not None:
+            raise failure
         self._first_step = (self.round - 1) * self.local_steps  # global steps before this run
         self._broadcast()
+
+    def _connect(self, s, region, metrics):
+        """The leader's side of construction: the RegionSync (CURVE keys read here), the
+        connection (every server's handshake checked first), the global values, and then the
+        `start` event (so a leader that was refused leaves nothing in the run's metrics)."""
+        outer = {"lr": 1.0, "momentum": 0.0, "nesterov": False, **s["outer"]}
+        leader = _core.RegionSync(
+            [(n, int(p.numel())) for n, p in self._named], s["critical"], region,
+            s["servers"], s["critical_codec"], s["noncritical_codec"],
+            int(s["staleness_bound"]), s["overlap"], int(s["timeout_ms"]),
+            local_steps=self.local_steps, fragments=int(s["fragments"]),
+            fragment_delay=self._delay, outer_lr=float(outer["lr"]),
+            outer_momentum=float(outer["momentum"]),
+            outer_nesterov=bool(outer["nesterov"]),
+            keys_dir=s["keys_dir"] if s["curve"] else None)
+        self._gather()
+        self.round = int(leader.connect(self._flat_np))
+        leader.copy_base(self._flat_np)
+        self._scatter()
+        self._leader = leader
+        if metrics:
+            self._log = MetricsLog(worker_metrics_path(s["run_dir"], region, 0))
+            self._log.write("start", {
+                "region": region, "rank": 0, "world": len(s["regions"]) * self._group_size,
+                "model": s.get("model_name", "torch"), "parameters": self.size,
+                "batch_size": s.get("batch_size"), "local_steps": self.local_steps,
+                "rounds": self.rounds, "critical_codec": s["critical_codec"],
+                "noncritical_codec": s["noncritical_codec"],
+                "overlap": s["overlap"] != "false", "overlap_mode": s["overlap"],
+                "fragments": int(s["fragments"]), "fragment_delay": self._delay,
+                "staleness_bound": int(s["staleness_bound"]), "frontend": "python"})
 
     # -- settings -------------------------------------------------------------------------
 
@@ -174,7 +198,8 @@ class OuterSync:
                      critical_codec="fp32", noncritical_codec="fp32", staleness_bound=0,
                      overlap="false", fragments=1, fragment_delay=None,
                      outer=dict(lr=1.0, momentum=0.0, nesterov=False), local_steps=1, rounds=1,
-                     timeout_ms=120000, run_dir=os.path.join("runs", "python"))
+                     timeout_ms=120000, run_dir=os.path.join("runs", "python"),
+                     security=dict(curve=False, keys_dir=None))
             if region not in servers:
                 raise ValueError(f"OuterSync: region '{region}' is not in servers "
                                  f"(allowed: {', '.join(servers)})")
@@ -183,13 +208,25 @@ class OuterSync:
             s["regions"] = list(servers)
         known = {"local_steps", "rounds", "critical", "critical_codec", "noncritical_codec",
                  "staleness_bound", "overlap", "fragments", "fragment_delay", "outer",
-                 "timeout_ms", "run_dir", "model_name"}
+                 "timeout_ms", "run_dir", "model_name", "curve", "keys_dir"}
+        # CURVE: the config's security section, unless keys_dir= / curve= say otherwise
+        # (keys_dir alone turns it on; curve=False turns it off).
+        s["curve"] = bool(s["security"]["curve"])
+        s["keys_dir"] = s["security"]["keys_dir"]
         for key, value in overrides.items():
             if key not in known:
                 raise TypeError(f"OuterSync: unknown argument '{key}' "
                                 f"(allowed: {', '.join(sorted(known))})")
             if value is not None:
                 s[key] = value
+        if overrides.get("keys_dir") is not None and overrides.get("curve") is None:
+            s["curve"] = True
+        s["curve"] = bool(s["curve"])
+        if s["curve"] and not s["keys_dir"]:
+            raise ValueError("OuterSync: CURVE is on but no keys_dir is given (the folder "
+                             "`geotrain keygen` wrote: keys_dir=... or security.keys_dir)")
+        if s["keys_dir"] is not None:
+            s["keys_dir"] = os.fspath(s["keys_dir"])
         if isinstance(s["overlap"], bool):
             s["overlap"] = "true" if s["overlap"] else "false"
         s["overlap"] = str(s["overlap"])
@@ -353,6 +390,11 @@ class OuterSync:
                          "compute_s": 0.0, "comm_s": 0.0, "wait_s": time.monotonic() - t0}
                 _add_reports(event, reports)
                 self._log.write("round", event)
+            # Disconnect now, before `done` tells `geotrain serve` it may stop the servers: the
+            # RegionSync's background thread (overlap) heartbeats them until it is destroyed,
+            # and a heartbeat to a server that is gone would hold its destruction for up to
+            # the timeout.
+            self._leader = None
         self._broadcast()
         if self._log:
             if final_eval:
@@ -370,7 +412,8 @@ class OuterSync:
             self._flat_np.tofile(path)
 
     def close(self):
-        """Drops the connections (after finish())."""
+        """Drops the connections (finish() does too; close() without finish() abandons the
+        exchanges in flight)."""
         self._leader = None
 
     def __enter__(self):

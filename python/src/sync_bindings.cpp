@@ -6,6 +6,12 @@
 //
 // Owns its ZeroMQ context, the parameter table's layout and the RegionSync; calls block on the
 // network with the GIL released. One Python thread at a time per object.
+//
+// CURVE (docs/deploy.md): with `keys_dir` (or the config's security section, read by OuterSync)
+// every server link is a CURVE client with this region's client keypair. connect() first checks
+// that every server completes the handshake (wire/handshake_check.hpp): a server that refuses
+// this client (no keys, wrong keys, CURVE on one side only) raises geotrain.HandshakeError
+// (a ConnectionError) naming the server and the reason at once, instead of a timeout.
 #include <fmt/format.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -15,10 +21,13 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 
 #include "buffers.hpp"
 #include "core/param_table.hpp"
 #include "models/model_spec.hpp"
+#include "wire/handshake_check.hpp"
+#include "wire/security_config.hpp"
 #include "worker/config.hpp"
 #include "worker/overlap_merge.hpp"
 #include "worker/region_sync.hpp"
@@ -55,15 +64,55 @@ py::list report_list(const std::vector<RoundReport>& reports) {
   return out;
 }
 
+// A refused connection (wire/handshake_check.hpp): geotrain.HandshakeError in Python.
+struct HandshakeRefused : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// What a region's leader runs on: its link to the servers and the streaming schedule.
+struct LeaderPlan {
+  SyncConfig sync;
+  StreamingConfig streaming;
+};
+
+// The leader's settings from the worker's config, as the native trainer derives them
+// (worker/trainer.cpp): the one place the binding builds a SyncConfig and a StreamingConfig.
+// Not tokens_per_round, which a Python leader does not know (0: weighted like every delta).
+// Every server is reached at c.server_endpoint(region, r) (routes through netsim included), with
+// CURVE client keys when c.security has CURVE on (InputError naming a missing key file).
+LeaderPlan leader_plan(const worker::WorkerConfig& c, const std::string& region) {
+  c.region_index(region);  // InputError naming the allowed regions
+  LeaderPlan plan;
+  SyncConfig& sc = plan.sync;
+  sc.region = region;
+  for (const auto& r : c.regions)
+    sc.servers.push_back(
+        {r, c.server_endpoint(region, r), wire::curve_client(c.security, region, r)});
+  sc.critical_codec = c.critical_codec;
+  sc.noncritical_codec = c.noncritical_codec;
+  sc.staleness_bound = c.staleness_bound;
+  sc.fragments = c.fragments;
+  sc.timeout = c.timeout;
+  StreamingConfig& stc = plan.streaming;
+  stc.local_steps = c.local_steps;
+  stc.fragments = c.fragments;
+  stc.delay = c.merge_delay();
+  stc.mode = c.overlap_mode;
+  stc.outer = c.outer;
+  stc.regions = static_cast<uint32_t>(c.regions.size());
+  return plan;
+}
+
 // One leader's state. Members are destroyed in reverse: the streaming thread first, then the
 // RegionSync (closing its sockets), the table it borrows, and last the context.
 class RegionLeader {
  public:
   RegionLeader(const std::vector<TensorSpec>& tensors, const std::vector<std::string>& critical,
-               SyncConfig config, StreamingConfig streaming)
+               LeaderPlan plan, wire::SecurityConfig security)
       : table_(tensors, critical),
-        sync_(std::make_unique<RegionSync>(table_, std::move(config), context_)),
-        streaming_config_(streaming) {}
+        sync_(std::make_unique<RegionSync>(table_, std::move(plan.sync), context_)),
+        streaming_config_(plan.streaming),
+        security_(std::move(security)) {}
 
   ~RegionLeader() {
     py::gil_scoped_release nogil;  // the streaming thread may be finishing an exchange
@@ -79,6 +128,7 @@ class RegionLeader {
     uint64_t next;
     {
       py::gil_scoped_release nogil;
+      require_handshakes();
       next = sync_->connect();
     }
     // InputError (ValueError) for a delay beyond H or fragments that are not the servers'.
@@ -123,8 +173,39 @@ class RegionLeader {
   const ParamTable& table() const { return table_; }
   uint64_t next_round() const { return sync_->next_round(); }
   const StreamingConfig& streaming() const { return streaming_config_; }
+  bool curve() const { return security_.curve_on(); }
 
  private:
+  // Every server completes the handshake (CURVE or not) within the timeout, or connect() fails
+  // now: HandshakeRefused with every refusal's reason, or a RuntimeError naming the servers that
+  // did not answer (the error connect() would give after the same wait).
+  void require_handshakes() {
+    const auto& c = sync_->config();
+    std::vector<wire::HandshakeTarget> targets;
+    for (const auto& s : c.servers)
+      targets.push_back({"the server of region " + s.region, s.endpoint, s.curve});
+    const auto results = wire::check_handshakes(context_, targets, c.timeout);
+    std::string refused, silent;
+    for (size_t i = 0; i < results.size(); ++i) {
+      const auto& t = targets[i];
+      if (results[i].outcome == wire::HandshakeOutcome::refused)
+        refused += fmt::format("\n  {} at {}: {}", t.name, t.endpoint, results[i].reason);
+      else if (results[i].outcome == wire::HandshakeOutcome::no_answer)
+        silent += fmt::format("{}{} at {}", silent.empty() ? "" : ", ", t.name, t.endpoint);
+    }
+    const std::string mine = security_.curve_on()
+                                 ? fmt::format("CURVE with region {}'s client keys from {}",
+                                               c.region, security_.keys_dir.string())
+                                 : std::string("no CURVE (no keys given)");
+    if (!refused.empty())
+      throw HandshakeRefused(fmt::format(
+          "region {} was refused by the servers (this client: {}):{}", c.region, mine, refused));
+    if (!silent.empty())
+      throw std::runtime_error(fmt::format(
+          "region {}: no connection to {} within {} ms (is it running, is the endpoint right?)",
+          c.region, silent, c.timeout.count()));
+  }
+
   void require_connected() const {
     if (!streaming_) throw py::value_error("RegionSync: connect() first");
   }
@@ -133,6 +214,7 @@ class RegionLeader {
   ParamTable table_;
   std::unique_ptr<RegionSync> sync_;
   StreamingConfig streaming_config_;
+  wire::SecurityConfig security_;
   std::unique_ptr<StreamingSync> streaming_;
 };
 
@@ -188,6 +270,12 @@ py::dict leader_settings(const std::string& yaml_text, const std::string& source
   d["timeout_ms"] = c.timeout.count();
   d["run_dir"] = c.run_dir.string();
   d["external"] = c.external;
+  py::dict security;  // the top-level security section (curve: auto is refused by the parser)
+  security["curve"] = c.security.curve_on();
+  security["keys_dir"] = c.security.keys_dir.empty()
+                             ? py::object(py::none())
+                             : py::object(py::str(c.security.keys_dir.string()));
+  d["security"] = security;
   // The local training settings, for a Python loop that wants to train like the native worker.
   py::dict opt;
   opt["kind"] = c.optimizer.kind == worker::OptimizerKind::kSgd ? "sgd" : "adamw";
@@ -255,6 +343,7 @@ std::string with_model_tensors(const std::string& yaml_text,
 }  // namespace
 
 void bind_sync(py::module_& m) {
+  py::register_exception<HandshakeRefused>(m, "HandshakeError", PyExc_ConnectionError);
   py::class_<RegionLeader>(m, "RegionSync", R"doc(
 A region leader's exchange with every region's server: the C++ RegionSync, driven by
 StreamingSync as in the native trainer (worker.overlap modes, worker.fragments). Parameters are
@@ -270,6 +359,10 @@ one flat float32 array in the table's order. Usually used through geotrain.torch
              fragment's push to its merge (None: H / P with overlap, 0 without)
   outer_lr, outer_momentum, outer_nesterov: the servers' outer optimizer (server.optimizer),
              which the eager and delayed merges predict
+  keys_dir   CURVE: the folder `geotrain keygen` wrote (security.keys_dir); this region's client
+             keypair and every server's public key are read from it. None: no CURVE.
+connect() raises HandshakeError (a ConnectionError) when a server refuses the connection
+(no keys, wrong keys, CURVE on one side only), naming the server and the reason.
 )doc")
       .def(py::init([](const std::vector<std::pair<std::string, uint64_t>>& tensors,
                        const std::vector<std::string>& critical, const std::string& region,
@@ -278,50 +371,54 @@ one flat float32 array in the table's order. Usually used through geotrain.torch
                        uint32_t staleness_bound, const py::object& overlap, int64_t timeout_ms,
                        uint32_t local_steps, uint32_t fragments,
                        std::optional<uint32_t> fragment_delay, float outer_lr, float outer_momentum,
-                       bool outer_nesterov) {
+                       bool outer_nesterov, const py::object& keys_dir) {
              if (local_steps < 1 || fragments < 1)
                throw py::value_error(
                    fmt::format("local_steps is {} and fragments {}: both must be at least 1",
                                local_steps, fragments));
+             if (timeout_ms < 1)
+               throw py::value_error(fmt::format("timeout_ms is {}, must be positive", timeout_ms));
              std::vector<TensorSpec> specs;
              for (const auto& [name, size] : tensors) specs.push_back({name, size});
-             SyncConfig c;
-             c.region = region;
-             for (const auto& [r, endpoint] : servers) {
-               SyncConfig::Server server;
-               server.region = r;
-               server.endpoint = endpoint;
-               c.servers.push_back(std::move(server));
-             }
-             c.critical_codec = critical_codec;
-             c.noncritical_codec = noncritical_codec;
-             c.staleness_bound = staleness_bound;
-             c.fragments = fragments;
-             c.timeout = std::chrono::milliseconds(timeout_ms);
-             // The schedule as the native worker derives it from its config (merge_delay()).
+             // The arguments as the worker's config: the endpoints given are the ones this
+             // region dials (routes already applied), so they are server.endpoints.
              worker::WorkerConfig w;
+             for (const auto& [r, endpoint] : servers) {
+               w.regions.push_back(r);
+               w.server_endpoints[r] = endpoint;
+             }
+             w.critical_codec = critical_codec;
+             w.noncritical_codec = noncritical_codec;
+             w.staleness_bound = staleness_bound;
+             w.timeout = std::chrono::milliseconds(timeout_ms);
              w.overlap_mode =
                  py::isinstance<py::bool_>(overlap)
                      ? (overlap.cast<bool>() ? OverlapMode::carry : OverlapMode::off)
                      : worker::parse_overlap_mode(py::str(overlap).cast<std::string>());
+             w.overlap = w.overlap_mode != OverlapMode::off;
              w.local_steps = local_steps;
              w.fragments = fragments;
              w.fragment_delay = fragment_delay;
-             StreamingConfig stc;
-             stc.local_steps = local_steps;
-             stc.fragments = fragments;
-             stc.delay = w.merge_delay();
-             stc.mode = w.overlap_mode;
-             stc.outer = {outer_lr, outer_momentum, outer_nesterov};
-             stc.regions = static_cast<uint32_t>(servers.size());
-             return std::make_unique<RegionLeader>(specs, critical, std::move(c), stc);
+             w.outer = {outer_lr, outer_momentum, outer_nesterov};
+             if (!keys_dir.is_none()) {  // CURVE on, keys as `geotrain keygen` wrote them
+               w.security.curve = wire::CurveSetting::on;
+               w.security.keys_dir = py::str(keys_dir).cast<std::string>();
+               if (w.security.keys_dir.empty())
+                 throw py::value_error("keys_dir is empty (None: no CURVE)");
+               if (!wire::curve_supported())
+                 throw py::value_error(
+                     "keys_dir is given, but this libzmq was built without CURVE (libsodium)");
+             }
+             auto plan = leader_plan(w, region);  // reads the key files: ValueError naming one
+             return std::make_unique<RegionLeader>(specs, critical, std::move(plan), w.security);
            }),
            py::arg("tensors"), py::arg("critical"), py::arg("region"), py::arg("servers"),
            py::arg("critical_codec") = "fp32", py::arg("noncritical_codec") = "fp32",
            py::arg("staleness_bound") = 0, py::arg("overlap") = false,
            py::arg("timeout_ms") = 120000, py::arg("local_steps") = 1, py::arg("fragments") = 1,
            py::arg("fragment_delay") = py::none(), py::arg("outer_lr") = 1.0f,
-           py::arg("outer_momentum") = 0.0f, py::arg("outer_nesterov") = false)
+           py::arg("outer_momentum") = 0.0f, py::arg("outer_nesterov") = false,
+           py::arg("keys_dir") = py::none())
       .def("connect", &RegionLeader::connect, py::arg("origin") = py::none(),
            "register with every server and pull the global values; origin: the common initial "
            "parameters (the servers hold the sum of deltas from it). Returns the next round")
@@ -335,6 +432,7 @@ one flat float32 array in the table's order. Usually used through geotrain.torch
       .def("copy_base", &RegionLeader::copy_base, py::arg("out"),
            "out[:] = the newest global parameters this region has received")
       .def_property_readonly("next_round", &RegionLeader::next_round)
+      .def_property_readonly("curve", &RegionLeader::curve)
       .def_property_readonly("overlap",
                              [](const RegionLeader& l) {
                                return std::string(worker::overlap_mode_name(l.streaming().mode));
