@@ -37,6 +37,7 @@ struct RunArgs {
   bool no_plots = false;
   std::vector<std::string> sets;  // --set section.key=value
   std::string wan;                // --wan PROFILE (run only)
+  std::string resume;             // --resume RUN_DIR (run only)
 };
 
 struct CompareArgs {
@@ -81,8 +82,21 @@ launcher::LaunchOptions launch_options(bool plots) {
 
 int run_run(const RunArgs& args) {
   auto o = launch_options(!args.no_plots);
-  o.config = args.config.empty() ? shipped_file("configs/demo.yaml") : fs::path(args.config);
-  GT_REQUIRE(fs::is_regular_file(o.config), "config file '{}' does not exist", o.config.string());
+  if (!args.resume.empty()) {
+    GT_REQUIRE(args.config.empty() && args.wan.empty(),
+               "--resume {} continues that run with its own config.yaml: give no CONFIG and no "
+               "--wan (--set still applies, e.g. --set worker.rounds=200 to train longer)",
+               args.resume);
+    GT_REQUIRE(args.out.empty(), "--resume {} writes into that run folder: --out does not apply",
+               args.resume);
+    o.resume = fs::path(args.resume);
+    o.config = *o.resume / "config.yaml";
+  }
+  o.config = !o.resume && args.config.empty() ? shipped_file("configs/demo.yaml")
+             : o.resume                       ? o.config
+                                              : fs::path(args.config);
+  GT_REQUIRE(o.resume || fs::is_regular_file(o.config), "config file '{}' does not exist",
+             o.config.string());
   if (!args.out.empty()) o.out_dir = args.out;
   o.overrides = launcher::parse_overrides(args.sets);
   if (!args.wan.empty()) {
@@ -139,6 +153,10 @@ void add_run_command(CLI::App& app, CommandList& commands) {
                   "run on this WAN profile instead of run.wan_profile: a name (lan, global-3, "
                   "... from the config's wan/ folder or configs/wan) or a file")
       ->type_name("PROFILE");
+  cmd->add_option("--resume", args->resume,
+                  "continue a stopped run in its folder: servers from their checkpoints, workers "
+                  "from their snapshots (docs/run.md, \"Recovery\")")
+      ->type_name("RUN_DIR");
   add_set_option(*cmd, args->sets, "baked into the run folder's config.yaml");
   commands.emplace_back(cmd, [args] { return run_run(*args); });
 

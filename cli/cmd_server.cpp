@@ -54,6 +54,9 @@ int run_server(const ServerArgs& args) {
   }
   server::ServerOptions options;
   if (!args.endpoint.empty()) options.endpoint = args.endpoint;
+  // A SIGSTOP/SIGCONT (or a starved CPU) longer than a heartbeat period does not make the
+  // regions look dead to this server (docs/server.md, "Partitions and stopped servers").
+  options.excuse_stalls_over = config.heartbeat;
 
   zmq::context_t context;
   server::ParamServer srv(config, region, context, options);

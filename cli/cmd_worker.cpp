@@ -1,6 +1,9 @@
-// `geotrain worker --config C --region R --rank I`: one worker process (rank 0 is the region's
-// leader). Trains until the configured number of rounds; SIGINT/SIGTERM end it after the
-// current round, with its metrics and (for leaders) final parameters written.
+// `geotrain worker --config C --region R --rank I [--resume] [--generation G]`: one worker
+// process (rank 0 is the region's leader). Trains until the configured number of rounds;
+// SIGINT/SIGTERM end it after the current round, with its metrics, a snapshot (with
+// worker.checkpoint) and (for leaders) final parameters written. --resume continues from the
+// worker's snapshots; a supervisor that restarts a region's workers passes each restart a new
+// --generation (worker/trainer.hpp).
 #include <CLI/CLI.hpp>
 
 #include <memory>
@@ -29,6 +32,8 @@ struct WorkerArgs {
   std::optional<uint32_t> rank;
   std::string run_dir;
   std::vector<std::string> sets;  // --set section.key=value
+  bool resume = false;
+  uint32_t generation = 0;
 };
 
 int run_worker(const WorkerArgs& args) {
@@ -62,7 +67,7 @@ int run_worker(const WorkerArgs& args) {
   }
 
   zmq::context_t context;
-  worker::Trainer trainer(config, region, rank, context);
+  worker::Trainer trainer(config, region, rank, context, {args.resume, args.generation});
   std::stop_source stop;
   SignalWatcher watcher([&stop](int) { stop.request_stop(); });
   trainer.run(stop.get_token());
@@ -88,6 +93,12 @@ void add_worker_command(CLI::App& app, CommandList& commands) {
                   "checked like the file's keys)")
       ->allow_extra_args(false)
       ->type_name("KEY=VALUE");
+  cmd->add_flag("--resume", args->resume,
+                "continue from this worker's newest snapshot (worker.checkpoint) that every rank "
+                "of the region has; none: start fresh");
+  cmd->add_option("--generation", args->generation,
+                  "restarts of this region's worker group so far: keeps each restart's "
+                  "rendezvous at the server apart (every rank of a group gives the same)");
   commands.emplace_back(cmd, [args] { return run_worker(*args); });
 }
 

@@ -23,6 +23,8 @@ void add_serve_command(CLI::App& app, CommandList& commands);
 void add_model_commands(CLI::App& app, CommandList& commands);
 // `keygen`: CURVE keys for security.keys_dir (cmd_keygen.cpp).
 void add_keygen_command(CLI::App& app, CommandList& commands);
+// `chaos`: the fault-injection harness (cmd_chaos.cpp, docs/chaos.md).
+void add_chaos_command(CLI::App& app, CommandList& commands);
 // `bench netsim`, added by add_bench_command (defined in cmd_netsim.cpp).
 void add_netsim_bench_command(CLI::App& bench, CommandList& commands);
 

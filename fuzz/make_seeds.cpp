@@ -8,6 +8,8 @@
 //   codec_decode/   a payload of every factory codec at several sizes ([0x00][0x01][payload])
 //   codec_zstd/     the same as inner payloads ([0x00][0x01][inner]) and whole zstd payloads
 //   checkpoint/     a checkpoint written by CheckpointStore::write (fuzz/checkpoint.cpp's format)
+//   server_message/ conversations with the fuzz target's server (fuzz/server_harness.hpp): pushes
+//                   and pulls of every shape, several regions, parking, kv, the other requests
 //   *_config/       copies of the configs in SOURCE_DIR/configs
 // Each generated seed is checked to be accepted by its decoder before it is written. Files
 // named crash-* in the corpus are regression inputs kept by hand; this program never touches
@@ -23,6 +25,7 @@
 #include "compression/factory.hpp"
 #include "core/error.hpp"
 #include "fuzz/checkpoint_layout.hpp"
+#include "fuzz/server_harness.hpp"
 #include "server/checkpoint.hpp"
 #include "wire/messages.hpp"
 
@@ -153,6 +156,183 @@ size_t write_checkpoint(const fs::path& out) {
   return 2;
 }
 
+// Builds a server_message input and plays it against the target's server as it goes, so that a
+// seed can use what the server answered (shard ranges, versions) and is checked to be accepted:
+// every message is answered, and with no Error unless the seed means one (`expect_error`).
+class Recorder {
+ public:
+  Recorder(uint8_t variant, uint8_t registered, bool fix)
+      : config_(server::parse_server_config(fuzz::server_yaml(
+            variant, fs::temp_directory_path() / fmt::format("geotrain-seeds-{}", ::getpid())))),
+        harness_(context_, config_, "seeds"),
+        input_(variant, registered, fix) {
+    const char* regions[] = {"a", "b", "c"};
+    for (uint8_t p = 0; p < registered; ++p) shards_ = harness_.hello(p, regions[p]).shards;
+  }
+  ~Recorder() { fs::remove_all(config_.run_dir); }
+
+  uint64_t table_hash() { return harness_.server().table_hash(); }
+  const std::vector<wire::ShardInfo>& shards() const { return shards_; }
+
+  std::vector<fuzz::ServerHarness::Received> say(size_t peer, wire::Body body,
+                                                 const std::vector<Bytes>& payloads = {},
+                                                 bool expect_error = false) {
+    const wire::Header header{next_id_++, std::move(body)};
+    std::vector<std::string> frames;
+    std::vector<zmq::message_t> messages;
+    messages.push_back(wire::encode_header(header));
+    for (const auto& p : payloads) {
+      frames.push_back(as_string(p.data(), p.size()));
+      messages.emplace_back(p.data(), p.size());
+    }
+    input_.message(peer, header, frames);
+    std::vector<fuzz::ServerHarness::Received> replies;
+    harness_.send(peer, std::move(messages), replies);
+    for (const auto& r : replies) {
+      const auto* e = std::get_if<wire::Error>(&r.reply.header.body);
+      GT_ASSERT(expect_error || e == nullptr, "seed message {} refused: {}", header.request_id,
+                e ? e->message : "");
+    }
+    return replies;
+  }
+  void advance(int64_t ms) {
+    input_.advance(ms);
+    std::vector<fuzz::ServerHarness::Received> replies;
+    harness_.advance(ms, replies);
+  }
+  const std::string& bytes() const { return input_.bytes(); }
+
+ private:
+  server::ServerConfig config_;
+  zmq::context_t context_;
+  fuzz::ServerHarness harness_;
+  fuzz::Conversation input_;
+  std::vector<wire::ShardInfo> shards_;
+  uint64_t next_id_ = 100;
+};
+
+// A push of `spec`-encoded deltas over `segments` ({offset, count} in the shard) of shard `info`.
+std::pair<wire::Push, std::vector<Bytes>> make_push(
+    const wire::ShardInfo& info, uint64_t round, uint64_t base_version, const std::string& spec,
+    const std::vector<std::pair<uint64_t, uint64_t>>& segments, uint64_t tokens = 0) {
+  auto codec = compression::make_codec(spec);
+  wire::Push push{info.id, round, base_version, {}, tokens};
+  std::vector<Bytes> payloads;
+  for (const auto& [offset, count] : segments) {
+    Bytes payload;
+    auto x = values(count);
+    for (float& v : x) v *= 0.01f;
+    codec->encode(x, payload);
+    push.segments.push_back(
+        {offset, count, static_cast<uint8_t>(codec->id()), static_cast<uint64_t>(payload.size())});
+    payloads.push_back(std::move(payload));
+  }
+  return {std::move(push), std::move(payloads)};
+}
+
+template <typename T>
+const T& reply_as(const std::vector<fuzz::ServerHarness::Received>& replies) {
+  for (const auto& r : replies)
+    if (const T* b = std::get_if<T>(&r.reply.header.body)) return *b;
+  GT_ASSERT(false, "a seed message got no reply of the expected type");
+  std::abort();
+}
+
+size_t write_server_messages(const fs::path& out) {
+  const fs::path dir = out / "server_message";
+  size_t count = 0;
+  auto save = [&](const std::string& name, const Recorder& r) {
+    write(dir / ("seed-" + name + ".bin"), r.bytes());
+    ++count;
+  };
+  {  // One region: hello, full fp32 pushes and pulls, then compressed pulls since a version.
+    Recorder r(1, 0, false);
+    const auto hello =
+        reply_as<wire::HelloReply>(r.say(0, wire::Hello{"a", 1, r.table_hash(), {"kv"}}));
+    const auto& s = hello.shards.front();
+    auto [p1, f1] = make_push(s, 1, 0, "fp32", {{0, s.count}});
+    r.say(0, p1, f1);
+    const auto full = reply_as<wire::PullReply>(r.say(0, wire::PullRequest{s.id, 0, true, 1}));
+    auto [p2, f2] = make_push(s, 2, full.version, "fp32", {{0, s.count}});
+    r.say(0, p2, f2);
+    r.say(0, wire::PullRequest{s.id, full.version, false, 2});
+    r.say(0, wire::Heartbeat{});
+    save("one-region-fp32", r);
+  }
+  {  // Segments of several codecs side by side, with gaps; checksums fixed by the target.
+    Recorder r(1, 1, true);
+    const auto& s = r.shards().front();
+    const uint64_t q = s.count / 4;
+    for (const char* spec : {"int8", "int4", "onebit", "fp16", "bf16", "topk:ratio=0.1", "fp4"}) {
+      Recorder one(1, 1, true);
+      auto [p, f] = make_push(s, 1, 0, spec, {{0, q}, {2 * q, q}});
+      one.say(0, p, f);
+      one.say(0, wire::PullRequest{s.id, 0, true, 0});
+      save(fmt::format("segments-{}", file_stem(spec)), one);
+    }
+    auto [p, f] = make_push(s, 1, 0, "int8+zstd", {{q, 2 * q}});
+    r.say(0, p, f);
+    save("segments-int8-zstd", r);
+  }
+  {  // Two regions in synchronous rounds: the first push waits (parked) for the second.
+    Recorder r(0, 2, false);
+    const auto& s = r.shards().front();
+    auto [p1, f1] = make_push(s, 1, 0, "fp32", {{0, s.count}});
+    r.say(0, p1, f1);
+    r.say(0, wire::PullRequest{s.id, 0, true, 1});
+    r.advance(600);
+    r.say(0, wire::Heartbeat{});
+    r.say(1, wire::Heartbeat{});
+    r.advance(600);  // region c, never registered, is declared dead; a and b spoke 600 ms ago
+    r.say(1, p1, f1);
+    r.say(1, wire::PullRequest{s.id, 0, true, 1});
+    save("two-regions-sync", r);
+  }
+  {  // Quorum: two of three regions release a round after the grace window; tokens weigh.
+    Recorder r(2, 3, false);
+    const auto& s = r.shards().front();
+    auto [p1, f1] = make_push(s, 1, 0, "fp32", {{0, s.count}}, 1000);
+    r.say(0, p1, f1);
+    auto [p2, f2] = make_push(s, 1, 0, "fp32", {{0, s.count}}, 3000);
+    r.say(1, p2, f2);
+    r.advance(200);
+    r.say(2, wire::PullRequest{s.id, 0, true, 1});
+    r.say(0, wire::PullRequest{s.id, 0, true, 1});
+    save("quorum", r);
+  }
+  {  // Two shards, a checkpoint every round, a checkpoint request and stats.
+    Recorder r(3, 1, false);
+    for (const auto& s : r.shards()) {
+      auto [p, f] = make_push(s, 1, 0, "fp32", {{0, s.count}});
+      r.say(0, p, f);
+    }
+    r.say(0, wire::CheckpointRequest{});
+    r.say(0, wire::StatsRequest{});
+    save("two-shards-checkpoint", r);
+  }
+  {  // The key-value exchange, open to unregistered peers: a get that waits for its set.
+    Recorder r(1, 0, false);
+    r.say(1, wire::KvGet{"gloo/a/0"});
+    r.say(2, wire::KvSet{"gloo/a/0", Bytes{std::byte{1}, std::byte{2}}});
+    r.say(1, wire::KvGet{"gloo/a/0"});
+    save("kv", r);
+  }
+  {  // Refusals: unregistered, wrong table hash, unknown region, replies sent as requests.
+    Recorder r(1, 0, false);
+    r.say(0, wire::Heartbeat{}, {}, true);
+    r.say(0, wire::Hello{"a", 1, r.table_hash() ^ 1, {}}, {}, true);
+    r.say(0, wire::Hello{"nowhere", 1, r.table_hash(), {}}, {}, true);
+    r.say(0, wire::Hello{"a", 1, r.table_hash(), {}});
+    r.say(0, wire::PushReply{0, 1, 0, 0}, {}, true);
+    r.say(0, wire::Ack{}, {}, true);
+    r.say(0, wire::PullRequest{99, 0, true, 0}, {}, true);
+    r.say(1, wire::Hello{"a", 1, r.table_hash(), {}});  // a second connection replaces the first
+    r.say(1, wire::Shutdown{});
+    save("refusals-shutdown", r);
+  }
+  return count;
+}
+
 size_t copy_configs(const fs::path& source, const fs::path& out) {
   size_t count = 0;
   auto copy = [&](const fs::path& file, const char* target, const std::string& prefix = "") {
@@ -185,8 +365,8 @@ int main(int argc, char** argv) {
   }
   const fs::path source = argv[1];
   const fs::path out = argc == 3 ? fs::path(argv[2]) : source / "fuzz" / "corpus";
-  const size_t n =
-      write_wire(out) + write_codecs(out) + write_checkpoint(out) + copy_configs(source, out);
+  const size_t n = write_wire(out) + write_codecs(out) + write_checkpoint(out) +
+                   write_server_messages(out) + copy_configs(source, out);
   std::printf("wrote %zu seeds under %s\n", n, out.c_str());
   return 0;
 }

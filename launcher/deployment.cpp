@@ -23,6 +23,7 @@ std::string emit(const YAML::Node& node, const std::string& header) {
 // The user's `netsim:` section, checked: seed and per-link additions keyed by (from, to).
 struct NetsimExtras {
   std::optional<YAML::Node> seed;
+  std::optional<YAML::Node> faults_origin;  // faults_origin_unix_s (geotrain chaos sets it)
   std::map<std::pair<std::string, std::string>, YAML::Node> links;
 };
 
@@ -31,8 +32,9 @@ NetsimExtras read_netsim_extras(const YAML::Node& root, const YamlReader& in,
   NetsimExtras extras;
   auto n = root["netsim"];
   if (!n) return extras;
-  in.check_keys(n, "netsim", {"seed", "links"});
+  in.check_keys(n, "netsim", {"seed", "faults_origin_unix_s", "links"});
   if (n["seed"]) extras.seed = n["seed"];
+  if (n["faults_origin_unix_s"]) extras.faults_origin = n["faults_origin_unix_s"];
   if (auto links = n["links"]) {
     GT_REQUIRE(links.IsSequence(), "{}: netsim.links must be a list of {{from, to, ...}}",
                in.source());
@@ -128,6 +130,11 @@ Deployment plan_deployment(const std::string& config_text, const std::string& so
   if (!worker) worker = YAML::Node(YAML::NodeType::Map);
   GT_REQUIRE(worker.IsMap(), "{}: 'worker' must be a mapping", source);
   worker["run_dir"] = run.string();
+  // run.restart: a restarted worker group resumes from its snapshots (worker.checkpoint), so
+  // every worker snapshots every round unless the config says otherwise.
+  if (s.restart.enabled() && !s.external_workers &&
+      !(worker["checkpoint"] && worker["checkpoint"].IsMap() && worker["checkpoint"]["every"]))
+    worker["checkpoint"]["every"] = 1;
   YAML::Node routes(YAML::NodeType::Map);
   for (const auto& route : d.routes) routes[route.from][route.to] = tcp(d.host, route.listen_port);
   if (!d.routes.empty())
@@ -168,6 +175,7 @@ Deployment plan_deployment(const std::string& config_text, const std::string& so
     YAML::Node n(YAML::NodeType::Map);
     n["profile"] = std::filesystem::absolute(*s.wan_profile).string();
     n["seed"] = extras.seed ? *extras.seed : YAML::Node(1);
+    if (extras.faults_origin) n["faults_origin_unix_s"] = *extras.faults_origin;
     n["stats"]["jsonl"] = "netsim.jsonl";
     n["stats"]["interval_s"] = s.netsim_stats_interval_s;
     n["stats"]["log"] = false;

@@ -8,7 +8,9 @@
 //  - the netsim config (`netsim.yaml`): one directed link per ordered pair of regions, with the
 //    WAN profile's properties, listening on a fresh port and forwarding to the target region's
 //    server; statistics to `netsim.jsonl`. An optional top-level `netsim:` section in the user's
-//    config adds `seed` and per-link overrides/faults (`links: [{from, to, delay_ms, faults}]`);
+//    config adds `seed`, `faults_origin_unix_s` (fault times count from that Unix time, so that a
+//    restarted netsim keeps its schedule) and per-link overrides/faults
+//    (`links: [{from, to, delay_ms, faults}]`);
 //  - security: `security.curve` true, false or auto (the default): auto turns CURVE on for a
 //    WAN profile other than `lan` (and not for external workers). With CURVE on and no
 //    `security.keys_dir`, keys are generated into <run>/keys (keys_to_generate);

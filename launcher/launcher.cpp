@@ -18,6 +18,7 @@
 #include "launcher/fault_log.hpp"
 #include "launcher/jsonl_tail.hpp"
 #include "launcher/progress_display.hpp"
+#include "launcher/resume.hpp"
 #include "launcher/run_folder.hpp"
 #include "launcher/run_summary.hpp"
 #include "wire/curve_keys.hpp"
@@ -71,12 +72,14 @@ class Fleet {
                        procs_.back()->child.pid(), 0);
     return *procs_.back();
   }
-  // Starts a process that died again, with the same arguments (and so the same ports); its log
-  // goes on in the same file.
-  void restart(Running& p) {
+  // Starts a process that died again, with the same arguments (and so the same ports) plus
+  // `extra`; its log goes on in the same file.
+  void restart(Running& p, const std::vector<std::string>& extra = {}) {
     std::ofstream(p.log, std::ios::app) << fmt::format(
         "--- geotrain run: restarting {} (restart {}) ---\n", p.spec.name, p.restarts);
-    p.child = ChildProcess(binary_, p.spec.args, p.log, group_);
+    auto args = p.spec.args;
+    args.insert(args.end(), extra.begin(), extra.end());
+    p.child = ChildProcess(binary_, args, p.log, group_);
     spdlog::debug("run: restarted {} (pid {})", p.spec.name, p.child.pid());
     if (events_)
       events_->started(seconds_since(t0_), p.spec.name, to_string(p.spec.role), p.child.pid(),
@@ -211,6 +214,38 @@ double display_refresh(const LaunchOptions& o, const RunSettings& s) {
   return tty ? std::min(0.5, s.progress_interval_s) : s.progress_interval_s;
 }
 
+// run.restart for one region's workers. A Gloo/NCCL group cannot lose a member, so the death of
+// any worker of a region (leader or not) stops the region's other workers (SIGKILL: their state
+// is in their snapshots) and, after run.restart.backoff_s, starts the whole group again with
+// --resume and a new --generation (worker/trainer.hpp). Phases: backoff (the group is down),
+// resuming (until the leader's `resume` event: the restart is done, and the event names the
+// snapshot round), recovering (until the leader finishes a round after it).
+struct RegionRecovery {
+  enum class Phase { running, backoff, resuming, recovering } phase = Phase::running;
+  uint32_t restarts = 0;
+  Clock::time_point backoff_until{};
+  size_t fault = 0;
+  uint64_t last_round = 0;       // the newest round the region's leader finished
+  uint64_t rounds_at_death = 0;  // last_round when the worker died
+  uint64_t resumed_at = 0;       // the round the restarted group trains first
+  bool down() const { return phase != Phase::running; }
+};
+
+// The extra arguments of a restarted worker group.
+std::vector<std::string> resume_args(uint32_t generation) {
+  return {"--resume", "--generation", std::to_string(generation)};
+}
+
+// Stops every still-running worker of `region` now (SIGKILL) and reaps it.
+void kill_region_workers(std::vector<std::unique_ptr<Running>>& procs, const std::string& region) {
+  for (auto& p : procs)
+    if (p->spec.role == ProcessRole::worker && p->spec.region == region && !p->child.poll())
+      p->child.signal(SIGKILL);
+  for (auto& p : procs)
+    if (p->spec.role == ProcessRole::worker && p->spec.region == region)
+      p->child.wait_for(std::chrono::seconds(5));
+}
+
 void make_plots(const LaunchOptions& o, const fs::path& run_dir) {
   if (o.plot_script.empty()) return;
   if (!fs::exists(o.python) || !fs::exists(o.plot_script)) {
@@ -231,16 +266,23 @@ void make_plots(const LaunchOptions& o, const fs::path& run_dir) {
 }  // namespace
 
 RunResult run_deployment(const LaunchOptions& o, std::stop_token stop) {
-  const auto source = describe_source(o.config.string(), o.overrides);
-  const auto text = apply_overrides(read_text_file(o.config), o.overrides, source);
+  // --resume: the stopped run's own config and folder (launcher/resume.hpp).
+  const fs::path config_file = o.resume ? *o.resume / "config.yaml" : o.config;
+  const auto source = describe_source(config_file.string(), o.overrides);
+  const auto text = apply_overrides(
+      o.resume ? resume_config_text(*o.resume) : read_text_file(config_file), o.overrides, source);
   auto settings =
-      parse_run_settings(text, source, o.config.parent_path(), o.config.stem().string());
+      parse_run_settings(text, source, config_file.parent_path(), config_file.stem().string());
   if (o.out_dir) settings.out_dir = *o.out_dir;
   if (o.validate) o.validate(text, source);
 
   RunResult result;
-  result.run_dir =
-      create_run_folder(settings.out_dir, settings.name, std::chrono::system_clock::now());
+  result.run_dir = o.resume ? *o.resume
+                            : create_run_folder(settings.out_dir, settings.name,
+                                                std::chrono::system_clock::now());
+  if (o.resume)
+    spdlog::info("run: resuming {}: servers from their checkpoints, workers from their snapshots",
+                 result.run_dir.string());
   const auto& run_dir = result.run_dir;
   Deployment plan;
   {
@@ -283,8 +325,11 @@ RunResult run_deployment(const LaunchOptions& o, std::stop_token stop) {
       spdlog::info("run: servers{} up after {:.1f} s; starting {} worker(s)",
                    plan.netsim_yaml ? " and netsim" : "", seconds_since(t0),
                    settings.regions.size() * settings.workers_per_region);
-      for (const auto& spec : plan.processes)
-        if (spec.role == ProcessRole::worker) fleet.start(spec);
+      for (auto spec : plan.processes)
+        if (spec.role == ProcessRole::worker) {
+          if (o.resume) spec.args.push_back("--resume");
+          fleet.start(spec);
+        }
     }
 
     RunMonitor monitor(settings.target());
@@ -318,6 +363,93 @@ RunResult run_deployment(const LaunchOptions& o, std::stop_token stop) {
       p.rounds_at_death = fewest_rounds(monitor, settings.regions);
       p.phase = Running::Phase::backoff;
       p.phase_until = Clock::now() + seconds(settings.restart.backoff_s);
+    };
+    // run.restart for workers: the region's whole group goes down and comes back (RegionRecovery).
+    std::map<std::string, RegionRecovery> recovery;
+    const auto leader_finished = [&](const std::string& region) {
+      for (auto& p : fleet.procs())
+        if (p->spec.role == ProcessRole::worker && p->spec.region == region && p->spec.rank == 0)
+          return p->child.poll() == 0;
+      return false;
+    };
+    const auto on_worker_death = [&](Running& first_seen, int first_status) {
+      // When a worker of a group dies, the others fail on the broken collective moments later:
+      // blame one that a signal killed over one that exited with an error, if there is one.
+      Running* dead = &first_seen;
+      int st = first_status;
+      for (auto& q : fleet.procs()) {
+        const auto qs = q->child.poll();
+        if (q->spec.role == ProcessRole::worker && q->spec.region == first_seen.spec.region && qs &&
+            *qs > 128 && st <= 128) {
+          dead = q.get();
+          st = *qs;
+        }
+      }
+      Running& p = *dead;
+      auto& rr = recovery[p.spec.region];
+      const bool again =
+          rr.restarts < settings.restart.max_restarts && !leader_finished(p.spec.region);
+      rr.fault = faults.fault(seconds_since(t0), p.spec.name, "worker", p.spec.region,
+                              describe_status(st), again, again ? rr.restarts + 1 : rr.restarts);
+      if (!again) {
+        failure = failure_message(p, st);
+        if (settings.restart.enabled())
+          failure = fmt::format("run.restart.max_restarts = {} used up: {}",
+                                settings.restart.max_restarts, failure);
+        return;
+      }
+      ++rr.restarts;
+      spdlog::warn(
+          "run: {} {} at {:.1f} s; restarting the workers of {} from their snapshots in {} s "
+          "(restart {} of {})",
+          p.spec.name, describe_status(st), seconds_since(t0), p.spec.region,
+          settings.restart.backoff_s, rr.restarts, settings.restart.max_restarts);
+      kill_region_workers(fleet.procs(), p.spec.region);
+      rr.rounds_at_death = rr.last_round;
+      rr.phase = RegionRecovery::Phase::backoff;
+      rr.backoff_until = Clock::now() + seconds(settings.restart.backoff_s);
+    };
+    const auto restart_region_when_due = [&](const std::string& region, RegionRecovery& rr) {
+      if (rr.phase != RegionRecovery::Phase::backoff || Clock::now() < rr.backoff_until) return;
+      for (auto& p : fleet.procs())
+        if (p->spec.role == ProcessRole::worker && p->spec.region == region) {
+          p->restarts = rr.restarts;
+          fleet.restart(*p, resume_args(rr.restarts));
+        }
+      rr.phase = RegionRecovery::Phase::resuming;
+    };
+    // A leader's metrics line: its `resume` ends a restart, its next round the recovery.
+    const auto on_worker_event = [&](const nlohmann::json& e) {
+      if (!e.is_object() || !e.contains("region") || !e["region"].is_string()) return;
+      if (e.value("rank", 0) != 0) return;
+      const auto kind = e.value("event", std::string());
+      auto& rr = recovery[e["region"].get<std::string>()];
+      const uint64_t round =
+          e.contains("round") && e["round"].is_number_unsigned() ? e["round"].get<uint64_t>() : 0;
+      if (kind == "resume" && rr.phase == RegionRecovery::Phase::resuming) {
+        std::optional<uint64_t> snapshot;
+        if (e.contains("checkpoint_round") && e["checkpoint_round"].is_number_unsigned())
+          snapshot = e["checkpoint_round"].get<uint64_t>();
+        int pid = 0;
+        for (auto& p : fleet.procs())
+          if (p->spec.role == ProcessRole::worker && p->spec.region == e["region"] &&
+              p->spec.rank == 0)
+            pid = p->child.pid();
+        faults.restarted(rr.fault, seconds_since(t0), pid, snapshot);
+        spdlog::warn("run: {}", describe_fault(faults.faults()[rr.fault]));
+        rr.resumed_at = round;
+        rr.phase = RegionRecovery::Phase::recovering;
+      } else if (kind == "round" && e.value("steps", 0) > 0) {
+        rr.last_round = round;
+        if (rr.phase == RegionRecovery::Phase::recovering && round >= rr.resumed_at) {
+          // Rounds the region had finished before the death and trains again.
+          const uint64_t redone =
+              rr.rounds_at_death + 1 > rr.resumed_at ? rr.rounds_at_death + 1 - rr.resumed_at : 0;
+          faults.recovered(rr.fault, seconds_since(t0), redone);
+          spdlog::info("run: {}", describe_fault(faults.faults()[rr.fault]));
+          rr.phase = RegionRecovery::Phase::running;
+        }
+      }
     };
     const auto supervise = [&](Running& p, std::optional<int> st) {
       using Phase = Running::Phase;
@@ -382,17 +514,23 @@ RunResult run_deployment(const LaunchOptions& o, std::stop_token stop) {
         if (p->spec.role == ProcessRole::worker) {
           if (!st) {
             workers_left = true;
-          } else if (*st != 0 && failure.empty()) {
-            faults.fault(seconds_since(t0), p->spec.name, "worker", p->spec.region,
-                         describe_status(*st), false, 0);
-            failure = failure_message(*p, *st);
+          } else if (*st != 0 && failure.empty() &&
+                     recovery[p->spec.region].phase != RegionRecovery::Phase::backoff) {
+            on_worker_death(*p, *st);  // fails the run unless run.restart restarts the region
           }
         } else if (failure.empty()) {
           supervise(*p, st);
         }
       }
+      for (auto& [region, rr] : recovery) {
+        if (failure.empty()) restart_region_when_due(region, rr);
+        workers_left = workers_left || rr.down();  // its workers are (being) restarted
+      }
       for (auto& t : tails)
-        for (const auto& e : t.read_new()) monitor.add(e);
+        for (const auto& e : t.read_new()) {
+          monitor.add(e);
+          on_worker_event(e);
+        }
       if (settings.external_workers)
         workers_left = external_leaders_left(monitor, settings.regions);
       if (Clock::now() >= next_show || !workers_left || !failure.empty()) {

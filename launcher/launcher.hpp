@@ -7,7 +7,9 @@
 // start workers -> supervise until every worker has exited -> SIGTERM servers and netsim ->
 // plots -> summary.json and report.md. A child that fails (non-zero exit, or a server/netsim
 // that exits early) fails the run and its log tail is shown, except that under run.restart a
-// server or netsim is started again on the same ports (up to max_restarts times each); every
+// server or netsim is started again on the same ports (up to max_restarts times each), and a
+// region whose worker died has its whole worker group restarted from the workers' snapshots
+// (a Gloo/NCCL group cannot lose a member; up to max_restarts times per region); every
 // start, death and recovery goes to <run>/events.jsonl (launcher/fault_log.hpp). A stop request
 // (the caller's SIGINT/SIGTERM) or run.timeout_s ends the run early. In every case the children are
 // stopped (SIGTERM, then SIGKILL after a grace period; they also carry PR_SET_PDEATHSIG) and
@@ -34,9 +36,13 @@ struct LaunchOptions {
   // config.yaml then holds the result (config_overrides.hpp).
   std::vector<ConfigOverride> overrides;
   std::optional<std::filesystem::path> out_dir;  // overrides run.out_dir
-  std::string binary;                            // the geotrain binary the children run
-  std::filesystem::path plot_script;             // scripts/plot_run.py; empty = no plots
-  std::string python = "/usr/bin/python3";       // Debian's, with python3-matplotlib
+  // `--resume RUN_DIR`: continue that stopped run in its own folder, from its config.yaml
+  // (`config` is then ignored; `overrides` still apply), with the servers restoring their
+  // checkpoints and the workers their snapshots (launcher/resume.hpp, docs/run.md).
+  std::optional<std::filesystem::path> resume;
+  std::string binary;                       // the geotrain binary the children run
+  std::filesystem::path plot_script;        // scripts/plot_run.py; empty = no plots
+  std::string python = "/usr/bin/python3";  // Debian's, with python3-matplotlib
   // Called on the user's config (with the overrides applied; `source` then names them) and
   // again on the resolved one, e.g. with the worker and server parsers: a config error then
   // stops the run before any process starts.

@@ -60,7 +60,10 @@ void RunMonitor::add(const nlohmann::json& e) {
   } else if (kind == "round") {
     // With overlap, the exchange still in flight after the last round is reported as one more
     // round event with steps 0: its bytes count, it is not a round of training.
-    if (number_or(e, "steps", 1) > 0) ++region.rounds_done;
+    // A round trained again after a restart (docs/run.md, "Recovery") counts once.
+    if (number_or(e, "steps", 1) > 0 &&
+        region.rounds_seen.insert(static_cast<uint64_t>(number_or(e, "round", 0))).second)
+      ++region.rounds_done;
     region.round = std::max(region.round, static_cast<uint64_t>(number_or(e, "round", 0)));
     region.bytes_pushed += number_or(e, "bytes_pushed", 0);
     region.bytes_pulled += number_or(e, "bytes_pulled", 0);

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 
@@ -40,7 +41,8 @@ struct RegionState {
   std::optional<double> val_loss;        // newest eval val_loss, nats per byte
   std::optional<double> final_val_bpb;   // leader's `done`
   std::optional<double> final_val_loss;  // leader's `done`
-  uint64_t rounds_done = 0;              // round events of training rounds (steps > 0)
+  uint64_t rounds_done = 0;              // training rounds (steps > 0), each round once
+  std::set<uint64_t> rounds_seen;        // their numbers (a restarted region may redo one)
   double bytes_pushed = 0, bytes_pulled = 0;
   std::optional<double> staleness;  // newest
   double staleness_sum = 0;         // over round events with a staleness

@@ -261,7 +261,7 @@ WanProfile load_profile(const std::filesystem::path& file) {
 NetsimConfig parse_netsim_config(const std::string& yaml_text, const std::string& where,
                                  const std::filesystem::path& base_dir) try {
   const Field root{load_yaml(yaml_text, where), "", &where};
-  root.require_map({"profile", "seed", "stats", "links"});
+  root.require_map({"profile", "seed", "stats", "faults_origin_unix_s", "links"});
   NetsimConfig cfg;
   const Field prof = root.child("profile");
   if (prof.node.IsScalar()) {
@@ -276,6 +276,8 @@ NetsimConfig parse_netsim_config(const std::string& yaml_text, const std::string
   }
   if (auto s = root.child("seed"); s.present())
     cfg.options.seed = static_cast<uint64_t>(s.number(0, 9007199254740992.0));
+  if (auto o = root.child("faults_origin_unix_s"); o.present())
+    cfg.options.faults_origin_unix_s = o.number(0, 1e11);
   if (auto s = root.child("stats"); s.present()) {
     s.require_map({"jsonl", "interval_s", "log"});
     if (auto j = s.child("jsonl"); j.present()) {

@@ -97,6 +97,12 @@ void WanProxy::Impl::run() {
   // Timers fire when due, not up to 50 us later (the default slack): delays stay exact.
   ::prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
   started = Clock::now();
+  faults_origin = started;
+  if (options.faults_origin_unix_s) {
+    const auto since_origin = std::chrono::system_clock::now().time_since_epoch() -
+                              std::chrono::duration<double>(*options.faults_origin_unix_s);
+    faults_origin = started - std::chrono::duration_cast<Clock::duration>(since_origin);
+  }
   last_report_at = started;
   last_report = snapshot();
   for (auto& link : links)  // token buckets start full at start()
@@ -105,8 +111,8 @@ void WanProxy::Impl::run() {
         lane.bucket.emplace(lane.bucket->rate(), effective_burst_bytes(link->config.properties),
                             started);
   for (std::size_t i = 0; i < fault_events.size(); ++i) {
-    schedule({started + std::chrono::duration_cast<Clock::duration>(
-                            std::chrono::duration<double>(fault_events[i].at_s)),
+    schedule({faults_origin + std::chrono::duration_cast<Clock::duration>(
+                                  std::chrono::duration<double>(fault_events[i].at_s)),
               Timer::Kind::fault, 0, 0, i});
   }
   if (options.stats_interval_s > 0) {
@@ -243,8 +249,8 @@ void WanProxy::Impl::on_fault(std::size_t index) {
   switch (e.action) {
     case FaultAction::partition_on: {
       link.partitioned = true;
-      link.partition_end = started + std::chrono::duration_cast<Clock::duration>(
-                                         std::chrono::duration<double>(*e.fault.until_s));
+      link.partition_end = faults_origin + std::chrono::duration_cast<Clock::duration>(
+                                               std::chrono::duration<double>(*e.fault.until_s));
       // The link pauses: what is on its way resumes where it was once the partition ends, and
       // the backlog leaves at the link's rate (a burst at the end would overrun the rate).
       const auto pause = link.partition_end - now;

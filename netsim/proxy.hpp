@@ -32,6 +32,10 @@ struct ProxyOptions {
   std::optional<std::filesystem::path> stats_jsonl;  // append interval records here when set
   double stats_interval_s = 0;                       // report period; 0 = no periodic report
   bool log_stats = true;                             // a log line per link per report
+  // Fault times (at_s, until_s) count from this Unix time (seconds) instead of from start(), so
+  // that a netsim restarted mid-run keeps the schedule it started with: faults already over are
+  // applied at once, in order (a partition still under way goes on until its end).
+  std::optional<double> faults_origin_unix_s;
 };
 
 class WanProxy {

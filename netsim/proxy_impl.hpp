@@ -146,6 +146,8 @@ struct WanProxy::Impl {
   std::vector<FaultEvent> fault_events;
   std::vector<char> scratch;
   TimePoint started{};
+  // Time 0 of the fault schedule: `started`, or options.faults_origin_unix_s.
+  TimePoint faults_origin{};
   std::atomic<bool> stopping{false};
   std::thread thread;
   std::ofstream stats_out;

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "core/durable_file.hpp"
 #include "core/error.hpp"
 
 namespace geotrain::server {
@@ -26,45 +27,6 @@ struct FileHeader {
   uint64_t offset, count, version, released_round;
 };
 static_assert(sizeof(FileHeader) == 48);
-
-void fail_errno(const char* what, const fs::path& p) {
-  throw SystemError("posix", what, __FILE__, __LINE__,
-                    fmt::format("{}: {}", p.string(), std::strerror(errno)));
-}
-
-// Writes bytes to path and fsyncs it.
-void write_file_synced(const fs::path& path, const std::string& bytes) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail_errno("open", path);
-  size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      ::close(fd);
-      fail_errno("write", path);
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0) {
-    ::close(fd);
-    fail_errno("fsync", path);
-  }
-  ::close(fd);
-}
-
-void fsync_dir(const fs::path& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) fail_errno("open dir", dir);
-  ::fsync(fd);
-  ::close(fd);
-}
-
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  GT_REQUIRE(in.good(), "file '{}' cannot be read", path.string());
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
 
 std::string folder_name(uint64_t round) { return fmt::format("ckpt-{:012}", round); }
 
@@ -114,10 +76,7 @@ fs::path CheckpointStore::write(const CheckpointState& state) {
         {{"id", s.range.id}, {"version", s.version}, {"round", s.released_round}});
   }
   write_file_synced(tmp / "manifest.json", manifest.dump(2) + "\n");
-  fsync_dir(tmp);
-  fs::remove_all(final_dir);
-  fs::rename(tmp, final_dir);
-  fsync_dir(dir_);
+  commit_folder(tmp, final_dir);
   auto all = list();
   for (size_t i = keep_; i < all.size(); ++i) fs::remove_all(all[i]);
   return final_dir;
@@ -140,7 +99,7 @@ CheckpointState CheckpointStore::load(const fs::path& folder, uint64_t state_has
                                       const std::vector<ShardRange>& expected) const {
   nlohmann::json manifest;
   try {
-    manifest = nlohmann::json::parse(read_file(folder / "manifest.json"));
+    manifest = nlohmann::json::parse(read_binary_file(folder / "manifest.json"));
   } catch (const nlohmann::json::exception& e) {
     GT_REQUIRE(false, "manifest.json is not valid JSON ({})", e.what());
   }
@@ -162,7 +121,7 @@ CheckpointState CheckpointStore::load(const fs::path& folder, uint64_t state_has
       const auto name = files[i].at("name").get<std::string>();
       GT_REQUIRE(name == fmt::format("shard-{}.bin", expected[i].id),
                  "manifest file {} is '{}', expected shard-{}.bin", i, name, expected[i].id);
-      const std::string bytes = read_file(folder / name);
+      const std::string bytes = read_binary_file(folder / name);
       GT_REQUIRE(bytes.size() == manifest_uint(files[i], "bytes"), "{}: {} bytes, manifest says {}",
                  name, bytes.size(), files[i].at("bytes").dump());
       const uint64_t sum = XXH3_64bits(bytes.data(), bytes.size());

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "core/error.hpp"
 
 namespace geotrain::server {
@@ -38,6 +40,10 @@ std::optional<uint32_t> Membership::region_of(const std::string& peer) const {
   auto it = peers_.find(peer);
   if (it == peers_.end()) return std::nullopt;
   return it->second;
+}
+
+void Membership::excuse(std::chrono::milliseconds stalled, TimePoint now) {
+  for (auto& st : regions_) st.last_seen = std::min(st.last_seen + stalled, now);
 }
 
 std::vector<Membership::Death> Membership::expire(TimePoint now) {

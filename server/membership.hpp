@@ -45,6 +45,9 @@ class Membership {
     std::optional<std::string> peer;  // its connection, forgotten now (none if it never registered)
     std::string why;
   };
+  // The server itself did not run for `stalled` (SIGSTOP, starvation) before `now`: that time
+  // is not the regions' silence. Moves every region's last_seen on by it, never past `now`.
+  void excuse(std::chrono::milliseconds stalled, TimePoint now);
   // Declares dead every counted region silent for more than dead_after at `now`.
   std::vector<Death> expire(TimePoint now);
 

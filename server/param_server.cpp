@@ -169,22 +169,48 @@ bool ParamServer::step(std::chrono::milliseconds timeout) {
     const auto left = std::chrono::ceil<std::chrono::milliseconds>(*deadline - options_.clock());
     timeout = std::clamp(left, std::chrono::milliseconds(0), timeout);
   }
-  if (auto env = channel_->receive(timeout)) {
-    if (handle(*env, std::nullopt) == Outcome::park) {
+  const auto waited_from = std::chrono::steady_clock::now();
+  auto env = channel_->receive(timeout);
+  excuse_own_stall(waited_from, timeout);
+  // Parked requests are retried only when something they may wait for can have changed: a
+  // message applied, a region declared dead, a quorum's grace window. Not after a refusal or
+  // another parked request, so that peers filling the parked list do not make every message
+  // they send cost a pass over it.
+  bool changed = false;
+  if (env) {
+    const Outcome outcome = handle(*env, std::nullopt);
+    changed = outcome == Outcome::done;
+    if (outcome == Outcome::park) {
       size_t mine = std::count_if(parked_.begin(), parked_.end(),
                                   [&](const Parked& p) { return p.envelope.peer == env->peer; });
+      // Peers that are no region's (the key-value exchange is open to all) share one bound, so
+      // that a client opening connection after connection cannot grow this list without end; a
+      // region's own requests are never refused for theirs.
+      size_t open = 0;
+      if (!membership_.region_of(env->peer))
+        open = std::count_if(parked_.begin(), parked_.end(), [&](const Parked& p) {
+          return !membership_.region_of(p.envelope.peer);
+        });
       if (mine >= kMaxParkedPerPeer) {
         reply_error(env->peer, 0, ErrorCode::busy,
                     fmt::format("{} requests already wait at this server, limit {}", mine,
                                 kMaxParkedPerPeer));
+      } else if (open >= kMaxParkedUnregistered) {
+        reply_error(env->peer, 0, ErrorCode::busy,
+                    fmt::format("{} requests of unregistered peers already wait at this server, "
+                                "limit {}",
+                                open, kMaxParkedUnregistered));
       } else {
         parked_.push_back({std::move(*env), options_.clock()});
       }
     }
   }
-  sweep();
-  if (config_.shard.consistency.is_quorum()) release_rounds();  // grace windows that expired
-  retry_parked();
+  changed = sweep() || changed;
+  if (config_.shard.consistency.is_quorum()) {
+    release_rounds();  // grace windows that expired
+    changed = true;
+  }
+  if (changed) retry_parked();
   if (metrics_endpoint_)
     metrics_endpoint_->serve([&] { return prometheus_text(stats(), read_process_stats()); });
   return !shutdown_;
@@ -198,6 +224,15 @@ ParamServer::Outcome ParamServer::handle(wire::Envelope& env,
     // they arrived); the header is read first so that a refusal by count names the request.
     const wire::Header h = wire::decode_header(env.frames.front());
     request_id = h.request_id;
+    // The key-value exchange is open to every peer and a KvGet may wait (parked, frames and
+    // all): its frame 0 is held to what a key and a value need, not kMaxHeaderWords.
+    const bool kv =
+        std::holds_alternative<wire::KvSet>(h.body) || std::holds_alternative<wire::KvGet>(h.body);
+    if (kv && env.frames.front().size() > kMaxKvFrameBytes)
+      throw WireError(ErrorCode::too_large,
+                      fmt::format("{} header of {} bytes, limit {}", wire::body_name(h.body),
+                                  env.frames.front().size(), kMaxKvFrameBytes),
+                      request_id);
     if (env.frames.size() > kMaxSegments + 1)
       throw WireError(ErrorCode::too_large,
                       fmt::format("message has more than {} frames", kMaxSegments + 1), request_id);
@@ -215,7 +250,7 @@ ParamServer::Outcome ParamServer::handle(wire::Envelope& env,
   } catch (const InputError& e) {
     reply_error(env.peer, request_id, ErrorCode::bad_payload, e.what());
   }
-  return Outcome::done;
+  return Outcome::refused;
 }
 
 ParamServer::Outcome ParamServer::dispatch(const std::string& peer, const wire::Header& h,
@@ -251,6 +286,11 @@ ParamServer::Outcome ParamServer::dispatch(const std::string& peer, const wire::
       return Outcome::done;
     }
     const auto& get = std::get<wire::KvGet>(h.body);
+    if (get.key.empty() || get.key.size() > kMaxKvKeyBytes)
+      throw WireError(
+          ErrorCode::too_large,
+          fmt::format("kvGet key of {} bytes: limits are 1-{}", get.key.size(), kMaxKvKeyBytes),
+          h.request_id);
     auto kv = kv_.find(get.key);
     if (kv == kv_.end()) return Outcome::park;  // rendezvous: wait until someone sets it
     reply(peer, h.request_id, wire::KvReply{get.key, kv->second});
@@ -578,7 +618,7 @@ void ParamServer::forget_parked(const std::string& peer, const std::string& why)
   parked_ = std::move(keep);
 }
 
-void ParamServer::sweep() {
+bool ParamServer::sweep() {
   const auto deaths = membership_.expire(options_.clock());
   for (const auto& d : deaths) {
     const auto& name = config_.regions[d.region];
@@ -587,6 +627,25 @@ void ParamServer::sweep() {
     metrics_.event("membership", {{"region", name}, {"change", "dead"}, {"why", d.why}});
   }
   if (!deaths.empty()) release_rounds();
+  return !deaths.empty();
+}
+
+void ParamServer::excuse_own_stall(std::chrono::steady_clock::time_point waited_from,
+                                   std::chrono::milliseconds timeout) {
+  const auto now = std::chrono::steady_clock::now();
+  const auto since = last_receive_end_.value_or(waited_from);
+  last_receive_end_ = now;
+  if (options_.excuse_stalls_over.count() <= 0) return;
+  // The previous message's work, this tick's sweep and the wait in receive, beyond the wait asked
+  // for: the regions' messages of that time sat unread in the socket.
+  const auto stalled = std::chrono::duration_cast<std::chrono::milliseconds>(now - since - timeout);
+  if (stalled <= options_.excuse_stalls_over) return;
+  membership_.excuse(stalled, options_.clock());
+  spdlog::warn(
+      "server did not run for {:.1f} s (stopped, or starved of CPU): the regions' silence in that "
+      "time is not counted towards server.dead_after_ms",
+      static_cast<double>(stalled.count()) / 1000.0);
+  metrics_.event("stall", {{"seconds", static_cast<double>(stalled.count()) / 1000.0}});
 }
 
 void ParamServer::retry_parked() {

@@ -6,7 +6,8 @@
 // region's error count as it was. Messages other than Hello from a peer that has not registered
 // (or whose region was marked dead since) are refused with `unregistered`.
 // Requests that must wait - a push beyond the staleness gate, a pull for a round not yet
-// released - are parked (at most kMaxParkedPerPeer per peer) and retried after every change.
+// released - are parked (at most kMaxParkedPerPeer per peer, and kMaxParkedUnregistered in all
+// for peers that are no region's) and retried after every change.
 //
 // Threads: run() is the loop and blocks until stop is requested or a Shutdown arrives; every
 // other method is for that loop's thread (tests read state through StatsRequest, or after run()
@@ -53,12 +54,22 @@ struct ServerOptions {
   // context (tests; handshake failures before ZAP are then not logged); null: the server makes
   // its own (one per context).
   wire::CurveAuthenticator* authenticator = nullptr;
+  // A loop tick that ran this much longer than its poll (the process was stopped by SIGSTOP, or
+  // starved of CPU) is time in which the server read nobody's messages: membership does not count
+  // it as the regions' silence (Membership::excuse), so nobody is declared dead for it. Measured
+  // with the real steady clock, whatever `clock` is; 0 = off (tests that move a manual clock on
+  // purpose). `geotrain server` sets it to server.heartbeat_ms.
+  std::chrono::milliseconds excuse_stalls_over{0};
 };
 
 inline constexpr size_t kMaxParkedPerPeer = 4;
+// Parked requests of all peers that are not a registered region together (key-value gets).
+inline constexpr size_t kMaxParkedUnregistered = 1024;
 inline constexpr size_t kMaxKvEntries = 4096;
 inline constexpr size_t kMaxKvKeyBytes = 256;
 inline constexpr size_t kMaxKvValueBytes = size_t{64} << 10;
+// Frame 0 of a kvSet or kvGet: a key and a value with room for the Cap'n Proto framing.
+inline constexpr size_t kMaxKvFrameBytes = kMaxKvValueBytes + kMaxKvKeyBytes + 1024;
 inline constexpr size_t kMaxSegments = 4096;
 // push.tokens above this is refused, so that the tokens of the deltas merged into a round sum
 // without overflow.
@@ -89,7 +100,7 @@ class ParamServer {
     wire::Envelope envelope;
     std::chrono::steady_clock::time_point since;
   };
-  enum class Outcome { done, park };
+  enum class Outcome { done, park, refused };  // refused: answered with an Error, nothing changed
 
   Outcome handle(wire::Envelope& env,
                  std::optional<std::chrono::steady_clock::time_point> parked_since);
@@ -107,7 +118,11 @@ class ParamServer {
   void reply_error(const std::string& peer, uint64_t request_id, wire::ErrorCode code,
                    const std::string& message);
   void release_rounds();
-  void sweep();
+  bool sweep();  // true when a region was declared dead
+  // options_.excuse_stalls_over: `waited_from` is when this tick's receive began, `timeout` what
+  // it asked for; a tick (with the previous tick's work) that overran by more is excused.
+  void excuse_own_stall(std::chrono::steady_clock::time_point waited_from,
+                        std::chrono::milliseconds timeout);
   void retry_parked();
   void forget_parked(const std::string& peer, const std::string& why);
   std::vector<bool> live() const { return membership_.live(); }
@@ -137,6 +152,7 @@ class ParamServer {
   PayloadPool pool_;                        // pull reply payloads, reused once ZeroMQ sent them
   std::unique_ptr<PassSplitter> splitter_;  // second thread for the passes of large shards, if any
   bool shutdown_ = false;
+  std::optional<std::chrono::steady_clock::time_point> last_receive_end_;  // real clock
 };
 
 }  // namespace geotrain::server

@@ -21,7 +21,11 @@ ShardMap::ShardMap(uint64_t elements, uint32_t regions, uint32_t shards_per_regi
   for (uint32_t f = 0; f < frags.size(); ++f) {
     const uint64_t first_chunk = frags[f].offset / chunk;
     const uint64_t chunks = (frags[f].end() + chunk - 1) / chunk - first_chunk;
-    const auto parts = split_chunks(first_chunk, chunks, n, chunk, frags[f].end());
+    // An empty fragment (the table has fewer chunks than fragments) gets empty shards at its
+    // offset, as the surplus shards of a small table do without fragments.
+    const auto parts = frags[f].count == 0
+                           ? std::vector<ElementRange>(n, ElementRange{frags[f].offset, 0})
+                           : split_chunks(first_chunk, chunks, n, chunk, frags[f].end());
     for (uint64_t i = 0; i < n; ++i)
       shards_.push_back({static_cast<uint32_t>(shards_.size()), parts[i].offset, parts[i].count,
                          static_cast<uint32_t>(i / shards_per_region), f});

@@ -62,4 +62,12 @@ Verdict AnomalyGuard::check(uint64_t step, double loss, ConstFloatSpan grad) {
   return v;
 }
 
+void AnomalyGuard::restore(const std::vector<double>& losses, uint64_t skipped) {
+  GT_REQUIRE(losses.size() <= config_.window,
+             "anomaly guard window of {} losses is longer than worker.anomaly_guard.window = {}",
+             losses.size(), config_.window);
+  losses_.assign(losses.begin(), losses.end());
+  skipped_ = skipped;
+}
+
 }  // namespace geotrain::worker

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <vector>
 
 #include "core/span.hpp"
 
@@ -33,6 +34,11 @@ class AnomalyGuard {
   // Judges one step (loss: the step's mean loss; grad: the reduced gradient) and records it.
   Verdict check(uint64_t step, double loss, ConstFloatSpan grad);
   uint64_t skipped() const { return skipped_; }
+  // The window of accepted losses, oldest first (checkpointed with the worker).
+  std::vector<double> losses() const { return {losses_.begin(), losses_.end()}; }
+  // Restores a window and the skipped count; InputError when the window is longer than
+  // config.window.
+  void restore(const std::vector<double>& losses, uint64_t skipped);
 
  private:
   AnomalyGuardConfig config_;

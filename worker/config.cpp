@@ -129,7 +129,8 @@ WorkerConfig parse_worker_config(std::string_view yaml_text, std::string_view so
                  "bucket_cap_mb",
                  "external",
                  "fragments",
-                 "fragment_delay"});
+                 "fragment_delay",
+                 "checkpoint"});
   auto get_u32 = [&](const char* key, uint32_t& out, uint32_t lo, uint32_t hi) {
     if (auto n = w[key]) out = in.number<uint32_t>(n, fmt::format("worker.{}", key), lo, hi);
   };
@@ -233,6 +234,16 @@ WorkerConfig parse_worker_config(std::string_view yaml_text, std::string_view so
   }
   if (auto n = w["gloo_host"]) c.gloo_host = in.string(n, "worker.gloo_host");
   if (auto n = w["run_dir"]) c.run_dir = in.string(n, "worker.run_dir");
+  if (auto k = w["checkpoint"]) {
+    GT_REQUIRE(k.IsMap(), "{}: worker.checkpoint must be a mapping like {{every: 1, keep: 2}}",
+               source);
+    in.check_keys(k, "worker.checkpoint", {"every", "keep", "dir"});
+    if (auto n = k["every"])
+      c.checkpoint.every = in.number<uint64_t>(n, "worker.checkpoint.every", 0, uint64_t{1} << 40);
+    if (auto n = k["keep"])
+      c.checkpoint.keep = in.number<uint32_t>(n, "worker.checkpoint.keep", 1, 1000);
+    if (auto n = k["dir"]) c.checkpoint.dir = in.string(n, "worker.checkpoint.dir");
+  }
   if (auto n = w["timeout_ms"])
     c.timeout =
         std::chrono::milliseconds(in.number<int64_t>(n, "worker.timeout_ms", 100, 86'400'000));

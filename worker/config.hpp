@@ -40,6 +40,14 @@ struct DataConfig {
   static constexpr const char* kKjvFile = "/usr/local/share/geotrain/kjv.txt";
 };
 
+// worker.checkpoint: snapshots of each worker's own state (worker/worker_checkpoint.hpp), at
+// round boundaries; a worker started with --resume continues from them (docs/run.md).
+struct WorkerCheckpointConfig {
+  uint64_t every = 0;                                // rounds between snapshots; 0 = none
+  uint32_t keep = 2;                                 // newest snapshots kept per worker
+  std::filesystem::path dir = "worker-checkpoints";  // relative paths are under run_dir
+};
+
 struct WorkerConfig {
   std::vector<std::string> regions;
   models::ModelSpec model;  // model: kind, arch or preset and sizes, critical globs
@@ -81,6 +89,7 @@ struct WorkerConfig {
   uint32_t blas_threads = 1;  // OpenBLAS threads per worker
   double bucket_cap_mb = 25;  // AllReduce bucket size; 0: one AllReduce after backward
   std::filesystem::path run_dir = "runs/worker";
+  WorkerCheckpointConfig checkpoint;
   std::chrono::milliseconds timeout{120'000};
   std::map<std::string, uint32_t> step_delay_ms;  // artificial slowness per region
   wire::SecurityConfig security;  // top-level `security:`: CURVE keys for every server link

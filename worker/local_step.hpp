@@ -55,6 +55,14 @@ class LocalStep {
   uint64_t steps() const { return step_; }
   uint64_t skipped() const { return guard_.skipped(); }
 
+  // Restoring from a worker checkpoint: the optimizer's and the guard's state, and the step the
+  // schedule is at (the steps done so far).
+  Optimizer& optimizer() { return optimizer_; }
+  const Optimizer& optimizer() const { return optimizer_; }
+  AnomalyGuard& guard() { return guard_; }
+  const AnomalyGuard& guard() const { return guard_; }
+  void set_steps(uint64_t steps) { step_ = steps; }
+
  private:
   LocalStepConfig config_;
   Optimizer optimizer_;

@@ -49,6 +49,15 @@ Optimizer::Optimizer(const OptimizerConfig& config, size_t parameters,
   }
 }
 
+void Optimizer::restore(ConstFloatSpan m, ConstFloatSpan v, uint64_t steps) {
+  GT_REQUIRE(m.size() == m_.size() && v.size() == v_.size(),
+             "optimizer state of {} + {} values does not fit this optimizer's {} + {}", m.size(),
+             v.size(), m_.size(), v_.size());
+  std::copy(m.begin(), m.end(), m_.begin());
+  std::copy(v.begin(), v.end(), v_.begin());
+  steps_ = steps;
+}
+
 void Optimizer::step(FloatSpan params, ConstFloatSpan grad, float lr) {
   GT_REQUIRE(params.size() == grad.size(), "optimizer: {} parameters but {} gradients",
              params.size(), grad.size());

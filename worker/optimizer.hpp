@@ -52,6 +52,13 @@ class Optimizer {
   uint64_t steps() const { return steps_; }
   const OptimizerConfig& config() const { return config_; }
 
+  // The state a worker checkpoint holds (worker/worker_checkpoint.hpp): SGD's momentum or
+  // Adam's first moment (empty for SGD without momentum), Adam's second moment (empty for SGD).
+  ConstFloatSpan first_moment() const { return m_; }
+  ConstFloatSpan second_moment() const { return v_; }
+  // Restores that state; InputError when a buffer's size is not this optimizer's.
+  void restore(ConstFloatSpan m, ConstFloatSpan v, uint64_t steps);
+
  private:
   OptimizerConfig config_;
   std::vector<float> m_;             // SGD momentum buffer, or Adam's first moment

@@ -3,8 +3,10 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <stdexcept>
+#include <tuple>
 
 #include "compression/factory.hpp"
 #include "compression/payload.hpp"
@@ -31,11 +33,13 @@ class ServerLost : public std::runtime_error {
 // `timeout`. With `probe` > 0, a heartbeat goes out after every `probe` of silence: a server that
 // restarted (and lost requests that were in flight) answers it with `unregistered`, which,
 // like any `unregistered` reply, throws ServerLost; a slow but healthy server answers it, and
-// the wait goes on.
+// the wait goes on. `on_probe` runs at every probe: RegionSync keeps its other servers alive
+// with it while this one keeps it waiting (heartbeat_others()).
 std::map<uint64_t, wire::Reply> collect(wire::Client& client, const std::string& region,
                                         const std::vector<uint64_t>& ids,
                                         std::chrono::milliseconds timeout, const char* what,
-                                        std::chrono::milliseconds probe = {}) {
+                                        std::chrono::milliseconds probe = {},
+                                        const std::function<void()>& on_probe = {}) {
   std::map<uint64_t, wire::Reply> replies;
   std::vector<uint64_t> probes;
   const auto deadline = Clock::now() + timeout;
@@ -50,6 +54,7 @@ std::map<uint64_t, wire::Reply> collect(wire::Client& client, const std::string&
     if (probe.count() > 0) {
       if (now - quiet_since >= probe) {
         if (auto id = client.send(wire::Heartbeat{})) probes.push_back(*id);
+        if (on_probe) on_probe();
         quiet_since = now;
       }
       until = std::min(until, quiet_since + probe);
@@ -148,7 +153,8 @@ uint64_t RegionSync::connect() {
     next = std::min(next, hello.next_round);
     next_of[s] = hello.next_round;
     for (const auto& info : hello.shards) {
-      GT_REQUIRE(info.offset + info.count <= base_.size(),
+      // Written so that no sum overflows: offset + count could wrap past any bound.
+      GT_REQUIRE(info.count <= base_.size() && info.offset <= base_.size() - info.count,
                  "server of region {}: shard {} [{}, {}) lies outside the {} parameters",
                  link.region, info.id, info.offset, info.offset + info.count, base_.size());
       ShardState shard{info.id, info.offset, info.count, s, 0, {}};
@@ -228,7 +234,8 @@ void RegionSync::apply_pull(size_t shard_index, const wire::Reply& reply, RoundR
   std::vector<std::vector<float>> decoded;
   for (size_t k = 0; k < pr.segments.size(); ++k) {
     const auto& seg = pr.segments[k];
-    GT_REQUIRE(seg.offset + seg.count <= sh.count,
+    // No sum that could wrap: a segment claiming 2^64 - 1 elements must not be allocated below.
+    GT_REQUIRE(seg.count <= sh.count && seg.offset <= sh.count - seg.count,
                "pull reply for shard {}: segment [{}, {}) outside the shard", sh.id, seg.offset,
                seg.offset + seg.count);
     decoded.emplace_back(seg.count);
@@ -354,7 +361,7 @@ void RegionSync::push_and_pull(ConstFloatSpan local, const std::vector<bool>& ta
     std::map<uint64_t, wire::Reply> replies;
     try {
       replies = collect(*servers_[s].client, servers_[s].region, ids, config_.timeout,
-                        "push and pull", config_.heartbeat);
+                        "push and pull", config_.heartbeat, others_alive(s));
     } catch (const ServerLost& e) {
       lose(s, e.what());
       redo(s, local, take, report, released);
@@ -380,7 +387,7 @@ void RegionSync::push_and_pull(ConstFloatSpan local, const std::vector<bool>& ta
     std::map<uint64_t, wire::Reply> replies;
     try {
       replies = collect(*servers_[s].client, servers_[s].region, rest.ids[s], config_.timeout,
-                        "pull", config_.heartbeat);
+                        "pull", config_.heartbeat, others_alive(s));
     } catch (const ServerLost& e) {
       lose(s, e.what());
       redo(s, local, take, report, released);
@@ -427,7 +434,7 @@ void RegionSync::redo(size_t s, ConstFloatSpan local, const std::vector<bool>& t
         if (mine[i]) pushes.push_back(send_push(i, local, report));
       if (pushes.empty()) return;  // it had released the round already
       auto replies = collect(*link.client, link.region, pushes, config_.timeout, "push (rejoined)",
-                             config_.heartbeat);
+                             config_.heartbeat, others_alive(s));
       for (auto& [id, reply] : replies) {
         const auto& pr = body_as<wire::PushReply>(reply, link.region);
         report.max_staleness = std::max(report.max_staleness, pr.staleness);
@@ -437,7 +444,7 @@ void RegionSync::redo(size_t s, ConstFloatSpan local, const std::vector<bool>& t
       only[s] = true;
       Pulls pulls = send_pulls(false, mine, only);
       auto pulled = collect(*link.client, link.region, pulls.ids[s], config_.timeout,
-                            "pull (rejoined)", config_.heartbeat);
+                            "pull (rejoined)", config_.heartbeat, others_alive(s));
       for (auto& [id, reply] : pulled)
         apply_pull(pulls.shard_of[s].at(id), reply, &report, released);
       link.last_contact = Clock::now();
@@ -477,6 +484,7 @@ void RegionSync::rejoin(size_t s) {
       if (auto id = link.client->send(
               wire::Hello{config_.region, wire::kProtocolVersion, layout_.layout_hash(), {}}))
         ids.push_back(*id);
+      heartbeat_others(s);
       next_send = now + config_.heartbeat;
     }
     auto reply = link.client->receive(std::max(
@@ -510,7 +518,7 @@ void RegionSync::resync(size_t s, std::vector<bool>& todo, RoundReport* report,
   Pulls pulls = send_pulls(true, take, only);
   if (pulls.ids[s].empty()) return;
   auto replies = collect(*servers_[s].client, servers_[s].region, pulls.ids[s], config_.timeout,
-                         "full pull (rejoined)", config_.heartbeat);
+                         "full pull (rejoined)", config_.heartbeat, others_alive(s));
   servers_[s].last_contact = Clock::now();
   for (auto& [id, reply] : replies) {
     const size_t i = pulls.shard_of[s].at(id);
@@ -533,6 +541,21 @@ void RegionSync::resync(size_t s, std::vector<bool>& todo, RoundReport* report,
   }
 }
 
+void RegionSync::heartbeat_others(size_t busy) {
+  const auto now = Clock::now();
+  for (size_t o = 0; o < servers_.size(); ++o) {
+    auto& link = servers_[o];
+    if (o == busy || link.lost || now - link.last_contact < config_.heartbeat) continue;
+    // Fire and forget: the reply is skipped by the next collect() on that server (an id it does
+    // not wait for); a server that lost us says so at our next request there.
+    if (link.client->send(wire::Heartbeat{})) link.last_contact = now;
+  }
+}
+
+std::function<void()> RegionSync::others_alive(size_t busy) {
+  return [this, busy] { heartbeat_others(busy); };
+}
+
 void RegionSync::keep_alive() {
   const auto now = Clock::now();
   for (size_t s = 0; s < servers_.size(); ++s) {
@@ -545,7 +568,8 @@ void RegionSync::keep_alive() {
     auto id = link.client->send(wire::Heartbeat{});
     if (!id) continue;  // queue full: the server is behind, and will hear from us soon anyway
     try {
-      collect(*link.client, link.region, {*id}, config_.timeout, "heartbeat", config_.heartbeat);
+      collect(*link.client, link.region, {*id}, config_.timeout, "heartbeat", config_.heartbeat,
+              others_alive(s));
     } catch (const ServerLost& e) {
       lose(s, e.what());
       rejoin(s);
@@ -553,6 +577,42 @@ void RegionSync::keep_alive() {
     }
     link.last_contact = Clock::now();
   }
+}
+
+std::map<std::string, std::vector<float>> RegionSync::residuals() const {
+  std::map<std::string, std::vector<float>> out;
+  for (const auto* ef : {&critical_ef_, &noncritical_ef_}) {
+    const char* kind = ef == &critical_ef_ ? "critical" : "noncritical";
+    for (uint64_t stream : ef->streams()) {
+      const auto r = ef->residual(stream);
+      out[fmt::format("{}.{}", kind, stream)].assign(r.begin(), r.end());
+    }
+  }
+  return out;
+}
+
+void RegionSync::restore_residuals(const std::map<std::string, std::vector<float>>& residuals) {
+  GT_ASSERT(!shards_.empty(), "restore_residuals() before connect()");
+  // Every stream is one segment of one shard: check them all before changing any.
+  std::vector<std::tuple<compression::ErrorFeedback*, uint64_t, const std::vector<float>*>> todo;
+  for (const auto& [name, values] : residuals) {
+    bool found = false;
+    for (const auto& sh : shards_)
+      for (const auto& seg : sh.segments) {
+        const auto want =
+            fmt::format("{}.{}", seg.critical ? "critical" : "noncritical", seg.stream);
+        if (want != name) continue;
+        GT_REQUIRE(values.size() == seg.count,
+                   "region {}: error-feedback residual '{}' has {} values, its segment {}",
+                   config_.region, name, values.size(), seg.count);
+        todo.emplace_back(seg.critical ? &critical_ef_ : &noncritical_ef_, seg.stream, &values);
+        found = true;
+      }
+    GT_REQUIRE(found,
+               "region {}: error-feedback residual '{}' is not a stream of this table's shards",
+               config_.region, name);
+  }
+  for (auto& [ef, stream, values] : todo) ef->set_residual(stream, *values);
 }
 
 }  // namespace geotrain::worker

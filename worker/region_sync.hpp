@@ -39,6 +39,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -119,6 +120,13 @@ class RegionSync {
   // How often a server was rejoined after it lost this region.
   uint64_t rejoins() const { return rejoins_; }
 
+  // The uplink error-feedback residuals, "critical.<stream>" / "noncritical.<stream>", for a
+  // worker checkpoint (worker/worker_checkpoint.hpp).
+  std::map<std::string, std::vector<float>> residuals() const;
+  // Restores them (after connect()). InputError naming the stream when it is not one of this
+  // table's segments or has another length; nothing changes then.
+  void restore_residuals(const std::map<std::string, std::vector<float>>& residuals);
+
  private:
   struct Segment {
     uint64_t offset;  // relative to the shard
@@ -174,6 +182,11 @@ class RegionSync {
   void redo(size_t server, ConstFloatSpan local, const std::vector<bool>& take, RoundReport& report,
             uint64_t& released);
   void lose(size_t server, const std::string& why);
+  // While one server keeps this region waiting (a partition, a stopped or restarting server), a
+  // heartbeat to each other server not contacted within config.heartbeat, so that they do not
+  // declare a live region dead (docs/server.md, "Partitions and stopped servers").
+  void heartbeat_others(size_t busy);
+  std::function<void()> others_alive(size_t busy);
   // Hello to a server that lost this region; marks its shards for a full pull.
   void rejoin(size_t server);
   // Full pulls of the marked shards of `todo` on `server`; clears `todo` for shards whose round

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include "core/error.hpp"
@@ -18,6 +19,7 @@
 #include "worker/server_store.hpp"
 #include "worker/streaming_sync.hpp"
 #include "worker/training_data.hpp"
+#include "worker/worker_checkpoint.hpp"
 
 namespace geotrain::worker {
 namespace {
@@ -55,6 +57,81 @@ void add_reports(nlohmann::json& j, const std::vector<RoundReport>& reports) {
   j["largest_exchange_bytes"] = largest;
 }
 
+// Rounds go through the region's float collective: exact up to 2^24.
+constexpr uint64_t kMaxAgreedRound = uint64_t{1} << 24;
+
+// --resume: the newest snapshot round that every rank of the region has (each rank's newest
+// that verifies; the minimum over the ranks), and this rank's snapshot of that round. None
+// when some rank has none. Snapshots that fail verification are skipped with a warning naming
+// the file; the agreed round must then verify on every rank (InputError otherwise).
+std::optional<WorkerCheckpointState> agree_on_snapshot(const WorkerCheckpointStore& store,
+                                                       uint64_t identity, Communicator* comm,
+                                                       uint32_t rank, uint32_t per_region) {
+  std::vector<std::string> skipped;
+  auto newest = store.restore_latest(identity, &skipped);
+  for (const auto& why : skipped) spdlog::warn("snapshot skipped, not loaded: {}", why);
+  const uint64_t mine = newest ? newest->round : 0;
+  GT_REQUIRE(mine < kMaxAgreedRound,
+             "worker snapshot of round {} in '{}': rounds beyond {} cannot "
+             "be agreed on",
+             mine, store.dir().string(), kMaxAgreedRound);
+  uint64_t agreed = mine;
+  if (comm) {
+    std::vector<float> rounds(per_region, 0.0f);
+    rounds[rank] = static_cast<float>(mine);
+    comm->allreduce_sum(rounds);
+    agreed = static_cast<uint64_t>(*std::min_element(rounds.begin(), rounds.end()));
+  }
+  if (agreed == 0) return std::nullopt;
+  if (newest && newest->round == agreed) return newest;
+  return store.load_round(agreed, identity);
+}
+
+// The leader's side of --resume, once the servers said which round the region pushes next:
+// restores the uplink residuals when the snapshot is of the round just before (nothing was lost
+// in between) and drops them otherwise, and returns the `resume` event's fields.
+nlohmann::json resume_leader(const std::optional<WorkerCheckpointState>& snapshot, uint64_t next,
+                             RegionSync& sync, ConstFloatSpan params, const std::string& region) {
+  nlohmann::json j{{"region", region}, {"rank", 0}, {"round", next}};
+  if (!snapshot) {
+    j["checkpoint_round"] = nullptr;
+    j["stale_rounds"] = next - 1;
+    j["rounds_replayed"] = 0;
+    j["residuals"] = "none";
+    return j;
+  }
+  const uint64_t from = snapshot->round + 1;
+  j["checkpoint_round"] = snapshot->round;
+  // Rounds the servers released after the snapshot: their progress is in the servers' values,
+  // the local optimizer state and residual of them are not in the snapshot.
+  j["stale_rounds"] = next > from ? next - from : 0;
+  // Rounds the servers lost (they restored an older checkpoint): trained again.
+  j["rounds_replayed"] = next < from ? from - next : 0;
+  if (next == from) {
+    sync.restore_residuals(snapshot->residuals);
+    j["residuals"] = "restored";
+    // The snapshot's parameters are the region's global values after its round, which the
+    // servers hold too: a mismatch means the servers restored another state than this region's.
+    size_t differ = 0;
+    const auto base = sync.base();
+    for (size_t i = 0; i < params.size(); ++i) differ += params[i] != base[i];
+    j["parameters_match_servers"] = differ == 0;
+    if (differ > 0)
+      spdlog::warn(
+          "region {}: {} of {} parameters of the round-{} snapshot differ from the "
+          "servers' values; training goes on from the servers'",
+          region, differ, params.size(), snapshot->round);
+  } else {
+    j["residuals"] = "dropped";
+  }
+  spdlog::info(
+      "region {}: resumed at round {} from the snapshot of round {} ({} stale, {} "
+      "replayed)",
+      region, next, snapshot->round, j["stale_rounds"].get<uint64_t>(),
+      j["rounds_replayed"].get<uint64_t>());
+  return j;
+}
+
 }  // namespace
 
 std::filesystem::path worker_metrics_path(const std::filesystem::path& run_dir,
@@ -62,8 +139,13 @@ std::filesystem::path worker_metrics_path(const std::filesystem::path& run_dir,
   return run_dir / fmt::format("worker-{}-{}.metrics.jsonl", region, rank);
 }
 
-Trainer::Trainer(WorkerConfig config, std::string region, uint32_t rank, zmq::context_t& context)
-    : config_(std::move(config)), region_(std::move(region)), rank_(rank), context_(context) {
+Trainer::Trainer(WorkerConfig config, std::string region, uint32_t rank, zmq::context_t& context,
+                 TrainerOptions options)
+    : config_(std::move(config)),
+      region_(std::move(region)),
+      rank_(rank),
+      context_(context),
+      options_(options) {
   region_index_ = config_.region_index(region_);
   GT_REQUIRE(rank_ < config_.workers_per_region,
              "rank {} is not below worker.workers_per_region = {}", rank_,
@@ -92,16 +174,23 @@ TrainResult Trainer::run(std::stop_token stop) {
   // Where forward/backward run (worker.device), and the matching region connection.
   const auto backend = make_model_backend(config_.device, config_.model, static_cast<int>(rank_));
 
-  // Data: this worker's training stream; the held-out set for the leader.
   const uint64_t micro_batches = config_.total_steps() * config_.accumulation_steps;
-  TrainingData data(config_, world, global_rank(region_index_, rank_, per_region), leader,
-                    micro_batches);
+  // Data: this worker's training stream; the held-out set for the leader. Read before anything
+  // connects, so that a bad corpus or dataset fails at once; a resumed worker opens it once the
+  // servers said which round it trains (below).
+  std::optional<TrainingData> data_holder;
+  if (!options_.resume)
+    data_holder.emplace(config_, world, global_rank(region_index_, rank_, per_region), leader,
+                        micro_batches);
 
   // Inside the region: Gloo (cpu) or NCCL (cuda), with the rendezvous at the region's own server.
   std::unique_ptr<ServerStore> store;
   std::unique_ptr<Communicator> comm;  // host spans, whatever the device
   if (per_region > 1) {
-    const std::string prefix = (config_.device == "cuda" ? "nccl/" : "gloo/") + region_ + "/";
+    // A restarted group (generation > 0) must not meet the dead group's keys.
+    const std::string prefix =
+        (config_.device == "cuda" ? "nccl/" : "gloo/") + region_ + "/" +
+        (options_.generation > 0 ? fmt::format("g{}/", options_.generation) : std::string());
     wire::ChannelOptions store_options;
     store_options.curve_client = wire::curve_client(config_.security, region_, region_);
     store = std::make_unique<ServerStore>(context_, config_.server_endpoint(region_, region_),
@@ -129,6 +218,30 @@ TrainResult Trainer::run(std::stop_token stop) {
   lsc.decay_mask = weight_decay_mask(table, config_.optimizer.no_decay);
   LocalStep step(lsc, params.size());
 
+  // Snapshots of this worker's state, and the one it resumes from (--resume).
+  const WorkerCheckpointStore snapshots(
+      worker_checkpoint_dir(config_.run_dir, config_.checkpoint.dir, region_, rank_),
+      config_.checkpoint.keep);
+  const uint64_t identity = worker_identity(config_, table.layout_hash());
+  std::optional<WorkerCheckpointState> resumed;
+  if (options_.resume) {
+    resumed = agree_on_snapshot(snapshots, identity, comm.get(), rank_, per_region);
+    if (resumed) {
+      GT_REQUIRE(resumed->params.size() == params.size(),
+                 "worker snapshot '{}': {} parameters, the model has {}",
+                 snapshots.folder(resumed->round).string(), resumed->params.size(), params.size());
+      step.optimizer().restore(resumed->optimizer_m, resumed->optimizer_v,
+                               resumed->optimizer_steps);
+      step.guard().restore(resumed->guard_losses, resumed->guard_skipped);
+      std::copy(resumed->params.begin(), resumed->params.end(), params.begin());
+      spdlog::info("worker {}-{}: resuming from the snapshot of round {} in {}", region_, rank_,
+                   resumed->round, snapshots.folder(resumed->round).string());
+    } else {
+      spdlog::info("worker {}-{}: --resume without a snapshot every rank has: starting fresh",
+                   region_, rank_);
+    }
+  }
+
   MetricsLog log(worker_metrics_path(config_.run_dir, region_, rank_));
   log.write("start", {{"region", region_},
                       {"rank", rank_},
@@ -144,7 +257,9 @@ TrainResult Trainer::run(std::stop_token stop) {
                       {"overlap_mode", std::string(overlap_mode_name(config_.overlap_mode))},
                       {"fragments", config_.fragments},
                       {"fragment_delay", config_.merge_delay()},
-                      {"staleness_bound", config_.staleness_bound}});
+                      {"staleness_bound", config_.staleness_bound},
+                      {"resume", options_.resume},
+                      {"generation", options_.generation}});
 
   // Across regions: the leader's link to every region's server.
   std::unique_ptr<RegionSync> sync;
@@ -165,8 +280,15 @@ TrainResult Trainer::run(std::stop_token stop) {
                           config_.accumulation_steps * config_.workers_per_region;
     sc.timeout = config_.timeout;
     sync = std::make_unique<RegionSync>(table, sc, context_);
-    sync->set_origin(params);
-    first_round[0] = static_cast<float>(sync->connect());
+    // The origin is the seed's initialisation, whatever a snapshot holds.
+    {
+      std::vector<float> origin(params.size());
+      model->init(origin, config_.seed);
+      sync->set_origin(origin);
+    }
+    const uint64_t next = sync->connect();
+    first_round[0] = static_cast<float>(next);
+    if (options_.resume) log.write("resume", resume_leader(resumed, next, *sync, params, region_));
     std::copy(sync->base().begin(), sync->base().end(), params.begin());
     StreamingConfig stc;
     stc.local_steps = config_.local_steps;
@@ -181,6 +303,14 @@ TrainResult Trainer::run(std::stop_token stop) {
     comm->broadcast(first_round, 0);
     comm->broadcast(params, 0);
   }
+  // A resumed worker trains round t on round t's data, at round t's schedule step.
+  if (options_.resume) {
+    const uint64_t resume_steps = (static_cast<uint64_t>(first_round[0]) - 1) * config_.local_steps;
+    step.set_steps(resume_steps);
+    data_holder.emplace(config_, world, global_rank(region_index_, rank_, per_region), leader,
+                        micro_batches, resume_steps * config_.accumulation_steps);
+  }
+  TrainingData& data = *data_holder;
 
   const auto delay = std::chrono::milliseconds(
       config_.step_delay_ms.count(region_) ? config_.step_delay_ms.at(region_) : 0);
@@ -281,6 +411,34 @@ TrainResult Trainer::run(std::stop_token stop) {
       log.write("round", round_fields);
       if (config_.eval_every > 0 && round % config_.eval_every == 0 && round < config_.rounds)
         log.write("eval", eval_fields(data.evaluate(*backend, params), round, result.steps));
+    }
+    // worker.checkpoint: every N rounds, at the last round and when stopped, so that --resume
+    // continues where this worker stops.
+    if (config_.checkpoint.every > 0 && (round % config_.checkpoint.every == 0 ||
+                                         round == config_.rounds || stop.stop_requested())) {
+      WorkerCheckpointState s;
+      s.region = region_;
+      s.rank = rank_;
+      s.round = round;
+      s.steps = step.steps();
+      s.micro_batches = data.position();
+      s.seed = config_.seed;
+      s.identity = identity;
+      s.params = params;
+      const auto m = step.optimizer().first_moment();
+      const auto v = step.optimizer().second_moment();
+      s.optimizer_m.assign(m.begin(), m.end());
+      s.optimizer_v.assign(v.begin(), v.end());
+      s.optimizer_steps = step.optimizer().steps();
+      s.guard_losses = step.guard().losses();
+      s.guard_skipped = step.guard().skipped();
+      // A background exchange owns the RegionSync now: its residuals are not read (with
+      // overlap, a snapshot holds none, docs/run.md).
+      if (leader && !streaming->background()) s.residuals = sync->residuals();
+      const auto folder = snapshots.write(s);
+      log.write(
+          "checkpoint",
+          {{"region", region_}, {"rank", rank_}, {"round", round}, {"path", folder.string()}});
     }
     ++result.rounds;
   }

@@ -14,6 +14,19 @@
 // Owns everything it builds. run() blocks until the last round (or until `stop` is requested,
 // which ends it after the current round). Metrics go to
 // <run_dir>/worker-<region>-<rank>.metrics.jsonl.
+//
+// Recovery (docs/run.md, "Recovery"): with worker.checkpoint.every = N, every worker snapshots
+// its state every N rounds, at the last round and when stopped (worker/worker_checkpoint.hpp).
+// A worker started with `resume` takes the newest snapshot round every rank of its region has
+// (the ranks agree over the region's collective), and its leader rejoins the servers, which
+// say which round the region pushes next (t). The region then trains round t on round t's
+// data at round t's schedule step, from the servers' values: when t is the snapshot's round + 1
+// nothing was lost and the run goes on exactly as if it had never stopped (the error-feedback
+// residuals are restored too); when the servers are further on, the rounds between are lost to
+// this region (its residual is dropped: those rounds' pushes carried it); when they are behind,
+// the rounds since their checkpoint are trained again. The leader logs a `resume` event with
+// the numbers. `generation` keeps each restart's Gloo/NCCL rendezvous keys apart at the
+// region's server (a restarted group must not read the dead group's addresses).
 #pragma once
 
 #include <zmq.hpp>
@@ -40,9 +53,15 @@ struct TrainResult {
   double wall_seconds = 0;
 };
 
+struct TrainerOptions {
+  bool resume = false;      // continue from this worker's snapshots (none: a fresh start)
+  uint32_t generation = 0;  // restarts of the region's worker group so far
+};
+
 class Trainer {
  public:
-  Trainer(WorkerConfig config, std::string region, uint32_t rank, zmq::context_t& context);
+  Trainer(WorkerConfig config, std::string region, uint32_t rank, zmq::context_t& context,
+          TrainerOptions options = {});
   TrainResult run(std::stop_token stop = {});
 
  private:
@@ -51,6 +70,7 @@ class Trainer {
   uint32_t region_index_;
   uint32_t rank_;
   zmq::context_t& context_;
+  TrainerOptions options_;
 };
 
 // Path of a worker's metrics file in the run folder.

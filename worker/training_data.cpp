@@ -9,8 +9,8 @@
 namespace geotrain::worker {
 
 TrainingData::TrainingData(const WorkerConfig& config, uint32_t world, uint32_t rank,
-                           bool evaluates, uint64_t micro_batches)
-    : eval_chunk_(std::max<uint32_t>(config.batch_size, 16)) {
+                           bool evaluates, uint64_t micro_batches, uint64_t first_micro_batch)
+    : next_micro_batch_(first_micro_batch), eval_chunk_(std::max<uint32_t>(config.batch_size, 16)) {
   if (config.data.kind == "text") {
     GT_REQUIRE(config.model.is_language_model(),
                "worker.data.kind text needs a language model (model.kind gpt), not {}",
@@ -45,8 +45,14 @@ TrainingData::TrainingData(const WorkerConfig& config, uint32_t world, uint32_t 
       (sampler_->samples_per_rank() + config.batch_size - 1) / config.batch_size;
   LoaderOptions lo;
   lo.batch_size = config.batch_size;
-  lo.epochs = std::max<uint64_t>(1, (micro_batches + batches_per_epoch - 1) / batches_per_epoch);
+  const uint64_t epochs =
+      std::max<uint64_t>(1, (micro_batches + batches_per_epoch - 1) / batches_per_epoch);
+  lo.first_epoch = first_micro_batch / batches_per_epoch;
+  lo.epochs = std::max<uint64_t>(1, epochs > lo.first_epoch ? epochs - lo.first_epoch : 1);
   loader_ = std::make_unique<BatchLoader>(*train_, *sampler_, lo);
+  for (uint64_t skip = first_micro_batch % batches_per_epoch; skip > 0; --skip)
+    GT_ASSERT(loader_->next().has_value(), "the loader ran out while skipping to micro-batch {}",
+              first_micro_batch);
 }
 
 TrainingData::~TrainingData() = default;

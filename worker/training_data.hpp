@@ -35,14 +35,21 @@ class TrainingData {
  public:
   // world: workers in all regions; rank: global rank. `evaluates`: load the held-out set.
   // micro_batches: how many next() calls the run makes (sizes the classifier's epochs).
+  // first_micro_batch: where this stream starts (a worker resumed at round t starts at the
+  // micro-batches of rounds 1..t-1, so that every round trains on the same data as in a run
+  // that was never stopped); the classifier's loader starts at that epoch and skips the batches
+  // before it.
   TrainingData(const WorkerConfig& config, uint32_t world, uint32_t rank, bool evaluates,
-               uint64_t micro_batches);
+               uint64_t micro_batches, uint64_t first_micro_batch = 0);
   ~TrainingData();
   TrainingData(const TrainingData&) = delete;
   TrainingData& operator=(const TrainingData&) = delete;
 
   bool is_text() const { return corpus_ != nullptr; }
   Batch next();
+  // Micro-batches taken so far, counting from the start of the run (the data position a worker
+  // checkpoint records).
+  uint64_t position() const { return next_micro_batch_; }
   // Loss and accuracy of `params` on the held-out set (leaders only: GT_ASSERT otherwise).
   Evaluation evaluate(ModelBackend& model, ConstFloatSpan params) const;
 

@@ -117,6 +117,36 @@ TEST_CASE("no byte arrives while a link is partitioned") {
   CHECK(std::string(back, sizeof back) == std::string(msg, sizeof msg));
 }
 
+TEST_CASE(
+    "with faults_origin_unix_s, a netsim started late keeps the schedule: a partition under way "
+    "lasts until its end, and one already over never happens") {
+  auto echo = make_echo_server();
+  // The schedule began 5 s ago: [1, 2) is over, [4, 5.4) has 0.4 s to go.
+  ProxyOptions options;
+  options.faults_origin_unix_s =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() -
+      5.0;
+  WanProxy proxy(
+      {link_to(echo->endpoint(), props(2),
+               {fault(FaultKind::partition, 1, 2), fault(FaultKind::partition, 4, 5.4)})},
+      options);
+  proxy.start();
+  const double start = now_s();
+  Fd fd = connect_tcp(proxy.listen_endpoint(0));
+  char msg[16] = "ping during cut", back[16];
+  send_all(fd.get(), msg, sizeof msg);
+  REQUIRE(recv_all(fd.get(), back, sizeof back));
+  const double arrived = now_s() - start;
+  CAPTURE(arrived);
+  CHECK(arrived >= 0.3);
+  CHECK(arrived <= 0.4 + 0.15);
+  // After the end of the schedule: delivered at once.
+  const double again = now_s();
+  send_all(fd.get(), msg, sizeof msg);
+  REQUIRE(recv_all(fd.get(), back, sizeof back));
+  CHECK(now_s() - again < 0.1);
+}
+
 TEST_CASE("a reset cuts open connections and later connections work") {
   PatternSink sink(31);
   auto echo = make_echo_server();

@@ -64,6 +64,22 @@ TEST_CASE("with fragments every shard lies in one fragment and every region owns
   CHECK_THROWS_AS(fragment_ranges(elements, 0, 1024), InputError);
 }
 
+TEST_CASE("a table with fewer chunks than fragments: the empty fragments get empty shards") {
+  // 161 elements are one 1024-element chunk, so fragment 1 of 2 is empty. Its shards once
+  // covered the whole table again, and leaders refused the map ("shards cover 322 of 161").
+  server::ShardMap map(161, 2, 1, 1024, 2);
+  const auto& s = map.shards();
+  REQUIRE(s.size() == 2 * 2);
+  uint64_t covered = 0, next = 0;
+  for (const auto& r : s) {
+    CHECK(r.offset == next);
+    next = r.offset + r.count;
+    covered += r.count;
+    if (r.fragment == 1) CHECK(r.count == 0);
+  }
+  CHECK(covered == 161);
+}
+
 TEST_CASE("a synchronous round equals the exact average of the regions' deltas") {
   TempDir tmp("sync");
   const auto& dir = tmp.path();

@@ -165,3 +165,27 @@ TEST_CASE("with wait_for_all_regions: false only registered regions hold back ro
   CHECK(p.values[kCrit] ==
         2.0f);  // two counted regions: each non-critical delta applied as delta / 2
 }
+
+TEST_CASE("time the server itself did not run (SIGSTOP) is not counted as a region's silence") {
+  using namespace std::chrono_literals;
+  const geotrain::server::TimePoint t0{};
+  geotrain::server::Membership m({"a", "b"}, 10s, /*wait_for_all=*/true, t0);
+  m.join("peer-a", 0, t0);
+  m.join("peer-b", 1, t0 + 4s);
+  // The server was stopped from 5 s to 35 s: at 35 s, a was last heard 35 s ago, b 31 s ago,
+  // but 30 s of that the server heard nobody.
+  m.excuse(30'000ms, t0 + 35s);
+  CHECK(m.expire(t0 + 35s).empty());
+  CHECK(m.live() == std::vector<bool>{true, true});
+  // The excused time is not a pass: silence after the stall counts as before.
+  const auto deaths = m.expire(t0 + 40s + 1ms);  // a: 5 s before + 5 s after
+  REQUIRE(deaths.size() == 1);
+  CHECK(deaths[0].region == 0);
+  CHECK(m.expire(t0 + 44s + 1ms).size() == 1);  // b: 1 s before + 9 s after
+  // Never past `now`: a longer excuse than the silence gives a full dead_after from now.
+  geotrain::server::Membership n({"a"}, 10s, true, t0);
+  n.join("peer-a", 0, t0 + 20s);
+  n.excuse(60'000ms, t0 + 21s);
+  CHECK(n.expire(t0 + 31s).empty());
+  CHECK(n.expire(t0 + 31s + 1ms).size() == 1);
+}

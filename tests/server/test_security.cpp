@@ -8,10 +8,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <fstream>
 
 #include "tests/server/server_fixture.hpp"
 #include "wire/curve_keys.hpp"
+#include "wire/handshake_check.hpp"
 
 using namespace geotrain;
 using namespace geotrain::test;
@@ -194,6 +196,63 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "a handshake check tells a client with no key, a stranger's key or a wrong server key why "
+    "it is refused, at once, and lets a client with its region's key through") {
+  TempDir dir("curve-check");
+  TcpServer srv(curve_config(dir.path()));
+  const wire::KeyDirectory keys(dir.path() / "keys");
+  const auto stranger = wire::generate_keypair();
+  const auto good = as_region(keys.dir(), "b").curve_client;
+  auto wrong_server = good;
+  wrong_server->server_public_key = keys.server_public("b");
+  const std::vector<wire::HandshakeTarget> targets = {
+      {"good", srv.endpoint(), good},
+      {"no keys", srv.endpoint(), std::nullopt},
+      {"stranger", srv.endpoint(),
+       wire::ChannelOptions::CurveClient{keys.server_public("a"), stranger.public_key,
+                                         stranger.secret_key}},
+      {"wrong server key", srv.endpoint(), wrong_server},
+  };
+  zmq::context_t context;
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto r = wire::check_handshakes(context, targets, 20s);
+  const auto took = std::chrono::steady_clock::now() - t0;
+  REQUIRE(r.size() == 4);
+  CHECK(r[0].outcome == wire::HandshakeOutcome::succeeded);
+  for (size_t i = 1; i < r.size(); ++i) {
+    INFO(targets[i].name, ": ", r[i].reason);
+    CHECK(r[i].outcome == wire::HandshakeOutcome::refused);
+  }
+  // The reasons name the fix (or, for a hang-up without detail, the candidates).
+  CHECK((r[1].reason.find("requires CURVE") != std::string::npos ||
+         r[1].reason.find("may require CURVE") != std::string::npos));
+  CHECK(r[2].reason.find("authenticator refused") != std::string::npos);
+  CHECK((r[3].reason.find("decrypt") != std::string::npos));
+  // Refused at once: well before the deadline (a few reconnect intervals at most).
+  CHECK(took < 10s);
+}
+
+TEST_CASE("a handshake check against nothing listening answers no_answer at the deadline") {
+  zmq::context_t context;
+  // A port bound but not listening: every connection is refused and retried, never made.
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  const std::string endpoint = fmt::format("tcp://127.0.0.1:{}", ntohs(addr.sin_port));
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto r = wire::check_handshakes(context, {{"nobody", endpoint, std::nullopt}}, 300ms);
+  CHECK(std::chrono::steady_clock::now() - t0 >= 300ms);
+  REQUIRE(r.size() == 1);
+  CHECK(r[0].outcome == wire::HandshakeOutcome::no_answer);
+  ::close(fd);
+}
+
+TEST_CASE(
     "the security section: unknown keys, auto outside geotrain run and a missing keys_dir "
     "are errors") {
   TempDir dir("curve-config");
@@ -322,4 +381,124 @@ TEST_CASE(
   }
   CHECK(closed == kConnections);
   hello(c, "a", srv.table_hash());
+}
+
+namespace {
+
+// An independent ZMTP 3.0 client over a raw TCP socket (RFC 23, NULL mechanism), written by hand
+// so that the flood below does not go through libzmq on the client side.
+class RawZmtpPeer {
+ public:
+  explicit RawZmtpPeer(int port) : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
+    REQUIRE(fd_ >= 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    REQUIRE(::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+    timeval tv{5, 0};
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    // Greeting: signature, version 3.0, mechanism NULL, as-server 0, filler.
+    std::string greeting(64, '\0');
+    greeting[0] = '\xff';
+    greeting[9] = '\x7f';
+    greeting[10] = 3;
+    std::memcpy(&greeting[12], "NULL", 4);
+    write_all(greeting);
+    REQUIRE(read_exact(64).substr(12, 4) == "NULL");
+    // READY with Socket-Type DEALER.
+    const std::string ready =
+        std::string("\x05READY\x0bSocket-Type", 18) + std::string("\x00\x00\x00\x06", 4) + "DEALER";
+    write_all(std::string(1, '\x04') + static_cast<char>(ready.size()) + ready);
+    const std::string flags_size = read_exact(2);
+    REQUIRE(flags_size[0] == '\x04');
+    REQUIRE(read_exact(static_cast<uint8_t>(flags_size[1])).substr(0, 6) == "\x05READY");
+  }
+  ~RawZmtpPeer() { ::close(fd_); }
+
+  // One single-frame message (frame 0 only).
+  void send(const zmq::message_t& frame) {
+    REQUIRE(frame.size() < 256);
+    write_all(std::string(1, '\0') + static_cast<char>(frame.size()) +
+              std::string(static_cast<const char*>(frame.data()), frame.size()));
+  }
+  // The single-frame messages that have arrived, without waiting for more.
+  std::vector<wire::Header> received() {
+    char buf[4096];
+    ssize_t n = 0;
+    while ((n = ::recv(fd_, buf, sizeof buf, MSG_DONTWAIT)) > 0) in_.append(buf, n);
+    std::vector<wire::Header> out;
+    while (in_.size() >= 2 && in_.size() >= 2 + static_cast<uint8_t>(in_[1])) {
+      REQUIRE(in_[0] == '\0');  // short, last frame: the server's replies here are one frame
+      const size_t len = static_cast<uint8_t>(in_[1]);
+      out.push_back(wire::decode_header(zmq::message_t(in_.data() + 2, len)));
+      in_.erase(0, 2 + len);
+    }
+    return out;
+  }
+
+ private:
+  void write_all(const std::string& bytes) {
+    const ssize_t n = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+    const std::string why = n < 0 ? std::strerror(errno) : "short";
+    INFO("send: ", why);
+    REQUIRE(n == static_cast<ssize_t>(bytes.size()));
+  }
+  std::string read_exact(size_t n) {
+    std::string out(n, '\0');
+    size_t got = 0;
+    while (got < n) {
+      const ssize_t r = ::recv(fd_, out.data() + got, n - got, 0);
+      REQUIRE(r > 0);
+      got += static_cast<size_t>(r);
+    }
+    return out;
+  }
+  int fd_;
+  std::string in_;
+};
+
+}  // namespace
+
+TEST_CASE(
+    "a client that completes the handshake on connection after connection holds a bounded share "
+    "of the server: its waiting requests are capped, the rest refused busy, and a region is "
+    "served throughout") {
+  TempDir dir("flood-ready");
+  TcpServer srv(tcp_config(dir.path(), ""));
+  auto c = srv.client();
+  hello(c, "a", srv.table_hash());
+  // 300 connections, each a new peer that parks kMaxParkedPerPeer key-value gets for keys no one
+  // sets: 1200 requests would wait, more than the 1024 that peers of no region may park in all.
+  constexpr size_t kConnections = 300;
+  std::vector<std::unique_ptr<RawZmtpPeer>> peers;
+  for (size_t i = 0; i < kConnections; ++i) {
+    peers.push_back(std::make_unique<RawZmtpPeer>(srv.port()));
+    for (size_t k = 0; k < server::kMaxParkedPerPeer; ++k)
+      peers.back()->send(
+          wire::encode_header({k + 1, wire::KvGet{fmt::format("never/{}/{}", i, k)}}));
+  }
+  const size_t sent = kConnections * server::kMaxParkedPerPeer;
+  REQUIRE(sent > server::kMaxParkedUnregistered);
+  CHECK(eventually(
+      [&] { return stats(c)["parked"].get<size_t>() == server::kMaxParkedUnregistered; }));
+  // The region is served while they wait.
+  for (uint64_t round = 1; round <= 5; ++round) {
+    push(c, round, filled(kShard, 0.001f));
+    pull(c, true);
+  }
+  // Every request beyond the bound was answered `busy` at once, on its own connection.
+  size_t busy = 0;
+  CHECK(eventually([&] {
+    for (auto& p : peers)
+      for (const auto& h : p->received()) {
+        const auto* e = std::get_if<wire::Error>(&h.body);
+        REQUIRE(e != nullptr);
+        CHECK(e->code == wire::ErrorCode::busy);
+        ++busy;
+      }
+    return busy == sent - server::kMaxParkedUnregistered;
+  }));
+  CHECK(busy == sent - server::kMaxParkedUnregistered);
+  CHECK(stats(c)["parked"].get<size_t>() == server::kMaxParkedUnregistered);
 }

@@ -365,3 +365,70 @@ TEST_CASE(
     }
   }
 }
+
+namespace {
+
+// A server that lies: it answers hello with `hello`, then every pull with `pull` and one payload
+// frame of the size its first segment states (fp32 zeros behind a valid header when it fits).
+// Its own thread; the leader's requests are answered in order, with their request ids.
+class LyingServer {
+ public:
+  LyingServer(zmq::context_t& context, const std::string& name, wire::HelloReply hello,
+              wire::PullReply pull)
+      : channel_(wire::bind_router(context, "inproc://" + name)),
+        thread_([this, hello, pull](std::stop_token st) {
+          while (!st.stop_requested()) {
+            auto env = channel_->receive(5ms);
+            if (!env) continue;
+            const auto h = wire::decode_header(env->frames.front());
+            wire::Envelope out{env->peer, {}};
+            if (std::holds_alternative<wire::Hello>(h.body)) {
+              out.frames.push_back(wire::encode_header({h.request_id, hello}));
+            } else {
+              out.frames.push_back(wire::encode_header({h.request_id, pull}));
+              out.frames.emplace_back(static_cast<size_t>(pull.segments.front().bytes));
+            }
+            channel_->send(std::move(out));
+          }
+        }) {}
+  std::string endpoint() const { return channel_->endpoint(); }
+
+ private:
+  std::unique_ptr<wire::Channel> channel_;
+  std::jthread thread_;
+};
+
+}  // namespace
+
+TEST_CASE(
+    "a server whose shard or pull segment ranges wrap around 2^64 is refused before anything is "
+    "allocated for them") {
+  zmq::context_t context;
+  const ParamTable table({{"w", 64}}, {});
+  const uint64_t half = uint64_t{1} << 63;
+  auto sync = [&](const LyingServer& s) {
+    worker::SyncConfig c;
+    c.region = "a";
+    c.servers.push_back({"a", s.endpoint()});
+    c.critical_codec = c.noncritical_codec = "fp32";
+    c.timeout = 5s;
+    return c;
+  };
+  const wire::PullReply good_pull{0, 1, 0, true, {{0, 64, 1, 40 + 64 * 4}}};
+  // Shards [0, +62) and [2^64 - 1, +2): the second's offset + count wraps to 1, and the counts
+  // cover the 64 parameters.
+  {
+    LyingServer s(context, "lying-shard",
+                  wire::HelloReply{"a", {{0, 0, 62}, {1, ~uint64_t{0}, 2}}, 1, 100, {}}, good_pull);
+    worker::RegionSync leader(table, sync(s), context);
+    CHECK_THROWS_AS(leader.connect(), InputError);
+  }
+  // A pull segment [2^63, +2^63): offset + count wraps to 0; decoding it would allocate 2^63
+  // floats (std::length_error, not a refusal) before the fix.
+  {
+    LyingServer s(context, "lying-pull", wire::HelloReply{"a", {{0, 0, 64}}, 1, 100, {}},
+                  wire::PullReply{0, 1, 0, true, {{half, half, 1, 48}}});
+    worker::RegionSync leader(table, sync(s), context);
+    CHECK_THROWS_AS(leader.connect(), InputError);
+  }
+}
