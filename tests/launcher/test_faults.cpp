@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "launcher/jsonl_tail.hpp"
+#include "tests/launcher/run_in_background.hpp"
 #include "tests/temp_dir.hpp"
 
 namespace fs = std::filesystem;
@@ -30,49 +31,10 @@ using nlohmann::json;
 
 namespace {
 
-struct Finished {
-  int code = -1;
-  std::string text;
-};
-
-// `geotrain ARGS` on a thread of its own (no doctest macros there).
-class Background {
- public:
-  explicit Background(std::string args)
-      : thread_([this, args = std::move(args)] {
-          const std::string command = std::string(GEOTRAIN_BINARY) + " " + args + " 2>&1";
-          FILE* pipe = popen(command.c_str(), "r");
-          if (!pipe) return;
-          std::array<char, 4096> buf;
-          for (size_t got; (got = fread(buf.data(), 1, buf.size(), pipe)) > 0;)
-            result_.text.append(buf.data(), got);
-          const int status = pclose(pipe);
-          result_.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-        }) {}
-  const Finished& wait() {
-    if (thread_.joinable()) thread_.join();
-    return result_;
-  }
-  ~Background() { wait(); }
-
- private:
-  Finished result_;
-  std::thread thread_;
-};
-
-std::optional<fs::path> run_folder(const fs::path& out) {
-  if (!fs::exists(out)) return std::nullopt;
-  for (const auto& e : fs::directory_iterator(out)) return e.path();
-  return std::nullopt;
-}
-
-std::optional<int> pid_of(const fs::path& run, const std::string& process) {
-  std::optional<int> pid;
-  for (const auto& e : read_jsonl(run / "events.jsonl"))
-    if (e.value("event", "") == "start" && e.value("process", "") == process)
-      pid = e.value("pid", 0);
-  return pid;
-}
+using geotrain::test::Background;
+using geotrain::test::Finished;
+using geotrain::test::pid_of;
+using geotrain::test::run_folder;
 
 int rounds_done(const fs::path& run, const std::string& region) {
   int n = 0;

@@ -26,6 +26,7 @@
 #include "launcher/port_allocator.hpp"
 #include "launcher/resume.hpp"
 #include "launcher/run_settings.hpp"
+#include "tests/launcher/run_in_background.hpp"
 #include "tests/temp_dir.hpp"
 
 extern char** environ;
@@ -34,6 +35,9 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
+
+using geotrain::test::pid_of;
+using geotrain::test::run_folder;
 
 // `geotrain ARGS...` as a child process with its output in a file, so that a test can signal it.
 class Launched {
@@ -78,12 +82,6 @@ class Launched {
   std::optional<int> code_;
 };
 
-std::optional<fs::path> run_folder(const fs::path& out) {
-  if (!fs::exists(out)) return std::nullopt;
-  for (const auto& e : fs::directory_iterator(out)) return e.path();
-  return std::nullopt;
-}
-
 // The newest round the leader of `region` finished.
 uint64_t last_round(const fs::path& run, const std::string& region) {
   uint64_t n = 0;
@@ -91,14 +89,6 @@ uint64_t last_round(const fs::path& run, const std::string& region) {
        geotrain::launcher::read_jsonl(run / ("worker-" + region + "-0.metrics.jsonl")))
     if (e.value("event", "") == "round" && e.value("steps", 0) > 0) n = e.value("round", 0);
   return n;
-}
-
-std::optional<int> pid_of(const fs::path& run, const std::string& process) {
-  std::optional<int> pid;
-  for (const auto& e : geotrain::launcher::read_jsonl(run / "events.jsonl"))
-    if (e.value("event", "") == "start" && e.value("process", "") == process)
-      pid = e.value("pid", 0);
-  return pid;
 }
 
 std::string read_bytes(const fs::path& f) {

@@ -428,7 +428,7 @@ class RawZmtpPeer {
     ssize_t n = 0;
     while ((n = ::recv(fd_, buf, sizeof buf, MSG_DONTWAIT)) > 0) in_.append(buf, n);
     std::vector<wire::Header> out;
-    while (in_.size() >= 2 && in_.size() >= 2 + static_cast<uint8_t>(in_[1])) {
+    while (in_.size() >= 2 && in_.size() >= 2u + static_cast<uint8_t>(in_[1])) {
       REQUIRE(in_[0] == '\0');  // short, last frame: the server's replies here are one frame
       const size_t len = static_cast<uint8_t>(in_[1]);
       out.push_back(wire::decode_header(zmq::message_t(in_.data() + 2, len)));

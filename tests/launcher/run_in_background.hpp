@@ -1,0 +1,64 @@
+// Helpers of the launcher's end-to-end fault tests (test_restart, test_faults, test_recovery):
+// `geotrain ARGS` on a thread of its own, and what the run folder's events say about it.
+#pragma once
+
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "launcher/jsonl_tail.hpp"
+
+namespace geotrain::test {
+
+struct Finished {
+  int code = -1;
+  std::string text;
+};
+
+// `geotrain ARGS` (stdout and stderr) on a thread of its own; no doctest macros there.
+class Background {
+ public:
+  explicit Background(std::string args)
+      : thread_([this, args = std::move(args)] {
+          const std::string command = std::string(GEOTRAIN_BINARY) + " " + args + " 2>&1";
+          FILE* pipe = popen(command.c_str(), "r");
+          if (!pipe) return;
+          std::array<char, 4096> buf;
+          for (size_t got; (got = fread(buf.data(), 1, buf.size(), pipe)) > 0;)
+            result_.text.append(buf.data(), got);
+          const int status = pclose(pipe);
+          result_.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+        }) {}
+  const Finished& wait() {
+    if (thread_.joinable()) thread_.join();
+    return result_;
+  }
+  ~Background() { wait(); }
+
+ private:
+  Finished result_;
+  std::thread thread_;
+};
+
+// The one run folder under `out`, once it exists.
+inline std::optional<std::filesystem::path> run_folder(const std::filesystem::path& out) {
+  if (!std::filesystem::exists(out)) return std::nullopt;
+  for (const auto& e : std::filesystem::directory_iterator(out)) return e.path();
+  return std::nullopt;
+}
+
+// The pid the launcher recorded for `process` in events.jsonl (its newest start).
+inline std::optional<int> pid_of(const std::filesystem::path& run, const std::string& process) {
+  std::optional<int> pid;
+  for (const auto& e : launcher::read_jsonl(run / "events.jsonl"))
+    if (e.value("event", "") == "start" && e.value("process", "") == process)
+      pid = e.value("pid", 0);
+  return pid;
+}
+
+}  // namespace geotrain::test
