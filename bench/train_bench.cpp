@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <random>
@@ -15,7 +16,13 @@
 #include "kernels/ops/threads.hpp"
 #include "models/gpt.hpp"
 #include "models/mlp.hpp"
+#include "models/model_spec.hpp"
+#include "worker/local_step.hpp"
+#include "worker/model_backend.hpp"
 #include "worker/optimizer.hpp"
+#ifdef GEOTRAIN_BENCH_HAS_CUDA
+#include "worker/cuda_model_backend.hpp"
+#endif
 
 namespace geotrain::bench {
 namespace {
@@ -31,9 +38,26 @@ bool is_gpt_preset(const std::string& name) {
   return std::find(names.begin(), names.end(), name) != names.end();
 }
 
+// Dense peaks from NVIDIA's data sheets (TFLOP/s, without sparsity): bf16 on tensor cores, and
+// plain fp32 (the fp32 path does not use TF32). 0 for a device not listed.
+double peak_tflops(const std::string& name, const std::string& precision) {
+  const bool bf16 = precision == "bf16";
+  if (name.find("H200") != std::string::npos) return bf16 ? 989.4 : 66.9;
+  if (name.find("H100") != std::string::npos) {
+    if (name.find("PCIe") != std::string::npos) return bf16 ? 756.0 : 51.2;
+    return bf16 ? 989.4 : 66.9;  // SXM
+  }
+  if (name.find("A100") != std::string::npos) return bf16 ? 312.0 : 19.5;
+  return 0;
+}
+
 }  // namespace
 
 TrainBenchResult measure_train(const TrainBenchOptions& o) {
+  GT_REQUIRE(o.device == "cpu" || o.device == "cuda", "bench train: --device '{}' (cpu, cuda)",
+             o.device);
+  GT_REQUIRE(o.precision == "fp32" || o.precision == "bf16",
+             "bench train: --precision '{}' (fp32, bf16)", o.precision);
   GT_REQUIRE(o.batch >= 1 && o.steps >= 1 && o.warmup_steps >= 0 && o.threads >= 1,
              "bench train: batch {}, steps {}, warmup {}, threads {} must be positive", o.batch,
              o.steps, o.warmup_steps, o.threads);
@@ -99,6 +123,57 @@ TrainBenchResult measure_train(const TrainBenchOptions& o) {
   worker::OptimizerConfig oc;
   oc.kind = worker::OptimizerKind::kAdamW;
   oc.weight_decay = 0.1f;
+  r.device = o.device;
+  r.precision = o.precision;
+  const double tokens_per_step = double(o.batch) * r.seq_len;
+  if (o.device == "cuda") {
+#ifdef GEOTRAIN_BENCH_HAS_CUDA
+    models::ModelSpec spec;
+    spec.kind = r.kind;
+    if (r.kind == "gpt")
+      spec.gpt = static_cast<const models::Gpt&>(*model).config();
+    else
+      spec.arch = o.model;
+    const auto backend = worker::make_model_backend("cuda", spec, 0, o.precision);
+    worker::ResidentTraining* resident = backend->resident();
+    GT_ASSERT(resident != nullptr, "the CUDA backend is not resident");
+    const auto mask = worker::weight_decay_mask(table, oc.no_decay);
+    resident->prepare_optimizer(oc, mask);
+    resident->upload_parameters(params);
+    worker::Batch batch;
+    batch.size = o.batch;
+    batch.tokens = tokens;
+    batch.x = x;
+    batch.y = labels;
+    double fb = 0, opt = 0;
+    for (int step = 0; step < o.warmup_steps + o.steps; ++step) {
+      const auto t0 = Clock::now();
+      r.loss = resident->accumulate(batch).mean_loss();  // returns once the device is done
+      const double t_fb = seconds_since(t0);
+      const auto t1 = Clock::now();
+      const double norm_sq = resident->reduce_gradient_norm_sq();
+      resident->apply_step({std::isfinite(norm_sq), 1e-4f, 1.0f, uint64_t(step) + 1});
+      const double t_opt = seconds_since(t1);  // the step's kernels finish in the next accumulate
+      if (step >= o.warmup_steps) {
+        fb += t_fb;
+        opt += t_opt;
+      }
+    }
+    r.tokens_per_s = tokens_per_step * o.steps / (fb + opt);
+    r.step_ms = 1e3 * (fb + opt) / o.steps;
+    r.forward_backward_ms = 1e3 * fb / o.steps;
+    r.optimizer_ms = 1e3 * opt / o.steps;
+    r.gflops = r.flops_per_token * r.tokens_per_s / 1e9;
+    r.device_name = worker::cuda_device_name(0);
+    r.peak_tflops = peak_tflops(r.device_name, o.precision);
+    if (r.peak_tflops > 0) r.mfu = r.gflops / (1e3 * r.peak_tflops);
+    return r;
+#else
+    GT_REQUIRE(false, "bench train --device cuda: this geotrain was built without CUDA and NCCL");
+#endif
+  }
+  GT_REQUIRE(o.precision == "fp32", "bench train: --precision bf16 needs --device cuda");
+  r.device_name = cpu_name();
   worker::Optimizer optimizer(oc, params.size(), worker::weight_decay_mask(table, oc.no_decay));
 
   double fb = 0, opt = 0;
@@ -115,7 +190,7 @@ TrainBenchResult measure_train(const TrainBenchOptions& o) {
       opt += t_opt;
     }
   }
-  const double timed = double(o.batch) * r.seq_len * o.steps;  // tokens (samples)
+  const double timed = tokens_per_step * o.steps;  // tokens (samples)
   r.tokens_per_s = timed / (fb + opt);
   r.step_ms = 1e3 * (fb + opt) / o.steps;
   r.forward_backward_ms = 1e3 * fb / o.steps;
@@ -147,15 +222,20 @@ int run_train_bench(const TrainBenchOptions& options) {
                           {"gflops", r.gflops},
                           {"loss", r.loss},
                           {"optimizer", "adamw"},
-                          {"device", cpu_name()}};
+                          {"device", r.device_name},
+                          {"device_kind", r.device},
+                          {"precision", r.precision},
+                          {"peak_tflops", r.peak_tflops},
+                          {"mfu", r.mfu}};
     std::printf("%s\n", doc.dump(2).c_str());
     return 0;
   }
   const char* unit = gpt ? "tokens" : "samples";
-  std::printf("geotrain bench train: %s (%s, %llu parameters), batch %u%s, %d threads, %s\n",
+  std::printf("geotrain bench train: %s (%s, %llu parameters), batch %u%s, %s, %s %s\n",
               r.model.c_str(), r.kind.c_str(), static_cast<unsigned long long>(r.parameters),
-              r.batch, gpt ? fmt::format(" x T {}", r.seq_len).c_str() : "", r.threads,
-              cpu_name().c_str());
+              r.batch, gpt ? fmt::format(" x T {}", r.seq_len).c_str() : "",
+              r.device == "cpu" ? fmt::format("{} threads", r.threads).c_str() : "cuda",
+              r.device_name.c_str(), r.precision.c_str());
   std::printf("  %-22s %12.0f\n", fmt::format("{}/s", unit).c_str(), r.tokens_per_s);
   std::printf("  %-22s %12.2f\n", "step ms", r.step_ms);
   std::printf("  %-22s %12.2f  (%.0f%%)\n", "forward+backward ms", r.forward_backward_ms,
@@ -166,6 +246,9 @@ int run_train_bench(const TrainBenchOptions& options) {
               fmt::format("FLOPs per {}", gpt ? "token" : "sample").c_str(), r.flops_per_token,
               formula);
   std::printf("  %-22s %12.2f\n", "model GFLOP/s", r.gflops);
+  if (r.peak_tflops > 0)
+    std::printf("  %-22s %12.3f  (of %.1f TFLOP/s, the device's dense %s peak)\n", "MFU", r.mfu,
+                r.peak_tflops, r.precision.c_str());
   std::printf("  mean of %d timed steps after %d warm-up steps; last loss %.4f\n", r.steps,
               options.warmup_steps, r.loss);
   return 0;

@@ -1,6 +1,9 @@
-// `geotrain bench train`: one worker's training step on the CPU, timed in two parts: the model's
-// forward + backward (models::Model::forward_backward) and the optimizer (worker::Optimizer,
-// AdamW with the default no-decay globs). Random tokens (GPT) or random inputs and labels (MLP)
+// `geotrain bench train`: one worker's training step, timed in two parts: the model's forward +
+// backward and the optimizer (AdamW with the default no-decay globs). On the CPU
+// (--device cpu): models::Model::forward_backward and worker::Optimizer. On a GPU (--device cuda,
+// --precision fp32 | bf16): the worker's CUDA backend, device-resident, as the trainer drives it
+// (accumulate; reduce_gradient_norm_sq + apply_step is the optimizer part); MFU against the
+// device's stated peak. Random tokens (GPT) or random inputs and labels (MLP)
 // from a fixed seed; the data loader is not part of it. Reports tokens (samples for an MLP) per
 // second, the split, and the model FLOPs per token with the formula it used, so that the rate can
 // be compared with `scripts/torch_reference_gpt.py --bench` on the same configuration.
@@ -16,9 +19,11 @@ struct TrainBenchOptions {
   std::string model = "gpt-tiny";  // a GPT preset (models::gpt_preset_names) or an MLP spec
   uint32_t seq_len = 0;            // GPT: overrides the preset's T when > 0
   uint32_t batch = 8;
-  int threads = 1;       // kernels::cpu::set_threads
-  int steps = 10;        // timed steps
-  int warmup_steps = 2;  // untimed first steps: scratch allocation, page faults, caches
+  std::string device = "cpu";      // cpu | cuda
+  std::string precision = "fp32";  // fp32 | bf16 (cuda, GPT)
+  int threads = 1;                 // kernels::cpu::set_threads
+  int steps = 10;                  // timed steps
+  int warmup_steps = 2;            // untimed first steps: scratch allocation, page faults, caches
   bool json = false;
 };
 
@@ -37,8 +42,15 @@ struct TrainBenchResult {
   double step_ms = 0;
   double forward_backward_ms = 0;
   double optimizer_ms = 0;
-  double gflops = 0;  // flops_per_token * tokens_per_s
-  double loss = 0;    // of the last step, a sanity check (ln(vocab) at the start for a GPT)
+  double gflops = 0;      // flops_per_token * tokens_per_s
+  double loss = 0;        // of the last step, a sanity check (ln(vocab) at the start for a GPT)
+  std::string device;     // cpu | cuda
+  std::string precision;  // fp32 | bf16
+  std::string device_name;
+  // cuda: the device's dense peak for this precision (TFLOP/s; bf16 tensor cores, or fp32
+  // without TF32), where the device is known (0 otherwise), and gflops over it.
+  double peak_tflops = 0;
+  double mfu = 0;
 };
 
 TrainBenchResult measure_train(const TrainBenchOptions& options);

@@ -59,7 +59,8 @@ void add_bench_command(CLI::App& app, CommandList& commands) {
 
   auto train_opts = std::make_shared<bench::TrainBenchOptions>();
   auto* train = bench->add_subcommand(
-      "train", "one worker's training step on the CPU: tokens/s, forward+backward vs AdamW, FLOPs");
+      "train",
+      "one worker's training step (CPU or GPU): tokens/s, forward+backward vs AdamW, FLOPs, MFU");
   train
       ->add_option("--model", train_opts->model,
                    "gpt-tiny, gpt-small, gpt2-124m, or an MLP spec such as 784-256-128-10")
@@ -69,6 +70,10 @@ void add_bench_command(CLI::App& app, CommandList& commands) {
   train->add_option("--batch", train_opts->batch, "sequences (samples) per step")
       ->capture_default_str()
       ->check(CLI::Range(1u, 1u << 16));
+  train->add_option("--device", train_opts->device, "cpu or cuda (device-resident, as trained)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  train->add_option("--precision", train_opts->precision, "fp32, or bf16 (cuda, GPT)")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
   train->add_option("--threads", train_opts->threads, "CPU threads for the model ops")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));

@@ -16,6 +16,11 @@ Two modes:
 
   Benchmark: tokens per second of forward + backward + AdamW step on random tokens.
     torch_reference_gpt.py --bench --preset gpt-tiny --batch 8 --threads 2 --steps 10 [--json]
+    torch_reference_gpt.py --bench --device cuda --precision bf16 --compile --preset gpt2-124m \
+        --batch 8 --json          # eager and torch.compile, one JSON line each
+    On a GPU: bf16 is torch.autocast (fp32 master weights, bf16 GEMMs), AdamW is fused=True,
+    attention is F.scaled_dot_product_attention (flash) unless --attention math: the setup a
+    PyTorch user would run; the times are taken between torch.cuda.synchronize() calls.
 
 The model mirrors geotrain's exactly: weights (out, in) as nn.Linear, the head tied to wte,
 nn.LayerNorm with eps 1e-5, GELU with approximate='tanh', causal attention written out
@@ -128,6 +133,8 @@ def write_safetensors(path, tensors, metadata):
 
 
 class Block(nn.Module):
+    sdpa = False  # benchmark: F.scaled_dot_product_attention instead of the written-out math
+
     def __init__(self, d, heads, ratio):
         super().__init__()
         self.heads = heads
@@ -143,6 +150,9 @@ class Block(nn.Module):
         q = q.view(B, T, self.heads, hd).transpose(1, 2)  # (B, nh, T, hd)
         k = k.view(B, T, self.heads, hd).transpose(1, 2)
         v = v.view(B, T, self.heads, hd).transpose(1, 2)
+        if Block.sdpa:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return self.attn["proj"](y.transpose(1, 2).contiguous().view(B, T, C))
         att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))  # (B, nh, T, T)
         att = att.masked_fill(mask[:T, :T] == 0, float("-inf"))
         att = F.softmax(att, dim=-1)
@@ -241,7 +251,9 @@ def make_adamw(model, args):
         (no_decay if skip else decay).append(p)
     groups = [dict(params=decay, weight_decay=args.weight_decay),
               dict(params=no_decay, weight_decay=0.0)]
-    return torch.optim.AdamW(groups, lr=args.lr, betas=(args.beta1, args.beta2), eps=args.eps)
+    fused = getattr(args, "device", "cpu") == "cuda"
+    return torch.optim.AdamW(groups, lr=args.lr, betas=(args.beta1, args.beta2), eps=args.eps,
+                             **(dict(fused=True) if fused else {}))
 
 
 def train_step(model, opt, tokens, lr, max_grad_norm):
@@ -291,46 +303,76 @@ def run_parity(args):
           f"{losses[-1]:.6f}; wrote {args.out}/losses.json and {args.out}/params.safetensors")
 
 
-def run_bench(args):
-    config = dict(PRESETS[args.preset])
-    if args.seq_len:
-        config["seq_len"] = args.seq_len
-    blas_threads = set_threads(args.threads)
+def bench_one(args, config, compiled):
+    """Times forward + backward + AdamW on random tokens; returns the result dict."""
+    cuda = args.device == "cuda"
     gen = torch.Generator().manual_seed(1)
     model = Gpt(**config)
     model.init_gpt2(gen)
+    model.to(args.device)
     opt = make_adamw(model, args)
     T = config["seq_len"]
-    tokens = torch.randint(0, config["vocab"], (args.batch, T + 1), generator=gen)
+    tokens = torch.randint(0, config["vocab"], (args.batch, T + 1), generator=gen).to(args.device)
+    forward = torch.compile(model) if compiled else model
+    bf16 = args.precision == "bf16"
+
+    def sync():
+        if cuda:
+            torch.cuda.synchronize()
+
     fb = optim = 0.0
     for step in range(args.warmup_steps + args.steps):
+        sync()
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        logits = model(tokens[:, :-1])
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
+        with torch.autocast(device_type="cuda" if cuda else "cpu", dtype=torch.bfloat16,
+                            enabled=bf16):
+            logits = forward(tokens[:, :-1])
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(),
+                                   tokens[:, 1:].reshape(-1))
         loss.backward()
+        sync()
         t1 = time.perf_counter()
         opt.step()
+        sync()
         t2 = time.perf_counter()
-        if step >= args.warmup_steps:  # warm-up steps (allocations, caches) are not timed
+        if step >= args.warmup_steps:  # warm-up steps (allocations, compilation) are not timed
             fb += t1 - t0
             optim += t2 - t1
     n_params = sum(p.numel() for p in model.parameters())
     tokens_per_s = args.batch * T * args.steps / (fb + optim)
-    result = dict(impl="pytorch", torch=torch.__version__, preset=args.preset, batch=args.batch,
-                  seq_len=T, threads=args.threads, blas_threads=blas_threads,
-                  omp_wait_policy=os.environ.get("OMP_WAIT_POLICY"), steps=args.steps,
-                  parameters=n_params,
-                  tokens_per_s=tokens_per_s, step_ms=1e3 * (fb + optim) / args.steps,
-                  forward_backward_ms=1e3 * fb / args.steps,
-                  optimizer_ms=1e3 * optim / args.steps)
-    if args.json:
-        print(json.dumps(result))
-    else:
-        print(f"pytorch {torch.__version__} {args.preset} (T {T}, {n_params} parameters) batch "
-              f"{args.batch}, {args.threads} threads: {tokens_per_s:.0f} tokens/s, step "
-              f"{result['step_ms']:.1f} ms (forward+backward {result['forward_backward_ms']:.1f}"
-              f" ms, AdamW {result['optimizer_ms']:.1f} ms), mean of {args.steps} steps")
+    return dict(impl="pytorch", mode="compile" if compiled else "eager", torch=torch.__version__,
+                device=torch.cuda.get_device_name(0) if cuda else "cpu",
+                precision=args.precision, attention="math" if not Block.sdpa else "sdpa",
+                preset=args.preset, batch=args.batch, seq_len=T, threads=args.threads,
+                omp_wait_policy=os.environ.get("OMP_WAIT_POLICY"), steps=args.steps,
+                parameters=n_params, tokens_per_s=tokens_per_s,
+                step_ms=1e3 * (fb + optim) / args.steps,
+                forward_backward_ms=1e3 * fb / args.steps,
+                optimizer_ms=1e3 * optim / args.steps, loss=float(loss))
+
+
+def run_bench(args):
+    config = dict(PRESETS[args.preset])
+    if args.seq_len:
+        config["seq_len"] = args.seq_len
+    if args.device == "cuda" and not torch.cuda.is_available():
+        sys.exit("torch_reference_gpt.py: --device cuda but torch sees no CUDA device")
+    if args.precision == "bf16" and args.device != "cuda":
+        sys.exit("torch_reference_gpt.py: --precision bf16 is for --device cuda")
+    Block.sdpa = args.device == "cuda" and args.attention == "sdpa"
+    modes = [False, True] if args.compile else [False]
+    for compiled in modes:
+        result = bench_one(args, config, compiled)
+        if args.json:
+            print(json.dumps(result), flush=True)
+        else:
+            print(f"pytorch {torch.__version__} {result['mode']} {args.preset} (T {result['seq_len']}, "
+                  f"{result['parameters']} parameters) batch {args.batch}, {result['device']} "
+                  f"{args.precision}: {result['tokens_per_s']:.0f} tokens/s, step "
+                  f"{result['step_ms']:.1f} ms (forward+backward "
+                  f"{result['forward_backward_ms']:.1f} ms, AdamW {result['optimizer_ms']:.1f} "
+                  f"ms), mean of {args.steps} steps", flush=True)
 
 
 def main():
@@ -360,6 +402,13 @@ def main():
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--warmup-steps", type=int, default=2, help="bench: untimed first steps")
     p.add_argument("--json", action="store_true", help="bench: one JSON line")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="bench: where")
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                   help="bench: bf16 is torch.autocast on cuda")
+    p.add_argument("--compile", action="store_true",
+                   help="bench: also time torch.compile(model) (one line per mode)")
+    p.add_argument("--attention", choices=["sdpa", "math"], default="sdpa",
+                   help="bench on cuda: F.scaled_dot_product_attention, or the written-out math")
     args = p.parse_args()
     set_threads(args.threads)
     if args.bench:

@@ -32,17 +32,24 @@ AnomalyGuard::AnomalyGuard(const AnomalyGuardConfig& config) : config_(config) {
 
 Verdict AnomalyGuard::check(uint64_t step, double loss, ConstFloatSpan grad) {
   if (!config_.enabled) return Verdict::kAccept;
-  Verdict v = Verdict::kAccept;
-  double mean = 0, sigma = 0;
-  if (!std::isfinite(loss)) {
-    v = Verdict::kNonFiniteLoss;
-  } else {
+  bool finite = true;
+  if (std::isfinite(loss))
     for (float g : grad)
       if (!std::isfinite(g)) {
-        v = Verdict::kNonFiniteGradient;
+        finite = false;
         break;
       }
-  }
+  return check(step, loss, finite);
+}
+
+Verdict AnomalyGuard::check(uint64_t step, double loss, bool gradient_finite) {
+  if (!config_.enabled) return Verdict::kAccept;
+  Verdict v = Verdict::kAccept;
+  double mean = 0, sigma = 0;
+  if (!std::isfinite(loss))
+    v = Verdict::kNonFiniteLoss;
+  else if (!gradient_finite)
+    v = Verdict::kNonFiniteGradient;
   if (v == Verdict::kAccept && losses_.size() >= config_.min_samples) {
     for (double l : losses_) mean += l;
     mean /= static_cast<double>(losses_.size());

@@ -33,6 +33,9 @@ class AnomalyGuard {
 
   // Judges one step (loss: the step's mean loss; grad: the reduced gradient) and records it.
   Verdict check(uint64_t step, double loss, ConstFloatSpan grad);
+  // The same, when the gradient lives elsewhere (on a GPU) and only its finiteness is known here
+  // (a non-finite squared norm means a NaN or an infinity somewhere in it).
+  Verdict check(uint64_t step, double loss, bool gradient_finite);
   uint64_t skipped() const { return skipped_; }
   // The window of accepted losses, oldest first (checkpointed with the worker).
   std::vector<double> losses() const { return {losses_.begin(), losses_.end()}; }

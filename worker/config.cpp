@@ -101,6 +101,7 @@ WorkerConfig parse_worker_config(std::string_view yaml_text, std::string_view so
   in.check_keys(w, "worker",
                 {"workers_per_region",
                  "device",
+                 "precision",
                  "data_dir",
                  "data",
                  "batch_size",
@@ -147,6 +148,12 @@ WorkerConfig parse_worker_config(std::string_view yaml_text, std::string_view so
   get_u64("eval_every", c.eval_every, 0, uint64_t{1} << 32);
   get_u64("seed", c.seed, 0, UINT64_MAX);
   if (auto n = w["device"]) c.device = in.choice(n, "worker.device", {"cpu", "cuda"});
+  if (auto n = w["precision"]) c.precision = in.choice(n, "worker.precision", {"fp32", "bf16"});
+  GT_REQUIRE(c.precision == "fp32" || c.device == "cuda",
+             "{}: worker.precision bf16 needs worker.device cuda (the CPU trains in fp32)", source);
+  GT_REQUIRE(c.precision == "fp32" || c.model.kind == "gpt",
+             "{}: worker.precision bf16 is for model.kind gpt (model.kind is {})", source,
+             c.model.kind);
   if (auto n = w["data_dir"]) {
     GT_REQUIRE(!w["data"], "{}: worker.data_dir and worker.data are both set: use worker.data.path",
                source);

@@ -59,6 +59,8 @@ struct WorkerConfig {
 
   uint32_t workers_per_region = 1;
   std::string device = "cpu";  // cpu | cuda
+  // fp32 | bf16 (bf16 mixed precision: a GPT on cuda only; models/gpt_cuda.hpp).
+  std::string precision = "fp32";
   DataConfig data;
   uint32_t batch_size = 64;  // per worker, per micro-batch
   uint32_t accumulation_steps = 1;

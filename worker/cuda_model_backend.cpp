@@ -2,11 +2,14 @@
 
 #include <cuda_runtime.h>
 
+#include <cmath>
 #include <vector>
 
 #include "core/check_cuda.hpp"
 #include "core/error.hpp"
+#include "kernels/optim_cuda.cuh"
 #include "models/device_buffer.hpp"
+#include "models/gpt_cuda.hpp"
 #include "models/mlp_cuda.hpp"
 #include "worker/nccl_communicator.hpp"
 
@@ -55,18 +58,25 @@ class HostStagedCommunicator final : public Communicator {
   DeviceBuffer<float> staging_;  // (largest span seen)
 };
 
-class CudaModelBackend final : public ModelBackend {
+class CudaModelBackend final : public ModelBackend, public ResidentTraining {
  public:
-  CudaModelBackend(const models::MlpConfig& config, int device)
-      : device_(select(device)),
-        mlp_(config),
-        parameters_(mlp_.layout().parameter_count()),
-        d_params_(parameters_),
-        d_grad_(parameters_),
-        grad_staging_(parameters_) {
-    GT_CUDA_CHECK(cudaMemsetAsync(d_grad_.get(), 0, parameters_ * sizeof(float), mlp_.stream()));
-    GT_CUDA_CHECK(cudaStreamSynchronize(mlp_.stream()));
+  CudaModelBackend(const models::ModelSpec& spec, int device, models::Precision precision)
+      : device_(select(device)) {
+    if (spec.kind == "gpt")
+      gpt_ = std::make_unique<models::GptCuda>(spec.gpt, precision);
+    else
+      mlp_ = std::make_unique<models::MlpCuda>(models::parse_mlp_config(spec.arch));
+    stream_ = gpt_ ? gpt_->stream() : mlp_->stream();
+    parameters_ = gpt_ ? gpt_->parameter_count() : mlp_->layout().parameter_count();
+    d_params_ = DeviceBuffer<float>(parameters_);
+    d_grad_ = DeviceBuffer<float>(parameters_);
+    grad_staging_.resize(parameters_);
+    d_norm_ = DeviceBuffer<double>(1);
+    GT_CUDA_CHECK(cudaMemsetAsync(d_grad_.get(), 0, parameters_ * sizeof(float), stream_));
+    GT_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
+
+  ResidentTraining* resident() override { return this; }
 
   std::unique_ptr<Communicator> connect_region(gloo::rendezvous::Store& store, int rank, int size,
                                                const RegionOptions& options) override {
@@ -77,35 +87,161 @@ class CudaModelBackend final : public ModelBackend {
     return std::make_unique<HostStagedCommunicator>(*nccl_);
   }
 
+  // ---- host-driven ----
+
   models::BatchResult forward_backward(ConstFloatSpan params, const Batch& batch, FloatSpan grad,
                                        bool /*last*/ = true) override {
     GT_REQUIRE(grad.size() == parameters_, "gradient span has {} elements, the model has {}",
                grad.size(), parameters_);
-    load(params, batch.x.data(), batch.y.data(), batch.size);
-    // d_grad_ (parameter_count) += d(mean loss)/d(params); blocks until the stream is done.
-    return mlp_.forward_backward(d_params_.get(), d_x_.get(), d_y_.get(), batch.size,
-                                 d_grad_.get());
+    upload_parameters(params);
+    return accumulate(batch);
   }
 
   void reduce_gradient(FloatSpan grad) override {
     GT_REQUIRE(grad.size() == parameters_, "gradient span has {} elements, the model has {}",
                grad.size(), parameters_);
-    GT_CUDA_CHECK(cudaSetDevice(device_));
-    GT_CUDA_CHECK(cudaStreamSynchronize(mlp_.stream()));  // the accumulation is complete
-    if (nccl_)
-      nccl_->allreduce_sum({d_grad_.get(), parameters_});  // blocks until its stream is done
+    reduce_in_place();
     GT_CUDA_CHECK(cudaMemcpyAsync(grad_staging_.data(), d_grad_.get(), parameters_ * sizeof(float),
-                                  cudaMemcpyDeviceToHost, mlp_.stream()));
-    GT_CUDA_CHECK(cudaMemsetAsync(d_grad_.get(), 0, parameters_ * sizeof(float), mlp_.stream()));
-    GT_CUDA_CHECK(cudaStreamSynchronize(mlp_.stream()));
+                                  cudaMemcpyDeviceToHost, stream_));
+    GT_CUDA_CHECK(cudaMemsetAsync(d_grad_.get(), 0, parameters_ * sizeof(float), stream_));
+    GT_CUDA_CHECK(cudaStreamSynchronize(stream_));
     for (size_t i = 0; i < parameters_; ++i) grad[i] += grad_staging_[i];
   }
 
   models::BatchResult evaluate(ConstFloatSpan params, const models::BatchView& batch) override {
+    upload_parameters(params);
+    if (gpt_) {
+      gpt_->forward(d_params_.get(), batch.tokens, batch.batch);
+      return gpt_->take_result();
+    }
     GT_REQUIRE(batch.x != nullptr && batch.labels != nullptr,
                "the CUDA MLP needs features and labels");
-    load(params, batch.x, batch.labels, batch.batch);
-    return mlp_.evaluate(d_params_.get(), d_x_.get(), d_y_.get(), batch.batch);
+    load_mlp_batch(batch.x, batch.labels, batch.batch);
+    return mlp_->evaluate(d_params_.get(), d_x_.get(), d_y_.get(), batch.batch);
+  }
+
+  // ---- device-resident ----
+
+  void prepare_optimizer(const OptimizerConfig& config,
+                         const std::vector<uint8_t>& decay_mask) override {
+    GT_REQUIRE(decay_mask.empty() || decay_mask.size() == parameters_,
+               "decay mask has {} elements, the model has {}", decay_mask.size(), parameters_);
+    optimizer_ = config;
+    const bool adam = config.kind == OptimizerKind::kAdamW;
+    d_m_ = DeviceBuffer<float>(adam || config.momentum > 0 ? parameters_ : 0);
+    d_v_ = DeviceBuffer<float>(adam ? parameters_ : 0);
+    if (d_m_.size() > 0)
+      GT_CUDA_CHECK(cudaMemsetAsync(d_m_.get(), 0, parameters_ * sizeof(float), stream_));
+    if (d_v_.size() > 0)
+      GT_CUDA_CHECK(cudaMemsetAsync(d_v_.get(), 0, parameters_ * sizeof(float), stream_));
+    d_mask_ = DeviceBuffer<uint8_t>(decay_mask.size());
+    if (!decay_mask.empty())
+      GT_CUDA_CHECK(cudaMemcpyAsync(d_mask_.get(), decay_mask.data(), decay_mask.size(),
+                                    cudaMemcpyHostToDevice, stream_));
+    GT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    prepared_ = true;
+  }
+
+  void upload_parameters(ConstFloatSpan host) override {
+    GT_REQUIRE(host.size() == parameters_, "parameter span has {} elements, the model has {}",
+               host.size(), parameters_);
+    GT_CUDA_CHECK(cudaSetDevice(device_));
+    GT_CUDA_CHECK(cudaMemcpyAsync(d_params_.get(), host.data(), host.size_bytes(),
+                                  cudaMemcpyHostToDevice, stream_));
+    if (gpt_) gpt_->refresh_weights(d_params_.get());
+    GT_CUDA_CHECK(cudaStreamSynchronize(stream_));  // pageable: the host span may change after
+  }
+
+  void download_parameters(FloatSpan host) override {
+    GT_REQUIRE(host.size() == parameters_, "parameter span has {} elements, the model has {}",
+               host.size(), parameters_);
+    GT_CUDA_CHECK(cudaMemcpyAsync(host.data(), d_params_.get(), host.size_bytes(),
+                                  cudaMemcpyDeviceToHost, stream_));
+    GT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
+  void upload_optimizer_state(ConstFloatSpan m, ConstFloatSpan v) override {
+    GT_ASSERT(prepared_, "optimizer state uploaded before prepare_optimizer");
+    GT_REQUIRE(m.size() == d_m_.size() && v.size() == d_v_.size(),
+               "optimizer state of {} + {} values does not fit the device's {} + {}", m.size(),
+               v.size(), d_m_.size(), d_v_.size());
+    if (!m.empty())
+      GT_CUDA_CHECK(
+          cudaMemcpyAsync(d_m_.get(), m.data(), m.size_bytes(), cudaMemcpyHostToDevice, stream_));
+    if (!v.empty())
+      GT_CUDA_CHECK(
+          cudaMemcpyAsync(d_v_.get(), v.data(), v.size_bytes(), cudaMemcpyHostToDevice, stream_));
+    GT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
+  void download_optimizer_state(FloatSpan m, FloatSpan v) override {
+    GT_ASSERT(prepared_, "optimizer state read before prepare_optimizer");
+    GT_REQUIRE(m.size() == d_m_.size() && v.size() == d_v_.size(),
+               "optimizer state of {} + {} values does not fit the device's {} + {}", m.size(),
+               v.size(), d_m_.size(), d_v_.size());
+    if (!m.empty())
+      GT_CUDA_CHECK(
+          cudaMemcpyAsync(m.data(), d_m_.get(), m.size_bytes(), cudaMemcpyDeviceToHost, stream_));
+    if (!v.empty())
+      GT_CUDA_CHECK(
+          cudaMemcpyAsync(v.data(), d_v_.get(), v.size_bytes(), cudaMemcpyDeviceToHost, stream_));
+    GT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
+  models::BatchResult accumulate(const Batch& batch) override {
+    GT_CUDA_CHECK(cudaSetDevice(device_));
+    if (gpt_) {
+      gpt_->forward_backward(d_params_.get(), batch.tokens.data(), batch.size, d_grad_.get());
+      return gpt_->take_result();
+    }
+    load_mlp_batch(batch.x.data(), batch.y.data(), batch.size);
+    // d_grad_ (parameter_count) += d(mean loss)/d(params); blocks until the stream is done.
+    return mlp_->forward_backward(d_params_.get(), d_x_.get(), d_y_.get(), batch.size,
+                                  d_grad_.get());
+  }
+
+  double reduce_gradient_norm_sq() override {
+    reduce_in_place();
+    kernels::cuda::sum_of_squares(d_norm_.get(), d_grad_.get(), parameters_, stream_);
+    double norm_sq = 0;
+    GT_CUDA_CHECK(
+        cudaMemcpyAsync(&norm_sq, d_norm_.get(), sizeof(double), cudaMemcpyDeviceToHost, stream_));
+    GT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return norm_sq;
+  }
+
+  void apply_step(const ResidentStep& step) override {
+    GT_ASSERT(prepared_, "apply_step before prepare_optimizer");
+    const uint8_t* mask = d_mask_.size() > 0 ? d_mask_.get() : nullptr;
+    __nv_bfloat16* copy = gpt_ ? gpt_->weight_copy() : nullptr;
+    if (step.accept && optimizer_.kind == OptimizerKind::kAdamW) {
+      kernels::cuda::AdamWStep s;
+      s.lr = step.lr;
+      s.beta1 = optimizer_.beta1;
+      s.beta2 = optimizer_.beta2;
+      s.eps = optimizer_.eps;
+      s.weight_decay = optimizer_.weight_decay;
+      // worker/optimizer.cpp's bias corrections, in double then rounded, as there.
+      const double t = static_cast<double>(step.t);
+      s.bias_correction1 = static_cast<float>(1.0 - std::pow(double(optimizer_.beta1), t));
+      s.bias_correction2_sqrt =
+          static_cast<float>(std::sqrt(1.0 - std::pow(double(optimizer_.beta2), t)));
+      s.grad_scale = step.grad_scale;
+      kernels::cuda::adamw_step(d_params_.get(), d_m_.get(), d_v_.get(), d_grad_.get(), mask,
+                                parameters_, s, copy, stream_);
+    } else if (step.accept) {
+      kernels::cuda::SgdStep s;
+      s.lr = step.lr;
+      s.momentum = optimizer_.momentum;
+      s.weight_decay = optimizer_.weight_decay;
+      s.nesterov = optimizer_.nesterov;
+      s.first = step.t == 1;
+      s.grad_scale = step.grad_scale;
+      kernels::cuda::sgd_step(d_params_.get(), d_m_.size() > 0 ? d_m_.get() : nullptr,
+                              d_grad_.get(), mask, parameters_, s, copy, stream_);
+    }
+    // Queued behind the step; the next call that needs the device waits for both.
+    GT_CUDA_CHECK(cudaMemsetAsync(d_grad_.get(), 0, parameters_ * sizeof(float), stream_));
   }
 
  private:
@@ -114,35 +250,45 @@ class CudaModelBackend final : public ModelBackend {
     return device;
   }
 
-  // Copies the parameters and a batch to the device, on the model's stream (so that its kernels
-  // run after the copies), and checks what the device path does not: sizes and label range.
-  void load(ConstFloatSpan params, const float* x, const int32_t* labels, size_t n) {
-    const auto& cfg = mlp_.layout().config();
-    GT_REQUIRE(params.size() == parameters_, "parameter span has {} elements, the model has {}",
-               params.size(), parameters_);
+  // The region's sum of d_grad_, in place (nothing to do for a region of one worker).
+  void reduce_in_place() {
+    GT_CUDA_CHECK(cudaSetDevice(device_));
+    GT_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the accumulation is complete
+    if (nccl_)
+      nccl_->allreduce_sum({d_grad_.get(), parameters_});  // blocks until its stream is done
+  }
+
+  // Copies an MLP batch to the device on the model's stream (its kernels run after the copies),
+  // and checks what the device path does not: the label range.
+  void load_mlp_batch(const float* x, const int32_t* labels, size_t n) {
+    const auto& cfg = mlp_->layout().config();
     for (size_t i = 0; i < n; ++i)
       GT_REQUIRE(labels[i] >= 0 && static_cast<size_t>(labels[i]) < cfg.classes,
                  "label {} at row {} is not in [0, {})", labels[i], i, cfg.classes);
     GT_CUDA_CHECK(cudaSetDevice(device_));
     d_x_.reserve(n * cfg.inputs);
     d_y_.reserve(n);
-    const cudaStream_t s = mlp_.stream();
-    GT_CUDA_CHECK(cudaMemcpyAsync(d_params_.get(), params.data(), params.size_bytes(),
-                                  cudaMemcpyHostToDevice, s));
+    GT_CUDA_CHECK(cudaMemcpyAsync(d_x_.get(), x, n * cfg.inputs * sizeof(float),
+                                  cudaMemcpyHostToDevice, stream_));
     GT_CUDA_CHECK(
-        cudaMemcpyAsync(d_x_.get(), x, n * cfg.inputs * sizeof(float), cudaMemcpyHostToDevice, s));
-    GT_CUDA_CHECK(
-        cudaMemcpyAsync(d_y_.get(), labels, n * sizeof(int32_t), cudaMemcpyHostToDevice, s));
+        cudaMemcpyAsync(d_y_.get(), labels, n * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
   }
 
   int device_;
-  models::MlpCuda mlp_;
-  size_t parameters_;
-  DeviceBuffer<float> d_params_;  // (parameter_count), refreshed from the host each call
-  DeviceBuffer<float> d_grad_;    // (parameter_count), the accumulator; zero after reduce_gradient
-  DeviceBuffer<float> d_x_;       // (B, inputs), grown to the largest batch
-  DeviceBuffer<int32_t> d_y_;     // (B)
-  std::vector<float> grad_staging_;         // (parameter_count), host
+  std::unique_ptr<models::MlpCuda> mlp_;  // one of the two
+  std::unique_ptr<models::GptCuda> gpt_;
+  cudaStream_t stream_ = nullptr;  // the model's
+  size_t parameters_ = 0;
+  DeviceBuffer<float> d_params_;     // (parameter_count): fp32 master parameters
+  DeviceBuffer<float> d_grad_;       // (parameter_count): the accumulator; zero after a step
+  DeviceBuffer<float> d_m_, d_v_;    // optimizer state (parameter_count or empty)
+  DeviceBuffer<uint8_t> d_mask_;     // (parameter_count) or empty: weight decay applies
+  DeviceBuffer<double> d_norm_;      // (1): the squared norm
+  DeviceBuffer<float> d_x_;          // (B, inputs), grown to the largest batch (MLP)
+  DeviceBuffer<int32_t> d_y_;        // (B)
+  std::vector<float> grad_staging_;  // (parameter_count), host
+  OptimizerConfig optimizer_;
+  bool prepared_ = false;
   std::unique_ptr<NcclCommunicator> nccl_;  // after connect_region; the region has > 1 worker
 };
 
@@ -159,12 +305,22 @@ int cuda_device_count(std::string* why) {
   return n;
 }
 
-std::unique_ptr<ModelBackend> make_cuda_model_backend(const models::MlpConfig& config, int rank) {
+std::string cuda_device_name(int device) {
+  cudaDeviceProp prop{};
+  GT_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  return prop.name;
+}
+
+std::unique_ptr<ModelBackend> make_cuda_model_backend(const models::ModelSpec& spec, int rank,
+                                                      const std::string& precision) {
   std::string why;
   const int devices = cuda_device_count(&why);
   GT_REQUIRE(devices > 0, "worker.device is 'cuda' but no CUDA device is visible ({})", why);
   GT_REQUIRE(rank >= 0, "rank {} is negative", rank);
-  return std::make_unique<CudaModelBackend>(config, rank % devices);
+  const models::Precision p = models::parse_precision(precision);
+  GT_REQUIRE(p == models::Precision::kFp32 || spec.kind == "gpt",
+             "worker.precision bf16 trains model.kind gpt only (model.kind is {})", spec.kind);
+  return std::make_unique<CudaModelBackend>(spec, rank % devices, p);
 }
 
 }  // namespace geotrain::worker

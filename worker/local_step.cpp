@@ -1,6 +1,7 @@
 #include "worker/local_step.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/error.hpp"
 
@@ -45,6 +46,33 @@ StepReport LocalStep::apply(FloatSpan params, uint32_t reduced_over) {
     optimizer_.step(params, grad_, r.lr);
   }
   std::fill(grad_.begin(), grad_.end(), 0.0f);
+  micro_ = 0;
+  loss_sum_ = 0;
+  ++step_;
+  return r;
+}
+
+StepReport LocalStep::decide(double grad_sum_norm_sq, uint32_t reduced_over, float* grad_scale) {
+  GT_ASSERT(micro_ == config_.accumulation_steps, "decide after {} of {} micro-batches", micro_,
+            config_.accumulation_steps);
+  GT_REQUIRE(reduced_over >= 1, "local step: reduced over 0 workers");
+  StepReport r;
+  r.step = step_;
+  r.loss = loss_sum_ / static_cast<double>(micro_);
+  r.lr = config_.schedule.at(step_);
+  const double scale = 1.0 / static_cast<double>(micro_ * reduced_over);
+  const double norm = std::sqrt(grad_sum_norm_sq) * scale;
+  r.verdict = guard_.check(step_, r.loss, std::isfinite(norm));
+  *grad_scale = 0.0f;
+  if (r.verdict == Verdict::kAccept) {
+    r.grad_norm = norm;
+    // PyTorch's clip_grad_norm_ coefficient, as clip_grad_norm applies it.
+    const double clip = config_.max_grad_norm > 0 && norm > config_.max_grad_norm
+                            ? config_.max_grad_norm / (norm + 1e-6)
+                            : 1.0;
+    *grad_scale = static_cast<float>(scale * clip);
+    optimizer_.count_step();
+  }
   micro_ = 0;
   loss_sum_ = 0;
   ++step_;

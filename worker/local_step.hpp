@@ -51,6 +51,12 @@ class LocalStep {
   // after an AllReduce; 1 without one), clips, asks the guard, steps. InputError on a size
   // mismatch; GT_ASSERT when called before the micro-batches are complete.
   StepReport apply(FloatSpan params, uint32_t reduced_over = 1);
+  // apply()'s decisions for a step whose gradient, parameters and optimizer state live on a
+  // device (ModelBackend::resident()): from the region's summed gradient's squared norm, the
+  // average, the guard's verdict, the clipping; counts the optimizer's step when accepted and
+  // sets *grad_scale to what the device multiplies the summed gradient by (average x clip).
+  // The accumulator here is not used. Same preconditions as apply().
+  StepReport decide(double grad_sum_norm_sq, uint32_t reduced_over, float* grad_scale);
 
   uint64_t steps() const { return step_; }
   uint64_t skipped() const { return guard_.skipped(); }

@@ -62,17 +62,18 @@ void require_device_available(const std::string& device) {
 }
 
 std::unique_ptr<ModelBackend> make_model_backend(const std::string& device,
-                                                 const models::ModelSpec& spec, int rank) {
+                                                 const models::ModelSpec& spec, int rank,
+                                                 const std::string& precision) {
+  GT_REQUIRE(precision == "fp32" || precision == "bf16",
+             "worker.precision is '{}': allowed values are fp32 and bf16", precision);
   require_device_available(device);
-  if (device == "cuda") {
-    GT_REQUIRE(spec.kind == "mlp",
-               "worker.device cuda trains model.kind mlp only in this version; model.kind {} "
-               "runs on device: cpu",
-               spec.kind);
+  GT_REQUIRE(precision == "fp32" || (device == "cuda" && spec.kind == "gpt"),
+             "worker.precision bf16 needs device: cuda and model.kind: gpt (device {}, model {} "
+             "train in fp32)",
+             device, spec.kind);
 #ifdef GEOTRAIN_WORKER_HAS_CUDA
-    return make_cuda_model_backend(models::parse_mlp_config(spec.arch), rank);
+  if (device == "cuda") return make_cuda_model_backend(spec, rank, precision);
 #endif
-  }
   (void)rank;
   return std::make_unique<CpuModelBackend>(models::make_model(spec));
 }

@@ -1,16 +1,21 @@
 // ModelBackend: where a worker's forward and backward run (worker.device: cpu | cuda), and the
 // region connection that matches that memory (Gloo on host buffers, NCCL on device buffers).
 //
-// The trainer's view stays in host memory: parameters, the optimizer and the LocalStep
-// gradient accumulator are host spans. A backend may keep its own copies elsewhere:
+// Two ways to train through it:
+//   - host-driven (every backend): parameters, the optimizer and the LocalStep gradient
+//     accumulator are host spans. Per optimizer step: forward_backward(params, batch, grad) for
+//     each micro-batch, then reduce_gradient(grad), then read grad (the region's sum) and step
+//     the host optimizer.
+//   - device-resident (resident() is not null: the CUDA backend): parameters, the gradient
+//     accumulator and the optimizer state stay on the device for the whole run; per step only
+//     the loss and the gradient's squared norm come to the host (the anomaly guard and clipping
+//     decide there). The trainer's host parameters are a mirror, refreshed when an exchange, an
+//     evaluation or a checkpoint needs them (ResidentTraining below).
+// Backends:
 //   - CpuModelBackend: any models::Model (the MLP, the GPT), works in place on the host spans;
 //     the region is Gloo.
-//   - CudaModelBackend (worker/cuda_model_backend.hpp, CUDA + NCCL builds): models::MlpCuda with
-//     device buffers for parameters, the gradient accumulator and the batch; the gradient stays
-//     on the device through the NCCL AllReduce and comes to the host once per step. MLP only
-//     for now: a GPT on CUDA is refused with a message saying so.
-// Usage per optimizer step: forward_backward(params, batch, grad) for each micro-batch, then
-// reduce_gradient(grad), then read grad (the region's sum) and step the host optimizer.
+//   - the CUDA backend (worker/cuda_model_backend.hpp, CUDA + NCCL builds): models::MlpCuda or
+//     models::GptCuda (fp32 or bf16, worker.precision) on one device; the region is NCCL.
 // Calls block; not thread-safe (one trainer thread). Spans are borrowed for the call.
 #pragma once
 
@@ -24,6 +29,7 @@
 #include "worker/batch_loader.hpp"
 #include "worker/bucketed_allreduce.hpp"
 #include "worker/communicator.hpp"
+#include "worker/optimizer.hpp"
 
 namespace gloo::rendezvous {
 class Store;
@@ -39,8 +45,44 @@ struct RegionOptions {
   double bucket_cap_mb = 25;
 };
 
+// One device-side optimizer step (ResidentTraining::apply_step).
+struct ResidentStep {
+  bool accept = true;    // false: the guard refused the step; only the accumulator is cleared
+  float lr = 0;          // the schedule's
+  float grad_scale = 1;  // multiplies the region's summed gradient (average x clip)
+  uint64_t t = 1;        // the optimizer's step count after this step (Adam's bias correction)
+};
+
+// What a backend offers when it trains device-resident. Every call blocks until its device work
+// is done (the step's work stays queued on the device until the next call needs it).
+class ResidentTraining {
+ public:
+  virtual ~ResidentTraining() = default;
+  // Allocates the optimizer state (zeros) for `config`; decay_mask: 1 where weight decay
+  // applies, empty for everywhere. Called once, before the first apply_step.
+  virtual void prepare_optimizer(const OptimizerConfig& config,
+                                 const std::vector<uint8_t>& decay_mask) = 0;
+  virtual void upload_parameters(ConstFloatSpan host) = 0;
+  virtual void download_parameters(FloatSpan host) = 0;
+  // SGD: m is the momentum (empty without one), v empty; AdamW: both moments.
+  virtual void upload_optimizer_state(ConstFloatSpan m, ConstFloatSpan v) = 0;
+  virtual void download_optimizer_state(FloatSpan m, FloatSpan v) = 0;
+  // Forward and backward of one micro-batch at the device parameters, accumulating the gradient
+  // of its mean loss on the device; returns the loss sum and counts.
+  virtual models::BatchResult accumulate(const Batch& batch) = 0;
+  // The region's sum of the accumulated gradients (in place, NCCL when connected) and its
+  // squared L2 norm (non-finite when any element is).
+  virtual double reduce_gradient_norm_sq() = 0;
+  // The optimizer step at grad_scale x the reduced gradient (when accepted); clears the
+  // accumulator either way.
+  virtual void apply_step(const ResidentStep& step) = 0;
+};
+
 class ModelBackend {
  public:
+  // Not null when this backend trains device-resident; owned by the backend.
+  virtual ResidentTraining* resident() { return nullptr; }
+
   virtual ~ModelBackend() = default;
 
   // Joins the region's `size` workers (rendezvous through `store`, which must outlive the call)
@@ -93,8 +135,10 @@ void require_device_available(const std::string& device);
 
 // The backend for worker.device (after require_device_available). `rank` is the worker's rank
 // in its region; the CUDA backend trains on device rank % device_count.
-// InputError for a model the device cannot train yet (a GPT on cuda).
+// `precision` (fp32 | bf16): the GPT's on cuda; the CPU and the MLP train in fp32 (InputError
+// for bf16 there, naming worker.precision).
 std::unique_ptr<ModelBackend> make_model_backend(const std::string& device,
-                                                 const models::ModelSpec& spec, int rank);
+                                                 const models::ModelSpec& spec, int rank,
+                                                 const std::string& precision = "fp32");
 
 }  // namespace geotrain::worker

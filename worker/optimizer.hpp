@@ -51,6 +51,10 @@ class Optimizer {
   void step(FloatSpan params, ConstFloatSpan grad, float lr);
   uint64_t steps() const { return steps_; }
   const OptimizerConfig& config() const { return config_; }
+  const std::vector<uint8_t>& decay_mask() const { return decay_mask_; }
+  // Counts a step taken elsewhere (a device-resident optimizer holding the state): steps() is
+  // what its bias correction and SGD's first-step rule read.
+  void count_step() { ++steps_; }
 
   // The state a worker checkpoint holds (worker/worker_checkpoint.hpp): SGD's momentum or
   // Adam's first moment (empty for SGD without momentum), Adam's second moment (empty for SGD).

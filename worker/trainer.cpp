@@ -172,7 +172,11 @@ TrainResult Trainer::run(std::stop_token stop) {
   std::vector<float> params(table.total_elements());
   model->init(params, config_.seed);
   // Where forward/backward run (worker.device), and the matching region connection.
-  const auto backend = make_model_backend(config_.device, config_.model, static_cast<int>(rank_));
+  const auto backend =
+      make_model_backend(config_.device, config_.model, static_cast<int>(rank_), config_.precision);
+  // Device-resident training (cuda): parameters, gradient and optimizer state stay on the device;
+  // `params` is a host mirror, downloaded before exchanges, evaluations and checkpoints.
+  ResidentTraining* const resident = backend->resident();
 
   const uint64_t micro_batches = config_.total_steps() * config_.accumulation_steps;
   // Data: this worker's training stream; the held-out set for the leader. Read before anything
@@ -217,6 +221,7 @@ TrainResult Trainer::run(std::stop_token stop) {
   lsc.guard = config_.guard;
   lsc.decay_mask = weight_decay_mask(table, config_.optimizer.no_decay);
   LocalStep step(lsc, params.size());
+  if (resident) resident->prepare_optimizer(config_.optimizer, lsc.decay_mask);
 
   // Snapshots of this worker's state, and the one it resumes from (--resume).
   const WorkerCheckpointStore snapshots(
@@ -233,6 +238,7 @@ TrainResult Trainer::run(std::stop_token stop) {
       step.optimizer().restore(resumed->optimizer_m, resumed->optimizer_v,
                                resumed->optimizer_steps);
       step.guard().restore(resumed->guard_losses, resumed->guard_skipped);
+      if (resident) resident->upload_optimizer_state(resumed->optimizer_m, resumed->optimizer_v);
       std::copy(resumed->params.begin(), resumed->params.end(), params.begin());
       spdlog::info("worker {}-{}: resuming from the snapshot of round {} in {}", region_, rank_,
                    resumed->round, snapshots.folder(resumed->round).string());
@@ -303,6 +309,7 @@ TrainResult Trainer::run(std::stop_token stop) {
     comm->broadcast(first_round, 0);
     comm->broadcast(params, 0);
   }
+  if (resident) resident->upload_parameters(params);
   // A resumed worker trains round t on round t's data, at round t's schedule step.
   if (options_.resume) {
     const uint64_t resume_steps = (static_cast<uint64_t>(first_round[0]) - 1) * config_.local_steps;
@@ -351,15 +358,21 @@ TrainResult Trainer::run(std::stop_token stop) {
         const Batch batch = data.next();
         const auto t0 = Clock::now();
         const bool last = m + 1 == config_.accumulation_steps;
-        auto r = backend->forward_backward(params, batch, step.grad(), last);
+        auto r = resident ? resident->accumulate(batch)
+                          : backend->forward_backward(params, batch, step.grad(), last);
         compute += since(t0);
         step.add_micro_batch(r.mean_loss());
         loss_sum += r.mean_loss();
       }
       if (delay.count() > 0) std::this_thread::sleep_for(delay);  // an artificially slow region
+      double grad_norm_sq = 0;  // resident: of the region's summed gradient
       {
         const auto t0 = Clock::now();
-        backend->reduce_gradient(step.grad());  // the region's sum (AllReduce when connected)
+        // The region's sum (AllReduce when connected).
+        if (resident)
+          grad_norm_sq = resident->reduce_gradient_norm_sq();
+        else
+          backend->reduce_gradient(step.grad());
         comm_s += since(t0);
       }
       if (comm) {
@@ -370,7 +383,15 @@ TrainResult Trainer::run(std::stop_token stop) {
         step.set_loss(double(loss_buf[0]) / per_region);
         comm_s += since(t0);
       }
-      const auto report = step.apply(params, comm ? per_region : 1);
+      StepReport report;
+      if (resident) {
+        float grad_scale = 0;
+        report = step.decide(grad_norm_sq, comm ? per_region : 1, &grad_scale);
+        resident->apply_step(
+            {report.verdict == Verdict::kAccept, report.lr, grad_scale, step.optimizer().steps()});
+      } else {
+        report = step.apply(params, comm ? per_region : 1);
+      }
       ++result.steps;
       if (report.verdict != Verdict::kAccept) ++result.skipped_steps;
       round_compute += compute;
@@ -388,13 +409,16 @@ TrainResult Trainer::run(std::stop_token stop) {
       // The exchanges due after this step (every fragment's push, and the merges `delay` steps
       // later); every rank knows the schedule, so all take part in the broadcast that follows.
       const uint64_t global_step = (round - 1) * config_.local_steps + h + 1;
+      const bool exchanged = changes_at(global_step);
+      if (resident && leader && exchanged) resident->download_parameters(params);
       if (leader) {
         const auto t0 = Clock::now();
         for (auto& rep : streaming->after_step(global_step, params)) merged.push_back(rep);
         round_wait += since(t0);
         if (!streaming->background()) sync->keep_alive();
       }
-      if (comm && changes_at(global_step)) comm->broadcast(params, 0);
+      if (comm && exchanged) comm->broadcast(params, 0);
+      if (resident && exchanged) resident->upload_parameters(params);
     }
 
     // The round boundary.
@@ -409,13 +433,22 @@ TrainResult Trainer::run(std::stop_token stop) {
     }
     if (leader) {
       log.write("round", round_fields);
-      if (config_.eval_every > 0 && round % config_.eval_every == 0 && round < config_.rounds)
+      if (config_.eval_every > 0 && round % config_.eval_every == 0 && round < config_.rounds) {
+        if (resident) resident->download_parameters(params);
         log.write("eval", eval_fields(data.evaluate(*backend, params), round, result.steps));
+      }
     }
     // worker.checkpoint: every N rounds, at the last round and when stopped, so that --resume
     // continues where this worker stops.
     if (config_.checkpoint.every > 0 && (round % config_.checkpoint.every == 0 ||
                                          round == config_.rounds || stop.stop_requested())) {
+      if (resident) {
+        resident->download_parameters(params);
+        std::vector<float> m(step.optimizer().first_moment().size()),
+            v(step.optimizer().second_moment().size());
+        resident->download_optimizer_state(m, v);
+        step.optimizer().restore(m, v, step.optimizer().steps());
+      }
       WorkerCheckpointState s;
       s.region = region_;
       s.rank = rank_;
@@ -446,6 +479,7 @@ TrainResult Trainer::run(std::stop_token stop) {
   // Overlap and streaming: take in what is still in flight, push the fragments' last progress,
   // and give every worker the result.
   const bool flush = config_.merge_delay() > 0 || config_.fragments > 1;
+  if (resident) resident->download_parameters(params);  // the final values, on every rank
   if (streaming) {
     const auto t0 = Clock::now();
     const uint64_t last_step = (round - 1) * config_.local_steps;

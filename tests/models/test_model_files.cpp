@@ -257,8 +257,15 @@ TEST_CASE("geotrain bench train --json reports the rate, the split and the FLOPs
     CHECK(doc[key].get<double>() > 0);
   CHECK(doc["optimizer_ms"].get<double>() >= 0);
   CHECK(doc["flops_formula"].is_string());
+  CHECK(doc["device_kind"] == "cpu");
+  CHECK(doc["precision"] == "fp32");
+  CHECK(doc["mfu"].get<double>() == 0.0);  // no stated peak for a CPU
+  CHECK(doc["peak_tflops"].get<double>() == 0.0);
 
   const auto bad = run_binary("bench train --model not-a-model --steps 1");
   CHECK(bad.code == 2);
   CHECK(contains(bad.text, "neither a GPT preset"));
+  const auto bf16_cpu = run_binary("bench train --model gpt-tiny --precision bf16 --steps 1");
+  CHECK(bf16_cpu.code == 2);
+  CHECK(contains(bf16_cpu.text, "--precision bf16 needs --device cuda"));
 }

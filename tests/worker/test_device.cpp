@@ -80,3 +80,32 @@ TEST_CASE(
   CHECK_THROWS_WITH_AS(parse_worker_config("? [a, b]\n: 1\n" + head, "w.yaml"),
                        doctest::Contains("not a plain name"), InputError);
 }
+
+TEST_CASE("worker.precision: bf16 needs cuda and a GPT, and other values are refused by name") {
+  const std::string gpt =
+      "regions: [a]\nmodel: {kind: gpt, preset: gpt-tiny}\n"
+      "server: {endpoints: {a: \"tcp://127.0.0.1:1\"}}\n";
+  const auto parse = [&](const std::string& head, const std::string& worker) {
+    return parse_worker_config(head + "worker: {" + worker + "}\n", "w.yaml");
+  };
+  CHECK(parse(gpt, "data: {kind: text, path: /x}").precision == "fp32");
+  CHECK_THROWS_WITH_AS(parse(gpt, "data: {kind: text, path: /x}, precision: bf16"),
+                       doctest::Contains("worker.precision bf16 needs worker.device cuda"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(parse(gpt, "data: {kind: text, path: /x}, precision: fp8"),
+                       doctest::Contains("worker.precision"), InputError);
+  const std::string mlp =
+      "regions: [a]\nmodel: {arch: \"784-32-10\"}\nserver: {endpoints: {a: "
+      "\"tcp://127.0.0.1:1\"}}\n";
+  CHECK_THROWS_WITH_AS(parse(mlp, "device: cuda, precision: bf16"),
+                       doctest::Contains("bf16 is for model.kind gpt"), InputError);
+  CHECK(parse(gpt, "data: {kind: text, path: /x}, device: cuda, precision: bf16").precision ==
+        "bf16");
+  models::ModelSpec spec;
+  spec.kind = "gpt";
+  spec.gpt = models::gpt_preset("gpt-tiny");
+  CHECK_THROWS_WITH_AS(make_model_backend("cpu", spec, 0, "bf16"),
+                       doctest::Contains("worker.precision bf16 needs device: cuda"), InputError);
+  // The CPU backend trains host-driven: there is no device-resident state to hand out.
+  CHECK(make_model_backend("cpu", spec, 0)->resident() == nullptr);
+}

@@ -175,3 +175,42 @@ TEST_CASE("AdamW skips weight decay on the no_decay tensors: biases, LayerNorms,
   for (size_t i = 0; i < p.size(); ++i) CHECK(p[i] == (mask[i] ? 0.95f : 1.0f));
   CHECK_THROWS_AS(Optimizer(config, 7, mask), InputError);  // a mask of another size
 }
+
+TEST_CASE(
+    "decide() takes apply()'s decisions from a device gradient's norm: average, clip, guard") {
+  // Two workers' summed gradient (6, 8) over 2 micro-batches: the mean is (1.5, 2), norm 2.5,
+  // clipped to 1 by max_grad_norm = 1 -> the device scales the sum by 1 / (2 * 2) * 1 / 2.5.
+  const LocalStepConfig config{.optimizer = {.kind = OptimizerKind::kAdamW},
+                               .schedule = {.base_lr = 0.1f},
+                               .accumulation_steps = 2,
+                               .max_grad_norm = 1.0,
+                               .guard = {.window = 4, .min_samples = 2},
+                               .decay_mask = {}};
+  LocalStep host(config, 2), device(config, 2);
+  std::vector<float> p{0.0f, 0.0f};
+  host.grad()[0] = 6.0f;
+  host.grad()[1] = 8.0f;
+  host.add_micro_batch(1.0);
+  host.add_micro_batch(1.0);
+  device.add_micro_batch(1.0);
+  device.add_micro_batch(1.0);
+  const StepReport a = host.apply(p, 2);
+  float scale = 0;
+  const StepReport b = device.decide(6.0 * 6.0 + 8.0 * 8.0, 2, &scale);
+  CHECK(b.verdict == a.verdict);
+  CHECK(b.grad_norm == doctest::Approx(a.grad_norm));
+  CHECK(b.grad_norm == doctest::Approx(2.5));
+  CHECK(scale == doctest::Approx(1.0 / 4.0 / (2.5 + 1e-6)));
+  CHECK(b.lr == a.lr);
+  CHECK(device.optimizer().steps() == host.optimizer().steps());
+
+  // A non-finite norm is a non-finite gradient: refused, counted, the optimizer does not step.
+  device.add_micro_batch(1.0);
+  device.add_micro_batch(1.0);
+  const StepReport c = device.decide(std::numeric_limits<double>::infinity(), 2, &scale);
+  CHECK(c.verdict == Verdict::kNonFiniteGradient);
+  CHECK(scale == 0.0f);
+  CHECK(device.skipped() == 1);
+  CHECK(device.optimizer().steps() == 1);
+  CHECK(device.steps() == 2);
+}
