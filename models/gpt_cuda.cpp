@@ -202,21 +202,21 @@ void GptCuda::upload(const int32_t* tokens, size_t batch) {
 }
 
 void GptCuda::forward_backward(const float* d_params, const int32_t* tokens, size_t batch,
-                               float* d_grad) {
+                               float* d_grad, const Model::TensorReady& on_ready) {
   GT_REQUIRE(d_grad != nullptr, "gpt (cuda): forward_backward without a gradient buffer");
   upload(tokens, batch);
   if (precision_ == Precision::kBf16)
-    run<bf16>(d_params, batch, d_grad);
+    run<bf16>(d_params, batch, d_grad, on_ready);
   else
-    run<float>(d_params, batch, d_grad);
+    run<float>(d_params, batch, d_grad, on_ready);
 }
 
 void GptCuda::forward(const float* d_params, const int32_t* tokens, size_t batch) {
   upload(tokens, batch);
   if (precision_ == Precision::kBf16)
-    run<bf16>(d_params, batch, nullptr);
+    run<bf16>(d_params, batch, nullptr, {});
   else
-    run<float>(d_params, batch, nullptr);
+    run<float>(d_params, batch, nullptr, {});
 }
 
 BatchResult GptCuda::take_result() {
@@ -233,7 +233,8 @@ BatchResult GptCuda::take_result() {
 }
 
 template <typename X>
-void GptCuda::run(const float* d_params, size_t batch, float* d_grad) {
+void GptCuda::run(const float* d_params, size_t batch, float* d_grad,
+                  const Model::TensorReady& on_ready) {
   const size_t B = batch, T = config_.seq_len, C = config_.d_model, BT = B * T;
   const size_t NH = config_.heads, hs = C / NH, V = config_.vocab, Vp = vocab_padded_;
   const size_t H = config_.mlp_ratio * C, L = config_.layers, att_n = B * NH * T * T;
@@ -306,6 +307,9 @@ void GptCuda::run(const float* d_params, size_t batch, float* d_grad) {
     weights = weights_.get();
   const auto W = [&](size_t tensor) { return weights + offsets_[tensor]; };
   const auto G = [&](size_t tensor) { return d_grad + offsets_[tensor]; };
+  const auto ready = [&](size_t tensor) {
+    if (on_ready) on_ready(tensor);
+  };
   const auto x_ = [](void* p) { return static_cast<X*>(p); };
   const int iBT = static_cast<int>(BT);
 
@@ -375,17 +379,27 @@ void GptCuda::run(const float* d_params, size_t batch, float* d_grad) {
   linear_backward(a.dln, G(kWte), nullptr, a.logits, a.lnf, W(kWte), C, V, Vp);
   kg::layernorm_backward(x_(a.dres), G(lnf_w), G(lnf_b), x_(a.dln), static_cast<const X*>(x),
                          W(lnf_w), a.lnf_mean, a.lnf_rstd, BT, C, s);
+  ready(lnf_w);
+  ready(lnf_b);
   for (size_t l = L; l-- > 0;) {
     Acts::Layer& y = a.layers[l];
     const X* x_in = x_(l == 0 ? a.encoded : a.layers[l - 1].res3);
     const auto P = [&](BlockTensor k) { return W(block_tensor(l, k)); };
     const auto D = [&](BlockTensor k) { return G(block_tensor(l, k)); };
+    const auto done = [&](BlockTensor w) {  // a weight and the bias (or LayerNorm pair) after it
+      ready(block_tensor(l, w));
+      ready(block_tensor(l, w) + 1);
+    };
     linear_backward(a.dfch, D(kMlpProjW), D(kMlpProjB), a.dres, y.fch_gelu, P(kMlpProjW), H, C, C);
+    done(kMlpProjW);
     kg::gelu_backward(x_(a.dfch), x_(y.fch), x_(a.dfch), BT * H, s);
     linear_backward(a.dln, D(kFcW), D(kFcB), a.dfch, y.ln2, P(kFcW), C, H, H);
+    done(kFcW);
     kg::layernorm_backward(x_(a.dres), D(kLn2W), D(kLn2B), x_(a.dln), x_(y.res2), P(kLn2W),
                            y.ln2_mean, y.ln2_rstd, BT, C, s);
+    done(kLn2W);
     linear_backward(a.datty, D(kAttnProjW), D(kAttnProjB), a.dres, y.atty, P(kAttnProjW), C, C, C);
+    done(kAttnProjW);
     // Attention backward: dP = dY V^T, dV = P^T dY, dS = softmax'(dP), dQ = dS K, dK = dS^T Q.
     kg::attention_permute(x_(a.q), x_(a.k), x_(a.v), x_(y.qkv), B, T, NH, hs, s);
     kg::attention_unpermute_backward(x_(a.dy), x_(a.datty), B, T, NH, hs, s);
@@ -400,10 +414,14 @@ void GptCuda::run(const float* d_params, size_t batch, float* d_grad) {
                  ihs, sT, batches);
     kg::attention_permute_backward(x_(a.dqkv), x_(a.dq), x_(a.dk), x_(a.dv), B, T, NH, hs, s);
     linear_backward(a.dln, D(kQkvW), D(kQkvB), a.dqkv, y.ln1, P(kQkvW), C, 3 * C, 3 * C);
+    done(kQkvW);
     kg::layernorm_backward(x_(a.dres), D(kLn1W), D(kLn1B), x_(a.dln), x_in, P(kLn1W), y.ln1_mean,
                            y.ln1_rstd, BT, C, s);
+    done(kLn1W);
   }
   kg::embedding_backward(G(kWte), G(kWpe), x_(a.dres), inputs_.get(), B, T, C, s);
+  ready(kWpe);
+  ready(kWte);
 }
 
 }  // namespace geotrain::models

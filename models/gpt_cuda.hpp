@@ -59,7 +59,11 @@ class GptCuda {
   // tokens: host (B, T + 1), every token in [0, vocab) (checked: InputError naming the row and
   // position). d_grad (parameter_count) += d(mean loss over the B T predictions)/d(params).
   // The loss and argmax counts are added to the result accumulator (take_result).
-  void forward_backward(const float* d_params, const int32_t* tokens, size_t batch, float* d_grad);
+  // on_ready(tensor), when given, is called during backward as soon as the kernels that finish
+  // that tensor's gradient are queued on stream() (not run: record an event to wait for them),
+  // in the order Gpt::forward_backward reports them, so that a bucket's AllReduce can start.
+  void forward_backward(const float* d_params, const int32_t* tokens, size_t batch, float* d_grad,
+                        const Model::TensorReady& on_ready = {});
   // Forward only, adding to the same accumulator.
   void forward(const float* d_params, const int32_t* tokens, size_t batch);
   // Synchronises the stream, returns the accumulated loss sum, correct and predictions, and
@@ -69,7 +73,7 @@ class GptCuda {
  private:
   struct Acts;  // pointers into arena_ for one batch size (gpt_cuda.cpp)
   template <typename X>
-  void run(const float* d_params, size_t batch, float* d_grad);
+  void run(const float* d_params, size_t batch, float* d_grad, const Model::TensorReady& on_ready);
   void upload(const int32_t* tokens, size_t batch);
 
   Gpt layout_;  // names, shapes, offsets and the CPU checks; its CPU scratch is never used

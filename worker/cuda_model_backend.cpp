@@ -11,6 +11,7 @@
 #include "models/device_buffer.hpp"
 #include "models/gpt_cuda.hpp"
 #include "models/mlp_cuda.hpp"
+#include "worker/bucketed_allreduce.hpp"
 #include "worker/nccl_communicator.hpp"
 
 namespace geotrain::worker {
@@ -58,6 +59,26 @@ class HostStagedCommunicator final : public Communicator {
   DeviceBuffer<float> staging_;  // (largest span seen)
 };
 
+// The region's gradient AllReduce in buckets (worker.bucket_cap_mb), each queued on the NCCL
+// stream behind the backward kernels that finish it (NcclCommunicator::allreduce_sum_after), so
+// communication overlaps the rest of backward. BucketedAllReduce (run in the calling thread)
+// plans the buckets and decides when one is complete; this Communicator only queues.
+class QueuedNcclReduce final : public Communicator {
+ public:
+  QueuedNcclReduce(NcclCommunicator& nccl, cudaStream_t producer)
+      : nccl_(nccl), producer_(producer) {}
+  int rank() const override { return nccl_.rank(); }
+  int size() const override { return nccl_.size(); }
+  void allreduce_sum(FloatSpan data) override { nccl_.allreduce_sum_after(data, producer_); }
+  void broadcast(FloatSpan, int) override {
+    GT_ASSERT(false, "QueuedNcclReduce only reduces gradient buckets");
+  }
+
+ private:
+  NcclCommunicator& nccl_;
+  cudaStream_t producer_;
+};
+
 class CudaModelBackend final : public ModelBackend, public ResidentTraining {
  public:
   CudaModelBackend(const models::ModelSpec& spec, int device, models::Precision precision)
@@ -84,17 +105,24 @@ class CudaModelBackend final : public ModelBackend, public ResidentTraining {
     nccl_ = std::make_unique<NcclCommunicator>(store, rank, size, options.timeout);
     GT_ASSERT(nccl_->device() == device_, "NCCL chose device {}, the model lives on device {}",
               nccl_->device(), device_);
+    // Bucketed overlap for the GPT, whose backward reports finished tensors (the MLP's does
+    // not: one AllReduce after backward).
+    if (gpt_ && options.bucket_cap_mb > 0) {
+      queued_ = std::make_unique<QueuedNcclReduce>(*nccl_, stream_);
+      buckets_ = std::make_unique<BucketedAllReduce>(
+          *queued_, gpt_->layout().make_table().tensors(), options.bucket_cap_mb);
+    }
     return std::make_unique<HostStagedCommunicator>(*nccl_);
   }
 
   // ---- host-driven ----
 
   models::BatchResult forward_backward(ConstFloatSpan params, const Batch& batch, FloatSpan grad,
-                                       bool /*last*/ = true) override {
+                                       bool last = true) override {
     GT_REQUIRE(grad.size() == parameters_, "gradient span has {} elements, the model has {}",
                grad.size(), parameters_);
     upload_parameters(params);
-    return accumulate(batch);
+    return accumulate(batch, last);
   }
 
   void reduce_gradient(FloatSpan grad) override {
@@ -188,10 +216,17 @@ class CudaModelBackend final : public ModelBackend, public ResidentTraining {
     GT_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
 
-  models::BatchResult accumulate(const Batch& batch) override {
+  models::BatchResult accumulate(const Batch& batch, bool last) override {
     GT_CUDA_CHECK(cudaSetDevice(device_));
     if (gpt_) {
-      gpt_->forward_backward(d_params_.get(), batch.tokens.data(), batch.size, d_grad_.get());
+      // The step's last micro-batch finishes each tensor's gradient: its buckets may start.
+      models::Model::TensorReady ready;
+      if (buckets_ && last)
+        ready = [this](size_t tensor) {
+          buckets_->tensor_ready(tensor, {d_grad_.get(), parameters_});
+        };
+      gpt_->forward_backward(d_params_.get(), batch.tokens.data(), batch.size, d_grad_.get(),
+                             ready);
       return gpt_->take_result();
     }
     load_mlp_batch(batch.x.data(), batch.y.data(), batch.size);
@@ -253,6 +288,13 @@ class CudaModelBackend final : public ModelBackend, public ResidentTraining {
   // The region's sum of d_grad_, in place (nothing to do for a region of one worker).
   void reduce_in_place() {
     GT_CUDA_CHECK(cudaSetDevice(device_));
+    if (buckets_) {
+      // Queues the buckets backward did not complete (all of them when no micro-batch was
+      // marked last), then waits for every bucket's AllReduce.
+      buckets_->finish({d_grad_.get(), parameters_});
+      nccl_->synchronize();
+      return;
+    }
     GT_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the accumulation is complete
     if (nccl_)
       nccl_->allreduce_sum({d_grad_.get(), parameters_});  // blocks until its stream is done
@@ -289,7 +331,9 @@ class CudaModelBackend final : public ModelBackend, public ResidentTraining {
   std::vector<float> grad_staging_;  // (parameter_count), host
   OptimizerConfig optimizer_;
   bool prepared_ = false;
-  std::unique_ptr<NcclCommunicator> nccl_;  // after connect_region; the region has > 1 worker
+  std::unique_ptr<NcclCommunicator> nccl_;      // after connect_region; the region has > 1 worker
+  std::unique_ptr<QueuedNcclReduce> queued_;    // GPT with bucket_cap_mb > 0: over nccl_
+  std::unique_ptr<BucketedAllReduce> buckets_;  // over queued_
 };
 
 }  // namespace

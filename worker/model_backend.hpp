@@ -68,8 +68,9 @@ class ResidentTraining {
   virtual void upload_optimizer_state(ConstFloatSpan m, ConstFloatSpan v) = 0;
   virtual void download_optimizer_state(FloatSpan m, FloatSpan v) = 0;
   // Forward and backward of one micro-batch at the device parameters, accumulating the gradient
-  // of its mean loss on the device; returns the loss sum and counts.
-  virtual models::BatchResult accumulate(const Batch& batch) = 0;
+  // of its mean loss on the device; returns the loss sum and counts. `last`: the step's last
+  // micro-batch (its gradients are final, so their AllReduce may start during backward).
+  virtual models::BatchResult accumulate(const Batch& batch, bool last = true) = 0;
   // The region's sum of the accumulated gradients (in place, NCCL when connected) and its
   // squared L2 norm (non-finite when any element is).
   virtual double reduce_gradient_norm_sq() = 0;

@@ -78,7 +78,9 @@ NcclCommunicator::NcclCommunicator(gloo::rendezvous::Store& store, int rank, int
   comm_.reset(comm);
 }
 
-NcclCommunicator::~NcclCommunicator() = default;
+NcclCommunicator::~NcclCommunicator() {
+  if (ready_ != nullptr) cudaEventDestroy(ready_);
+}
 
 void NcclCommunicator::check_device_pointer(const float* data, const char* what) const {
   cudaPointerAttributes attr{};
@@ -98,6 +100,32 @@ void NcclCommunicator::allreduce_sum(FloatSpan data) {
     GT_CUDA_CHECK(cudaSetDevice(device_));
     GT_NCCL_CHECK(ncclAllReduce(data.data(), data.data(), data.size(), ncclFloat, ncclSum,
                                 comm_.get(), stream_.get()));
+    GT_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
+  } catch (...) {
+    failed_ = true;
+    throw;
+  }
+}
+
+void NcclCommunicator::allreduce_sum_after(FloatSpan data, CUstream_st* producer) {
+  if (data.empty()) return;
+  check_device_pointer(data.data(), "allreduce_sum_after");
+  try {
+    GT_CUDA_CHECK(cudaSetDevice(device_));
+    if (ready_ == nullptr) GT_CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
+    GT_CUDA_CHECK(cudaEventRecord(ready_, producer));
+    GT_CUDA_CHECK(cudaStreamWaitEvent(stream_.get(), ready_, 0));
+    GT_NCCL_CHECK(ncclAllReduce(data.data(), data.data(), data.size(), ncclFloat, ncclSum,
+                                comm_.get(), stream_.get()));
+  } catch (...) {
+    failed_ = true;
+    throw;
+  }
+}
+
+void NcclCommunicator::synchronize() {
+  try {
+    GT_CUDA_CHECK(cudaSetDevice(device_));
     GT_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
   } catch (...) {
     failed_ = true;

@@ -28,6 +28,7 @@
 // Opaque handles, so that this header needs neither <nccl.h> nor <cuda_runtime.h>.
 struct ncclComm;
 struct CUstream_st;
+struct CUevent_st;
 
 namespace gloo::rendezvous {
 class Store;
@@ -52,6 +53,13 @@ class NcclCommunicator final : public Communicator {
   // `data` is device memory on device(); in place, blocking (see the header comment).
   void allreduce_sum(FloatSpan data) override;
   void broadcast(FloatSpan data, int root) override;
+  // Asynchronous AllReduce for overlapping with backward: the collective is queued on this
+  // rank's NCCL stream behind an event recorded now on `producer` (the compute stream that
+  // writes `data`), and the call returns at once. `data` must stay valid and unwritten by
+  // `producer` until synchronize() returns.
+  void allreduce_sum_after(FloatSpan data, CUstream_st* producer);
+  // Waits until every collective queued on the NCCL stream has completed.
+  void synchronize();
 
  private:
   struct CommDeleter {
@@ -65,7 +73,10 @@ class NcclCommunicator final : public Communicator {
 
   int rank_, size_;
   int device_ = 0;
-  bool failed_ = false;  // a call has failed: destroy by ncclCommAbort
+  bool failed_ = false;
+  // allreduce_sum_after's event, re-recorded for each call: a stream waits on the record that
+  // is the most recent when cudaStreamWaitEvent is called, so one event serves every bucket.
+  CUevent_st* ready_ = nullptr;  // a call has failed: destroy by ncclCommAbort
   // Declared in this order so that the communicator is destroyed before its stream.
   std::unique_ptr<CUstream_st, StreamDeleter> stream_;
   std::unique_ptr<ncclComm, CommDeleter> comm_{nullptr, CommDeleter{&failed_}};

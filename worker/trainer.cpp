@@ -358,7 +358,7 @@ TrainResult Trainer::run(std::stop_token stop) {
         const Batch batch = data.next();
         const auto t0 = Clock::now();
         const bool last = m + 1 == config_.accumulation_steps;
-        auto r = resident ? resident->accumulate(batch)
+        auto r = resident ? resident->accumulate(batch, last)
                           : backend->forward_backward(params, batch, step.grad(), last);
         compute += since(t0);
         step.add_micro_batch(r.mean_loss());

@@ -326,3 +326,32 @@ TEST_CASE("worker.precision bf16 is refused for an MLP on the GPU, naming the fi
   CHECK_THROWS_WITH_AS(make_cuda_model_backend(mlp_spec(models::MlpConfig{}), 0, "bf16"),
                        doctest::Contains("worker.precision bf16"), InputError);
 }
+
+TEST_CASE("a GPT's gradient buckets queued during backward reduce to what one AllReduce gives") {
+  // One rank (NCCL needs a GPU per rank): the sum is the rank's own gradient, so the bucketed
+  // path must give the unbucketed one, here with buckets small enough to be many.
+  const auto spec = small_gpt();
+  const Batch batch = token_batch(spec.gpt, 4, 5);
+  std::vector<float> init(models::make_model(spec)->parameter_count());
+  models::make_model(spec)->init(init, 3);
+  double norms[2] = {0, 0};
+  std::vector<float> grads[2];
+  for (int bucketed = 0; bucketed < 2; ++bucketed) {
+    gloo::rendezvous::HashStore store;
+    auto gpu = make_cuda_model_backend(spec, 0);
+    RegionOptions options;
+    options.bucket_cap_mb = bucketed ? 0.05 : 0;
+    auto comm = gpu->connect_region(store, 0, 1, options);
+    std::vector<float> grad(init.size(), 0.0f);
+    gpu->forward_backward(init, batch, grad, /*last=*/true);
+    gpu->reduce_gradient(grad);
+    grads[bucketed] = grad;
+    ResidentTraining* resident = gpu->resident();
+    resident->accumulate(batch, true);
+    norms[bucketed] = resident->reduce_gradient_norm_sq();
+  }
+  // Equal up to the order in which the backward's atomics land (LayerNorm, embedding).
+  CHECK(worst_relative(grads[1], grads[0]) < 1e-5);
+  CHECK(norms[1] == doctest::Approx(norms[0]).epsilon(1e-5));
+  CHECK(norms[0] > 0);
+}
