@@ -20,25 +20,6 @@ namespace kc = geotrain::kernels::cpu;
 
 namespace {
 
-// Tensors of one block, in tensor_specs() order; block l's tensor k has index 2 + 12 l + k.
-enum BlockTensor : size_t {
-  kLn1W,
-  kLn1B,
-  kQkvW,
-  kQkvB,
-  kAttnProjW,
-  kAttnProjB,
-  kLn2W,
-  kLn2B,
-  kFcW,
-  kFcB,
-  kMlpProjW,
-  kMlpProjB,
-  kBlockTensors
-};
-constexpr size_t kWte = 0, kWpe = 1;
-size_t block_tensor(size_t layer, BlockTensor k) { return 2 + kBlockTensors * layer + k; }
-
 // One normal(0, 1) from two draws: Box-Muller's cosine branch, as documented in gpt.hpp.
 double standard_normal(std::mt19937_64& rng) {
   const double u1 = static_cast<double>((rng() >> 11) + 1) * 0x1.0p-53;  // (0, 1]
@@ -248,11 +229,11 @@ BatchResult Gpt::forward(ConstFloatSpan params, const BatchView& batch, const Sc
   }
   const auto P = [&](size_t tensor) { return params.data() + offsets_[tensor]; };
 
-  kc::embedding_forward(s.encoded, inputs_.data(), P(kWte), P(kWpe), B, T, C);
+  kc::embedding_forward(s.encoded, inputs_.data(), P(kGptWte), P(kGptWpe), B, T, C);
   const float* x = s.encoded;  // (BT, C): the residual stream entering the block
   for (size_t l = 0; l < config_.layers; ++l) {
     const Scratch::Layer& a = s.layers[l];
-    const auto W = [&](BlockTensor k) { return P(block_tensor(l, k)); };
+    const auto W = [&](GptBlockTensor k) { return P(gpt_block_tensor(l, k)); };
     kc::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, W(kLn1W), W(kLn1B), BT, C);
     kc::matmul_forward(a.qkv, a.ln1, W(kQkvW), W(kQkvB), BT, C, 3 * C);
     kc::attention_forward(a.atty, a.att, a.qkv, B, T, C, NH);
@@ -265,9 +246,9 @@ BatchResult Gpt::forward(ConstFloatSpan params, const BatchView& batch, const Sc
     kc::residual_forward(a.res3, a.res2, s.proj, BT * C);
     x = a.res3;
   }
-  const size_t lnf_w = block_tensor(config_.layers, kLn1W), lnf_b = lnf_w + 1;
+  const size_t lnf_w = gpt_block_tensor(config_.layers, kLn1W), lnf_b = lnf_w + 1;
   kc::layernorm_forward(s.lnf, s.lnf_mean, s.lnf_rstd, x, P(lnf_w), P(lnf_b), BT, C);
-  kc::matmul_forward(s.logits, s.lnf, P(kWte), nullptr, BT, C, V);  // the tied head
+  kc::matmul_forward(s.logits, s.lnf, P(kGptWte), nullptr, BT, C, V);  // the tied head
   // With backward scratch, the fused backward writes d(mean loss)/d(logits) over the logits.
   const kc::CrossEntropyResult ce =
       kc::cross_entropy(s.losses, s.dres != nullptr ? s.logits : nullptr, s.logits, targets_.data(),
@@ -301,8 +282,8 @@ BatchResult Gpt::forward_backward(ConstFloatSpan params, const BatchView& batch,
   };
 
   // Head: logits = lnf wte^T. wte's gradient gets the embedding's share at the very end.
-  kc::matmul_backward(s.dln, G(kWte), nullptr, s.logits, s.lnf, P(kWte), BT, C, V);
-  const size_t lnf_w = block_tensor(config_.layers, kLn1W), lnf_b = lnf_w + 1;
+  kc::matmul_backward(s.dln, G(kGptWte), nullptr, s.logits, s.lnf, P(kGptWte), BT, C, V);
+  const size_t lnf_w = gpt_block_tensor(config_.layers, kLn1W), lnf_b = lnf_w + 1;
   const float* x_last = config_.layers > 0 ? s.layers.back().res3 : s.encoded;
   std::fill_n(s.dres, BT * C, 0.0f);  // dres (BT, C): d(loss)/d(residual stream)
   kc::layernorm_backward(s.dres, G(lnf_w), G(lnf_b), s.dln, x_last, P(lnf_w), s.lnf_mean,
@@ -315,11 +296,11 @@ BatchResult Gpt::forward_backward(ConstFloatSpan params, const BatchView& batch,
   for (size_t l = config_.layers; l-- > 0;) {
     const Scratch::Layer& a = s.layers[l];
     const float* x_in = l == 0 ? s.encoded : s.layers[l - 1].res3;
-    const auto W = [&](BlockTensor k) { return P(block_tensor(l, k)); };
-    const auto D = [&](BlockTensor k) { return G(block_tensor(l, k)); };
-    const auto done = [&](BlockTensor w) {
-      ready(block_tensor(l, w));
-      ready(block_tensor(l, w) + 1);
+    const auto W = [&](GptBlockTensor k) { return P(gpt_block_tensor(l, k)); };
+    const auto D = [&](GptBlockTensor k) { return G(gpt_block_tensor(l, k)); };
+    const auto done = [&](GptBlockTensor w) {
+      ready(gpt_block_tensor(l, w));
+      ready(gpt_block_tensor(l, w) + 1);
     };
     kc::matmul_backward(s.dfch, D(kMlpProjW), D(kMlpProjB), s.dres, a.fch_gelu, W(kMlpProjW), BT,
                         hidden, C);
@@ -340,9 +321,9 @@ BatchResult Gpt::forward_backward(ConstFloatSpan params, const BatchView& batch,
                            a.ln1_rstd, BT, C);
     done(kLn1W);
   }
-  kc::embedding_backward(G(kWte), G(kWpe), s.dres, inputs_.data(), B, T, C);
-  ready(kWpe);
-  ready(kWte);
+  kc::embedding_backward(G(kGptWte), G(kGptWpe), s.dres, inputs_.data(), B, T, C);
+  ready(kGptWpe);
+  ready(kGptWte);
   return r;
 }
 

@@ -50,6 +50,29 @@ struct GptConfig {
   size_t mlp_ratio = 4;
 };
 
+// Indices into tensor_specs() (for the GPU twin and other code that walks the layout): wte 0,
+// wpe 1, block l's tensor k at gpt_block_tensor(l, k); ln_f.w and ln_f.b are
+// gpt_block_tensor(layers, kLn1W) and the one after it.
+enum GptBlockTensor : size_t {
+  kLn1W,
+  kLn1B,
+  kQkvW,
+  kQkvB,
+  kAttnProjW,
+  kAttnProjB,
+  kLn2W,
+  kLn2B,
+  kFcW,
+  kFcB,
+  kMlpProjW,
+  kMlpProjB,
+  kBlockTensors
+};
+inline constexpr size_t kGptWte = 0, kGptWpe = 1;
+inline constexpr size_t gpt_block_tensor(size_t layer, GptBlockTensor k) {
+  return 2 + kBlockTensors * layer + k;
+}
+
 // The named presets: "gpt-tiny" (~1.0M parameters: d 128, 5 layers, 4 heads, T 128, vocab 256),
 // "gpt-small" (~19M: d 512, 6 layers, 8 heads, T 256, vocab 256) and "gpt2-124m" (GPT-2 small:
 // d 768, 12 layers, 12 heads, T 1024, vocab 50257). InputError naming the presets otherwise.

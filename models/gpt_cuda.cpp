@@ -22,26 +22,6 @@ const char* precision_name(Precision p) { return p == Precision::kBf16 ? "bf16" 
 
 namespace {
 
-// Tensors of one block, in Gpt::tensor_specs() order (models/gpt.cpp); block l's tensor k has
-// index 2 + 12 l + k; ln_f follows the last block.
-enum BlockTensor : size_t {
-  kLn1W,
-  kLn1B,
-  kQkvW,
-  kQkvB,
-  kAttnProjW,
-  kAttnProjB,
-  kLn2W,
-  kLn2B,
-  kFcW,
-  kFcB,
-  kMlpProjW,
-  kMlpProjB,
-  kBlockTensors
-};
-constexpr size_t kWte = 0, kWpe = 1;
-size_t block_tensor(size_t layer, BlockTensor k) { return 2 + kBlockTensors * layer + k; }
-
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 
 template <typename X>
@@ -338,11 +318,11 @@ void GptCuda::run(const float* d_params, size_t batch, float* d_grad,
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
 
   // ---- forward ----
-  kg::embedding_forward(x_(a.encoded), inputs_.get(), W(kWte), W(kWpe), B, T, C, s);
+  kg::embedding_forward(x_(a.encoded), inputs_.get(), W(kGptWte), W(kGptWpe), B, T, C, s);
   const void* x = a.encoded;
   for (size_t l = 0; l < L; ++l) {
     Acts::Layer& y = a.layers[l];
-    const auto P = [&](BlockTensor k) { return W(block_tensor(l, k)); };
+    const auto P = [&](GptBlockTensor k) { return W(gpt_block_tensor(l, k)); };
     kg::layernorm_forward(x_(y.ln1), y.ln1_mean, y.ln1_rstd, static_cast<const X*>(x), P(kLn1W),
                           P(kLn1B), BT, C, s);
     linear(y.qkv, y.ln1, P(kQkvW), P(kQkvB), C, 3 * C, 3 * C);
@@ -364,10 +344,10 @@ void GptCuda::run(const float* d_params, size_t batch, float* d_grad,
     kg::residual_forward(x_(y.res3), x_(y.res2), x_(a.proj), BT * C, s);
     x = y.res3;
   }
-  const size_t lnf_w = block_tensor(L, kLn1W), lnf_b = lnf_w + 1;
+  const size_t lnf_w = gpt_block_tensor(L, kLn1W), lnf_b = lnf_w + 1;
   kg::layernorm_forward(x_(a.lnf), a.lnf_mean, a.lnf_rstd, static_cast<const X*>(x), W(lnf_w),
                         W(lnf_b), BT, C, s);
-  linear(a.logits, a.lnf, W(kWte), nullptr, C, V, Vp);  // the tied head
+  linear(a.logits, a.lnf, W(kGptWte), nullptr, C, V, Vp);  // the tied head
   kg::cross_entropy(a.losses, a.correct, grad ? x_(a.logits) : nullptr, x_(a.logits),
                     targets_.get(), BT, V, Vp, 1.0f / static_cast<float>(BT), s);
   kg::sum_loss(sums_.get(), a.losses, a.correct, BT, s);
@@ -376,7 +356,7 @@ void GptCuda::run(const float* d_params, size_t batch, float* d_grad,
 
   // ---- backward ----
   GT_CUDA_CHECK(cudaMemsetAsync(a.dres, 0, BT * C * sizeof(X), s));
-  linear_backward(a.dln, G(kWte), nullptr, a.logits, a.lnf, W(kWte), C, V, Vp);
+  linear_backward(a.dln, G(kGptWte), nullptr, a.logits, a.lnf, W(kGptWte), C, V, Vp);
   kg::layernorm_backward(x_(a.dres), G(lnf_w), G(lnf_b), x_(a.dln), static_cast<const X*>(x),
                          W(lnf_w), a.lnf_mean, a.lnf_rstd, BT, C, s);
   ready(lnf_w);
@@ -384,11 +364,11 @@ void GptCuda::run(const float* d_params, size_t batch, float* d_grad,
   for (size_t l = L; l-- > 0;) {
     Acts::Layer& y = a.layers[l];
     const X* x_in = x_(l == 0 ? a.encoded : a.layers[l - 1].res3);
-    const auto P = [&](BlockTensor k) { return W(block_tensor(l, k)); };
-    const auto D = [&](BlockTensor k) { return G(block_tensor(l, k)); };
-    const auto done = [&](BlockTensor w) {  // a weight and the bias (or LayerNorm pair) after it
-      ready(block_tensor(l, w));
-      ready(block_tensor(l, w) + 1);
+    const auto P = [&](GptBlockTensor k) { return W(gpt_block_tensor(l, k)); };
+    const auto D = [&](GptBlockTensor k) { return G(gpt_block_tensor(l, k)); };
+    const auto done = [&](GptBlockTensor w) {  // a weight and the bias (or LayerNorm pair) after it
+      ready(gpt_block_tensor(l, w));
+      ready(gpt_block_tensor(l, w) + 1);
     };
     linear_backward(a.dfch, D(kMlpProjW), D(kMlpProjB), a.dres, y.fch_gelu, P(kMlpProjW), H, C, C);
     done(kMlpProjW);
@@ -419,9 +399,9 @@ void GptCuda::run(const float* d_params, size_t batch, float* d_grad,
                            y.ln1_rstd, BT, C, s);
     done(kLn1W);
   }
-  kg::embedding_backward(G(kWte), G(kWpe), x_(a.dres), inputs_.get(), B, T, C, s);
-  ready(kWpe);
-  ready(kWte);
+  kg::embedding_backward(G(kGptWte), G(kGptWpe), x_(a.dres), inputs_.get(), B, T, C, s);
+  ready(kGptWpe);
+  ready(kGptWte);
 }
 
 }  // namespace geotrain::models

@@ -25,16 +25,21 @@ bool LocalStep::add_micro_batch(double mean_loss) {
   return ++micro_ == config_.accumulation_steps;
 }
 
-StepReport LocalStep::apply(FloatSpan params, uint32_t reduced_over) {
-  GT_ASSERT(micro_ == config_.accumulation_steps, "apply after {} of {} micro-batches", micro_,
+StepReport LocalStep::begin_report(uint32_t reduced_over) const {
+  GT_ASSERT(micro_ == config_.accumulation_steps, "a step after {} of {} micro-batches", micro_,
             config_.accumulation_steps);
-  GT_REQUIRE(params.size() == grad_.size(), "local step: {} parameters, gradient has {}",
-             params.size(), grad_.size());
   GT_REQUIRE(reduced_over >= 1, "local step: reduced over 0 workers");
   StepReport r;
   r.step = step_;
   r.loss = loss_sum_ / static_cast<double>(micro_);
   r.lr = config_.schedule.at(step_);
+  return r;
+}
+
+StepReport LocalStep::apply(FloatSpan params, uint32_t reduced_over) {
+  GT_REQUIRE(params.size() == grad_.size(), "local step: {} parameters, gradient has {}",
+             params.size(), grad_.size());
+  StepReport r = begin_report(reduced_over);
   const float scale = 1.0f / static_cast<float>(micro_ * reduced_over);
   if (scale != 1.0f)
     for (float& g : grad_) g *= scale;
@@ -53,13 +58,7 @@ StepReport LocalStep::apply(FloatSpan params, uint32_t reduced_over) {
 }
 
 StepReport LocalStep::decide(double grad_sum_norm_sq, uint32_t reduced_over, float* grad_scale) {
-  GT_ASSERT(micro_ == config_.accumulation_steps, "decide after {} of {} micro-batches", micro_,
-            config_.accumulation_steps);
-  GT_REQUIRE(reduced_over >= 1, "local step: reduced over 0 workers");
-  StepReport r;
-  r.step = step_;
-  r.loss = loss_sum_ / static_cast<double>(micro_);
-  r.lr = config_.schedule.at(step_);
+  StepReport r = begin_report(reduced_over);
   const double scale = 1.0 / static_cast<double>(micro_ * reduced_over);
   const double norm = std::sqrt(grad_sum_norm_sq) * scale;
   r.verdict = guard_.check(step_, r.loss, std::isfinite(norm));

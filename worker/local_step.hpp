@@ -70,6 +70,9 @@ class LocalStep {
   void set_steps(uint64_t steps) { step_ = steps; }
 
  private:
+  // The step's report as far as apply() and decide() agree: step, mean loss, lr.
+  StepReport begin_report(uint32_t reduced_over) const;
+
   LocalStepConfig config_;
   Optimizer optimizer_;
   AnomalyGuard guard_;
