@@ -380,10 +380,11 @@ void ParamServer::on_hello(const std::string& peer, const wire::Header& h, const
                        {},
                        1,
                        static_cast<uint32_t>(config_.heartbeat.count()),
-                       {"ef-downlink", "full-pull", "kv"}};
+                       {"ef-downlink", "full-pull", "kv", "zero-start"}};
   uint64_t next = UINT64_MAX;
-  for (const auto& s : shards_) {
-    out.shards.push_back({s.range().id, s.range().offset, s.range().count});
+  for (auto& s : shards_) {
+    out.shards.push_back(
+        {s.range().id, s.range().offset, s.range().count, s.start_downlink_from_zero(r)});
     next = std::min(next, s.released_round() + 1);
   }
   out.next_round = shards_.empty() ? 1 : next;

@@ -325,6 +325,19 @@ std::shared_ptr<const ValueBuffer> Shard::pull_values(size_t region) {
   return values_;
 }
 
+bool Shard::start_downlink_from_zero(size_t region) {
+  if (version_ != 0) return false;
+  if (!pull_sends_values(region, false)) {
+    auto& base = base_.at(region);
+    if (!base) base.emplace(values_->size());
+    std::fill(base->begin(), base->end(), 0.0f);
+  }
+  downlink_of_.at(region)->reset(region);
+  pulled_.at(region) = true;
+  sent_version_.at(region) = 0;
+  return true;
+}
+
 size_t Shard::change_bytes(size_t region) const {
   return downlink_of_.at(region)->codec().max_payload_bytes(values_->size());
 }

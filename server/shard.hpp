@@ -136,6 +136,11 @@ class Shard {
   // round, and it must pull full values before it can pull changes.
   void rejoin(size_t region);
 
+  // Called after rejoin(): while the values are still the zeros every shard starts from (version
+  // 0: no delta applied, no checkpoint restored), starts the region's downlink from them as a
+  // full pull would, so that the region need not pull zeros. Returns whether it did.
+  bool start_downlink_from_zero(size_t region);
+
   bool has_downlink(size_t region) const { return pulled_.at(region); }
   uint64_t sent_version(size_t region) const { return sent_version_.at(region); }
 

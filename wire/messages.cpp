@@ -79,6 +79,7 @@ void build(schema::Header::Builder h, const Body& body) {
               shards[static_cast<unsigned>(i)].setId(m.shards[i].id);
               shards[static_cast<unsigned>(i)].setOffset(m.shards[i].offset);
               shards[static_cast<unsigned>(i)].setCount(m.shards[i].count);
+              shards[static_cast<unsigned>(i)].setZeroValues(m.shards[i].zero_values);
             }
             b.setNextRound(m.next_round);
             b.setHeartbeatMs(m.heartbeat_ms);
@@ -156,7 +157,8 @@ Body read(schema::Header::Reader h, uint64_t request_id) {
                    r.getNextRound(),
                    r.getHeartbeatMs(),
                    get_strings(r.getCapabilities())};
-      for (auto s : r.getShards()) m.shards.push_back({s.getId(), s.getOffset(), s.getCount()});
+      for (auto s : r.getShards())
+        m.shards.push_back({s.getId(), s.getOffset(), s.getCount(), s.getZeroValues()});
       return m;
     }
     case schema::Header::HEARTBEAT:

@@ -72,6 +72,10 @@ struct ShardInfo {
   uint32_t id = 0;
   uint64_t offset = 0;
   uint64_t count = 0;
+  // The shard's values are still the zeros every server starts from (no delta applied and no
+  // checkpoint restored), and the server has started this region's downlink from them: a fresh
+  // leader sets its base to its origin instead of pulling zeros across the WAN.
+  bool zero_values = false;
 };
 struct HelloReply {
   std::string server_region;

@@ -27,6 +27,8 @@ struct ShardInfo {
   id @0 :UInt32;
   offset @1 :UInt64;     # in the flat parameter buffer
   count @2 :UInt64;
+  zeroValues @3 :Bool;   # the shard's values are still the zeros it started from, and the
+                         # region's downlink starts from them: it needs no full pull
 }
 
 struct HelloReply {

@@ -158,6 +158,7 @@ uint64_t RegionSync::connect() {
                  "server of region {}: shard {} [{}, {}) lies outside the {} parameters",
                  link.region, info.id, info.offset, info.offset + info.count, base_.size());
       ShardState shard{info.id, info.offset, info.count, s, 0, {}};
+      shard.zero_start = info.zero_values;
       build_segments(shard);
       shards_.push_back(std::move(shard));
     }
@@ -184,9 +185,29 @@ uint64_t RegionSync::connect() {
   // restarted) expects a later round: map our rounds onto each server's (round_shift).
   for (auto& sh : shards_)
     sh.round_shift = static_cast<int64_t>(first) - static_cast<int64_t>(next_of[sh.server]);
-  pull_into_base(true, nullptr);
-  spdlog::info("region {}: connected to {} servers, {} shards in {} fragment(s), next round {}",
-               config_.region, servers_.size(), shards_.size(), frags, first);
+  // A shard whose server still holds the zeros it started from needs no pull: base = origin.
+  std::vector<bool> take(shards_.size(), true);
+  size_t unpulled = 0;
+  for (size_t i = 0; i < shards_.size(); ++i) {
+    const auto& sh = shards_[i];
+    if (!sh.zero_start) continue;
+    take[i] = false;
+    ++unpulled;
+    const auto begin = static_cast<std::ptrdiff_t>(sh.offset);
+    const auto end = begin + static_cast<std::ptrdiff_t>(sh.count);
+    if (origin_.empty())
+      std::fill(base_.begin() + begin, base_.begin() + end, 0.0f);
+    else
+      std::copy(origin_.begin() + begin, origin_.begin() + end, base_.begin() + begin);
+  }
+  RoundReport startup;
+  pull_into_base(true, take, &startup);
+  startup_bytes_pulled_ = startup.bytes_pulled;
+  spdlog::info(
+      "region {}: connected to {} servers, {} shards in {} fragment(s), next round {}; pulled {} "
+      "shard(s) in full ({} bytes), {} still zero",
+      config_.region, servers_.size(), shards_.size(), frags, first, shards_.size() - unpulled,
+      startup.bytes_pulled, unpulled);
   return first;
 }
 
@@ -260,10 +281,9 @@ void RegionSync::apply_pull(size_t shard_index, const wire::Reply& reply, RoundR
       std::min(released, static_cast<uint64_t>(static_cast<int64_t>(pr.round) + sh.round_shift));
 }
 
-void RegionSync::pull_into_base(bool full, RoundReport* report) {
+void RegionSync::pull_into_base(bool full, const std::vector<bool>& take, RoundReport* report) {
   const auto t0 = Clock::now();
-  Pulls pulls = send_pulls(full, std::vector<bool>(shards_.size(), true),
-                           std::vector<bool>(servers_.size(), true));
+  Pulls pulls = send_pulls(full, take, std::vector<bool>(servers_.size(), true));
   uint64_t released = UINT64_MAX;
   for (size_t s = 0; s < servers_.size(); ++s) {
     if (pulls.ids[s].empty()) continue;

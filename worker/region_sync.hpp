@@ -100,8 +100,9 @@ class RegionSync {
   // connect(); without it the origin is zero. InputError on a size mismatch.
   void set_origin(ConstFloatSpan origin);
 
-  // Registers with every server and pulls full values into base(). Returns the round the
-  // region pushes next (1 for a fresh start, later after a rejoin).
+  // Registers with every server and pulls full values into base(), except for shards whose
+  // server says they are still zero (a fresh start): those take base = origin and cross no WAN.
+  // Returns the round the region pushes next (1 for a fresh start, later after a rejoin).
   uint64_t connect();
 
   // One round: pushes local - base, pulls the new values into base. Returns what it measured.
@@ -119,6 +120,9 @@ class RegionSync {
   const SyncConfig& config() const { return config_; }
   // How often a server was rejoined after it lost this region.
   uint64_t rejoins() const { return rejoins_; }
+  // Payload bytes connect() pulled: none on a fresh start, whose servers hold zeros (the hello
+  // says so per shard), and the full values of every shard that has changed otherwise.
+  uint64_t startup_bytes_pulled() const { return startup_bytes_pulled_; }
 
   // The uplink error-feedback residuals, "critical.<stream>" / "noncritical.<stream>", for a
   // worker checkpoint (worker/worker_checkpoint.hpp).
@@ -145,7 +149,8 @@ class RegionSync {
     // This region's round minus the round its server counts for it (non-zero after the server
     // restarted from an older checkpoint).
     int64_t round_shift = 0;
-    bool resync = false;  // its server was rejoined: pull it in full before the next push
+    bool resync = false;      // its server was rejoined: pull it in full before the next push
+    bool zero_start = false;  // hello: its values are still zero, so connect() pulls nothing
   };
   struct ServerLink {
     std::string region;
@@ -195,7 +200,7 @@ class RegionSync {
   // Decodes a pull reply (all of it, before base changes) into base; `released` takes the min.
   void apply_pull(size_t shard_index, const wire::Reply& reply, RoundReport* report,
                   uint64_t& released);
-  void pull_into_base(bool full, RoundReport* report);
+  void pull_into_base(bool full, const std::vector<bool>& take, RoundReport* report);
 
   const ParamTable& layout_;
   SyncConfig config_;
@@ -208,6 +213,7 @@ class RegionSync {
   compression::ErrorFeedback noncritical_ef_;
   std::vector<uint64_t> rounds_;  // per fragment: the round it pushes next
   uint64_t rejoins_ = 0;
+  uint64_t startup_bytes_pulled_ = 0;
 };
 
 }  // namespace geotrain::worker

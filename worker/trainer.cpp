@@ -293,6 +293,9 @@ TrainResult Trainer::run(std::stop_token stop) {
       sync->set_origin(origin);
     }
     const uint64_t next = sync->connect();
+    log.write("connect", {{"region", region_},
+                          {"next_round", next},
+                          {"startup_bytes_pulled", sync->startup_bytes_pulled()}});
     first_round[0] = static_cast<float>(next);
     if (options_.resume) log.write("resume", resume_leader(resumed, next, *sync, params, region_));
     std::copy(sync->base().begin(), sync->base().end(), params.begin());
@@ -415,7 +418,6 @@ TrainResult Trainer::run(std::stop_token stop) {
         const auto t0 = Clock::now();
         for (auto& rep : streaming->after_step(global_step, params)) merged.push_back(rep);
         round_wait += since(t0);
-        if (!streaming->background()) sync->keep_alive();
       }
       if (comm && exchanged) comm->broadcast(params, 0);
       if (resident && exchanged) resident->upload_parameters(params);
@@ -467,7 +469,7 @@ TrainResult Trainer::run(std::stop_token stop) {
       s.guard_skipped = step.guard().skipped();
       // A background exchange owns the RegionSync now: its residuals are not read (with
       // overlap, a snapshot holds none, docs/run.md).
-      if (leader && !streaming->background()) s.residuals = sync->residuals();
+      if (leader && !streaming->background()) s.residuals = streaming->residuals();
       const auto folder = snapshots.write(s);
       log.write(
           "checkpoint",
