@@ -31,11 +31,10 @@ StreamingSync::StreamingSync(RegionSync& sync, StreamingConfig config)
              "streaming: a delay of {} steps needs an overlap mode", config_.delay);
   for (uint32_t p = 0; p < config_.fragments; ++p) ranges_.push_back(sync_.fragment_ranges(p));
   last_start_.assign(config_.fragments, 0);
-  if (background()) {
+  if (background())
     merge_ =
         std::make_unique<OverlapMerge>(config_.mode, config_.outer, config_.regions, sync_.base());
-    thread_ = std::jthread([this](std::stop_token stop) { loop(stop); });
-  }
+  thread_ = std::jthread([this](std::stop_token stop) { loop(stop); });
 }
 
 StreamingSync::~StreamingSync() {
@@ -59,6 +58,7 @@ void StreamingSync::loop(std::stop_token stop) {
     if (queue_.empty()) {
       lock.unlock();
       try {
+        std::lock_guard in_use(sync_mutex_);
         sync_.keep_alive();
       } catch (...) {
         // A failed heartbeat is reported by the next exchange, which talks to the same servers.
@@ -72,6 +72,7 @@ void StreamingSync::loop(std::stop_token stop) {
     std::optional<RoundReport> report;
     std::exception_ptr error;
     try {
+      std::lock_guard in_use(sync_mutex_);
       report = sync_.exchange(job->push, job->fragment);
       // Copied here, on the only thread that writes base: the merge reads the copy.
       copy_ranges(job->fragment, sync_.base(), job->base);
@@ -98,6 +99,7 @@ RoundReport StreamingSync::wait_and_merge(Job& job, FloatSpan params) {
 }
 
 RoundReport StreamingSync::run_blocking(uint32_t fragment, FloatSpan params) {
+  std::lock_guard in_use(sync_mutex_);
   RoundReport report = sync_.exchange(params, fragment);
   copy_ranges(fragment, sync_.base(), params);
   if (merge_)  // (the final exchanges of an overlapped run)
@@ -137,6 +139,12 @@ std::vector<RoundReport> StreamingSync::after_step(uint64_t step, FloatSpan para
     wake_.notify_all();
   }
   return merged;
+}
+
+std::map<std::string, std::vector<float>> StreamingSync::residuals() {
+  GT_ASSERT(!background(), "residuals() with a background exchange");
+  std::lock_guard in_use(sync_mutex_);
+  return sync_.residuals();
 }
 
 std::vector<RoundReport> StreamingSync::finish(uint64_t last_step, FloatSpan params) {

@@ -14,18 +14,23 @@
 // last push is older than the last step, so that every region ends on the global values.
 //
 // Owns its thread (joined on destruction) and per-exchange buffers; borrows the RegionSync,
-// which nobody else may use while this object lives (the thread keeps the servers' heartbeats
-// going while idle). after_step() and finish() are for one caller thread. An exception in a
-// background exchange is rethrown by the next after_step() or finish().
+// which nobody else may use while this object lives. The thread keeps the servers' heartbeats
+// going whenever no exchange is under way, in every mode: a synchronous region whose steps,
+// evaluations or checkpoints take longer than the servers' dead_after must not be declared dead
+// for it. The RegionSync is used under sync_mutex_ (an exchange on either thread, or the
+// heartbeat). after_step() and finish() are for one caller thread. An exception in a background
+// exchange is rethrown by the next after_step() or finish().
 #pragma once
 
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <exception>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -65,6 +70,10 @@ class StreamingSync {
 
   bool background() const { return config_.delay > 0; }
 
+  // The RegionSync's uplink residuals, read between exchanges (not while a heartbeat is out).
+  // Without overlap only: a background exchange may be changing them (GT_ASSERT).
+  std::map<std::string, std::vector<float>> residuals();
+
  private:
   struct Job {
     uint32_t fragment = 0;
@@ -87,7 +96,8 @@ class StreamingSync {
   std::vector<uint64_t> last_start_;               // per fragment: the step of its last push
   std::unique_ptr<OverlapMerge> merge_;            // delay > 0
   std::deque<std::shared_ptr<Job>> in_flight_;     // started, not merged; oldest first
-  std::mutex mutex_;
+  std::mutex sync_mutex_;  // held while sync_ is used: an exchange, or the idle heartbeat
+  std::mutex mutex_;       // the queue and the jobs' results
   std::condition_variable_any wake_;
   std::deque<std::shared_ptr<Job>> queue_;  // for the thread, oldest first
   std::jthread thread_;

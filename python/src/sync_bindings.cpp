@@ -145,7 +145,6 @@ class RegionLeader {
     {
       py::gil_scoped_release nogil;
       reports = streaming_->after_step(step, v.span);
-      if (!streaming_->background()) sync_->keep_alive();  // else its thread heartbeats
     }
     return report_list(reports);
   }

@@ -2,6 +2,7 @@
 // side of the protocol, from hello to compressed rounds.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstring>
 #include <future>
 #include <thread>
@@ -25,8 +26,8 @@ std::filesystem::path temp_dir(const std::string& name) {
 // Two regions, a and b; each runs a server owning half of the 3072 parameters.
 // crit.w (critical) is 1024 elements, free.w 2048.
 server::ServerConfig two_region_config(const std::filesystem::path& dir, uint32_t bound,
-                                       const std::string& downlink,
-                                       uint32_t shards_per_region = 1) {
+                                       const std::string& downlink, uint32_t shards_per_region = 1,
+                                       uint32_t dead_after_ms = 60000) {
   return server::parse_server_config(fmt::format(R"(
 regions: [a, b]
 model:
@@ -35,11 +36,14 @@ model:
 server:
   staleness_bound: {}
   downlink_codec: "{}"
-  dead_after_ms: 60000
+  dead_after_ms: {}
+  heartbeat_ms: {}
   shards_per_region: {}
   run_dir: "{}"
 )",
-                                                 bound, downlink, shards_per_region, dir.string()));
+                                                 bound, downlink, dead_after_ms,
+                                                 std::min(1000u, dead_after_ms / 4),
+                                                 shards_per_region, dir.string()));
 }
 
 class Deployment {
@@ -145,6 +149,57 @@ TEST_CASE("a synchronous round gives both regions the average of their deltas") 
     REQUIRE(b.base()[i] == a.base()[i]);
   }
   CHECK(a.next_round() == 2);
+}
+
+TEST_CASE("a fresh start pulls no zeros; a leader restarted after a round pulls values in full") {
+  // int8: a lossy downlink, whose change pulls need the server's copy of what the region holds.
+  for (const std::string downlink : {"fp32", "int8"}) {
+    CAPTURE(downlink);
+    const auto dir = temp_dir("zero-start-" + downlink);
+    Deployment d(two_region_config(dir, 0, downlink), "zero-start-" + downlink);
+    const ParamTable table = d.table();
+    const size_t n = table.total_elements();
+    const auto origin = ramp(n, 0.1f);
+    worker::RegionSync a(table, d.sync("a", "fp32", "fp32", 0), d.context());
+    worker::RegionSync b(table, d.sync("b", "fp32", "fp32", 0), d.context());
+    a.set_origin(origin);
+    b.set_origin(origin);
+    CHECK(a.connect() == 1);
+    CHECK(b.connect() == 1);
+    CHECK(a.startup_bytes_pulled() == 0);
+    CHECK(b.startup_bytes_pulled() == 0);
+    for (size_t i = 0; i < n; ++i) REQUIRE(a.base()[i] == origin[i]);
+
+    auto da = ramp(n, 0.5f), db = ramp(n, -0.25f);
+    std::vector<float> la(n), lb(n);
+    for (size_t i = 0; i < n; ++i) {
+      la[i] = origin[i] + da[i];
+      lb[i] = origin[i] + db[i];
+    }
+    auto fa = std::async(std::launch::async, [&] { return a.exchange(la); });
+    const auto rb = b.exchange(lb);
+    fa.get();
+    CHECK(rb.bytes_pulled > 0);  // the round's pull carries the change from zero
+    // int8 with a per-chunk scale: within one step, largest change (0.75) / 127.
+    const float tolerance = downlink == "fp32" ? 1e-6f : 0.75f / 127.0f;
+    for (size_t i = 0; i < n; ++i) {
+      REQUIRE(std::abs(a.base()[i] - (origin[i] + (da[i] + db[i]) / 2)) <= tolerance);
+      REQUIRE(b.base()[i] == a.base()[i]);
+    }
+
+    // a's leader restarts: the values have changed, so it pulls them all in full and lands on
+    // origin + values (what b holds, exactly, when the downlink is lossless).
+    worker::RegionSync a2(table, d.sync("a", "fp32", "fp32", 0), d.context());
+    a2.set_origin(origin);
+    a2.connect();
+    CHECK(a2.startup_bytes_pulled() >= n * 4);
+    for (size_t i = 0; i < n; ++i) {
+      if (downlink == "fp32")
+        REQUIRE(a2.base()[i] == b.base()[i]);
+      else
+        REQUIRE(a2.base()[i] == doctest::Approx(origin[i] + (da[i] + db[i]) / 2).epsilon(1e-6));
+    }
+  }
 }
 
 TEST_CASE("compressed rounds with error feedback keep both regions on the same values") {
@@ -277,6 +332,38 @@ TEST_CASE("with one fragment and no overlap, streaming is the synchronous exchan
     REQUIRE(std::memcmp(la.data(), lb.data(), n * sizeof(float)) == 0);
   }
   CHECK(streaming.finish(3, la).empty());  // nothing in flight, nothing left to push
+}
+
+TEST_CASE("a synchronous region idle for longer than dead_after is kept alive by heartbeats") {
+  // A step, an evaluation or a checkpoint may take longer than the servers' dead_after: the
+  // StreamingSync's thread heartbeats meanwhile, so the next round finds both regions live.
+  const auto dir = temp_dir("idle-sync");
+  Deployment d(two_region_config(dir, 0, "fp32", 1, 400), "idle-sync");
+  const ParamTable table = d.table();
+  auto config = [&](const std::string& region) {
+    auto c = d.sync(region, "fp32", "fp32", 0);
+    c.heartbeat = 50ms;
+    return c;
+  };
+  worker::RegionSync a(table, config("a"), d.context());
+  worker::RegionSync b(table, config("b"), d.context());
+  a.connect();
+  b.connect();
+  const size_t n = table.total_elements();
+  worker::StreamingSync sa(a, streaming_config(1, 0, worker::OverlapMode::off));
+  worker::StreamingSync sb(b, streaming_config(1, 0, worker::OverlapMode::off));
+  REQUIRE(!sa.background());
+  std::this_thread::sleep_for(1500ms);  // "computing": almost 4x dead_after
+  std::vector<float> la = ramp(n, 0.5f), lb = ramp(n, -0.25f);
+  auto fa = std::async(std::launch::async, [&] { return sa.after_step(1, la); });
+  const auto rb = sb.after_step(1, lb);
+  const auto ra = fa.get();
+  REQUIRE(ra.size() == 1);
+  REQUIRE(rb.size() == 1);
+  CHECK(ra[0].round == 1);
+  CHECK(a.rejoins() == 0);  // declared dead, it would have had to rejoin its servers
+  CHECK(b.rejoins() == 0);
+  for (size_t i = 0; i < n; ++i) REQUIRE(la[i] == lb[i]);
 }
 
 TEST_CASE("each streaming fragment exchanges only its own shards, on its own step and round") {
