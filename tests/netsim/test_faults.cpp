@@ -186,8 +186,12 @@ TEST_CASE("a set fault changes the delay from its time on") {
   const double before = median(measure_rtts_ms(link.via(), 5));
   std::this_thread::sleep_for(std::chrono::milliseconds(450));
   const double after = median(measure_rtts_ms(link.via(), 5));
-  CHECK(std::abs(before - 10) <= 1.0);
-  CHECK(std::abs(after - 40) <= 2.0);
+  // Emulated delays are floors; a loaded machine (ctest -j2 on 2 cores) adds a few ms on top, so
+  // the bounds are tight below and loose above, still far apart for 10 and 40 ms.
+  CHECK(before >= 9.5);
+  CHECK(before <= 16.0);
+  CHECK(after >= 39.5);
+  CHECK(after <= 48.0);
 }
 
 TEST_CASE("statistics count delivered bytes and are written as JSONL") {
