@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "core/error.hpp"
 
 namespace geotrain::launcher {
@@ -100,14 +102,11 @@ void FaultLog::recovered(size_t i, double t, std::optional<uint64_t> rounds_lost
   write(std::move(e));
 }
 
-std::vector<std::string> FaultLog::lines() const {
-  std::vector<std::string> out;
-  for (const auto& f : faults_) out.push_back(describe_fault(f));
-  return out;
-}
-
 std::string describe_fault(const Fault& f) {
   std::string s = fmt::format("{} {} at {:.1f} s", f.process, f.status, f.at_s);
+  if (f.waits)
+    return s + (f.recovery_s ? fmt::format(": training resumed after {:.1f} s", *f.recovery_s)
+                             : ": waiting for training to resume");
   if (!f.restarted && !f.restart_s) return s + (f.restart > 0 ? ": restarting" : "");
   if (f.restart_s) {
     s += fmt::format(": restarted in {:.1f} s", *f.restart_s);
@@ -121,9 +120,8 @@ std::string describe_fault(const Fault& f) {
   return s;
 }
 
-json fold_faults(const std::vector<json>& events) {
+std::vector<Fault> fold_fault_list(const std::vector<json>& events) {
   std::vector<Fault> faults;
-  uint64_t restarts = 0;
   // The newest fault of a process: restarted / recovered events belong to it.
   const auto newest = [&](const std::string& process) -> Fault* {
     for (auto it = faults.rbegin(); it != faults.rend(); ++it)
@@ -143,9 +141,9 @@ json fold_faults(const std::vector<json>& events) {
       f.status = e.value("status", std::string());
       f.at_s = t;
       f.restart = field<uint32_t>(e, "restart").value_or(0);
+      f.waits = e.value("action", std::string()) == "wait";
       faults.push_back(f);
     } else if (kind == "restarted") {
-      ++restarts;
       if (auto* f = newest(process)) {
         f->restarted = true;
         f->restart_s = field<double>(e, "restart_s");
@@ -158,9 +156,26 @@ json fold_faults(const std::vector<json>& events) {
       }
     }
   }
+  return faults;
+}
+
+json fold_faults(const std::vector<json>& events) {
+  uint64_t restarts = 0;
+  for (const auto& e : events)
+    if (e.is_object() && e.value("event", std::string()) == "restarted") ++restarts;
   json list = json::array();
-  for (const auto& f : faults) list.push_back(f.to_json());
+  for (const auto& f : fold_fault_list(events)) list.push_back(f.to_json());
   return {{"restarts", restarts}, {"faults", list}};
+}
+
+std::vector<std::string> fault_lines(std::vector<Fault> faults, size_t most) {
+  std::stable_sort(faults.begin(), faults.end(),
+                   [](const Fault& a, const Fault& b) { return a.at_s < b.at_s; });
+  std::vector<std::string> out;
+  const size_t skip = faults.size() > most ? faults.size() - most : 0;
+  if (skip > 0) out.push_back(fmt::format("{} earlier fault(s), in events.jsonl", skip));
+  for (size_t i = skip; i < faults.size(); ++i) out.push_back(describe_fault(faults[i]));
+  return out;
 }
 
 }  // namespace geotrain::launcher

@@ -1,5 +1,5 @@
 // FaultLog: what died during a run and how the launcher recovered (run.restart), as the run
-// folder's `events.jsonl` and as lines for the progress display.
+// folder's `events.jsonl`; fault_lines() makes the progress display's lines.
 //
 // events.jsonl holds one JSON object per line, `time` in seconds since the launcher started the
 // first process, `event` one of:
@@ -36,6 +36,7 @@ struct Fault {
   std::optional<double> recovery_s;        // death -> every region finished a round again
   std::optional<uint64_t> restored_round;  // servers: the checkpoint round it restored
   std::optional<uint64_t> rounds_lost;     // servers: released rounds since that checkpoint
+  bool waits = false;  // action "wait": a stop or a partition (geotrain chaos), nothing restarted
 
   nlohmann::json to_json() const;
 };
@@ -54,8 +55,6 @@ class FaultLog {
   void recovered(size_t fault, double t, std::optional<uint64_t> rounds_lost);
 
   const std::vector<Fault>& faults() const { return faults_; }
-  // One line per fault for the progress display (empty without faults).
-  std::vector<std::string> lines() const;
 
  private:
   void write(nlohmann::json event);
@@ -67,7 +66,13 @@ class FaultLog {
 // (checkpoint of round 5), training resumed after 3.0 s".
 std::string describe_fault(const Fault& f);
 
+// The faults that events.jsonl lines describe, in the order of their `fault` lines.
+std::vector<Fault> fold_fault_list(const std::vector<nlohmann::json>& events);
 // The summary's fault fields from events.jsonl lines: {"restarts": N, "faults": [...]}.
 nlohmann::json fold_faults(const std::vector<nlohmann::json>& events);
+
+// The progress display's fault lines: `faults` by time, the newest `most` described, after a
+// line counting the earlier ones (the run folder's events.jsonl and report keep them all).
+std::vector<std::string> fault_lines(std::vector<Fault> faults, size_t most);
 
 }  // namespace geotrain::launcher

@@ -29,6 +29,9 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 namespace {
+// The progress display lists this many of the newest faults (events.jsonl has them all).
+constexpr size_t kFaultLinesShown = 6;
+
 Clock::duration seconds(double s) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
 }
@@ -342,6 +345,18 @@ RunResult run_deployment(const LaunchOptions& o, std::stop_token stop) {
       for (const auto& r : settings.regions)
         tails.emplace_back(run_dir / fmt::format("worker-{}-0.metrics.jsonl", r));
     ProgressDisplay display(o.progress, o.redraw.value_or(::isatty(::fileno(o.progress)) == 1));
+    // The faults `geotrain chaos` injects beside this launcher (stops and partitions, lines "by":
+    // "chaos" in events.jsonl) show with the launcher's own.
+    JsonlTail events_tail(run_dir / "events.jsonl");
+    std::vector<nlohmann::json> chaos_events;
+    const auto fault_notes = [&] {
+      for (auto& e : events_tail.read_new())
+        if (e.is_object() && e.value("by", std::string()) == "chaos")
+          chaos_events.push_back(std::move(e));
+      auto all = faults.faults();
+      for (auto& f : fold_fault_list(chaos_events)) all.push_back(std::move(f));
+      return fault_lines(std::move(all), kFaultLinesShown);
+    };
     const double refresh = display_refresh(o, settings);
     auto next_show = Clock::now();
     // A server or netsim died: restart it (run.restart) or fail the run.
@@ -534,7 +549,7 @@ RunResult run_deployment(const LaunchOptions& o, std::stop_token stop) {
       if (settings.external_workers)
         workers_left = external_leaders_left(monitor, settings.regions);
       if (Clock::now() >= next_show || !workers_left || !failure.empty()) {
-        display.show(monitor, settings.regions, seconds_since(t0), faults.lines());
+        display.show(monitor, settings.regions, seconds_since(t0), fault_notes());
         next_show = Clock::now() + seconds(refresh);
       }
       if (!failure.empty() || !workers_left) break;

@@ -171,6 +171,59 @@ TEST_CASE("run.restart is read strictly, defaults to off, and turns server check
   CHECK_FALSE(plan_with(base)["server"]["checkpoint"]);
 }
 
+TEST_CASE("stops and partitions that geotrain chaos logs show as fault lines, newest last") {
+  using nlohmann::json;
+  const std::vector<json> chaos = {
+      {{"time", 20.0}, {"event", "inject"}, {"fault", "partition"}, {"by", "chaos"}},
+      {{"time", 20.0},
+       {"event", "fault"},
+       {"process", "a->b"},
+       {"role", "link"},
+       {"region", "a"},
+       {"status", "partitioned for 10 s"},
+       {"restart", 0},
+       {"action", "wait"},
+       {"by", "chaos"}},
+      {{"time", 31.5}, {"event", "heal"}, {"process", "a->b"}, {"by", "chaos"}},
+      {{"time", 32.25},
+       {"event", "recovered"},
+       {"process", "a->b"},
+       {"restart", 0},
+       {"recovery_s", 12.3},
+       {"by", "chaos"}},
+      {{"time", 40.0},
+       {"event", "fault"},
+       {"process", "server-b"},
+       {"role", "server"},
+       {"region", "b"},
+       {"status", "stopped (SIGSTOP) for 10 s"},
+       {"restart", 0},
+       {"action", "wait"},
+       {"by", "chaos"}},
+  };
+  auto chaos_faults = geotrain::launcher::fold_fault_list(chaos);
+  REQUIRE(chaos_faults.size() == 2);
+  CHECK(chaos_faults[0].waits);
+  CHECK(geotrain::launcher::describe_fault(chaos_faults[0]) ==
+        "a->b partitioned for 10 s at 20.0 s: training resumed after 12.3 s");
+  CHECK(geotrain::launcher::describe_fault(chaos_faults[1]) ==
+        "server-b stopped (SIGSTOP) for 10 s at 40.0 s: waiting for training to resume");
+  // Merged with the launcher's own faults by time; the display keeps the newest.
+  geotrain::launcher::Fault kill;
+  kill.process = "netsim";
+  kill.status = "killed by SIGKILL";
+  kill.at_s = 30.0;
+  kill.restart = 1;
+  auto all = chaos_faults;
+  all.push_back(kill);
+  const auto lines = geotrain::launcher::fault_lines(all, 2);
+  REQUIRE(lines.size() == 3);
+  CHECK(lines[0] == "1 earlier fault(s), in events.jsonl");
+  CHECK(lines[1] == "netsim killed by SIGKILL at 30.0 s: restarting");
+  CHECK(lines[2].rfind("server-b stopped", 0) == 0);
+  CHECK(geotrain::launcher::fault_lines(all, 6).size() == 3);
+}
+
 TEST_CASE("the summary's faults are folded from events.jsonl") {
   geotrain::test::TempDir tmp("launcher-restart-fold");
   {
