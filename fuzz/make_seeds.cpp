@@ -77,6 +77,7 @@ size_t write_wire(const fs::path& out) {
       {"checkpoint-reply", wire::CheckpointReply{40}},
       {"shutdown", wire::Shutdown{}},
       {"ack", wire::Ack{}},
+      {"goodbye", wire::Goodbye{}},
       {"kv-set", wire::KvSet{"gloo/us-east/0", Bytes{std::byte{1}, std::byte{2}, std::byte{3}}}},
       {"kv-get", wire::KvGet{"gloo/us-east/0"}},
       {"kv-reply", wire::KvReply{"gloo/us-east/0", Bytes{std::byte{4}, std::byte{5}}}},

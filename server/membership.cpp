@@ -63,6 +63,15 @@ std::vector<Membership::Death> Membership::expire(TimePoint now) {
   return out;
 }
 
+Membership::Death Membership::leave(uint32_t r) {
+  auto& st = regions_.at(r);
+  Death d{r, st.peer, "said goodbye"};
+  if (st.peer) peers_.erase(*st.peer);
+  st.peer.reset();
+  st.counted = false;
+  return d;
+}
+
 std::vector<bool> Membership::live() const {
   std::vector<bool> out(regions_.size());
   for (size_t r = 0; r < regions_.size(); ++r) out[r] = regions_[r].counted;

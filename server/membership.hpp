@@ -50,6 +50,9 @@ class Membership {
   void excuse(std::chrono::milliseconds stalled, TimePoint now);
   // Declares dead every counted region silent for more than dead_after at `now`.
   std::vector<Death> expire(TimePoint now);
+  // Region r said goodbye: it is no longer counted and its peer is forgotten, as for a death (a
+  // later hello counts it again).
+  Death leave(uint32_t r);
 
   // Per region: counted (holds rounds and the gate).
   std::vector<bool> live() const;

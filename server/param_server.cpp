@@ -331,6 +331,15 @@ ParamServer::Outcome ParamServer::dispatch(const std::string& peer, const wire::
             reply(peer, h.request_id, wire::CheckpointReply{checkpoint()});
             return Outcome::done;
           },
+          [&](const wire::Goodbye&) {
+            const auto left = membership_.leave(r);
+            forget_parked(peer, fmt::format("region {} said goodbye", config_.regions[r]));
+            spdlog::info("membership: region {} left ({})", config_.regions[r], left.why);
+            metrics_.event("membership", {{"region", config_.regions[r]}, {"change", "left"}});
+            reply(peer, h.request_id, wire::Ack{});
+            release_rounds();  // rounds that waited only for it
+            return Outcome::done;
+          },
           [&](const wire::Shutdown&) {
             spdlog::info("shutdown requested by region {}", config_.regions[r]);
             shutdown_ = true;

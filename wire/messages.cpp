@@ -128,6 +128,7 @@ void build(schema::Header::Builder h, const Body& body) {
           [&](const CheckpointReply& m) { h.setCheckpointReply(m.round); },
           [&](const Shutdown&) { h.setShutdown(); },
           [&](const Ack&) { h.setAck(); },
+          [&](const Goodbye&) { h.setGoodbye(); },
           [&](const KvSet& m) {
             auto b = h.initKvSet();
             b.setKey(m.key);
@@ -211,6 +212,8 @@ Body read(schema::Header::Reader h, uint64_t request_id) {
       auto r = h.getKvReply();
       return KvReply{str(r.getKey()), bytes(r.getValue())};
     }
+    case schema::Header::GOODBYE:
+      return Goodbye{};
   }
   throw WireError(
       ErrorCode::malformed,
@@ -233,7 +236,7 @@ const char* body_name(const Body& body) {
   static constexpr const char* kNames[] = {
       "hello",     "helloReply", "heartbeat",    "push",       "pushReply",  "pull",
       "pullReply", "error",      "statsRequest", "statsReply", "checkpoint", "checkpointReply",
-      "shutdown",  "ack",        "kvSet",        "kvGet",      "kvReply"};
+      "shutdown",  "ack",        "kvSet",        "kvGet",      "kvReply",    "goodbye"};
   static_assert(std::size(kNames) == std::variant_size_v<Body>);
   return kNames[body.index()];
 }

@@ -125,6 +125,7 @@ struct CheckpointReply {
 };
 struct Shutdown {};
 struct Ack {};
+struct Goodbye {};  // a region leaves: it pushes no more rounds
 struct KvSet {
   std::string key;
   Bytes value;
@@ -139,7 +140,7 @@ struct KvReply {
 
 using Body = std::variant<Hello, HelloReply, Heartbeat, Push, PushReply, PullRequest, PullReply,
                           Error, StatsRequest, StatsReply, CheckpointRequest, CheckpointReply,
-                          Shutdown, Ack, KvSet, KvGet, KvReply>;
+                          Shutdown, Ack, KvSet, KvGet, KvReply, Goodbye>;
 
 struct Header {
   uint64_t request_id = 0;

@@ -117,5 +117,8 @@ struct Header {
     kvSet @16 :KeyValue;
     kvGet @17 :Text;
     kvReply @18 :KeyValue;
+    # A region leaves (its leader finished training): the server stops counting it at once, as if
+    # it had been declared dead, so that no round waits dead_after for it. Answered with ack.
+    goodbye @19 :Void;
   }
 }

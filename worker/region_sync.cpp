@@ -599,6 +599,21 @@ void RegionSync::keep_alive() {
   }
 }
 
+void RegionSync::goodbye(std::chrono::milliseconds wait) {
+  std::vector<std::optional<uint64_t>> ids(servers_.size());
+  for (size_t s = 0; s < servers_.size(); ++s)
+    if (!servers_[s].lost) ids[s] = servers_[s].client->send(wire::Goodbye{});
+  for (size_t s = 0; s < servers_.size(); ++s) {
+    if (!ids[s]) continue;
+    try {
+      collect(*servers_[s].client, servers_[s].region, {*ids[s]}, wait, "goodbye");
+    } catch (const std::exception& e) {
+      spdlog::info("region {}: goodbye to the server of region {} not answered: {}", config_.region,
+                   servers_[s].region, e.what());
+    }
+  }
+}
+
 std::map<std::string, std::vector<float>> RegionSync::residuals() const {
   std::map<std::string, std::vector<float>> out;
   for (const auto* ef : {&critical_ef_, &noncritical_ef_}) {

@@ -113,6 +113,12 @@ class RegionSync {
   // Sends a heartbeat to servers not contacted within config.heartbeat. Cheap; call between steps.
   void keep_alive();
 
+  // The region leaves: every server stops counting it at once (goodbye), so that a round another
+  // region still has to do (one ahead after a partition, say) does not wait dead_after for it.
+  // Best effort: waits at most `wait` for each server's answer, logs what did not answer, never
+  // throws. Call once training is over, after the last exchange; no exchange after it.
+  void goodbye(std::chrono::milliseconds wait);
+
   ConstFloatSpan base() const { return base_; }
   uint64_t next_round(uint32_t fragment = 0) const { return rounds_.at(fragment); }
   // The element ranges of fragment p's shards (valid after connect()).

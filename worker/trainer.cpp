@@ -494,6 +494,9 @@ TrainResult Trainer::run(std::stop_token stop) {
       log.write("round", j);
     }
     streaming.reset();
+    // Training is over for this region: the servers stop counting it now rather than after
+    // dead_after, so that another region's last round never waits for it.
+    sync->goodbye(std::min(config_.timeout, std::chrono::milliseconds(2000)));
   }
   if (comm && flush) comm->broadcast(params, 0);
 

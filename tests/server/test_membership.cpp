@@ -49,6 +49,30 @@ TEST_CASE("a region marked dead stops blocking synchronous rounds, and rejoins w
   CHECK(pa.header.round == 2);
 }
 
+TEST_CASE("a region that says goodbye stops blocking synchronous rounds at once") {
+  TempDir tmp("goodbye");
+  const auto& dir = tmp.path();
+  Cluster cluster(small_config(dir, 0, kOnlyRegistered));  // dead_after: 1000 ms, never reached
+  auto a = cluster.client(), b = cluster.client();
+  hello(a, "a", cluster.table_hash());
+  hello(b, "b", cluster.table_hash());
+  push(b, 1, filled(kShard, 5.0f));
+  push(a, 1, filled(kShard, 3.0f));
+  CHECK(stats(a)["shards"][0]["released_round"] == 1);
+  push(a, 2, filled(kShard, 1.0f));  // round 2 waits for b
+  CHECK(stats(a)["shards"][0]["released_round"] == 1);
+  as<wire::Ack>(expect_reply(b, wire::Goodbye{}));
+  auto st = stats(a);
+  CHECK(st["shards"][0]["released_round"] == 2);  // released by the goodbye, no clock moved
+  CHECK(st["regions"]["b"]["live"] == false);
+  // b is no longer registered; a hello counts it again from the next round.
+  auto refused = expect_reply(b, wire::Heartbeat{});
+  REQUIRE(std::holds_alternative<wire::Error>(refused.header.body));
+  CHECK(std::get<wire::Error>(refused.header.body).code == wire::ErrorCode::unregistered);
+  CHECK(hello(b, "b", cluster.table_hash()).next_round == 3);
+  CHECK(stats(a)["regions"]["b"]["live"] == true);
+}
+
 TEST_CASE("messages from an unregistered peer are refused and change nothing") {
   TempDir tmp("unreg");
   const auto& dir = tmp.path();

@@ -24,6 +24,7 @@ TEST_CASE("every message type survives encode and decode with its fields") {
       KvSet{"gloo/0", Bytes{std::byte{0}, std::byte{255}}},
       KvGet{"gloo/0"},
       KvReply{"gloo/0", Bytes{std::byte{7}}},
+      Goodbye{},
   };
   REQUIRE(bodies.size() == std::variant_size_v<Body>);
   for (const auto& body : bodies) {

@@ -202,6 +202,34 @@ TEST_CASE("a fresh start pulls no zeros; a leader restarted after a round pulls 
   }
 }
 
+TEST_CASE("a region that said goodbye no longer holds back the others' rounds") {
+  const auto dir = temp_dir("goodbye");
+  Deployment d(two_region_config(dir, 0, "fp32"), "goodbye");  // dead_after: 60 s
+  const ParamTable table = d.table();
+  auto config_a = d.sync("a", "fp32", "fp32", 0);
+  config_a.timeout = 5s;  // far below dead_after: only the goodbye can release a's round
+  worker::RegionSync a(table, config_a, d.context());
+  worker::RegionSync b(table, d.sync("b", "fp32", "fp32", 0), d.context());
+  a.connect();
+  b.connect();
+  const size_t n = table.total_elements();
+  // Round 1 together.
+  auto da = ramp(n, 0.5f), db = ramp(n, -0.25f);
+  auto fa = std::async(std::launch::async, [&] { return a.exchange(da); });
+  b.exchange(db);
+  fa.get();
+  const std::vector<float> after_one(a.base().begin(), a.base().end());
+  // b is done; a still has round 2 to do, alone.
+  b.goodbye(2s);
+  std::vector<float> la(n);
+  for (size_t i = 0; i < n; ++i) la[i] = after_one[i] + 1.0f;
+  const auto r2 = a.exchange(la);
+  CHECK(r2.round == 2);
+  for (size_t i = 0; i < n; ++i)  // the average of a alone
+    REQUIRE(a.base()[i] == doctest::Approx(la[i]).epsilon(1e-6));
+  CHECK(a.rejoins() == 0);
+}
+
 TEST_CASE("compressed rounds with error feedback keep both regions on the same values") {
   const auto dir = temp_dir("ef");
   Deployment d(two_region_config(dir, 0, "fp32"), "ef");
