@@ -153,6 +153,9 @@ class ServerSession {
     // A session waits while the others are timed (the raw echo, the CURVE twin, a busy machine):
     // never declare its region dead for that.
     config_.dead_after = std::chrono::hours(24);
+    // Sessions share a context one after another; a connection cap (one ZAP handler per context)
+    // is not what this measures. The CURVE twin has its own context and handler.
+    config_.max_connections_per_address = 0;
     if (!keys_dir.empty()) config_.security = {wire::CurveSetting::on, keys_dir};
     config_.tensors = {{"w", elements}};
     config_.shard.downlink_codec = codec;
@@ -353,7 +356,7 @@ std::vector<ServerBenchResult> measure_server(const ServerBenchOptions& options)
         r.raw_round_trips = raw.count;
         r.note = server_bench_note(transport, codec, bytes, sizes.push_payload);
         if (options.curve && transport == "tcp") {
-          // Its own context: one ZAP handler per context (wire/curve_authenticator.hpp).
+          // Its own context: one ZAP handler per context (wire/zap_authenticator.hpp).
           zmq::context_t curve_context;
           ServerSession curve(curve_context, transport, codec, bytes / 4, keys->path);
           const auto [plain, secured] = time_alternately(

@@ -92,13 +92,14 @@ void parse_consistency(const Ctx& c, const YAML::Node& n, ServerConfig& cfg) {
 }
 
 void parse_server(const Ctx& c, const YAML::Node& s, ServerConfig& cfg) {
-  check_keys(c, s, "server", {"endpoints",         "shards_per_region",   "chunk",
-                              "staleness_bound",   "staleness_weighting", "optimizer",
-                              "downlink_codec",    "heartbeat_ms",        "dead_after_ms",
-                              "max_message_bytes", "high_water_mark",     "checkpoint",
-                              "run_dir",           "metrics_every_ms",    "wait_for_all_regions",
-                              "downlink_codecs",   "handshake_ms",        "consistency",
-                              "metrics_port",      "metrics_host"});
+  check_keys(c, s, "server",
+             {"endpoints",         "shards_per_region",   "chunk",
+              "staleness_bound",   "staleness_weighting", "optimizer",
+              "downlink_codec",    "heartbeat_ms",        "dead_after_ms",
+              "max_message_bytes", "high_water_mark",     "checkpoint",
+              "run_dir",           "metrics_every_ms",    "wait_for_all_regions",
+              "downlink_codecs",   "handshake_ms",        "consistency",
+              "metrics_port",      "metrics_host",        "max_connections_per_address"});
   if (auto n = s["endpoints"]) {
     check_keys(c, n, "server.endpoints",
                std::set<std::string>(cfg.regions.begin(), cfg.regions.end()));
@@ -163,6 +164,9 @@ void parse_server(const Ctx& c, const YAML::Node& s, ServerConfig& cfg) {
     cfg.max_message_bytes = get<int64_t>(c, n, "server.max_message_bytes", 4096, int64_t{1} << 34);
   if (auto n = s["high_water_mark"])
     cfg.high_water_mark = get<int>(c, n, "server.high_water_mark", 1, 100000);
+  if (auto n = s["max_connections_per_address"])
+    cfg.max_connections_per_address =
+        get<uint32_t>(c, n, "server.max_connections_per_address", 0, 1000000);
   if (auto n = s["handshake_ms"])
     cfg.handshake = std::chrono::milliseconds(get<int>(c, n, "server.handshake_ms", 100, 600000));
   if (auto k = s["checkpoint"]) {

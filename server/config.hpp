@@ -52,6 +52,8 @@ struct ServerConfig {
   int high_water_mark = 64;
   // ZMQ_HANDSHAKE_IVL: a connection that has not finished its handshake by then is closed.
   std::chrono::milliseconds handshake{10000};
+  // Open connections one peer address may hold (ZAP, wire/zap_authenticator.hpp); 0: no cap.
+  uint32_t max_connections_per_address = 256;
   wire::SecurityConfig security;  // top-level `security:` (CURVE)
   CheckpointConfig checkpoint;
   std::filesystem::path run_dir = "runs/server";

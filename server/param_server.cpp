@@ -96,22 +96,38 @@ ParamServer::ParamServer(const ServerConfig& config, uint32_t region, zmq::conte
   channel.max_frame_bytes = config.max_message_bytes;
   channel.max_frames = kMaxSegments + 1;
   channel.handshake_ms = static_cast<int>(config.handshake.count());
-  if (config.security.curve_on()) {
+  wire::ZapPolicy admission;
+  admission.curve = config.security.curve_on();
+  admission.max_connections_per_address = config.max_connections_per_address;
+  if (admission.curve) {
     const auto keys = config.security.keys();
-    std::map<std::string, std::string> allowed;
     for (const auto& r : config.regions)
-      allowed[keys.client_public(r)] = fmt::format("the client key of region {}", r);
+      admission.allowed[keys.client_public(r)] = fmt::format("the client key of region {}", r);
     channel.curve_server =
         wire::ChannelOptions::CurveServer{keys.server_keypair(config.regions[region]).secret_key};
-    authenticator_ = options_.authenticator;
-    if (!authenticator_) {
-      own_authenticator_ = std::make_unique<wire::CurveAuthenticator>(context, std::move(allowed));
+  }
+  authenticator_ = options_.authenticator;
+  if (!authenticator_ && (admission.curve || admission.max_connections_per_address > 0)) {
+    try {
+      own_authenticator_ = std::make_unique<wire::ZapAuthenticator>(context, admission);
+    } catch (const SystemError& e) {
+      // The context's ZAP address is taken: another server of this process answers ZAP. With
+      // CURVE that is an error (which keys would it admit?); the cap alone is only not enforced
+      // here. `geotrain run` and `geotrain serve` run one server per process.
+      if (admission.curve) throw;
+      spdlog::warn(
+          "server {}: server.max_connections_per_address is not enforced: {} (another "
+          "server in this process answers ZAP)",
+          config.regions[region], e.what());
+    }
+    if (own_authenticator_) {
       authenticator_ = own_authenticator_.get();
       // One monitor per authenticator: a shared one (several servers in a context) logs ZAP
-      // refusals only.
+      // refusals only, and counts no connections for the cap.
       channel.monitor_endpoint = authenticator_->monitor_endpoint();
     }
   }
+  channel.zap_null = !admission.curve && authenticator_ != nullptr;
   // Restored before the port opens: once it accepts connections (what `geotrain run` waits for
   // after a restart), the checkpoint is in and its `restore` event written.
   restore();
@@ -126,7 +142,7 @@ ParamServer::ParamServer(const ServerConfig& config, uint32_t region, zmq::conte
   spdlog::info("server {}: {} shard(s) of {} elements, {}, {} on {}{}", config.regions[region],
                shards_.size(), table_.total_elements(), config.shard.optimizer.describe(),
                config.shard.consistency.describe(), channel_->endpoint(),
-               authenticator_
+               admission.curve
                    ? fmt::format(" (CURVE, keys from {})", config.security.keys_dir.string())
                    : std::string());
 }
@@ -688,10 +704,14 @@ nlohmann::json ParamServer::stats() const {
   j["shards"] = shards;
   if (authenticator_) {
     const auto a = authenticator_->counts();
-    j["curve"] = {{"accepted", a.accepted},
-                  {"refused_key", a.refused_key},
-                  {"failed_handshakes", a.failed_handshakes},
-                  {"connections_open", a.connections_open}};
+    if (authenticator_->policy().curve)
+      j["curve"] = {{"accepted", a.accepted},
+                    {"refused_key", a.refused_key},
+                    {"failed_handshakes", a.failed_handshakes},
+                    {"connections_open", a.connections_open}};
+    j["connections"] = {{"open", a.connections_open},
+                        {"refused_over_cap", a.refused_cap},
+                        {"max_per_address", authenticator_->policy().max_connections_per_address}};
   }
   const auto counted = membership_.live();
   for (uint32_t r = 0; r < counted.size(); ++r) {

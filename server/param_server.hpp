@@ -15,7 +15,10 @@
 // (PassSplitter) that runs half of a push's or pull's pass while the loop thread runs the other.
 // The clock is injectable so tests decide when a silent region is dead.
 // With security.curve on, the ROUTER is a CURVE server with this region's server key, and a
-// CurveAuthenticator (ZAP, one more thread) admits only the configured regions' client keys.
+// ZapAuthenticator (ZAP, one more thread) admits only the configured regions' client keys. With
+// server.max_connections_per_address (default 256), the same handler refuses a handshake from an
+// address that holds more open connections, CURVE or not (only where the server owns its
+// context's ZAP handler: one server per process, as `geotrain run` and `geotrain serve` run them).
 #pragma once
 
 #include <zmq.hpp>
@@ -38,8 +41,8 @@
 #include "server/payload_pool.hpp"
 #include "server/shard.hpp"
 #include "wire/channel.hpp"
-#include "wire/curve_authenticator.hpp"
 #include "wire/messages.hpp"
+#include "wire/zap_authenticator.hpp"
 
 namespace geotrain::server {
 
@@ -53,7 +56,7 @@ struct ServerOptions {
   // With security.curve on: the ZAP handler of `context` to use, when several servers share one
   // context (tests; handshake failures before ZAP are then not logged); null: the server makes
   // its own (one per context).
-  wire::CurveAuthenticator* authenticator = nullptr;
+  wire::ZapAuthenticator* authenticator = nullptr;
   // A loop tick that ran this much longer than its poll (the process was stopped by SIGSTOP, or
   // starved of CPU) is time in which the server read nobody's messages: membership does not count
   // it as the regions' silence (Membership::excuse), so nobody is declared dead for it. Measured
@@ -135,10 +138,10 @@ class ParamServer {
   ParamTable table_;
   ShardMap map_;
   std::vector<Shard> shards_;
-  // With security.curve on: the ZAP handler (own, or options_.authenticator). Declared before
-  // channel_: it must exist before the socket binds and outlive it.
-  std::unique_ptr<wire::CurveAuthenticator> own_authenticator_;
-  wire::CurveAuthenticator* authenticator_ = nullptr;
+  // With security.curve on or a connection cap: the ZAP handler (own, or options_.authenticator).
+  // Declared before channel_: it must exist before the socket binds and outlive it.
+  std::unique_ptr<wire::ZapAuthenticator> own_authenticator_;
+  wire::ZapAuthenticator* authenticator_ = nullptr;
   std::unique_ptr<wire::Channel> channel_;
   Membership membership_;
   std::vector<Parked> parked_;

@@ -232,6 +232,20 @@ std::string prometheus_text(const nlohmann::json& stats, const ProcessStats& pro
     }
   }
 
+  if (stats.contains("connections")) {
+    const auto& c = stats["connections"];
+    if (c.contains("open")) {
+      out.family("geotrain_connections_open", "gauge", "Connections open now (all addresses).");
+      out.sample("geotrain_connections_open", server, number(c["open"]));
+    }
+    if (c.contains("refused_over_cap")) {
+      out.family("geotrain_connections_refused_over_cap_total", "counter",
+                 "Handshakes refused: their address held server.max_connections_per_address.");
+      out.sample("geotrain_connections_refused_over_cap_total", server,
+                 number(c["refused_over_cap"]));
+    }
+  }
+
   // The standard process metrics of Prometheus client libraries (no server label: they are the
   // process's, and a scrape's `instance` names it).
   const std::tuple<const std::optional<double>&, const char*, const char*, const char*> proc[] = {

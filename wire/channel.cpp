@@ -38,6 +38,8 @@ class ZmqChannel final : public Channel {
       int on = 1;
       GT_ZMQ_CHECK(zmq_setsockopt(s, ZMQ_CURVE_SERVER, &on, sizeof on));
       GT_ZMQ_CHECK(zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, c->secret_key.c_str(), 41));
+    }
+    if (options.curve_server || (router_ && options.zap_null)) {
       const char domain[] = "geotrain";
       GT_ZMQ_CHECK(zmq_setsockopt(s, ZMQ_ZAP_DOMAIN, domain, sizeof domain - 1));
     }

@@ -13,9 +13,9 @@
 // has not completed its ZMTP (and CURVE) handshake in time, so idle connections cannot pile up.
 //
 // CURVE (wire/curve_keys.hpp): a ROUTER with `curve_server` is a CURVE server (a ZAP handler,
-// wire/curve_authenticator.hpp, must already be bound in the context); a DEALER with
+// wire/zap_authenticator.hpp, must already be bound in the context); a DEALER with
 // `curve_client` connects as a CURVE client. `monitor_endpoint` attaches a socket monitor for
-// handshake and connection events (read by CurveAuthenticator).
+// handshake and connection events (read by ZapAuthenticator).
 #pragma once
 
 #include <zmq.hpp>
@@ -52,6 +52,9 @@ struct ChannelOptions {
   std::optional<CurveServer> curve_server;  // ROUTER only
   std::optional<CurveClient> curve_client;  // DEALER only
   std::string monitor_endpoint;             // empty: no monitor
+  // ROUTER without CURVE: ask the context's ZAP handler about NULL clients too (a ZAP domain;
+  // wire/zap_authenticator.hpp, bound in the context first), e.g. for its connection cap.
+  bool zap_null = false;
 };
 
 class Channel {

@@ -1,7 +1,7 @@
 // check_handshakes: whether servers accept a client's connection at all, before its first
 // request, so that a refused client fails at once with the reason instead of timing out.
 //
-// Why: a CURVE server (wire/curve_authenticator.hpp) refuses a client with no keys, with a client
+// Why: a CURVE server (wire/zap_authenticator.hpp) refuses a client with no keys, with a client
 // key not in its allow-list or with a wrong server public key during the ZMTP handshake; the
 // client's DEALER then reconnects and retries for ever, and its requests go unanswered until the
 // caller's timeout says only "the server is silent". This connects one probe DEALER per server

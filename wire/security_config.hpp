@@ -6,7 +6,7 @@
 //     keys_dir: keys/      # the folder `geotrain keygen` wrote (wire/curve_keys.hpp)
 //
 // With curve on, every server socket is a CURVE server that accepts only the client keys of the
-// configured regions (ZAP, wire/curve_authenticator.hpp), and every leader and worker connects
+// configured regions (ZAP, wire/zap_authenticator.hpp), and every leader and worker connects
 // as a CURVE client with its region's client keypair. A server or worker needs `keys_dir`
 // with `curve: true`, and refuses `auto` (only `geotrain run` resolves it: CURVE on for WAN
 // profiles other than lan, keys generated into the run folder when no keys_dir is given).

@@ -227,7 +227,11 @@ TEST_CASE("a leader killed with SIGKILL is restarted from its snapshot and the r
   auto [folder, code] = run_with(
       tmp.path(), config_text(kTwoRegions, 1, ", restart: {max_restarts: 2, backoff_s: 0.2}"),
       [](const fs::path& run, pid_t) {
-        if (last_round(run, "eu-west") < 3) return false;
+        // Once its round-3 snapshot is in (renamed into place whole): the round event comes
+        // before the snapshot, so killing on the event alone may find round 2's the newest.
+        if (last_round(run, "eu-west") < 3 ||
+            !fs::exists(run / "worker-checkpoints" / "eu-west-0" / "ckpt-000000000003"))
+          return false;
         const auto pid = pid_of(run, "worker-eu-west-0");
         return pid && ::kill(*pid, SIGKILL) == 0;
       },

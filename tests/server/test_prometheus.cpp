@@ -47,7 +47,8 @@ TEST_CASE("a stats snapshot renders as Prometheus counters, gauges and a stalene
       "eu\"x": {"pushes": 18446744073709551615, "pulls": 0, "bytes_in": 0, "bytes_out": 0,
                 "errors": 2, "gate_waits": 0, "gate_wait_us": 0, "staleness_histogram": [0, 0, 0],
                 "live": false, "registered": false}},
-    "shards": [{"id": 0, "version": 5, "released_round": 4, "clocks": [4, 3]}]})");
+    "shards": [{"id": 0, "version": 5, "released_round": 4, "clocks": [4, 3]}],
+    "connections": {"open": 3, "refused_over_cap": 12, "max_per_address": 256}})");
   server::ProcessStats process;
   process.resident_bytes = 4096;
   const auto text = server::prometheus_text(stats, process);
@@ -71,6 +72,8 @@ TEST_CASE("a stats snapshot renders as Prometheus counters, gauges and a stalene
   CHECK(has_line(text, R"(geotrain_push_staleness_bucket{server="us",region="us",le="+Inf"} 3)"));
   CHECK(has_line(text, R"(geotrain_push_staleness_sum{server="us",region="us"} 2)"));
   CHECK(has_line(text, R"(geotrain_push_staleness_count{server="us",region="us"} 3)"));
+  CHECK(has_line(text, R"(geotrain_connections_open{server="us"} 3)"));
+  CHECK(has_line(text, R"(geotrain_connections_refused_over_cap_total{server="us"} 12)"));
   CHECK(has_line(text, "process_resident_memory_bytes 4096"));
   CHECK(text.find("process_cpu_seconds_total") == std::string::npos);  // not read: left out
   CHECK(text.find("geotrain_curve") == std::string::npos);             // no CURVE: none

@@ -389,7 +389,10 @@ namespace {
 // so that the flood below does not go through libzmq on the client side.
 class RawZmtpPeer {
  public:
-  explicit RawZmtpPeer(int port) : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
+  // Completes the NULL handshake (REQUIREs the server's READY), or with `may_be_refused` records
+  // what the server answered instead (its ERROR command's reason, or "closed").
+  explicit RawZmtpPeer(int port, bool may_be_refused = false)
+      : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
     REQUIRE(fd_ >= 0);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
@@ -410,10 +413,23 @@ class RawZmtpPeer {
     const std::string ready =
         std::string("\x05READY\x0bSocket-Type", 18) + std::string("\x00\x00\x00\x06", 4) + "DEALER";
     write_all(std::string(1, '\x04') + static_cast<char>(ready.size()) + ready);
-    const std::string flags_size = read_exact(2);
+    const std::string flags_size = read_exact(2, may_be_refused);
+    if (flags_size.size() < 2) {
+      refusal_ = "closed";
+      return;
+    }
     REQUIRE(flags_size[0] == '\x04');
-    REQUIRE(read_exact(static_cast<uint8_t>(flags_size[1])).substr(0, 6) == "\x05READY");
+    const std::string command = read_exact(static_cast<uint8_t>(flags_size[1]), may_be_refused);
+    if (command.substr(0, 6) == "\x05READY") return;
+    REQUIRE(may_be_refused);
+    // ERROR command (RFC 23): name, then the reason as a short string.
+    REQUIRE(command.substr(0, 6) ==
+            "\x05"
+            "ERROR");
+    refusal_ = command.size() > 7 ? command.substr(7) : "ERROR";
   }
+  bool ready() const { return refusal_.empty(); }
+  const std::string& refusal() const { return refusal_; }
   ~RawZmtpPeer() { ::close(fd_); }
 
   // One single-frame message (frame 0 only).
@@ -444,11 +460,13 @@ class RawZmtpPeer {
     INFO("send: ", why);
     REQUIRE(n == static_cast<ssize_t>(bytes.size()));
   }
-  std::string read_exact(size_t n) {
+  // n bytes; with `may_end`, what came before the server closed the connection.
+  std::string read_exact(size_t n, bool may_end = false) {
     std::string out(n, '\0');
     size_t got = 0;
     while (got < n) {
       const ssize_t r = ::recv(fd_, out.data() + got, n - got, 0);
+      if (r <= 0 && may_end) return out.substr(0, got);
       REQUIRE(r > 0);
       got += static_cast<size_t>(r);
     }
@@ -456,6 +474,7 @@ class RawZmtpPeer {
   }
   int fd_;
   std::string in_;
+  std::string refusal_;
 };
 
 }  // namespace
@@ -465,7 +484,8 @@ TEST_CASE(
     "of the server: its waiting requests are capped, the rest refused busy, and a region is "
     "served throughout") {
   TempDir dir("flood-ready");
-  TcpServer srv(tcp_config(dir.path(), ""));
+  // Without the per-address cap (tested below), so that all 300 connections complete.
+  TcpServer srv(tcp_config(dir.path(), "  max_connections_per_address: 0"));
   auto c = srv.client();
   hello(c, "a", srv.table_hash());
   // 300 connections, each a new peer that parks kMaxParkedPerPeer key-value gets for keys no one
@@ -501,4 +521,42 @@ TEST_CASE(
   }));
   CHECK(busy == sent - server::kMaxParkedUnregistered);
   CHECK(stats(c)["parked"].get<size_t>() == server::kMaxParkedUnregistered);
+}
+
+TEST_CASE(
+    "server.max_connections_per_address: a client that completes the handshake on connection "
+    "after connection holds at most the cap, the rest are refused at the handshake, and the "
+    "address may connect again once it closes some") {
+  TempDir dir("cap");
+  LogCapture log;
+  constexpr size_t kCap = 16;
+  TcpServer srv(tcp_config(dir.path(), fmt::format("  max_connections_per_address: {}", kCap)));
+  auto c = srv.client();  // the region: one of the cap's connections from 127.0.0.1
+  hello(c, "a", srv.table_hash());
+  std::vector<std::unique_ptr<RawZmtpPeer>> peers;
+  size_t ready = 0;
+  std::string refusal;
+  for (size_t i = 0; i < 3 * kCap; ++i) {
+    peers.push_back(std::make_unique<RawZmtpPeer>(srv.port(), true));
+    if (peers.back()->ready())
+      ++ready;
+    else
+      refusal = peers.back()->refusal();
+  }
+  CHECK(ready == kCap - 1);  // the cap, less the region's own connection
+  CHECK(refusal == "400");   // libzmq's NULL mechanism sends the ZAP status code as the reason
+  CHECK(log.text().find("connections open from that address, limit 16") != std::string::npos);
+  auto st = stats(c);
+  CHECK(st["connections"]["refused_over_cap"].get<size_t>() == 2 * kCap + 1);
+  CHECK(st["connections"]["max_per_address"] == kCap);
+  // The region is served throughout.
+  for (uint64_t round = 1; round <= 3; ++round) {
+    push(c, round, filled(kShard, 0.001f));
+    pull(c, true);
+  }
+  // Closing connections frees their share: a new connection from the address completes.
+  peers.clear();
+  CHECK(eventually([&] { return stats(c)["connections"]["open"].get<size_t>() == 1; }));
+  RawZmtpPeer again(srv.port(), true);
+  CHECK(again.ready());
 }
