@@ -62,8 +62,7 @@ class TwoRegions(unittest.TestCase):
         self.addCleanup(servers.stop)
         return servers
 
-    def run_region(self, servers, region, increment, results):
-        model = tiny_model()
+    def run_region(self, servers, region, increment, results, model):
         start = [p.detach().clone() for p in model.parameters()]
         sync = OuterSync(model, config=servers.config, region=region)
         history = []
@@ -79,10 +78,13 @@ class TwoRegions(unittest.TestCase):
 
     def run_both(self, servers):
         results, errors = {}, []
+        # Built here, one after the other: torch.manual_seed and the initialisers share one global
+        # generator, which two threads building models at once would race on.
+        models = {"a": tiny_model(), "b": tiny_model()}
 
         def target(region, inc):
             try:
-                self.run_region(servers, region, inc, results)
+                self.run_region(servers, region, inc, results, models[region])
             except Exception as e:  # reported below, not lost in the thread
                 errors.append(e)
 
