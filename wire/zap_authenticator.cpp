@@ -128,7 +128,7 @@ void ZapAuthenticator::loop(std::stop_token stop) {
       }
       if (items[0].revents & ZMQ_POLLIN) on_zap();
     } catch (const std::exception& e) {
-      spdlog::error("CURVE authenticator: {}", e.what());
+      spdlog::error("ZAP handler: {}", e.what());
       if (zmq_errno() == ETERM) return;
     }
   }
