@@ -51,21 +51,19 @@ std::vector<Membership::Death> Membership::expire(TimePoint now) {
   for (uint32_t r = 0; r < regions_.size(); ++r) {
     auto& st = regions_[r];
     if (!st.counted || now - st.last_seen <= dead_after_) continue;
-    Death d{r, st.peer,
-            st.ever_joined ? fmt::format("silent for more than {} ms", dead_after_.count())
-                           : fmt::format("never registered within {} ms of the server's start",
-                                         dead_after_.count())};
-    if (st.peer) peers_.erase(*st.peer);
-    st.peer.reset();
-    st.counted = false;
-    out.push_back(std::move(d));
+    out.push_back(drop(r, st.ever_joined
+                              ? fmt::format("silent for more than {} ms", dead_after_.count())
+                              : fmt::format("never registered within {} ms of the server's start",
+                                            dead_after_.count())));
   }
   return out;
 }
 
-Membership::Death Membership::leave(uint32_t r) {
+Membership::Death Membership::leave(uint32_t r) { return drop(r, "said goodbye"); }
+
+Membership::Death Membership::drop(uint32_t r, std::string why) {
   auto& st = regions_.at(r);
-  Death d{r, st.peer, "said goodbye"};
+  Death d{r, st.peer, std::move(why)};
   if (st.peer) peers_.erase(*st.peer);
   st.peer.reset();
   st.counted = false;

@@ -60,6 +60,9 @@ class Membership {
   size_t size() const { return regions_.size(); }
 
  private:
+  // Region r is no longer counted and its peer is forgotten (a death, or a goodbye).
+  Death drop(uint32_t r, std::string why);
+
   struct RegionState {
     std::optional<std::string> peer;
     bool counted = false;
