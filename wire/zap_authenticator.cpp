@@ -3,13 +3,16 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <spdlog/spdlog.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <utility>
 #include <vector>
 
 #include "core/check_zmq.hpp"
+#include "core/error_types.hpp"
 #include "wire/curve_keys.hpp"
 
 namespace geotrain::wire {
@@ -94,12 +97,20 @@ ZapAuthenticator::ZapAuthenticator(zmq::context_t& context, ZapPolicy policy)
   // The monitored sockets bind this endpoint later (zmq_socket_monitor); inproc allows connecting
   // first.
   GT_ZMQ_CHECK(zmq_connect(monitor_.handle(), monitor_endpoint_.c_str()));
+  wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wake_fd_ < 0)
+    throw SystemError("libc", "eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)", __FILE__, __LINE__,
+                      std::strerror(errno));
   thread_ = std::jthread([this](std::stop_token stop) { loop(stop); });
 }
 
 ZapAuthenticator::~ZapAuthenticator() {
   thread_.request_stop();
+  // Wakes the poll at once: a server's destruction does not wait out the poll's timeout.
+  const uint64_t one = 1;
+  [[maybe_unused]] const auto written = ::write(wake_fd_, &one, sizeof one);
   if (thread_.joinable()) thread_.join();
+  ::close(wake_fd_);
 }
 
 ZapAuthenticator::Counts ZapAuthenticator::counts() const {
@@ -108,9 +119,10 @@ ZapAuthenticator::Counts ZapAuthenticator::counts() const {
 
 void ZapAuthenticator::loop(std::stop_token stop) {
   while (!stop.stop_requested()) {
-    zmq_pollitem_t items[2] = {{zap_.handle(), 0, ZMQ_POLLIN, 0},
-                               {monitor_.handle(), 0, ZMQ_POLLIN, 0}};
-    const int ready = zmq_poll(items, 2, 50);
+    zmq_pollitem_t items[3] = {{zap_.handle(), 0, ZMQ_POLLIN, 0},
+                               {monitor_.handle(), 0, ZMQ_POLLIN, 0},
+                               {nullptr, wake_fd_, ZMQ_POLLIN, 0}};
+    const int ready = zmq_poll(items, 3, -1);
     if (ready < 0) {
       if (zmq_errno() == ETERM) return;
       continue;  // EINTR

@@ -23,7 +23,7 @@
 // Owns one thread, the ZAP socket and the monitor socket. Construct it before binding any server
 // socket that asks it (libzmq lets a client in when no handler is bound); at most one per context
 // (the ZAP address is per context: a second one throws SystemError). The destructor stops and
-// joins the thread. counts() is thread-safe; nothing else is called after construction.
+// wakes and joins the thread. counts() is thread-safe; nothing else is called after construction.
 #pragma once
 
 #include <zmq.hpp>
@@ -77,6 +77,7 @@ class ZapAuthenticator {
   std::map<int, std::string> address_of_fd_;  // open connections: descriptor -> peer address
   std::map<std::string, uint32_t> open_by_address_;
   std::atomic<uint64_t> accepted_{0}, refused_{0}, refused_cap_{0}, failed_{0}, open_{0};
+  int wake_fd_ = -1;     // eventfd the destructor writes, so that the thread's poll returns
   std::jthread thread_;  // last: joined before the sockets close
 };
 
