@@ -21,6 +21,7 @@ struct ElementRange {
   uint64_t offset = 0;
   uint64_t count = 0;
   uint64_t end() const { return offset + count; }
+  bool operator==(const ElementRange&) const = default;
 };
 
 // Cuts `chunks` whole chunks [first_chunk, first_chunk + chunks) into n parts of about equal size
@@ -49,6 +50,58 @@ inline std::vector<ElementRange> fragment_ranges(uint64_t elements, uint32_t fra
              fragments);
   GT_REQUIRE(chunk > 0, "fragments: chunk is 0, must be positive");
   return split_chunks(0, (elements + chunk - 1) / chunk, fragments, chunk, elements);
+}
+
+// `range` without the elements of `holes` (sorted, disjoint): the pieces left, in order.
+inline std::vector<ElementRange> subtract_ranges(ElementRange range,
+                                                 const std::vector<ElementRange>& holes) {
+  std::vector<ElementRange> out;
+  uint64_t at = range.offset;
+  for (const auto& h : holes) {
+    if (h.end() <= at || h.count == 0) continue;
+    if (h.offset >= range.end()) break;
+    if (h.offset > at) out.push_back({at, h.offset - at});
+    at = std::max(at, h.end());
+  }
+  if (at < range.end()) out.push_back({at, range.end() - at});
+  return out;
+}
+
+// `ranges` (sorted, disjoint) clipped to `range`: the pieces inside it, in order.
+inline std::vector<ElementRange> intersect_ranges(ElementRange range,
+                                                  const std::vector<ElementRange>& ranges) {
+  std::vector<ElementRange> out;
+  for (const auto& r : ranges) {
+    const uint64_t lo = std::max(range.offset, r.offset), hi = std::min(range.end(), r.end());
+    if (lo < hi) out.push_back({lo, hi - lo});
+  }
+  return out;
+}
+
+// Cuts the elements of `pieces` (sorted, disjoint), taken in order as one sequence, into n parts
+// of about equal size, each boundary on a multiple of `chunk` of that sequence; a part that spans
+// a gap between pieces is one range per piece. Returns, per part, its ranges (empty for an empty
+// part).
+inline std::vector<std::vector<ElementRange>> cut_pieces(const std::vector<ElementRange>& pieces,
+                                                         uint64_t n, uint64_t chunk) {
+  uint64_t total = 0;
+  for (const auto& p : pieces) total += p.count;
+  // The parts as ranges of the sequence [0, total), then mapped back onto the pieces.
+  const auto parts = split_chunks(0, (total + chunk - 1) / chunk, n, chunk, total);
+  std::vector<std::vector<ElementRange>> out(n);
+  size_t piece = 0;
+  uint64_t piece_start = 0;  // the piece's first element in the sequence
+  for (uint64_t i = 0; i < n; ++i) {
+    uint64_t at = parts[i].offset;
+    const uint64_t end = parts[i].end();
+    while (at < end) {
+      while (piece_start + pieces[piece].count <= at) piece_start += pieces[piece++].count;
+      const uint64_t take = std::min(end, piece_start + pieces[piece].count) - at;
+      out[i].push_back({pieces[piece].offset + (at - piece_start), take});
+      at += take;
+    }
+  }
+  return out;
 }
 
 // The index of the fragment that holds element `offset` (fragments from fragment_ranges).

@@ -79,4 +79,16 @@ std::vector<uint8_t> ParamTable::critical_mask(uint64_t begin, uint64_t end) con
   return mask;
 }
 
+std::vector<ElementRange> ParamTable::critical_ranges() const {
+  std::vector<ElementRange> out;
+  for (const auto& t : tensors_) {
+    if (!t.critical) continue;
+    if (!out.empty() && out.back().end() == t.offset)
+      out.back().count += t.size;
+    else
+      out.push_back({t.offset, t.size});
+  }
+  return out;
+}
+
 }  // namespace geotrain

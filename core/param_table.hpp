@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/fragments.hpp"
 #include "core/span.hpp"
 
 namespace geotrain {
@@ -50,6 +51,8 @@ class ParamTable {
 
   // One byte per element: 1 when the element belongs to a critical tensor, for [begin, end).
   std::vector<uint8_t> critical_mask(uint64_t begin, uint64_t end) const;
+  // The critical tensors' elements as ranges, adjacent tensors merged, in buffer order.
+  std::vector<ElementRange> critical_ranges() const;
 
  private:
   std::vector<TensorInfo> tensors_;

@@ -224,6 +224,7 @@ uint64_t ServerConfig::state_hash(uint64_t table_hash) const {
   mix(chunk);
   mix(shard.optimizer.momentum > 0 ? 1 : 0);
   if (fragments > 1) mix(fragments);  // (one fragment hashes as before fragments existed)
+  if (fragments > 1 && !stream_critical) mix(0x6b657074u);  // the kept-out fragment
   return h;
 }
 
@@ -257,8 +258,12 @@ ServerConfig parse_server_config(std::string_view yaml_text, std::string_view so
   if (auto n = model["critical"]) cfg.critical = get_strings(c, n, "model.critical");
   if (auto s = root["server"]) parse_server(c, s, cfg);
   // The worker section belongs to the workers; its fragment count decides the shard map.
-  if (auto w = root["worker"]; w && w.IsMap() && w["fragments"])
-    cfg.fragments = get<uint32_t>(c, w["fragments"], "worker.fragments", 1, 1024);
+  if (auto w = root["worker"]; w && w.IsMap()) {
+    if (w["fragments"])
+      cfg.fragments = get<uint32_t>(c, w["fragments"], "worker.fragments", 1, 1024);
+    if (w["stream_critical"])
+      cfg.stream_critical = get_bool(c, w["stream_critical"], "worker.stream_critical");
+  }
   cfg.security = wire::parse_security_config(root["security"], c.in, /*allow_auto=*/false);
   return cfg;
 } catch (const YAML::Exception& e) {

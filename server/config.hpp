@@ -41,6 +41,9 @@ struct ServerConfig {
   // Streaming fragments (the worker's `worker.fragments`, read here so that servers and leaders
   // cut the same shards): every shard lies inside one fragment (server/shard_map.hpp).
   uint32_t fragments = 1;
+  // worker.stream_critical: false keeps the critical tensors out of the P fragments, in a
+  // fragment of their own exchanged every round (with fragments > 1 only).
+  bool stream_critical = true;
   uint64_t chunk = 1024;
   ShardSettings shard;
   std::chrono::milliseconds heartbeat{1000};

@@ -61,7 +61,8 @@ ParamServer::ParamServer(const ServerConfig& config, uint32_t region, zmq::conte
       options_(std::move(options)),
       table_(config.tensors, config.critical),
       map_(table_.total_elements(), static_cast<uint32_t>(config.regions.size()),
-           config.shards_per_region, config.chunk, config.fragments),
+           config.shards_per_region, config.chunk, config.fragments,
+           config.stream_critical ? std::vector<ElementRange>{} : table_.critical_ranges()),
       membership_(config.regions, config.dead_after, config.wait_for_all_regions, options_.clock()),
       checkpoints_(under(config.run_dir, config.checkpoint.dir) / config.regions.at(region),
                    config.checkpoint.keep),
@@ -409,7 +410,8 @@ void ParamServer::on_hello(const std::string& peer, const wire::Header& h, const
   uint64_t next = UINT64_MAX;
   for (auto& s : shards_) {
     out.shards.push_back(
-        {s.range().id, s.range().offset, s.range().count, s.start_downlink_from_zero(r)});
+        {s.range().id, s.range().offset, s.range().count, s.start_downlink_from_zero(r),
+         s.range().fragment});
     next = std::min(next, s.released_round() + 1);
   }
   out.next_round = shards_.empty() ? 1 : next;

@@ -80,6 +80,7 @@ void build(schema::Header::Builder h, const Body& body) {
               shards[static_cast<unsigned>(i)].setOffset(m.shards[i].offset);
               shards[static_cast<unsigned>(i)].setCount(m.shards[i].count);
               shards[static_cast<unsigned>(i)].setZeroValues(m.shards[i].zero_values);
+              shards[static_cast<unsigned>(i)].setFragment(m.shards[i].fragment);
             }
             b.setNextRound(m.next_round);
             b.setHeartbeatMs(m.heartbeat_ms);
@@ -159,7 +160,8 @@ Body read(schema::Header::Reader h, uint64_t request_id) {
                    r.getHeartbeatMs(),
                    get_strings(r.getCapabilities())};
       for (auto s : r.getShards())
-        m.shards.push_back({s.getId(), s.getOffset(), s.getCount(), s.getZeroValues()});
+        m.shards.push_back(
+            {s.getId(), s.getOffset(), s.getCount(), s.getZeroValues(), s.getFragment()});
       return m;
     }
     case schema::Header::HEARTBEAT:

@@ -76,6 +76,8 @@ struct ShardInfo {
   // checkpoint restored), and the server has started this region's downlink from them: a fresh
   // leader sets its base to its origin instead of pulling zeros across the WAN.
   bool zero_values = false;
+  // The streaming fragment the shard belongs to (server/shard_map.hpp): 0 without streaming.
+  uint32_t fragment = 0;
 };
 struct HelloReply {
   std::string server_region;

@@ -29,6 +29,8 @@ struct ShardInfo {
   count @2 :UInt64;
   zeroValues @3 :Bool;   # the shard's values are still the zeros it started from, and the
                          # region's downlink starts from them: it needs no full pull
+  fragment @4 :UInt32;   # the streaming fragment it belongs to (0 without streaming; with
+                         # worker.stream_critical false, fragment P holds the critical tensors)
 }
 
 struct HelloReply {

@@ -131,6 +131,7 @@ WorkerConfig parse_worker_config(std::string_view yaml_text, std::string_view so
                  "external",
                  "fragments",
                  "fragment_delay",
+                 "stream_critical",
                  "checkpoint"});
   auto get_u32 = [&](const char* key, uint32_t& out, uint32_t lo, uint32_t hi) {
     if (auto n = w[key]) out = in.number<uint32_t>(n, fmt::format("worker.{}", key), lo, hi);
@@ -191,6 +192,7 @@ WorkerConfig parse_worker_config(std::string_view yaml_text, std::string_view so
              "{}: worker.fragments is {}, must be at most worker.local_steps = {} (each fragment "
              "syncs at its own step of the round)",
              source, c.fragments, c.local_steps);
+  if (auto n = w["stream_critical"]) c.stream_critical = in.boolean(n, "worker.stream_critical");
   if (auto n = w["fragment_delay"]) {
     c.fragment_delay = in.number<uint32_t>(n, "worker.fragment_delay", 0, c.local_steps);
     GT_REQUIRE(*c.fragment_delay == 0 || c.overlap,

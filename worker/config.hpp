@@ -75,6 +75,11 @@ struct WorkerConfig {
   // its push (default: H with overlap and one fragment, H / P with fragments, 0 without overlap).
   uint32_t fragments = 1;
   std::optional<uint32_t> fragment_delay;
+  // false: the critical tensors (model.critical) stay out of the P fragments, in one of their
+  // own exchanged at every round boundary without delay (only with fragments > 1).
+  bool stream_critical = true;
+  // Whether that critical fragment exists.
+  bool critical_fragment() const { return fragments > 1 && !stream_critical; }
   // The servers' outer optimizer (server.optimizer), which eager and delayed merges predict.
   OuterStepConfig outer;
   OptimizerConfig optimizer;

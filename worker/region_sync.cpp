@@ -110,7 +110,7 @@ RegionSync::RegionSync(const ParamTable& layout, SyncConfig config, zmq::context
   base_.assign(layout_.total_elements(), 0.0f);
   GT_REQUIRE(config_.fragments >= 1 && config_.fragments <= 1024,
              "region {}: fragments is {}, must be in [1, 1024]", config_.region, config_.fragments);
-  rounds_.assign(config_.fragments, 1);
+  rounds_.assign(config_.fragment_count(), 1);
 }
 
 RegionSync::~RegionSync() = default;
@@ -159,6 +159,7 @@ uint64_t RegionSync::connect() {
                  link.region, info.id, info.offset, info.offset + info.count, base_.size());
       ShardState shard{info.id, info.offset, info.count, s, 0, {}};
       shard.zero_start = info.zero_values;
+      shard.fragment = info.fragment;
       build_segments(shard);
       shards_.push_back(std::move(shard));
     }
@@ -167,18 +168,20 @@ uint64_t RegionSync::connect() {
   for (const auto& sh : shards_) covered += sh.count;
   GT_REQUIRE(covered == base_.size(), "region {}: the servers' shards cover {} of {} parameters",
              config_.region, covered, base_.size());
-  // Shard ids are fragment-major (server/shard_map.hpp): n shards per fragment.
-  const uint32_t frags = config_.fragments;
-  GT_REQUIRE(shards_.size() % frags == 0,
-             "region {}: the servers have {} shards, not a multiple of worker.fragments = {} (do "
-             "the servers read the same config?)",
-             config_.region, shards_.size(), frags);
-  const size_t per_fragment = shards_.size() / frags;
-  for (auto& sh : shards_) {
+  // The servers' map must have this region's fragments: P, plus the critical one.
+  const uint32_t frags = config_.fragment_count();
+  uint32_t highest = 0;
+  for (const auto& sh : shards_) {
     GT_REQUIRE(sh.id < shards_.size(), "region {}: shard id {} out of range ({} shards)",
                config_.region, sh.id, shards_.size());
-    sh.fragment = static_cast<uint32_t>(sh.id / per_fragment);
+    highest = std::max(highest, sh.fragment);
   }
+  GT_REQUIRE(highest + 1 == frags,
+             "region {}: the servers' shards are in {} fragment(s), this worker expects {} "
+             "(worker.fragments = {}{}; do the servers read the same config?)",
+             config_.region, highest + 1, frags, config_.fragments,
+             config_.critical_fragment ? ", plus the critical one (worker.stream_critical: false)"
+                                       : "");
   const uint64_t first = next == UINT64_MAX ? 1 : next;
   rounds_.assign(frags, first);
   // A server that released rounds without us (we started late and were declared dead, or it
@@ -302,8 +305,8 @@ RoundReport RegionSync::exchange(ConstFloatSpan local, std::optional<uint32_t> f
   GT_REQUIRE(local.size() == base_.size(), "region {}: {} local parameters, the table has {}",
              config_.region, local.size(), base_.size());
   GT_ASSERT(!shards_.empty(), "exchange() before connect()");
-  GT_ASSERT(!fragment || *fragment < config_.fragments, "fragment {} of {}", *fragment,
-            config_.fragments);
+  GT_ASSERT(!fragment || *fragment < config_.fragment_count(), "fragment {} of {}", *fragment,
+            config_.fragment_count());
   std::vector<bool> todo(shards_.size());
   for (size_t i = 0; i < shards_.size(); ++i)
     todo[i] = !fragment || shards_[i].fragment == *fragment;

@@ -15,10 +15,11 @@
 // pushes).
 //
 // Streaming fragments (config.fragments = P > 1): the servers cut every fragment into their own
-// shards (server/shard_map.hpp), so shard id / (shards / P) is its fragment. exchange() with a
-// fragment pushes and pulls only that fragment's shards, and every fragment counts its own
-// rounds: the server gates and releases each shard separately, so a (fragment, round) pair is the
-// unit of synchronisation, and one fragment is the whole table when P = 1.
+// shards (server/shard_map.hpp) and name each shard's fragment in the hello reply; with
+// config.critical_fragment the critical tensors form fragment P. exchange() with a fragment
+// pushes and pulls only that fragment's shards, and every fragment counts its own rounds: the
+// server gates and releases each shard separately, so a (fragment, round) pair is the unit of
+// synchronisation, and one fragment is the whole table when P = 1.
 //
 // A server that loses this region (it restarted from its checkpoint, a new connection replaced
 // ours because netsim restarted, or it declared the region dead) answers `unregistered`; while
@@ -67,6 +68,11 @@ struct SyncConfig {
   std::string noncritical_codec = "int8";
   uint32_t staleness_bound = 0;
   uint32_t fragments = 1;                     // streaming fragments (worker.fragments)
+  // worker.stream_critical false with fragments > 1: the servers put the critical tensors in a
+  // fragment of their own, index `fragments` (WorkerConfig::critical_fragment()).
+  bool critical_fragment = false;
+  // Fragments in the servers' shard map: P, or P + 1 with the critical fragment.
+  uint32_t fragment_count() const { return fragments + (critical_fragment ? 1 : 0); }
   std::chrono::milliseconds timeout{60'000};  // per reply
   std::chrono::milliseconds heartbeat{1'000};
   // Tokens (samples) the region trains on between two pushes of a shard, sent with every push

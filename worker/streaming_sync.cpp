@@ -29,8 +29,9 @@ StreamingSync::StreamingSync(RegionSync& sync, StreamingConfig config)
              config_.delay, config_.local_steps);
   GT_REQUIRE(config_.delay == 0 || config_.mode != OverlapMode::off,
              "streaming: a delay of {} steps needs an overlap mode", config_.delay);
-  for (uint32_t p = 0; p < config_.fragments; ++p) ranges_.push_back(sync_.fragment_ranges(p));
-  last_start_.assign(config_.fragments, 0);
+  for (uint32_t p = 0; p < sync_.config().fragment_count(); ++p)
+    ranges_.push_back(sync_.fragment_ranges(p));
+  last_start_.assign(ranges_.size(), 0);
   if (background())
     merge_ =
         std::make_unique<OverlapMerge>(config_.mode, config_.outer, config_.regions, sync_.base());
@@ -107,6 +108,30 @@ RoundReport StreamingSync::run_blocking(uint32_t fragment, FloatSpan params) {
   return report;
 }
 
+RoundReport StreamingSync::run_queued(uint32_t fragment, FloatSpan params) {
+  // Behind the exchanges already queued, in the order every region queues them: taking the
+  // connection ahead of them could wait for another region's exchange that waits for ours.
+  auto job = std::make_shared<Job>();
+  job->fragment = fragment;
+  job->push.resize(params.size());
+  job->base.resize(params.size());
+  copy_ranges(fragment, params, job->push);
+  {
+    std::lock_guard lock(mutex_);
+    queue_.push_back(job);
+  }
+  wake_.notify_all();
+  {
+    std::unique_lock lock(mutex_);
+    wake_.wait(lock, [&] { return job->done; });
+    if (job->error) std::rethrow_exception(job->error);
+  }
+  GT_ASSERT(job->report.has_value(), "exchange finished without a report");
+  copy_ranges(fragment, job->base, params);
+  for (const auto& r : ranges_[fragment]) merge_->take_global(r.offset, r.count, job->base);
+  return *job->report;
+}
+
 std::vector<RoundReport> StreamingSync::after_step(uint64_t step, FloatSpan params) {
   GT_REQUIRE(params.size() == sync_.base().size(),
              "streaming: {} local parameters, the table has {}", params.size(),
@@ -117,6 +142,12 @@ std::vector<RoundReport> StreamingSync::after_step(uint64_t step, FloatSpan para
   while (!in_flight_.empty() && in_flight_.front()->merge_at <= step) {
     merged.push_back(wait_and_merge(*in_flight_.front(), params));
     in_flight_.pop_front();
+  }
+  // The critical fragment: every round boundary, blocking, before the streamed fragments due now.
+  if (sync_.config().critical_fragment && step % config_.local_steps == 0) {
+    last_start_[config_.fragments] = step;
+    merged.push_back(background() ? run_queued(config_.fragments, params)
+                                  : run_blocking(config_.fragments, params));
   }
   for (uint32_t p = 0; p < config_.fragments; ++p) {
     if (!due(step, p, config_.fragments, config_.local_steps)) continue;
@@ -154,7 +185,7 @@ std::vector<RoundReport> StreamingSync::finish(uint64_t last_step, FloatSpan par
     in_flight_.pop_front();
   }
   // Progress not pushed yet (fragments due before the last step): one more exchange each.
-  for (uint32_t p = 0; p < config_.fragments; ++p)
+  for (uint32_t p = 0; p < ranges_.size(); ++p)
     if (last_start_[p] < last_step) merged.push_back(run_blocking(p, params));
   return merged;
 }

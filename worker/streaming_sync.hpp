@@ -4,7 +4,10 @@
 // The parameters are cut into P fragments (RegionSync::fragment_ranges; P = 1: the whole table).
 // Fragment p is due every H local steps, at steps k with (k + (P - 1 - p) * H / P) % H == 0,
 // so the last fragment is due at every round boundary, as the whole table is without streaming,
-// and only 1/P of the model is on the WAN at once. A due fragment starts its exchange (push its
+// and only 1/P of the model is on the WAN at once. With the critical tensors kept out of streaming
+// (SyncConfig::critical_fragment), their fragment P is exchanged at every round boundary, blocking,
+// and takes the global values at once, whatever the delay and mode (with a background thread, it
+// queues behind the exchanges already queued, in the same order in every region). A due fragment starts its exchange (push its
 // progress, pull the new global values of its shards) and is merged `delay` steps later
 // (worker.fragment_delay; H for overlap without fragments, i.e. one round late):
 //   - delay 0: the exchange blocks, and the fragment takes the global values (synchronous);
@@ -88,6 +91,9 @@ class StreamingSync {
   void loop(std::stop_token stop);
   RoundReport wait_and_merge(Job& job, FloatSpan params);
   RoundReport run_blocking(uint32_t fragment, FloatSpan params);
+  // A blocking exchange on the background thread, behind the queued ones, taking the global
+  // values (the critical fragment while other fragments stream).
+  RoundReport run_queued(uint32_t fragment, FloatSpan params);
   void copy_ranges(uint32_t fragment, ConstFloatSpan from, FloatSpan to) const;
 
   RegionSync& sync_;

@@ -263,6 +263,7 @@ TrainResult Trainer::run(std::stop_token stop) {
                       {"overlap_mode", std::string(overlap_mode_name(config_.overlap_mode))},
                       {"fragments", config_.fragments},
                       {"fragment_delay", config_.merge_delay()},
+                      {"stream_critical", config_.stream_critical},
                       {"staleness_bound", config_.staleness_bound},
                       {"resume", options_.resume},
                       {"generation", options_.generation}});
@@ -281,6 +282,7 @@ TrainResult Trainer::run(std::stop_token stop) {
     sc.noncritical_codec = config_.noncritical_codec;
     sc.staleness_bound = config_.staleness_bound;
     sc.fragments = config_.fragments;
+    sc.critical_fragment = config_.critical_fragment();
     // The samples one round's delta stands for (the servers' token-weighted merge).
     sc.tokens_per_round = uint64_t{config_.local_steps} * config_.batch_size *
                           config_.accumulation_steps * config_.workers_per_region;

@@ -85,7 +85,8 @@ class OuterSync:
     servers    {region: endpoint} instead of a config (then pass the other settings here).
     Keyword arguments override the config: local_steps (H), critical (globs),
     critical_codec, noncritical_codec, staleness_bound, overlap (False/True/"eager"/"delayed"),
-    fragments, fragment_delay, outer ({lr, momentum, nesterov}: server.optimizer), timeout_ms,
+    fragments, fragment_delay, stream_critical, outer ({lr, momentum, nesterov}:
+    server.optimizer), timeout_ms,
     run_dir; keys_dir (CURVE with this region's keys, the folder `geotrain keygen` wrote) and
     curve (False: no CURVE), which default to the config's security section.
     process_group  the region's torch.distributed group (default: the default group when one is
@@ -165,7 +166,8 @@ class OuterSync:
             fragment_delay=self._delay, outer_lr=float(outer["lr"]),
             outer_momentum=float(outer["momentum"]),
             outer_nesterov=bool(outer["nesterov"]),
-            keys_dir=s["keys_dir"] if s["curve"] else None)
+            keys_dir=s["keys_dir"] if s["curve"] else None,
+            stream_critical=bool(s["stream_critical"]))
         self._gather()
         self.round = int(leader.connect(self._flat_np))
         leader.copy_base(self._flat_np)
@@ -181,6 +183,7 @@ class OuterSync:
                 "noncritical_codec": s["noncritical_codec"],
                 "overlap": s["overlap"] != "false", "overlap_mode": s["overlap"],
                 "fragments": int(s["fragments"]), "fragment_delay": self._delay,
+                "stream_critical": bool(s["stream_critical"]),
                 "staleness_bound": int(s["staleness_bound"]), "frontend": "python"})
 
     # -- settings -------------------------------------------------------------------------
@@ -196,7 +199,7 @@ class OuterSync:
                 raise ValueError("OuterSync: pass config=... or servers={region: endpoint}")
             s = dict(region=region, regions=list(servers), tensors=[], critical=[],
                      critical_codec="fp32", noncritical_codec="fp32", staleness_bound=0,
-                     overlap="false", fragments=1, fragment_delay=None,
+                     overlap="false", fragments=1, fragment_delay=None, stream_critical=True,
                      outer=dict(lr=1.0, momentum=0.0, nesterov=False), local_steps=1, rounds=1,
                      timeout_ms=120000, run_dir=os.path.join("runs", "python"),
                      security=dict(curve=False, keys_dir=None))
@@ -207,7 +210,8 @@ class OuterSync:
             s["servers"] = list(servers.items())
             s["regions"] = list(servers)
         known = {"local_steps", "rounds", "critical", "critical_codec", "noncritical_codec",
-                 "staleness_bound", "overlap", "fragments", "fragment_delay", "outer",
+                 "staleness_bound", "overlap", "fragments", "fragment_delay", "stream_critical",
+                 "outer",
                  "timeout_ms", "run_dir", "model_name", "curve", "keys_dir"}
         # CURVE: the config's security section, unless keys_dir= / curve= say otherwise
         # (keys_dir alone turns it on; curve=False turns it off).

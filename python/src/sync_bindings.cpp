@@ -92,6 +92,7 @@ LeaderPlan leader_plan(const worker::WorkerConfig& c, const std::string& region)
   sc.noncritical_codec = c.noncritical_codec;
   sc.staleness_bound = c.staleness_bound;
   sc.fragments = c.fragments;
+  sc.critical_fragment = c.critical_fragment();
   sc.timeout = c.timeout;
   StreamingConfig& stc = plan.streaming;
   stc.local_steps = c.local_steps;
@@ -252,6 +253,7 @@ py::dict leader_settings(const std::string& yaml_text, const std::string& source
   d["staleness_bound"] = c.staleness_bound;
   d["overlap"] = std::string(worker::overlap_mode_name(c.overlap_mode));  // false|true|eager|...
   d["fragments"] = c.fragments;
+  d["stream_critical"] = c.stream_critical;
   // As written (None: the default, H / P with overlap, 0 without; OuterSync derives it).
   d["fragment_delay"] = c.fragment_delay ? py::object(py::int_(*c.fragment_delay)) : py::none();
   py::dict outer;  // server.optimizer, which the eager and delayed merges predict
@@ -370,7 +372,7 @@ connect() raises HandshakeError (a ConnectionError) when a server refuses the co
                        uint32_t staleness_bound, const py::object& overlap, int64_t timeout_ms,
                        uint32_t local_steps, uint32_t fragments,
                        std::optional<uint32_t> fragment_delay, float outer_lr, float outer_momentum,
-                       bool outer_nesterov, const py::object& keys_dir) {
+                       bool outer_nesterov, const py::object& keys_dir, bool stream_critical) {
              if (local_steps < 1 || fragments < 1)
                throw py::value_error(
                    fmt::format("local_steps is {} and fragments {}: both must be at least 1",
@@ -398,6 +400,7 @@ connect() raises HandshakeError (a ConnectionError) when a server refuses the co
              w.local_steps = local_steps;
              w.fragments = fragments;
              w.fragment_delay = fragment_delay;
+             w.stream_critical = stream_critical;
              w.outer = {outer_lr, outer_momentum, outer_nesterov};
              if (!keys_dir.is_none()) {  // CURVE on, keys as `geotrain keygen` wrote them
                w.security.curve = wire::CurveSetting::on;
@@ -417,7 +420,7 @@ connect() raises HandshakeError (a ConnectionError) when a server refuses the co
            py::arg("timeout_ms") = 120000, py::arg("local_steps") = 1, py::arg("fragments") = 1,
            py::arg("fragment_delay") = py::none(), py::arg("outer_lr") = 1.0f,
            py::arg("outer_momentum") = 0.0f, py::arg("outer_nesterov") = false,
-           py::arg("keys_dir") = py::none())
+           py::arg("keys_dir") = py::none(), py::arg("stream_critical") = true)
       .def("connect", &RegionLeader::connect, py::arg("origin") = py::none(),
            "register with every server and pull the global values; origin: the common initial "
            "parameters (the servers hold the sum of deltas from it). Returns the next round")

@@ -215,6 +215,21 @@ class MultiRank(unittest.TestCase):
             self.run_regions(tmp, "  overlap: true\n  fragments: 2\n")
         print(f"2 regions x 2 ranks, overlap and 2 fragments: {time.monotonic() - t0:.1f} s")
 
+    def test_critical_tensors_kept_out_of_streaming_stay_synchronous(self):
+        # worker.stream_critical: false: the critical 0.weight is a fragment of its own,
+        # exchanged at every round boundary without delay, while the rest streams in 2
+        # fragments merged 2 steps late. After every round boundary both regions hold the same
+        # 0.weight (fp32, the servers' average), which streamed fragments do not give.
+        t0 = time.monotonic()
+        with tempfile.TemporaryDirectory() as tmp:
+            results = self.run_regions(
+                tmp, "  overlap: eager\n  fragments: 2\n  stream_critical: false\n")
+            a, b = results[("a", 0)], results[("b", 0)]
+            for k, (ra, rb) in enumerate(zip(a["rounds"], b["rounds"])):
+                self.assertEqual(ra[:8 * HIDDEN], rb[:8 * HIDDEN], f"round {k + 1}")
+            self.assertNotEqual(a["rounds"][0][8 * HIDDEN:], b["rounds"][0][8 * HIDDEN:])
+        print(f"2 regions x 2 ranks, critical tensors out of streaming: {time.monotonic() - t0:.1f} s")
+
     def test_when_the_leader_cannot_connect_every_rank_of_its_group_fails(self):
         with tempfile.TemporaryDirectory() as tmp:
             # A port that is bound but never listens: the leader's connection is refused.

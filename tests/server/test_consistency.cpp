@@ -80,6 +80,84 @@ TEST_CASE("a table with fewer chunks than fragments: the empty fragments get emp
   CHECK(covered == 161);
 }
 
+TEST_CASE("cut_pieces cuts ranges with gaps as one sequence, a part across a gap per piece") {
+  const std::vector<ElementRange> pieces{{0, 100}, {200, 100}};
+  const auto three = cut_pieces(pieces, 3, 1);  // parts of 67, 66, 67 elements of the sequence
+  REQUIRE(three.size() == 3);
+  REQUIRE(three[0].size() == 1);
+  CHECK((three[0][0].offset == 0 && three[0][0].count == 67));
+  REQUIRE(three[1].size() == 2);  // [67, 100) and [200, 233)
+  CHECK((three[1][0].offset == 67 && three[1][0].count == 33));
+  CHECK((three[1][1].offset == 200 && three[1][1].count == 33));
+  REQUIRE(three[2].size() == 1);
+  CHECK((three[2][0].offset == 233 && three[2][0].count == 67));
+  // Chunk-aligned in the sequence: 4 parts of 50-element chunks are the 4 halves of the pieces.
+  const auto four = cut_pieces(pieces, 4, 50);
+  for (size_t i = 0; i < 4; ++i) {
+    REQUIRE(four[i].size() == 1);
+    CHECK(four[i][0].offset == (i < 2 ? 50 * i : 200 + 50 * (i - 2)));
+    CHECK(four[i][0].count == 50);
+  }
+  CHECK(cut_pieces({}, 2, 8) == std::vector<std::vector<ElementRange>>(2));
+  const auto left = subtract_ranges({0, 1000}, {{0, 10}, {500, 20}, {990, 50}});
+  REQUIRE(left.size() == 2);
+  CHECK((left[0].offset == 10 && left[0].count == 490));
+  CHECK((left[1].offset == 520 && left[1].count == 470));
+}
+
+TEST_CASE("critical ranges kept out of streaming form fragment P; the rest splits into P equal parts") {
+  const uint64_t elements = 100000, chunk = 256;
+  const uint32_t regions = 3, fragments = 4;
+  const std::vector<ElementRange> critical{{0, 500}, {40000, 3000}, {99000, 1000}};
+  server::ShardMap map(elements, regions, 1, chunk, fragments, critical);
+  CHECK(map.fragment_count() == fragments + 1);
+  std::vector<int> owner(elements, -1);  // the fragment of each element
+  std::vector<std::vector<uint64_t>> size(fragments + 1, std::vector<uint64_t>(regions, 0));
+  std::vector<std::vector<int>> shards(fragments + 1, std::vector<int>(regions, 0));
+  for (size_t i = 0; i < map.shards().size(); ++i) {
+    const auto& s = map.shards()[i];
+    CHECK(s.id == i);
+    if (i > 0) CHECK(s.fragment >= map.shards()[i - 1].fragment);  // fragment order
+    for (uint64_t e = s.offset; e < s.offset + s.count; ++e) {
+      REQUIRE(owner[e] == -1);  // covered once
+      owner[e] = static_cast<int>(s.fragment);
+    }
+    size[s.fragment][s.region] += s.count;
+    ++shards[s.fragment][s.region];
+  }
+  auto is_critical = [&](uint64_t e) {
+    for (const auto& c : critical)
+      if (e >= c.offset && e < c.end()) return true;
+    return false;
+  };
+  for (uint64_t e = 0; e < elements; ++e) {
+    REQUIRE(owner[e] != -1);
+    REQUIRE((owner[e] == int(fragments)) == is_critical(e));  // critical iff fragment P
+  }
+  // Fragments 0..P-1 in layer order, each about a quarter of the 95,500 streamed elements.
+  for (uint64_t e = 1; e < elements; ++e)
+    if (!is_critical(e) && !is_critical(e - 1)) REQUIRE(owner[e] >= owner[e - 1]);
+  for (uint32_t f = 0; f <= fragments; ++f) {
+    uint64_t total = 0, lo = UINT64_MAX, hi = 0;
+    for (uint32_t r = 0; r < regions; ++r) {
+      CHECK(shards[f][r] >= 1);  // every region's server owns part of every fragment
+      total += size[f][r];
+      lo = std::min(lo, size[f][r]);
+      hi = std::max(hi, size[f][r]);
+    }
+    CHECK(hi - lo <= 2 * chunk);  // a chunk of rounding, plus a short last chunk
+    // Within a chunk of a quarter, but the last part lacks what the short last chunk does.
+    if (f < fragments) CHECK(total >= 95500 / 4 - 2 * chunk);
+    if (f < fragments) CHECK(total <= 95500 / 4 + chunk);
+  }
+  // Without fragments there is nothing to keep out of: the plain map.
+  server::ShardMap one(elements, regions, 1, chunk, 1, critical);
+  CHECK(one.fragment_count() == 1);
+  CHECK(one.shards().size() == regions);
+  CHECK_THROWS_AS(server::ShardMap(elements, regions, 1, chunk, 2, {{500, 10}, {0, 10}}),
+                  InputError);
+}
+
 TEST_CASE("a synchronous round equals the exact average of the regions' deltas") {
   TempDir tmp("sync");
   const auto& dir = tmp.path();

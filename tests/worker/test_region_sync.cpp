@@ -451,6 +451,90 @@ TEST_CASE("each streaming fragment exchanges only its own shards, on its own ste
   for (size_t i = 0; i < n; ++i) REQUIRE(lb[i] == la[i]);
 }
 
+TEST_CASE("critical tensors kept out of streaming are exchanged every round, without delay") {
+  const auto dir = temp_dir("critical-fragment");
+  auto config = two_region_config(dir, 0, "fp32");
+  config.fragments = 2;             // worker.fragments
+  config.stream_critical = false;   // worker.stream_critical
+  config.chunk = 256;
+  Deployment d(config, "critical-fragment");
+  const ParamTable table = d.table();
+  auto sync_config = [&](const std::string& region) {
+    auto c = d.sync(region, "fp32", "fp32", 0);
+    c.fragments = 2;
+    c.critical_fragment = true;
+    return c;
+  };
+  worker::RegionSync a(table, sync_config("a"), d.context()), b(table, sync_config("b"), d.context());
+  a.connect();
+  b.connect();
+  const size_t n = table.total_elements();
+  // crit.w [0, 1024) is fragment 2; free.w [1024, 3072) is cut into fragments 0 and 1.
+  const auto f0 = a.fragment_ranges(0), f1 = a.fragment_ranges(1), fc = a.fragment_ranges(2);
+  uint64_t critical = 0;
+  for (const auto& r : fc) {
+    CHECK(r.end() <= 1024);
+    critical += r.count;
+  }
+  CHECK(critical == 1024);
+  REQUIRE(!f0.empty());
+  REQUIRE(!f1.empty());
+  CHECK(f0.front().offset == 1024);
+  CHECK(f0.back().end() == 2048);
+  CHECK(f1.front().offset == 2048);
+  CHECK(f1.back().end() == 3072);
+  // Eager overlap, H = 2, P = 2: the streamed fragments merge a step after their push; the
+  // critical one takes the global average at every round boundary.
+  const auto sc = streaming_config(2, 1, worker::OverlapMode::eager, 2);
+  worker::StreamingSync ta(a, sc), tb(b, sc);
+  std::vector<float> la(n, 1.0f), lb(n, 3.0f);
+  auto step = [&](uint64_t k) {
+    auto fa = std::async(std::launch::async, [&] { return ta.after_step(k, la); });
+    auto rb = tb.after_step(k, lb);
+    return fa.get();
+  };
+  auto r1 = step(1);  // fragment 0 starts; nothing merges
+  CHECK(r1.empty());
+  CHECK(la[0] == 1.0f);
+  auto r2 = step(2);  // fragment 0 merges, the critical fragment is exchanged, fragment 1 starts
+  REQUIRE(r2.size() == 2);
+  CHECK(r2[0].fragment == 0);
+  CHECK(r2[1].fragment == 2);
+  CHECK(r2[1].round == 1);
+  for (size_t i = 0; i < 1024; ++i) REQUIRE(la[i] == 2.0f);  // the average, at once
+  for (size_t i = 0; i < 1024; ++i) REQUIRE(lb[i] == 2.0f);
+  CHECK(a.next_round(2) == 2);
+  // A round later the critical tensors are exchanged again, in their round 2.
+  for (float& v : la) v += 1.0f;
+  auto r3 = step(3);  // fragment 1 merges (its round 1); fragment 0 starts its round 2
+  REQUIRE(r3.size() == 1);
+  CHECK(r3[0].fragment == 1);
+  auto r4 = step(4);  // fragment 0 merges; the critical fragment's round 2
+  REQUIRE(r4.size() == 2);
+  CHECK(r4[1].fragment == 2);
+  CHECK(r4[1].round == 2);
+  for (size_t i = 0; i < 1024; ++i) REQUIRE(la[i] == 2.5f);
+  for (size_t i = 0; i < 1024; ++i) REQUIRE(lb[i] == 2.5f);
+  auto fa = std::async(std::launch::async, [&] { return ta.finish(4, la); });
+  tb.finish(4, lb);
+  fa.get();
+  for (size_t i = 0; i < n; ++i) REQUIRE(lb[i] == la[i]);  // every region ends on the global values
+}
+
+TEST_CASE("a leader that keeps critical tensors out of streaming refuses servers that do not") {
+  const auto dir = temp_dir("critical-mismatch");
+  auto config = two_region_config(dir, 0, "fp32");
+  config.fragments = 2;  // stream_critical stays true: no critical fragment at the servers
+  config.chunk = 256;
+  Deployment d(config, "critical-mismatch");
+  auto c = d.sync("a", "fp32", "fp32", 0);
+  c.fragments = 2;
+  c.critical_fragment = true;
+  const ParamTable table = d.table();  // RegionSync keeps a reference
+  worker::RegionSync a(table, c, d.context());
+  CHECK_THROWS_WITH_AS(a.connect(), doctest::Contains("worker.stream_critical"), InputError);
+}
+
 TEST_CASE(
     "with more shards per server than it pipelines, the leader pulls after the push replies") {
   const auto dir = temp_dir("many-shards");
