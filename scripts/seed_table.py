@@ -10,6 +10,15 @@ configuration's mean, the traffic reduction against it, and the largest single e
     scripts/seed_table.py runs/sweeps/overlap/results.csv [--baseline fp32-sync] [--lan fp32-sync-lan]
 
 With --lan, also time to target over that configuration's mean (the LAN control).
+
+"train-only time" is the time to target without the evaluations before it: the leaders evaluate
+on the caller's time (every worker.eval_every rounds), which adds the same seconds per
+evaluation to every configuration and so pulls ratios towards 1 when evaluations are frequent.
+From the leaders' metrics (each evaluation's length is the time from the event before it to its
+own), per region the first evaluation at the target (--target, default 0.85 accuracy; for a
+language model a val bpb at or below --target), minus the evaluations up to it; the run's time is
+the largest over its regions, on the workers' clocks (from their start, so about half a second
+earlier than the launcher's time to target).
 Standard library only.
 """
 import argparse
@@ -45,6 +54,31 @@ def largest_exchange(run_dir):
     return best
 
 
+def train_only_time(run_dir, target, lm):
+    """Time to target without evaluation time (see the module text), or None."""
+    worst = None
+    for f in Path(run_dir).glob("worker-*-0.metrics.jsonl"):
+        previous, in_eval, reached = None, 0.0, None
+        for line in f.open():
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            t = event.get("time")
+            if event.get("event") == "eval" and t is not None and previous is not None:
+                in_eval += t - previous
+                value = event.get("val_bpb" if lm else "test_accuracy")
+                if value is not None and (value <= target if lm else value >= target):
+                    reached = t - in_eval
+                    break
+            if t is not None:
+                previous = t
+        if reached is None:
+            return None
+        worst = reached if worst is None else max(worst, reached)
+    return worst
+
+
 def spread(values, fmt):
     values = [v for v in values if v is not None]
     if not values:
@@ -60,6 +94,8 @@ def main():
     ap.add_argument("results", help="a sweep's results.csv")
     ap.add_argument("--baseline", help="configuration the deltas are against (default: the first)")
     ap.add_argument("--lan", help="configuration whose mean time to target is the LAN control")
+    ap.add_argument("--target", type=float,
+                    help="accuracy (0-1) or val bpb for the train-only time (default 0.85; none for a LM)")
     args = ap.parse_args()
 
     path = Path(args.results)
@@ -89,12 +125,27 @@ def main():
     base_metric = mean_of(base, metric, scale)
     base_bytes = mean_of(base, "wan_bytes_total")
     lan_time = mean_of(args.lan, "time_to_target_seconds") if args.lan else None
+    target = args.target if args.target is not None else (None if lm else 0.85)
+    train_only = {}  # label -> seconds
+    if target is not None:
+        for r in rows:
+            if r.get("status") == "completed" and r.get("run_dir"):
+                train_only[r["label"]] = train_only_time(r["run_dir"], target, lm)
+    lan_train = None
+    if args.lan and target is not None:
+        vals = [train_only.get(r["label"]) for r in groups.get(args.lan, [])]
+        vals = [v for v in vals if v is not None]
+        lan_train = statistics.fmean(vals) if vals else None
 
     unit = "val bpb" if lm else "accuracy %"
     head = ["configuration", "seeds", f"final {unit}", "delta" + (" bpb" if lm else " pp"),
             "time to target s", "wall s", "WAN MB", "less traffic", "largest exchange MB"]
     if lan_time:
         head.append("time / LAN")
+    if target is not None:
+        head.append("train-only time s")
+        if lan_train:
+            head.append("train-only / LAN")
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for name, rs in groups.items():
@@ -116,6 +167,12 @@ def main():
         if lan_time:
             t = [v for v in times if v is not None]
             cells.append(f"{statistics.fmean(t) / lan_time:.2f}" if t else "n/a")
+        if target is not None:
+            t = [train_only.get(r["label"]) for r in done]
+            cells.append(spread(t, "{:.1f}"))
+            if lan_train:
+                t = [v for v in t if v is not None]
+                cells.append(f"{statistics.fmean(t) / lan_train:.2f}" if t else "n/a")
         print("| " + " | ".join(cells) + " |")
 
 
