@@ -267,7 +267,12 @@ NetsimConfig parse_netsim_config(const std::string& yaml_text, const std::string
   if (prof.node.IsScalar()) {
     std::filesystem::path p = prof.string();
     if (p.is_relative()) p = base_dir / p;
-    if (!std::filesystem::exists(p)) prof.fail(fmt::format("no such file ({})", p.string()));
+    // The overload that reports through an error code: a name the file system refuses (longer
+    // than NAME_MAX, say) is a bad config, not a std::filesystem_error.
+    std::error_code ec;
+    const bool found = std::filesystem::exists(p, ec);
+    if (ec) prof.fail(fmt::format("cannot be looked up ({}): {}", p.string(), ec.message()));
+    if (!found) prof.fail(fmt::format("no such file ({})", p.string()));
     cfg.profile = load_profile(p);
   } else if (prof.node.IsMap()) {
     cfg.profile = profile_from(prof);

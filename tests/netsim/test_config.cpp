@@ -84,6 +84,11 @@ TEST_CASE("config errors name the key, the value and what is allowed") {
   CHECK(e.find("unknown key 'bogus'") != std::string::npos);
   CHECK(error_of("profile: nowhere.yaml\n" + link + "}]").find("no such file") !=
         std::string::npos);
+  // Found by fuzz_netsim_config: a file name longer than NAME_MAX made the lookup throw a
+  // std::filesystem_error instead of naming the key.
+  e = error_of("profile: " + std::string(300, 'x') + ".yaml\n" + link + "}]");
+  CHECK(e.find("profile") != std::string::npos);
+  CHECK(e.find("cannot be looked up") != std::string::npos);
 }
 
 TEST_CASE("the lan profile's between-any link covers every pair, whatever the regions are called") {
