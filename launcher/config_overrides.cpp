@@ -114,14 +114,20 @@ std::string describe_source(const std::string& file, const std::vector<ConfigOve
 fs::path find_wan_profile(const std::string& value, const std::vector<fs::path>& search_dirs,
                           const std::string& what) {
   GT_REQUIRE(!value.empty(), "{}: the WAN profile is empty (a name such as lan, or a file)", what);
-  if (fs::is_regular_file(value)) return fs::absolute(value).lexically_normal();
+  // Error-code overloads: a name the file system refuses (longer than NAME_MAX) is no file here,
+  // and ends in the "no such file" error below rather than a std::filesystem_error.
+  const auto is_file = [](const fs::path& p) {
+    std::error_code ec;
+    return fs::is_regular_file(p, ec);
+  };
+  if (is_file(value)) return fs::absolute(value).lexically_normal();
   const fs::path file =
       fs::path(value).extension() == ".yaml" ? fs::path(value) : fs::path(value + ".yaml");
   std::string searched;
   std::set<std::string> known;
   std::set<fs::path> seen;
   for (const auto& dir : search_dirs) {
-    if (fs::is_regular_file(dir / file)) return fs::absolute(dir / file).lexically_normal();
+    if (is_file(dir / file)) return fs::absolute(dir / file).lexically_normal();
     if (!seen.insert(fs::weakly_canonical(fs::absolute(dir))).second) continue;
     searched += (searched.empty() ? "" : ", ") + dir.string();
     if (fs::is_directory(dir))

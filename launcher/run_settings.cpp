@@ -58,9 +58,12 @@ RunSettings parse_run_settings(std::string_view yaml_text, std::string_view sour
     if (auto n = run["wan_profile"]) {
       std::filesystem::path p = in.string(n, "run.wan_profile");
       if (p.is_relative()) p = config_dir / p;
-      GT_REQUIRE(std::filesystem::is_regular_file(p),
-                 "{}: run.wan_profile is '{}': no such file ({})", source,
-                 in.string(n, "run.wan_profile"), p.string());
+      // The error-code overload: a name the file system refuses (longer than NAME_MAX) is
+      // a bad config too, not a std::filesystem_error.
+      std::error_code ec;
+      GT_REQUIRE(std::filesystem::is_regular_file(p, ec),
+                 "{}: run.wan_profile is '{}': no such file ({}{})", source,
+                 in.string(n, "run.wan_profile"), p.string(), ec ? ": " + ec.message() : "");
       s.wan_profile = p;
     }
     if (auto n = run["target_accuracy"])

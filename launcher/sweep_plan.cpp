@@ -91,7 +91,8 @@ SweepPlan parse_sweep(const std::string& text, const std::string& source, const 
     GT_REQUIRE(v.IsScalar(), "{}: wan is '{}', allowed: a WAN profile name (e.g. lan) or file",
                source, flow(v));
     const fs::path given = v.Scalar();
-    if (fs::is_regular_file(sweep_dir / given)) return fs::absolute(sweep_dir / given);
+    std::error_code ec;  // a name the file system refuses is no file: searched for below
+    if (fs::is_regular_file(sweep_dir / given, ec)) return fs::absolute(sweep_dir / given);
     return find_wan_profile(v.Scalar(), wan_search, source + ": wan");
   };
 
