@@ -50,7 +50,9 @@ struct Running {
   uint32_t restarts = 0;
   Clock::time_point phase_until{};  // end of the backoff, or the startup deadline
   size_t fault = 0;                 // its newest fault in the FaultLog
-  uint64_t rounds_at_death = 0;     // fewest rounds any region had finished when it died
+  // A server's own round when it died (server_round); fewest rounds any region had finished
+  // when it died for the others.
+  uint64_t rounds_at_death = 0;
   std::map<std::string, uint64_t> rounds_at_up{};  // each region's finished rounds once it was up
   std::optional<JsonlTail> metrics{};              // a server's metrics, read from its restart on
 };
@@ -188,6 +190,22 @@ std::optional<uint64_t> restored_round(JsonlTail& metrics) {
         e["round"].is_number_unsigned())
       round = e["round"].get<uint64_t>();
   return round;
+}
+
+// A server's own round (what its checkpoint calls its round): the oldest of its shards' newest
+// released rounds, from its metrics' `round` events. Regions count rounds their own way: a region
+// that merged a server's shards late (worker.shard_wait_ms) is ahead of that server's count.
+std::optional<uint64_t> server_round(const fs::path& metrics) {
+  std::map<uint64_t, uint64_t> newest;  // shard -> newest released round
+  for (const auto& e : read_jsonl(metrics))
+    if (e.value("event", std::string()) == "round" && e.contains("shard") &&
+        e["shard"].is_number_unsigned() && e.contains("round") && e["round"].is_number_unsigned())
+      newest[e["shard"].get<uint64_t>()] =
+          std::max(newest[e["shard"].get<uint64_t>()], e["round"].get<uint64_t>());
+  if (newest.empty()) return std::nullopt;
+  uint64_t oldest = UINT64_MAX;
+  for (const auto& [shard, round] : newest) oldest = std::min(oldest, round);
+  return oldest;
 }
 
 std::string failure_message(const Running& p, int status) {
@@ -376,6 +394,9 @@ RunResult run_deployment(const LaunchOptions& o, std::stop_token stop) {
                    describe_status(st), seconds_since(t0), settings.restart.backoff_s, p.restarts,
                    settings.restart.max_restarts);
       p.rounds_at_death = fewest_rounds(monitor, settings.regions);
+      if (p.spec.role == ProcessRole::server)
+        if (auto r = server_round(run_dir / fmt::format("server-{}.metrics.jsonl", p.spec.region)))
+          p.rounds_at_death = *r;
       p.phase = Running::Phase::backoff;
       p.phase_until = Clock::now() + seconds(settings.restart.backoff_s);
     };

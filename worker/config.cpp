@@ -132,6 +132,7 @@ WorkerConfig parse_worker_config(std::string_view yaml_text, std::string_view so
                  "fragments",
                  "fragment_delay",
                  "stream_critical",
+                 "shard_wait_ms",
                  "checkpoint"});
   auto get_u32 = [&](const char* key, uint32_t& out, uint32_t lo, uint32_t hi) {
     if (auto n = w[key]) out = in.number<uint32_t>(n, fmt::format("worker.{}", key), lo, hi);
@@ -256,6 +257,20 @@ WorkerConfig parse_worker_config(std::string_view yaml_text, std::string_view so
   if (auto n = w["timeout_ms"])
     c.timeout =
         std::chrono::milliseconds(in.number<int64_t>(n, "worker.timeout_ms", 100, 86'400'000));
+  if (auto n = w["shard_wait_ms"]) {
+    c.shard_wait =
+        std::chrono::milliseconds(in.number<int64_t>(n, "worker.shard_wait_ms", 0, 86'400'000));
+    GT_REQUIRE(c.shard_wait.count() == 0 || c.merge_delay() > 0,
+               "{}: worker.shard_wait_ms is {} but the exchanges block (worker.overlap is false "
+               "or worker.fragment_delay is 0): a deferred shard is merged late, which needs an "
+               "overlapped exchange; set worker.overlap (true, eager or delayed) or "
+               "shard_wait_ms: 0",
+               source, c.shard_wait.count());
+    GT_REQUIRE(c.shard_wait < c.timeout,
+               "{}: worker.shard_wait_ms is {}, must be below worker.timeout_ms = {} (after "
+               "timeout_ms without an answer a server counts as gone)",
+               source, c.shard_wait.count(), c.timeout.count());
+  }
   if (auto d = w["step_delay_ms"]) {
     GT_REQUIRE(d.IsMap(), "{}: worker.step_delay_ms must map region names to milliseconds", source);
     for (const auto& kv : d) {

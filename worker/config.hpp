@@ -98,6 +98,9 @@ struct WorkerConfig {
   std::filesystem::path run_dir = "runs/worker";
   WorkerCheckpointConfig checkpoint;
   std::chrono::milliseconds timeout{120'000};
+  // worker.shard_wait_ms: an overlapped exchange waits this long for a server, then defers its
+  // shards (worker/region_sync.hpp, "Deferred shards"); 0: never.
+  std::chrono::milliseconds shard_wait{0};
   std::map<std::string, uint32_t> step_delay_ms;  // artificial slowness per region
   wire::SecurityConfig security;  // top-level `security:`: CURVE keys for every server link
   // worker.external: the workers are the user's own processes (Python leaders through

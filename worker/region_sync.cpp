@@ -29,48 +29,83 @@ class ServerLost : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// What collect() does besides waiting for its ids (declared in region_sync.hpp).
+}  // namespace
+
+struct ReplyWait {
+  // With `probe` > 0, a heartbeat goes out after every `probe` of silence: a server that
+  // restarted (and lost requests that were in flight) answers it with `unregistered`, which,
+  // like any `unregistered` reply, throws ServerLost; a slow but healthy server answers it, and
+  // the wait goes on. `on_probe` runs at every probe: RegionSync keeps its other servers alive
+  // with it while this one keeps it waiting (heartbeat_others()).
+  std::chrono::milliseconds probe{};
+  std::function<void()> on_probe;
+  // Deferred shards' requests on this connection: their replies go to `parked` (an
+  // `unregistered` one throws ServerLost), not away with the replies given up on.
+  std::vector<uint64_t> parked_ids;
+  std::map<uint64_t, wire::Reply>* parked = nullptr;
+  // Return the replies that came within the timeout instead of throwing SystemError.
+  bool partial = false;
+};
+
+namespace {
+
 // Replies of one server, by request id; throws SystemError when they do not all come within
-// `timeout`. With `probe` > 0, a heartbeat goes out after every `probe` of silence: a server that
-// restarted (and lost requests that were in flight) answers it with `unregistered`, which,
-// like any `unregistered` reply, throws ServerLost; a slow but healthy server answers it, and
-// the wait goes on. `on_probe` runs at every probe: RegionSync keeps its other servers alive
-// with it while this one keeps it waiting (heartbeat_others()).
+// `timeout` (unless waiting.partial). Replies parked earlier for `ids` are taken first.
 std::map<uint64_t, wire::Reply> collect(wire::Client& client, const std::string& region,
                                         const std::vector<uint64_t>& ids,
                                         std::chrono::milliseconds timeout, const char* what,
-                                        std::chrono::milliseconds probe = {},
-                                        const std::function<void()>& on_probe = {}) {
+                                        const ReplyWait& waiting = {}) {
   std::map<uint64_t, wire::Reply> replies;
+  if (waiting.parked)
+    for (uint64_t id : ids)
+      if (auto it = waiting.parked->find(id); it != waiting.parked->end()) {
+        replies.emplace(id, std::move(it->second));
+        waiting.parked->erase(it);
+      }
+  auto contains = [](const std::vector<uint64_t>& v, uint64_t id) {
+    return std::find(v.begin(), v.end(), id) != v.end();
+  };
   std::vector<uint64_t> probes;
+  const auto probe = waiting.probe;
   const auto deadline = Clock::now() + timeout;
   auto quiet_since = Clock::now();
   while (replies.size() < ids.size()) {
     const auto now = Clock::now();
-    if (now >= deadline)
+    // Partial: past the timeout, take what has come already, without waiting.
+    const bool late = now >= deadline;
+    if (late && !waiting.partial)
       throw SystemError("wire", what, __FILE__, __LINE__,
                         fmt::format("server of region {} sent {} of {} replies within {} ms",
                                     region, replies.size(), ids.size(), timeout.count()));
     auto until = deadline;
-    if (probe.count() > 0) {
+    if (probe.count() > 0 && !late) {
       if (now - quiet_since >= probe) {
         if (auto id = client.send(wire::Heartbeat{})) probes.push_back(*id);
-        if (on_probe) on_probe();
+        if (waiting.on_probe) waiting.on_probe();
         quiet_since = now;
       }
       until = std::min(until, quiet_since + probe);
     }
-    auto reply =
-        client.receive(std::max(std::chrono::duration_cast<std::chrono::milliseconds>(until - now),
-                                std::chrono::milliseconds(1)));
+    auto reply = client.receive(
+        late ? std::chrono::milliseconds(0)
+             : std::max(std::chrono::duration_cast<std::chrono::milliseconds>(until - now),
+                        std::chrono::milliseconds(1)));
+    if (!reply && late) break;
     if (!reply) continue;
     const uint64_t id = reply->header.request_id;
-    const bool ours = std::find(ids.begin(), ids.end(), id) != ids.end();
-    const bool probed = std::find(probes.begin(), probes.end(), id) != probes.end();
+    const bool ours = contains(ids, id);
+    const bool probed = contains(probes, id);
+    const bool parked = !ours && waiting.parked && contains(waiting.parked_ids, id);
     const auto* e = std::get_if<wire::Error>(&reply->header.body);
     // Id 0: the server dropped our waiting requests (it declared the region dead).
-    if (e && e->code == wire::ErrorCode::unregistered && (ours || probed || id == 0))
+    if (e && e->code == wire::ErrorCode::unregistered && (ours || probed || parked || id == 0))
       throw ServerLost(fmt::format("server of region {} answered {} with: {}", region,
                                    probed ? "a heartbeat" : what, e->message));
+    if (parked) {
+      waiting.parked->emplace(id, std::move(*reply));
+      continue;
+    }
     if (!ours && !probed) continue;  // a reply we gave up on
     quiet_since = Clock::now();
     if (probed) continue;
@@ -138,7 +173,7 @@ void RegionSync::build_segments(ShardState& shard) const {
     shard.segments[i].stream = (uint64_t{shard.id} << 16) | i;
 }
 
-uint64_t RegionSync::connect() {
+uint64_t RegionSync::connect(uint64_t resume_at) {
   shards_.clear();
   uint64_t next = UINT64_MAX;
   std::vector<uint64_t> next_of(servers_.size(), 1);  // each server's next round for us
@@ -182,7 +217,7 @@ uint64_t RegionSync::connect() {
              config_.region, highest + 1, frags, config_.fragments,
              config_.critical_fragment ? ", plus the critical one (worker.stream_critical: false)"
                                        : "");
-  const uint64_t first = next == UINT64_MAX ? 1 : next;
+  const uint64_t first = std::max(next == UINT64_MAX ? 1 : next, resume_at);
   rounds_.assign(frags, first);
   // A server that released rounds without us (we started late and were declared dead, or it
   // restarted) expects a later round: map our rounds onto each server's (round_shift).
@@ -291,7 +326,8 @@ void RegionSync::pull_into_base(bool full, const std::vector<bool>& take, RoundR
   for (size_t s = 0; s < servers_.size(); ++s) {
     if (pulls.ids[s].empty()) continue;
     auto replies =
-        collect(*servers_[s].client, servers_[s].region, pulls.ids[s], config_.timeout, "pull");
+        collect(*servers_[s].client, servers_[s].region, pulls.ids[s], config_.timeout, "pull",
+                waiting(s, false));
     servers_[s].last_contact = Clock::now();
     for (auto& [id, reply] : replies) apply_pull(pulls.shard_of[s].at(id), reply, report, released);
   }
@@ -301,22 +337,32 @@ void RegionSync::pull_into_base(bool full, const std::vector<bool>& take, RoundR
   }
 }
 
-RoundReport RegionSync::exchange(ConstFloatSpan local, std::optional<uint32_t> fragment) {
+RoundReport RegionSync::exchange(ConstFloatSpan local, std::optional<uint32_t> fragment,
+                                 bool defer) {
   GT_REQUIRE(local.size() == base_.size(), "region {}: {} local parameters, the table has {}",
              config_.region, local.size(), base_.size());
   GT_ASSERT(!shards_.empty(), "exchange() before connect()");
   GT_ASSERT(!fragment || *fragment < config_.fragment_count(), "fragment {} of {}", *fragment,
             config_.fragment_count());
+  defer = defer && config_.shard_wait.count() > 0;
   std::vector<bool> todo(shards_.size());
-  for (size_t i = 0; i < shards_.size(); ++i)
+  // Shards deferred before this exchange: not pushed in it (the caller did not start them).
+  std::vector<bool> skip(shards_.size());
+  for (size_t i = 0; i < shards_.size(); ++i) {
     todo[i] = !fragment || shards_[i].fragment == *fragment;
+    skip[i] = todo[i] && shards_[i].unstarted;
+    GT_ASSERT(defer || !skip[i], "region {}: exchange without deferring while shard {} is "
+              "deferred (settle() first)", config_.region, shards_[i].id);
+  }
   RoundReport report;
   report.fragment = fragment.value_or(0);
   report.round = rounds_[report.fragment];
   delta_.resize(base_.size());
   uint64_t released = UINT64_MAX;
   // Servers that lost this region since the last round (keep_alive rejoined them) or that it
-  // could not rejoin then: hello and full pulls first (neither waits on any round).
+  // could not rejoin then: hello and full pulls first (neither waits on any round). A deferred
+  // shard pulled in full here is merged with those values.
+  const std::vector<bool> todo_before = todo;
   for (size_t s = 0; s < servers_.size(); ++s) {
     bool pending = false;
     for (size_t i = 0; i < shards_.size(); ++i)
@@ -329,8 +375,24 @@ RoundReport RegionSync::exchange(ConstFloatSpan local, std::optional<uint32_t> f
       lose(s, e.what());  // redone in push_and_pull, in its turn
     }
   }
-  push_and_pull(local, todo, report, released);
+  std::vector<bool> take(shards_.size());
+  for (size_t i = 0; i < shards_.size(); ++i) take[i] = todo[i] && !skip[i];
+  push_and_pull(local, take, report, released, defer);
   report.released_round = released == UINT64_MAX ? 0 : released;
+
+  // Round bookkeeping of the deferred shards, before this exchange's round is counted.
+  for (size_t i = 0; i < shards_.size(); ++i) {
+    auto& sh = shards_[i];
+    if (take[i] && sh.pending()) sh.unstarted = true;  // deferred now
+    if (!skip[i] || sh.pending() || sh.resync) continue;
+    // Its server lost this region and it was pulled in full here (resync()), not pushed: it
+    // pushes from the next exchange on, in the round its server expects then.
+    if (todo[i] == todo_before[i]) ++sh.round_shift;
+    sh.unstarted = false;
+  }
+  for (size_t i = 0; i < shards_.size(); ++i)
+    if (todo_before[i] && shards_[i].unstarted)
+      report.deferred.push_back({shards_[i].offset, shards_[i].count});
   if (fragment) {
     ++rounds_[*fragment];
   } else {
@@ -340,8 +402,9 @@ RoundReport RegionSync::exchange(ConstFloatSpan local, std::optional<uint32_t> f
 }
 
 void RegionSync::push_and_pull(ConstFloatSpan local, const std::vector<bool>& take,
-                               RoundReport& report, uint64_t& released) {
+                               RoundReport& report, uint64_t& released, bool defer) {
   std::vector<std::vector<uint64_t>> push_ids(servers_.size());
+  std::vector<std::map<uint64_t, size_t>> push_shard(servers_.size());
   std::vector<size_t> shards_on(servers_.size(), 0);
   // Shards of a server still lost, or not pulled in full since it was rejoined, are redone in
   // that server's turn below.
@@ -355,7 +418,9 @@ void RegionSync::push_and_pull(ConstFloatSpan local, const std::vector<bool>& ta
       continue;
     }
     pushed[i] = true;
-    push_ids[sh.server].push_back(send_push(i, local, report));
+    const uint64_t id = send_push(i, local, report);
+    push_ids[sh.server].push_back(id);
+    push_shard[sh.server][id] = i;
     ++shards_on[sh.server];
   }
 
@@ -370,6 +435,20 @@ void RegionSync::push_and_pull(ConstFloatSpan local, const std::vector<bool>& ta
   }
   Pulls early = send_pulls(false, pushed, pipelined);
 
+  // Deferring: every server gets until shard_wait after the pushes; what has not come by then
+  // stays in flight (the shard is deferred).
+  const auto defer_at = t0 + config_.shard_wait;
+  auto wait_for = [&] {
+    if (!defer) return config_.timeout;
+    return std::max(std::chrono::duration_cast<std::chrono::milliseconds>(defer_at - Clock::now()),
+                    std::chrono::milliseconds(0));
+  };
+  auto waiting_deferring = [&](size_t s) {
+    ReplyWait w = waiting(s, true);
+    w.partial = defer;
+    return w;
+  };
+
   // Servers in the same order in every region: a leader that redoes its round on one server
   // (below) never waits there for a leader that waits on it at another.
   for (size_t s = 0; s < servers_.size(); ++s) {
@@ -383,41 +462,67 @@ void RegionSync::push_and_pull(ConstFloatSpan local, const std::vector<bool>& ta
     ids.insert(ids.end(), early.ids[s].begin(), early.ids[s].end());
     std::map<uint64_t, wire::Reply> replies;
     try {
-      replies = collect(*servers_[s].client, servers_[s].region, ids, config_.timeout,
-                        "push and pull", config_.heartbeat, others_alive(s));
+      replies = collect(*servers_[s].client, servers_[s].region, ids, wait_for(), "push and pull",
+                        waiting_deferring(s));
     } catch (const ServerLost& e) {
       lose(s, e.what());
       redo(s, local, take, report, released);
       later[s] = false;
       continue;
     }
-    servers_[s].last_contact = Clock::now();
+    if (!replies.empty()) servers_[s].last_contact = Clock::now();
     for (uint64_t id : push_ids[s]) {
-      const auto& pr = body_as<wire::PushReply>(replies.at(id), servers_[s].region);
+      auto it = replies.find(id);
+      auto& sh = shards_[push_shard[s].at(id)];
+      if (it == replies.end()) {  // deferred (its pull, if sent, below)
+        sh.pending_push = id;
+        sh.pending_round = server_round(sh);
+        continue;
+      }
+      const auto& pr = body_as<wire::PushReply>(it->second, servers_[s].region);
       report.max_staleness = std::max(report.max_staleness, pr.staleness);
       report.gate_wait_us = std::max(report.gate_wait_us, pr.gate_wait_us);
     }
-    for (uint64_t id : early.ids[s])
-      apply_pull(early.shard_of[s].at(id), replies.at(id), &report, released);
+    for (uint64_t id : early.ids[s]) {
+      const size_t i = early.shard_of[s].at(id);
+      if (auto it = replies.find(id); it != replies.end()) {
+        apply_pull(i, it->second, &report, released);
+        continue;
+      }
+      auto& sh = shards_[i];
+      sh.pending_pull = id;
+      sh.pending_round = server_round(sh);
+    }
   }
   report.push_seconds += seconds_since(t0);
 
-  // Servers holding more of our shards: pull once their pushes are in.
+  // Servers holding more of our shards: pull once their pushes are in (a deferred push's pull
+  // goes out when it is answered: take_deferred()).
   const auto t1 = Clock::now();
-  Pulls rest = send_pulls(false, pushed, later);
+  std::vector<bool> answered(shards_.size());
+  for (size_t i = 0; i < shards_.size(); ++i) answered[i] = pushed[i] && !shards_[i].pending();
+  Pulls rest = send_pulls(false, answered, later);
   for (size_t s = 0; s < servers_.size(); ++s) {
     if (rest.ids[s].empty()) continue;
     std::map<uint64_t, wire::Reply> replies;
     try {
-      replies = collect(*servers_[s].client, servers_[s].region, rest.ids[s], config_.timeout,
-                        "pull", config_.heartbeat, others_alive(s));
+      replies = collect(*servers_[s].client, servers_[s].region, rest.ids[s], wait_for(), "pull",
+                        waiting_deferring(s));
     } catch (const ServerLost& e) {
       lose(s, e.what());
       redo(s, local, take, report, released);
       continue;
     }
-    servers_[s].last_contact = Clock::now();
-    for (auto& [id, reply] : replies) apply_pull(rest.shard_of[s].at(id), reply, &report, released);
+    if (!replies.empty()) servers_[s].last_contact = Clock::now();
+    for (const auto& [id, i] : rest.shard_of[s]) {
+      if (auto it = replies.find(id); it != replies.end()) {
+        apply_pull(i, it->second, &report, released);
+        continue;
+      }
+      auto& sh = shards_[i];
+      sh.pending_pull = id;
+      sh.pending_round = server_round(sh);
+    }
   }
   report.pull_seconds += seconds_since(t1);
 }
@@ -457,7 +562,7 @@ void RegionSync::redo(size_t s, ConstFloatSpan local, const std::vector<bool>& t
         if (mine[i]) pushes.push_back(send_push(i, local, report));
       if (pushes.empty()) return;  // it had released the round already
       auto replies = collect(*link.client, link.region, pushes, config_.timeout, "push (rejoined)",
-                             config_.heartbeat, others_alive(s));
+                             waiting(s, true));
       for (auto& [id, reply] : replies) {
         const auto& pr = body_as<wire::PushReply>(reply, link.region);
         report.max_staleness = std::max(report.max_staleness, pr.staleness);
@@ -467,7 +572,7 @@ void RegionSync::redo(size_t s, ConstFloatSpan local, const std::vector<bool>& t
       only[s] = true;
       Pulls pulls = send_pulls(false, mine, only);
       auto pulled = collect(*link.client, link.region, pulls.ids[s], config_.timeout,
-                            "pull (rejoined)", config_.heartbeat, others_alive(s));
+                            "pull (rejoined)", waiting(s, true));
       for (auto& [id, reply] : pulled)
         apply_pull(pulls.shard_of[s].at(id), reply, &report, released);
       link.last_contact = Clock::now();
@@ -486,6 +591,190 @@ void RegionSync::lose(size_t s, const std::string& why) {
   spdlog::warn("region {}: lost the server of region {} ({}); rejoining it", config_.region,
                servers_[s].region, why);
   servers_[s].lost = true;
+  drop_deferred(s);
+}
+
+std::vector<uint64_t> RegionSync::pending_ids(size_t s) const {
+  std::vector<uint64_t> ids;
+  for (const auto& sh : shards_) {
+    if (sh.server != s) continue;
+    if (sh.pending_push) ids.push_back(*sh.pending_push);
+    if (sh.pending_pull) ids.push_back(*sh.pending_pull);
+  }
+  if (servers_[s].probe) ids.push_back(*servers_[s].probe);
+  return ids;
+}
+
+ReplyWait RegionSync::waiting(size_t s, bool probe) {
+  ReplyWait w;
+  if (probe) {
+    w.probe = config_.heartbeat;
+    w.on_probe = others_alive(s);
+  }
+  w.parked_ids = pending_ids(s);
+  w.parked = &servers_[s].parked;
+  return w;
+}
+
+void RegionSync::drop_deferred(size_t s) {
+  // The shards stay `unstarted`: the rejoin pulls them in full, and the exchange that does it
+  // merges them.
+  for (auto& sh : shards_) {
+    if (sh.server != s) continue;
+    sh.pending_push.reset();
+    sh.pending_pull.reset();
+  }
+  servers_[s].parked.clear();
+  servers_[s].probe.reset();
+}
+
+size_t RegionSync::deferred_shards() const {
+  return static_cast<size_t>(
+      std::count_if(shards_.begin(), shards_.end(), [](const auto& sh) { return sh.unstarted; }));
+}
+
+void RegionSync::take_deferred(size_t s, std::chrono::milliseconds wait,
+                               const std::vector<bool>& todo, std::vector<bool>& merged,
+                               RoundReport* report) {
+  auto& link = servers_[s];
+  const auto deadline = Clock::now() + wait;
+  uint64_t released = UINT64_MAX;  // a late shard's released round says nothing of this round
+  for (;;) {
+    std::vector<uint64_t> ids;
+    for (size_t i = 0; i < shards_.size(); ++i) {
+      const auto& sh = shards_[i];
+      if (sh.server != s || !todo[i]) continue;
+      if (sh.pending_push) ids.push_back(*sh.pending_push);
+      if (sh.pending_pull) ids.push_back(*sh.pending_pull);
+    }
+    if (ids.empty()) return;
+    // A server silent for a heartbeat period is asked whether it still knows this region (a
+    // probe per heartbeat period; the newest one's answer is parked like the deferred replies).
+    const auto now = Clock::now();
+    if (now - link.last_contact >= config_.heartbeat &&
+        (!link.probe || now - link.probe_sent >= config_.heartbeat)) {
+      link.probe = link.client->send(wire::Heartbeat{});
+      link.probe_sent = now;
+    }
+    if (link.probe) ids.push_back(*link.probe);
+    const auto left = std::max(
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()),
+        std::chrono::milliseconds(0));
+    ReplyWait w = waiting(s, false);
+    w.partial = true;
+    auto replies = collect(*link.client, link.region, ids, std::min(left, config_.heartbeat),
+                           "deferred push and pull", w);
+    if (!replies.empty()) link.last_contact = Clock::now();
+    if (link.probe && replies.erase(*link.probe)) link.probe.reset();
+    bool progress = false;
+    for (size_t i = 0; i < shards_.size(); ++i) {
+      auto& sh = shards_[i];
+      if (sh.server != s || !todo[i]) continue;
+      if (sh.pending_push) {
+        if (auto it = replies.find(*sh.pending_push); it != replies.end()) {
+          const auto& pr = body_as<wire::PushReply>(it->second, link.region);
+          if (report) {
+            report->max_staleness = std::max(report->max_staleness, pr.staleness);
+            report->gate_wait_us = std::max(report->gate_wait_us, pr.gate_wait_us);
+          }
+          sh.pending_push.reset();
+          progress = true;
+          if (!sh.pending_pull) {  // its server holds more of our shards: the pull goes now
+            const uint64_t floor = sh.pending_round > config_.staleness_bound
+                                       ? sh.pending_round - config_.staleness_bound
+                                       : 0;
+            auto id = link.client->send(wire::PullRequest{sh.id, sh.version, false, floor});
+            GT_REQUIRE(id.has_value(), "server of region {}: send queue full", link.region);
+            sh.pending_pull = *id;
+          }
+        }
+      }
+      if (sh.pending_pull && !sh.pending_push) {
+        if (auto it = replies.find(*sh.pending_pull); it != replies.end()) {
+          apply_pull(i, it->second, report, released);
+          sh.pending_pull.reset();
+          merged[i] = true;
+          progress = true;
+        }
+      }
+    }
+    if (!progress && Clock::now() >= deadline) return;
+  }
+}
+
+std::vector<ElementRange> RegionSync::take_ready(uint32_t fragment) {
+  std::vector<bool> mine(shards_.size()), merged(shards_.size());
+  for (size_t i = 0; i < shards_.size(); ++i)
+    mine[i] = shards_[i].fragment == fragment && shards_[i].pending();
+  for (size_t s = 0; s < servers_.size(); ++s) {
+    if (servers_[s].lost) continue;
+    try {
+      take_deferred(s, std::chrono::milliseconds(0), mine, merged, nullptr);
+    } catch (const ServerLost& e) {
+      lose(s, e.what());  // the next exchange rejoins it and pulls its shards in full
+    }
+  }
+  std::vector<ElementRange> out;
+  for (size_t i = 0; i < shards_.size(); ++i) {
+    auto& sh = shards_[i];
+    if (!merged[i]) continue;
+    // The next exchange pushes it, in the round its server expects next.
+    sh.round_shift =
+        static_cast<int64_t>(rounds_[sh.fragment]) - static_cast<int64_t>(sh.pending_round + 1);
+    sh.unstarted = false;
+    out.push_back({sh.offset, sh.count});
+  }
+  return out;
+}
+
+std::vector<ElementRange> RegionSync::settle() {
+  std::vector<ElementRange> out;
+  std::vector<bool> all(shards_.size(), true), merged(shards_.size());
+  uint64_t released = UINT64_MAX;
+  for (size_t s = 0; s < servers_.size(); ++s) {
+    bool any = false;
+    for (const auto& sh : shards_) any = any || (sh.server == s && sh.unstarted);
+    if (!any) continue;
+    const auto t0 = Clock::now();
+    for (uint32_t attempt = 0;; ++attempt) {
+      try {
+        if (!servers_[s].lost) take_deferred(s, config_.timeout, all, merged, nullptr);
+        bool waiting_still = false;
+        for (const auto& sh : shards_) waiting_still = waiting_still || (sh.server == s && sh.pending());
+        if (waiting_still)
+          throw SystemError("wire", "settle", __FILE__, __LINE__,
+                            fmt::format("region {}: the server of region {} did not answer the "
+                                        "deferred exchanges within {} ms",
+                                        config_.region, servers_[s].region,
+                                        config_.timeout.count()));
+        if (servers_[s].lost) rejoin(s);
+        std::vector<bool> todo(shards_.size());
+        for (size_t i = 0; i < shards_.size(); ++i)
+          todo[i] = shards_[i].server == s && shards_[i].unstarted && shards_[i].resync;
+        const std::vector<bool> todo_before = todo;
+        resync(s, todo, nullptr, released);
+        for (size_t i = 0; i < shards_.size(); ++i) {
+          auto& sh = shards_[i];
+          if (sh.server != s || !sh.unstarted) continue;
+          // The next exchange pushes it, in the round its server expects next.
+          if (merged[i])
+            sh.round_shift = static_cast<int64_t>(rounds_[sh.fragment]) -
+                             static_cast<int64_t>(sh.pending_round + 1);
+          else if (todo[i] != todo_before[i])
+            --sh.round_shift;  // resync(): the server released the round this exchange counts
+          sh.unstarted = false;
+          out.push_back({sh.offset, sh.count});
+        }
+        spdlog::info("region {}: settled the deferred shards of the server of region {} in "
+                     "{:.2f} s", config_.region, servers_[s].region, seconds_since(t0));
+        break;
+      } catch (const ServerLost& e) {
+        if (attempt + 1 >= kMaxRejoinAttempts) throw;
+        lose(s, e.what());
+      }
+    }
+  }
+  return out;
 }
 
 void RegionSync::rejoin(size_t s) {
@@ -541,7 +830,7 @@ void RegionSync::resync(size_t s, std::vector<bool>& todo, RoundReport* report,
   Pulls pulls = send_pulls(true, take, only);
   if (pulls.ids[s].empty()) return;
   auto replies = collect(*servers_[s].client, servers_[s].region, pulls.ids[s], config_.timeout,
-                         "full pull (rejoined)", config_.heartbeat, others_alive(s));
+                         "full pull (rejoined)", waiting(s, true));
   servers_[s].last_contact = Clock::now();
   for (auto& [id, reply] : replies) {
     const size_t i = pulls.shard_of[s].at(id);
@@ -588,11 +877,13 @@ void RegionSync::keep_alive() {
       continue;
     }
     if (now - link.last_contact < config_.heartbeat) continue;
+    // A server with deferred shards is probed by the exchanges that look for their replies
+    // (take_deferred): it may be stopped, and waiting here would hold the connection.
+    if (!pending_ids(s).empty()) continue;
     auto id = link.client->send(wire::Heartbeat{});
     if (!id) continue;  // queue full: the server is behind, and will hear from us soon anyway
     try {
-      collect(*link.client, link.region, {*id}, config_.timeout, "heartbeat", config_.heartbeat,
-              others_alive(s));
+      collect(*link.client, link.region, {*id}, config_.timeout, "heartbeat", waiting(s, true));
     } catch (const ServerLost& e) {
       lose(s, e.what());
       rejoin(s);
@@ -609,7 +900,8 @@ void RegionSync::goodbye(std::chrono::milliseconds wait) {
   for (size_t s = 0; s < servers_.size(); ++s) {
     if (!ids[s]) continue;
     try {
-      collect(*servers_[s].client, servers_[s].region, {*ids[s]}, wait, "goodbye");
+      collect(*servers_[s].client, servers_[s].region, {*ids[s]}, wait, "goodbye",
+              waiting(s, false));
     } catch (const std::exception& e) {
       spdlog::info("region {}: goodbye to the server of region {} not answered: {}", config_.region,
                    servers_[s].region, e.what());

@@ -31,6 +31,17 @@
 // the round already gets no second push. Its round counter may now differ from this region's:
 // each shard keeps the difference (round_shift). At most kMaxRejoinAttempts per exchange.
 //
+// Deferred shards (config.shard_wait > 0, for overlapped exchanges only): an exchange waits at
+// most shard_wait for a server. Shards whose replies have not come by then are deferred: their
+// push and pull stay in flight, their part of base() does not change, and the caller keeps their
+// parameters local (RoundReport::deferred). Later exchanges of their fragment neither push nor
+// wait for them; take_ready(), between exchanges, merges those whose replies have come (base
+// changes), and the next exchange pushes them again, their server's rounds mapped through
+// round_shift. A stopped or partitioned server thus delays a third of the model, not every
+// region's round (docs/training.md, "Deferred shards"). A deferred shard whose server lost this
+// region (it restarted, or declared the region dead) is pulled in full instead: the region's
+// progress in that push is dropped. settle() waits for every deferred shard (end of training).
+//
 // Blocking: connect() and exchange() block on the network, up to `timeout` per reply (a missing
 // reply is a SystemError naming the server). Not thread-safe: one thread (see StreamingSync
 // for running it in the background). Buffers: base() is owned here; callers pass spans in.
@@ -55,6 +66,8 @@
 
 namespace geotrain::worker {
 
+struct ReplyWait;  // region_sync.cpp
+
 struct SyncConfig {
   std::string region;  // this region's name, as in the config's `regions`
   struct Server {
@@ -74,6 +87,9 @@ struct SyncConfig {
   // Fragments in the servers' shard map: P, or P + 1 with the critical fragment.
   uint32_t fragment_count() const { return fragments + (critical_fragment ? 1 : 0); }
   std::chrono::milliseconds timeout{60'000};  // per reply
+  // worker.shard_wait_ms: the longest an exchange that may defer waits for a server (see above);
+  // 0: never defer.
+  std::chrono::milliseconds shard_wait{0};
   std::chrono::milliseconds heartbeat{1'000};
   // Tokens (samples) the region trains on between two pushes of a shard, sent with every push
   // so that a server with server.consistency.weighting: tokens weighs this region's delta by
@@ -91,6 +107,11 @@ struct RoundReport {
   uint32_t max_staleness = 0;   // the largest staleness a server reported for our pushes
   uint64_t gate_wait_us = 0;    // the longest time a push waited at a server's gate
   uint64_t released_round = 0;  // the oldest round released among the pulled shards
+  // Deferred shards: the ranges of this fragment whose exchange is still in flight after this
+  // exchange (base unchanged there: keep them local, merge them later), and how many shards
+  // deferred earlier were merged (StreamingSync counts those take_ready() merged).
+  std::vector<ElementRange> deferred;
+  uint32_t late_shards = 0;
 };
 
 class RegionSync {
@@ -108,13 +129,33 @@ class RegionSync {
 
   // Registers with every server and pulls full values into base(), except for shards whose
   // server says they are still zero (a fresh start): those take base = origin and cross no WAN.
-  // Returns the round the region pushes next (1 for a fresh start, later after a rejoin).
-  uint64_t connect();
+  // Returns the round the region pushes next (1 for a fresh start, later after a rejoin): the
+  // earliest any server expects, or `resume_at` when that is later (a region resumed from its
+  // snapshot of round resume_at - 1 goes on from there; a server that counts fewer rounds for it,
+  // having merged some of its shards late or restored an older checkpoint, is mapped through
+  // round_shift, and a delta against its values carries what it lost).
+  uint64_t connect(uint64_t resume_at = 0);
 
   // One round: pushes local - base, pulls the new values into base. Returns what it measured.
   // With a fragment, only that fragment's shards (only their part of `local` is read, and only
-  // their part of base changes); without, every shard, each in its fragment's round.
-  RoundReport exchange(ConstFloatSpan local, std::optional<uint32_t> fragment = std::nullopt);
+  // their part of base changes); without, every shard, each in its fragment's round. With
+  // `defer` and config.shard_wait > 0, shards may be deferred (above): `local` is not read for
+  // shards deferred before the call. Without `defer`, none of the fragment's shards may be
+  // deferred (settle() first).
+  RoundReport exchange(ConstFloatSpan local, std::optional<uint32_t> fragment = std::nullopt,
+                       bool defer = false);
+
+  // Deferred shards of `fragment` whose replies have come, merged into base now (without
+  // waiting); returns their ranges. Call between exchanges, before the caller starts the
+  // fragment again: the next exchange pushes them, so that no round of theirs is skipped at
+  // their server beyond those they were deferred for (a region that skipped more would fall
+  // behind the others there, and every later round would wait for it).
+  std::vector<ElementRange> take_ready(uint32_t fragment);
+  // Waits (up to config.timeout per server) for every deferred shard and merges it into base;
+  // returns their ranges. Their progress since is pushed by the next exchange of their fragment.
+  std::vector<ElementRange> settle();
+  // Shards deferred now.
+  size_t deferred_shards() const;
 
   // Sends a heartbeat to servers not contacted within config.heartbeat. Cheap; call between steps.
   void keep_alive();
@@ -163,12 +204,26 @@ class RegionSync {
     int64_t round_shift = 0;
     bool resync = false;      // its server was rejoined: pull it in full before the next push
     bool zero_start = false;  // hello: its values are still zero, so connect() pulls nothing
+    // Deferred: its push and pull (request ids; the pull goes out once the push is answered
+    // where the server holds more than kMaxPipelinedShards of our shards) and the round its
+    // server counts for that push. `unstarted` from its deferral until the exchange that merges
+    // it: the caller has not started it again, so that exchange does not push it.
+    std::optional<uint64_t> pending_push, pending_pull;
+    uint64_t pending_round = 0;
+    bool unstarted = false;
+    bool pending() const { return pending_push || pending_pull; }
   };
   struct ServerLink {
     std::string region;
     std::unique_ptr<wire::Client> client;
     std::chrono::steady_clock::time_point last_contact;
     bool lost = false;  // it answered `unregistered`: rejoin before using it again
+    // Replies that came for deferred shards' requests while something else was awaited.
+    std::map<uint64_t, wire::Reply> parked;
+    // A heartbeat sent while waiting for deferred replies, and when: one unanswered for a
+    // heartbeat period (it may have died with a broken connection) is replaced.
+    std::optional<uint64_t> probe;
+    std::chrono::steady_clock::time_point probe_sent;
   };
 
   // Pull requests sent and not yet answered: request ids per server, and the shard of each
@@ -190,8 +245,9 @@ class RegionSync {
   uint64_t min_round(const ShardState& shard) const;
   // The round for the shards in `take`: pushes, then pulls. A server that lost this region is
   // rejoined and the round redone there (redo) in its turn.
+  // With `defer`, what has not come within config.shard_wait is deferred.
   void push_and_pull(ConstFloatSpan local, const std::vector<bool>& take, RoundReport& report,
-                     uint64_t& released);
+                     uint64_t& released, bool defer);
   // Encodes and sends shard i's push (delta against base); returns its request id.
   uint64_t send_push(size_t shard_index, ConstFloatSpan local, RoundReport& report);
   // Rejoins `server`, pulls its shards of `take` in full and pushes and pulls them again; up to
@@ -213,6 +269,18 @@ class RegionSync {
   void apply_pull(size_t shard_index, const wire::Reply& reply, RoundReport* report,
                   uint64_t& released);
   void pull_into_base(bool full, const std::vector<bool>& take, RoundReport* report);
+  // The request ids of deferred shards on `server`, whose replies collect() parks.
+  std::vector<uint64_t> pending_ids(size_t server) const;
+  // How replies from `server` are awaited: with heartbeat probes (and the other servers kept
+  // alive meanwhile) or without; deferred shards' replies parked either way.
+  ReplyWait waiting(size_t server, bool probe);
+  // Deferred shards of `todo` on `server`: takes the replies that came (waiting up to `wait`
+  // for them all) and merges the shards whose pulls are answered; marks them in `merged`.
+  // Throws ServerLost when the server lost this region.
+  void take_deferred(size_t server, std::chrono::milliseconds wait, const std::vector<bool>& todo,
+                     std::vector<bool>& merged, RoundReport* report);
+  // The server lost this region: its deferred requests will never be answered.
+  void drop_deferred(size_t server);
 
   const ParamTable& layout_;
   SyncConfig config_;

@@ -6,6 +6,18 @@
 #include "core/error.hpp"
 
 namespace geotrain::worker {
+namespace {
+
+// A fragment's shard ranges but those in `shards` (whole shards: RegionSync's deferred ones).
+std::vector<ElementRange> without(const std::vector<ElementRange>& ranges,
+                                  const std::vector<ElementRange>& shards) {
+  std::vector<ElementRange> out;
+  for (const auto& r : ranges)
+    if (std::find(shards.begin(), shards.end(), r) == shards.end()) out.push_back(r);
+  return out;
+}
+
+}  // namespace
 
 bool StreamingSync::due(uint64_t step, uint32_t fragment, uint32_t fragments,
                         uint32_t local_steps) {
@@ -32,6 +44,7 @@ StreamingSync::StreamingSync(RegionSync& sync, StreamingConfig config)
   for (uint32_t p = 0; p < sync_.config().fragment_count(); ++p)
     ranges_.push_back(sync_.fragment_ranges(p));
   last_start_.assign(ranges_.size(), 0);
+  deferred_.resize(ranges_.size());
   if (background())
     merge_ =
         std::make_unique<OverlapMerge>(config_.mode, config_.outer, config_.regions, sync_.base());
@@ -74,7 +87,7 @@ void StreamingSync::loop(std::stop_token stop) {
     std::exception_ptr error;
     try {
       std::lock_guard in_use(sync_mutex_);
-      report = sync_.exchange(job->push, job->fragment);
+      report = sync_.exchange(job->push, job->fragment, /*defer=*/true);
       // Copied here, on the only thread that writes base: the merge reads the copy.
       copy_ranges(job->fragment, sync_.base(), job->base);
     } catch (...) {
@@ -95,7 +108,28 @@ RoundReport StreamingSync::wait_and_merge(Job& job, FloatSpan params) {
     if (job.error) std::rethrow_exception(job.error);
   }
   GT_ASSERT(job.report.has_value(), "exchange finished without a report");
-  for (const auto& r : ranges_[job.fragment]) merge_->merge(r.offset, r.count, params, job.base);
+  // Deferred shards keep their local values (and their start) until their replies come; those
+  // that have come by now are merged here and started again with the fragment (take_ready).
+  // Not while another fragment's exchange holds the connection: they wait for a later merge.
+  auto& deferred = deferred_[job.fragment];
+  deferred = job.report->deferred;
+  if (!deferred.empty()) {
+    std::unique_lock in_use(sync_mutex_, std::try_to_lock);
+    if (in_use.owns_lock()) {
+      const auto ready = sync_.take_ready(job.fragment);
+      for (const auto& r : ready) {
+        std::copy(sync_.base().begin() + r.offset, sync_.base().begin() + r.end(),
+                  job.base.begin() + r.offset);
+        if (auto it = std::find(deferred.begin(), deferred.end(), r); it != deferred.end())
+          deferred.erase(it);
+      }
+      job.report->late_shards += ready.size();
+      // Their progress since their start is pushed by the next start, or by finish().
+      if (!ready.empty()) last_start_[job.fragment] = 0;
+    }
+  }
+  for (const auto& r : without(ranges_[job.fragment], deferred))
+    merge_->merge(r.offset, r.count, params, job.base);
   return *job.report;
 }
 
@@ -161,7 +195,8 @@ std::vector<RoundReport> StreamingSync::after_step(uint64_t step, FloatSpan para
     job->merge_at = step + config_.delay;
     job->push.resize(params.size());
     job->base.resize(params.size());
-    for (const auto& r : ranges_[p]) merge_->start(r.offset, r.count, params, job->push);
+    for (const auto& r : without(ranges_[p], deferred_[p]))
+      merge_->start(r.offset, r.count, params, job->push);
     in_flight_.push_back(job);
     {
       std::lock_guard lock(mutex_);
@@ -183,6 +218,16 @@ std::vector<RoundReport> StreamingSync::finish(uint64_t last_step, FloatSpan par
   while (!in_flight_.empty()) {
     merged.push_back(wait_and_merge(*in_flight_.front(), params));
     in_flight_.pop_front();
+  }
+  // Deferred shards: waited for and merged; their progress since is pushed below.
+  if (merge_) {
+    std::lock_guard in_use(sync_mutex_);
+    const auto settled = sync_.settle();
+    for (const auto& r : settled) merge_->merge(r.offset, r.count, params, sync_.base());
+    for (uint32_t p = 0; p < ranges_.size(); ++p) {
+      if (without(ranges_[p], settled).size() < ranges_[p].size()) last_start_[p] = 0;
+      deferred_[p].clear();
+    }
   }
   // Progress not pushed yet (fragments due before the last step): one more exchange each.
   for (uint32_t p = 0; p < ranges_.size(); ++p)

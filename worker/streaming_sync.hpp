@@ -13,8 +13,12 @@
 //   - delay 0: the exchange blocks, and the fragment takes the global values (synchronous);
 //   - delay > 0: the exchange runs on a background thread while the workers go on training, and
 //     the merge follows the overlap mode (worker/overlap_merge.hpp).
-// At the end, finish() merges what is in flight and exchanges, blocking, every fragment whose
-// last push is older than the last step, so that every region ends on the global values.
+// With config.shard_wait (RegionSync: deferred shards), a background exchange may come back with
+// shards still on the WAN: they are neither merged nor started again until an exchange of their
+// fragment brings their result, then merged by the same rule (the progress since their start is
+// kept). At the end, finish() merges what is in flight, waits for deferred shards (settle) and
+// exchanges, blocking, every fragment whose last push is older than the last step or that had
+// deferred shards, so that every region ends on the global values.
 //
 // Owns its thread (joined on destruction) and per-exchange buffers; borrows the RegionSync,
 // which nobody else may use while this object lives. The thread keeps the servers' heartbeats
@@ -100,6 +104,9 @@ class StreamingSync {
   StreamingConfig config_;
   std::vector<std::vector<ElementRange>> ranges_;  // per fragment
   std::vector<uint64_t> last_start_;               // per fragment: the step of its last push
+  // Per fragment: the ranges of its deferred shards (RegionSync) after its last merged exchange;
+  // neither merged nor started until an exchange merges them.
+  std::vector<std::vector<ElementRange>> deferred_;
   std::unique_ptr<OverlapMerge> merge_;            // delay > 0
   std::deque<std::shared_ptr<Job>> in_flight_;     // started, not merged; oldest first
   std::mutex sync_mutex_;  // held while sync_ is used: an exchange, or the idle heartbeat

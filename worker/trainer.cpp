@@ -37,7 +37,10 @@ void add_reports(nlohmann::json& j, const std::vector<RoundReport>& reports) {
   uint64_t pushed = 0, pulled = 0;
   uint32_t staleness = 0;
   uint64_t largest = 0;  // the largest single exchange: what streaming divides by P
+  uint64_t deferred = 0, late = 0;
   for (const auto& r : reports) {
+    deferred += r.deferred.size();
+    late += r.late_shards;
     largest = std::max(largest, r.bytes_pushed + r.bytes_pulled);
     push += r.push_seconds;
     pull += r.pull_seconds;
@@ -55,6 +58,10 @@ void add_reports(nlohmann::json& j, const std::vector<RoundReport>& reports) {
   j["merged_round"] = reports.back().round;
   j["exchanges"] = reports.size();
   j["largest_exchange_bytes"] = largest;
+  // Deferred shards (worker.shard_wait_ms): still on the WAN after the round's exchanges, and
+  // merged late in them.
+  j["deferred_shards"] = deferred;
+  j["late_shards"] = late;
 }
 
 // Rounds go through the region's float collective: exact up to 2^24.
@@ -264,6 +271,7 @@ TrainResult Trainer::run(std::stop_token stop) {
                       {"fragments", config_.fragments},
                       {"fragment_delay", config_.merge_delay()},
                       {"stream_critical", config_.stream_critical},
+                      {"shard_wait_ms", config_.shard_wait.count()},
                       {"staleness_bound", config_.staleness_bound},
                       {"resume", options_.resume},
                       {"generation", options_.generation}});
@@ -287,6 +295,7 @@ TrainResult Trainer::run(std::stop_token stop) {
     sc.tokens_per_round = uint64_t{config_.local_steps} * config_.batch_size *
                           config_.accumulation_steps * config_.workers_per_region;
     sc.timeout = config_.timeout;
+    sc.shard_wait = config_.shard_wait;
     sync = std::make_unique<RegionSync>(table, sc, context_);
     // The origin is the seed's initialisation, whatever a snapshot holds.
     {
@@ -294,7 +303,7 @@ TrainResult Trainer::run(std::stop_token stop) {
       model->init(origin, config_.seed);
       sync->set_origin(origin);
     }
-    const uint64_t next = sync->connect();
+    const uint64_t next = sync->connect(resumed ? resumed->round + 1 : 0);
     log.write("connect", {{"region", region_},
                           {"next_round", next},
                           {"startup_bytes_pulled", sync->startup_bytes_pulled()}});
@@ -355,7 +364,15 @@ TrainResult Trainer::run(std::stop_token stop) {
   };
   std::vector<RoundReport> merged;  // the exchanges merged during this round (leader)
   double round_wait = 0;
-  for (; round <= config_.rounds && !stop.stop_requested(); ++round) {
+  // A stop (SIGTERM) ends every rank of the region after the same round: it reaches the ranks at
+  // slightly different times, and a rank that left the loop while another began a round would
+  // wait in a collective the other never joins (until the group's timeout). One float per round.
+  auto stop_agreed = [&] {
+    std::vector<float> flag{stop.stop_requested() ? 1.0f : 0.0f};
+    if (comm) comm->allreduce_sum(flag);
+    return flag[0] > 0.0f;
+  };
+  for (; round <= config_.rounds && !stop_agreed(); ++round) {
     double round_compute = 0, round_comm = 0;
     for (uint32_t h = 0; h < config_.local_steps; ++h) {
       double compute = 0, comm_s = 0, loss_sum = 0;

@@ -55,6 +55,8 @@ py::dict report_dict(const RoundReport& r) {
   d["staleness"] = r.max_staleness;
   d["gate_wait_s"] = double(r.gate_wait_us) / 1e6;
   d["released_round"] = r.released_round;
+  d["deferred_shards"] = r.deferred.size();  // worker.shard_wait_ms: still on the WAN
+  d["late_shards"] = r.late_shards;          // deferred earlier, merged in this exchange
   return d;
 }
 
@@ -94,6 +96,7 @@ LeaderPlan leader_plan(const worker::WorkerConfig& c, const std::string& region)
   sc.fragments = c.fragments;
   sc.critical_fragment = c.critical_fragment();
   sc.timeout = c.timeout;
+  sc.shard_wait = c.shard_wait;
   StreamingConfig& stc = plan.streaming;
   stc.local_steps = c.local_steps;
   stc.fragments = c.fragments;
@@ -269,6 +272,7 @@ py::dict leader_settings(const std::string& yaml_text, const std::string& source
   d["seed"] = c.seed;
   d["eval_every"] = c.eval_every;
   d["timeout_ms"] = c.timeout.count();
+  d["shard_wait_ms"] = c.shard_wait.count();
   d["run_dir"] = c.run_dir.string();
   d["external"] = c.external;
   py::dict security;  // the top-level security section (curve: auto is refused by the parser)

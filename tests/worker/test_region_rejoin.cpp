@@ -4,6 +4,9 @@
 // momentum) and synchronous rounds of critical tensors only, the lost rounds are re-pushed
 // exactly: every leader must end with the closed-form values, as if nothing had happened.
 // (Non-critical tensors, applied on arrival, come back only approximately: docs/run.md.)
+// Then a server that stops for a while (its loop does not run, as under SIGSTOP) with
+// SyncConfig::shard_wait: the leaders defer its shards, go on with the other server's, and merge
+// them late, every region the same rounds; and the config rules for worker.shard_wait_ms.
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -11,6 +14,7 @@
 #include <thread>
 
 #include "server/param_server.hpp"
+#include "worker/config.hpp"
 #include "worker/region_sync.hpp"
 
 using namespace geotrain;
@@ -122,4 +126,171 @@ TEST_CASE("leaders rejoin a server restarted from its checkpoint and re-push the
   for (auto& s : servers) s.thread.request_stop();
   servers.clear();
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("with shard_wait, a stopped server's shards are deferred while the other server's go "
+          "on, and every region merges them when it resumes") {
+  const auto dir =
+      std::filesystem::temp_directory_path() / fmt::format("geotrain-defer-{}", ::getpid());
+  std::filesystem::remove_all(dir);
+  const auto config = config_in(dir);
+  zmq::context_t server_context;
+  std::vector<RunningServer> servers;
+  for (uint32_t r = 0; r < 2; ++r)
+    servers.push_back(start_server(config, r, server_context, "tcp://127.0.0.1:0"));
+
+  const ParamTable table(config.tensors, config.critical);
+  constexpr int kRounds = 60;
+  std::atomic<int> rounds_done[2] = {0, 0};
+  std::atomic<bool> stopped{false};
+  int while_stopped[2] = {0, 0}, deferring[2] = {0, 0}, late[2] = {0, 0};
+  std::vector<std::vector<float>> final_base(2);
+  std::vector<std::string> errors(2);
+  std::vector<std::jthread> leaders;
+  for (int r = 0; r < 2; ++r)
+    leaders.emplace_back([&, r] {
+      try {
+        zmq::context_t context;
+        worker::SyncConfig c;
+        c.region = config.regions[r];
+        c.servers = {{"a", servers[0].server->endpoint()}, {"b", servers[1].server->endpoint()}};
+        c.critical_codec = c.noncritical_codec = "fp32";
+        c.timeout = 20s;
+        c.heartbeat = 200ms;
+        c.shard_wait = 150ms;
+        worker::RegionSync sync(table, c, context);
+        sync.connect();
+        // As an overlapped region does: every round merges the deferred shards whose replies
+        // came (take_ready) and starts each shard that is not deferred from the global values
+        // plus its progress (a: 0.01, b: 0.02); a deferred one keeps its push.
+        const float step = 0.01f * static_cast<float>(r + 1);
+        std::vector<float> local(sync.base().begin(), sync.base().end());
+        std::vector<ElementRange> deferred;
+        for (int round = 0; round < kRounds; ++round) {
+          for (const auto& range : sync.take_ready(0)) {
+            deferred.erase(std::find(deferred.begin(), deferred.end(), range));
+            ++late[r];
+          }
+          for (const auto& range : sync.fragment_ranges(0)) {
+            if (std::find(deferred.begin(), deferred.end(), range) != deferred.end()) continue;
+            for (uint64_t i = range.offset; i < range.end(); ++i) local[i] = sync.base()[i] + step;
+          }
+          std::this_thread::sleep_for(20ms);
+          const auto report = sync.exchange(local, std::nullopt, /*defer=*/true);
+          deferred = report.deferred;
+          deferring[r] += !deferred.empty();
+          while_stopped[r] += stopped ? 1 : 0;
+          rounds_done[r] = round + 1;
+        }
+        CHECK(sync.settle().size() == deferred.size());
+        CHECK(sync.deferred_shards() == 0);
+        final_base[r].assign(sync.base().begin(), sync.base().end());
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+
+  // Region b's server stops for 0.6 s after round 4, as under SIGSTOP: its loop does not run,
+  // requests wait in its socket, and then it goes on with them.
+  while (rounds_done[0] < 4 || rounds_done[1] < 4) std::this_thread::sleep_for(1ms);
+  servers[1].thread.request_stop();
+  servers[1].thread.join();
+  stopped = true;
+  std::this_thread::sleep_for(600ms);
+  stopped = false;
+  auto* b = servers[1].server.get();
+  servers[1].thread = std::jthread([b](std::stop_token st) { b->run(st); });
+  leaders.clear();  // joins
+
+  for (int r = 0; r < 2; ++r) {
+    INFO("region " << config.regions[r] << ": " << errors[r]);
+    REQUIRE(errors[r].empty());
+    // Without deferring, no exchange ends while a server is stopped (each waits for it).
+    CHECK(while_stopped[r] >= 5);
+    CHECK(deferring[r] >= 5);
+    CHECK(late[r] >= 1);
+    REQUIRE(final_base[r].size() == table.total_elements());
+  }
+  // Every released round averages 0.01 and 0.02: each value is 0.015 times the rounds its shard
+  // was released in, the same in both regions; the stopped server's shards skipped some.
+  int fewest = kRounds, most = 0;
+  size_t wrong = 0;
+  for (size_t i = 0; i < final_base[0].size(); ++i) {
+    const float k = final_base[0][i] / 0.015f;
+    wrong += std::fabs(k - std::round(k)) > 1e-3f || final_base[0][i] != final_base[1][i];
+    fewest = std::min(fewest, static_cast<int>(std::lround(k)));
+    most = std::max(most, static_cast<int>(std::lround(k)));
+  }
+  CHECK(wrong == 0);
+  CHECK(fewest < kRounds);
+  CHECK(fewest >= 1);
+  CHECK(most <= kRounds);
+
+  // The regions restart (as from snapshots of round kRounds): the stopped server counts fewer
+  // rounds for them, and they go on from kRounds + 1 all the same, mapped onto its count.
+  std::vector<std::string> again_errors(2);
+  std::vector<std::vector<float>> again(2);
+  std::vector<uint64_t> plain_next(2), resumed_next(2);
+  {
+    std::vector<std::jthread> restarted;
+    for (int r = 0; r < 2; ++r)
+      restarted.emplace_back([&, r] {
+        try {
+          zmq::context_t context;
+          worker::SyncConfig c;
+          c.region = config.regions[r];
+          c.servers = {{"a", servers[0].server->endpoint()},
+                       {"b", servers[1].server->endpoint()}};
+          c.critical_codec = c.noncritical_codec = "fp32";
+          c.timeout = 20s;
+          c.heartbeat = 200ms;
+          plain_next[r] = worker::RegionSync(table, c, context).connect();
+          worker::RegionSync sync(table, c, context);
+          resumed_next[r] = sync.connect(kRounds + 1);
+          std::vector<float> local(sync.base().begin(), sync.base().end());
+          for (float& v : local) v += 0.01f * static_cast<float>(r + 1);
+          sync.exchange(local);
+          again[r].assign(sync.base().begin(), sync.base().end());
+        } catch (const std::exception& e) {
+          again_errors[r] = e.what();
+        }
+      });
+  }
+  for (int r = 0; r < 2; ++r) {
+    INFO("region " << config.regions[r] << " restarted: " << again_errors[r]);
+    REQUIRE(again_errors[r].empty());
+    CHECK(plain_next[r] == static_cast<uint64_t>(fewest) + 1);
+    CHECK(resumed_next[r] == kRounds + 1);
+  }
+  wrong = 0;
+  for (size_t i = 0; i < again[0].size(); ++i)
+    wrong += again[0][i] != again[1][i] ||
+             std::fabs(again[0][i] - final_base[0][i] - 0.015f) > 1e-5f;
+  CHECK(wrong == 0);
+  for (auto& s : servers) s.thread.request_stop();
+  servers.clear();
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("worker.shard_wait_ms needs an overlapped exchange and stays below timeout_ms") {
+  using worker::parse_worker_config;
+  const std::string base = "regions: [a]\nmodel: {arch: \"4-3\"}\n";
+  CHECK(parse_worker_config(base, "t.yaml").shard_wait == 0ms);
+  CHECK(parse_worker_config(base + "worker: {overlap: eager, shard_wait_ms: 1000}\n", "t.yaml")
+            .shard_wait == 1000ms);
+  CHECK(parse_worker_config(base + "worker: {shard_wait_ms: 0}\n", "t.yaml").shard_wait == 0ms);
+  CHECK_THROWS_WITH_AS(parse_worker_config(base + "worker: {shard_wait_ms: 1000}\n", "t.yaml"),
+                       doctest::Contains("worker.shard_wait_ms is 1000 but the exchanges block"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(
+      parse_worker_config(
+          base + "worker: {overlap: true, fragment_delay: 0, shard_wait_ms: 500}\n", "t.yaml"),
+      doctest::Contains("worker.shard_wait_ms"), InputError);
+  CHECK_THROWS_WITH_AS(
+      parse_worker_config(
+          base + "worker: {overlap: eager, timeout_ms: 2000, shard_wait_ms: 2000}\n", "t.yaml"),
+      doctest::Contains("must be below worker.timeout_ms = 2000"), InputError);
+  CHECK_THROWS_WITH_AS(
+      parse_worker_config(base + "worker: {overlap: eager, shard_wait_ms: -1}\n", "t.yaml"),
+      doctest::Contains("worker.shard_wait_ms"), InputError);
 }

@@ -65,6 +65,15 @@ class Deployment {
     std::filesystem::remove_all(dir_);
   }
 
+  // Server r's loop stops (its socket keeps what arrives, as under SIGSTOP), then goes on.
+  void pause(size_t r) {
+    threads_[r].request_stop();
+    threads_[r].join();
+  }
+  void resume(size_t r) {
+    threads_[r] = std::jthread([s = servers_[r].get()](std::stop_token st) { s->run(st); });
+  }
+
   ParamTable table() const { return ParamTable(config_.tensors, config_.critical); }
   worker::SyncConfig sync(const std::string& region, const std::string& crit,
                           const std::string& free, uint32_t bound) {
@@ -630,4 +639,66 @@ TEST_CASE(
     worker::RegionSync leader(table, sync(s), context);
     CHECK_THROWS_AS(leader.connect(), InputError);
   }
+}
+
+TEST_CASE("a stopped server's shards are deferred, merged late, and nothing the region trained is "
+          "lost") {
+  // Region a overlaps (carry, H = 1) with shard_wait; b exchanges blocking. Server b is stopped
+  // during a's first two rounds. The values must be those of the same rounds without the stop:
+  // round 1 averages a's 1 and b's 3 (2); a trains on by 10 meanwhile (12 after the merge);
+  // round 2 averages a's 10 and b's 3 (8.5); the last rounds add nothing.
+  const auto dir = temp_dir("defer");
+  Deployment d(two_region_config(dir, 0, "fp32"), "defer");
+  const ParamTable table = d.table();
+  auto ca = Leaders::config(d, "a", 1), cb = Leaders::config(d, "b", 1);
+  ca.shard_wait = 100ms;
+  worker::RegionSync a(table, ca, d.context()), b(table, cb, d.context());
+  a.connect();
+  b.connect();
+  const size_t n = table.total_elements();
+  const auto ranges = a.fragment_ranges(0);
+  REQUIRE(ranges.size() == 2);  // one shard per server; shard 1 is server b's
+  const ElementRange on_b = ranges[1];
+
+  d.pause(1);
+  worker::StreamingSync sa(a, streaming_config(1, 1, worker::OverlapMode::carry));
+  std::vector<float> x(n, 1.0f);
+  CHECK(sa.after_step(1, x).empty());
+  std::string b_error;
+  std::jthread region_b([&] {
+    try {
+      std::vector<float> local(n, 3.0f);
+      b.exchange(local);  // round 1: waits for server b
+      for (float delta : {3.0f, 0.0f}) {
+        for (size_t i = 0; i < n; ++i) local[i] = b.base()[i] + delta;
+        b.exchange(local);
+      }
+    } catch (const std::exception& e) {
+      b_error = e.what();
+    }
+  });
+  for (float& v : x) v += 10.0f;
+  std::this_thread::sleep_for(300ms);
+  auto merged = sa.after_step(2, x);  // round 1: server a's shard merged, server b's deferred
+  REQUIRE(merged.size() == 1);
+  CHECK(merged[0].deferred == std::vector<ElementRange>{on_b});
+  size_t wrong = 0;
+  for (size_t i = 0; i < n; ++i) wrong += x[i] != (i >= on_b.offset && i < on_b.end() ? 11.0f : 12.0f);
+  CHECK(wrong == 0);
+  CHECK(a.deferred_shards() == 1);
+
+  d.resume(1);
+  sa.finish(2, x);  // settles server b's shard, then pushes what is left
+  CHECK(a.deferred_shards() == 0);
+  a.goodbye(2s);
+  region_b.join();
+  REQUIRE(b_error.empty());
+  wrong = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (x[i] != 8.5f || b.base()[i] != 8.5f) {
+      if (wrong < 3) MESSAGE("element " << i << ": a " << x[i] << ", b " << b.base()[i]);
+      ++wrong;
+    }
+  }
+  CHECK(wrong == 0);
 }
