@@ -448,6 +448,16 @@ void RegionSync::push_and_pull(ConstFloatSpan local, const std::vector<bool>& ta
     w.partial = defer;
     return w;
   };
+  // Shard i's pull `id`: merged when among the replies, else its shard is deferred.
+  auto pulled_or_deferred = [&](size_t i, uint64_t id,
+                                const std::map<uint64_t, wire::Reply>& replies) {
+    if (auto it = replies.find(id); it != replies.end()) {
+      apply_pull(i, it->second, &report, released);
+      return;
+    }
+    shards_[i].pending_pull = id;
+    shards_[i].pending_round = server_round(shards_[i]);
+  };
 
   // Servers in the same order in every region: a leader that redoes its round on one server
   // (below) never waits there for a leader that waits on it at another.
@@ -483,16 +493,7 @@ void RegionSync::push_and_pull(ConstFloatSpan local, const std::vector<bool>& ta
       report.max_staleness = std::max(report.max_staleness, pr.staleness);
       report.gate_wait_us = std::max(report.gate_wait_us, pr.gate_wait_us);
     }
-    for (uint64_t id : early.ids[s]) {
-      const size_t i = early.shard_of[s].at(id);
-      if (auto it = replies.find(id); it != replies.end()) {
-        apply_pull(i, it->second, &report, released);
-        continue;
-      }
-      auto& sh = shards_[i];
-      sh.pending_pull = id;
-      sh.pending_round = server_round(sh);
-    }
+    for (uint64_t id : early.ids[s]) pulled_or_deferred(early.shard_of[s].at(id), id, replies);
   }
   report.push_seconds += seconds_since(t0);
 
@@ -514,15 +515,7 @@ void RegionSync::push_and_pull(ConstFloatSpan local, const std::vector<bool>& ta
       continue;
     }
     if (!replies.empty()) servers_[s].last_contact = Clock::now();
-    for (const auto& [id, i] : rest.shard_of[s]) {
-      if (auto it = replies.find(id); it != replies.end()) {
-        apply_pull(i, it->second, &report, released);
-        continue;
-      }
-      auto& sh = shards_[i];
-      sh.pending_pull = id;
-      sh.pending_round = server_round(sh);
-    }
+    for (const auto& [id, i] : rest.shard_of[s]) pulled_or_deferred(i, id, replies);
   }
   report.pull_seconds += seconds_since(t1);
 }

@@ -38,6 +38,18 @@ server:
                                                  dir.string()));
 }
 
+// Region r's leader on the two servers, fp32 codecs both ways.
+worker::SyncConfig leader_config(const server::ServerConfig& config, int r,
+                                 const std::string& a_endpoint, const std::string& b_endpoint) {
+  worker::SyncConfig c;
+  c.region = config.regions[r];
+  c.servers = {{"a", a_endpoint}, {"b", b_endpoint}};
+  c.critical_codec = c.noncritical_codec = "fp32";
+  c.timeout = 20s;
+  c.heartbeat = 200ms;
+  return c;
+}
+
 struct RunningServer {
   std::unique_ptr<server::ParamServer> server;
   std::jthread thread;
@@ -55,17 +67,31 @@ RunningServer start_server(const server::ServerConfig& config, uint32_t region,
   return s;
 }
 
+// Both regions' servers over loopback TCP, with their run folder `geotrain-<name>-<pid>`.
+struct TwoServers {
+  explicit TwoServers(const std::string& name)
+      : dir(std::filesystem::temp_directory_path() / fmt::format("geotrain-{}-{}", name, ::getpid())),
+        config((std::filesystem::remove_all(dir), config_in(dir))) {
+    for (uint32_t r = 0; r < 2; ++r)
+      servers.push_back(start_server(config, r, context, "tcp://127.0.0.1:0"));
+  }
+  ~TwoServers() {
+    for (auto& s : servers) s.thread.request_stop();
+    servers.clear();
+    std::filesystem::remove_all(dir);
+  }
+  const std::filesystem::path dir;
+  const server::ServerConfig config;
+  zmq::context_t context;
+  std::vector<RunningServer> servers;
+};
+
 }  // namespace
 
 TEST_CASE("leaders rejoin a server restarted from its checkpoint and re-push the lost rounds") {
-  const auto dir =
-      std::filesystem::temp_directory_path() / fmt::format("geotrain-rejoin-{}", ::getpid());
-  std::filesystem::remove_all(dir);
-  const auto config = config_in(dir);
-  zmq::context_t server_context;
-  std::vector<RunningServer> servers;
-  for (uint32_t r = 0; r < 2; ++r)
-    servers.push_back(start_server(config, r, server_context, "tcp://127.0.0.1:0"));
+  TwoServers two("rejoin");
+  const auto& config = two.config;
+  auto& servers = two.servers;
   const std::string b_endpoint = servers[1].server->endpoint();
 
   const ParamTable table(config.tensors, config.critical);
@@ -79,12 +105,7 @@ TEST_CASE("leaders rejoin a server restarted from its checkpoint and re-push the
     leaders.emplace_back([&, r] {
       try {
         zmq::context_t context;
-        worker::SyncConfig c;
-        c.region = config.regions[r];
-        c.servers = {{"a", servers[0].server->endpoint()}, {"b", b_endpoint}};
-        c.critical_codec = c.noncritical_codec = "fp32";
-        c.timeout = 20s;
-        c.heartbeat = 200ms;
+        const auto c = leader_config(config, r, servers[0].server->endpoint(), b_endpoint);
         worker::RegionSync sync(table, c, context);
         sync.connect();
         // Each round, region a moves every parameter by 0.01 and region b by 0.02.
@@ -110,7 +131,7 @@ TEST_CASE("leaders rejoin a server restarted from its checkpoint and re-push the
   servers[1].thread.join();
   servers[1].server.reset();
   std::this_thread::sleep_for(300ms);
-  servers[1] = start_server(config, 1, server_context, b_endpoint);
+  servers[1] = start_server(config, 1, two.context, b_endpoint);
   leaders.clear();  // joins
 
   for (int r = 0; r < 2; ++r) {
@@ -123,21 +144,13 @@ TEST_CASE("leaders rejoin a server restarted from its checkpoint and re-push the
     for (float v : final_base[r]) wrong += std::fabs(v - 0.015f * kRounds) > 1e-4f;
     CHECK(wrong == 0);
   }
-  for (auto& s : servers) s.thread.request_stop();
-  servers.clear();
-  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("with shard_wait, a stopped server's shards are deferred while the other server's go "
           "on, and every region merges them when it resumes") {
-  const auto dir =
-      std::filesystem::temp_directory_path() / fmt::format("geotrain-defer-{}", ::getpid());
-  std::filesystem::remove_all(dir);
-  const auto config = config_in(dir);
-  zmq::context_t server_context;
-  std::vector<RunningServer> servers;
-  for (uint32_t r = 0; r < 2; ++r)
-    servers.push_back(start_server(config, r, server_context, "tcp://127.0.0.1:0"));
+  TwoServers two("defer");
+  const auto& config = two.config;
+  auto& servers = two.servers;
 
   const ParamTable table(config.tensors, config.critical);
   constexpr int kRounds = 60;
@@ -151,12 +164,8 @@ TEST_CASE("with shard_wait, a stopped server's shards are deferred while the oth
     leaders.emplace_back([&, r] {
       try {
         zmq::context_t context;
-        worker::SyncConfig c;
-        c.region = config.regions[r];
-        c.servers = {{"a", servers[0].server->endpoint()}, {"b", servers[1].server->endpoint()}};
-        c.critical_codec = c.noncritical_codec = "fp32";
-        c.timeout = 20s;
-        c.heartbeat = 200ms;
+        auto c = leader_config(config, r, servers[0].server->endpoint(),
+                               servers[1].server->endpoint());
         c.shard_wait = 150ms;
         worker::RegionSync sync(table, c, context);
         sync.connect();
@@ -237,13 +246,8 @@ TEST_CASE("with shard_wait, a stopped server's shards are deferred while the oth
       restarted.emplace_back([&, r] {
         try {
           zmq::context_t context;
-          worker::SyncConfig c;
-          c.region = config.regions[r];
-          c.servers = {{"a", servers[0].server->endpoint()},
-                       {"b", servers[1].server->endpoint()}};
-          c.critical_codec = c.noncritical_codec = "fp32";
-          c.timeout = 20s;
-          c.heartbeat = 200ms;
+          const auto c = leader_config(config, r, servers[0].server->endpoint(),
+                                       servers[1].server->endpoint());
           plain_next[r] = worker::RegionSync(table, c, context).connect();
           worker::RegionSync sync(table, c, context);
           resumed_next[r] = sync.connect(kRounds + 1);
@@ -267,9 +271,6 @@ TEST_CASE("with shard_wait, a stopped server's shards are deferred while the oth
     wrong += again[0][i] != again[1][i] ||
              std::fabs(again[0][i] - final_base[0][i] - 0.015f) > 1e-5f;
   CHECK(wrong == 0);
-  for (auto& s : servers) s.thread.request_stop();
-  servers.clear();
-  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("worker.shard_wait_ms needs an overlapped exchange and stays below timeout_ms") {
