@@ -260,12 +260,6 @@ WorkerConfig parse_worker_config(std::string_view yaml_text, std::string_view so
   if (auto n = w["shard_wait_ms"]) {
     c.shard_wait =
         std::chrono::milliseconds(in.number<int64_t>(n, "worker.shard_wait_ms", 0, 86'400'000));
-    GT_REQUIRE(c.shard_wait.count() == 0 || c.merge_delay() > 0,
-               "{}: worker.shard_wait_ms is {} but the exchanges block (worker.overlap is false "
-               "or worker.fragment_delay is 0): a deferred shard is merged late, which needs an "
-               "overlapped exchange; set worker.overlap (true, eager or delayed) or "
-               "shard_wait_ms: 0",
-               source, c.shard_wait.count());
     GT_REQUIRE(c.shard_wait < c.timeout,
                "{}: worker.shard_wait_ms is {}, must be below worker.timeout_ms = {} (after "
                "timeout_ms without an answer a server counts as gone)",

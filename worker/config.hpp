@@ -99,7 +99,9 @@ struct WorkerConfig {
   WorkerCheckpointConfig checkpoint;
   std::chrono::milliseconds timeout{120'000};
   // worker.shard_wait_ms: an overlapped exchange waits this long for a server, then defers its
-  // shards (worker/region_sync.hpp, "Deferred shards"); 0: never.
+  // shards (worker/region_sync.hpp, "Deferred shards"); 0: never. Blocking exchanges (no
+  // overlap, fragment_delay 0) never defer, whatever it says: a config shared by overlapped and
+  // synchronous runs (a sweep's base) keeps it.
   std::chrono::milliseconds shard_wait{0};
   std::map<std::string, uint32_t> step_delay_ms;  // artificial slowness per region
   wire::SecurityConfig security;  // top-level `security:`: CURVE keys for every server link
