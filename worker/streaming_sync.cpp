@@ -87,7 +87,7 @@ void StreamingSync::loop(std::stop_token stop) {
     std::exception_ptr error;
     try {
       std::lock_guard in_use(sync_mutex_);
-      report = sync_.exchange(job->push, job->fragment, /*defer=*/true);
+      report = sync_.exchange(job->push, job->fragment, job->defer);
       // Copied here, on the only thread that writes base: the merge reads the copy.
       copy_ranges(job->fragment, sync_.base(), job->base);
     } catch (...) {
@@ -147,6 +147,7 @@ RoundReport StreamingSync::run_queued(uint32_t fragment, FloatSpan params) {
   // connection ahead of them could wait for another region's exchange that waits for ours.
   auto job = std::make_shared<Job>();
   job->fragment = fragment;
+  job->defer = false;  // it takes the global values at once
   job->push.resize(params.size());
   job->base.resize(params.size());
   copy_ranges(fragment, params, job->push);

@@ -85,6 +85,7 @@ class StreamingSync {
   struct Job {
     uint32_t fragment = 0;
     uint64_t merge_at = 0;    // the step after which it is merged
+    bool defer = true;        // its shards may be deferred (not the blocking critical fragment)
     std::vector<float> push;  // the values pushed (only the fragment's ranges are read)
     std::vector<float> base;  // the global values after the exchange (the fragment's ranges)
     std::optional<RoundReport> report;

@@ -461,6 +461,11 @@ TEST_CASE("each streaming fragment exchanges only its own shards, on its own ste
 }
 
 TEST_CASE("critical tensors kept out of streaming are exchanged every round, without delay") {
+  // With shard_wait and server b stopped through the first critical exchange, the streamed
+  // fragments' shards there are deferred, but the critical ones are not: they wait.
+  bool stop_b = false;
+  SUBCASE("every server running") {}
+  SUBCASE("server b stopped during a critical exchange, with shard_wait") { stop_b = true; }
   const auto dir = temp_dir("critical-fragment");
   auto config = two_region_config(dir, 0, "fp32");
   config.fragments = 2;             // worker.fragments
@@ -472,6 +477,7 @@ TEST_CASE("critical tensors kept out of streaming are exchanged every round, wit
     auto c = d.sync(region, "fp32", "fp32", 0);
     c.fragments = 2;
     c.critical_fragment = true;
+    if (stop_b) c.shard_wait = 50ms;
     return c;
   };
   worker::RegionSync a(table, sync_config("a"), d.context()), b(table, sync_config("b"), d.context());
@@ -505,7 +511,13 @@ TEST_CASE("critical tensors kept out of streaming are exchanged every round, wit
   auto r1 = step(1);  // fragment 0 starts; nothing merges
   CHECK(r1.empty());
   CHECK(la[0] == 1.0f);
+  if (stop_b) d.pause(1);
+  std::jthread resume_b([&] {
+    std::this_thread::sleep_for(300ms);
+    if (stop_b) d.resume(1);
+  });
   auto r2 = step(2);  // fragment 0 merges, the critical fragment is exchanged, fragment 1 starts
+  resume_b.join();
   REQUIRE(r2.size() == 2);
   CHECK(r2[0].fragment == 0);
   CHECK(r2[1].fragment == 2);
