@@ -195,8 +195,23 @@ SweepPlan parse_sweep(const std::string& text, const std::string& source, const 
     }
     YAML::Emitter e;
     e << config;
+    // yaml-cpp's emitter refuses some scalars it parsed (control characters, bytes that are not
+    // UTF-8) and stops there: its partial text would be an invalid config for the point.
+    GT_REQUIRE(e.good(), "{}: point '{}': its config cannot be written as YAML ({}); a key or value "
+               "holds characters YAML cannot write (control characters, bytes that are not UTF-8)",
+               source, point.label.substr(0, 64), e.GetLastError());
     point.config_yaml =
         fmt::format("# geotrain sweep {}: point '{}'\n{}\n", plan.name, point.label, e.c_str());
+    // And what it wrote must read back: yaml-cpp writes a key of more than 1024 characters as a
+    // plain key, which YAML (and its own parser) refuses (found by fuzz_sweep_config).
+    try {
+      (void)YAML::Load(point.config_yaml);
+    } catch (const YAML::Exception& x) {
+      throw InputError(fmt::format(
+          "{}: point '{}': its config does not read back as YAML ({}); a key is too long (YAML "
+          "allows 1024 characters) or holds characters YAML cannot write",
+          source, point.label.substr(0, 64), x.what()));
+    }
     plan.points.push_back(std::move(point));
   }
   if (auto b = root["baseline"]) {
