@@ -102,10 +102,18 @@ SweepPlan parse_sweep(const std::string& text, const std::string& source, const 
     GT_REQUIRE(grid.IsMap() && grid.size() > 0,
                "{}: grid must map dotted config keys to lists of values", source);
     std::vector<std::vector<std::pair<std::string, YAML::Node>>> combos{{}};
+    size_t grid_points = 1;
     for (const auto& kv : grid) {
       const auto key = kv.first.as<std::string>();
       GT_REQUIRE(kv.second.IsSequence() && kv.second.size() > 0,
                  "{}: grid.{} must be a non-empty list of values", source, key);
+      // Counted before anything is built: a grid's points multiply (found by fuzz_sweep_config,
+      // whose grid of a few lists took a minute to plan).
+      grid_points *= kv.second.size();
+      GT_REQUIRE(grid_points <= kMaxSweepPoints,
+                 "{}: the grid has more than {} points (the product of its lists' lengths); split "
+                 "the sweep",
+                 source, kMaxSweepPoints);
       std::vector<std::vector<std::pair<std::string, YAML::Node>>> next;
       for (const auto& c : combos)
         for (const auto& v : kv.second) {
@@ -133,6 +141,8 @@ SweepPlan parse_sweep(const std::string& text, const std::string& source, const 
     }
   }
   GT_REQUIRE(!raw.empty(), "{}: the sweep has no points (give grid, points, or both)", source);
+  GT_REQUIRE(raw.size() <= kMaxSweepPoints, "{}: the sweep has {} points, at most {} allowed",
+             source, raw.size(), kMaxSweepPoints);
 
   for (const auto& [label, values] : raw) {
     bool wan = false, wan_profile = false;

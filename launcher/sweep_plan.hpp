@@ -48,6 +48,10 @@ struct SweepPoint {
                             // differ only in their WAN (how wan_over_lan pairs points)
 };
 
+// The most points a sweep may have (grid and points together): thousands of runs of minutes each
+// are already days; beyond, a typo in a grid would plan for minutes and run for ever.
+inline constexpr size_t kMaxSweepPoints = 4096;
+
 struct SweepPlan {
   std::string name;
   std::filesystem::path out_dir = "runs/sweeps";
