@@ -207,7 +207,8 @@ SweepPlan parse_sweep(const std::string& text, const std::string& source, const 
     e << config;
     // yaml-cpp's emitter refuses some scalars it parsed (control characters, bytes that are not
     // UTF-8) and stops there: its partial text would be an invalid config for the point.
-    GT_REQUIRE(e.good(), "{}: point '{}': its config cannot be written as YAML ({}); a key or value "
+    GT_REQUIRE(e.good(),
+               "{}: point '{}': its config cannot be written as YAML ({}); a key or value "
                "holds characters YAML cannot write (control characters, bytes that are not UTF-8)",
                source, point.label.substr(0, 64), e.GetLastError());
     point.config_yaml =

@@ -325,9 +325,8 @@ void RegionSync::pull_into_base(bool full, const std::vector<bool>& take, RoundR
   uint64_t released = UINT64_MAX;
   for (size_t s = 0; s < servers_.size(); ++s) {
     if (pulls.ids[s].empty()) continue;
-    auto replies =
-        collect(*servers_[s].client, servers_[s].region, pulls.ids[s], config_.timeout, "pull",
-                waiting(s, false));
+    auto replies = collect(*servers_[s].client, servers_[s].region, pulls.ids[s], config_.timeout,
+                           "pull", waiting(s, false));
     servers_[s].last_contact = Clock::now();
     for (auto& [id, reply] : replies) apply_pull(pulls.shard_of[s].at(id), reply, report, released);
   }
@@ -351,8 +350,10 @@ RoundReport RegionSync::exchange(ConstFloatSpan local, std::optional<uint32_t> f
   for (size_t i = 0; i < shards_.size(); ++i) {
     todo[i] = !fragment || shards_[i].fragment == *fragment;
     skip[i] = todo[i] && shards_[i].unstarted;
-    GT_ASSERT(defer || !skip[i], "region {}: exchange without deferring while shard {} is "
-              "deferred (settle() first)", config_.region, shards_[i].id);
+    GT_ASSERT(defer || !skip[i],
+              "region {}: exchange without deferring while shard {} is "
+              "deferred (settle() first)",
+              config_.region, shards_[i].id);
   }
   RoundReport report;
   report.fragment = fragment.value_or(0);
@@ -627,8 +628,7 @@ size_t RegionSync::deferred_shards() const {
 }
 
 void RegionSync::take_deferred(size_t s, std::chrono::milliseconds wait,
-                               const std::vector<bool>& todo, std::vector<bool>& merged,
-                               RoundReport* report) {
+                               const std::vector<bool>& todo, std::vector<bool>& merged) {
   auto& link = servers_[s];
   const auto deadline = Clock::now() + wait;
   uint64_t released = UINT64_MAX;  // a late shard's released round says nothing of this round
@@ -650,9 +650,9 @@ void RegionSync::take_deferred(size_t s, std::chrono::milliseconds wait,
       link.probe_sent = now;
     }
     if (link.probe) ids.push_back(*link.probe);
-    const auto left = std::max(
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()),
-        std::chrono::milliseconds(0));
+    const auto left =
+        std::max(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()),
+                 std::chrono::milliseconds(0));
     ReplyWait w = waiting(s, false);
     w.partial = true;
     auto replies = collect(*link.client, link.region, ids, std::min(left, config_.heartbeat),
@@ -665,11 +665,7 @@ void RegionSync::take_deferred(size_t s, std::chrono::milliseconds wait,
       if (sh.server != s || !todo[i]) continue;
       if (sh.pending_push) {
         if (auto it = replies.find(*sh.pending_push); it != replies.end()) {
-          const auto& pr = body_as<wire::PushReply>(it->second, link.region);
-          if (report) {
-            report->max_staleness = std::max(report->max_staleness, pr.staleness);
-            report->gate_wait_us = std::max(report->gate_wait_us, pr.gate_wait_us);
-          }
+          body_as<wire::PushReply>(it->second, link.region);  // an answer, not an error
           sh.pending_push.reset();
           progress = true;
           if (!sh.pending_pull) {  // its server holds more of our shards: the pull goes now
@@ -684,7 +680,7 @@ void RegionSync::take_deferred(size_t s, std::chrono::milliseconds wait,
       }
       if (sh.pending_pull && !sh.pending_push) {
         if (auto it = replies.find(*sh.pending_pull); it != replies.end()) {
-          apply_pull(i, it->second, report, released);
+          apply_pull(i, it->second, nullptr, released);
           sh.pending_pull.reset();
           merged[i] = true;
           progress = true;
@@ -702,7 +698,7 @@ std::vector<ElementRange> RegionSync::take_ready(uint32_t fragment) {
   for (size_t s = 0; s < servers_.size(); ++s) {
     if (servers_[s].lost) continue;
     try {
-      take_deferred(s, std::chrono::milliseconds(0), mine, merged, nullptr);
+      take_deferred(s, std::chrono::milliseconds(0), mine, merged);
     } catch (const ServerLost& e) {
       lose(s, e.what());  // the next exchange rejoins it and pulls its shards in full
     }
@@ -731,15 +727,16 @@ std::vector<ElementRange> RegionSync::settle() {
     const auto t0 = Clock::now();
     for (uint32_t attempt = 0;; ++attempt) {
       try {
-        if (!servers_[s].lost) take_deferred(s, config_.timeout, all, merged, nullptr);
+        if (!servers_[s].lost) take_deferred(s, config_.timeout, all, merged);
         bool waiting_still = false;
-        for (const auto& sh : shards_) waiting_still = waiting_still || (sh.server == s && sh.pending());
+        for (const auto& sh : shards_)
+          waiting_still = waiting_still || (sh.server == s && sh.pending());
         if (waiting_still)
-          throw SystemError("wire", "settle", __FILE__, __LINE__,
-                            fmt::format("region {}: the server of region {} did not answer the "
-                                        "deferred exchanges within {} ms",
-                                        config_.region, servers_[s].region,
-                                        config_.timeout.count()));
+          throw SystemError(
+              "wire", "settle", __FILE__, __LINE__,
+              fmt::format("region {}: the server of region {} did not answer the "
+                          "deferred exchanges within {} ms",
+                          config_.region, servers_[s].region, config_.timeout.count()));
         if (servers_[s].lost) rejoin(s);
         std::vector<bool> todo(shards_.size());
         for (size_t i = 0; i < shards_.size(); ++i)
@@ -758,8 +755,10 @@ std::vector<ElementRange> RegionSync::settle() {
           sh.unstarted = false;
           out.push_back({sh.offset, sh.count});
         }
-        spdlog::info("region {}: settled the deferred shards of the server of region {} in "
-                     "{:.2f} s", config_.region, servers_[s].region, seconds_since(t0));
+        spdlog::info(
+            "region {}: settled the deferred shards of the server of region {} in "
+            "{:.2f} s",
+            config_.region, servers_[s].region, seconds_since(t0));
         break;
       } catch (const ServerLost& e) {
         if (attempt + 1 >= kMaxRejoinAttempts) throw;

@@ -278,7 +278,7 @@ class RegionSync {
   // for them all) and merges the shards whose pulls are answered; marks them in `merged`.
   // Throws ServerLost when the server lost this region.
   void take_deferred(size_t server, std::chrono::milliseconds wait, const std::vector<bool>& todo,
-                     std::vector<bool>& merged, RoundReport* report);
+                     std::vector<bool>& merged);
   // The server lost this region: its deferred requests will never be answered.
   void drop_deferred(size_t server);
 

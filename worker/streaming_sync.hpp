@@ -7,9 +7,10 @@
 // and only 1/P of the model is on the WAN at once. With the critical tensors kept out of streaming
 // (SyncConfig::critical_fragment), their fragment P is exchanged at every round boundary, blocking,
 // and takes the global values at once, whatever the delay and mode (with a background thread, it
-// queues behind the exchanges already queued, in the same order in every region). A due fragment starts its exchange (push its
-// progress, pull the new global values of its shards) and is merged `delay` steps later
-// (worker.fragment_delay; H for overlap without fragments, i.e. one round late):
+// queues behind the exchanges already queued, in the same order in every region). A due fragment
+// starts its exchange (push its progress, pull the new global values of its shards) and is merged
+// `delay` steps later (worker.fragment_delay; H for overlap without fragments, i.e. one round
+// late):
 //   - delay 0: the exchange blocks, and the fragment takes the global values (synchronous);
 //   - delay > 0: the exchange runs on a background thread while the workers go on training, and
 //     the merge follows the overlap mode (worker/overlap_merge.hpp).

@@ -126,8 +126,9 @@ TEST_CASE("a WAN profile is found by name, by file name, or by path; an unknown 
   CHECK(e.find("global-3, global-3-100m, lan, scarce, us-eu") != std::string::npos);
   CHECK(e.find("example-netsim") == std::string::npos);  // not a profile
   // A name the file system refuses (longer than NAME_MAX) is no file either.
-  CHECK(error_of([] { find_wan_profile(std::string(300, 'x'), {kConfigs / "wan"}, "--wan"); })
-            .find("no such file") != std::string::npos);
+  CHECK(error_of([] {
+          find_wan_profile(std::string(300, 'x'), {kConfigs / "wan"}, "--wan");
+        }).find("no such file") != std::string::npos);
 }
 
 TEST_CASE("switched to lan, a three-region config gets a zero-delay netsim link for every pair") {

@@ -193,18 +193,19 @@ TEST_CASE("sweep --set overrides reach every point, and the wan key refuses unkn
                        doctest::Contains("s.yaml: wan 'mars': no such file"), InputError);
   // A grid's points multiply: beyond kMaxSweepPoints it is refused before any point is built.
   CHECK_THROWS_WITH_AS(
-      parse_sweep("base: base.yaml\ngrid: {worker.seed: [1, 2, 3, 4, 5, 6, 7, 8, 9], worker.rounds: "
-                  "[1, 2, 3, 4, 5, 6, 7, 8], worker.lr: [1, 2, 3, 4, 5, 6, 7, 8], "
-                  "worker.local_steps: [1, 2, 3, 4, 5, 6, 7, 8]}\n",
-                  "s.yaml", tmp.path(), "s"),
+      parse_sweep(
+          "base: base.yaml\ngrid: {worker.seed: [1, 2, 3, 4, 5, 6, 7, 8, 9], worker.rounds: "
+          "[1, 2, 3, 4, 5, 6, 7, 8], worker.lr: [1, 2, 3, 4, 5, 6, 7, 8], "
+          "worker.local_steps: [1, 2, 3, 4, 5, 6, 7, 8]}\n",
+          "s.yaml", tmp.path(), "s"),
       doctest::Contains("the grid has more than 4096 points"), InputError);
   // A key of 300 control characters reads, but yaml-cpp writes each as a 4-character escape, and
   // a written key longer than YAML's 1024 characters does not read back; the point is refused
   // (found by fuzz_sweep_config).
-  CHECK_THROWS_WITH_AS(parse_sweep("base: base.yaml\ngrid:\n  worker." + std::string(300, '\x15') +
-                                       ": [1, 2]\n",
-                                   "s.yaml", tmp.path(), "s"),
-                       doctest::Contains("does not read back as YAML"), InputError);
+  CHECK_THROWS_WITH_AS(
+      parse_sweep("base: base.yaml\ngrid:\n  worker." + std::string(300, '\x15') + ": [1, 2]\n",
+                  "s.yaml", tmp.path(), "s"),
+      doctest::Contains("does not read back as YAML"), InputError);
   CHECK_THROWS_WITH_AS(
       parse_sweep("base: base.yaml\npoints: [{set: {wan: lan, run.wan_profile: x.yaml}}]\n",
                   "s.yaml", tmp.path(), "s"),

@@ -70,7 +70,8 @@ RunningServer start_server(const server::ServerConfig& config, uint32_t region,
 // Both regions' servers over loopback TCP, with their run folder `geotrain-<name>-<pid>`.
 struct TwoServers {
   explicit TwoServers(const std::string& name)
-      : dir(std::filesystem::temp_directory_path() / fmt::format("geotrain-{}-{}", name, ::getpid())),
+      : dir(std::filesystem::temp_directory_path() /
+            fmt::format("geotrain-{}-{}", name, ::getpid())),
         config((std::filesystem::remove_all(dir), config_in(dir))) {
     for (uint32_t r = 0; r < 2; ++r)
       servers.push_back(start_server(config, r, context, "tcp://127.0.0.1:0"));
@@ -146,8 +147,9 @@ TEST_CASE("leaders rejoin a server restarted from its checkpoint and re-push the
   }
 }
 
-TEST_CASE("with shard_wait, a stopped server's shards are deferred while the other server's go "
-          "on, and every region merges them when it resumes") {
+TEST_CASE(
+    "with shard_wait, a stopped server's shards are deferred while the other server's go "
+    "on, and every region merges them when it resumes") {
   TwoServers two("defer");
   const auto& config = two.config;
   auto& servers = two.servers;
@@ -164,8 +166,8 @@ TEST_CASE("with shard_wait, a stopped server's shards are deferred while the oth
     leaders.emplace_back([&, r] {
       try {
         zmq::context_t context;
-        auto c = leader_config(config, r, servers[0].server->endpoint(),
-                               servers[1].server->endpoint());
+        auto c =
+            leader_config(config, r, servers[0].server->endpoint(), servers[1].server->endpoint());
         c.shard_wait = 150ms;
         worker::RegionSync sync(table, c, context);
         sync.connect();
@@ -268,8 +270,8 @@ TEST_CASE("with shard_wait, a stopped server's shards are deferred while the oth
   }
   wrong = 0;
   for (size_t i = 0; i < again[0].size(); ++i)
-    wrong += again[0][i] != again[1][i] ||
-             std::fabs(again[0][i] - final_base[0][i] - 0.015f) > 1e-5f;
+    wrong +=
+        again[0][i] != again[1][i] || std::fabs(again[0][i] - final_base[0][i] - 0.015f) > 1e-5f;
   CHECK(wrong == 0);
 }
 

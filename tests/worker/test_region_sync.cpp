@@ -653,8 +653,9 @@ TEST_CASE(
   }
 }
 
-TEST_CASE("a stopped server's shards are deferred, merged late, and nothing the region trained is "
-          "lost") {
+TEST_CASE(
+    "a stopped server's shards are deferred, merged late, and nothing the region trained is "
+    "lost") {
   // Region a overlaps (carry, H = 1) with shard_wait; b exchanges blocking. Server b is stopped
   // during a's first two rounds. The values must be those of the same rounds without the stop:
   // round 1 averages a's 1 and b's 3 (2); a trains on by 10 meanwhile (12 after the merge);
@@ -695,7 +696,8 @@ TEST_CASE("a stopped server's shards are deferred, merged late, and nothing the 
   REQUIRE(merged.size() == 1);
   CHECK(merged[0].deferred == std::vector<ElementRange>{on_b});
   size_t wrong = 0;
-  for (size_t i = 0; i < n; ++i) wrong += x[i] != (i >= on_b.offset && i < on_b.end() ? 11.0f : 12.0f);
+  for (size_t i = 0; i < n; ++i)
+    wrong += x[i] != (i >= on_b.offset && i < on_b.end() ? 11.0f : 12.0f);
   CHECK(wrong == 0);
   CHECK(a.deferred_shards() == 1);
 
