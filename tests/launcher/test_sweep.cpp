@@ -62,6 +62,24 @@ TEST_CASE("a grid expands to every combination, with labels, values and the base
   CHECK(plan.baseline == 0);
 }
 
+TEST_CASE("a point's config holds copies of the sweep's values: one point never changes another") {
+  // yaml-cpp nodes are handles. Setting a section from the sweep's document into a point's config
+  // shared it, so a later key of the same point (server.heartbeat_ms) wrote into the sweep's own
+  // value, and the next point read it back; it also merged the document's node memory into every
+  // config, which made planning quadratic (found by fuzz_sweep_config: 4096 points took minutes).
+  test::TempDir tmp("sweep-plan");
+  write_base(tmp.path());
+  const auto plan = parse_sweep(
+      "base: base.yaml\ngrid:\n  server: [{staleness_bound: 1}]\n  server.heartbeat_ms: [100, "
+      "300]\n",
+      "s.yaml", tmp.path(), "s");
+  REQUIRE(plan.points.size() == 2);
+  for (const auto& p : plan.points) CHECK(p.values.at(0).second == "{staleness_bound: 1}");
+  const auto second = YAML::Load(plan.points[1].config_yaml)["server"];
+  CHECK(second["staleness_bound"].as<int>() == 1);
+  CHECK(second["heartbeat_ms"].as<int>() == 300);
+}
+
 TEST_CASE("sweep file errors name the key or value and what is allowed") {
   test::TempDir tmp("sweep-errors");
   write_base(tmp.path());
