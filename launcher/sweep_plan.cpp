@@ -159,10 +159,47 @@ SweepPlan parse_sweep(const std::string& text, const std::string& source, const 
                "{}: a point sets both wan and run.wan_profile; allowed: one of them", source);
   }
 
+  // Labels, and the baseline, before any config is built: a sweep that names no point as its
+  // baseline is refused at once, not after planning thousands of points.
   std::set<std::string> labels;
-  for (auto& [label, values] : raw) {
+  for (const auto& [label, values] : raw) {
     SweepPoint point;
-    YAML::Node config = apply_overrides(YAML::Load(base_text), overrides, source);
+    for (const auto& [key, value] : values) {
+      point.values.emplace_back(key, flow(value));
+      if (std::find(plan.keys.begin(), plan.keys.end(), key) == plan.keys.end())
+        plan.keys.push_back(key);
+    }
+    std::string name = label;
+    if (name.empty()) {
+      for (const auto& [key, value] : point.values)
+        name += (name.empty() ? "" : ",") + key.substr(key.rfind('.') + 1) + "=" + value;
+      if (name.empty()) name = "base";
+    }
+    point.label = sanitize(name);
+    GT_REQUIRE(labels.insert(point.label).second, "{}: two points have the label '{}'", source,
+               point.label.substr(0, 200));
+    plan.points.push_back(std::move(point));
+  }
+  if (auto b = root["baseline"]) {
+    const auto want = sanitize(in.string(b, "baseline"));
+    const auto at = std::find_if(plan.points.begin(), plan.points.end(),
+                                 [&](const SweepPoint& p) { return p.label == want; });
+    if (at == plan.points.end()) {
+      std::string some;  // the first few labels: a large grid's full list would be megabytes
+      for (std::size_t i = 0; i < std::min<std::size_t>(plan.points.size(), 8); ++i)
+        some += (some.empty() ? "" : ", ") + plan.points[i].label.substr(0, 80);
+      if (plan.points.size() > 8) some += fmt::format(", and {} more", plan.points.size() - 8);
+      GT_REQUIRE(false, "{}: baseline is '{}', allowed: one of the points' labels ({})", source,
+                 want.substr(0, 200), some);
+    }
+    plan.baseline = static_cast<std::size_t>(at - plan.points.begin());
+  }
+
+  const YAML::Node base_config = apply_overrides(YAML::Load(base_text), overrides, source);
+  for (std::size_t i = 0; i < raw.size(); ++i) {
+    const auto& values = raw[i].second;
+    SweepPoint& point = plan.points[i];
+    YAML::Node config = YAML::Clone(base_config);
     for (const auto& [key, value] : values) {
       // A clone: yaml-cpp nodes are handles, so setting the sweep's own node shared it, and a
       // later key of this point (worker.x after worker: {...}) wrote into the sweep's value, seen
@@ -176,18 +213,7 @@ SweepPlan parse_sweep(const std::string& text, const std::string& source, const 
         set_path(config, "run.wan_profile", YAML::Node(wan_file(v).string()), source);
       else
         set_path(config, key, v, source);
-      point.values.emplace_back(key, flow(value));
-      if (std::find(plan.keys.begin(), plan.keys.end(), key) == plan.keys.end())
-        plan.keys.push_back(key);
     }
-    if (label.empty()) {
-      for (const auto& [key, value] : point.values)
-        label += (label.empty() ? "" : ",") + key.substr(key.rfind('.') + 1) + "=" + value;
-      if (label.empty()) label = "base";
-    }
-    point.label = sanitize(label);
-    GT_REQUIRE(labels.insert(point.label).second, "{}: two points have the label '{}'", source,
-               point.label);
     set_path(config, "run.name", YAML::Node(point.label), source);
     if (config["run"]["wan_profile"] &&
         fs::path(config["run"]["wan_profile"].Scalar()).is_relative())
@@ -228,21 +254,6 @@ SweepPlan parse_sweep(const std::string& text, const std::string& source, const 
           "allows 1024 characters) or holds characters YAML cannot write",
           source, point.label.substr(0, 64), x.what()));
     }
-    plan.points.push_back(std::move(point));
-  }
-  if (auto b = root["baseline"]) {
-    const auto want = sanitize(in.string(b, "baseline"));
-    std::string all;
-    bool found = false;
-    for (std::size_t i = 0; i < plan.points.size(); ++i) {
-      all += (all.empty() ? "" : ", ") + plan.points[i].label;
-      if (plan.points[i].label == want) {
-        plan.baseline = i;
-        found = true;
-      }
-    }
-    GT_REQUIRE(found, "{}: baseline is '{}', allowed: one of the points' labels ({})", source, want,
-               all);
   }
   return plan;
 } catch (const YAML::Exception& e) {

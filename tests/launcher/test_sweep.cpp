@@ -100,6 +100,14 @@ TEST_CASE("sweep file errors name the key or value and what is allowed") {
             .find("baseline is 'nope'") != std::string::npos);
   CHECK(error("base: base.yaml\npoints: [{label: a}, {label: a}]\n").find("label 'a'") !=
         std::string::npos);
+  // A large grid's baseline error names its first labels and counts the rest, and comes before
+  // any point's config is built: the bad wan below, in every point, is never looked up.
+  const auto many = error(
+      "base: base.yaml\ngrid: {wan: [no-such-profile], worker.seed: [1, 2, 3, 4, 5, 6, 7, 8, 9, "
+      "10]}\nbaseline: nope\n");
+  CHECK(many.find("baseline is 'nope'") != std::string::npos);
+  CHECK(many.find("(wan=no-such-profile,seed=1, wan=no-such-profile,seed=2,") != std::string::npos);
+  CHECK(many.find(", and 2 more)") != std::string::npos);
 }
 
 TEST_CASE("the results table gives deltas, WAN reduction and speedup against the baseline") {
