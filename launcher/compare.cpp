@@ -10,6 +10,7 @@
 #include "core/log.hpp"
 #include "launcher/child_process.hpp"
 #include "launcher/jsonl_tail.hpp"
+#include "launcher/results_table.hpp"
 #include "launcher/run_folder.hpp"
 #include "launcher/run_settings.hpp"
 #include "launcher/run_summary.hpp"
@@ -83,56 +84,6 @@ bool looks_like_run_folder(const fs::path& dir) {
   return false;
 }
 
-std::optional<double> num(const json& j, const char* k) {
-  if (!j.is_object() || !j.contains(k) || !j[k].is_number()) return std::nullopt;
-  return j[k].get<double>();
-}
-
-json opt(std::optional<double> v) { return v ? json(*v) : json(nullptr); }
-
-// A run against the baseline, as in a sweep's results.
-struct Row {
-  json accuracy, delta, bpb, loss, bpb_delta, ttt, wall, wan, wire, reduction, speedup;
-};
-
-Row derive(const json& s, const json& b) {
-  Row r;
-  const auto acc = num(s, "final_test_accuracy"), bacc = num(b, "final_test_accuracy");
-  const auto bpb = num(s, "final_val_bpb"), bbpb = num(b, "final_val_bpb");
-  const auto ttt = num(s, "time_to_target_seconds"), bttt = num(b, "time_to_target_seconds");
-  const auto wall = num(s, "wall_seconds"), bwall = num(b, "wall_seconds");
-  const auto wan = num(s, "wan_bytes_total"), bwan = num(b, "wan_bytes_total");
-  r.accuracy = opt(acc);
-  r.delta = acc && bacc ? json(100 * (*acc - *bacc)) : json(nullptr);
-  r.bpb = opt(bpb);
-  r.loss = opt(num(s, "final_val_loss"));
-  r.bpb_delta = bpb && bbpb ? json(*bpb - *bbpb) : json(nullptr);
-  r.ttt = opt(ttt);
-  r.wall = opt(wall);
-  r.wan = opt(wan);
-  r.wire = opt(num(s, "wan_wire_bytes_total"));
-  r.reduction = wan && bwan && *bwan > 0 ? json(1.0 - *wan / *bwan) : json(nullptr);
-  if (ttt && bttt && *ttt > 0)
-    r.speedup = *bttt / *ttt;
-  else if (wall && bwall && *wall > 0)
-    r.speedup = *bwall / *wall;
-  return r;
-}
-
-std::string csv_text(const std::string& s) {
-  if (s.find_first_of(",\"\n") == std::string::npos) return s;
-  std::string out = "\"";
-  for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return out + "\"";
-}
-
-std::string csv_cell(const json& v) {
-  if (v.is_null()) return "";
-  if (v.is_number_float()) return fmt::format("{:.6g}", v.get<double>());
-  if (v.is_string()) return csv_text(v.get<std::string>());
-  return v.dump();
-}
-
 std::string setting(const ComparedRun& r, const std::string& key) {
   auto it = r.settings.find(key);
   return it == r.settings.end() ? "(default)" : it->second;
@@ -200,7 +151,7 @@ std::string comparison_csv(const Comparison& c) {
       "delta,time_to_target_seconds,wall_seconds,wan_bytes_total,wan_wire_bytes_total,wan_"
       "reduction,speedup,baseline,run_dir\n";
   for (const auto& r : c.runs) {
-    const auto d = derive(r.summary, c.runs[0].summary);
+    const auto d = derive_deltas(r.summary, c.runs[0].summary);
     out += csv_text(r.label);
     for (const auto& k : c.differing_keys) {
       out += ',';
@@ -236,7 +187,7 @@ std::string comparison_markdown(const Comparison& c) {
     return v.is_number() ? fmt::format(fmt::runtime(f), v.get<double>()) : "-";
   };
   for (const auto& r : c.runs) {
-    const auto d = derive(r.summary, c.runs[0].summary);
+    const auto d = derive_deltas(r.summary, c.runs[0].summary);
     md += fmt::format("| {}{} |", r.label, &r == &c.runs[0] ? " (baseline)" : "");
     for (std::size_t i = 0; i < shown; ++i)
       md += fmt::format(" {} |", setting(r, c.differing_keys[i]));

@@ -9,6 +9,7 @@
 
 #include "core/error.hpp"
 #include "core/yaml_reader.hpp"
+#include "launcher/results_table.hpp"
 #include "launcher/run_settings.hpp"
 #include "launcher/run_summary.hpp"
 #include "netsim/config.hpp"
@@ -48,20 +49,6 @@ std::string sanitize(std::string s) {
   return s;
 }
 
-// RFC 4180: a cell with a comma, quote or newline is quoted, quotes doubled.
-std::string csv_text(const std::string& s) {
-  if (s.find_first_of(",\"\n") == std::string::npos) return s;
-  std::string out = "\"";
-  for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return out + "\"";
-}
-
-std::string csv_cell(const json& v) {
-  if (v.is_null()) return "";
-  if (v.is_number_float()) return fmt::format("{:.6g}", v.get<double>());
-  if (v.is_string()) return csv_text(v.get<std::string>());
-  return v.dump();
-}
 }  // namespace
 
 SweepPlan parse_sweep(const std::string& text, const std::string& source, const fs::path& sweep_dir,
@@ -267,48 +254,12 @@ SweepPlan load_sweep(const fs::path& file, const std::vector<ConfigOverride>& ov
 }
 
 namespace {
-struct Derived {
-  json accuracy, delta, ttt, wall, wan, reduction, speedup;
-  json bpb, bpb_delta;  // language models: final validation bits per byte, minus the baseline's
-};
-
-Derived derive(const SweepRow& row, const SweepRow& base) {
-  const auto& s = row.summary;
-  const auto& b = base.summary;
-  auto num = [](const json& j, const char* k) -> std::optional<double> {
-    if (!j.is_object() || !j.contains(k) || !j[k].is_number()) return std::nullopt;
-    return j[k].get<double>();
-  };
-  Derived d;
-  const auto acc = num(s, "final_test_accuracy"), bacc = num(b, "final_test_accuracy");
-  const auto ttt = num(s, "time_to_target_seconds"), bttt = num(b, "time_to_target_seconds");
-  const auto wall = num(s, "wall_seconds"), bwall = num(b, "wall_seconds");
-  const auto wan = num(s, "wan_bytes_total"), bwan = num(b, "wan_bytes_total");
-  const auto bpb = num(s, "final_val_bpb"), bbpb = num(b, "final_val_bpb");
-  d.accuracy = acc ? json(*acc) : json(nullptr);
-  d.delta = acc && bacc ? json(100 * (*acc - *bacc)) : json(nullptr);
-  d.bpb = bpb ? json(*bpb) : json(nullptr);
-  d.bpb_delta = bpb && bbpb ? json(*bpb - *bbpb) : json(nullptr);
-  d.ttt = ttt ? json(*ttt) : json(nullptr);
-  d.wall = wall ? json(*wall) : json(nullptr);
-  d.wan = wan ? json(*wan) : json(nullptr);
-  d.reduction = wan && bwan && *bwan > 0 ? json(1.0 - *wan / *bwan) : json(nullptr);
-  if (ttt && bttt && *ttt > 0)
-    d.speedup = *bttt / *ttt;
-  else if (wall && bwall && *wall > 0)
-    d.speedup = *bwall / *wall;
-  return d;
-}
-
 // this / reference: on time to target when both reached it, else on wall time.
 std::optional<double> time_ratio(const json& s, const json& ref) {
-  auto num = [](const json& j, const char* k) -> std::optional<double> {
-    if (!j.is_object() || !j.contains(k) || !j[k].is_number()) return std::nullopt;
-    return j[k].get<double>();
-  };
-  const auto ttt = num(s, "time_to_target_seconds"), rttt = num(ref, "time_to_target_seconds");
+  const auto ttt = summary_number(s, "time_to_target_seconds");
+  const auto rttt = summary_number(ref, "time_to_target_seconds");
   if (ttt && rttt && *rttt > 0) return *ttt / *rttt;
-  const auto wall = num(s, "wall_seconds"), rwall = num(ref, "wall_seconds");
+  const auto wall = summary_number(s, "wall_seconds"), rwall = summary_number(ref, "wall_seconds");
   if (wall && rwall && *rwall > 0) return *wall / *rwall;
   return std::nullopt;
 }
@@ -350,7 +301,7 @@ std::string results_csv(const SweepPlan& plan, const std::vector<SweepRow>& rows
       "lan\n";
   const auto over_lan = wan_over_lan(rows);
   for (const auto& r : rows) {
-    const auto d = derive(r, rows[plan.baseline]);
+    const auto d = derive_deltas(r.summary, rows[plan.baseline].summary);
     const auto& ratio = over_lan[static_cast<std::size_t>(&r - rows.data())];
     out += csv_text(r.point->label);
     for (const auto& k : plan.keys) {
@@ -396,7 +347,7 @@ std::string results_markdown(const SweepPlan& plan, const std::vector<SweepRow>&
     return v.is_number() ? fmt::format(fmt::runtime(f), v.get<double>()) : "-";
   };
   for (const auto& r : rows) {
-    const auto d = derive(r, rows[plan.baseline]);
+    const auto d = derive_deltas(r.summary, rows[plan.baseline].summary);
     md += fmt::format("| {}{} |", r.point->label, &r == &rows[plan.baseline] ? " (baseline)" : "");
     for (const auto& k : plan.keys) md += fmt::format(" {} |", value_of(*r.point, k));
     md += fmt::format(" {} | {} | {} | {} | {} | {} | {} | {} |",
