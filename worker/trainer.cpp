@@ -11,6 +11,7 @@
 #include "core/error.hpp"
 #include "kernels/model_cpu.hpp"
 #include "models/model_spec.hpp"
+#include "worker/leader_config.hpp"
 #include "worker/local_step.hpp"
 #include "worker/metrics_log.hpp"
 #include "worker/model_backend.hpp"
@@ -281,22 +282,11 @@ TrainResult Trainer::run(std::stop_token stop) {
   std::unique_ptr<StreamingSync> streaming;
   std::vector<float> first_round{1.0f};
   if (leader) {
-    SyncConfig sc;
-    sc.region = region_;
-    for (const auto& r : config_.regions)
-      sc.servers.push_back({r, config_.server_endpoint(region_, r),
-                            wire::curve_client(config_.security, region_, r)});
-    sc.critical_codec = config_.critical_codec;
-    sc.noncritical_codec = config_.noncritical_codec;
-    sc.staleness_bound = config_.staleness_bound;
-    sc.fragments = config_.fragments;
-    sc.critical_fragment = config_.critical_fragment();
     // The samples one round's delta stands for (the servers' token-weighted merge).
-    sc.tokens_per_round = uint64_t{config_.local_steps} * config_.batch_size *
-                          config_.accumulation_steps * config_.workers_per_region;
-    sc.timeout = config_.timeout;
-    sc.shard_wait = config_.shard_wait;
-    sync = std::make_unique<RegionSync>(table, sc, context_);
+    const uint64_t tokens_per_round = uint64_t{config_.local_steps} * config_.batch_size *
+                                      config_.accumulation_steps * config_.workers_per_region;
+    sync = std::make_unique<RegionSync>(
+        table, leader_sync_config(config_, region_, tokens_per_round), context_);
     // The origin is the seed's initialisation, whatever a snapshot holds.
     {
       std::vector<float> origin(params.size());
@@ -310,14 +300,7 @@ TrainResult Trainer::run(std::stop_token stop) {
     first_round[0] = static_cast<float>(next);
     if (options_.resume) log.write("resume", resume_leader(resumed, next, *sync, params, region_));
     std::copy(sync->base().begin(), sync->base().end(), params.begin());
-    StreamingConfig stc;
-    stc.local_steps = config_.local_steps;
-    stc.fragments = config_.fragments;
-    stc.delay = config_.merge_delay();
-    stc.mode = config_.overlap_mode;
-    stc.outer = config_.outer;
-    stc.regions = static_cast<uint32_t>(config_.regions.size());
-    streaming = std::make_unique<StreamingSync>(*sync, stc);
+    streaming = std::make_unique<StreamingSync>(*sync, leader_streaming_config(config_));
   }
   if (comm) {
     comm->broadcast(first_round, 0);

@@ -29,6 +29,7 @@
 #include "wire/handshake_check.hpp"
 #include "wire/security_config.hpp"
 #include "worker/config.hpp"
+#include "worker/leader_config.hpp"
 #include "worker/overlap_merge.hpp"
 #include "worker/region_sync.hpp"
 #include "worker/streaming_sync.hpp"
@@ -77,34 +78,12 @@ struct LeaderPlan {
   StreamingConfig streaming;
 };
 
-// The leader's settings from the worker's config, as the native trainer derives them
-// (worker/trainer.cpp): the one place the binding builds a SyncConfig and a StreamingConfig.
-// Not tokens_per_round, which a Python leader does not know (0: weighted like every delta).
-// Every server is reached at c.server_endpoint(region, r) (routes through netsim included), with
-// CURVE client keys when c.security has CURVE on (InputError naming a missing key file).
+// The leader's settings from the worker's config, as the native trainer builds them
+// (worker/leader_config.hpp). Not tokens_per_round, which a Python leader does not know (0:
+// weighted like every delta).
 LeaderPlan leader_plan(const worker::WorkerConfig& c, const std::string& region) {
-  c.region_index(region);  // InputError naming the allowed regions
-  LeaderPlan plan;
-  SyncConfig& sc = plan.sync;
-  sc.region = region;
-  for (const auto& r : c.regions)
-    sc.servers.push_back(
-        {r, c.server_endpoint(region, r), wire::curve_client(c.security, region, r)});
-  sc.critical_codec = c.critical_codec;
-  sc.noncritical_codec = c.noncritical_codec;
-  sc.staleness_bound = c.staleness_bound;
-  sc.fragments = c.fragments;
-  sc.critical_fragment = c.critical_fragment();
-  sc.timeout = c.timeout;
-  sc.shard_wait = c.shard_wait;
-  StreamingConfig& stc = plan.streaming;
-  stc.local_steps = c.local_steps;
-  stc.fragments = c.fragments;
-  stc.delay = c.merge_delay();
-  stc.mode = c.overlap_mode;
-  stc.outer = c.outer;
-  stc.regions = static_cast<uint32_t>(c.regions.size());
-  return plan;
+  return {worker::leader_sync_config(c, region, /*tokens_per_round=*/0),
+          worker::leader_streaming_config(c)};
 }
 
 // One leader's state. Members are destroyed in reverse: the streaming thread first, then the

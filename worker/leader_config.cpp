@@ -1,0 +1,37 @@
+#include "worker/leader_config.hpp"
+
+#include "wire/security_config.hpp"
+
+namespace geotrain::worker {
+
+SyncConfig leader_sync_config(const WorkerConfig& c, const std::string& region,
+                              uint64_t tokens_per_round) {
+  c.region_index(region);  // InputError naming the allowed regions
+  SyncConfig sc;
+  sc.region = region;
+  for (const auto& r : c.regions)
+    sc.servers.push_back(
+        {r, c.server_endpoint(region, r), wire::curve_client(c.security, region, r)});
+  sc.critical_codec = c.critical_codec;
+  sc.noncritical_codec = c.noncritical_codec;
+  sc.staleness_bound = c.staleness_bound;
+  sc.fragments = c.fragments;
+  sc.critical_fragment = c.critical_fragment();
+  sc.tokens_per_round = tokens_per_round;
+  sc.timeout = c.timeout;
+  sc.shard_wait = c.shard_wait;
+  return sc;
+}
+
+StreamingConfig leader_streaming_config(const WorkerConfig& c) {
+  StreamingConfig stc;
+  stc.local_steps = c.local_steps;
+  stc.fragments = c.fragments;
+  stc.delay = c.merge_delay();
+  stc.mode = c.overlap_mode;
+  stc.outer = c.outer;
+  stc.regions = static_cast<uint32_t>(c.regions.size());
+  return stc;
+}
+
+}  // namespace geotrain::worker
