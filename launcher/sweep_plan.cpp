@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <map>
 #include <optional>
 #include <set>
 
@@ -183,6 +184,7 @@ SweepPlan parse_sweep(const std::string& text, const std::string& source, const 
   }
 
   const YAML::Node base_config = apply_overrides(YAML::Load(base_text), overrides, source);
+  std::map<std::string, std::string> profile_names;  // a WAN profile file -> its name
   for (std::size_t i = 0; i < raw.size(); ++i) {
     const auto& values = raw[i].second;
     SweepPoint& point = plan.points[i];
@@ -209,8 +211,13 @@ SweepPlan parse_sweep(const std::string& text, const std::string& source, const 
               .lexically_normal()
               .string();
     const auto regions = config["regions"];
-    if (config["run"]["wan_profile"] && regions && regions.IsSequence() && regions.size() > 1)
-      point.wan_profile = profile_name(config["run"]["wan_profile"].Scalar());
+    if (config["run"]["wan_profile"] && regions && regions.IsSequence() && regions.size() > 1) {
+      const auto file = config["run"]["wan_profile"].Scalar();
+      auto known = profile_names.find(file);  // a grid names a few profiles over many points
+      if (known == profile_names.end())
+        known = profile_names.emplace(file, profile_name(file)).first;
+      point.wan_profile = known->second;
+    }
     {
       YAML::Node setup = YAML::Clone(config);
       if (setup["run"] && setup["run"].IsMap()) {

@@ -48,9 +48,10 @@ struct SweepPoint {
                             // differ only in their WAN (how wan_over_lan pairs points)
 };
 
-// The most points a sweep may have (grid and points together): thousands of runs of minutes each
-// are already days; beyond, a typo in a grid would plan for minutes and run for ever.
-inline constexpr size_t kMaxSweepPoints = 4096;
+// The most points a sweep may have (grid and points together). Points run one after another,
+// each a whole deployment: 1,024 runs of a minute are 17 hours, and a larger study is better
+// split into sweeps (each resumable). Beyond, a typo in a grid would run for ever.
+inline constexpr size_t kMaxSweepPoints = 1024;
 
 struct SweepPlan {
   std::string name;

@@ -224,7 +224,7 @@ TEST_CASE("sweep --set overrides reach every point, and the wan key refuses unkn
           "[1, 2, 3, 4, 5, 6, 7, 8], worker.lr: [1, 2, 3, 4, 5, 6, 7, 8], "
           "worker.local_steps: [1, 2, 3, 4, 5, 6, 7, 8]}\n",
           "s.yaml", tmp.path(), "s"),
-      doctest::Contains("the grid has more than 4096 points"), InputError);
+      doctest::Contains("the grid has more than 1024 points"), InputError);
   // A key of 300 control characters reads, but yaml-cpp writes each as a 4-character escape, and
   // a written key longer than YAML's 1024 characters does not read back; the point is refused
   // (found by fuzz_sweep_config).
