@@ -66,7 +66,7 @@
 
 namespace geotrain::worker {
 
-struct ReplyWait;  // region_sync.cpp
+struct ReplyWait;  // worker/reply_wait.hpp
 
 struct SyncConfig {
   std::string region;  // this region's name, as in the config's `regions`

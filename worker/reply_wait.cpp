@@ -1,0 +1,74 @@
+#include "worker/reply_wait.hpp"
+
+#include <algorithm>
+
+namespace geotrain::worker {
+
+using Clock = std::chrono::steady_clock;
+
+std::map<uint64_t, wire::Reply> collect(wire::Client& client, const std::string& region,
+                                        const std::vector<uint64_t>& ids,
+                                        std::chrono::milliseconds timeout, const char* what,
+                                        const ReplyWait& waiting) {
+  std::map<uint64_t, wire::Reply> replies;
+  if (waiting.parked)
+    for (uint64_t id : ids)
+      if (auto it = waiting.parked->find(id); it != waiting.parked->end()) {
+        replies.emplace(id, std::move(it->second));
+        waiting.parked->erase(it);
+      }
+  auto contains = [](const std::vector<uint64_t>& v, uint64_t id) {
+    return std::find(v.begin(), v.end(), id) != v.end();
+  };
+  std::vector<uint64_t> probes;
+  const auto probe = waiting.probe;
+  const auto deadline = Clock::now() + timeout;
+  auto quiet_since = Clock::now();
+  while (replies.size() < ids.size()) {
+    const auto now = Clock::now();
+    // Partial: past the timeout, take what has come already, without waiting.
+    const bool late = now >= deadline;
+    if (late && !waiting.partial)
+      throw SystemError("wire", what, __FILE__, __LINE__,
+                        fmt::format("server of region {} sent {} of {} replies within {} ms",
+                                    region, replies.size(), ids.size(), timeout.count()));
+    auto until = deadline;
+    if (probe.count() > 0 && !late) {
+      if (now - quiet_since >= probe) {
+        if (auto id = client.send(wire::Heartbeat{})) probes.push_back(*id);
+        if (waiting.on_probe) waiting.on_probe();
+        quiet_since = now;
+      }
+      until = std::min(until, quiet_since + probe);
+    }
+    auto reply = client.receive(
+        late ? std::chrono::milliseconds(0)
+             : std::max(std::chrono::duration_cast<std::chrono::milliseconds>(until - now),
+                        std::chrono::milliseconds(1)));
+    if (!reply && late) break;
+    if (!reply) continue;
+    const uint64_t id = reply->header.request_id;
+    const bool ours = contains(ids, id);
+    const bool probed = contains(probes, id);
+    const bool parked = !ours && waiting.parked && contains(waiting.parked_ids, id);
+    const auto* e = std::get_if<wire::Error>(&reply->header.body);
+    // Id 0: the server dropped our waiting requests (it declared the region dead).
+    if (e && e->code == wire::ErrorCode::unregistered && (ours || probed || parked || id == 0))
+      throw ServerLost(fmt::format("server of region {} answered {} with: {}", region,
+                                   probed ? "a heartbeat" : what, e->message));
+    if (parked) {
+      waiting.parked->emplace(id, std::move(*reply));
+      continue;
+    }
+    if (!ours && !probed) continue;  // a reply we gave up on
+    quiet_since = Clock::now();
+    if (probed) continue;
+    if (e)
+      throw InputError(fmt::format("server of region {} refused {}: {} ({})", region, what,
+                                   e->message, wire::error_code_name(e->code)));
+    replies.emplace(id, std::move(*reply));
+  }
+  return replies;
+}
+
+}  // namespace geotrain::worker

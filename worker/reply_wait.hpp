@@ -1,0 +1,65 @@
+#pragma once
+// How RegionSync waits for a server's replies (internal to worker/: region_sync.cpp and
+// region_sync_recovery.cpp). collect() blocks until every id has its reply or the timeout passes;
+// on the way it probes a silent server with heartbeats, parks the replies of deferred shards, and
+// turns an `unregistered` answer into ServerLost. Not thread-safe: one caller per wire::Client.
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "core/error.hpp"
+#include "wire/client.hpp"
+
+namespace geotrain::worker {
+
+// The server no longer knows this region: it restarted (from a checkpoint), a new connection
+// replaced ours (netsim restarted), or it declared the region dead. Thrown by collect(); the
+// caller rejoins that server and retries the round's shards there.
+class ServerLost : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// What collect() does besides waiting for its ids.
+struct ReplyWait {
+  // With `probe` > 0, a heartbeat goes out after every `probe` of silence: a server that
+  // restarted (and lost requests that were in flight) answers it with `unregistered`, which,
+  // like any `unregistered` reply, throws ServerLost; a slow but healthy server answers it, and
+  // the wait goes on. `on_probe` runs at every probe: RegionSync keeps its other servers alive
+  // with it while this one keeps it waiting (heartbeat_others()).
+  std::chrono::milliseconds probe{};
+  std::function<void()> on_probe;
+  // Deferred shards' requests on this connection: their replies go to `parked` (an
+  // `unregistered` one throws ServerLost), not away with the replies given up on.
+  std::vector<uint64_t> parked_ids;
+  std::map<uint64_t, wire::Reply>* parked = nullptr;
+  // Return the replies that came within the timeout instead of throwing SystemError.
+  bool partial = false;
+};
+
+// Replies of one server, by request id; throws SystemError when they do not all come within
+// `timeout` (unless waiting.partial), InputError when the server refuses one (naming `what`).
+// Replies parked earlier for `ids` are taken first.
+std::map<uint64_t, wire::Reply> collect(wire::Client& client, const std::string& region,
+                                        const std::vector<uint64_t>& ids,
+                                        std::chrono::milliseconds timeout, const char* what,
+                                        const ReplyWait& waiting = {});
+
+// A reply's body as the type asked for, or InputError naming what came instead.
+template <typename T>
+const T& body_as(const wire::Reply& r, const std::string& region) {
+  const T* b = std::get_if<T>(&r.header.body);
+  GT_REQUIRE(b != nullptr, "server of region {} answered with an unexpected {}", region,
+             wire::body_name(r.header.body));
+  return *b;
+}
+
+inline double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace geotrain::worker
