@@ -58,7 +58,7 @@ struct LinkConfig {
   std::vector<Fault> faults;
   // Tests and debugging: every byte the link forwards, both directions, appended to this file
   // as it is read (the zero-copy splice path is off for such a link). Empty: no capture.
-  std::filesystem::path capture_file;
+  std::filesystem::path capture_file{};
 
   std::string name() const { return from + "->" + to; }
 };

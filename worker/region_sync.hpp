@@ -74,7 +74,7 @@ struct SyncConfig {
     std::string region;
     std::string endpoint;
     // security.curve: connect as a CURVE client (this region's keypair, that server's key).
-    std::optional<wire::ChannelOptions::CurveClient> curve;
+    std::optional<wire::ChannelOptions::CurveClient> curve{};
   };
   std::vector<Server> servers;  // every region's server (the leader talks to all of them)
   std::string critical_codec = "onebit";
@@ -208,7 +208,7 @@ class RegionSync {
     // where the server holds more than kMaxPipelinedShards of our shards) and the round its
     // server counts for that push. `unstarted` from its deferral until the exchange that merges
     // it: the caller has not started it again, so that exchange does not push it.
-    std::optional<uint64_t> pending_push, pending_pull;
+    std::optional<uint64_t> pending_push{}, pending_pull{};
     uint64_t pending_round = 0;
     bool unstarted = false;
     bool pending() const { return pending_push || pending_pull; }

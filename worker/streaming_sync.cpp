@@ -123,7 +123,7 @@ RoundReport StreamingSync::wait_and_merge(Job& job, FloatSpan params) {
         if (auto it = std::find(deferred.begin(), deferred.end(), r); it != deferred.end())
           deferred.erase(it);
       }
-      job.report->late_shards += ready.size();
+      job.report->late_shards += static_cast<uint32_t>(ready.size());
       // Their progress since their start is pushed by the next start, or by finish().
       if (!ready.empty()) last_start_[job.fragment] = 0;
     }

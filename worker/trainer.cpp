@@ -337,11 +337,11 @@ TrainResult Trainer::run(std::stop_token stop) {
   // Whether the leader's exchanges change the parameters after a step: a fragment is due, or a
   // merge `delay` steps after one.
   const uint32_t merge_delay = config_.merge_delay();
-  const auto changes_at = [&](uint64_t step) {
+  const auto changes_at = [&](uint64_t at) {
     for (uint32_t p = 0; p < config_.fragments; ++p)
-      if (StreamingSync::due(step, p, config_.fragments, config_.local_steps) ||
-          (merge_delay > 0 && step > merge_delay &&
-           StreamingSync::due(step - merge_delay, p, config_.fragments, config_.local_steps)))
+      if (StreamingSync::due(at, p, config_.fragments, config_.local_steps) ||
+          (merge_delay > 0 && at > merge_delay &&
+           StreamingSync::due(at - merge_delay, p, config_.fragments, config_.local_steps)))
         return true;
     return false;
   };

@@ -103,7 +103,7 @@ __attribute__((noinline)) void leave_stale_state(uint64_t seed) {
   constexpr size_t seed_word = offsetof(XXH3_state_t, seed) % 64 / 8;
   constexpr size_t ext_word = offsetof(XXH3_state_t, extSecret) % 64 / 8;
   static_assert(seed_word != ext_word);
-  alignas(64) volatile uint64_t junk[2048];
+  [[maybe_unused]] alignas(64) volatile uint64_t junk[2048];
   for (size_t i = 0; i < 2048; ++i)
     junk[i] = i % 8 == seed_word ? seed : i % 8 == ext_word ? 0 : 0x9e3779b97f4a7c15ull * (i + 1);
 }

@@ -139,7 +139,7 @@ TEST_CASE("manifest numbers that are not non-negative integers are refused, nami
   const auto ranges = ranges_of(sample_state(3, 42));
   std::ifstream in(folder / "manifest.json");
   const std::string good((std::istreambuf_iterator<char>(in)), {});
-  for (const std::string& bad : {"1.2e25", "-1", "1.5"}) {
+  for (const std::string bad : {"1.2e25", "-1", "1.5"}) {
     std::string text = good;
     const auto at = text.find("\"format\": 1");
     REQUIRE(at != std::string::npos);
