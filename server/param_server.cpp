@@ -409,9 +409,8 @@ void ParamServer::on_hello(const std::string& peer, const wire::Header& h, const
                        {"ef-downlink", "full-pull", "kv", "zero-start"}};
   uint64_t next = UINT64_MAX;
   for (auto& s : shards_) {
-    out.shards.push_back(
-        {s.range().id, s.range().offset, s.range().count, s.start_downlink_from_zero(r),
-         s.range().fragment});
+    out.shards.push_back({s.range().id, s.range().offset, s.range().count,
+                          s.start_downlink_from_zero(r), s.range().fragment});
     next = std::min(next, s.released_round() + 1);
   }
   out.next_round = shards_.empty() ? 1 : next;

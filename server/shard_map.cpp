@@ -19,8 +19,8 @@ ShardMap::ShardMap(uint64_t elements, uint32_t regions, uint32_t shards_per_regi
   // differ by at most one chunk (plus the shorter last chunk).
   const auto frags = fragment_ranges(elements, fragments, chunk);
   fragment_count_ = static_cast<uint32_t>(frags.size());
-  const auto holes = fragments > 1 ? intersect_ranges({0, elements}, kept_out)
-                                   : std::vector<ElementRange>{};
+  const auto holes =
+      fragments > 1 ? intersect_ranges({0, elements}, kept_out) : std::vector<ElementRange>{};
   if (!holes.empty()) {
     for (size_t i = 1; i < holes.size(); ++i)
       GT_REQUIRE(holes[i - 1].end() <= holes[i].offset,

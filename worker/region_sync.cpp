@@ -234,12 +234,12 @@ RoundReport RegionSync::exchange(ConstFloatSpan local, std::optional<uint32_t> f
   GT_ASSERT(!fragment || *fragment < config_.fragment_count(), "fragment {} of {}", *fragment,
             config_.fragment_count());
   defer = defer && config_.shard_wait.count() > 0;
-  std::vector<bool> todo(shards_.size());
+  std::vector<bool> wanted(shards_.size());
   // Shards deferred before this exchange: not pushed in it (the caller did not start them).
   std::vector<bool> skip(shards_.size());
   for (size_t i = 0; i < shards_.size(); ++i) {
-    todo[i] = !fragment || shards_[i].fragment == *fragment;
-    skip[i] = todo[i] && shards_[i].unstarted;
+    wanted[i] = !fragment || shards_[i].fragment == *fragment;
+    skip[i] = wanted[i] && shards_[i].unstarted;
     GT_ASSERT(defer || !skip[i],
               "region {}: exchange without deferring while shard {} is "
               "deferred (settle() first)",
@@ -253,21 +253,21 @@ RoundReport RegionSync::exchange(ConstFloatSpan local, std::optional<uint32_t> f
   // Servers that lost this region since the last round (keep_alive rejoined them) or that it
   // could not rejoin then: hello and full pulls first (neither waits on any round). A deferred
   // shard pulled in full here is merged with those values.
-  const std::vector<bool> todo_before = todo;
+  const std::vector<bool> wanted_before = wanted;
   for (size_t s = 0; s < servers_.size(); ++s) {
     bool pending = false;
     for (size_t i = 0; i < shards_.size(); ++i)
-      pending = pending || (todo[i] && shards_[i].server == s && shards_[i].resync);
+      pending = pending || (wanted[i] && shards_[i].server == s && shards_[i].resync);
     if (!pending && !servers_[s].lost) continue;
     try {
       if (servers_[s].lost) rejoin(s);
-      resync(s, todo, &report, released);
+      resync(s, wanted, &report, released);
     } catch (const ServerLost& e) {
       lose(s, e.what());  // redone in push_and_pull, in its turn
     }
   }
   std::vector<bool> take(shards_.size());
-  for (size_t i = 0; i < shards_.size(); ++i) take[i] = todo[i] && !skip[i];
+  for (size_t i = 0; i < shards_.size(); ++i) take[i] = wanted[i] && !skip[i];
   push_and_pull(local, take, report, released, defer);
   report.released_round = released == UINT64_MAX ? 0 : released;
 
@@ -278,11 +278,11 @@ RoundReport RegionSync::exchange(ConstFloatSpan local, std::optional<uint32_t> f
     if (!skip[i] || sh.pending() || sh.resync) continue;
     // Its server lost this region and it was pulled in full here (resync()), not pushed: it
     // pushes from the next exchange on, in the round its server expects then.
-    if (todo[i] == todo_before[i]) ++sh.round_shift;
+    if (wanted[i] == wanted_before[i]) ++sh.round_shift;
     sh.unstarted = false;
   }
   for (size_t i = 0; i < shards_.size(); ++i)
-    if (todo_before[i] && shards_[i].unstarted)
+    if (wanted_before[i] && shards_[i].unstarted)
       report.deferred.push_back({shards_[i].offset, shards_[i].count});
   if (fragment) {
     ++rounds_[*fragment];
@@ -493,7 +493,8 @@ std::map<std::string, std::vector<float>> RegionSync::residuals() const {
 void RegionSync::restore_residuals(const std::map<std::string, std::vector<float>>& residuals) {
   GT_ASSERT(!shards_.empty(), "restore_residuals() before connect()");
   // Every stream is one segment of one shard: check them all before changing any.
-  std::vector<std::tuple<compression::ErrorFeedback*, uint64_t, const std::vector<float>*>> todo;
+  std::vector<std::tuple<compression::ErrorFeedback*, uint64_t, const std::vector<float>*>>
+      restores;
   for (const auto& [name, values] : residuals) {
     bool found = false;
     for (const auto& sh : shards_)
@@ -504,14 +505,14 @@ void RegionSync::restore_residuals(const std::map<std::string, std::vector<float
         GT_REQUIRE(values.size() == seg.count,
                    "region {}: error-feedback residual '{}' has {} values, its segment {}",
                    config_.region, name, values.size(), seg.count);
-        todo.emplace_back(seg.critical ? &critical_ef_ : &noncritical_ef_, seg.stream, &values);
+        restores.emplace_back(seg.critical ? &critical_ef_ : &noncritical_ef_, seg.stream, &values);
         found = true;
       }
     GT_REQUIRE(found,
                "region {}: error-feedback residual '{}' is not a stream of this table's shards",
                config_.region, name);
   }
-  for (auto& [ef, stream, values] : todo) ef->set_residual(stream, *values);
+  for (auto& [ef, stream, values] : restores) ef->set_residual(stream, *values);
 }
 
 }  // namespace geotrain::worker

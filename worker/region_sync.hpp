@@ -80,7 +80,7 @@ struct SyncConfig {
   std::string critical_codec = "onebit";
   std::string noncritical_codec = "int8";
   uint32_t staleness_bound = 0;
-  uint32_t fragments = 1;                     // streaming fragments (worker.fragments)
+  uint32_t fragments = 1;  // streaming fragments (worker.fragments)
   // worker.stream_critical false with fragments > 1: the servers put the critical tensors in a
   // fragment of their own, index `fragments` (WorkerConfig::critical_fragment()).
   bool critical_fragment = false;
@@ -262,9 +262,9 @@ class RegionSync {
   std::function<void()> others_alive(size_t busy);
   // Hello to a server that lost this region; marks its shards for a full pull.
   void rejoin(size_t server);
-  // Full pulls of the marked shards of `todo` on `server`; clears `todo` for shards whose round
-  // it released already. Throws ServerLost (region_sync.cpp) when it lost this region again.
-  void resync(size_t server, std::vector<bool>& todo, RoundReport* report, uint64_t& released);
+  // Full pulls of the marked shards of `wanted` on `server`; clears `wanted` for shards whose round
+  // it released already. Throws ServerLost (worker/reply_wait.hpp) when it lost this region again.
+  void resync(size_t server, std::vector<bool>& wanted, RoundReport* report, uint64_t& released);
   // Decodes a pull reply (all of it, before base changes) into base; `released` takes the min.
   void apply_pull(size_t shard_index, const wire::Reply& reply, RoundReport* report,
                   uint64_t& released);
@@ -274,10 +274,10 @@ class RegionSync {
   // How replies from `server` are awaited: with heartbeat probes (and the other servers kept
   // alive meanwhile) or without; deferred shards' replies parked either way.
   ReplyWait waiting(size_t server, bool probe);
-  // Deferred shards of `todo` on `server`: takes the replies that came (waiting up to `wait`
+  // Deferred shards of `wanted` on `server`: takes the replies that came (waiting up to `wait`
   // for them all) and merges the shards whose pulls are answered; marks them in `merged`.
   // Throws ServerLost when the server lost this region.
-  void take_deferred(size_t server, std::chrono::milliseconds wait, const std::vector<bool>& todo,
+  void take_deferred(size_t server, std::chrono::milliseconds wait, const std::vector<bool>& wanted,
                      std::vector<bool>& merged);
   // The server lost this region: its deferred requests will never be answered.
   void drop_deferred(size_t server);

@@ -54,7 +54,7 @@ size_t RegionSync::deferred_shards() const {
 }
 
 void RegionSync::take_deferred(size_t s, std::chrono::milliseconds wait,
-                               const std::vector<bool>& todo, std::vector<bool>& merged) {
+                               const std::vector<bool>& wanted, std::vector<bool>& merged) {
   auto& link = servers_[s];
   const auto deadline = Clock::now() + wait;
   uint64_t released = UINT64_MAX;  // a late shard's released round says nothing of this round
@@ -62,7 +62,7 @@ void RegionSync::take_deferred(size_t s, std::chrono::milliseconds wait,
     std::vector<uint64_t> ids;
     for (size_t i = 0; i < shards_.size(); ++i) {
       const auto& sh = shards_[i];
-      if (sh.server != s || !todo[i]) continue;
+      if (sh.server != s || !wanted[i]) continue;
       if (sh.pending_push) ids.push_back(*sh.pending_push);
       if (sh.pending_pull) ids.push_back(*sh.pending_pull);
     }
@@ -88,7 +88,7 @@ void RegionSync::take_deferred(size_t s, std::chrono::milliseconds wait,
     bool progress = false;
     for (size_t i = 0; i < shards_.size(); ++i) {
       auto& sh = shards_[i];
-      if (sh.server != s || !todo[i]) continue;
+      if (sh.server != s || !wanted[i]) continue;
       if (sh.pending_push) {
         if (auto it = replies.find(*sh.pending_push); it != replies.end()) {
           body_as<wire::PushReply>(it->second, link.region);  // an answer, not an error
@@ -164,11 +164,11 @@ std::vector<ElementRange> RegionSync::settle() {
                           "deferred exchanges within {} ms",
                           config_.region, servers_[s].region, config_.timeout.count()));
         if (servers_[s].lost) rejoin(s);
-        std::vector<bool> todo(shards_.size());
+        std::vector<bool> wanted(shards_.size());
         for (size_t i = 0; i < shards_.size(); ++i)
-          todo[i] = shards_[i].server == s && shards_[i].unstarted && shards_[i].resync;
-        const std::vector<bool> todo_before = todo;
-        resync(s, todo, nullptr, released);
+          wanted[i] = shards_[i].server == s && shards_[i].unstarted && shards_[i].resync;
+        const std::vector<bool> wanted_before = wanted;
+        resync(s, wanted, nullptr, released);
         for (size_t i = 0; i < shards_.size(); ++i) {
           auto& sh = shards_[i];
           if (sh.server != s || !sh.unstarted) continue;
@@ -176,7 +176,7 @@ std::vector<ElementRange> RegionSync::settle() {
           if (merged[i])
             sh.round_shift = static_cast<int64_t>(rounds_[sh.fragment]) -
                              static_cast<int64_t>(sh.pending_round + 1);
-          else if (todo[i] != todo_before[i])
+          else if (wanted[i] != wanted_before[i])
             --sh.round_shift;  // resync(): the server released the round this exchange counts
           sh.unstarted = false;
           out.push_back({sh.offset, sh.count});
@@ -237,12 +237,12 @@ void RegionSync::rejoin(size_t s) {
                link.region, seconds_since(t0));
 }
 
-void RegionSync::resync(size_t s, std::vector<bool>& todo, RoundReport* report,
+void RegionSync::resync(size_t s, std::vector<bool>& wanted, RoundReport* report,
                         uint64_t& released) {
   // A rejoined server sends full values of its shards, and its round counter restarts at its
   // released round: map this region's rounds onto it (round_shift).
   std::vector<bool> take(shards_.size());
-  for (size_t i = 0; i < shards_.size(); ++i) take[i] = todo[i] && shards_[i].resync;
+  for (size_t i = 0; i < shards_.size(); ++i) take[i] = wanted[i] && shards_[i].resync;
   std::vector<bool> only(servers_.size());
   only[s] = true;
   Pulls pulls = send_pulls(true, take, only);
@@ -260,7 +260,7 @@ void RegionSync::resync(size_t s, std::vector<bool>& todo, RoundReport* report,
       // It released this round already (with our push: the reply was lost): the full values
       // are the round's result. Our next round is its next.
       sh.round_shift = ours - static_cast<int64_t>(server_released);
-      todo[i] = false;
+      wanted[i] = false;
     } else {
       // It lost rounds (restored an older checkpoint, or dropped our unreleased pushes): our
       // delta against these values carries them again.

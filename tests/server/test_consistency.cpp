@@ -105,7 +105,8 @@ TEST_CASE("cut_pieces cuts ranges with gaps as one sequence, a part across a gap
   CHECK((left[1].offset == 520 && left[1].count == 470));
 }
 
-TEST_CASE("critical ranges kept out of streaming form fragment P; the rest splits into P equal parts") {
+TEST_CASE(
+    "critical ranges kept out of streaming form fragment P; the rest splits into P equal parts") {
   const uint64_t elements = 100000, chunk = 256;
   const uint32_t regions = 3, fragments = 4;
   const std::vector<ElementRange> critical{{0, 500}, {40000, 3000}, {99000, 1000}};

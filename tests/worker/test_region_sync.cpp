@@ -468,8 +468,8 @@ TEST_CASE("critical tensors kept out of streaming are exchanged every round, wit
   SUBCASE("server b stopped during a critical exchange, with shard_wait") { stop_b = true; }
   const auto dir = temp_dir("critical-fragment");
   auto config = two_region_config(dir, 0, "fp32");
-  config.fragments = 2;             // worker.fragments
-  config.stream_critical = false;   // worker.stream_critical
+  config.fragments = 2;            // worker.fragments
+  config.stream_critical = false;  // worker.stream_critical
   config.chunk = 256;
   Deployment d(config, "critical-fragment");
   const ParamTable table = d.table();
@@ -480,7 +480,8 @@ TEST_CASE("critical tensors kept out of streaming are exchanged every round, wit
     if (stop_b) c.shard_wait = 50ms;
     return c;
   };
-  worker::RegionSync a(table, sync_config("a"), d.context()), b(table, sync_config("b"), d.context());
+  worker::RegionSync a(table, sync_config("a"), d.context()),
+      b(table, sync_config("b"), d.context());
   a.connect();
   b.connect();
   const size_t n = table.total_elements();
