@@ -8,16 +8,15 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "cli/commands.hpp"
 #include "core/error.hpp"
+#include "models/model_file.hpp"
 #include "models/model_spec.hpp"
 #include "models/npy.hpp"
-#include "models/safetensors.hpp"
 #include "worker/config.hpp"
 #include "worker/sampler.hpp"
 #include "worker/text_corpus.hpp"
@@ -25,27 +24,6 @@
 namespace geotrain::cli {
 
 namespace {
-
-std::map<std::string, std::string> model_metadata(const models::ModelSpec& spec, uint64_t seed,
-                                                  uint64_t parameters) {
-  std::map<std::string, std::string> m = {{"format", "geotrain"},
-                                          {"model", spec.kind},
-                                          {"seed", std::to_string(seed)},
-                                          {"parameters", std::to_string(parameters)}};
-  if (spec.kind == "gpt") {
-    const auto& c = spec.gpt;
-    m["vocab"] = std::to_string(c.vocab);
-    m["d_model"] = std::to_string(c.d_model);
-    m["layers"] = std::to_string(c.layers);
-    m["heads"] = std::to_string(c.heads);
-    m["seq_len"] = std::to_string(c.seq_len);
-    m["mlp_ratio"] = std::to_string(c.mlp_ratio);
-    if (!spec.preset.empty()) m["preset"] = spec.preset;
-  } else {
-    m["arch"] = spec.arch;
-  }
-  return m;
-}
 
 struct ExportInitArgs {
   std::string config;
@@ -59,17 +37,10 @@ int run_export_init(const ExportInitArgs& args) {
   std::vector<float> params(table.total_elements());
   model->init(params, config.seed);
 
-  const auto specs = model->tensor_specs();
-  const auto shapes = model->tensor_shapes();
-  std::vector<models::SafetensorView> views;
-  for (size_t i = 0; i < specs.size(); ++i) {
-    const TensorInfo& t = table.tensors()[i];
-    views.push_back({t.name, shapes[i], ConstFloatSpan(params).subspan(t.offset, t.size)});
-  }
-  models::write_safetensors(args.out, views,
-                            model_metadata(config.model, config.seed, params.size()));
+  const size_t tensors =
+      models::write_model_file(args.out, *model, table, params, config.model, config.seed);
   std::printf("export-init: %s: %zu tensors, %zu parameters (%s, seed %llu)\n", args.out.c_str(),
-              views.size(), params.size(), config.model.kind.c_str(),
+              tensors, params.size(), config.model.kind.c_str(),
               static_cast<unsigned long long>(config.seed));
   return 0;
 }

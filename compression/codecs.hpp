@@ -6,7 +6,8 @@
 //   bf16     bfloat16, round to nearest even, 16 bits/element
 //   int8     per-chunk absmax scale, 8 + 32/chunk bits/element
 //   int4     per-chunk absmax scale, 4 + 32/chunk bits/element
-//   onebit   sign + per-chunk mean |x| (the MSE-optimal scale for the sign pattern), 1 + 32/chunk
+//   onebit   sign + per-chunk mean |x| (the MSE-optimal scale for the sign pattern), 1 + 32/chunk;
+//            or with OnebitScale::rms, sqrt(mean x^2) (keeps the chunk's L2 norm), same payload
 //   fp4      E2M1 (OCP MX FP4) with a per-chunk scale absmax/6, 4 + 32/chunk bits/element
 //   topk     the k = ceil(ratio*n) largest |x|: fp32 values + delta-varint indices
 //   topk with bits = 2, 4 or 8 (wire id qtopk): the k = ceil(ratio*chunk) largest |x| of each
@@ -18,10 +19,14 @@
 #include <memory>
 
 #include "compression/codec.hpp"
+#include "kernels/codec_cpu.hpp"
 
 namespace geotrain::compression {
 
 inline constexpr uint32_t kDefaultChunk = 1024;
+
+// onebit's per-chunk scale: mean |x| or sqrt(mean x^2) (kernels/codec_cpu.hpp says why).
+using OnebitScale = kernels::OnebitScale;
 
 struct QuantOptions {
   uint32_t chunk = kDefaultChunk;  // multiple of 32, in [32, 2^20]
@@ -44,7 +49,8 @@ std::unique_ptr<Codec> make_bf16_codec();
 std::unique_ptr<Codec> make_int8_codec(QuantOptions options = {});
 std::unique_ptr<Codec> make_int4_codec(QuantOptions options = {});
 std::unique_ptr<Codec> make_fp4_codec(uint32_t chunk = kDefaultChunk);
-std::unique_ptr<Codec> make_onebit_codec(uint32_t chunk = kDefaultChunk);
+std::unique_ptr<Codec> make_onebit_codec(uint32_t chunk = kDefaultChunk,
+                                         OnebitScale scale = OnebitScale::mean);
 // options.bits == 0: topk; 2, 4 or 8: qtopk.
 std::unique_ptr<Codec> make_topk_codec(TopkOptions options = {});
 // zstd after `inner`; level in [1, 19].

@@ -41,7 +41,10 @@ uint64_t dense_body_bytes(CodecId id, uint64_t n, uint32_t chunk) {
 
 class DenseCodec final : public Codec {
  public:
-  DenseCodec(CodecId id, QuantOptions options) : id_(id), options_(options) {
+  DenseCodec(CodecId id, QuantOptions options, OnebitScale onebit_scale = OnebitScale::mean)
+      : id_(id), options_(options), onebit_scale_(onebit_scale) {
+    GT_ASSERT(id_ == CodecId::onebit || onebit_scale_ == OnebitScale::mean,
+              "{}: a onebit scale was given to another codec", codec_name(id_));
     if (is_chunked(id_))
       detail::require_chunk(options_.chunk, codec_name(id_));
     else
@@ -55,6 +58,7 @@ class DenseCodec final : public Codec {
     std::string s = codec_name(id_);
     if (is_chunked(id_)) s += fmt::format(":chunk={}", options_.chunk);
     if (options_.stochastic) s += fmt::format(",stochastic,seed={}", options_.seed);
+    if (onebit_scale_ == OnebitScale::rms) s += ",scale=rms";  // mean, the default, is left out
     return s;
   }
 
@@ -115,7 +119,8 @@ class DenseCodec final : public Codec {
         kc::cpu::fp4_encode(g, residual, n, chunk, scales, reinterpret_cast<uint8_t*>(packed));
         break;
       case CodecId::onebit:
-        kc::cpu::onebit_encode(g, residual, n, chunk, scales, reinterpret_cast<uint32_t*>(packed));
+        kc::cpu::onebit_encode(g, residual, n, chunk, scales, reinterpret_cast<uint32_t*>(packed),
+                               onebit_scale_);
         break;
       default:
         GT_ASSERT(false, "not a dense codec");
@@ -131,6 +136,8 @@ class DenseCodec final : public Codec {
 
   CodecId id_;
   QuantOptions options_;
+  // onebit only. The payload does not record it: decoding needs only the scales it stores.
+  OnebitScale onebit_scale_;
   uint64_t nonce_ = 0;
 };
 
@@ -154,8 +161,8 @@ std::unique_ptr<Codec> make_int4_codec(QuantOptions o) {
 std::unique_ptr<Codec> make_fp4_codec(uint32_t chunk) {
   return std::make_unique<DenseCodec>(CodecId::fp4, QuantOptions{chunk, false, 0});
 }
-std::unique_ptr<Codec> make_onebit_codec(uint32_t chunk) {
-  return std::make_unique<DenseCodec>(CodecId::onebit, QuantOptions{chunk, false, 0});
+std::unique_ptr<Codec> make_onebit_codec(uint32_t chunk, OnebitScale scale) {
+  return std::make_unique<DenseCodec>(CodecId::onebit, QuantOptions{chunk, false, 0}, scale);
 }
 
 namespace detail {

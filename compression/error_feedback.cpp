@@ -4,9 +4,16 @@
 
 namespace geotrain::compression {
 
-ErrorFeedback::ErrorFeedback(std::unique_ptr<Codec> codec, bool use_fused)
-    : codec_(std::move(codec)), use_fused_(use_fused) {
+void require_feedback_decay(double decay, std::string_view what) {
+  GT_REQUIRE(decay > 0.0 && decay <= 1.0,
+             "{} is {}, allowed: (0, 1] (1 keeps the whole residual, the classic error feedback)",
+             what, decay);
+}
+
+ErrorFeedback::ErrorFeedback(std::unique_ptr<Codec> codec, FeedbackOptions options)
+    : codec_(std::move(codec)), options_(options) {
   GT_ASSERT(codec_ != nullptr, "ErrorFeedback needs a codec");
+  require_feedback_decay(options_.decay, "error feedback decay");
 }
 
 std::vector<float>& ErrorFeedback::residual_for(uint64_t stream, size_t n) {
@@ -18,15 +25,26 @@ std::vector<float>& ErrorFeedback::residual_for(uint64_t stream, size_t n) {
   return it->second;
 }
 
+std::vector<float>& ErrorFeedback::decayed(std::vector<float>& e) {
+  if (options_.decay == 1.0f) return e;
+  decayed_.resize(e.size());
+  for (size_t i = 0; i < e.size(); ++i) decayed_[i] = options_.decay * e[i];
+  return decayed_;
+}
+
 void ErrorFeedback::encode(uint64_t stream, ConstFloatSpan g, Bytes& out) {
   std::vector<float>& e = residual_for(stream, g.size());
-  if (use_fused_ && codec_->encode_with_feedback(g, e, out)) return;
+  std::vector<float>& r = decayed(e);  // beta e
+  if (options_.use_fused && codec_->encode_with_feedback(g, r, out)) {
+    if (&r != &e) e.swap(r);  // the codec left x - D(c) in r
+    return;
+  }
 
   // The reference order. Kept in this one place; fused kernels must match it exactly.
   const size_t n = g.size();
   x_.resize(n);
   decoded_.resize(n);
-  for (size_t i = 0; i < n; ++i) x_[i] = g[i] + e[i];         // x = g + e
+  for (size_t i = 0; i < n; ++i) x_[i] = g[i] + r[i];         // x = g + beta e
   codec_->encode(x_, out);                                    // c = C(x)
   codec_->decode(out, decoded_);                              //     D(c)
   for (size_t i = 0; i < n; ++i) e[i] = x_[i] - decoded_[i];  // e = x - D(c)

@@ -3,7 +3,12 @@
 // stream (a shard, a tensor class, or, on the server, a region's downlink) and is the one place
 // where the order lives:
 //
-//     x = g + e;   c = C(x);   e = x - D(c)
+//     x = g + beta e;   c = C(x);   e = x - D(c)
+//
+// beta is the decay (SparseLoCo's e <- beta e + delta before compressing): 1, the default, keeps
+// the whole residual and is the classic form, computed exactly as it always was (no multiply);
+// beta < 1 forgets old compression error geometrically. The residual stored (and checkpointed)
+// is e, before any decay.
 //
 // When the codec offers a fused path (Codec::encode_with_feedback) it is used; it computes the
 // same bytes and residual in one pass, and tests hold the two paths equal.
@@ -15,21 +20,33 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <string_view>
 #include <vector>
 
 #include "compression/codec.hpp"
 
 namespace geotrain::compression {
 
+// InputError naming `what` and the value unless 0 < decay <= 1.
+void require_feedback_decay(double decay, std::string_view what);
+
+struct FeedbackOptions {
+  float decay = 1.0f;     // beta, in (0, 1]
+  bool use_fused = true;  // false forces the reference path (for tests and benchmarks)
+};
+
 class ErrorFeedback {
  public:
-  // use_fused = false forces the reference path (for tests and benchmarks).
-  explicit ErrorFeedback(std::unique_ptr<Codec> codec, bool use_fused = true);
+  // InputError if options.decay is outside (0, 1].
+  explicit ErrorFeedback(std::unique_ptr<Codec> codec, FeedbackOptions options = {});
+  ErrorFeedback(std::unique_ptr<Codec> codec, bool use_fused)
+      : ErrorFeedback(std::move(codec), FeedbackOptions{1.0f, use_fused}) {}
 
   // Encodes g for `stream`, carrying that stream's residual. The first call for a stream fixes
   // its length; later calls must pass the same length (InputError otherwise, residual kept).
   void encode(uint64_t stream, ConstFloatSpan g, Bytes& out);
 
+  float decay() const { return options_.decay; }
   const Codec& codec() const { return *codec_; }
   Codec& codec() { return *codec_; }
 
@@ -43,11 +60,14 @@ class ErrorFeedback {
 
  private:
   std::vector<float>& residual_for(uint64_t stream, size_t n);
+  // e itself when beta = 1; else beta e, in scratch (e stays as it is until the encode succeeds).
+  std::vector<float>& decayed(std::vector<float>& e);
 
   std::unique_ptr<Codec> codec_;
-  bool use_fused_;
+  FeedbackOptions options_;
   std::map<uint64_t, std::vector<float>> residuals_;
-  std::vector<float> x_;        // scratch: g + e
+  std::vector<float> decayed_;  // scratch: beta e (beta < 1 only)
+  std::vector<float> x_;        // scratch: g + beta e
   std::vector<float> decoded_;  // scratch: D(c)
 };
 

@@ -1,5 +1,6 @@
 #include "compression/factory.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <map>
 #include <string>
@@ -60,16 +61,35 @@ bool take_flag(const Options& o, std::string_view key, std::string_view whole) {
   return true;
 }
 
+bool contains(std::initializer_list<std::string_view> list, std::string_view s) {
+  return std::find(list.begin(), list.end(), s) != list.end();
+}
+
+std::string join(std::initializer_list<std::string_view> list) {
+  std::string s;
+  for (auto a : list) s += (s.empty() ? "" : ", ") + std::string(a);
+  return s.empty() ? "none" : s;
+}
+
 void allow_only(const Options& o, std::initializer_list<std::string_view> allowed,
                 std::string_view whole) {
-  for (const auto& [key, value] : o.values) {
-    bool ok = false;
-    for (auto a : allowed) ok = ok || key == a;
-    std::string list;
-    for (auto a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
-    GT_REQUIRE(ok, "codec spec '{}': unknown option '{}' for {} (allowed: {})", whole, key, o.codec,
-               list.empty() ? "none" : list);
-  }
+  for (const auto& [key, value] : o.values)
+    GT_REQUIRE(contains(allowed, key), "codec spec '{}': unknown option '{}' for {} (allowed: {})",
+               whole, key, o.codec, join(allowed));
+}
+
+// The value of `key`, one of `allowed`; `fallback` when the option is absent.
+std::string_view take_choice(const Options& o, std::string_view key,
+                             std::initializer_list<std::string_view> allowed,
+                             std::string_view fallback, std::string_view whole) {
+  auto it = o.values.find(key);
+  if (it == o.values.end()) return fallback;
+  GT_REQUIRE(!it->second.empty(), "codec spec '{}': option '{}' needs a value (allowed: {})", whole,
+             key, join(allowed));
+  GT_REQUIRE(contains(allowed, it->second),
+             "codec spec '{}': {}={} is invalid for {} (allowed: {})", whole, key, it->second,
+             o.codec, join(allowed));
+  return it->second;
 }
 
 std::unique_ptr<Codec> make_base(std::string_view text, std::string_view whole) {
@@ -90,10 +110,15 @@ std::unique_ptr<Codec> make_base(std::string_view text, std::string_view whole) 
                "codec spec '{}': seed only applies with stochastic rounding", whole);
     return o.codec == "int8" ? make_int8_codec(q) : make_int4_codec(q);
   }
-  if (o.codec == "onebit" || o.codec == "fp4") {
-    allow_only(o, {"chunk"}, whole);
+  if (o.codec == "onebit") {
+    allow_only(o, {"chunk", "scale"}, whole);
     const uint32_t chunk = parse_number<uint32_t>(o, "chunk", kDefaultChunk, whole);
-    return o.codec == "onebit" ? make_onebit_codec(chunk) : make_fp4_codec(chunk);
+    const bool rms = take_choice(o, "scale", {"mean", "rms"}, "mean", whole) == "rms";
+    return make_onebit_codec(chunk, rms ? OnebitScale::rms : OnebitScale::mean);
+  }
+  if (o.codec == "fp4") {
+    allow_only(o, {"chunk"}, whole);
+    return make_fp4_codec(parse_number<uint32_t>(o, "chunk", kDefaultChunk, whole));
   }
   if (o.codec == "topk") {
     allow_only(o, {"ratio", "sample", "bits", "chunk"}, whole);

@@ -4,13 +4,13 @@
 //   codec  := fp32 | fp16 | bf16 | int8 | int4 | fp4 | onebit | topk
 //   option := key "=" value | flag
 //     int8, int4: chunk=N (multiple of 32, default 1024), stochastic, seed=N
-//     onebit:     chunk=N
+//     onebit:     chunk=N, scale=mean|rms (default mean: mean |x| per chunk; rms: sqrt(mean x^2))
 //     fp4:        chunk=N
 //     topk:       ratio=R (0 < R <= 1, default 0.01), sample=N (default 4096)
 //                 or, with quantised values and chunked selection: ratio=R, bits=2|4|8, chunk=N
 //
 // Examples: "onebit", "int4:chunk=256,stochastic", "topk:ratio=0.001+zstd", "onebit+zstd:level=1",
-// "fp4:chunk=32", "topk:ratio=0.02,bits=2".
+// "fp4:chunk=32", "topk:ratio=0.02,bits=2", "onebit:scale=rms".
 // A bad spec throws InputError naming the part that is wrong and what is allowed.
 #pragma once
 

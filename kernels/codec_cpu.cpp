@@ -3,6 +3,7 @@
 #include "kernels/codec_cpu.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "kernels/codec_math.hpp"
@@ -52,16 +53,25 @@ inline float chunk_absmax(const float* GT_RESTRICT x, size_t n) {
   return bits_float(m);
 }
 
-// Canonical lane sum of |x| (see codec_math.hpp): lane i % 32, then a pairwise fold.
-inline float chunk_abs_sum(const float* GT_RESTRICT x, size_t n) {
+// Canonical lane sum of f(x) (see codec_math.hpp): lane i % 32, then a pairwise fold.
+template <typename F>
+inline float chunk_lane_sum(const float* GT_RESTRICT x, size_t n, F f) {
   float lane[kLanes] = {};
   const size_t full = n / kLanes * kLanes;
   for (size_t k = 0; k < full; k += kLanes)
-    for (unsigned j = 0; j < kLanes; ++j) lane[j] += abs_f(x[k + j]);
-  for (size_t i = full; i < n; ++i) lane[i - full] += abs_f(x[i]);
+    for (unsigned j = 0; j < kLanes; ++j) lane[j] += f(x[k + j]);
+  for (size_t i = full; i < n; ++i) lane[i - full] += f(x[i]);
   for (unsigned offset = kLanes / 2; offset > 0; offset /= 2)
     for (unsigned j = 0; j < offset; ++j) lane[j] += lane[j + offset];
   return lane[0];
+}
+
+// The onebit scale of one chunk (codec_cpu.hpp, OnebitScale).
+inline float onebit_scale(const float* GT_RESTRICT x, size_t n, OnebitScale kind) {
+  const auto count = static_cast<float>(n);
+  if (kind == OnebitScale::rms)
+    return std::sqrt(chunk_lane_sum(x, n, [](float v) { return v * v; }) / count);
+  return chunk_lane_sum(x, n, [](float v) { return abs_f(v); }) / count;
 }
 
 // Quantised integer values of one chunk, in order, into out[0, count).
@@ -267,12 +277,13 @@ void fp4_decode(const float* GT_RESTRICT scales, const uint8_t* GT_RESTRICT pack
 }
 
 void onebit_encode(const float* GT_RESTRICT g, float* GT_RESTRICT residual, size_t n,
-                   uint32_t chunk, float* GT_RESTRICT scales, uint32_t* GT_RESTRICT bits) {
+                   uint32_t chunk, float* GT_RESTRICT scales, uint32_t* GT_RESTRICT bits,
+                   OnebitScale scale_kind) {
   for (size_t c = 0, begin = 0; begin < n; ++c, begin += chunk) {
     const size_t count = std::min<size_t>(chunk, n - begin);
     float* res = residual ? residual + begin : nullptr;
     const float* x = feedback_input(g + begin, res, count);
-    const float scale = chunk_abs_sum(x, count) / static_cast<float>(count);
+    const float scale = onebit_scale(x, count, scale_kind);
     scales[c] = scale;
     uint32_t* words = bits + begin / kBitsPerWord;
     for (size_t k = 0; k < count; k += kBitsPerWord) {

@@ -23,6 +23,15 @@ struct Rounding {
   uint64_t nonce = 0;  // advanced by the codec on every encode
 };
 
+// How onebit picks a chunk's scale s (every element decodes to +-s). The decoder reads s from
+// the body either way, so the choice is the encoder's alone.
+//   mean: s = mean |x| (canonical lane sum of |x| / count): the s that minimises the squared
+//         error for the sign pattern.
+//   rms:  s = sqrt(mean x^2) (canonical lane sum of x*x / count, then a correctly rounded sqrt)
+//         = ||x||_2 / ||sign x||_2: the decoded chunk keeps the chunk's L2 norm (1-bit Adam).
+//         x*x overflows to inf for |x| above about 1.8e19 (mean's sum overflows near 3e35).
+enum class OnebitScale : uint8_t { mean, rms };
+
 inline size_t chunk_count(size_t n, uint32_t chunk) { return (n + chunk - 1) / chunk; }
 inline size_t onebit_word_count(size_t n) { return (n + 31) / 32; }
 inline size_t int4_byte_count(size_t n) { return (n + 1) / 2; }
@@ -59,11 +68,15 @@ void fp4_encode(const float* g, float* residual, size_t n, uint32_t chunk, float
 void fp4_decode(const float* scales, const uint8_t* packed, size_t n, uint32_t chunk, float* y,
                 bool add);
 
-// onebit: scales (chunk_count) fp32 = mean |x| of the chunk (canonical lane sum / count),
-// bits (onebit_word_count): bit j of word w is element 32w+j, set when x < 0.
+// onebit: scales (chunk_count) fp32 as chosen by `scale` (the CUDA twin's signature, plus
+// `scale`), bits (onebit_word_count): bit j of word w is element 32w+j, set when x < 0.
 // chunk must be a multiple of 32.
+// TODO(gpu): the CUDA twin (codec_cuda.cuh) computes the mean scale only; give it the rms scale
+// (the same lane fold over x*x, then sqrtf, which CUDA rounds correctly by default) and a
+// test_kernels_gpu case before any device path encodes onebit:scale=rms. No config reaches the
+// CUDA codecs today (only tests and bench call them).
 void onebit_encode(const float* g, float* residual, size_t n, uint32_t chunk, float* scales,
-                   uint32_t* bits);
+                   uint32_t* bits, OnebitScale scale = OnebitScale::mean);
 void onebit_decode(const float* scales, const uint32_t* bits, size_t n, uint32_t chunk, float* y,
                    bool add);
 

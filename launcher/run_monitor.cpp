@@ -24,7 +24,7 @@ RunMonitor::RunMonitor(RunTarget target) : target_(target) {
 bool RunMonitor::language_model() const {
   if (model_ == "gpt") return true;
   for (const auto& [_, r] : regions_)
-    if (r.val_bpb || r.final_val_bpb) return true;
+    if (r.val_bpb || r.final_val_bpb || r.region_val_bpb) return true;
   return false;
 }
 
@@ -73,6 +73,12 @@ void RunMonitor::add(const nlohmann::json& e) {
       region.staleness_sum += *s;
       ++region.staleness_n;
     }
+  } else if (kind == "flush") {
+    // The end of a run's WAN bytes: residuals pushed, the global model pulled.
+    const double pushed = number_or(e, "bytes_pushed", 0), pulled = number_or(e, "bytes_pulled", 0);
+    region.bytes_pushed += pushed;
+    region.bytes_pulled += pulled;
+    region.flush_bytes += pushed + pulled;
   } else if (kind == "eval") {
     const auto accuracy = number(e, "test_accuracy");
     const auto bpb = number(e, "val_bpb");
@@ -85,9 +91,19 @@ void RunMonitor::add(const nlohmann::json& e) {
     worker.wall_s = number(e, "wall_s");
     if (auto s = number(e, "steps")) worker.steps = static_cast<uint64_t>(*s);
     if (leader) {
-      if (auto a = number(e, "final_test_accuracy")) region.final_accuracy = a;
-      if (auto b = number(e, "final_val_bpb")) region.final_val_bpb = b;
-      if (auto l = number(e, "final_val_loss")) region.final_val_loss = l;
+      const auto global = e.find("global_model");
+      const bool knows_global = global != e.end() && global->is_boolean();
+      // Before the global model, final_* were the region's own figures.
+      const char* own = knows_global ? "region_" : "final_";
+      region.region_accuracy = number(e, (std::string(own) + "test_accuracy").c_str());
+      region.region_val_bpb = number(e, (std::string(own) + "val_bpb").c_str());
+      region.region_val_loss = number(e, (std::string(own) + "val_loss").c_str());
+      if (knows_global) {
+        region.global_model = global->get<bool>();
+        if (auto a = number(e, "final_test_accuracy")) region.final_accuracy = a;
+        if (auto b = number(e, "final_val_bpb")) region.final_val_bpb = b;
+        if (auto l = number(e, "final_val_loss")) region.final_val_loss = l;
+      }
     }
   }
 }

@@ -36,16 +36,24 @@ struct RegionState {
   uint64_t step = 0;               // leader's newest step
   std::optional<double> loss;      // leader's newest step loss
   std::optional<double> accuracy;  // newest eval test_accuracy
-  std::optional<double> final_accuracy;  // leader's `done`
-  std::optional<double> val_bpb;         // newest eval val_bpb (language models)
-  std::optional<double> val_loss;        // newest eval val_loss, nats per byte
-  std::optional<double> final_val_bpb;   // leader's `done`
-  std::optional<double> final_val_loss;  // leader's `done`
-  uint64_t rounds_done = 0;              // training rounds (steps > 0), each round once
-  std::set<uint64_t> rounds_seen;        // their numbers (a restarted region may redo one)
-  double bytes_pushed = 0, bytes_pulled = 0;
-  std::optional<double> staleness;  // newest
-  double staleness_sum = 0;         // over round events with a staleness
+  std::optional<double> val_bpb;   // newest eval val_bpb (language models)
+  std::optional<double> val_loss;  // newest eval val_loss, nats per byte
+  // The leader's `done`: final_* are the global model's (docs/training.md, "The end of a run"),
+  // set only when it had one; region_* its region's own parameters' (from final_* in folders of
+  // builds before the global model, whose `done` has no global_model).
+  std::optional<double> final_accuracy;
+  std::optional<double> final_val_bpb;
+  std::optional<double> final_val_loss;
+  std::optional<double> region_accuracy;
+  std::optional<double> region_val_bpb;
+  std::optional<double> region_val_loss;
+  std::optional<bool> global_model;           // the `done`'s global_model, when it says
+  uint64_t rounds_done = 0;                   // training rounds (steps > 0), each round once
+  std::set<uint64_t> rounds_seen;             // their numbers (a restarted region may redo one)
+  double bytes_pushed = 0, bytes_pulled = 0;  // rounds and the flush
+  double flush_bytes = 0;                     // the `flush` event's, pushed + pulled
+  std::optional<double> staleness;            // newest
+  double staleness_sum = 0;                   // over round events with a staleness
   uint64_t staleness_n = 0;
   double wait_s = 0;                     // sum of round wait_s
   double leader_time = 0;                // newest leader event time

@@ -125,20 +125,26 @@ json build_summary(const fs::path& run_dir, const SummaryInputs& in) {
   s["regions"] = monitor.regions().size();
   s["workers"] = monitor.workers().size();
 
-  RegionMean accuracy, val_bpb, val_loss;
+  // final_*: the global model's, as the leaders that had it evaluated it (the same model: the
+  // same figure); a run without one (its flush failed, or a folder from before it) reports the
+  // mean of the regions' own figures, as runs always did.
+  RegionMean accuracy, val_bpb, val_loss, global_accuracy, global_val_bpb, global_val_loss;
   double wan = 0, staleness_sum = 0, round_events = 0;
   uint64_t rounds = 0;
   bool all_reached = !monitor.regions().empty();
   double time_to_target = 0;
   json per_region = json::object();
   for (const auto& [name, r] : monitor.regions()) {
-    // The leader's final values, else its newest evaluation (a run that stopped early).
-    const auto acc = r.final_accuracy ? r.final_accuracy : r.accuracy;
-    const auto bpb = r.final_val_bpb ? r.final_val_bpb : r.val_bpb;
-    const auto loss = r.final_val_loss ? r.final_val_loss : r.val_loss;
+    // The region's own final figures, else its newest evaluation (a run that stopped early).
+    const auto acc = r.region_accuracy ? r.region_accuracy : r.accuracy;
+    const auto bpb = r.region_val_bpb ? r.region_val_bpb : r.val_bpb;
+    const auto loss = r.region_val_loss ? r.region_val_loss : r.val_loss;
     accuracy.add(acc);
     val_bpb.add(bpb);
     val_loss.add(loss);
+    global_accuracy.add(r.final_accuracy);
+    global_val_bpb.add(r.final_val_bpb);
+    global_val_loss.add(r.final_val_loss);
     wan += r.wan_bytes();
     staleness_sum += r.staleness_sum;
     round_events += static_cast<double>(r.staleness_n);
@@ -147,9 +153,15 @@ json build_summary(const fs::path& run_dir, const SummaryInputs& in) {
       time_to_target = std::max(time_to_target, *r.time_to_target);
     else
       all_reached = false;
-    per_region[name] = {{"final_test_accuracy", opt(acc)},
-                        {"final_val_bpb", opt(bpb)},
-                        {"final_val_loss", opt(loss)},
+    const bool global = r.final_accuracy || r.final_val_bpb;
+    per_region[name] = {{"final_test_accuracy", opt(global ? r.final_accuracy : acc)},
+                        {"final_val_bpb", opt(global ? r.final_val_bpb : bpb)},
+                        {"final_val_loss", opt(global ? r.final_val_loss : loss)},
+                        {"region_test_accuracy", opt(acc)},
+                        {"region_val_bpb", opt(bpb)},
+                        {"region_val_loss", opt(loss)},
+                        {"global_model", r.global_model ? json(*r.global_model) : json(nullptr)},
+                        {"flush_bytes", r.flush_bytes},
                         {"rounds", r.rounds_done},
                         {"wan_bytes", r.wan_bytes()},
                         {"bytes_pushed", r.bytes_pushed},
@@ -169,9 +181,14 @@ json build_summary(const fs::path& run_dir, const SummaryInputs& in) {
     worker_wall += wall;
     slowest = std::max(slowest, wall);
   }
-  s["final_test_accuracy"] = accuracy.value();
-  s["final_val_bpb"] = val_bpb.value();
-  s["final_val_loss"] = val_loss.value();
+  const bool global = global_accuracy.n > 0 || global_val_bpb.n > 0;
+  s["final_test_accuracy"] = global ? global_accuracy.value() : accuracy.value();
+  s["final_val_bpb"] = global ? global_val_bpb.value() : val_bpb.value();
+  s["final_val_loss"] = global ? global_val_loss.value() : val_loss.value();
+  s["global_model"] = global;
+  // Written by the first region's leader (worker/final_model.hpp, global_model_path).
+  s["model_file"] =
+      fs::exists(run_dir / "model.safetensors") ? json("model.safetensors") : json(nullptr);
   s["wall_seconds"] = in.wall_seconds.value_or(slowest);
   s["wan_bytes_total"] = wan;
   if (auto b = netsim_bytes(run_dir / "netsim.jsonl")) s["wan_wire_bytes_total"] = *b;
@@ -226,6 +243,12 @@ std::string build_report(const fs::path& run_dir, const json& s) {
   } else {
     md += fmt::format("| final test accuracy | {} |\n", pct(s["final_test_accuracy"]));
   }
+  md += fmt::format("| final figure of | {} |\n",
+                    s.value("global_model", false)
+                        ? "the global model"
+                        : "the regions' own parameters (mean): no global model");
+  if (s.contains("model_file") && s["model_file"].is_string())
+    md += fmt::format("| global model | `{}` |\n", s["model_file"].get<std::string>());
   md += fmt::format("| wall time | {} s |\n", fmt_value(s["wall_seconds"]));
   md += fmt::format(
       "| parameter exchange payload, leaders <-> all servers (`wan_bytes_total`) | {} |\n",
@@ -246,15 +269,20 @@ std::string build_report(const fs::path& run_dir, const json& s) {
   if (s.contains("target_val_bpb"))
     md += fmt::format("| time to {} bpb | {} |\n", bpb_text(s["target_val_bpb"]), reached_at);
   md += fmt::format(
-      "\n## Per region\n\n| region | {} | rounds | WAN payload | mean staleness | waiting (s) |\n"
+      "\n## Per region (each region's own parameters)\n\n"
+      "| region | {} | rounds | WAN payload | mean staleness | waiting (s) |\n"
       "|---|---|---|---|---|---|\n",
       lm ? "validation bpb" : "accuracy");
+  // Each region's own parameters (the final figures of folders from before the global model).
+  const auto own = [](const json& r, const char* key) {
+    const auto v = r.value(std::string("region_") + key, json(nullptr));
+    return v.is_null() ? r.value(std::string("final_") + key, json(nullptr)) : v;
+  };
   for (const auto& [name, r] : s["per_region"].items())
-    md += fmt::format(
-        "| {} | {} | {} | {} | {} | {} |\n", name,
-        lm ? bpb_text(r.value("final_val_bpb", json(nullptr))) : pct(r["final_test_accuracy"]),
-        fmt_value(r["rounds"]), human_bytes(r.value("wan_bytes", 0.0)),
-        fmt_value(r["mean_staleness"]), fmt_value(r["wait_seconds"]));
+    md += fmt::format("| {} | {} | {} | {} | {} | {} |\n", name,
+                      lm ? bpb_text(own(r, "val_bpb")) : pct(own(r, "test_accuracy")),
+                      fmt_value(r["rounds"]), human_bytes(r.value("wan_bytes", 0.0)),
+                      fmt_value(r["mean_staleness"]), fmt_value(r["wait_seconds"]));
   if (s.contains("faults") && s["faults"].is_array() && !s["faults"].empty()) {
     md += fmt::format(
         "\n## Faults and restarts\n\n{} restart(s).\n\n| process | what | at (s) | restarted "

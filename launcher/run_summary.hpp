@@ -3,18 +3,22 @@
 // or was interrupted gets them too, and so that they can be rebuilt later.
 //
 // summary.json fields (docs/run.md): status, model ("gpt"/"mlp", from the workers' start
-// events, when they name it), final_test_accuracy (classifiers: mean over regions of the
-// leaders' final accuracy, else their newest eval; null for a language model), final_val_bpb
-// and final_val_loss (language models: the same over the leaders' final validation bits per
-// byte and loss in nats per byte; null for a classifier), wall_seconds, wan_bytes_total
-// (payload bytes pushed + pulled by all leaders, to every server: with R regions, (R-1)/R of
-// it crosses the WAN), wan_wire_bytes_total (bytes netsim carried, both directions, framing
+// events, when they name it), final_test_accuracy (classifiers: the global model's accuracy as
+// the leaders evaluated it, docs/training.md "The end of a run"; without a global model the mean
+// over regions of the leaders' accuracy of their own parameters, else their newest eval; null for
+// a language model), final_val_bpb and final_val_loss (language models: the same over validation
+// bits per byte and loss in nats per byte; null for a classifier), global_model (whether final_*
+// are the global model's), model_file ("model.safetensors" when the run folder has it),
+// wall_seconds, wan_bytes_total (payload bytes pushed + pulled by all leaders, to every server,
+// the flush at the end included: with R regions, (R-1)/R of it crosses the WAN),
+// wan_wire_bytes_total (bytes netsim carried, both directions, framing
 // included, when netsim.jsonl exists), rounds (most rounds any region finished), steps
 // (most local steps any worker took), compute_utilization (forward+backward time over wall
 // time, summed over workers), mean_staleness (over all round events), target_accuracy or
 // target_val_bpb with time_to_target_seconds (when a target is set: the time by which every
 // region's leader had evaluated at or above the accuracy, or at or below the bpb; null if one
-// never did), and per_region details.
+// never did), and per_region details (region_* of each region's own parameters, final_* of the
+// global model as its leader evaluated it, flush_bytes).
 // Functions read and write files; they do not block otherwise. No shared state.
 #pragma once
 

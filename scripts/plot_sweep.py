@@ -8,12 +8,17 @@ Writes into SWEEP_DIR:
   sweep_accuracy_vs_wan_bytes.png  the same against cumulative WAN payload bytes (all regions)
   sweep_bars.png                   final accuracy, WAN bytes and wall time per run
 A sweep of language models plots validation bits per byte (lower is better) instead of accuracy,
-under the same file names.
+under the same file names, and adds
+  sweep_bpb_vs_tokens.png          validation bpb against training tokens (all regions), one
+                                   colour per configuration (labels that differ only in a
+                                   trailing "-sN" / "-seedN"), one line per seed
+(from the leaders' eval events' `tokens`; runs from builds before 2026-11-26 lack it).
 
 Uses Debian's python3-matplotlib with the Agg backend.
 """
 import csv
 import os
+import re
 import sys
 
 import matplotlib
@@ -40,6 +45,55 @@ def metric_curve(run_dir, field, scale):
         bs.append(sum(bytes_at(c, t) for c in curves.values()) / 1e6)
         values.append(scale * sum(latest.values()) / len(latest))
     return ts, bs, values
+
+
+def configuration(label):
+    """A point's configuration: its label without a trailing seed suffix ("-s2", "-seed2")."""
+    return re.sub(r"[-_]s(eed)?\d+$", "", label)
+
+
+def tokens_curve(run_dir):
+    """(training tokens of all regions, mean over regions of val_bpb) at each evaluation."""
+    regions = read_events(run_dir)
+    points = sorted((int(e["tokens"]), name, float(e["val_bpb"]))
+                    for name, ev in regions.items() for e in ev
+                    if e.get("event") == "eval" and isinstance(e.get("val_bpb"), (int, float))
+                    and isinstance(e.get("tokens"), int))
+    latest, xs, ys = {}, [], []
+    for tokens, name, v in points:
+        latest[name] = v
+        xs.append(tokens / 1e6)
+        ys.append(sum(latest.values()) / len(latest))
+    return xs, ys
+
+
+def plot_tokens(sweep_dir, rows):
+    """sweep_bpb_vs_tokens.png; False when no run has token counts."""
+    fig, ax = plt.subplots(figsize=(9, 5))
+    colours, styles, drawn = {}, ["-", "--", ":", "-."], False
+    for r in rows:
+        if not r.get("run_dir") or not os.path.isdir(r["run_dir"]):
+            continue
+        xs, ys = tokens_curve(r["run_dir"])
+        if not xs:
+            continue
+        config = configuration(r["label"])
+        first = config not in colours
+        colours.setdefault(config, f"C{len(colours) % 10}")
+        seeds = sum(1 for k in rows[:rows.index(r)] if configuration(k["label"]) == config)
+        ax.plot(xs, ys, color=colours[config], linestyle=styles[seeds % len(styles)],
+                linewidth=1.2, label=config if first else None)
+        drawn = True
+    if drawn:
+        ax.set(xlabel="training tokens, all regions (millions)",
+               ylabel="validation bits per byte (lower is better)",
+               title="validation bpb against tokens (one line per seed)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(os.path.join(sweep_dir, "sweep_bpb_vs_tokens.png"), dpi=100)
+    plt.close(fig)
+    return drawn
 
 
 def main(argv):
@@ -74,6 +128,7 @@ def main(argv):
         fig.savefig(os.path.join(sweep_dir, name), dpi=100, metadata={"Title": title})
         plt.close(fig)
 
+    tokens_plot = lm and plot_tokens(sweep_dir, rows)
     labels = [r["label"] for r in rows]
 
     def col(key, scale=1.0):
@@ -93,7 +148,8 @@ def main(argv):
     fig.tight_layout()
     fig.savefig(os.path.join(sweep_dir, "sweep_bars.png"), dpi=100, metadata={"Title": final[0]})
     plt.close(fig)
-    print(f"plot_sweep.py: 3 plots in {sweep_dir} ({'validation bpb' if lm else 'test accuracy'})")
+    print(f"plot_sweep.py: {4 if tokens_plot else 3} plots in {sweep_dir} "
+          f"({'validation bpb' if lm else 'test accuracy'})")
     return 0
 
 

@@ -7,6 +7,7 @@
 #include <set>
 #include <sstream>
 
+#include "compression/error_feedback.hpp"
 #include "compression/factory.hpp"
 #include "core/error.hpp"
 #include "core/yaml_reader.hpp"
@@ -93,13 +94,28 @@ void parse_consistency(const Ctx& c, const YAML::Node& n, ServerConfig& cfg) {
 
 void parse_server(const Ctx& c, const YAML::Node& s, ServerConfig& cfg) {
   check_keys(c, s, "server",
-             {"endpoints",         "shards_per_region",   "chunk",
-              "staleness_bound",   "staleness_weighting", "optimizer",
-              "downlink_codec",    "heartbeat_ms",        "dead_after_ms",
-              "max_message_bytes", "high_water_mark",     "checkpoint",
-              "run_dir",           "metrics_every_ms",    "wait_for_all_regions",
-              "downlink_codecs",   "handshake_ms",        "consistency",
-              "metrics_port",      "metrics_host",        "max_connections_per_address"});
+             {"endpoints",
+              "shards_per_region",
+              "chunk",
+              "staleness_bound",
+              "staleness_weighting",
+              "optimizer",
+              "downlink_codec",
+              "heartbeat_ms",
+              "dead_after_ms",
+              "max_message_bytes",
+              "high_water_mark",
+              "checkpoint",
+              "run_dir",
+              "metrics_every_ms",
+              "wait_for_all_regions",
+              "downlink_codecs",
+              "handshake_ms",
+              "consistency",
+              "metrics_port",
+              "metrics_host",
+              "max_connections_per_address",
+              "downlink_error_feedback"});
   if (auto n = s["endpoints"]) {
     check_keys(c, n, "server.endpoints",
                std::set<std::string>(cfg.regions.begin(), cfg.regions.end()));
@@ -150,6 +166,14 @@ void parse_server(const Ctx& c, const YAML::Node& s, ServerConfig& cfg) {
         GT_REQUIRE(false, "{}: {}: {}", c.source, key, e.what());
       }
       cfg.shard.downlink_codec_for[cfg.region_index(region)] = spec;
+    }
+  }
+  if (auto ef = s["downlink_error_feedback"]) {
+    check_keys(c, ef, "server.downlink_error_feedback", {"decay"});
+    if (auto n = ef["decay"]) {
+      const std::string key = "server.downlink_error_feedback.decay";
+      cfg.shard.downlink_feedback_decay = get<float>(c, n, key, 0.0f, 1.0f);
+      compression::require_feedback_decay(cfg.shard.downlink_feedback_decay, c.source + ": " + key);
     }
   }
   if (auto n = s["heartbeat_ms"])

@@ -6,8 +6,23 @@
 //   nesterov:  m = mu*m + g;  theta -= lr*(g + mu*m)
 //
 // Owns only its settings; the momentum buffer belongs to the shard (it is checkpointed with
-// it). outer_step() changes only elements whose mask byte equals `select` (an empty mask selects
-// every element). Pure, nothing blocks.
+// it), and so does the per-round accumulator of push_step/release_step (below). Every step here
+// changes only elements whose mask byte equals `select` (an empty mask selects every element).
+// Pure, nothing blocks.
+//
+// Momentum under asynchrony. Non-critical elements are stepped on every push, yet their momentum
+// must move once per round, as a synchronous round's does. With g = sum_i g_i, the scaled
+// pseudo-gradients of a round's pushes, and m the momentum of the round before, the round's step
+//   momentum:  theta -= lr*(g + mu*m)               m = mu*m + g
+//   nesterov:  theta -= lr*((1 + mu)*g + mu*mu*m)   m = mu*m + g
+// is linear in g, so it splits exactly into a share per push and a share per round:
+//   push_step     each push:             theta -= lr*c*g_i  (c = 1, or 1 + mu);  a += g_i
+//   release_step  the round's release:   theta -= lr*k*m    (k = mu, or mu*mu);  m = mu*m + a
+// where a is the round's accumulator (zero before its first push). Once a round's pushes are in
+// and it is released, theta and m are what one outer_step on g makes (to rounding; R pushes of
+// delta_i / R make g the mean delta's), in whatever order the pushes came; in between, theta
+// holds every push's share and m is still the momentum of the round before. (Stepping m on every push instead, as outer_step
+// would, decays it by mu^R per round of R pushes and adds the Nesterov look-ahead R times.)
 #pragma once
 
 #include <cstdint>
@@ -41,5 +56,19 @@ struct DeltaScale {
 void outer_step(const OuterOptimizerConfig& config, ConstFloatSpan theta, ConstFloatSpan m,
                 ConstFloatSpan delta, std::span<const uint8_t> mask, uint8_t select,
                 DeltaScale scale, FloatSpan theta_out, FloatSpan m_out);
+
+// One push's share of its round (optimizer with momentum only): theta_out = theta - lr*c*g and
+// a_out = a + g, g = -(weight * delta / divisor), on selected elements; unselected ones are
+// copied (a's as zero). `a` is the round's accumulator so far; empty: zero (the round's first
+// push). Outputs must not overlap inputs: a dropped push leaves theta and a as they were. One pass.
+void push_step(const OuterOptimizerConfig& config, ConstFloatSpan theta, ConstFloatSpan a,
+               ConstFloatSpan delta, std::span<const uint8_t> mask, uint8_t select,
+               DeltaScale scale, FloatSpan theta_out, FloatSpan a_out);
+
+// The round's share, in place (optimizer with momentum only): on selected elements
+// theta -= lr*k*m, then m = mu*m + a, with `a` the accumulator of the round's push_steps;
+// unselected elements are left as they are. One pass.
+void release_step(const OuterOptimizerConfig& config, ConstFloatSpan a,
+                  std::span<const uint8_t> mask, uint8_t select, FloatSpan theta, FloatSpan m);
 
 }  // namespace geotrain::server

@@ -406,7 +406,7 @@ void ParamServer::on_hello(const std::string& peer, const wire::Header& h, const
                        {},
                        1,
                        static_cast<uint32_t>(config_.heartbeat.count()),
-                       {"ef-downlink", "full-pull", "kv", "zero-start"}};
+                       {"ef-downlink", "full-pull", "kv", "zero-start", "flush"}};
   uint64_t next = UINT64_MAX;
   for (auto& s : shards_) {
     out.shards.push_back({s.range().id, s.range().offset, s.range().count,
@@ -466,8 +466,15 @@ ParamServer::Outcome ParamServer::on_push(uint32_t r, const wire::Header& h, con
           id);
     covered = s.offset + s.count;
   }
+  // The end of a run: not a round, and not gated (server/param_server_flush.cpp).
+  if (m.flush) return on_flush(r, h, m, payloads);
+  if (shard.flushed(r))
+    throw WireError(ErrorCode::bad_round,
+                    fmt::format("region {} flushed shard {}: it pushes no more rounds",
+                                config_.regions[r], m.shard),
+                    id);
   // Everything about the header holds; now the gate decides whether this push may proceed.
-  const auto live_now = live();
+  const auto live_now = in_rounds(shard, live());
   if (!shard.admits(m.round, live_now)) return Outcome::park;
 
   // The delta. The usual push is one fp32 segment covering the shard: it is read in place (no
@@ -489,25 +496,7 @@ ParamServer::Outcome ParamServer::on_push(uint32_t r, const wire::Header& h, con
                                                           compression::kHeaderBytes),
                            n);
   } else {
-    if (delta_.size() != n) delta_.resize(n);
-    uint64_t filled = 0;
-    for (size_t i = 0; i < m.segments.size(); ++i) {
-      const auto& s = m.segments[i];
-      const auto bytes = wire::frame_bytes(payloads[i]);
-      const auto header = checked_segment(i, s, bytes, id, {});
-      std::fill(delta_.begin() + static_cast<std::ptrdiff_t>(filled),
-                delta_.begin() + static_cast<std::ptrdiff_t>(s.offset), 0.0f);
-      const auto out = FloatSpan(delta_).subspan(s.offset, s.count);
-      try {
-        const auto decoded = compression::decode_view(header, bytes, out);
-        if (decoded.data() != out.data()) std::copy(decoded.begin(), decoded.end(), out.begin());
-      } catch (const InputError& e) {
-        throw WireError(ErrorCode::bad_payload, fmt::format("segment {}: {}", i, e.what()), id);
-      }
-      filled = s.offset + s.count;
-    }
-    std::fill(delta_.begin() + static_cast<std::ptrdiff_t>(filled), delta_.end(), 0.0f);
-    delta = delta_;
+    delta = decode_segments(m, payloads, id, n);
   }
   // From here until commit() (or a throw, which drops it) the shard computes its next version.
   auto staged = shard.start_push(r, m.round, delta, live_now, {m.tokens, options_.clock()});
@@ -549,6 +538,30 @@ ParamServer::Outcome ParamServer::on_push(uint32_t r, const wire::Header& h, con
   return Outcome::done;
 }
 
+ConstFloatSpan ParamServer::decode_segments(const wire::Push& m,
+                                            std::span<const zmq::message_t> payloads, uint64_t id,
+                                            uint64_t n) {
+  if (delta_.size() != n) delta_.resize(n);
+  uint64_t filled = 0;
+  for (size_t i = 0; i < m.segments.size(); ++i) {
+    const auto& s = m.segments[i];
+    const auto bytes = wire::frame_bytes(payloads[i]);
+    const auto header = checked_segment(i, s, bytes, id, {});
+    std::fill(delta_.begin() + static_cast<std::ptrdiff_t>(filled),
+              delta_.begin() + static_cast<std::ptrdiff_t>(s.offset), 0.0f);
+    const auto out = FloatSpan(delta_).subspan(s.offset, s.count);
+    try {
+      const auto decoded = compression::decode_view(header, bytes, out);
+      if (decoded.data() != out.data()) std::copy(decoded.begin(), decoded.end(), out.begin());
+    } catch (const InputError& e) {
+      throw WireError(ErrorCode::bad_payload, fmt::format("segment {}: {}", i, e.what()), id);
+    }
+    filled = s.offset + s.count;
+  }
+  std::fill(delta_.begin() + static_cast<std::ptrdiff_t>(filled), delta_.end(), 0.0f);
+  return delta_;
+}
+
 ParamServer::Outcome ParamServer::on_pull(uint32_t r, const wire::Header& h,
                                           const wire::PullRequest& m) {
   const uint64_t id = h.request_id;
@@ -577,6 +590,10 @@ ParamServer::Outcome ParamServer::on_pull(uint32_t r, const wire::Header& h,
               "pull.sinceVersion is {}, the server last sent version {}: pull with full=true",
               m.since_version, shard.sent_version(r)),
           id);
+  }
+  if (m.after_flush) {
+    check_final_pull(r, shard, m, id);
+    if (!shard.flush_released()) return Outcome::park;
   }
   if (shard.released_round() < m.min_round) return Outcome::park;
   // The values themselves (shared, no copy: server/value_buffer.hpp), or a change encoded into a
@@ -609,8 +626,9 @@ void ParamServer::release_rounds() {
   const auto live_now = live();
   const auto now = options_.clock();
   for (auto& s : shards_)
-    for (const auto& rel : s.release_ready(live_now, now))
+    for (const auto& rel : s.release_ready(in_rounds(s, live_now), now))
       metrics_.round_released(s.range().id, rel.round, rel.contributors, rel.late);
+  release_flushes(live_now);
   if (config_.checkpoint.every == 0 || shards_.empty()) return;
   uint64_t round = UINT64_MAX;
   for (const auto& s : shards_) round = std::min(round, s.released_round());

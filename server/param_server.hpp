@@ -115,6 +115,22 @@ class ParamServer {
                   std::span<const zmq::message_t> payloads,
                   std::optional<std::chrono::steady_clock::time_point> parked_since);
   Outcome on_pull(uint32_t r, const wire::Header& h, const wire::PullRequest& m);
+  // The end of a run (server/param_server_flush.cpp, docs/protocol.md "The flush"): a push with
+  // `flush` (header checked by on_push), and the checks of a pull with `after_flush`.
+  Outcome on_flush(uint32_t r, const wire::Header& h, const wire::Push& m,
+                   std::span<const zmq::message_t> payloads);
+  void check_final_pull(uint32_t r, const Shard& shard, const wire::PullRequest& m,
+                        uint64_t request_id) const;
+  // Releases every shard's flush that waits for no live region any more.
+  void release_flushes(const std::vector<bool>& live_now);
+  // The live regions that count in the shard's rounds and gate: not those that flushed it, which
+  // push no more rounds there (as after a goodbye; one that waits for the others' flushes must not
+  // hold back a round they still push).
+  static std::vector<bool> in_rounds(const Shard& shard, std::vector<bool> live);
+  // The push's segments decoded into delta_ (zeros between and around them), each checked
+  // against its payload header: WireError naming the segment otherwise.
+  ConstFloatSpan decode_segments(const wire::Push& m, std::span<const zmq::message_t> payloads,
+                                 uint64_t request_id, uint64_t n);
   Shard& shard_for(uint32_t id, uint64_t request_id);
   void reply(const std::string& peer, uint64_t request_id, wire::Body body,
              std::vector<zmq::message_t> payloads = {});

@@ -29,7 +29,12 @@ Shard::Shard(ShardRange range, std::vector<uint8_t> critical_mask, size_t region
   for (size_t r = 0; r < regions; ++r) {
     const auto& spec = settings.downlink_spec(r);
     auto it = downlinks_.find(spec);
-    if (it == downlinks_.end()) it = downlinks_.emplace(spec, compression::make_codec(spec)).first;
+    if (it == downlinks_.end())
+      it = downlinks_
+               .emplace(spec, compression::ErrorFeedback(
+                                  compression::make_codec(spec),
+                                  compression::FeedbackOptions{settings.downlink_feedback_decay}))
+               .first;
     downlink_of_.push_back(&it->second);
   }
   GT_ASSERT(mask_.size() == range.count, "mask size {} != shard size {}", mask_.size(),
@@ -46,7 +51,6 @@ Shard::Shard(ShardRange range, std::vector<uint8_t> critical_mask, size_t region
 
 void Shard::commit(std::shared_ptr<ValueBuffer> next) {
   values_ = std::move(next);
-  if (has_momentum()) std::swap(momentum_, momentum_next_);
   ++version_;
 }
 
@@ -79,12 +83,19 @@ Shard::StagedPush Shard::stage(size_t region, uint64_t round, ConstFloatSpan del
   st.result.staleness = gate_.staleness(region, round, live);
   st.result.weight = staleness_weight(settings_.weighting, st.result.staleness);
   st.result.late = round <= released_round_;
+  st.merge_round = st.result.late ? released_round_ + 1 : round;
   st.live_count = static_cast<float>(std::count(live.begin(), live.end(), true));
   st.delta = delta;
   if (critical_count_ < n) {
     st.next = pool_.acquire();
     st.out = st.next->unsealed_values();
-    if (has_momentum()) momentum_next_.resize(n);
+  }
+  if (splits_momentum()) {
+    // TODO(perf): a round's accumulator is allocated (zeroed) at its first push and freed at its
+    // release; a spare kept across rounds would save that.
+    accumulator_next_.resize(n);
+    if (auto it = pending_.find(st.merge_round); it != pending_.end())
+      st.accumulator = it->second.accumulator;
   }
   if (on_splitter) {
     if (st.next) {
@@ -112,16 +123,21 @@ constexpr uint8_t kFree = 0, kFiller = 1, kHelper = 2, kHelped = 3;
 void Shard::step_staged(size_t begin, FloatSpan out) {
   const auto& st = *staged_;
   const size_t count = out.size();
-  const auto m =
-      has_momentum() ? ConstFloatSpan(momentum_).subspan(begin, count) : ConstFloatSpan();
-  const auto m_out = has_momentum() ? FloatSpan(momentum_next_).subspan(begin, count) : FloatSpan();
   // Non-critical elements only: w(tau) * delta / live, folded into the optimizer's step. Without
   // critical elements the mask selects everything and the step runs unmasked.
   const auto mask = critical_count_ > 0 ? std::span<const uint8_t>(mask_).subspan(begin, count)
                                         : std::span<const uint8_t>();
-  outer_step(settings_.optimizer, values_->values().subspan(begin, count), m,
-             st.delta.subspan(begin, count), mask, 0, {st.result.weight, st.live_count}, out,
-             m_out);
+  const auto theta = values_->values().subspan(begin, count);
+  const auto delta = st.delta.subspan(begin, count);
+  const DeltaScale scale{st.result.weight, st.live_count};
+  if (!has_momentum()) {
+    outer_step(settings_.optimizer, theta, {}, delta, mask, 0, scale, out, {});
+    return;
+  }
+  // With momentum, the push's share only; the round's release adds the momentum's.
+  const auto a = st.accumulator.empty() ? st.accumulator : st.accumulator.subspan(begin, count);
+  push_step(settings_.optimizer, theta, a, delta, mask, 0, scale, out,
+            FloatSpan(accumulator_next_).subspan(begin, count));
 }
 
 void Shard::compute_staged(PassSplitter* splitter) {
@@ -172,12 +188,13 @@ void Shard::commit_staged() {
   if (!st.computed) compute_staged(splitter_);
   // A late push (its round released without it) joins the oldest unreleased round's merge; it
   // does not count as that round's push of its region.
-  auto& pending = pending_round(st.result.late ? released_round_ + 1 : st.round);
+  auto& pending = pending_round(st.merge_round);
   if (!st.result.late) {
     pending.pushed[st.region] = true;
     if (!pending.first_push) pending.first_push = st.meta.at;
   }
   pending.deltas.push_back({st.region, st.round, st.meta.tokens, std::move(st.kept)});
+  if (splits_momentum()) std::swap(pending.accumulator, accumulator_next_);
   if (st.next) commit(std::move(st.next));
   gate_.set_clock(st.region, st.round);
   staged_.reset();
@@ -208,7 +225,7 @@ Shard::PendingRound& Shard::pending_round(uint64_t round) {
   return p;
 }
 
-void Shard::merge(std::vector<Contribution>& deltas) {
+float Shard::merge(std::vector<Contribution>& deltas) {
   // Sum in (region, round) order, then divide: independent of arrival order. With equal weights
   // (or tokens all equal, or some unknown) this is the plain sum divided by the count, the same
   // bytes as before weights existed.
@@ -224,7 +241,6 @@ void Shard::merge(std::vector<Contribution>& deltas) {
       settings_.consistency.weighting == MergeWeighting::tokens && all_known && !all_equal;
   const size_t n = values_->size();
   scratch_.assign(n, 0.0f);
-  float divisor = 0.0f;
   if (by_tokens) {
     uint64_t total = 0;
     for (const auto& c : deltas) {
@@ -232,29 +248,54 @@ void Shard::merge(std::vector<Contribution>& deltas) {
       for (size_t i = 0; i < n; ++i) scratch_[i] += w * c.delta[i];
       total += c.tokens;
     }
-    divisor = static_cast<float>(total);
-  } else {
-    for (const auto& c : deltas)
-      for (size_t i = 0; i < n; ++i) scratch_[i] += c.delta[i];
-    divisor = static_cast<float>(deltas.size());
+    return static_cast<float>(total);
   }
+  for (const auto& c : deltas)
+    for (size_t i = 0; i < n; ++i) scratch_[i] += c.delta[i];
+  return static_cast<float>(deltas.size());
+}
+
+void Shard::release(PendingRound& round) {
+  const bool critical = critical_count_ > 0;
+  const bool split = splits_momentum();
+  if (!critical && !split) return;
   // The division happens in the optimizer's pass: 1 * sum / divisor.
-  auto next = pool_.acquire();
+  const float divisor = critical ? merge(round.deltas) : 1.0f;
+  GT_ASSERT(!split || !round.accumulator.empty(), "round {} released without its accumulator",
+            released_round_ + 1);
+  const size_t n = values_->size();
   if (has_momentum()) momentum_next_.resize(n);
-  const ConstFloatSpan values = values_->values();
+  const auto& optimizer = settings_.optimizer;
+  auto next = pool_.acquire();
   next->fill(
       [&](size_t begin, FloatSpan block) {
-        const size_t count = block.size();
-        const auto m_out =
-            has_momentum() ? FloatSpan(momentum_next_).subspan(begin, count) : FloatSpan();
-        outer_step(settings_.optimizer, values.subspan(begin, count),
-                   ConstFloatSpan(momentum_).subspan(begin, count),
-                   ConstFloatSpan(scratch_).subspan(begin, count),
-                   std::span<const uint8_t>(mask_).subspan(begin, count), 1, {1.0f, divisor}, block,
-                   m_out);
+        // In blocks of kFillBlock (a split fill writes its second half in one call), so that the
+        // momentum share's second look at each value finds it in the cache.
+        for (size_t at = 0; at < block.size(); at += ValueBuffer::kFillBlock) {
+          const size_t from = begin + at;
+          const auto out = block.subspan(at, std::min(ValueBuffer::kFillBlock, block.size() - at));
+          const size_t count = out.size();
+          const auto theta = values_->values().subspan(from, count);
+          const auto m = ConstFloatSpan(momentum_).subspan(from, count);
+          const auto m_out =
+              has_momentum() ? FloatSpan(momentum_next_).subspan(from, count) : FloatSpan();
+          const auto mask = critical ? std::span<const uint8_t>(mask_).subspan(from, count)
+                                     : std::span<const uint8_t>();
+          if (critical) {
+            outer_step(optimizer, theta, m, ConstFloatSpan(scratch_).subspan(from, count), mask, 1,
+                       {1.0f, divisor}, out, m_out);
+          } else {
+            std::copy(theta.begin(), theta.end(), out.begin());
+            std::copy(m.begin(), m.end(), m_out.begin());
+          }
+          if (split)
+            release_step(optimizer, ConstFloatSpan(round.accumulator).subspan(from, count), mask, 0,
+                         out, m_out);
+        }
       },
       splitter_, header_on_fill_);
   commit(std::move(next));
+  if (has_momentum()) std::swap(momentum_, momentum_next_);
 }
 
 std::vector<Shard::Released> Shard::release_ready(const std::vector<bool>& live, TimePoint now) {
@@ -273,7 +314,7 @@ std::vector<Shard::Released> Shard::release_ready(const std::vector<bool>& live,
     const bool quorum_due = policy.is_quorum() && pushed >= policy.quorum && round.first_push &&
                             now >= *round.first_push + policy.grace;
     if (pushed == 0 || !(complete || quorum_due)) break;
-    if (critical_count_ > 0) merge(round.deltas);
+    release(round);
     ++released_round_;
     Released rel{released_round_, round.deltas.size(), 0};
     for (const auto& c : round.deltas)

@@ -1,7 +1,8 @@
 // Shard: one contiguous range of the global parameters and everything the server keeps for it.
 //
 // Owns: the values (one ValueBuffer per version, copy-on-write: server/value_buffer.hpp), the
-// outer optimizer's momentum, the shard version (bumped whenever values change), the synchronous
+// outer optimizer's momentum (and, for non-critical elements, each unreleased round's momentum
+// accumulator), the shard version (bumped whenever values change), the synchronous
 // round counter, the staleness gate's clocks, the critical deltas of rounds not yet released (per
 // round: the deltas merged into it, each with its region, own round and tokens, summed in (region,
 // round) order at release so the result does not depend on arrival order), and the downlink
@@ -13,6 +14,23 @@
 // into it (ssp: every live region's; quorum: also a quorum's once the grace window expired, plus
 // late deltas of rounds released before); non-critical elements change on every push, by the
 // optimizer applied to w(tau) * delta / live.
+//
+// Momentum of non-critical elements (server/outer_optimizer.hpp, "Momentum under asynchrony"):
+// it advances once per released round, not per push. A push applies its share of the step at
+// once (push_step) and adds its pseudo-gradient to the accumulator of the round it joins (its
+// own, or for a late push the oldest unreleased one, as for critical deltas); the round's release
+// applies the momentum share (release_step), in round order. So when every live region pushes
+// once per round, after each release the values and momentum are exactly those of the
+// synchronous step on the round's mean delta, whatever the arrival order. A region that rejoins
+// keeps the shares its pushes applied, in the values and in the accumulators alike: the momentum
+// follows what the values received. Without momentum nothing is accumulated and the bytes are as
+// they were before this split.
+// Checkpoints hold the values and the momentum of the released round; the accumulators are not
+// saved. restore() starts from the released round (every region rejoins and pushes the rounds
+// after it again), so a checkpoint's unreleased rounds are dropped like their critical deltas
+// are: the shares their pushes applied stay in the values, their momentum is not carried on. A
+// checkpoint written at a release under staleness bound 0 has no such round (no region can push
+// round t+1 before round t is released).
 //
 // Callers validate input first: every method here asserts its preconditions (our bugs).
 // Nothing blocks, but a pass split with the PassSplitter waits for its other half; not
@@ -49,6 +67,7 @@ struct ShardSettings {
   ConsistencySettings consistency;  // server.consistency: when rounds release, how deltas weigh
   std::string downlink_codec = "fp32";
   std::map<size_t, std::string> downlink_codec_for;  // region -> spec overriding downlink_codec
+  float downlink_feedback_decay = 1.0f;  // server.downlink_error_feedback.decay (1: keep all)
 
   const std::string& downlink_spec(size_t region) const {
     auto it = downlink_codec_for.find(region);
@@ -76,6 +95,8 @@ class Shard {
   uint64_t version() const { return version_; }
   uint64_t released_round() const { return released_round_; }
   ConstFloatSpan values() const { return values_->values(); }
+  // The outer momentum as of the last released round (non-critical elements included: a push's
+  // momentum share waits in its round's accumulator until the release).
   ConstFloatSpan momentum() const { return momentum_; }
   const std::vector<uint8_t>& critical_mask() const { return mask_; }
   bool has_critical() const { return critical_count_ > 0; }
@@ -175,16 +196,33 @@ class Shard {
   void restore(uint64_t version, uint64_t released_round, ConstFloatSpan values,
                ConstFloatSpan momentum);
 
+  // The end of a run (docs/training.md, "The end of a run"; server/shard_flush.cpp). A region's
+  // flush: what it still owes the shard (its uplink error-feedback residual, and any progress it
+  // did not push), `delta`, empty when nothing. Kept until release_flush(); once that released
+  // (the region was not counted then: declared dead, or back too late) it is dropped and false
+  // returned, so that every region that pulls after the release gets the same values. A region
+  // flushes a shard once (the caller refuses a second flush).
+  bool add_flush(size_t region, ConstFloatSpan delta, uint64_t tokens);
+  bool flushed(size_t region) const { return region < flushed_.size() && flushed_[region]; }
+  bool flush_released() const { return flush_released_; }
+  // Once every live region has flushed (and one has): theta += lr * the flushes merged as a
+  // round's critical deltas are (their mean, or weighted by tokens), on every element, as one new
+  // version (none when every flush was empty). The momentum, the rounds and the gate stay as they
+  // are. Returns how many flushes it merged when it released now, 0 otherwise.
+  size_t release_flush(const std::vector<bool>& live);
+
  private:
   // A push between start_push and commit.
   struct Staged {
     size_t region = 0;
     uint64_t round = 0;
+    uint64_t merge_round = 0;  // the round it joins: its own, or if late the oldest unreleased
     PushMeta meta;
     std::vector<bool> live;
     PushResult result;
     float live_count = 0;
     ConstFloatSpan delta;
+    ConstFloatSpan accumulator;         // merge_round's momentum accumulator so far (empty: none)
     std::vector<float> kept;            // the critical part's copy (see apply_push)
     std::shared_ptr<ValueBuffer> next;  // the next version, when the push changes values
     FloatSpan out;                      // next's values, while it is being filled
@@ -204,9 +242,11 @@ class Shard {
   // Steps blocks from the back while the splitter's thread fills from the front.
   void help_staged();
   void commit_staged();
-  // Makes `next` (and momentum_next_) the current version.
+  // Makes `next` the current version.
   void commit(std::shared_ptr<ValueBuffer> next);
   bool has_momentum() const { return settings_.optimizer.momentum != 0.0f; }
+  // Non-critical elements with momentum: their step is split into push_step and release_step.
+  bool splits_momentum() const { return has_momentum() && critical_count_ < values_->size(); }
 
   ShardRange range_;
   std::vector<uint8_t> mask_;  // 1 = critical element
@@ -216,7 +256,8 @@ class Shard {
   std::shared_ptr<ValueBuffer> values_;  // the current version: sealed, never written again
   bool header_on_fill_ = true;           // versions hash their payload header as they are written
   ShardBuffer momentum_;
-  ShardBuffer momentum_next_;  // the next version's, while a step computes it
+  ShardBuffer momentum_next_;     // the next version's, while a release computes it
+  ShardBuffer accumulator_next_;  // a staged push's next accumulator (splits_momentum())
   uint64_t version_ = 0;
   uint64_t released_round_ = 0;
   StalenessGate gate_;
@@ -232,10 +273,18 @@ class Shard {
     std::vector<bool> pushed;  // per region: pushed this round in time (late deltas do not count)
     std::vector<Contribution> deltas;
     std::optional<TimePoint> first_push;  // the first in-time push: the grace window starts here
+    // splits_momentum(): the sum of the pseudo-gradients its pushes applied to non-critical
+    // elements (push_step's accumulator); empty before its first push.
+    ShardBuffer accumulator;
   };
   PendingRound& pending_round(uint64_t round);
-  // The critical step of a release: the weighted average of `deltas` (server/consistency.hpp).
-  void merge(std::vector<Contribution>& deltas);
+  // A release's step, one new version: the critical elements' step on the merged deltas, and
+  // the momentum share of the non-critical ones. Nothing to do (and no new version) without
+  // critical elements or momentum.
+  void release(PendingRound& round);
+  // The critical step's input: the weighted sum of `deltas` into scratch_; returns its divisor
+  // (server/consistency.hpp).
+  float merge(std::vector<Contribution>& deltas);
   std::map<uint64_t, PendingRound> pending_;      // unreleased rounds
   std::vector<bool> pulled_;                      // has values since it (re)joined
   std::vector<std::optional<ShardBuffer>> base_;  // lossy downlink: values last sent
@@ -247,6 +296,11 @@ class Shard {
   ShardBuffer scratch_;
   PassSplitter* splitter_ = nullptr;
   std::optional<Staged> staged_;
+  // The end of a run: per region, whether it flushed (sized at the first flush); the flushes
+  // until the release (round 0; an empty delta owes nothing).
+  std::vector<bool> flushed_;
+  std::vector<Contribution> flushes_;
+  bool flush_released_ = false;
 };
 
 }  // namespace geotrain::server

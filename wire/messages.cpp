@@ -95,6 +95,7 @@ void build(schema::Header::Builder h, const Body& body) {
             b.setBaseVersion(m.base_version);
             put_segments(b.initSegments(static_cast<unsigned>(m.segments.size())), m.segments);
             b.setTokens(m.tokens);
+            b.setFlush(m.flush);
           },
           [&](const PushReply& m) {
             auto b = h.initPushReply();
@@ -109,6 +110,7 @@ void build(schema::Header::Builder h, const Body& body) {
             b.setSinceVersion(m.since_version);
             b.setFull(m.full);
             b.setMinRound(m.min_round);
+            b.setAfterFlush(m.after_flush);
           },
           [&](const PullReply& m) {
             auto b = h.initPullReply();
@@ -168,8 +170,8 @@ Body read(schema::Header::Reader h, uint64_t request_id) {
       return Heartbeat{};
     case schema::Header::PUSH: {
       auto r = h.getPush();
-      return Push{r.getShard(), r.getRound(), r.getBaseVersion(), get_segments(r.getSegments()),
-                  r.getTokens()};
+      return Push{r.getShard(),  r.getRound(), r.getBaseVersion(), get_segments(r.getSegments()),
+                  r.getTokens(), r.getFlush()};
     }
     case schema::Header::PUSH_REPLY: {
       auto r = h.getPushReply();
@@ -177,7 +179,8 @@ Body read(schema::Header::Reader h, uint64_t request_id) {
     }
     case schema::Header::PULL: {
       auto r = h.getPull();
-      return PullRequest{r.getShard(), r.getSinceVersion(), r.getFull(), r.getMinRound()};
+      return PullRequest{r.getShard(), r.getSinceVersion(), r.getFull(), r.getMinRound(),
+                         r.getAfterFlush()};
     }
     case schema::Header::PULL_REPLY: {
       auto r = h.getPullReply();

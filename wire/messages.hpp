@@ -93,6 +93,10 @@ struct Push {
   uint64_t base_version = 0;
   std::vector<Segment> segments;
   uint64_t tokens = 0;  // tokens (samples) the delta represents, for merging; 0: unknown
+  // The end of a run (docs/protocol.md, "The flush"): the segments are what the region still
+  // owes the shard, kept by the server until every live region has flushed it; no segments:
+  // nothing owed.
+  bool flush = false;
 };
 struct PushReply {
   uint32_t shard = 0;
@@ -105,6 +109,8 @@ struct PullRequest {
   uint64_t since_version = 0;
   bool full = false;
   uint64_t min_round = 0;
+  // With full: reply once every live region has flushed the shard (the region itself first).
+  bool after_flush = false;
 };
 struct PullReply {
   uint32_t shard = 0;

@@ -47,6 +47,9 @@ struct Push {
   baseVersion @2 :UInt64;       # shard version the delta was computed against
   segments @3 :List(Segment);   # delta = theta_local - theta_base, per segment
   tokens @4 :UInt64;            # tokens (samples) the delta represents; 0 = unknown (equal weight)
+  flush @5 :Bool;               # the end of a run: what the region still owes the shard (its
+                                # uplink EF residual and any progress not pushed), applied once
+                                # every live region has flushed (docs/protocol.md, "The flush")
 }
 
 struct PushReply {
@@ -61,6 +64,8 @@ struct PullRequest {
   sinceVersion @1 :UInt64;      # the version this region last received
   full @2 :Bool;                # full fp32 values instead of a compressed change
   minRound @3 :UInt64;          # reply only once rounds <= minRound are released (0: now)
+  afterFlush @4 :Bool;          # reply (full values) only once every live region has flushed
+                                # the shard; the region must have flushed it itself
 }
 
 struct PullReply {

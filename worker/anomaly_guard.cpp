@@ -57,6 +57,15 @@ Verdict AnomalyGuard::check(uint64_t step, double loss, bool gradient_finite) {
     sigma = std::sqrt(sigma / static_cast<double>(losses_.size() - 1));
     if (loss > mean + config_.k_sigma * sigma) v = Verdict::kLossSpike;
   }
+  if (v == Verdict::kLossSpike && config_.max_consecutive_skips != 0 &&
+      ++spike_streak_ > config_.max_consecutive_skips) {
+    spdlog::warn(
+        "step {}: loss {} is spike {} in a row beyond {:.4g} + {} sigma ({:.4g}): taken as a new "
+        "loss level, not a spike; the step is applied and the window starts again",
+        step, loss, spike_streak_, mean, config_.k_sigma, sigma);
+    losses_.clear();
+    v = Verdict::kAccept;
+  }
   if (v != Verdict::kAccept) {
     ++skipped_;
     spdlog::warn(
@@ -64,6 +73,7 @@ Verdict AnomalyGuard::check(uint64_t step, double loss, bool gradient_finite) {
         to_string(v), loss, mean, sigma, skipped_);
     return v;
   }
+  spike_streak_ = 0;
   losses_.push_back(loss);
   if (losses_.size() > config_.window) losses_.pop_front();
   return v;
@@ -75,6 +85,7 @@ void AnomalyGuard::restore(const std::vector<double>& losses, uint64_t skipped) 
              losses.size(), config_.window);
   losses_.assign(losses.begin(), losses.end());
   skipped_ = skipped;
+  spike_streak_ = 0;
 }
 
 }  // namespace geotrain::worker

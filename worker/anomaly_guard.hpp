@@ -4,7 +4,12 @@
 // or when its loss exceeds the mean of the last `window` accepted losses by more than `k_sigma`
 // standard deviations (once `min_samples` losses are in the window). A refused step is logged
 // (spdlog warning) and counted; its loss does not enter the window, so one spike cannot raise
-// the bar for the next. Owns the window; nothing blocks; not thread-safe.
+// the bar for the next. A spike is one step; a loss that stays high is a new level (after a
+// merge of the global values, or when a plateau's tight window meets normal noise): after
+// `max_consecutive_skips` spikes in a row the guard accepts the step and starts its window
+// again from it, so a level shift costs at most that many steps instead of stalling training
+// (0: never; every such step is refused, as before 2026-11-25). Non-finite steps are always
+// refused and do not count towards the streak. Owns the window; nothing blocks; not thread-safe.
 #pragma once
 
 #include <cstddef>
@@ -21,6 +26,7 @@ struct AnomalyGuardConfig {
   size_t window = 50;
   double k_sigma = 6.0;
   size_t min_samples = 10;
+  size_t max_consecutive_skips = 4;  // spikes in a row that mark a new loss level; 0: no limit
 };
 
 enum class Verdict { kAccept, kNonFiniteGradient, kNonFiniteLoss, kLossSpike };
@@ -47,6 +53,7 @@ class AnomalyGuard {
   AnomalyGuardConfig config_;
   std::deque<double> losses_;
   uint64_t skipped_ = 0;
+  size_t spike_streak_ = 0;  // spikes refused in a row
 };
 
 }  // namespace geotrain::worker

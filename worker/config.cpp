@@ -3,6 +3,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "compression/error_feedback.hpp"
 #include "compression/factory.hpp"
 #include "core/error.hpp"
 #include "core/yaml_reader.hpp"
@@ -45,6 +46,16 @@ void parse_data(const YamlReader& in, const YAML::Node& d, WorkerConfig& c) {
     c.data.validation_fraction = in.number<double>(n, "worker.data.validation_fraction", 1e-6, 0.5);
   if (auto n = d["eval_windows"])
     c.data.eval_windows = in.number<uint32_t>(n, "worker.data.eval_windows", 1, 1 << 20);
+}
+
+// worker.error_feedback: {decay: beta}.
+void parse_error_feedback(const YamlReader& in, const YAML::Node& n, WorkerConfig& c) {
+  in.check_keys(n, "worker.error_feedback", {"decay"});
+  if (auto d = n["decay"]) {
+    c.error_feedback_decay = in.number<float>(d, "worker.error_feedback.decay", 0.0f, 1.0f);
+    compression::require_feedback_decay(c.error_feedback_decay,
+                                        in.source() + ": worker.error_feedback.decay");
+  }
 }
 
 }  // namespace
@@ -110,6 +121,7 @@ WorkerConfig parse_worker_config(std::string_view yaml_text, std::string_view so
                  "rounds",
                  "critical_codec",
                  "noncritical_codec",
+                 "error_feedback",
                  "overlap",
                  "optimizer",
                  "lr",
@@ -176,6 +188,7 @@ WorkerConfig parse_worker_config(std::string_view yaml_text, std::string_view so
       }
     }
   }
+  if (auto n = w["error_feedback"]) parse_error_feedback(in, n, c);
   if (auto n = w["overlap"]) {
     const std::string text = in.string(n, "worker.overlap");
     bool on = false;
@@ -233,7 +246,7 @@ WorkerConfig parse_worker_config(std::string_view yaml_text, std::string_view so
   if (auto n = w["max_grad_norm"])
     c.max_grad_norm = in.number<double>(n, "worker.max_grad_norm", 0, 1e9);
   if (auto g = w["anomaly_guard"]) {
-    in.check_keys(g, "worker.anomaly_guard", {"enabled", "window", "k_sigma", "min_samples"});
+    in.check_keys(g, "worker.anomaly_guard", {"enabled", "window", "k_sigma", "min_samples", "max_consecutive_skips"});
     if (auto n = g["enabled"]) c.guard.enabled = in.boolean(n, "worker.anomaly_guard.enabled");
     if (auto n = g["window"])
       c.guard.window = in.number<size_t>(n, "worker.anomaly_guard.window", 2, 100000);
@@ -241,6 +254,9 @@ WorkerConfig parse_worker_config(std::string_view yaml_text, std::string_view so
       c.guard.k_sigma = in.number<double>(n, "worker.anomaly_guard.k_sigma", 0.1, 1000);
     if (auto n = g["min_samples"])
       c.guard.min_samples = in.number<size_t>(n, "worker.anomaly_guard.min_samples", 1, 100000);
+    if (auto n = g["max_consecutive_skips"])
+      c.guard.max_consecutive_skips =
+          in.number<size_t>(n, "worker.anomaly_guard.max_consecutive_skips", 0, 100000);
   }
   if (auto n = w["gloo_host"]) c.gloo_host = in.string(n, "worker.gloo_host");
   if (auto n = w["run_dir"]) c.run_dir = in.string(n, "worker.run_dir");

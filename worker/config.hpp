@@ -68,6 +68,9 @@ struct WorkerConfig {
   uint64_t rounds = 100;
   std::string critical_codec = "fp32";
   std::string noncritical_codec = "fp32";
+  // worker.error_feedback.decay: beta of both classes' uplink residuals, x = delta + beta e
+  // (compression/error_feedback.hpp), in (0, 1]; 1 keeps the whole residual.
+  float error_feedback_decay = 1.0f;
   bool overlap = false;  // overlap_mode != off
   // worker.overlap: false | true (carry) | eager | delayed (worker/overlap_merge.hpp).
   OverlapMode overlap_mode = OverlapMode::off;

@@ -20,8 +20,10 @@ using Clock = std::chrono::steady_clock;
 RegionSync::RegionSync(const ParamTable& layout, SyncConfig config, zmq::context_t& context)
     : layout_(layout),
       config_(std::move(config)),
-      critical_ef_(compression::make_codec(config_.critical_codec)),
-      noncritical_ef_(compression::make_codec(config_.noncritical_codec)) {
+      critical_ef_(compression::make_codec(config_.critical_codec),
+                   compression::FeedbackOptions{config_.error_feedback_decay}),
+      noncritical_ef_(compression::make_codec(config_.noncritical_codec),
+                      compression::FeedbackOptions{config_.error_feedback_decay}) {
   GT_REQUIRE(!config_.servers.empty(), "region {}: no servers to synchronise with", config_.region);
   for (const auto& s : config_.servers) {
     ServerLink link;
@@ -75,6 +77,8 @@ uint64_t RegionSync::connect(uint64_t resume_at) {
     auto replies = collect(*link.client, link.region, {*id}, config_.timeout, "hello");
     const auto& hello = body_as<wire::HelloReply>(replies.begin()->second, link.region);
     link.last_contact = Clock::now();
+    link.flush = std::find(hello.capabilities.begin(), hello.capabilities.end(), "flush") !=
+                 hello.capabilities.end();
     next = std::min(next, hello.next_round);
     next_of[s] = hello.next_round;
     for (const auto& info : hello.shards) {

@@ -79,6 +79,7 @@ struct SyncConfig {
   std::vector<Server> servers;  // every region's server (the leader talks to all of them)
   std::string critical_codec = "onebit";
   std::string noncritical_codec = "int8";
+  float error_feedback_decay = 1.0f;  // worker.error_feedback.decay, for both classes
   uint32_t staleness_bound = 0;
   uint32_t fragments = 1;  // streaming fragments (worker.fragments)
   // worker.stream_critical false with fragments > 1: the servers put the critical tensors in a
@@ -112,6 +113,15 @@ struct RoundReport {
   // deferred earlier were merged (StreamingSync counts those take_ready() merged).
   std::vector<ElementRange> deferred;
   uint32_t late_shards = 0;
+};
+
+// What the flush at the end of a run moved (RegionSync::flush).
+struct FlushReport {
+  uint64_t bytes_pushed = 0;   // the flush pushes' payload: fp32, only the segments that owed
+  uint64_t bytes_pulled = 0;   // the final pulls' payload: every shard's full fp32 values
+  double push_seconds = 0;     // first flush sent -> last flush answered
+  double pull_seconds = 0;     // first final pull sent -> last answered (the wait for the others)
+  uint32_t segments_owed = 0;  // segments that owed something (pushed)
 };
 
 class RegionSync {
@@ -165,6 +175,19 @@ class RegionSync {
   // Best effort: waits at most `wait` for each server's answer, logs what did not answer, never
   // throws. Call once training is over, after the last exchange; no exchange after it.
   void goodbye(std::chrono::milliseconds wait);
+
+  // The end of a run (docs/training.md, "The end of a run"; region_sync_flush.cpp). Pushes to
+  // every shard, marked as a flush, what the region still owes it: local - base plus the uplink
+  // error-feedback residual, through the EF order with an fp32 codec (x = g + beta e is sent as
+  // it is, and nothing is left), whatever the configured codecs; a segment where both are zero
+  // sends nothing. Then pulls every shard in full, each held by its server until every live
+  // region has flushed it, into base(): base() is then the global model, the same in every region
+  // that flushed, bit for bit. Call once, after the last exchange (settle()d, nothing in the
+  // background), before goodbye(); no exchange after it. Blocks up to config.timeout per reply.
+  // A server that does not answer, loses this region again, refuses, or is of a build without the
+  // flush is an exception naming it (SystemError, InputError); base() may then hold some shards'
+  // final values and not others', and the caller reports the global model missing.
+  FlushReport flush(ConstFloatSpan local);
 
   ConstFloatSpan base() const { return base_; }
   uint64_t next_round(uint32_t fragment = 0) const { return rounds_.at(fragment); }
@@ -224,6 +247,7 @@ class RegionSync {
     // heartbeat period (it may have died with a broken connection) is replaced.
     std::optional<uint64_t> probe;
     std::chrono::steady_clock::time_point probe_sent;
+    bool flush = false;  // its hello reply names the "flush" capability
   };
 
   // Pull requests sent and not yet answered: request ids per server, and the shard of each
@@ -235,6 +259,9 @@ class RegionSync {
   // Pipelining a shard's pull behind its push keeps two requests waiting at its server.
   static constexpr size_t kMaxPipelinedShards = 2;
   static constexpr uint32_t kMaxRejoinAttempts = 4;
+  // The flush's final pulls wait at their server, which holds at most 4 waiting requests per peer
+  // (server::kMaxParkedPerPeer): at most this many per server at once.
+  static constexpr size_t kMaxFinalPulls = 4;
 
   void build_segments(ShardState& shard) const;
   // Pulls of the shards for which `take` is true, on the servers for which `servers` is true.
@@ -255,6 +282,12 @@ class RegionSync {
   void redo(size_t server, ConstFloatSpan local, const std::vector<bool>& take, RoundReport& report,
             uint64_t& released);
   void lose(size_t server, const std::string& why);
+  // flush(): shard i's flush push (what it owes, fp32); returns its request id.
+  uint64_t send_flush(size_t shard_index, ConstFloatSpan local, FlushReport& report);
+  // flush(): rejoins and pulls in full, before the flush, the servers that lost this region.
+  void resync_before_flush();
+  // flush(): every shard's final pull, at most kMaxFinalPulls per server at once.
+  void pull_final(FlushReport& report);
   // While one server keeps this region waiting (a partition, a stopped or restarting server), a
   // heartbeat to each other server not contacted within config.heartbeat, so that they do not
   // declare a live region dead (docs/server.md, "Partitions and stopped servers").

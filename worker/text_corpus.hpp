@@ -55,6 +55,9 @@ class TextWindows {
   // Batch.index = j. x and y stay empty.
   Batch batch(uint64_t j) const;
 
+  // Bytes per window: seq_len + 1 (a window trains seq_len predictions).
+  size_t window() const { return window_; }
+
  private:
   const TextCorpus* corpus_;
   size_t window_;

@@ -11,6 +11,7 @@
 #include "core/error.hpp"
 #include "kernels/model_cpu.hpp"
 #include "models/model_spec.hpp"
+#include "worker/final_model.hpp"
 #include "worker/leader_config.hpp"
 #include "worker/local_step.hpp"
 #include "worker/metrics_log.hpp"
@@ -320,8 +321,15 @@ TrainResult Trainer::run(std::stop_token stop) {
       config_.step_delay_ms.count(region_) ? config_.step_delay_ms.at(region_) : 0);
   TrainResult result;
   // An evaluation as the metrics contract names it: test_* for classifiers, val_* for LMs.
+  const uint64_t tokens_per_step = uint64_t{config_.batch_size} * config_.accumulation_steps *
+                                   world * data.tokens_per_sample();
   const auto eval_fields = [&](const Evaluation& e, uint64_t at_round, uint64_t at_step) {
-    nlohmann::json j{{"region", region_}, {"round", at_round}, {"step", at_step}};
+    // tokens: training tokens of all regions up to this step (samples for a classifier), the
+    // x axis on which runs of different batch sizes and H compare.
+    nlohmann::json j{{"region", region_},
+                     {"round", at_round},
+                     {"step", at_step},
+                     {"tokens", at_step * tokens_per_step}};
     if (e.bits_per_byte) {
       j["val_loss"] = e.loss;
       j["val_bpb"] = *e.bits_per_byte;
@@ -482,8 +490,8 @@ TrainResult Trainer::run(std::stop_token stop) {
 
   // Overlap and streaming: take in what is still in flight, push the fragments' last progress,
   // and give every worker the result.
-  const bool flush = config_.merge_delay() > 0 || config_.fragments > 1;
   if (resident) resident->download_parameters(params);  // the final values, on every rank
+  std::optional<FinalModel> final_model;                // the leader's
   if (streaming) {
     const auto t0 = Clock::now();
     const uint64_t last_step = (round - 1) * config_.local_steps;
@@ -496,11 +504,21 @@ TrainResult Trainer::run(std::stop_token stop) {
       log.write("round", j);
     }
     streaming.reset();
+    // One global model out of the regions' views (worker/final_model.hpp); not for a stopped
+    // run, whose snapshots hold the residuals.
+    final_model.emplace(params, region_);
+    if (round > config_.rounds)
+      final_model->flush(*sync, params, log);
+    else
+      final_model->skip("the run stopped before its last round");
     // Training is over for this region: the servers stop counting it now rather than after
     // dead_after, so that another region's last round never waits for it.
     sync->goodbye(std::min(config_.timeout, std::chrono::milliseconds(2000)));
+    if (region_index_ == 0)
+      final_model->write(config_.run_dir, *model, table, params, config_.model, config_.seed,
+                         round - 1);
   }
-  if (comm && flush) comm->broadcast(params, 0);
+  if (comm) comm->broadcast(params, 0);
 
   nlohmann::json done{{"region", region_},
                       {"rank", rank_},
@@ -508,29 +526,16 @@ TrainResult Trainer::run(std::stop_token stop) {
                       {"steps", result.steps},
                       {"skipped_steps", result.skipped_steps}};
   if (leader) {
-    const auto e = data.evaluate(*backend, params);
-    log.write("eval", eval_fields(e, round - 1, result.steps));
-    if (e.bits_per_byte) {
-      result.final_val_bpb = e.bits_per_byte;
-      result.final_val_loss = e.loss;
-      done["final_val_bpb"] = *e.bits_per_byte;
-      done["final_val_loss"] = e.loss;
-    } else {
-      result.final_test_accuracy = e.accuracy;
-      done["final_test_accuracy"] = e.accuracy;
-    }
-    // The final parameters, raw little-endian fp32 in the table's layout.
+    final_model->evaluate(data, *backend, params);
+    log.write("eval", eval_fields(final_model->own_evaluation(), round - 1, result.steps));
+    final_model->report(done, result);
+    // The region's own final parameters, raw little-endian fp32 in the table's layout.
+    const auto own = final_model->own_parameters();
     const auto file = config_.run_dir / fmt::format("params-{}.f32", region_);
     std::ofstream out(file, std::ios::binary | std::ios::trunc);
-    out.write(reinterpret_cast<const char*>(params.data()),
-              std::streamsize(params.size() * sizeof(float)));
+    out.write(reinterpret_cast<const char*>(own.data()),
+              std::streamsize(own.size() * sizeof(float)));
     GT_REQUIRE(out.good(), "cannot write the final parameters to '{}'", file.string());
-    if (e.bits_per_byte)
-      spdlog::info("region {}: {} rounds, {} steps, validation loss {:.4f}, {:.4f} bits per byte",
-                   region_, result.rounds, result.steps, e.loss, *e.bits_per_byte);
-    else
-      spdlog::info("region {}: {} rounds, {} steps, test accuracy {:.2f}%", region_, result.rounds,
-                   result.steps, 100 * e.accuracy);
   }
   result.wall_seconds = since(start);
   done["wall_s"] = result.wall_seconds;

@@ -9,7 +9,9 @@
 // leader's exchange (blocking, or overlapped and merged one round late) and a broadcast of the new
 // parameters to the region's workers. Leaders evaluate on the held-out set every `eval_every`
 // rounds and at the end (test accuracy for classifiers; validation loss and bits per byte for
-// language models).
+// language models). At the end the leaders flush what error feedback holds and pull the global
+// model, which every rank ends with and the first region's leader writes to
+// <run_dir>/model.safetensors (worker/final_model.hpp).
 //
 // Owns everything it builds. run() blocks until the last round (or until `stop` is requested,
 // which ends it after the current round). Metrics go to
@@ -46,10 +48,16 @@ struct TrainResult {
   uint64_t rounds = 0;
   uint64_t steps = 0;
   uint64_t skipped_steps = 0;
-  std::optional<double> final_test_accuracy;  // leaders of classifiers
-  std::optional<double> final_val_bpb;        // leaders of language models
+  // Leaders: the global model's figures (docs/training.md, "The end of a run"), or the region's
+  // own without one (global_model false); region_*: always the region's own parameters'.
+  std::optional<double> final_test_accuracy;  // classifiers
+  std::optional<double> final_val_bpb;        // language models
   std::optional<double> final_val_loss;
-  std::vector<float> params;  // final parameters (every rank)
+  std::optional<double> region_test_accuracy;
+  std::optional<double> region_val_bpb;
+  std::optional<double> region_val_loss;
+  bool global_model = false;
+  std::vector<float> params;  // final parameters, every rank: the global model when there is one
   double wall_seconds = 0;
 };
 

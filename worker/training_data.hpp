@@ -46,6 +46,8 @@ class TrainingData {
   TrainingData& operator=(const TrainingData&) = delete;
 
   bool is_text() const { return corpus_ != nullptr; }
+  // Training tokens in one sample: text, a window's predictions (seq_len); a classifier, 1.
+  uint64_t tokens_per_sample() const { return windows_ ? windows_->window() - 1 : 1; }
   Batch next();
   // Micro-batches taken so far, counting from the start of the run (the data position a worker
   // checkpoint records).

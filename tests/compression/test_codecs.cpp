@@ -132,6 +132,48 @@ TEST_CASE("the onebit scale minimises the squared error for its sign pattern") {
   CHECK(sse(s) <= sse(s * 0.99f));
 }
 
+TEST_CASE("onebit with scale=rms decodes [3, -4] to +-sqrt(12.5) = +-3.5355") {
+  auto y = roundtrip(*make_codec("onebit:scale=rms"), {3.0f, -4.0f});
+  // Lanes 9 and 16 fold to 25, exactly; 25 / 2 = 12.5; sqrt rounds once (IEEE).
+  const float s = std::sqrt(12.5f);
+  CHECK(s == doctest::Approx(3.5355339));
+  CHECK(y == std::vector<float>{s, -s});
+  // scale=mean on the same chunk: (3 + 4) / 2.
+  CHECK(roundtrip(*make_codec("onebit"), {3.0f, -4.0f}) == std::vector<float>{3.5f, -3.5f});
+}
+
+TEST_CASE("onebit with scale=rms keeps each chunk's L2 norm") {
+  auto x = test::heavy_tailed(3000 + 5, 8);
+  const uint32_t chunk = 512;
+  auto y = roundtrip(*make_onebit_codec(chunk, OnebitScale::rms), x);
+  for (size_t begin = 0; begin < x.size(); begin += chunk) {
+    const size_t count = std::min<size_t>(chunk, x.size() - begin);
+    double xx = 0, yy = 0;
+    for (size_t i = begin; i < begin + count; ++i) {
+      xx += double(x[i]) * x[i];
+      yy += double(y[i]) * y[i];
+      REQUIRE(std::signbit(y[i]) == (x[i] < 0));
+      REQUIRE(std::fabs(y[i]) == std::fabs(y[begin]));
+    }
+    REQUIRE(std::sqrt(yy) == doctest::Approx(std::sqrt(xx)).epsilon(1e-5));
+  }
+}
+
+TEST_CASE("onebit's scale choice changes only the scales: same size, same signs, same decoder") {
+  auto x = test::gaussian(2048 + 40, 9);
+  Bytes mean, rms;
+  auto y_mean = roundtrip(*make_codec("onebit"), x, &mean);
+  auto y_rms = roundtrip(*make_codec("onebit:scale=rms"), x, &rms);
+  REQUIRE(mean.size() == rms.size());
+  const size_t scales_end = kHeaderBytes + 4 * 3;  // three chunks of 1024
+  CHECK(std::equal(mean.begin() + scales_end, mean.end(), rms.begin() + scales_end));
+  CHECK(std::equal(mean.begin(), mean.begin() + 32, rms.begin()));  // header, bar the checksum
+  std::vector<float> y(x.size());
+  decode_payload(rms, y);  // the generic decoder needs nothing new
+  CHECK(y == y_rms);
+  for (size_t i = 0; i < x.size(); ++i) REQUIRE(std::fabs(y_rms[i]) >= std::fabs(y_mean[i]));
+}
+
 TEST_CASE("topk keeps exactly the k largest magnitudes and zeroes the rest") {
   for (double ratio : {0.001, 0.01, 0.1, 0.5, 1.0}) {
     auto x = test::heavy_tailed(20'000, 6);

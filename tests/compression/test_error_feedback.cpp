@@ -18,6 +18,8 @@ const char* kLossySpecs[] = {"fp16",
                              "int4:chunk=64",
                              "onebit",
                              "onebit:chunk=32",
+                             "onebit:scale=rms",
+                             "onebit:chunk=32,scale=rms",
                              "topk:ratio=0.05",
                              "onebit+zstd",
                              "topk:ratio=0.01+zstd",
@@ -56,21 +58,85 @@ TEST_CASE("EF invariant: decoded outputs plus the final residual sum to the inpu
 }
 
 TEST_CASE("the fused EF path produces the reference path's bytes and residual exactly") {
-  for (const char* spec : kLossySpecs) {
-    CAPTURE(spec);
-    ErrorFeedback fused(make_codec(spec), true);
-    ErrorFeedback reference(make_codec(spec), false);
-    Bytes a, b;
-    for (int round = 0; round < 5; ++round) {
-      auto g = test::gaussian(5000 + 13, 200 + round);
-      fused.encode(1, g, a);
-      reference.encode(1, g, b);
-      REQUIRE(a == b);
-      auto ea = fused.residual(1);
-      auto eb = reference.residual(1);
-      REQUIRE(std::equal(ea.begin(), ea.end(), eb.begin(), eb.end()));
+  for (const float decay : {1.0f, 0.5f, 0.9f}) {
+    for (const char* spec : kLossySpecs) {
+      CAPTURE(spec);
+      CAPTURE(decay);
+      ErrorFeedback fused(make_codec(spec), FeedbackOptions{decay, true});
+      ErrorFeedback reference(make_codec(spec), FeedbackOptions{decay, false});
+      Bytes a, b;
+      for (int round = 0; round < 5; ++round) {
+        auto g = test::gaussian(5000 + 13, 200 + round);
+        fused.encode(1, g, a);
+        reference.encode(1, g, b);
+        REQUIRE(a == b);
+        auto ea = fused.residual(1);
+        auto eb = reference.residual(1);
+        REQUIRE(std::equal(ea.begin(), ea.end(), eb.begin(), eb.end()));
+      }
     }
   }
+}
+
+TEST_CASE("decay 1 is the classic order x = g + e, byte for byte, on both paths") {
+  for (const char* spec : kLossySpecs) {
+    CAPTURE(spec);
+    for (const bool use_fused : {true, false}) {
+      ErrorFeedback ef(make_codec(spec), FeedbackOptions{1.0f, use_fused});
+      auto codec = make_codec(spec);  // the classic order, spelled out
+      const size_t n = 2000 + 7;
+      std::vector<float> e(n, 0.0f), x(n), decoded(n);
+      Bytes got, want;
+      for (int round = 0; round < 4; ++round) {
+        auto g = test::heavy_tailed(n, 300 + round);
+        ef.encode(3, g, got);
+        for (size_t i = 0; i < n; ++i) x[i] = g[i] + e[i];
+        codec->encode(x, want);
+        codec->decode(want, decoded);
+        for (size_t i = 0; i < n; ++i) e[i] = x[i] - decoded[i];
+        REQUIRE(got == want);
+        auto r = ef.residual(3);
+        REQUIRE(std::equal(r.begin(), r.end(), e.begin(), e.end()));
+      }
+    }
+  }
+}
+
+TEST_CASE("decay 0.5 carries half the residual: onebit on [3, -1] over two rounds") {
+  // onebit, one chunk: scale = mean |x|, so every value below is exact in float.
+  for (const bool use_fused : {true, false}) {
+    CAPTURE(use_fused);
+    ErrorFeedback ef(make_codec("onebit:chunk=32"), FeedbackOptions{0.5f, use_fused});
+    const std::vector<float> g = {3.0f, -1.0f};
+    std::vector<float> y(2);
+    Bytes out;
+    // Round 1: x = g = [3, -1], scale 2, D = [2, -2], e = [1, 1].
+    ef.encode(0, g, out);
+    decode_payload(out, y);
+    CHECK(y == std::vector<float>{2.0f, -2.0f});
+    CHECK(std::vector<float>(ef.residual(0).begin(), ef.residual(0).end()) ==
+          std::vector<float>{1.0f, 1.0f});
+    // Round 2: x = g + 0.5 e = [3.5, -0.5], scale 2, D = [2, -2], e = [1.5, 1.5]. (Decay 1 would
+    // give x = [4, 0], D = [2, 2], e = [2, -2].)
+    ef.encode(0, g, out);
+    decode_payload(out, y);
+    CHECK(y == std::vector<float>{2.0f, -2.0f});
+    CHECK(std::vector<float>(ef.residual(0).begin(), ef.residual(0).end()) ==
+          std::vector<float>{1.5f, 1.5f});
+  }
+}
+
+TEST_CASE("a decay outside (0, 1] is an input error naming the value") {
+  for (const float bad : {0.0f, 1.5f, -0.5f, std::nanf("")}) {
+    CAPTURE(bad);
+    CHECK_THROWS_WITH_AS(ErrorFeedback(make_codec("onebit"), FeedbackOptions{bad}),
+                         doctest::Contains("error feedback decay is"), InputError);
+  }
+  CHECK_THROWS_WITH_AS(require_feedback_decay(1.5, "worker.error_feedback.decay"),
+                       doctest::Contains("worker.error_feedback.decay is 1.5, allowed: (0, 1]"),
+                       InputError);
+  CHECK(ErrorFeedback(make_codec("onebit"), FeedbackOptions{1.0f}).decay() == 1.0f);
+  CHECK(ErrorFeedback(make_codec("onebit")).decay() == 1.0f);
 }
 
 TEST_CASE("EF keeps one residual per stream, and a length change is refused") {

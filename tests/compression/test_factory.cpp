@@ -36,7 +36,8 @@ TEST_CASE("bad specs are input errors that name what is wrong and what is allowe
                        InputError);
   CHECK_THROWS_WITH_AS(make_codec("int8:chunk=-32"), doctest::Contains("not a valid"), InputError);
   CHECK_THROWS_WITH_AS(make_codec("onebit:ratio=0.1"),
-                       doctest::Contains("unknown option 'ratio' for onebit (allowed: chunk)"),
+                       doctest::Contains("unknown option 'ratio' for onebit (allowed: chunk, "
+                                         "scale)"),
                        InputError);
   CHECK_THROWS_WITH_AS(make_codec("fp16:chunk=64"), doctest::Contains("(allowed: none)"),
                        InputError);
@@ -86,4 +87,27 @@ TEST_CASE("bad fp4 and quantised topk specs name the key and the value") {
                        InputError);
   CHECK_THROWS_WITH_AS(make_codec("fp5"), doctest::Contains("unknown codec 'fp5' (allowed: fp32"),
                        InputError);
+}
+
+TEST_CASE("onebit's scale option parses, round-trips, and a bad value names what is allowed") {
+  CHECK(make_codec("onebit:scale=rms")->spec() == "onebit:chunk=1024,scale=rms");
+  CHECK(make_codec("onebit:scale=mean")->spec() == "onebit:chunk=1024");  // the default
+  CHECK(make_codec("onebit:chunk=64,scale=rms+zstd")->spec() ==
+        "onebit:chunk=64,scale=rms+zstd:level=3");
+  for (const char* spec : {"onebit:scale=rms", "onebit:scale=rms,chunk=32+zstd:level=1"}) {
+    auto canonical = make_codec(spec)->spec();
+    CHECK(make_codec(canonical)->spec() == canonical);
+  }
+  CHECK_THROWS_WITH_AS(make_codec("onebit:scale=max"),
+                       doctest::Contains("codec spec 'onebit:scale=max': scale=max is invalid "
+                                         "for onebit (allowed: mean, rms)"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(make_codec("onebit:scale"),
+                       doctest::Contains("option 'scale' needs a value (allowed: mean, rms)"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(make_codec("fp4:scale=rms"),
+                       doctest::Contains("unknown option 'scale' for fp4 (allowed: chunk)"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(make_codec("int8:scale=rms"),
+                       doctest::Contains("unknown option 'scale' for int8"), InputError);
 }

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <memory>
+#include <optional>
 
 #include "cluster.hpp"
 #include "models/gpt.hpp"
@@ -107,6 +108,7 @@ TEST_CASE("gpt-tiny trains across 2 regions with onebit and error feedback both 
       kCorpus.string() + "\", eval_windows: 16}\n";
   c.data.clear();
   require_success(run_cluster(c, dir.path(), 300s));
+  std::optional<double> global;  // the global model's bpb, the same in both regions
   for (const std::string r : {"a", "b"}) {
     const auto file = dir.path() / fmt::format("worker-{}-0.metrics.jsonl", r);
     const auto evals = events(file, "eval");
@@ -115,7 +117,12 @@ TEST_CASE("gpt-tiny trains across 2 regions with onebit and error feedback both 
     const double last = evals.back()["val_bpb"].get<double>();
     const auto done = events(file, "done");
     REQUIRE(done.size() == 1);
-    CHECK(done[0]["final_val_bpb"].get<double>() == doctest::Approx(last));
+    // The last eval is of the region's own parameters; final_* are the global model's.
+    CHECK(done[0]["region_val_bpb"].get<double>() == doctest::Approx(last));
+    CHECK(done[0]["global_model"] == true);
+    REQUIRE(done[0]["final_val_bpb"].is_number());
+    if (global) CHECK(done[0]["final_val_bpb"].get<double>() == *global);
+    global = done[0]["final_val_bpb"].get<double>();
     CHECK(done[0].contains("final_val_loss"));
     CHECK_FALSE(done[0].contains("final_test_accuracy"));
     const auto rounds = events(file, "round");

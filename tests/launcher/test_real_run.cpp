@@ -5,9 +5,11 @@
 #include <nlohmann/json.hpp>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 
 #include "tests/run_binary.hpp"
 #include "tests/temp_dir.hpp"
@@ -18,6 +20,78 @@ namespace {
 using Output = geotrain::test::BinaryOutput;
 
 Output run(const std::string& args) { return geotrain::test::run_binary(args); }
+
+std::vector<nlohmann::json> events(const fs::path& file, const std::string& kind) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(file);
+  for (std::string line; std::getline(in, line);) {
+    auto e = nlohmann::json::parse(line);
+    if (e.value("event", "") == kind) out.push_back(e);
+  }
+  return out;
+}
+
+// The end of a run (docs/training.md, "The end of a run"): every leader flushed and evaluated the
+// same global model, which summary.json reports (with each region's own figure beside it), whose
+// bytes count in wan_bytes_total, and which model.safetensors holds in export-init's layout.
+void check_global_model(const fs::path& dir, const nlohmann::json& s) {
+  CHECK(s["global_model"] == true);
+  CHECK(s["model_file"] == "model.safetensors");
+  double wan = 0;
+  std::optional<double> global;
+  for (const std::string region : {"us-east", "eu-west"}) {
+    CAPTURE(region);
+    const auto file = dir / ("worker-" + region + "-0.metrics.jsonl");
+    const auto done = events(file, "done");
+    REQUIRE(done.size() == 1);
+    CHECK(done[0]["global_model"] == true);
+    REQUIRE(done[0]["final_test_accuracy"].is_number());
+    CHECK(done[0]["region_test_accuracy"].is_number());
+    // Every leader evaluated the same model: the same figure, bit for bit.
+    if (global) CHECK(done[0]["final_test_accuracy"].get<double>() == *global);
+    global = done[0]["final_test_accuracy"].get<double>();
+    const auto& r = s["per_region"][region];
+    CHECK(r["global_model"] == true);
+    CHECK(r["region_test_accuracy"] == done[0]["region_test_accuracy"]);
+    const auto flush = events(file, "flush");
+    REQUIRE(flush.size() == 1);
+    CHECK(flush[0]["global_model"] == true);
+    // onebit + int8 with error feedback: residuals to flush; the global model pulled in fp32.
+    CHECK(flush[0]["bytes_pushed"].get<double>() > 0);
+    CHECK(flush[0]["bytes_pulled"].get<double>() >= (784 * 32 + 32 + 32 * 10 + 10) * 4);
+    CHECK(r["flush_bytes"].get<double>() ==
+          flush[0]["bytes_pushed"].get<double>() + flush[0]["bytes_pulled"].get<double>());
+    for (const auto& e : events(file, "round"))
+      wan += e.value("bytes_pushed", 0.0) + e.value("bytes_pulled", 0.0);
+    wan += r["flush_bytes"].get<double>();
+  }
+  CHECK(s["final_test_accuracy"].get<double>() == *global);
+  CHECK(s["wan_bytes_total"].get<double>() == wan);
+  // model.safetensors: [u64 header size][JSON header][fp32 data], as export-init writes it.
+  std::ifstream f(dir / "model.safetensors", std::ios::binary);
+  REQUIRE(f.good());
+  uint64_t header_bytes = 0;
+  f.read(reinterpret_cast<char*>(&header_bytes), 8);
+  REQUIRE(header_bytes < (1u << 20));
+  std::string header(header_bytes, ' ');
+  f.read(header.data(), static_cast<std::streamsize>(header_bytes));
+  const auto h = nlohmann::json::parse(header);
+  CHECK(h["__metadata__"]["format"] == "geotrain");
+  CHECK(h["__metadata__"]["arch"] == "784-32-10");
+  CHECK(h["__metadata__"]["rounds"] == "6");
+  uint64_t elements = 0, end = 0;
+  for (const auto& [name, t] : h.items()) {
+    if (name == "__metadata__") continue;
+    CHECK(t["dtype"] == "F32");
+    uint64_t numel = 1;
+    for (const auto& d : t["shape"]) numel *= d.get<uint64_t>();
+    CHECK(t["data_offsets"][1].get<uint64_t>() - t["data_offsets"][0].get<uint64_t>() == numel * 4);
+    elements += numel;
+    end = std::max(end, t["data_offsets"][1].get<uint64_t>());
+  }
+  CHECK(elements == 784 * 32 + 32 + 32 * 10 + 10);
+  CHECK(fs::file_size(dir / "model.safetensors") == 8 + header_bytes + end);
+}
 }  // namespace
 
 TEST_CASE("geotrain run trains 2 regions through netsim and leaves summary, report and plots") {
@@ -55,6 +129,7 @@ TEST_CASE("geotrain run trains 2 regions through netsim and leaves summary, repo
   CHECK(s["compute_utilization"].get<double>() > 0);
   CHECK(s["mean_staleness"].is_number());
   CHECK(s["time_to_target_seconds"].is_number());
+  check_global_model(dir, s);
   for (const char* f :
        {"report.md", "config.yaml", "netsim.yaml", "netsim.jsonl", "worker-us-east-0.metrics.jsonl",
         "worker-eu-west-0.metrics.jsonl", "server-us-east.log", "loss_accuracy_vs_time.png",

@@ -5,6 +5,8 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <set>
+#include <string>
 
 #include "launcher/child_process.hpp"
 #include "launcher/jsonl_tail.hpp"
@@ -228,4 +230,88 @@ TEST_CASE("the overlap drain (a round event with steps 0) adds bytes but is not 
   CHECK(r.wan_bytes() == doctest::Approx(30));
   CHECK(r.staleness_n == 2);
   CHECK(r.staleness_sum == doctest::Approx(1));
+}
+
+namespace {
+// Regions a and b, one leader each, one round (1000 bytes pushed, 500 pulled), the flush at the
+// end (40 pushed, 4000 pulled) and `done` of a run that ended with a global model at 0.87, the
+// regions' own parameters at 0.8 and 0.9; the flush of the regions in `failed` failed.
+void write_global_model_run(const fs::path& dir, const std::set<std::string>& failed_regions = {}) {
+  for (std::string region : {"a", "b"}) {
+    std::ofstream f(dir / fmt::format("worker-{}-0.metrics.jsonl", region));
+    auto line = [&](json e) {
+      e["region"] = region;
+      e["rank"] = 0;
+      f << e.dump() << "\n";
+    };
+    const bool failed = failed_regions.count(region) > 0;
+    line({{"event", "start"}, {"time", 0}, {"model", "mlp"}, {"rounds", 1}});
+    line({{"event", "round"},
+          {"time", 1},
+          {"round", 1},
+          {"steps", 2},
+          {"bytes_pushed", 1000},
+          {"bytes_pulled", 500}});
+    line({{"event", "eval"}, {"time", 1.5}, {"round", 1}, {"test_accuracy", 0.5}});
+    json flush{{"event", "flush"}, {"time", 2}, {"global_model", !failed}};
+    if (failed)
+      flush["error"] = "the server of region a did not answer";
+    else
+      flush.update({{"bytes_pushed", 40}, {"bytes_pulled", 4000}});
+    line(flush);
+    json done{{"event", "done"},
+              {"time", 3},
+              {"rounds", 1},
+              {"steps", 2},
+              {"wall_s", 3},
+              {"global_model", !failed},
+              {"region_test_accuracy", region == "a" ? 0.8 : 0.9}};
+    if (failed)
+      done["global_model_error"] = "the server of region a did not answer";
+    else
+      done["final_test_accuracy"] = 0.87;
+    line(done);
+  }
+}
+}  // namespace
+
+TEST_CASE("the summary's final figures are the global model's, and its flush bytes count") {
+  geotrain::test::TempDir tmp("launcher-global");
+  write_global_model_run(tmp.path());
+  std::ofstream(tmp.path() / "model.safetensors") << "x";
+  const auto s = build_summary(tmp.path(), {});
+  CHECK(s["final_test_accuracy"].get<double>() == doctest::Approx(0.87));
+  CHECK(s["global_model"] == true);
+  CHECK(s["model_file"] == "model.safetensors");
+  CHECK(s["wan_bytes_total"].get<double>() == doctest::Approx(2 * (1500 + 4040)));
+  for (const auto& [name, own] : {std::pair{"a", 0.8}, std::pair{"b", 0.9}}) {
+    const auto& r = s["per_region"][name];
+    CHECK(r["region_test_accuracy"].get<double>() == doctest::Approx(own));
+    CHECK(r["final_test_accuracy"].get<double>() == doctest::Approx(0.87));
+    CHECK(r["global_model"] == true);
+    CHECK(r["flush_bytes"].get<double>() == doctest::Approx(4040));
+  }
+  const auto report = build_report(tmp.path(), s);
+  CHECK(report.find("| final figure of | the global model |") != std::string::npos);
+  CHECK(report.find("| b | 90.00% | 1 |") != std::string::npos);  // the region's own
+}
+
+TEST_CASE("a region whose flush failed keeps its own figure; without any global model, the mean") {
+  geotrain::test::TempDir tmp("launcher-global-failed");
+  write_global_model_run(tmp.path(), {"b"});
+  const auto s = build_summary(tmp.path(), {});
+  // a evaluated the global model: that is the run's final figure.
+  CHECK(s["final_test_accuracy"].get<double>() == doctest::Approx(0.87));
+  CHECK(s["global_model"] == true);
+  CHECK(s["model_file"].is_null());
+  CHECK(s["per_region"]["b"]["global_model"] == false);
+  CHECK(s["per_region"]["b"]["final_test_accuracy"].get<double>() == doctest::Approx(0.9));
+  CHECK(s["per_region"]["b"]["flush_bytes"].get<double>() == 0);
+  // Neither region has one: the mean of their own figures, as runs reported before.
+  geotrain::test::TempDir none("launcher-global-none");
+  write_global_model_run(none.path(), {"a", "b"});
+  const auto n = build_summary(none.path(), {});
+  CHECK(n["final_test_accuracy"].get<double>() == doctest::Approx(0.85));
+  CHECK(n["global_model"] == false);
+  CHECK(build_report(none.path(), n).find("no global model") != std::string::npos);
 }

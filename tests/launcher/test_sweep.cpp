@@ -320,7 +320,10 @@ TEST_CASE("every sweep shipped in configs/sweeps loads, each point setting the k
           continue;
         }
         const auto dot = key.find('.');
-        REQUIRE(dot != std::string::npos);
+        if (dot == std::string::npos) {  // a top-level key, such as regions
+          CHECK(config[key].IsDefined());
+          continue;
+        }
         CHECK(config[key.substr(0, dot)][key.substr(dot + 1)].IsDefined());
       }
     }

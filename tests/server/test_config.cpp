@@ -79,6 +79,30 @@ server:
                        doctest::Contains("server.wait_for_all_regions"), InputError);
 }
 
+TEST_CASE("server.downlink_error_feedback.decay parses, defaults to 1, and refuses 0 and 1.5") {
+  CHECK(server::parse_server_config(kBase).shard.downlink_feedback_decay == 1.0f);
+  auto cfg = server::parse_server_config(std::string(kBase) + R"(
+server:
+  downlink_codec: onebit
+  downlink_error_feedback: {decay: 0.5}
+)");
+  CHECK(cfg.shard.downlink_feedback_decay == 0.5f);
+  auto bad = [](const std::string& server_section) {
+    return server::parse_server_config(std::string(kBase) + "server:\n" + server_section, "s.yaml");
+  };
+  CHECK_THROWS_WITH_AS(bad("  downlink_error_feedback: {decay: 0}\n"),
+                       doctest::Contains("s.yaml: server.downlink_error_feedback.decay is 0, "
+                                         "allowed: (0, 1]"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(bad("  downlink_error_feedback: {decay: 1.5}\n"),
+                       doctest::Contains("server.downlink_error_feedback.decay is 1.5"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(bad("  downlink_error_feedback: {beta: 0.5}\n"),
+                       doctest::Contains("unknown key 'server.downlink_error_feedback.beta' "
+                                         "(allowed: decay)"),
+                       InputError);
+}
+
 TEST_CASE("server.consistency parses the quorum policy, its defaults, and counts or fractions") {
   const std::string three = R"(
 regions: [us, eu, ap]

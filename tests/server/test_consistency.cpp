@@ -1,5 +1,8 @@
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <utility>
+
 #include "core/fragments.hpp"
 #include "server/shard.hpp"
 #include "server/shard_map.hpp"
@@ -358,4 +361,162 @@ TEST_CASE("a pull sent right behind its push, for the round being pushed, waits 
   auto too_far = expect_reply(a, wire::PullRequest{0, 0, true, 4});
   REQUIRE(std::holds_alternative<wire::Error>(too_far.header.body));
   CHECK(std::get<wire::Error>(too_far.header.body).code == wire::ErrorCode::bad_round);
+}
+
+// Outer momentum under asynchrony (server/outer_optimizer.hpp, "Momentum under asynchrony"):
+// non-critical elements are stepped on every push, and their momentum still moves once a round.
+namespace {
+
+constexpr size_t kRegions = 3, kElements = 8;
+const std::vector<bool> kThreeLive(kRegions, true);
+
+// Region r's round-t delta at element i: different for every region, round and element.
+float delta_at(size_t r, uint64_t t, size_t i) {
+  return (1.0f + static_cast<float>(r)) * (t % 2 == 1 ? 0.5f : -0.25f) +
+         0.125f * static_cast<float>(i) - 0.0625f * static_cast<float>(t);
+}
+std::vector<float> delta_of(size_t r, uint64_t t) {
+  std::vector<float> d(kElements);
+  for (size_t i = 0; i < kElements; ++i) d[i] = delta_at(r, t, i);
+  return d;
+}
+
+// The synchronous outer step, by hand, on every element (DiLoCo: g = -mean delta), after
+// `rounds` rounds in which each region pushed delta_of(r, t) once.
+struct HandSteps {
+  std::vector<float> theta = std::vector<float>(kElements, 0.0f);
+  std::vector<float> m = std::vector<float>(kElements, 0.0f);
+};
+HandSteps synchronous(const server::OuterOptimizerConfig& c, uint64_t rounds) {
+  HandSteps out;
+  for (uint64_t t = 1; t <= rounds; ++t) {
+    for (size_t i = 0; i < kElements; ++i) {
+      const float g = -(delta_at(0, t, i) + delta_at(1, t, i) + delta_at(2, t, i)) / 3.0f;
+      out.m[i] = c.momentum * out.m[i] + g;
+      out.theta[i] -= c.nesterov ? c.lr * (g + c.momentum * out.m[i]) : c.lr * out.m[i];
+    }
+  }
+  return out;
+}
+
+void check_synchronous(const server::Shard& shard, const HandSteps& hand) {
+  for (size_t i = 0; i < kElements; ++i) {
+    CAPTURE(i);
+    CHECK(shard.values()[i] == doctest::Approx(hand.theta[i]).epsilon(1e-6));
+    CHECK(shard.momentum()[i] == doctest::Approx(hand.m[i]).epsilon(1e-6));
+  }
+}
+
+// Every other element critical, or none.
+std::vector<uint8_t> momentum_mask(bool critical) {
+  std::vector<uint8_t> mask(kElements, 0);
+  if (critical)
+    for (size_t i = 0; i < kElements; i += 2) mask[i] = 1;
+  return mask;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "with momentum, a non-critical shard after each round of three pushes holds the synchronous "
+    "step's values and momentum, plain and Nesterov") {
+  for (bool nesterov : {false, true}) {
+    for (bool critical : {false, true}) {  // critical elements beside them take the merged step
+      CAPTURE(nesterov);
+      CAPTURE(critical);
+      server::ShardSettings settings;
+      settings.optimizer = {0.7f, 0.9f, nesterov};
+      server::Shard shard({0, 0, kElements, 0}, momentum_mask(critical), kRegions, settings);
+      for (uint64_t t = 1; t <= 3; ++t) {
+        for (size_t r = 0; r < kRegions; ++r) {
+          shard.apply_push(r, t, delta_of(r, t), kThreeLive);
+          shard.release_ready(kThreeLive);  // as the server does after every push
+        }
+        REQUIRE(shard.released_round() == t);
+        check_synchronous(shard, synchronous(settings.optimizer, t));
+      }
+    }
+  }
+}
+
+TEST_CASE(
+    "the order in which a non-critical shard's pushes arrive, a region running a round ahead "
+    "included, does not change its values and momentum after the last round") {
+  using Push = std::pair<size_t, uint64_t>;  // (region, round)
+  const std::vector<std::vector<Push>> orders{
+      {{0, 1}, {1, 1}, {2, 1}, {0, 2}, {1, 2}, {2, 2}, {0, 3}, {1, 3}, {2, 3}},  // lockstep
+      {{2, 1}, {1, 1}, {0, 1}, {2, 2}, {1, 2}, {0, 2}, {1, 3}, {2, 3}, {0, 3}},  // reversed
+      // region 0 a round ahead: its round-2 and round-3 pushes come before the others' round 1, 2
+      {{0, 1}, {0, 2}, {1, 1}, {2, 1}, {0, 3}, {2, 2}, {1, 2}, {1, 3}, {2, 3}},
+      // region 2 ahead, region 1 last in every round
+      {{2, 1}, {0, 1}, {2, 2}, {1, 1}, {0, 2}, {2, 3}, {1, 2}, {0, 3}, {1, 3}},
+  };
+  for (bool nesterov : {false, true}) {
+    CAPTURE(nesterov);
+    server::ShardSettings settings;
+    settings.optimizer = {0.7f, 0.9f, nesterov};
+    settings.staleness_bound = 1;  // weighting none: a push one round stale still weighs 1
+    const auto hand = synchronous(settings.optimizer, 3);
+    for (size_t o = 0; o < orders.size(); ++o) {
+      CAPTURE(o);
+      server::Shard shard({0, 0, kElements, 0}, momentum_mask(true), kRegions, settings);
+      for (const auto& [r, t] : orders[o]) {
+        REQUIRE(shard.admits(t, kThreeLive));
+        shard.apply_push(r, t, delta_of(r, t), kThreeLive);
+        shard.release_ready(kThreeLive);
+      }
+      REQUIRE(shard.released_round() == 3);
+      check_synchronous(shard, hand);
+    }
+  }
+}
+
+// Fails on the code before the split (issue 27, item 4): each push ran the whole outer step on
+// the non-critical elements, m = mu*m + g_i once per push, so a round of three pushes of 1 left
+// m = -(1 + mu + mu^2)/3 = -0.903 instead of -1, and a round of zero deltas then decayed it by
+// mu^3 = 0.729 instead of mu = 0.9 (and with Nesterov added the look-ahead three times).
+TEST_CASE("a non-critical shard's momentum decays by mu once per round, not by mu^R per push") {
+  server::ShardSettings settings;
+  settings.optimizer = {1.0f, 0.9f, false};
+  server::Shard shard({0, 0, 1, 0}, {0}, kRegions, settings);
+  for (size_t r = 0; r < kRegions; ++r)
+    shard.apply_push(r, 1, std::vector<float>{1.0f}, kThreeLive);
+  shard.release_ready(kThreeLive);
+  // Round 1: g = -1, m = -1, theta = 0 - 1 * m = 1.
+  CHECK(shard.momentum()[0] == doctest::Approx(-1.0f).epsilon(1e-6));
+  CHECK(shard.values()[0] == doctest::Approx(1.0f).epsilon(1e-6));
+  for (size_t r = 0; r < kRegions; ++r)
+    shard.apply_push(r, 2, std::vector<float>{0.0f}, kThreeLive);
+  shard.release_ready(kThreeLive);
+  // Round 2, zero deltas: m = 0.9 * -1, and theta moves by the momentum alone: 1 + 0.9.
+  CHECK(shard.momentum()[0] == doctest::Approx(-0.9f).epsilon(1e-6));
+  CHECK(shard.values()[0] == doctest::Approx(1.9f).epsilon(1e-6));
+}
+
+// Checkpoints keep values and momentum, not a round's accumulator (server/shard.hpp): at a
+// round boundary there is none, so a shard restored there goes on as if it had never stopped.
+TEST_CASE(
+    "a non-critical shard with momentum restored at a round boundary steps the next round as the "
+    "one that never stopped") {
+  server::ShardSettings settings;
+  settings.optimizer = {0.7f, 0.9f, true};
+  server::Shard running({0, 0, kElements, 0}, momentum_mask(true), kRegions, settings);
+  server::Shard restored({0, 0, kElements, 0}, momentum_mask(true), kRegions, settings);
+  for (uint64_t t = 1; t <= 2; ++t)
+    for (size_t r = 0; r < kRegions; ++r) {
+      running.apply_push(r, t, delta_of(r, t), kThreeLive);
+      running.release_ready(kThreeLive);
+    }
+  const std::vector<float> values(running.values().begin(), running.values().end());
+  const std::vector<float> momentum(running.momentum().begin(), running.momentum().end());
+  restored.restore(running.version(), running.released_round(), values, momentum);
+  for (auto* shard : {&running, &restored})
+    for (size_t r = 0; r < kRegions; ++r) {
+      shard->apply_push(r, 3, delta_of(r, 3), kThreeLive);
+      shard->release_ready(kThreeLive);
+    }
+  CHECK(std::equal(running.values().begin(), running.values().end(), restored.values().begin()));
+  CHECK(std::equal(running.momentum().begin(), running.momentum().end(),
+                   restored.momentum().begin()));
+  check_synchronous(restored, synchronous(settings.optimizer, 3));
 }

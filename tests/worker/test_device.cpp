@@ -109,3 +109,26 @@ TEST_CASE("worker.precision: bf16 needs cuda and a GPT, and other values are ref
   // The CPU backend trains host-driven: there is no device-resident state to hand out.
   CHECK(make_model_backend("cpu", spec, 0)->resident() == nullptr);
 }
+
+TEST_CASE("worker.error_feedback.decay parses, defaults to 1, and refuses 0 and 1.5") {
+  const auto parse = [](const std::string& worker) {
+    return parse_worker_config(
+        "regions: [a]\nmodel: {arch: \"784-32-10\"}\nworker: {" + worker + "}\n", "w.yaml");
+  };
+  CHECK(parse("critical_codec: onebit").error_feedback_decay == 1.0f);
+  CHECK(parse("error_feedback: {decay: 0.9}").error_feedback_decay == 0.9f);
+  CHECK(parse("error_feedback: {decay: 1}").error_feedback_decay == 1.0f);
+  CHECK_THROWS_WITH_AS(
+      parse("error_feedback: {decay: 0}"),
+      doctest::Contains("w.yaml: worker.error_feedback.decay is 0, allowed: (0, 1]"), InputError);
+  CHECK_THROWS_WITH_AS(parse("error_feedback: {decay: 1.5}"),
+                       doctest::Contains("worker.error_feedback.decay is 1.5"), InputError);
+  CHECK_THROWS_WITH_AS(parse("error_feedback: {decay: half}"),
+                       doctest::Contains("worker.error_feedback.decay is 'half'"), InputError);
+  CHECK_THROWS_WITH_AS(parse("error_feedback: 0.9"),
+                       doctest::Contains("'worker.error_feedback' must be a mapping"), InputError);
+  CHECK_THROWS_WITH_AS(parse("critical_codec: \"onebit:scale=max\""),
+                       doctest::Contains("worker.critical_codec: codec spec 'onebit:scale=max': "
+                                         "scale=max is invalid for onebit (allowed: mean, rms)"),
+                       InputError);
+}

@@ -100,6 +100,32 @@ TEST_CASE("the guard refuses non-finite gradients and losses beyond k sigma, and
   CHECK(guard.check(5, 1.05, ok) == Verdict::kAccept);  // the spike did not enter the window
 }
 
+TEST_CASE("a loss that stays high is a new level: the guard applies it after a few spikes") {
+  // A flat plateau makes the window tight (sigma ~0.0008 here); a merge of the global values
+  // then lifts the loss by a little and for good. Refusing for ever would stall training.
+  AnomalyGuard guard({.window = 8, .k_sigma = 6.0, .min_samples = 4, .max_consecutive_skips = 3});
+  for (double l : {2.400, 2.401, 2.399, 2.400}) REQUIRE(guard.check(0, l, true) == Verdict::kAccept);
+  for (uint64_t s = 1; s <= 3; ++s) CHECK(guard.check(s, 2.45, true) == Verdict::kLossSpike);
+  CHECK(guard.check(4, 2.45, true) == Verdict::kAccept);  // the 4th spike in a row: a new level
+  CHECK(guard.skipped() == 3);
+  CHECK(guard.losses() == std::vector<double>{2.45});  // the window starts again from it
+  // The window refills before it judges again (min_samples), then judges around the new level.
+  for (double l : {2.46, 2.44, 2.45}) CHECK(guard.check(5, l, true) == Verdict::kAccept);
+  CHECK(guard.check(6, 9.0, true) == Verdict::kLossSpike);
+  // A non-finite step is always refused and neither starts nor ends a streak.
+  CHECK(guard.check(7, 1.0, false) == Verdict::kNonFiniteGradient);
+  CHECK(guard.check(8, 9.0, true) == Verdict::kLossSpike);
+  CHECK(guard.check(9, 2.45, true) == Verdict::kAccept);  // a good step ends the streak
+  for (uint64_t s = 10; s <= 12; ++s) CHECK(guard.check(s, 9.0, true) == Verdict::kLossSpike);
+}
+
+TEST_CASE("with max_consecutive_skips 0 the guard refuses a raised loss for ever") {
+  AnomalyGuard guard({.window = 8, .k_sigma = 6.0, .min_samples = 4, .max_consecutive_skips = 0});
+  for (double l : {2.400, 2.401, 2.399, 2.400}) REQUIRE(guard.check(0, l, true) == Verdict::kAccept);
+  for (uint64_t s = 1; s <= 20; ++s) CHECK(guard.check(s, 2.45, true) == Verdict::kLossSpike);
+  CHECK(guard.skipped() == 20);
+}
+
 TEST_CASE("a refused step leaves parameters and optimizer state untouched") {
   LocalStep step({.optimizer = {.kind = OptimizerKind::kSgd, .momentum = 0.9f},
                   .schedule = {.base_lr = 0.5f},

@@ -1,0 +1,334 @@
+// The end of a run (docs/training.md, "The end of a run"): leaders (RegionSync) flush what error
+// feedback holds to real in-process ParamServers (one per region, over inproc://) and pull the
+// global model. Checks the closed forms: with the outer lr 1 and no momentum the global model is
+// every region's whole progress averaged, whatever the codecs; fp32 rounds leave nothing to flush.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <future>
+#include <thread>
+
+#include "compression/payload.hpp"
+#include "server/param_server.hpp"
+#include "worker/region_sync.hpp"
+
+using namespace geotrain;
+using namespace std::chrono_literals;
+
+namespace {
+
+// Regions a, b, c; each runs a server owning a third of crit.w (critical, 1024 elements) +
+// free.w (2048). `server_yaml`: more keys of the server section.
+class Regions {
+ public:
+  Regions(const std::string& name, const std::string& server_yaml)
+      : dir_(std::filesystem::temp_directory_path() /
+             fmt::format("geotrain-final-{}-{}", name, ::getpid())),
+        config_(server::parse_server_config(fmt::format(R"(
+regions: [a, b, c]
+model:
+  tensors: [{{name: crit.w, size: 1024}}, {{name: free.w, size: 2048}}]
+  critical: ["crit.*"]
+server:
+  dead_after_ms: 60000
+  run_dir: "{}"
+{}
+)",
+                                                        dir_.string(), server_yaml))) {
+    for (uint32_t r = 0; r < 3; ++r) {
+      server::ServerOptions options;
+      options.endpoint = fmt::format("inproc://final-{}-server-{}", name, r);
+      options.poll = 5ms;
+      options.write_metrics = false;
+      servers_.push_back(std::make_unique<server::ParamServer>(config_, r, context_, options));
+    }
+    resume();
+  }
+  ~Regions() {
+    threads_.clear();
+    std::filesystem::remove_all(dir_);
+  }
+
+  ParamTable table() const { return ParamTable(config_.tensors, config_.critical); }
+  worker::SyncConfig sync(const std::string& region, const std::string& codec) {
+    worker::SyncConfig c;
+    c.region = region;
+    for (uint32_t r = 0; r < 3; ++r)
+      c.servers.push_back({config_.regions[r], servers_[r]->endpoint(), std::nullopt});
+    c.critical_codec = c.noncritical_codec = codec;
+    c.timeout = 20s;
+    return c;
+  }
+  zmq::context_t& context() { return context_; }
+
+  // The servers' loops stop (their sockets keep what arrives) so that their shards can be read,
+  // and go on with resume().
+  void pause() { threads_.clear(); }
+  void resume() {
+    for (auto& s : servers_)
+      threads_.emplace_back([s = s.get()](std::stop_token st) { s->run(st); });
+  }
+  // While paused: the global values, the outer momentum, and every shard's version.
+  std::vector<float> values(size_t n) const { return gather(n, &server::Shard::values); }
+  std::vector<float> momentum(size_t n) const { return gather(n, &server::Shard::momentum); }
+  std::vector<uint64_t> versions() const {
+    std::vector<uint64_t> out;
+    for (const auto& s : servers_)
+      for (const auto& shard : s->shards()) out.push_back(shard.version());
+    return out;
+  }
+  // The payload bytes of one fp32 copy of every shard (what the final pulls move per region).
+  uint64_t fp32_bytes_of_all_shards() const {
+    uint64_t bytes = 0;
+    for (const auto& s : servers_)
+      for (const auto& shard : s->shards())
+        bytes += compression::kHeaderBytes + shard.range().count * sizeof(float);
+    return bytes;
+  }
+
+ private:
+  std::vector<float> gather(size_t n, ConstFloatSpan (server::Shard::*of)() const) const {
+    std::vector<float> out(n);
+    for (const auto& s : servers_)
+      for (const auto& shard : s->shards()) {
+        const auto v = (shard.*of)();
+        std::copy(v.begin(), v.end(),
+                  out.begin() + static_cast<std::ptrdiff_t>(shard.range().offset));
+      }
+    return out;
+  }
+
+  std::filesystem::path dir_;
+  server::ServerConfig config_;
+  zmq::context_t context_;
+  std::vector<std::unique_ptr<server::ParamServer>> servers_;
+  std::vector<std::jthread> threads_;
+};
+
+// Region r's step per round: a different ramp per region.
+std::vector<float> step_of(size_t r, size_t n) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = 0.01f * float(r + 1) * float(int((i * 7 + r) % 13) - 6);
+  return v;
+}
+
+// Leaders of a, b and c with `codec` for every tensor, connected.
+struct Leaders {
+  Leaders(Regions& d, const ParamTable& table, const std::string& codec) {
+    for (const char* r : {"a", "b", "c"})
+      all.push_back(std::make_unique<worker::RegionSync>(table, d.sync(r, codec), d.context()));
+    for (auto& l : all) l->connect();
+  }
+  // Every leader's call at once (a synchronous round or the flush waits for all of them).
+  template <typename F>
+  auto each(F f) {
+    std::vector<std::future<decltype(f(size_t{0}))>> futures;
+    for (size_t r = 0; r < all.size(); ++r) futures.push_back(std::async(std::launch::async, f, r));
+    std::vector<decltype(f(size_t{0}))> out;
+    for (auto& fu : futures) out.push_back(fu.get());
+    return out;
+  }
+  // A synchronous round: every region moves its copy by its step and exchanges it.
+  void round() {
+    each([&](size_t r) {
+      auto& l = *all[r];
+      std::vector<float> local(l.base().begin(), l.base().end());
+      const auto step = step_of(r, local.size());
+      for (size_t i = 0; i < local.size(); ++i) local[i] += step[i];
+      return l.exchange(local).round;
+    });
+  }
+  // Region r's flush, in the background, with its parameters at the global values it holds.
+  std::future<worker::FlushReport> flush_async(size_t r) {
+    std::vector<float> local(all[r]->base().begin(), all[r]->base().end());
+    return std::async(std::launch::async,
+                      [this, r, local = std::move(local)] { return all[r]->flush(local); });
+  }
+  std::vector<std::unique_ptr<worker::RegionSync>> all;
+};
+
+// Relative distance of `x` to `rounds` times the mean step of the regions.
+double distance_to_mean_progress(ConstFloatSpan x, double rounds) {
+  double err = 0, norm = 0;
+  const auto s0 = step_of(0, x.size()), s1 = step_of(1, x.size()), s2 = step_of(2, x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double want = rounds * (double(s0[i]) + double(s1[i]) + double(s2[i])) / 3.0;
+    err += (x[i] - want) * (x[i] - want);
+    norm += want * want;
+  }
+  return std::sqrt(err / norm);
+}
+
+bool same_bits(ConstFloatSpan x, ConstFloatSpan y) {
+  return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "after the flush of onebit with error feedback both ways, every region holds the servers' "
+    "values bit for bit: the whole progress averaged") {
+  Regions d("onebit", "  downlink_codec: onebit");
+  const ParamTable table = d.table();
+  const size_t n = table.total_elements();
+  Leaders leaders(d, table, "onebit");
+  const int rounds = 6;
+  for (int t = 0; t < rounds; ++t) leaders.round();
+  // Half a round of progress each region never pushed: the flush owes it too.
+  std::vector<std::vector<float>> local(3), before(3);
+  for (size_t r = 0; r < 3; ++r) {
+    const auto base = leaders.all[r]->base();
+    before[r].assign(base.begin(), base.end());
+    local[r] = before[r];
+    const auto step = step_of(r, n);
+    for (size_t i = 0; i < n; ++i) local[r][i] += 0.5f * step[i];
+  }
+  d.pause();
+  const auto values_before = d.values(n);
+  d.resume();
+  // Before: the servers lack what the uplink residuals hold, and the regions' copies lack the
+  // downlink's.
+  const double error_before = distance_to_mean_progress(values_before, rounds + 0.5);
+  CHECK(error_before > 1e-2);
+  CHECK_FALSE(same_bits(before[0], values_before));
+
+  const auto reports = leaders.each([&](size_t r) { return leaders.all[r]->flush(local[r]); });
+  d.pause();
+  const auto values = d.values(n);
+  for (size_t r = 0; r < 3; ++r) {
+    CAPTURE(r);
+    CHECK(same_bits(leaders.all[r]->base(), values));
+    CHECK_FALSE(same_bits(leaders.all[r]->base(), before[r]));
+    // Each owed every segment: fp32, the whole table once; the pulls: every shard in full.
+    CHECK(reports[r].bytes_pushed ==
+          reports[r].segments_owed * compression::kHeaderBytes + n * sizeof(float));
+    CHECK(reports[r].bytes_pulled == d.fp32_bytes_of_all_shards());
+  }
+  const double error_after = distance_to_mean_progress(values, rounds + 0.5);
+  MESSAGE("distance to the mean progress: ", error_before, " before the flush, ", error_after,
+          " after");
+  CHECK(error_after < 1e-5);
+}
+
+TEST_CASE("after fp32 synchronous rounds at lr 1 the flush changes nothing and pushes nothing") {
+  Regions d("fp32", "");
+  const ParamTable table = d.table();
+  Leaders leaders(d, table, "fp32");
+  for (int t = 0; t < 3; ++t) leaders.round();
+  d.pause();
+  const auto versions = d.versions();
+  d.resume();
+  std::vector<std::vector<float>> before;
+  for (const auto& l : leaders.all) before.emplace_back(l->base().begin(), l->base().end());
+  CHECK(same_bits(before[0], before[1]));
+  CHECK(same_bits(before[0], before[2]));
+  // The regions' parameters are the global values (a synchronous region takes them).
+  const auto reports = leaders.each([&](size_t r) { return leaders.all[r]->flush(before[r]); });
+  d.pause();
+  CHECK(d.versions() == versions);  // no new version: nothing was applied
+  for (size_t r = 0; r < 3; ++r) {
+    CAPTURE(r);
+    CHECK(same_bits(leaders.all[r]->base(), before[r]));
+    CHECK(reports[r].bytes_pushed == 0);
+    CHECK(reports[r].segments_owed == 0);
+    CHECK(reports[r].bytes_pulled == d.fp32_bytes_of_all_shards());
+  }
+}
+
+TEST_CASE("with outer lr 0.5 and momentum the flush applies lr times the mean and keeps momentum") {
+  Regions d("momentum", "  optimizer: {lr: 0.5, momentum: 0.9}");
+  const ParamTable table = d.table();
+  const size_t n = table.total_elements();
+  Leaders leaders(d, table, "fp32");
+  for (int t = 0; t < 2; ++t) leaders.round();
+  d.pause();
+  const auto values_before = d.values(n), momentum_before = d.momentum(n);
+  d.resume();
+  // fp32 leaves no residual: what the flush owes is the progress not pushed, one step each.
+  leaders.each([&](size_t r) {
+    const auto base = leaders.all[r]->base();
+    std::vector<float> local(base.begin(), base.end());
+    const auto step = step_of(r, n);
+    for (size_t i = 0; i < n; ++i) local[i] += step[i];
+    return leaders.all[r]->flush(local).segments_owed;
+  });
+  d.pause();
+  const auto values = d.values(n);
+  CHECK(same_bits(d.momentum(n), momentum_before));
+  const auto s0 = step_of(0, n), s1 = step_of(1, n), s2 = step_of(2, n);
+  double err = 0, norm = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double moved = double(values[i]) - double(values_before[i]);
+    const double want = 0.5 * (double(s0[i]) + double(s1[i]) + double(s2[i])) / 3.0;
+    err += (moved - want) * (moved - want);
+    norm += want * want;
+  }
+  CHECK(std::sqrt(err / norm) < 1e-5);
+  for (const auto& l : leaders.all) CHECK(same_bits(l->base(), values));
+}
+
+TEST_CASE("the flush waits for every live region, and not for one that said goodbye") {
+  Regions d("goodbye", "");
+  const ParamTable table = d.table();
+  Leaders leaders(d, table, "onebit");
+  leaders.round();
+  auto fa = leaders.flush_async(0);
+  auto fb = leaders.flush_async(1);
+  // c is live and has not flushed: the final pulls wait for it.
+  CHECK(fa.wait_for(300ms) == std::future_status::timeout);
+  leaders.all[2]->goodbye(2s);
+  fa.get();
+  fb.get();
+  d.pause();
+  const auto values = d.values(table.total_elements());
+  CHECK(same_bits(leaders.all[0]->base(), values));
+  CHECK(same_bits(leaders.all[1]->base(), values));
+}
+
+TEST_CASE("regions that flushed do not hold back a round another region still pushes") {
+  Regions d("behind", "");
+  const ParamTable table = d.table();
+  const size_t n = table.total_elements();
+  Leaders leaders(d, table, "onebit");
+  leaders.round();
+  auto fa = leaders.flush_async(0);
+  auto fb = leaders.flush_async(1);
+  CHECK(fa.wait_for(300ms) == std::future_status::timeout);
+  // c is a round behind (after a partition, say): its last round is released without a and b,
+  // which push no more rounds, rather than wait for them while they wait for c's flush.
+  auto& c = *leaders.all[2];
+  std::vector<float> local(c.base().begin(), c.base().end());
+  const auto step = step_of(2, n);
+  for (size_t i = 0; i < n; ++i) local[i] += step[i];
+  auto round = std::async(std::launch::async, [&] { return c.exchange(local); });
+  REQUIRE(round.wait_for(10s) == std::future_status::ready);
+  CHECK(round.get().round == 2);
+  auto fc = leaders.flush_async(2);
+  fa.get();
+  fb.get();
+  fc.get();
+  d.pause();
+  const auto values = d.values(n);
+  for (const auto& l : leaders.all) CHECK(same_bits(l->base(), values));
+}
+
+TEST_CASE("a flush to a server that never answers fails with its name, within the timeout") {
+  Regions d("silent", "");
+  const ParamTable table = d.table();
+  const size_t n = table.total_elements();
+  auto config = d.sync("a", "fp32");
+  config.timeout = 500ms;
+  worker::RegionSync a(table, config, d.context());
+  a.connect();
+  d.pause();  // every server stops reading
+  const std::vector<float> local(n, 1.0f);
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    a.flush(local);
+    FAIL("the flush returned");
+  } catch (const std::exception& e) {
+    CHECK(std::string(e.what()).find("region a") != std::string::npos);
+  }
+  CHECK(std::chrono::steady_clock::now() - t0 < 10s);
+}

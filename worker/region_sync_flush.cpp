@@ -1,0 +1,165 @@
+// RegionSync's part of the end of a run (docs/training.md, "The end of a run"; docs/protocol.md,
+// "The flush"): what error feedback still holds goes to the servers in fp32, and every shard
+// comes back in full once every live region has flushed it. The exchange itself is in
+// region_sync.cpp, the answers to lost servers in region_sync_recovery.cpp.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "compression/codecs.hpp"
+#include "compression/payload.hpp"
+#include "core/error.hpp"
+#include "worker/region_sync.hpp"
+#include "worker/reply_wait.hpp"
+
+namespace geotrain::worker {
+
+using Clock = std::chrono::steady_clock;
+
+namespace {
+bool all_zero(ConstFloatSpan x) {
+  return std::all_of(x.begin(), x.end(), [](float v) { return v == 0.0f; });
+}
+
+// A server that lost this region during the flush: its flush state is gone with it (a restart),
+// or it counts the region again from a hello; either way this region's flush did not reach it.
+[[noreturn]] void flush_failed(const std::string& region, const std::string& server,
+                               const std::string& why) {
+  throw SystemError("wire", "flush", __FILE__, __LINE__,
+                    fmt::format("region {}: the flush at the server of region {} failed: {}",
+                                region, server, why));
+}
+}  // namespace
+
+FlushReport RegionSync::flush(ConstFloatSpan local) {
+  GT_REQUIRE(local.size() == base_.size(), "region {}: {} local parameters, the table has {}",
+             config_.region, local.size(), base_.size());
+  GT_ASSERT(!shards_.empty(), "flush() before connect()");
+  for (const auto& sh : shards_)
+    GT_ASSERT(!sh.pending() && !sh.unstarted, "region {}: flush() with shard {} deferred",
+              config_.region, sh.id);
+  for (const auto& link : servers_)
+    if (!link.flush)
+      flush_failed(config_.region, link.region,
+                   "it does not offer the flush (a build from before it)");
+  resync_before_flush();
+  delta_.resize(base_.size());
+
+  FlushReport report;
+  const auto t0 = Clock::now();
+  std::vector<std::vector<uint64_t>> ids(servers_.size());
+  for (size_t i = 0; i < shards_.size(); ++i)
+    ids[shards_[i].server].push_back(send_flush(i, local, report));
+  for (size_t s = 0; s < servers_.size(); ++s) {
+    if (ids[s].empty()) continue;
+    try {
+      auto replies = collect(*servers_[s].client, servers_[s].region, ids[s], config_.timeout,
+                             "flush", waiting(s, true));
+      for (const auto& [id, reply] : replies) body_as<wire::PushReply>(reply, servers_[s].region);
+    } catch (const ServerLost& e) {
+      flush_failed(config_.region, servers_[s].region, e.what());
+    }
+    servers_[s].last_contact = Clock::now();
+  }
+  report.push_seconds = seconds_since(t0);
+  // What the residuals held is at the servers now.
+  for (const auto& sh : shards_)
+    for (const auto& seg : sh.segments)
+      (seg.critical ? critical_ef_ : noncritical_ef_).reset(seg.stream);
+
+  const auto t1 = Clock::now();
+  pull_final(report);
+  report.pull_seconds = seconds_since(t1);
+  spdlog::info(
+      "region {}: flushed {} segment(s) ({} bytes) and pulled the global model ({} bytes) in "
+      "{:.2f} s",
+      config_.region, report.segments_owed, report.bytes_pushed, report.bytes_pulled,
+      report.push_seconds + report.pull_seconds);
+  return report;
+}
+
+void RegionSync::resync_before_flush() {
+  // The flush owes a server local - its values: a server that lost this region since the last
+  // exchange is registered again and its shards pulled in full first, as an exchange would.
+  uint64_t released = UINT64_MAX;
+  for (size_t s = 0; s < servers_.size(); ++s) {
+    bool due = servers_[s].lost;
+    for (const auto& sh : shards_) due = due || (sh.server == s && sh.resync);
+    if (!due) continue;
+    try {
+      if (servers_[s].lost) rejoin(s);
+      std::vector<bool> wanted(shards_.size(), true);
+      resync(s, wanted, nullptr, released);
+    } catch (const ServerLost& e) {
+      flush_failed(config_.region, servers_[s].region, e.what());
+    }
+  }
+}
+
+uint64_t RegionSync::send_flush(size_t i, ConstFloatSpan local, FlushReport& report) {
+  const auto& sh = shards_[i];
+  wire::Push push{sh.id, server_round(sh), sh.version, {}, config_.tokens_per_round, true};
+  std::vector<zmq::message_t> frames;
+  for (const auto& seg : sh.segments) {
+    const uint64_t at = sh.offset + seg.offset;
+    for (uint64_t j = at; j < at + seg.count; ++j) delta_[j] = local[j] - base_[j];
+    const auto g = ConstFloatSpan(delta_).subspan(at, seg.count);
+    auto& ef = seg.critical ? critical_ef_ : noncritical_ef_;
+    const auto e = ef.residual(seg.stream);
+    if (all_zero(g) && all_zero(e)) continue;
+    // The error-feedback order, with a lossless codec: the whole of x = g + beta e is sent.
+    compression::ErrorFeedback last(compression::make_fp32_codec(),
+                                    compression::FeedbackOptions{ef.decay()});
+    if (!e.empty()) last.set_residual(seg.stream, e);
+    Bytes payload;
+    last.encode(seg.stream, g, payload);
+    push.segments.push_back(
+        {seg.offset, seg.count, static_cast<uint8_t>(compression::CodecId::fp32), payload.size()});
+    report.bytes_pushed += payload.size();
+    ++report.segments_owed;
+    frames.push_back(wire::frame_from_bytes(std::move(payload)));
+  }
+  auto& link = servers_[sh.server];
+  auto id = link.client->send(std::move(push), std::move(frames));
+  GT_REQUIRE(id.has_value(), "server of region {}: send queue full", link.region);
+  return *id;
+}
+
+void RegionSync::pull_final(FlushReport& report) {
+  RoundReport pulled_bytes;
+  uint64_t released = UINT64_MAX;
+  std::vector<bool> pulled(shards_.size());
+  for (;;) {
+    std::vector<std::map<uint64_t, size_t>> sent(servers_.size());
+    for (size_t i = 0; i < shards_.size(); ++i) {
+      const auto& sh = shards_[i];
+      if (pulled[i] || sent[sh.server].size() >= kMaxFinalPulls) continue;
+      auto& link = servers_[sh.server];
+      auto id = link.client->send(wire::PullRequest{sh.id, 0, true, 0, true});
+      GT_REQUIRE(id.has_value(), "server of region {}: send queue full", link.region);
+      sent[sh.server][*id] = i;
+    }
+    bool any = false;
+    for (size_t s = 0; s < servers_.size(); ++s) {
+      if (sent[s].empty()) continue;
+      any = true;
+      std::vector<uint64_t> ids;
+      for (const auto& [id, _] : sent[s]) ids.push_back(id);
+      try {
+        auto replies = collect(*servers_[s].client, servers_[s].region, ids, config_.timeout,
+                               "final pull", waiting(s, true));
+        for (auto& [id, reply] : replies) {
+          apply_pull(sent[s].at(id), reply, &pulled_bytes, released);
+          pulled[sent[s].at(id)] = true;
+        }
+      } catch (const ServerLost& e) {
+        flush_failed(config_.region, servers_[s].region, e.what());
+      }
+      servers_[s].last_contact = Clock::now();
+    }
+    if (!any) break;
+  }
+  report.bytes_pulled = pulled_bytes.bytes_pulled;
+}
+
+}  // namespace geotrain::worker
