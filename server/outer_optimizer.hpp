@@ -21,8 +21,9 @@
 // where a is the round's accumulator (zero before its first push). Once a round's pushes are in
 // and it is released, theta and m are what one outer_step on g makes (to rounding; R pushes of
 // delta_i / R make g the mean delta's), in whatever order the pushes came; in between, theta
-// holds every push's share and m is still the momentum of the round before. (Stepping m on every push instead, as outer_step
-// would, decays it by mu^R per round of R pushes and adds the Nesterov look-ahead R times.)
+// holds every push's share and m is still the momentum of the round before. (Stepping m on every
+// push instead, as outer_step would, decays it by mu^R per round of R pushes and adds the Nesterov
+// look-ahead R times.)
 #pragma once
 
 #include <cstdint>

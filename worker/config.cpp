@@ -246,7 +246,8 @@ WorkerConfig parse_worker_config(std::string_view yaml_text, std::string_view so
   if (auto n = w["max_grad_norm"])
     c.max_grad_norm = in.number<double>(n, "worker.max_grad_norm", 0, 1e9);
   if (auto g = w["anomaly_guard"]) {
-    in.check_keys(g, "worker.anomaly_guard", {"enabled", "window", "k_sigma", "min_samples", "max_consecutive_skips"});
+    in.check_keys(g, "worker.anomaly_guard",
+                  {"enabled", "window", "k_sigma", "min_samples", "max_consecutive_skips"});
     if (auto n = g["enabled"]) c.guard.enabled = in.boolean(n, "worker.anomaly_guard.enabled");
     if (auto n = g["window"])
       c.guard.window = in.number<size_t>(n, "worker.anomaly_guard.window", 2, 100000);

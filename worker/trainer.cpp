@@ -321,8 +321,8 @@ TrainResult Trainer::run(std::stop_token stop) {
       config_.step_delay_ms.count(region_) ? config_.step_delay_ms.at(region_) : 0);
   TrainResult result;
   // An evaluation as the metrics contract names it: test_* for classifiers, val_* for LMs.
-  const uint64_t tokens_per_step = uint64_t{config_.batch_size} * config_.accumulation_steps *
-                                   world * data.tokens_per_sample();
+  const uint64_t tokens_per_step =
+      uint64_t{config_.batch_size} * config_.accumulation_steps * world * data.tokens_per_sample();
   const auto eval_fields = [&](const Evaluation& e, uint64_t at_round, uint64_t at_step) {
     // tokens: training tokens of all regions up to this step (samples for a classifier), the
     // x axis on which runs of different batch sizes and H compare.

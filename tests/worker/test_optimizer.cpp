@@ -104,7 +104,8 @@ TEST_CASE("a loss that stays high is a new level: the guard applies it after a f
   // A flat plateau makes the window tight (sigma ~0.0008 here); a merge of the global values
   // then lifts the loss by a little and for good. Refusing for ever would stall training.
   AnomalyGuard guard({.window = 8, .k_sigma = 6.0, .min_samples = 4, .max_consecutive_skips = 3});
-  for (double l : {2.400, 2.401, 2.399, 2.400}) REQUIRE(guard.check(0, l, true) == Verdict::kAccept);
+  for (double l : {2.400, 2.401, 2.399, 2.400})
+    REQUIRE(guard.check(0, l, true) == Verdict::kAccept);
   for (uint64_t s = 1; s <= 3; ++s) CHECK(guard.check(s, 2.45, true) == Verdict::kLossSpike);
   CHECK(guard.check(4, 2.45, true) == Verdict::kAccept);  // the 4th spike in a row: a new level
   CHECK(guard.skipped() == 3);
@@ -121,7 +122,8 @@ TEST_CASE("a loss that stays high is a new level: the guard applies it after a f
 
 TEST_CASE("with max_consecutive_skips 0 the guard refuses a raised loss for ever") {
   AnomalyGuard guard({.window = 8, .k_sigma = 6.0, .min_samples = 4, .max_consecutive_skips = 0});
-  for (double l : {2.400, 2.401, 2.399, 2.400}) REQUIRE(guard.check(0, l, true) == Verdict::kAccept);
+  for (double l : {2.400, 2.401, 2.399, 2.400})
+    REQUIRE(guard.check(0, l, true) == Verdict::kAccept);
   for (uint64_t s = 1; s <= 20; ++s) CHECK(guard.check(s, 2.45, true) == Verdict::kLossSpike);
   CHECK(guard.skipped() == 20);
 }
