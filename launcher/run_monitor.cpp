@@ -56,6 +56,9 @@ void RunMonitor::add(const nlohmann::json& e) {
       region.step = static_cast<uint64_t>(number_or(e, "step", static_cast<double>(region.step)));
       region.round = std::max(region.round, static_cast<uint64_t>(number_or(e, "round", 0)));
       if (auto l = number(e, "loss")) region.loss = l;
+      // The guard decides on the reduced gradient, so the leader's count is the region's.
+      if (auto k = e.find("skipped"); k != e.end() && k->is_boolean() && k->get<bool>())
+        ++region.skipped_steps;
     }
   } else if (kind == "round") {
     // With overlap, the exchange still in flight after the last round is reported as one more

@@ -52,6 +52,7 @@ struct RegionState {
   std::set<uint64_t> rounds_seen;             // their numbers (a restarted region may redo one)
   double bytes_pushed = 0, bytes_pulled = 0;  // rounds and the flush
   double flush_bytes = 0;                     // the `flush` event's, pushed + pulled
+  uint64_t skipped_steps = 0;                 // leader's steps the anomaly guard refused
   std::optional<double> staleness;            // newest
   double staleness_sum = 0;                   // over round events with a staleness
   uint64_t staleness_n = 0;

@@ -130,7 +130,7 @@ json build_summary(const fs::path& run_dir, const SummaryInputs& in) {
   // mean of the regions' own figures, as runs always did.
   RegionMean accuracy, val_bpb, val_loss, global_accuracy, global_val_bpb, global_val_loss;
   double wan = 0, staleness_sum = 0, round_events = 0;
-  uint64_t rounds = 0;
+  uint64_t rounds = 0, skipped_steps = 0;
   bool all_reached = !monitor.regions().empty();
   double time_to_target = 0;
   json per_region = json::object();
@@ -146,6 +146,7 @@ json build_summary(const fs::path& run_dir, const SummaryInputs& in) {
     global_val_bpb.add(r.final_val_bpb);
     global_val_loss.add(r.final_val_loss);
     wan += r.wan_bytes();
+    skipped_steps += r.skipped_steps;
     staleness_sum += r.staleness_sum;
     round_events += static_cast<double>(r.staleness_n);
     rounds = std::max(rounds, r.rounds_done);
@@ -162,6 +163,7 @@ json build_summary(const fs::path& run_dir, const SummaryInputs& in) {
                         {"region_val_loss", opt(loss)},
                         {"global_model", r.global_model ? json(*r.global_model) : json(nullptr)},
                         {"flush_bytes", r.flush_bytes},
+                        {"skipped_steps", r.skipped_steps},
                         {"rounds", r.rounds_done},
                         {"wan_bytes", r.wan_bytes()},
                         {"bytes_pushed", r.bytes_pushed},
@@ -194,6 +196,7 @@ json build_summary(const fs::path& run_dir, const SummaryInputs& in) {
   if (auto b = netsim_bytes(run_dir / "netsim.jsonl")) s["wan_wire_bytes_total"] = *b;
   s["rounds"] = rounds;
   s["steps"] = steps;
+  s["skipped_steps"] = skipped_steps;  // the anomaly guard's, summed over regions' leaders
   s["compute_utilization"] =
       worker_wall > 0 ? json(std::min(1.0, compute / worker_wall)) : json(nullptr);
   s["mean_staleness"] = round_events > 0 ? json(staleness_sum / round_events) : json(nullptr);

@@ -42,7 +42,8 @@ void write_synthetic_run(const fs::path& dir) {
                 {"step", step},
                 {"loss", 2.0 - 0.2 * step},
                 {"compute_s", 0.1},
-                {"comm_s", 0.05}});
+                {"comm_s", 0.05},
+                {"skipped", region == "b" && (step == 3 || step == 5)}});
         if (rank != 0) continue;
         line({{"event", "round"},
               {"time", round + 0.5},
@@ -94,6 +95,11 @@ TEST_CASE("the summary has every documented field with its closed-form value") {
   CHECK(s["wan_wire_bytes_total"].get<double>() == doctest::Approx(150 + 10));  // newest per link
   CHECK(s["rounds"] == 4);
   CHECK(s["steps"] == 8);
+  // Region b's leader logged two steps the anomaly guard refused (its rank 1 logs them too:
+  // counted once, from the leader).
+  CHECK(s["skipped_steps"] == 2);
+  CHECK(s["per_region"]["a"]["skipped_steps"] == 0);
+  CHECK(s["per_region"]["b"]["skipped_steps"] == 2);
   // 4 workers x 8 steps x 0.1 s compute over 4 workers x 4 s.
   CHECK(s["compute_utilization"].get<double>() == doctest::Approx(0.2));
   CHECK(s["mean_staleness"].get<double>() == doctest::Approx(0.5));
