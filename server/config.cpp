@@ -92,6 +92,42 @@ void parse_consistency(const Ctx& c, const YAML::Node& n, ServerConfig& cfg) {
   }
 }
 
+// server.downlink_codec, server.downlink_codecs (per region) and server.downlink_error_feedback:
+// how the server compresses what each region pulls.
+void parse_downlink(const Ctx& c, const YAML::Node& s, ServerConfig& cfg) {
+  if (auto n = s["downlink_codec"]) {
+    cfg.shard.downlink_codec = get_str(c, n, "server.downlink_codec");
+    try {
+      compression::make_codec(cfg.shard.downlink_codec);
+    } catch (const InputError& e) {
+      GT_REQUIRE(false, "{}: server.downlink_codec: {}", c.source, e.what());
+    }
+  }
+  if (auto n = s["downlink_codecs"]) {
+    check_keys(c, n, "server.downlink_codecs",
+               std::set<std::string>(cfg.regions.begin(), cfg.regions.end()));
+    for (const auto& kv : n) {
+      const auto region = kv.first.as<std::string>();
+      const auto key = "server.downlink_codecs." + region;
+      auto spec = get_str(c, kv.second, key);
+      try {
+        compression::make_codec(spec);
+      } catch (const InputError& e) {
+        GT_REQUIRE(false, "{}: {}: {}", c.source, key, e.what());
+      }
+      cfg.shard.downlink_codec_for[cfg.region_index(region)] = spec;
+    }
+  }
+  if (auto ef = s["downlink_error_feedback"]) {
+    check_keys(c, ef, "server.downlink_error_feedback", {"decay"});
+    if (auto n = ef["decay"]) {
+      const std::string key = "server.downlink_error_feedback.decay";
+      cfg.shard.downlink_feedback_decay = get<float>(c, n, key, 0.0f, 1.0f);
+      compression::require_feedback_decay(cfg.shard.downlink_feedback_decay, c.source + ": " + key);
+    }
+  }
+}
+
 void parse_server(const Ctx& c, const YAML::Node& s, ServerConfig& cfg) {
   check_keys(c, s, "server",
              {"endpoints",
@@ -145,37 +181,7 @@ void parse_server(const Ctx& c, const YAML::Node& s, ServerConfig& cfg) {
     if (auto n = o["nesterov"])
       cfg.shard.optimizer.nesterov = get_bool(c, n, "server.optimizer.nesterov");
   }
-  if (auto n = s["downlink_codec"]) {
-    cfg.shard.downlink_codec = get_str(c, n, "server.downlink_codec");
-    try {
-      compression::make_codec(cfg.shard.downlink_codec);
-    } catch (const InputError& e) {
-      GT_REQUIRE(false, "{}: server.downlink_codec: {}", c.source, e.what());
-    }
-  }
-  if (auto n = s["downlink_codecs"]) {
-    check_keys(c, n, "server.downlink_codecs",
-               std::set<std::string>(cfg.regions.begin(), cfg.regions.end()));
-    for (const auto& kv : n) {
-      const auto region = kv.first.as<std::string>();
-      const auto key = "server.downlink_codecs." + region;
-      auto spec = get_str(c, kv.second, key);
-      try {
-        compression::make_codec(spec);
-      } catch (const InputError& e) {
-        GT_REQUIRE(false, "{}: {}: {}", c.source, key, e.what());
-      }
-      cfg.shard.downlink_codec_for[cfg.region_index(region)] = spec;
-    }
-  }
-  if (auto ef = s["downlink_error_feedback"]) {
-    check_keys(c, ef, "server.downlink_error_feedback", {"decay"});
-    if (auto n = ef["decay"]) {
-      const std::string key = "server.downlink_error_feedback.decay";
-      cfg.shard.downlink_feedback_decay = get<float>(c, n, key, 0.0f, 1.0f);
-      compression::require_feedback_decay(cfg.shard.downlink_feedback_decay, c.source + ": " + key);
-    }
-  }
+  parse_downlink(c, s, cfg);
   if (auto n = s["heartbeat_ms"])
     cfg.heartbeat =
         std::chrono::milliseconds(get<int64_t>(c, n, "server.heartbeat_ms", 1, 3600000));
