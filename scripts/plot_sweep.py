@@ -53,18 +53,16 @@ def configuration(label):
 
 
 def tokens_curve(run_dir):
-    """(training tokens of all regions, mean over regions of val_bpb) at each evaluation."""
-    regions = read_events(run_dir)
-    points = sorted((int(e["tokens"]), name, float(e["val_bpb"]))
-                    for name, ev in regions.items() for e in ev
-                    if e.get("event") == "eval" and isinstance(e.get("val_bpb"), (int, float))
-                    and isinstance(e.get("tokens"), int))
-    latest, xs, ys = {}, [], []
-    for tokens, name, v in points:
-        latest[name] = v
-        xs.append(tokens / 1e6)
-        ys.append(sum(latest.values()) / len(latest))
-    return xs, ys
+    """(training tokens of all regions, mean over the regions that evaluated there of val_bpb)
+    at each evaluation: regions evaluate at the same steps, so one point per token count."""
+    at = {}
+    for ev in read_events(run_dir).values():
+        for e in ev:
+            if (e.get("event") == "eval" and isinstance(e.get("val_bpb"), (int, float))
+                    and isinstance(e.get("tokens"), int)):
+                at.setdefault(e["tokens"], []).append(float(e["val_bpb"]))
+    xs = sorted(at)
+    return [x / 1e6 for x in xs], [sum(at[x]) / len(at[x]) for x in xs]
 
 
 def plot_tokens(sweep_dir, rows):
