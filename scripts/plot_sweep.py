@@ -18,7 +18,6 @@ Uses Debian's python3-matplotlib with the Agg backend.
 """
 import csv
 import os
-import re
 import sys
 
 import matplotlib
@@ -28,6 +27,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from plot_run import bytes_at, read_events, wan_curve  # noqa: E402
+from seed_table import configuration  # noqa: E402
 
 
 def metric_curve(run_dir, field, scale):
@@ -45,11 +45,6 @@ def metric_curve(run_dir, field, scale):
         bs.append(sum(bytes_at(c, t) for c in curves.values()) / 1e6)
         values.append(scale * sum(latest.values()) / len(latest))
     return ts, bs, values
-
-
-def configuration(label):
-    """A point's configuration: its label without a trailing seed suffix ("-s2", "-seed2")."""
-    return re.sub(r"[-_]s(eed)?\d+$", "", label)
 
 
 def tokens_curve(run_dir):

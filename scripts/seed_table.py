@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Mean and spread over seeds of a sweep's results.csv.
 
-Points whose labels differ only in a trailing "-sN" (seed N) are one configuration. For each,
+Points whose labels differ only in a trailing "-sN" or "-seedN" (seed N) are one configuration. For each,
 prints the mean and the range (min..max) of final accuracy (or validation bits per byte),
 time to target, wall time and WAN bytes, the accuracy delta against the baseline
 configuration's mean, the traffic reduction against it, and the largest single exchange
@@ -28,6 +28,11 @@ import re
 import statistics
 import sys
 from pathlib import Path
+
+
+def configuration(label):
+    """A point's configuration: its label without a trailing seed suffix ("-s2", "-seed2")."""
+    return re.sub(r"[-_]s(eed)?\d+$", "", label)
 
 
 def num(text):
@@ -108,7 +113,7 @@ def main():
 
     groups = {}
     for row in rows:
-        name = re.sub(r"-s\d+$", "", row["label"])
+        name = configuration(row["label"])
         groups.setdefault(name, []).append(row)
     lm = any(num(r.get("final_val_bpb")) is not None for r in rows)
     metric = "final_val_bpb" if lm else "final_test_accuracy"
