@@ -102,8 +102,13 @@ def lead(args):
     s = sync.settings
     o = s["optimizer"]
     opt_args = argparse.Namespace(no_decay=o["no_decay"], weight_decay=o["weight_decay"],
-                                  lr=s["lr"], beta1=o["beta1"], beta2=o["beta2"], eps=o["eps"])
-    opt = ref.make_adamw(model, opt_args)
+                                  lr=s["lr"], beta1=o["beta1"], beta2=o["beta2"], eps=o["eps"],
+                                  muon_lr=o["muon_lr"], muon_momentum=o["muon_momentum"],
+                                  muon_nesterov=o["muon_nesterov"],
+                                  muon_ns_steps=o["muon_ns_steps"],
+                                  adamw_tensors=o["adamw_tensors"])
+    # worker.optimizer.kind muon: Muon for the block matrices, AdamW for the rest; else AdamW.
+    opt = ref.make_muon(model, opt_args) if o["kind"] == "muon" else ref.make_adamw(model, opt_args)
 
     train, val = load_corpus(s["data"]["path"], s["data"]["validation_fraction"])
     window = model.wpe.shape[0] + 1

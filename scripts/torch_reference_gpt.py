@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The PyTorch reference for geotrain's GPT (models/gpt.hpp): the same architecture, the same
-parameter names, the same optimizer path (AdamW with decay / no-decay groups, warmup + cosine
-learning rate, clip_grad_norm_), in fp32 on the CPU.
+parameter names, the same optimizer path (AdamW with decay / no-decay groups, or Muon for the
+block matrices with AdamW for the rest; warmup + cosine learning rate, clip_grad_norm_), in fp32
+on the CPU.
 
 Two modes:
 
@@ -13,6 +14,10 @@ Two modes:
     batches.npy: `geotrain dump-batches`, int32 (steps, B, T + 1);
     writes DIR/losses.json ({"losses": [...], "lrs": [...], "grad_norms": [...]}) and
     DIR/params.safetensors (geotrain's names, the init file's order).
+    --optimizer muon [--muon-lr 0.02 --muon-momentum 0.95 --muon-nesterov 1 --muon-ns-steps 5
+    --adamw-tensors wte wpe '*ln_*' '*.b' '*.bias']: Muon (Keller Jordan's, written out below)
+    for the 2-D tensors no --adamw-tensors glob names, at --muon-lr scaled as the schedule scales
+    --lr; torch.optim.AdamW for the rest.
 
   Benchmark: tokens per second of forward + backward + AdamW step on random tokens.
     torch_reference_gpt.py --bench --preset gpt-tiny --batch 8 --threads 2 --steps 10 [--json]
@@ -65,6 +70,7 @@ PRESETS = {
 }
 CONFIG_KEYS = ("vocab", "d_model", "layers", "heads", "seq_len", "mlp_ratio")
 DEFAULT_NO_DECAY = ["*.b", "*.bias", "*ln_*", "wte", "wpe"]
+DEFAULT_ADAMW_TENSORS = ["wte", "wpe", "*ln_*", "*.b", "*.bias"]
 
 
 def set_threads(n):
@@ -244,9 +250,13 @@ def lr_at(step, peak, warmup, total, min_lr, cosine):
     return min_lr + (peak - min_lr) * 0.5 * (1.0 + math.cos(math.pi * t))
 
 
-def make_adamw(model, args):
+def make_adamw(model, args, exclude=()):
+    """torch.optim.AdamW over the model's parameters (less the tensors in `exclude`), in a decay
+    and a no-decay group."""
     decay, no_decay = [], []
     for name, p in named_geotrain_parameters(model):
+        if name in exclude:
+            continue
         skip = any(fnmatch.fnmatchcase(name, g) for g in args.no_decay)
         (no_decay if skip else decay).append(p)
     groups = [dict(params=decay, weight_decay=args.weight_decay),
@@ -256,10 +266,94 @@ def make_adamw(model, args):
                              **(dict(fused=True) if fused else {}))
 
 
+def zeropower_via_newtonschulz5(G, steps):
+    """Keller Jordan's Newton-Schulz iteration (github.com/KellerJordan/Muon, muon.py), in fp32
+    where his casts to bf16: the quintic X <- a X + (b A + c A A) X, A = X X^T, on G / (|G|_F +
+    1e-7), transposed first when G has more rows than columns."""
+    a, b, c = (3.4445, -4.7750, 2.0315)
+    X = G.float()
+    if G.size(-2) > G.size(-1):
+        X = X.mT
+    X = X / (X.norm(dim=(-2, -1), keepdim=True) + 1e-7)
+    for _ in range(steps):
+        A = X @ X.mT
+        B = b * A + c * A @ A
+        X = a * X + B @ X
+    if G.size(-2) > G.size(-1):
+        X = X.mT
+    return X
+
+
+class Muon(torch.optim.Optimizer):
+    """Keller Jordan's SingleDeviceMuon step (muon.py, the lerp form) with a nesterov switch and
+    ns_steps: momentum.lerp_(grad, 1 - mu); update = grad.lerp(momentum, mu) (nesterov) or
+    momentum; Newton-Schulz; * max(1, rows / cols) ** 0.5; p *= 1 - lr wd; p -= lr update."""
+
+    def __init__(self, params, lr=0.02, weight_decay=0.0, momentum=0.95, nesterov=True,
+                 ns_steps=5):
+        super().__init__(params, dict(lr=lr, weight_decay=weight_decay, momentum=momentum,
+                                      nesterov=nesterov, ns_steps=ns_steps))
+
+    @torch.no_grad()
+    def step(self):
+        for group in self.param_groups:
+            mu = group["momentum"]
+            for p in group["params"]:
+                state = self.state[p]
+                if not state:
+                    state["momentum_buffer"] = torch.zeros_like(p)
+                buf = state["momentum_buffer"]
+                buf.lerp_(p.grad, 1 - mu)
+                update = p.grad.lerp(buf, mu) if group["nesterov"] else buf
+                update = zeropower_via_newtonschulz5(update, group["ns_steps"])
+                update = update * max(1, p.size(-2) / p.size(-1)) ** 0.5
+                p.mul_(1 - group["lr"] * group["weight_decay"])
+                p.add_(update, alpha=-group["lr"])
+
+
+class Optimizers:
+    """Several torch optimizers stepped as one (what train_step uses: param_groups, zero_grad,
+    step). A group's "lr_scale" multiplies the step's lr (Muon's: --muon-lr / --lr)."""
+
+    def __init__(self, *optimizers):
+        self.optimizers = optimizers
+
+    @property
+    def param_groups(self):
+        return [g for o in self.optimizers for g in o.param_groups]
+
+    def zero_grad(self, set_to_none=True):
+        for o in self.optimizers:
+            o.zero_grad(set_to_none=set_to_none)
+
+    def step(self):
+        for o in self.optimizers:
+            o.step()
+
+
+def make_muon(model, args):
+    """Muon for the 2-D tensors that no --adamw-tensors glob names (decay by --no-decay), AdamW
+    for the rest."""
+    matrices = [(n, p) for n, p in named_geotrain_parameters(model)
+                if p.ndim == 2 and not any(fnmatch.fnmatchcase(n, g) for g in args.adamw_tensors)]
+    if not matrices:
+        raise ValueError("--optimizer muon: no 2-D tensor outside --adamw-tensors")
+    decay, no_decay = [], []
+    for name, p in matrices:
+        skip = any(fnmatch.fnmatchcase(name, g) for g in args.no_decay)
+        (no_decay if skip else decay).append(p)
+    scale = args.muon_lr / args.lr
+    groups = [dict(params=g, weight_decay=wd, lr_scale=scale)
+              for g, wd in ((decay, args.weight_decay), (no_decay, 0.0)) if g]
+    muon = Muon(groups, lr=args.muon_lr, momentum=args.muon_momentum,
+                nesterov=bool(args.muon_nesterov), ns_steps=args.muon_ns_steps)
+    return Optimizers(muon, make_adamw(model, args, exclude={n for n, _ in matrices}))
+
+
 def train_step(model, opt, tokens, lr, max_grad_norm):
     """One optimizer step on tokens (B, T + 1). Returns (loss, grad_norm)."""
     for g in opt.param_groups:
-        g["lr"] = lr
+        g["lr"] = lr * g.get("lr_scale", 1.0)
     opt.zero_grad(set_to_none=True)
     logits = model(tokens[:, :-1])
     loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
@@ -283,7 +377,7 @@ def run_parity(args):
                          f"got {batches.dtype} {batches.shape}")
     if batches.shape[0] < args.steps:
         raise ValueError(f"{args.batches}: {batches.shape[0]} batches, --steps {args.steps}")
-    opt = make_adamw(model, args)
+    opt = make_muon(model, args) if args.optimizer == "muon" else make_adamw(model, args)
     losses, lrs, norms = [], [], []
     for step in range(args.steps):
         lr = lr_at(step, args.lr, args.warmup, args.total_steps, args.min_lr,
@@ -394,6 +488,15 @@ def main():
     p.add_argument("--max-grad-norm", type=float, default=0.0, help="0: no clipping")
     p.add_argument("--no-decay", nargs="*", default=DEFAULT_NO_DECAY,
                    help="globs of tensors without weight decay (geotrain names)")
+    p.add_argument("--optimizer", choices=["adamw", "muon"], default="adamw",
+                   help="parity: AdamW everywhere, or Muon for the matrices and AdamW elsewhere")
+    p.add_argument("--muon-lr", type=float, default=0.02,
+                   help="Muon's peak lr (scaled by the schedule as --lr is)")
+    p.add_argument("--muon-momentum", type=float, default=0.95)
+    p.add_argument("--muon-nesterov", type=int, choices=[0, 1], default=1)
+    p.add_argument("--muon-ns-steps", type=int, default=5)
+    p.add_argument("--adamw-tensors", nargs="*", default=DEFAULT_ADAMW_TENSORS,
+                   help="globs of 2-D tensors that Muon leaves to AdamW (geotrain names)")
     p.add_argument("--threads", type=int, default=1,
                    help="torch.set_num_threads, and OpenBLAS's threads when torch uses OpenBLAS")
     p.add_argument("--bench", action="store_true", help="benchmark mode")

@@ -58,6 +58,51 @@ void parse_error_feedback(const YamlReader& in, const YAML::Node& n, WorkerConfi
   }
 }
 
+// worker.optimizer: the inner optimizer (worker/optimizer.hpp). Reads worker.device, so runs
+// after it: Muon has no device-resident step.
+void parse_optimizer(const YamlReader& in, const YAML::Node& o, WorkerConfig& c) {
+  in.check_keys(
+      o, "worker.optimizer",
+      {"kind", "momentum", "nesterov", "weight_decay", "beta1", "beta2", "eps", "no_decay",
+       "muon_lr", "muon_momentum", "muon_nesterov", "muon_ns_steps", "adamw_tensors"});
+  OptimizerConfig& oc = c.optimizer;
+  if (auto n = o["kind"])
+    oc.kind = parse_optimizer_kind(in.choice(n, "worker.optimizer.kind", {"sgd", "adamw", "muon"}));
+  const bool muon = oc.kind == OptimizerKind::kMuon;
+  for (const char* key :
+       {"muon_lr", "muon_momentum", "muon_nesterov", "muon_ns_steps", "adamw_tensors"})
+    GT_REQUIRE(muon || !o[key], "{}: worker.optimizer.{} is for kind muon (kind is {})",
+               in.source(), key, optimizer_kind_name(oc.kind));
+  for (const char* key : {"momentum", "nesterov"})
+    GT_REQUIRE(!muon || !o[key],
+               "{}: worker.optimizer.{} is SGD's; with kind muon the matrices' is "
+               "worker.optimizer.muon_{}",
+               in.source(), key, key);
+  GT_REQUIRE(!muon || c.device == "cpu",
+             "{}: worker.optimizer.kind muon runs on the CPU only (worker.device is {}; the "
+             "device-resident step has sgd and adamw)",
+             in.source(), c.device);
+  if (auto n = o["no_decay"]) oc.no_decay = in.strings(n, "worker.optimizer.no_decay");
+  if (auto n = o["momentum"])
+    oc.momentum = in.number<float>(n, "worker.optimizer.momentum", 0, 0.999999f);
+  if (auto n = o["nesterov"]) oc.nesterov = in.boolean(n, "worker.optimizer.nesterov");
+  if (auto n = o["weight_decay"])
+    oc.weight_decay = in.number<float>(n, "worker.optimizer.weight_decay", 0, 1);
+  if (auto n = o["beta1"]) oc.beta1 = in.number<float>(n, "worker.optimizer.beta1", 0, 0.999999f);
+  if (auto n = o["beta2"]) oc.beta2 = in.number<float>(n, "worker.optimizer.beta2", 0, 0.999999f);
+  if (auto n = o["eps"]) oc.eps = in.number<float>(n, "worker.optimizer.eps", 1e-12f, 1);
+  if (auto n = o["muon_lr"])
+    oc.muon_lr = in.number<float>(n, "worker.optimizer.muon_lr", 1e-9f, 100);
+  if (auto n = o["muon_momentum"])
+    oc.muon_momentum = in.number<float>(n, "worker.optimizer.muon_momentum", 0, 0.999999f);
+  if (auto n = o["muon_nesterov"])
+    oc.muon_nesterov = in.boolean(n, "worker.optimizer.muon_nesterov");
+  if (auto n = o["muon_ns_steps"])
+    oc.muon_ns_steps = in.number<uint32_t>(n, "worker.optimizer.muon_ns_steps", 1, 100);
+  if (auto n = o["adamw_tensors"])
+    oc.adamw_tensors = in.strings(n, "worker.optimizer.adamw_tensors");
+}
+
 }  // namespace
 
 WorkerConfig parse_worker_config(std::string_view yaml_text, std::string_view source) try {
@@ -214,26 +259,7 @@ WorkerConfig parse_worker_config(std::string_view yaml_text, std::string_view so
                "needs an overlap mode (true, eager or delayed)",
                source, *c.fragment_delay);
   }
-  if (auto o = w["optimizer"]) {
-    in.check_keys(
-        o, "worker.optimizer",
-        {"kind", "momentum", "nesterov", "weight_decay", "beta1", "beta2", "eps", "no_decay"});
-    if (auto n = o["no_decay"]) c.optimizer.no_decay = in.strings(n, "worker.optimizer.no_decay");
-    if (auto n = o["kind"])
-      c.optimizer.kind = in.choice(n, "worker.optimizer.kind", {"sgd", "adamw"}) == "sgd"
-                             ? OptimizerKind::kSgd
-                             : OptimizerKind::kAdamW;
-    if (auto n = o["momentum"])
-      c.optimizer.momentum = in.number<float>(n, "worker.optimizer.momentum", 0, 0.999999f);
-    if (auto n = o["nesterov"]) c.optimizer.nesterov = in.boolean(n, "worker.optimizer.nesterov");
-    if (auto n = o["weight_decay"])
-      c.optimizer.weight_decay = in.number<float>(n, "worker.optimizer.weight_decay", 0, 1);
-    if (auto n = o["beta1"])
-      c.optimizer.beta1 = in.number<float>(n, "worker.optimizer.beta1", 0, 0.999999f);
-    if (auto n = o["beta2"])
-      c.optimizer.beta2 = in.number<float>(n, "worker.optimizer.beta2", 0, 0.999999f);
-    if (auto n = o["eps"]) c.optimizer.eps = in.number<float>(n, "worker.optimizer.eps", 1e-12f, 1);
-  }
+  if (auto o = w["optimizer"]) parse_optimizer(in, o, c);
   if (auto n = w["lr"]) c.lr = in.number<float>(n, "worker.lr", 1e-9f, 100);
   if (auto n = w["min_lr"]) c.min_lr = in.number<float>(n, "worker.min_lr", 0, 100);
   if (auto n = w["lr_decay"])

@@ -154,6 +154,10 @@ class CudaModelBackend final : public ModelBackend, public ResidentTraining {
                          const std::vector<uint8_t>& decay_mask) override {
     GT_REQUIRE(decay_mask.empty() || decay_mask.size() == parameters_,
                "decay mask has {} elements, the model has {}", decay_mask.size(), parameters_);
+    // The config parser refuses this first (worker.optimizer.kind muon with worker.device cuda).
+    GT_REQUIRE(config.kind != OptimizerKind::kMuon,
+               "worker.optimizer.kind muon runs on the CPU only: the device-resident step has sgd "
+               "and adamw");
     optimizer_ = config;
     const bool adam = config.kind == OptimizerKind::kAdamW;
     d_m_ = DeviceBuffer<float>(adam || config.momentum > 0 ? parameters_ : 0);

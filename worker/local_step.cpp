@@ -9,7 +9,7 @@ namespace geotrain::worker {
 
 LocalStep::LocalStep(const LocalStepConfig& config, size_t parameters)
     : config_(config),
-      optimizer_(config.optimizer, parameters, config.decay_mask),
+      optimizer_(config.optimizer, parameters, config.decay_mask, config.muon_matrices),
       guard_(config.guard),
       grad_(parameters, 0.0f) {
   GT_REQUIRE(config.accumulation_steps >= 1, "accumulation_steps {} must be >= 1",
@@ -48,7 +48,9 @@ StepReport LocalStep::apply(FloatSpan params, uint32_t reduced_over) {
   if (r.verdict == Verdict::kAccept) {
     r.grad_norm = config_.max_grad_norm > 0 ? clip_grad_norm(grad_, config_.max_grad_norm)
                                             : global_grad_norm(grad_);
-    optimizer_.step(params, grad_, r.lr);
+    // Muon's matrices: their own peak lr, under the same schedule multiplier.
+    const float muon_lr = config_.optimizer.muon_lr * (r.lr / config_.schedule.base_lr);
+    optimizer_.step(params, grad_, r.lr, muon_lr);
   }
   std::fill(grad_.begin(), grad_.end(), 0.0f);
   micro_ = 0;

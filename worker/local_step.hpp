@@ -25,6 +25,9 @@ struct LocalStepConfig {
   uint32_t accumulation_steps = 1;  // micro-batches per optimizer step
   double max_grad_norm = 0;         // 0: no clipping
   AnomalyGuardConfig guard;
+  // Muon (optimizer.kind muon): the matrices it orthogonalises (muon_matrices); they step at
+  // optimizer.muon_lr * schedule.at(step) / schedule.base_lr.
+  std::vector<MatrixBlock> muon_matrices{};
   std::vector<uint8_t> decay_mask;  // per parameter, 1 = weight decay applies; empty: all
 };
 

@@ -229,6 +229,9 @@ TrainResult Trainer::run(std::stop_token stop) {
   lsc.max_grad_norm = config_.max_grad_norm;
   lsc.guard = config_.guard;
   lsc.decay_mask = weight_decay_mask(table, config_.optimizer.no_decay);
+  if (config_.optimizer.kind == OptimizerKind::kMuon)
+    lsc.muon_matrices =
+        muon_matrices(table, model->tensor_shapes(), config_.optimizer.adamw_tensors);
   LocalStep step(lsc, params.size());
   if (resident) resident->prepare_optimizer(config_.optimizer, lsc.decay_mask);
 

@@ -65,6 +65,9 @@ uint64_t worker_identity(const WorkerConfig& c, uint64_t layout_hash) {
   h = mix(h, c.local_steps);
   h = mix(h, c.seed);
   h = mix(h, static_cast<uint64_t>(c.optimizer.kind));
+  // Muon: which tensors hold momentum and which Adam's moments (other kinds hash as before).
+  if (c.optimizer.kind == OptimizerKind::kMuon)
+    for (const auto& glob : c.optimizer.adamw_tensors) h = mix(h, glob);
   h = mix(h, c.data.kind);
   return h;
 }

@@ -3,11 +3,13 @@
 //
 // A snapshot is taken at a round boundary and holds what the servers do not: the parameters
 // (the region's global values at that boundary), the local optimizer's state (momentum or
-// Adam's moments and step count), the anomaly guard's loss window, the data position (micro-
-// batches taken: the sampler's epoch and batch and the text windows' counter follow from it;
-// every random choice in the data is a counter-based function of (seed, position), so the
-// position and the seed are the whole RNG state), the round and the schedule's step, and on a
-// region's leader the uplink error-feedback residuals, one per stream.
+// Adam's moments and step count; Muon's matrices' momentum shares optimizer.m with Adam's first
+// moment of the other tensors, so the format is the same for every kind), the anomaly guard's
+// loss window, the data position (micro-batches taken: the sampler's epoch and batch and the
+// text windows' counter follow from it; every random choice in the data is a counter-based
+// function of (seed, position), so the position and the seed are the whole RNG state), the round
+// and the schedule's step, and on a region's leader the uplink error-feedback residuals, one per
+// stream.
 //
 // Layout, the server's (server/checkpoint.hpp) in miniature: <dir>/ckpt-<round>/ holds
 // state.bin and manifest.json:
@@ -85,8 +87,8 @@ std::filesystem::path worker_checkpoint_dir(const std::filesystem::path& run_dir
                                             const std::string& region, uint32_t rank);
 
 // What a snapshot's state depends on, hashed: the table layout, regions, workers per region,
-// batch size, accumulation and local steps, seed, optimizer kind and data kind. A snapshot of
-// another identity is refused on load.
+// batch size, accumulation and local steps, seed, optimizer kind (Muon: and its adamw_tensors)
+// and data kind. A snapshot of another identity is refused on load.
 uint64_t worker_identity(const WorkerConfig& config, uint64_t layout_hash);
 
 }  // namespace geotrain::worker

@@ -262,7 +262,7 @@ py::dict leader_settings(const std::string& yaml_text, const std::string& source
   d["security"] = security;
   // The local training settings, for a Python loop that wants to train like the native worker.
   py::dict opt;
-  opt["kind"] = c.optimizer.kind == worker::OptimizerKind::kSgd ? "sgd" : "adamw";
+  opt["kind"] = worker::optimizer_kind_name(c.optimizer.kind);
   opt["momentum"] = c.optimizer.momentum;
   opt["nesterov"] = c.optimizer.nesterov;
   opt["weight_decay"] = c.optimizer.weight_decay;
@@ -270,6 +270,11 @@ py::dict leader_settings(const std::string& yaml_text, const std::string& source
   opt["beta2"] = c.optimizer.beta2;
   opt["eps"] = c.optimizer.eps;
   opt["no_decay"] = c.optimizer.no_decay;
+  opt["muon_lr"] = c.optimizer.muon_lr;
+  opt["muon_momentum"] = c.optimizer.muon_momentum;
+  opt["muon_nesterov"] = c.optimizer.muon_nesterov;
+  opt["muon_ns_steps"] = c.optimizer.muon_ns_steps;
+  opt["adamw_tensors"] = c.optimizer.adamw_tensors;
   d["optimizer"] = opt;
   d["warmup_steps"] = c.warmup_steps;
   d["lr_decay"] = c.decay == worker::LrDecay::kCosine ? "cosine" : "constant";

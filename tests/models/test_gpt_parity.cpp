@@ -1,8 +1,8 @@
 // The correctness anchor of the GPT workload: geotrain's GPT, trained through the worker's own
-// optimizer path (worker::LocalStep: clip, AdamW with the no-decay mask, warmup + cosine), follows
-// an independent PyTorch implementation (scripts/torch_reference_gpt.py) step for step, from the
-// same initial parameters (`geotrain export-init`) on the same byte windows (`geotrain
-// dump-batches`).
+// optimizer path (worker::LocalStep: clip, AdamW with the no-decay mask, or Muon for the block
+// matrices with AdamW for the rest; warmup + cosine), follows an independent PyTorch
+// implementation (scripts/torch_reference_gpt.py) step for step, from the same initial parameters
+// (`geotrain export-init`) on the same byte windows (`geotrain dump-batches`).
 //
 // Tolerances (fp32 on both sides; the sums run in different orders, so bit equality is not
 // expected, but 20 steps keep the drift far below these):
@@ -13,6 +13,8 @@
 // bias gets no gradient in exact arithmetic (softmax is shift-invariant per query), so Adam
 // turns rounding noise into its updates, in both implementations alike. Its values stay ~1e-6,
 // and PyTorch against itself (1 vs 2 threads) already differs there by ~1.4e-4 of max|qkv.b|.
+// Muon (the same tolerances): its Newton-Schulz runs in fp32 on both sides (OpenBLAS here,
+// torch's GEMMs there), so the orthogonalised updates differ by rounding only.
 // PyTorch is required: without python3 + torch the test fails (CI has them; bootstrap.sh
 // installs them), it is never skipped.
 #include <doctest/doctest.h>
@@ -90,9 +92,9 @@ std::vector<float> load_into_layout(const models::SafetensorsFile& file, const P
   return flat;
 }
 
-}  // namespace
-
-TEST_CASE("geotrain's GPT trains like PyTorch's: 20 AdamW steps of gpt-tiny on the KJV corpus") {
+// Trains gpt-tiny for kSteps with worker.optimizer = `optimizer_yaml` (flow YAML, e.g.
+// "{kind: adamw, beta2: 0.95}") here and in PyTorch, and checks the losses and final parameters.
+void check_parity(const std::string& name, const std::string& optimizer_yaml) {
   const std::filesystem::path corpus = worker::DataConfig::kKjvFile;
   REQUIRE_MESSAGE(std::filesystem::exists(corpus), "the KJV corpus ", corpus.string(),
                   " is missing: run scripts/bootstrap.sh");
@@ -102,7 +104,7 @@ TEST_CASE("geotrain's GPT trains like PyTorch's: 20 AdamW steps of gpt-tiny on t
                   "parity test needs PyTorch; run scripts/bootstrap.sh (python3-torch, "
                   "python3-numpy)");
 
-  test::TempDir dir("gpt-parity");
+  test::TempDir dir("gpt-parity-" + name);
   const auto config_path = dir.path() / "parity.yaml";
   // 1 region x 1 worker: the trainer's world is 1 and its global rank 0.
   std::ofstream(config_path) << fmt::format(R"(regions: [solo]
@@ -113,7 +115,7 @@ worker:
   rounds: {}
   local_steps: 1
   seed: 20261123
-  optimizer: {{kind: adamw, beta1: 0.9, beta2: 0.95, eps: 1.0e-8, weight_decay: 0.1}}
+  optimizer: {}
   lr: 0.001
   warmup_steps: 5
   lr_decay: cosine
@@ -121,7 +123,7 @@ worker:
   max_grad_norm: 1.0
   anomaly_guard: {{enabled: false}}
 )",
-                                            corpus.string(), kSteps);
+                                            corpus.string(), kSteps, optimizer_yaml);
   const auto init_path = dir.path() / "init.safetensors";
   const auto batches_path = dir.path() / "batches.npy";
   {
@@ -174,6 +176,9 @@ worker:
   lsc.max_grad_norm = config.max_grad_norm;
   lsc.guard = config.guard;
   lsc.decay_mask = worker::weight_decay_mask(table, config.optimizer.no_decay);
+  if (config.optimizer.kind == worker::OptimizerKind::kMuon)
+    lsc.muon_matrices =
+        worker::muon_matrices(table, model->tensor_shapes(), config.optimizer.adamw_tensors);
   worker::LocalStep step(lsc, params.size());
   kernels::cpu::set_threads(1);  // ctest runs suites side by side; the ops give the same bits
   std::vector<double> losses;
@@ -190,16 +195,23 @@ worker:
 
   // PyTorch on the same files.
   const auto torch_dir = dir.path() / "torch";
-  std::string no_decay;
-  for (const auto& g : config.optimizer.no_decay) no_decay += " '" + g + "'";
+  const auto& oc = config.optimizer;
+  std::string globs;
+  for (const auto& g : oc.no_decay) globs += " '" + g + "'";
+  if (oc.kind == worker::OptimizerKind::kMuon) {
+    globs += fmt::format(
+        " --optimizer muon --muon-lr {} --muon-momentum {} --muon-nesterov {} --muon-ns-steps {} "
+        "--adamw-tensors",
+        oc.muon_lr, oc.muon_momentum, oc.muon_nesterov ? 1 : 0, oc.muon_ns_steps);
+    for (const auto& g : oc.adamw_tensors) globs += " '" + g + "'";
+  }
   const auto command = fmt::format(
       "{} {}/scripts/torch_reference_gpt.py --init {} --batches {} --steps {} --lr {} --warmup {} "
       "--total-steps {} --min-lr {} --weight-decay {} --beta1 {} --beta2 {} --eps {} "
       "--max-grad-norm {} --no-decay{} --threads 1 --out {}",
       python, GEOTRAIN_SOURCE_DIR, init_path.string(), batches_path.string(), kSteps, config.lr,
-      config.warmup_steps, config.total_steps(), config.min_lr, config.optimizer.weight_decay,
-      config.optimizer.beta1, config.optimizer.beta2, config.optimizer.eps, config.max_grad_norm,
-      no_decay, torch_dir.string());
+      config.warmup_steps, config.total_steps(), config.min_lr, oc.weight_decay, oc.beta1, oc.beta2,
+      oc.eps, config.max_grad_norm, globs, torch_dir.string());
   const auto torch_run = run_command(command);
   INFO(command);
   INFO(torch_run.text);
@@ -238,8 +250,22 @@ worker:
   CHECK(losses.back() < losses.front());
   CHECK(params != load_into_layout(init_file, table, init_path.string()));
   MESSAGE(fmt::format(
-      "gpt-tiny parity over {} steps: max loss relative difference {:.3g} (tolerance {:g}); max "
+      "gpt-tiny {} parity over {} steps: max loss relative difference {:.3g} (tolerance {:g}); max "
       "over tensors of max|a-b| / max|b| = {:.3g} in {} (tolerance {:g}); loss {:.4f} -> {:.4f}",
-      kSteps, worst_loss, kLossTolerance, worst_param, worst_tensor, kParamTolerance,
+      name, kSteps, worst_loss, kLossTolerance, worst_param, worst_tensor, kParamTolerance,
       losses.front(), losses.back()));
+}
+
+}  // namespace
+
+TEST_CASE("geotrain's GPT trains like PyTorch's: 20 AdamW steps of gpt-tiny on the KJV corpus") {
+  check_parity("adamw", "{kind: adamw, beta1: 0.9, beta2: 0.95, eps: 1.0e-8, weight_decay: 0.1}");
+}
+
+TEST_CASE("geotrain's GPT trains like PyTorch's: 20 Muon steps of gpt-tiny on the KJV corpus") {
+  // Muon for the 20 block matrices at muon_lr 0.02 (x the schedule's multiplier), AdamW for the
+  // embeddings, LayerNorms and biases at lr 0.001; weight decay 0.1 on both.
+  check_parity("muon",
+               "{kind: muon, muon_lr: 0.02, muon_momentum: 0.95, muon_nesterov: true, "
+               "muon_ns_steps: 5, beta1: 0.9, beta2: 0.95, eps: 1.0e-8, weight_decay: 0.1}");
 }
