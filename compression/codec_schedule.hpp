@@ -1,6 +1,8 @@
 // CodecSchedule: which codec one link (the uplink of a tensor class, or a server's downlink) uses
 // at each round. Parsed once, here, from the config value of worker.critical_codec,
-// worker.noncritical_codec, server.downlink_codec and server.downlink_codecs.<region>:
+// worker.noncritical_codec, server.downlink_codec and server.downlink_codecs.<region> (by
+// worker/config.cpp, server/config.cpp, the run summary's bytes per phase, and from_phases for
+// the Python binding's lists):
 //
 //   critical_codec: onebit                                   # one codec for the whole run
 //   critical_codec: [{until_round: 10, codec: int8}, {codec: onebit}]
