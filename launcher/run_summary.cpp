@@ -102,14 +102,14 @@ RunSchedules run_schedules(const YAML::Node& config) {
   };
   const YAML::Node worker = section("worker"), server = section("server");
   if (worker && worker["critical_codec"])
-    out.critical = compression::CodecSchedule::parse(in, worker["critical_codec"],
-                                                     "worker.critical_codec");
+    out.critical =
+        compression::CodecSchedule::parse(in, worker["critical_codec"], "worker.critical_codec");
   if (worker && worker["noncritical_codec"])
     out.noncritical = compression::CodecSchedule::parse(in, worker["noncritical_codec"],
                                                         "worker.noncritical_codec");
   if (server && server["downlink_codec"])
-    out.downlink = compression::CodecSchedule::parse(in, server["downlink_codec"],
-                                                     "server.downlink_codec");
+    out.downlink =
+        compression::CodecSchedule::parse(in, server["downlink_codec"], "server.downlink_codec");
   if (server && server["downlink_codecs"] && server["downlink_codecs"].IsMap())
     for (const auto& kv : server["downlink_codecs"]) {
       const auto region = kv.first.as<std::string>();
@@ -389,12 +389,12 @@ std::string build_report(const fs::path& run_dir, const json& s) {
         "\n## Codec phases\n\n| rounds | critical | non-critical | downlink | rounds done | pushed "
         "| pulled |\n|---|---|---|---|---|---|---|\n";
     for (const auto& p : s["codec_phases"])
-      md += fmt::format("| {}-{} | `{}` | `{}` | `{}` | {} | {} | {} |\n", fmt_value(p["first_round"]),
-                        p["last_round"].is_null() ? std::string() : fmt_value(p["last_round"]),
-                        fmt_value(p["critical_codec"]), fmt_value(p["noncritical_codec"]),
-                        fmt_value(p["downlink_codec"]), fmt_value(p["rounds"]),
-                        human_bytes(p.value("bytes_pushed", 0.0)),
-                        human_bytes(p.value("bytes_pulled", 0.0)));
+      md += fmt::format(
+          "| {}-{} | `{}` | `{}` | `{}` | {} | {} | {} |\n", fmt_value(p["first_round"]),
+          p["last_round"].is_null() ? std::string() : fmt_value(p["last_round"]),
+          fmt_value(p["critical_codec"]), fmt_value(p["noncritical_codec"]),
+          fmt_value(p["downlink_codec"]), fmt_value(p["rounds"]),
+          human_bytes(p.value("bytes_pushed", 0.0)), human_bytes(p.value("bytes_pulled", 0.0)));
   }
   if (s.contains("faults") && s["faults"].is_array() && !s["faults"].empty()) {
     md += fmt::format(

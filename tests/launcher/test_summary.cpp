@@ -322,7 +322,8 @@ TEST_CASE("a region whose flush failed keeps its own figure; without any global 
   CHECK(build_report(none.path(), n).find("no global model") != std::string::npos);
 }
 
-TEST_CASE("the summary reports the WAN bytes of each codec phase, cut where any schedule switches") {
+TEST_CASE(
+    "the summary reports the WAN bytes of each codec phase, cut where any schedule switches") {
   geotrain::test::TempDir tmp("launcher-codec-phases");
   // Regions a and b, rounds 1..6: round t pushes 100 t and pulls 10 t bytes; the flush 7 + 70.
   // Region b's round 3 event merged the exchange of round 2 (overlap): it counts there.
@@ -335,8 +336,12 @@ TEST_CASE("the summary reports the WAN bytes of each codec phase, cut where any 
     };
     line({{"event", "start"}, {"time", 0}, {"rounds", 6}});
     for (int t = 1; t <= 6; ++t) {
-      json e{{"event", "round"},  {"time", t},          {"round", t},
-             {"steps", 2},        {"merged_round", t}, {"bytes_pushed", 100 * t},
+      json e{{"event", "round"},
+             {"time", t},
+             {"round", t},
+             {"steps", 2},
+             {"merged_round", t},
+             {"bytes_pushed", 100 * t},
              {"bytes_pulled", 10 * t}};
       if (region == "b" && t == 3) e["merged_round"] = 2;
       line(e);
