@@ -172,6 +172,24 @@ json codec_phases(const RunSchedules& s, const RunMonitor& monitor) {
   }
   return out;
 }
+// report.md's table of codec phases (summary.json's codec_phases): the WAN payload of each;
+// empty for a run of one phase.
+std::string codec_phase_table(const json& s) {
+  std::string out;
+  if (s.contains("codec_phases") && s["codec_phases"].is_array() && s["codec_phases"].size() > 1) {
+    out +=
+        "\n## Codec phases\n\n| rounds | critical | non-critical | downlink | rounds done | pushed "
+        "| pulled |\n|---|---|---|---|---|---|---|\n";
+    for (const auto& p : s["codec_phases"])
+      out += fmt::format(
+          "| {}-{} | `{}` | `{}` | `{}` | {} | {} | {} |\n", fmt_value(p["first_round"]),
+          p["last_round"].is_null() ? std::string() : fmt_value(p["last_round"]),
+          fmt_value(p["critical_codec"]), fmt_value(p["noncritical_codec"]),
+          fmt_value(p["downlink_codec"]), fmt_value(p["rounds"]),
+          human_bytes(p.value("bytes_pushed", 0.0)), human_bytes(p.value("bytes_pulled", 0.0)));
+  }
+  return out;
+}
 }  // namespace
 
 std::string human_bytes(double bytes) {
@@ -383,19 +401,7 @@ std::string build_report(const fs::path& run_dir, const json& s) {
                       lm ? bpb_text(own(r, "val_bpb")) : pct(own(r, "test_accuracy")),
                       fmt_value(r["rounds"]), human_bytes(r.value("wan_bytes", 0.0)),
                       fmt_value(r["mean_staleness"]), fmt_value(r["wait_seconds"]));
-  // Codec schedules: the WAN payload of each phase (one phase: nothing to add).
-  if (s.contains("codec_phases") && s["codec_phases"].is_array() && s["codec_phases"].size() > 1) {
-    md +=
-        "\n## Codec phases\n\n| rounds | critical | non-critical | downlink | rounds done | pushed "
-        "| pulled |\n|---|---|---|---|---|---|---|\n";
-    for (const auto& p : s["codec_phases"])
-      md += fmt::format(
-          "| {}-{} | `{}` | `{}` | `{}` | {} | {} | {} |\n", fmt_value(p["first_round"]),
-          p["last_round"].is_null() ? std::string() : fmt_value(p["last_round"]),
-          fmt_value(p["critical_codec"]), fmt_value(p["noncritical_codec"]),
-          fmt_value(p["downlink_codec"]), fmt_value(p["rounds"]),
-          human_bytes(p.value("bytes_pushed", 0.0)), human_bytes(p.value("bytes_pulled", 0.0)));
-  }
+  md += codec_phase_table(s);
   if (s.contains("faults") && s["faults"].is_array() && !s["faults"].empty()) {
     md += fmt::format(
         "\n## Faults and restarts\n\n{} restart(s).\n\n| process | what | at (s) | restarted "
