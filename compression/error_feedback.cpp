@@ -61,6 +61,23 @@ void ErrorFeedback::set_residual(uint64_t stream, ConstFloatSpan values) {
 
 void ErrorFeedback::reset(uint64_t stream) { residuals_.erase(stream); }
 
+std::unique_ptr<Codec> ErrorFeedback::set_codec(std::unique_ptr<Codec> codec) {
+  GT_ASSERT(codec != nullptr, "ErrorFeedback needs a codec");
+  codec_.swap(codec);
+  return codec;
+}
+
+void ErrorFeedback::move_residual(uint64_t stream, ErrorFeedback& to) {
+  if (&to == this) return;
+  auto it = residuals_.find(stream);
+  if (it == residuals_.end()) {
+    to.reset(stream);
+    return;
+  }
+  to.residuals_[stream] = std::move(it->second);
+  residuals_.erase(it);
+}
+
 std::vector<uint64_t> ErrorFeedback::streams() const {
   std::vector<uint64_t> s;
   for (const auto& [id, e] : residuals_) s.push_back(id);

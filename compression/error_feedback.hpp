@@ -46,6 +46,14 @@ class ErrorFeedback {
   // its length; later calls must pass the same length (InputError otherwise, residual kept).
   void encode(uint64_t stream, ConstFloatSpan g, Bytes& out);
 
+  // Encodes with `codec` from now on (a codec schedule's switch); every stream keeps its
+  // residual: e is in parameter units, x - D(c) whichever codec made c, so the new codec sends
+  // what the old one still owed. Returns the codec replaced.
+  std::unique_ptr<Codec> set_codec(std::unique_ptr<Codec> codec);
+  // Moves `stream`'s residual to `to` (which uses another codec: the server keeps one
+  // ErrorFeedback per downlink codec), replacing any there; with none here, `to` has none after.
+  void move_residual(uint64_t stream, ErrorFeedback& to);
+
   float decay() const { return options_.decay; }
   const Codec& codec() const { return *codec_; }
   Codec& codec() { return *codec_; }

@@ -70,6 +70,11 @@ void RunMonitor::add(const nlohmann::json& e) {
     region.round = std::max(region.round, static_cast<uint64_t>(number_or(e, "round", 0)));
     region.bytes_pushed += number_or(e, "bytes_pushed", 0);
     region.bytes_pulled += number_or(e, "bytes_pulled", 0);
+    // By the round of the exchange (merged_round: with overlap, the round before the event's).
+    auto& by_round = region.bytes_by_round[static_cast<uint64_t>(
+        number_or(e, "merged_round", number_or(e, "round", 0)))];
+    by_round.first += number_or(e, "bytes_pushed", 0);
+    by_round.second += number_or(e, "bytes_pulled", 0);
     region.wait_s += number_or(e, "wait_s", 0);
     if (auto s = number(e, "staleness")) {
       region.staleness = s;

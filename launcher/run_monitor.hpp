@@ -51,6 +51,8 @@ struct RegionState {
   uint64_t rounds_done = 0;                   // training rounds (steps > 0), each round once
   std::set<uint64_t> rounds_seen;             // their numbers (a restarted region may redo one)
   double bytes_pushed = 0, bytes_pulled = 0;  // rounds and the flush
+  // The round events' bytes (pushed, pulled) by the round of their exchange (no flush).
+  std::map<uint64_t, std::pair<double, double>> bytes_by_round;
   double flush_bytes = 0;                     // the `flush` event's, pushed + pulled
   uint64_t skipped_steps = 0;                 // leader's steps the anomaly guard refused
   std::optional<double> staleness;            // newest

@@ -5,8 +5,11 @@
 #include <algorithm>
 #include <fstream>
 #include <map>
+#include <set>
 
+#include "compression/codec_schedule.hpp"
 #include "core/error.hpp"
+#include "core/yaml_reader.hpp"
 #include "launcher/fault_log.hpp"
 #include "launcher/jsonl_tail.hpp"
 
@@ -82,6 +85,110 @@ std::string config_value(const YAML::Node& root, const std::string& path) {
   YAML::Emitter e;
   e << YAML::Flow << n;
   return e.c_str();
+}
+// The codec schedules of a run's config (compression/codec_schedule.hpp): each uplink class's,
+// the servers' downlink and any region's own downlink. Absent keys are fp32, as the parsers'
+// defaults; InputError on a bad schedule.
+struct RunSchedules {
+  compression::CodecSchedule critical, noncritical, downlink;
+  std::map<std::string, compression::CodecSchedule> downlink_for;
+};
+
+RunSchedules run_schedules(const YAML::Node& config) {
+  const YamlReader in("the run folder's config.yaml");
+  RunSchedules out;
+  auto section = [&](const char* name) {
+    return config.IsMap() && config[name] && config[name].IsMap() ? config[name] : YAML::Node();
+  };
+  const YAML::Node worker = section("worker"), server = section("server");
+  if (worker && worker["critical_codec"])
+    out.critical =
+        compression::CodecSchedule::parse(in, worker["critical_codec"], "worker.critical_codec");
+  if (worker && worker["noncritical_codec"])
+    out.noncritical = compression::CodecSchedule::parse(in, worker["noncritical_codec"],
+                                                        "worker.noncritical_codec");
+  if (server && server["downlink_codec"])
+    out.downlink =
+        compression::CodecSchedule::parse(in, server["downlink_codec"], "server.downlink_codec");
+  if (server && server["downlink_codecs"] && server["downlink_codecs"].IsMap())
+    for (const auto& kv : server["downlink_codecs"]) {
+      const auto region = kv.first.as<std::string>();
+      out.downlink_for.emplace(region, compression::CodecSchedule::parse(
+                                           in, kv.second, "server.downlink_codecs." + region));
+    }
+  return out;
+}
+
+// summary.json's codec_phases: the rounds cut wherever some link's schedule switches codecs,
+// each span with its codecs and the bytes of the round exchanges in it, summed over regions (the
+// flush at the end is in no phase: it is per_region.*.flush_bytes). One span for a run without
+// schedules. Rounds are counted from 1; last_round is null for the open-ended last span.
+json codec_phases(const RunSchedules& s, const RunMonitor& monitor) {
+  std::set<uint64_t> ends;  // last rounds of spans, except the open one
+  auto add = [&](const compression::CodecSchedule& schedule) {
+    for (const auto& p : schedule.phases())
+      if (p.until_round) ends.insert(*p.until_round);
+  };
+  add(s.critical);
+  add(s.noncritical);
+  add(s.downlink);
+  for (const auto& [_, d] : s.downlink_for) add(d);
+  std::vector<std::pair<uint64_t, std::optional<uint64_t>>> spans;
+  uint64_t first = 1;
+  for (uint64_t end : ends) {
+    spans.push_back({first, end});
+    first = end + 1;
+  }
+  spans.push_back({first, std::nullopt});
+  json out = json::array();
+  for (const auto& [lo, hi] : spans) {
+    double pushed = 0, pulled = 0;
+    uint64_t rounds = 0;  // the most exchange rounds any region did in the span
+    for (const auto& [_, r] : monitor.regions()) {
+      uint64_t mine = 0;
+      // (The first span takes a round 0 too, should an event claim one: every byte counts once.)
+      for (auto it = r.bytes_by_round.lower_bound(lo == 1 ? 0 : lo);
+           it != r.bytes_by_round.end() && (!hi || it->first <= *hi); ++it, ++mine) {
+        pushed += it->second.first;
+        pulled += it->second.second;
+      }
+      rounds = std::max(rounds, mine);
+    }
+    json phase = {{"first_round", lo},
+                  {"last_round", hi ? json(*hi) : json(nullptr)},
+                  {"critical_codec", s.critical.codec_at(lo)},
+                  {"noncritical_codec", s.noncritical.codec_at(lo)},
+                  {"downlink_codec", s.downlink.codec_at(lo)},
+                  {"rounds", rounds},
+                  {"bytes_pushed", pushed},
+                  {"bytes_pulled", pulled},
+                  {"wan_bytes", pushed + pulled}};
+    if (!s.downlink_for.empty()) {
+      json per = json::object();
+      for (const auto& [region, d] : s.downlink_for) per[region] = d.codec_at(lo);
+      phase["downlink_codecs"] = per;
+    }
+    out.push_back(std::move(phase));
+  }
+  return out;
+}
+// report.md's table of codec phases (summary.json's codec_phases): the WAN payload of each;
+// empty for a run of one phase.
+std::string codec_phase_table(const json& s) {
+  std::string out;
+  if (s.contains("codec_phases") && s["codec_phases"].is_array() && s["codec_phases"].size() > 1) {
+    out +=
+        "\n## Codec phases\n\n| rounds | critical | non-critical | downlink | rounds done | pushed "
+        "| pulled |\n|---|---|---|---|---|---|---|\n";
+    for (const auto& p : s["codec_phases"])
+      out += fmt::format(
+          "| {}-{} | `{}` | `{}` | `{}` | {} | {} | {} |\n", fmt_value(p["first_round"]),
+          p["last_round"].is_null() ? std::string() : fmt_value(p["last_round"]),
+          fmt_value(p["critical_codec"]), fmt_value(p["noncritical_codec"]),
+          fmt_value(p["downlink_codec"]), fmt_value(p["rounds"]),
+          human_bytes(p.value("bytes_pushed", 0.0)), human_bytes(p.value("bytes_pulled", 0.0)));
+  }
+  return out;
 }
 }  // namespace
 
@@ -193,6 +300,14 @@ json build_summary(const fs::path& run_dir, const SummaryInputs& in) {
       fs::exists(run_dir / "model.safetensors") ? json("model.safetensors") : json(nullptr);
   s["wall_seconds"] = in.wall_seconds.value_or(slowest);
   s["wan_bytes_total"] = wan;
+  // Bytes per codec phase, from the run folder's config (none when it cannot be read).
+  try {
+    if (fs::exists(run_dir / "config.yaml"))
+      s["codec_phases"] =
+          codec_phases(run_schedules(YAML::LoadFile((run_dir / "config.yaml").string())), monitor);
+  } catch (const YAML::Exception&) {
+  } catch (const InputError&) {
+  }
   if (auto b = netsim_bytes(run_dir / "netsim.jsonl")) s["wan_wire_bytes_total"] = *b;
   s["rounds"] = rounds;
   s["steps"] = steps;
@@ -286,6 +401,7 @@ std::string build_report(const fs::path& run_dir, const json& s) {
                       lm ? bpb_text(own(r, "val_bpb")) : pct(own(r, "test_accuracy")),
                       fmt_value(r["rounds"]), human_bytes(r.value("wan_bytes", 0.0)),
                       fmt_value(r["mean_staleness"]), fmt_value(r["wait_seconds"]));
+  md += codec_phase_table(s);
   if (s.contains("faults") && s["faults"].is_array() && !s["faults"].empty()) {
     md += fmt::format(
         "\n## Faults and restarts\n\n{} restart(s).\n\n| process | what | at (s) | restarted "

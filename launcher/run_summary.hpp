@@ -18,7 +18,11 @@
 // target_val_bpb with time_to_target_seconds (when a target is set: the time by which every
 // region's leader had evaluated at or above the accuracy, or at or below the bpb; null if one
 // never did), and per_region details (region_* of each region's own parameters, final_* of the
-// global model as its leader evaluated it, flush_bytes).
+// global model as its leader evaluated it, flush_bytes), and codec_phases (the rounds cut where a
+// codec schedule switches, each span with first_round, last_round (null: to the end), its
+// critical, non-critical and downlink codecs, rounds, bytes_pushed, bytes_pulled and wan_bytes of
+// the round exchanges in it; the flush is in no span, so the spans' wan_bytes plus the regions'
+// flush_bytes are wan_bytes_total).
 // Functions read and write files; they do not block otherwise. No shared state.
 #pragma once
 

@@ -8,7 +8,6 @@
 #include <sstream>
 
 #include "compression/error_feedback.hpp"
-#include "compression/factory.hpp"
 #include "core/error.hpp"
 #include "core/yaml_reader.hpp"
 
@@ -93,29 +92,19 @@ void parse_consistency(const Ctx& c, const YAML::Node& n, ServerConfig& cfg) {
 }
 
 // server.downlink_codec, server.downlink_codecs (per region) and server.downlink_error_feedback:
-// how the server compresses what each region pulls.
+// how the server compresses what each region pulls. Each codec is a spec or a schedule of them
+// by round (compression/codec_schedule.hpp).
 void parse_downlink(const Ctx& c, const YAML::Node& s, ServerConfig& cfg) {
-  if (auto n = s["downlink_codec"]) {
-    cfg.shard.downlink_codec = get_str(c, n, "server.downlink_codec");
-    try {
-      compression::make_codec(cfg.shard.downlink_codec);
-    } catch (const InputError& e) {
-      GT_REQUIRE(false, "{}: server.downlink_codec: {}", c.source, e.what());
-    }
-  }
+  if (auto n = s["downlink_codec"])
+    cfg.shard.downlink_codec = compression::CodecSchedule::parse(c.in, n, "server.downlink_codec");
   if (auto n = s["downlink_codecs"]) {
     check_keys(c, n, "server.downlink_codecs",
                std::set<std::string>(cfg.regions.begin(), cfg.regions.end()));
     for (const auto& kv : n) {
       const auto region = kv.first.as<std::string>();
       const auto key = "server.downlink_codecs." + region;
-      auto spec = get_str(c, kv.second, key);
-      try {
-        compression::make_codec(spec);
-      } catch (const InputError& e) {
-        GT_REQUIRE(false, "{}: {}: {}", c.source, key, e.what());
-      }
-      cfg.shard.downlink_codec_for[cfg.region_index(region)] = spec;
+      cfg.shard.downlink_codec_for[cfg.region_index(region)] =
+          compression::CodecSchedule::parse(c.in, kv.second, key);
     }
   }
   if (auto ef = s["downlink_error_feedback"]) {

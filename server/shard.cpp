@@ -27,24 +27,23 @@ Shard::Shard(ShardRange range, std::vector<uint8_t> critical_mask, size_t region
       base_(regions),
       sent_version_(regions, 0) {
   for (size_t r = 0; r < regions; ++r) {
-    const auto& spec = settings.downlink_spec(r);
-    auto it = downlinks_.find(spec);
-    if (it == downlinks_.end())
-      it = downlinks_
-               .emplace(spec, compression::ErrorFeedback(
-                                  compression::make_codec(spec),
-                                  compression::FeedbackOptions{settings.downlink_feedback_decay}))
-               .first;
-    downlink_of_.push_back(&it->second);
+    for (const auto& phase : settings.downlink_schedule(r).phases()) {
+      if (downlinks_.count(phase.codec)) continue;
+      downlinks_.emplace(phase.codec,
+                         compression::ErrorFeedback(
+                             compression::make_codec(phase.codec),
+                             compression::FeedbackOptions{settings.downlink_feedback_decay}));
+    }
+    downlink_of_.push_back(&downlinks_.at(settings.downlink_schedule(r).phases().front().codec));
   }
   GT_ASSERT(mask_.size() == range.count, "mask size {} != shard size {}", mask_.size(),
             range.count);
   critical_count_ = static_cast<uint64_t>(std::count(mask_.begin(), mask_.end(), uint8_t{1}));
   // Versions get their payload header as they are written when some region is sent values on
   // every pull; otherwise only a full pull needs one, and makes it then.
-  header_on_fill_ = std::any_of(downlink_of_.begin(), downlink_of_.end(), [](const auto* d) {
-    return d->codec().id() == compression::CodecId::fp32;
-  });
+  header_on_fill_ = false;
+  for (size_t r = 0; r < regions; ++r)
+    header_on_fill_ = header_on_fill_ || settings.downlink_schedule(r).fp32_from(0);
   values_->fill([](size_t, FloatSpan block) { std::fill(block.begin(), block.end(), 0.0f); },
                 nullptr, header_on_fill_);
 }
@@ -348,14 +347,23 @@ void Shard::rejoin(size_t region) {
   downlink_of_.at(region)->reset(region);
 }
 
+const std::string& Shard::downlink_spec_now(size_t region) const {
+  return settings_.downlink_schedule(region).codec_at(gate_.clock(region));
+}
+
+bool Shard::keeps_sent_values(size_t region) const {
+  return settings_.downlink_schedule(region).lossy_from(gate_.clock(region));
+}
+
 bool Shard::pull_sends_values(size_t region, bool full) const {
-  return full || downlink_of_.at(region)->codec().id() == compression::CodecId::fp32;
+  return full || scheduled_downlink(region).codec().id() == compression::CodecId::fp32;
 }
 
 std::shared_ptr<const ValueBuffer> Shard::pull_values(size_t region) {
   values_->payload_for_send();  // the header, unless the version was written with it
-  if (!pull_sends_values(region, false)) {
-    // A lossy downlink sends changes from here on: keep what this pull sends to diff against.
+  if (keeps_sent_values(region)) {
+    // A lossy downlink sends changes from here on (now, or after an fp32 phase of its schedule):
+    // keep what this pull sends to diff against.
     auto& base = base_.at(region);
     if (!base) base.emplace(values_->size());
     std::copy(values().begin(), values().end(), base->begin());
@@ -368,7 +376,7 @@ std::shared_ptr<const ValueBuffer> Shard::pull_values(size_t region) {
 
 bool Shard::start_downlink_from_zero(size_t region) {
   if (version_ != 0) return false;
-  if (!pull_sends_values(region, false)) {
+  if (keeps_sent_values(region)) {
     auto& base = base_.at(region);
     if (!base) base.emplace(values_->size());
     std::fill(base->begin(), base->end(), 0.0f);
@@ -380,7 +388,7 @@ bool Shard::start_downlink_from_zero(size_t region) {
 }
 
 size_t Shard::change_bytes(size_t region) const {
-  return downlink_of_.at(region)->codec().max_payload_bytes(values_->size());
+  return scheduled_downlink(region).codec().max_payload_bytes(values_->size());
 }
 
 void Shard::pull_change(size_t region, Bytes& out) {
@@ -391,9 +399,13 @@ void Shard::pull_change(size_t region, Bytes& out) {
             region);
   // TODO(perf): a codec entry point taking values and sent instead of g would fuse this pass
   // into the error-feedback encode (x = (values - sent) + e), one pass fewer for lossy codecs.
+  // A schedule switched codecs: the residual goes on with the new one.
+  auto& downlink = downlinks_.at(downlink_spec_now(region));
+  downlink_of_.at(region)->move_residual(region, downlink);
+  downlink_of_.at(region) = &downlink;
   scratch_.resize(values_->size());
   take_change(values(), *base, scratch_);
-  downlink_of_.at(region)->encode(region, scratch_, out);
+  downlink.encode(region, scratch_, out);
   sent_version_.at(region) = version_;
 }
 

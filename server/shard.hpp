@@ -9,6 +9,14 @@
 // state per region (whether it has values, the version last sent, and for a lossy downlink codec
 // the values last sent and that region's ErrorFeedback residual stream).
 //
+// Downlink codec schedules (ShardSettings::downlink_codec): a region's pull is encoded with its
+// schedule's codec of the round the region last pushed this shard (the gate's clock: the round of
+// the exchange the pull belongs to, when its push came first, as a leader sends them). At a
+// switch the region's residual moves to the new codec's ErrorFeedback (kept, as on the uplink);
+// a switch to fp32 sends values (and drops it, as every values pull does). While a lossy phase
+// may still come, the values last sent are kept even in an fp32 phase, so that the first change
+// pull after it has them to diff against.
+//
 // Consistency (docs/protocol.md, server/consistency.hpp): critical elements change only when a
 // round is released, by the outer optimizer applied to the weighted average of the deltas merged
 // into it (ssp: every live region's; quorum: also a quorum's once the grace window expired, plus
@@ -44,6 +52,7 @@
 #include <optional>
 #include <vector>
 
+#include "compression/codec_schedule.hpp"
 #include "compression/error_feedback.hpp"
 #include "core/span.hpp"
 #include "server/consistency.hpp"
@@ -65,11 +74,13 @@ struct ShardSettings {
   uint32_t staleness_bound = 0;
   StalenessWeighting weighting = StalenessWeighting::none;
   ConsistencySettings consistency;  // server.consistency: when rounds release, how deltas weigh
-  std::string downlink_codec = "fp32";
-  std::map<size_t, std::string> downlink_codec_for;  // region -> spec overriding downlink_codec
+  // server.downlink_codec(s): a codec spec, or a schedule of them by round
+  // (compression/codec_schedule.hpp), the round being the one the region last pushed the shard.
+  compression::CodecSchedule downlink_codec = "fp32";
+  std::map<size_t, compression::CodecSchedule> downlink_codec_for;  // region -> its own schedule
   float downlink_feedback_decay = 1.0f;  // server.downlink_error_feedback.decay (1: keep all)
 
-  const std::string& downlink_spec(size_t region) const {
+  const compression::CodecSchedule& downlink_schedule(size_t region) const {
     auto it = downlink_codec_for.find(region);
     return it == downlink_codec_for.end() ? downlink_codec : it->second;
   }
@@ -184,8 +195,9 @@ class Shard {
   ConstFloatSpan downlink_residual(size_t region) const {
     return downlink_of_.at(region)->residual(region);
   }
+  // The codec of the region's next pull (its schedule's, at the round it last pushed).
   const compression::Codec& downlink_codec(size_t region) const {
-    return downlink_of_.at(region)->codec();
+    return scheduled_downlink(region).codec();
   }
 
   // Lets the optimizer's pass over a large shard run half on the splitter's thread
@@ -289,10 +301,21 @@ class Shard {
   std::vector<bool> pulled_;                      // has values since it (re)joined
   std::vector<std::optional<ShardBuffer>> base_;  // lossy downlink: values last sent
   std::vector<uint64_t> sent_version_;
-  // One ErrorFeedback per distinct downlink codec spec; its stream `region` is that region's
-  // residual, so every region has exactly one stream whatever codec it uses.
+  // One ErrorFeedback per distinct downlink codec spec (of every phase of every region's
+  // schedule); its stream `region` is that region's residual, so every region has exactly one
+  // stream whatever codec it uses.
   std::map<std::string, compression::ErrorFeedback> downlinks_;
-  std::vector<compression::ErrorFeedback*> downlink_of_;  // per region, into downlinks_
+  // Per region, into downlinks_: the one holding its residual (the codec of its last change pull,
+  // or its first phase's).
+  std::vector<compression::ErrorFeedback*> downlink_of_;
+  // The region's schedule's codec spec now (at its gate clock), and its ErrorFeedback.
+  const std::string& downlink_spec_now(size_t region) const;
+  const compression::ErrorFeedback& scheduled_downlink(size_t region) const {
+    return downlinks_.at(downlink_spec_now(region));
+  }
+  // Whether the region's downlink may still send changes (a lossy phase now or later): then a
+  // values pull keeps what it sent.
+  bool keeps_sent_values(size_t region) const;
   ShardBuffer scratch_;
   PassSplitter* splitter_ = nullptr;
   std::optional<Staged> staged_;

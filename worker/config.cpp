@@ -4,7 +4,6 @@
 #include <sstream>
 
 #include "compression/error_feedback.hpp"
-#include "compression/factory.hpp"
 #include "core/error.hpp"
 #include "core/yaml_reader.hpp"
 
@@ -167,6 +166,7 @@ WorkerConfig parse_worker_config(std::string_view yaml_text, std::string_view so
                  "critical_codec",
                  "noncritical_codec",
                  "error_feedback",
+                 "chunk_align",
                  "overlap",
                  "optimizer",
                  "lr",
@@ -224,16 +224,12 @@ WorkerConfig parse_worker_config(std::string_view yaml_text, std::string_view so
              source, c.model.kind, c.data.kind);
   for (auto [key, out] : {std::pair{"critical_codec", &c.critical_codec},
                           {"noncritical_codec", &c.noncritical_codec}}) {
-    if (auto n = w[key]) {
-      *out = in.string(n, fmt::format("worker.{}", key));
-      try {
-        compression::make_codec(*out);
-      } catch (const InputError& e) {
-        GT_REQUIRE(false, "{}: worker.{}: {}", source, key, e.what());
-      }
-    }
+    if (auto n = w[key])
+      *out = compression::CodecSchedule::parse(in, n, fmt::format("worker.{}", key));
   }
   if (auto n = w["error_feedback"]) parse_error_feedback(in, n, c);
+  if (auto n = w["chunk_align"])
+    c.tensor_segments = in.choice(n, "worker.chunk_align", {"segment", "tensor"}) == "tensor";
   if (auto n = w["overlap"]) {
     const std::string text = in.string(n, "worker.overlap");
     bool on = false;

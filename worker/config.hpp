@@ -20,6 +20,7 @@
 #include <string_view>
 #include <vector>
 
+#include "compression/codec_schedule.hpp"
 #include "models/model_spec.hpp"
 #include "wire/security_config.hpp"
 #include "worker/anomaly_guard.hpp"
@@ -66,11 +67,17 @@ struct WorkerConfig {
   uint32_t accumulation_steps = 1;
   uint32_t local_steps = 1;  // H: local steps per round
   uint64_t rounds = 100;
-  std::string critical_codec = "fp32";
-  std::string noncritical_codec = "fp32";
+  // worker.critical_codec / noncritical_codec: a codec spec, or a schedule of them by round
+  // (compression/codec_schedule.hpp).
+  compression::CodecSchedule critical_codec = "fp32";
+  compression::CodecSchedule noncritical_codec = "fp32";
   // worker.error_feedback.decay: beta of both classes' uplink residuals, x = delta + beta e
   // (compression/error_feedback.hpp), in (0, 1]; 1 keeps the whole residual.
   float error_feedback_decay = 1.0f;
+  // worker.chunk_align: segment (false, the default: a codec's chunks run on across the tensors
+  // of one class inside a shard) | tensor (true: every tensor is a segment of its own, so chunks,
+  // and their scales, restart at each tensor boundary; uplink only). SyncConfig::tensor_segments.
+  bool tensor_segments = false;
   bool overlap = false;  // overlap_mode != off
   // worker.overlap: false | true (carry) | eager | delayed (worker/overlap_merge.hpp).
   OverlapMode overlap_mode = OverlapMode::off;

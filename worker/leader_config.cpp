@@ -15,6 +15,7 @@ SyncConfig leader_sync_config(const WorkerConfig& c, const std::string& region,
   sc.critical_codec = c.critical_codec;
   sc.noncritical_codec = c.noncritical_codec;
   sc.error_feedback_decay = c.error_feedback_decay;
+  sc.tensor_segments = c.tensor_segments;
   sc.staleness_bound = c.staleness_bound;
   sc.fragments = c.fragments;
   sc.critical_fragment = c.critical_fragment();

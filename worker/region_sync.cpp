@@ -20,9 +20,9 @@ using Clock = std::chrono::steady_clock;
 RegionSync::RegionSync(const ParamTable& layout, SyncConfig config, zmq::context_t& context)
     : layout_(layout),
       config_(std::move(config)),
-      critical_ef_(compression::make_codec(config_.critical_codec),
+      critical_ef_(compression::make_codec(config_.critical_codec.phases().front().codec),
                    compression::FeedbackOptions{config_.error_feedback_decay}),
-      noncritical_ef_(compression::make_codec(config_.noncritical_codec),
+      noncritical_ef_(compression::make_codec(config_.noncritical_codec.phases().front().codec),
                       compression::FeedbackOptions{config_.error_feedback_decay}) {
   GT_REQUIRE(!config_.servers.empty(), "region {}: no servers to synchronise with", config_.region);
   for (const auto& s : config_.servers) {
@@ -49,18 +49,24 @@ void RegionSync::set_origin(ConstFloatSpan origin) {
 }
 
 void RegionSync::build_segments(ShardState& shard) const {
-  // Runs of tensors of one class inside [offset, offset + count): one segment each.
+  // Runs of tensors of one class inside [offset, offset + count): one segment each (with
+  // tensor_segments, one per tensor).
   const uint64_t begin = shard.offset, end = shard.offset + shard.count;
   for (const auto& t : layout_.tensors()) {
     const uint64_t lo = std::max(begin, t.offset), hi = std::min(end, t.offset + t.size);
     if (lo >= hi) continue;
-    if (!shard.segments.empty() && shard.segments.back().critical == t.critical &&
+    if (!config_.tensor_segments && !shard.segments.empty() &&
+        shard.segments.back().critical == t.critical &&
         shard.offset + shard.segments.back().offset + shard.segments.back().count == lo) {
       shard.segments.back().count += hi - lo;
     } else {
       shard.segments.push_back({lo - begin, hi - lo, t.critical, 0});
     }
   }
+  GT_REQUIRE(shard.segments.size() <= 0x10000,
+             "region {}: shard {} has {} segments, at most 65536 (worker.chunk_align: tensor "
+             "makes one per tensor)",
+             config_.region, shard.id, shard.segments.size());
   for (size_t i = 0; i < shard.segments.size(); ++i)
     shard.segments[i].stream = (uint64_t{shard.id} << 16) | i;
 }
@@ -415,8 +421,30 @@ void RegionSync::push_and_pull(ConstFloatSpan local, const std::vector<bool>& ta
   report.pull_seconds += seconds_since(t1);
 }
 
+void RegionSync::use_codecs(uint64_t round) {
+  struct Link {
+    const compression::CodecSchedule& schedule;
+    compression::ErrorFeedback& ef;
+    size_t& phase;
+    const char* name;
+  };
+  for (const Link& l :
+       {Link{config_.critical_codec, critical_ef_, critical_phase_, "critical"},
+        Link{config_.noncritical_codec, noncritical_ef_, noncritical_phase_, "non-critical"}}) {
+    const size_t phase = l.schedule.phase_at(round);
+    if (phase == l.phase) continue;
+    // The residuals stay: they are what the old codec still owed, in parameter units.
+    l.ef.set_codec(compression::make_codec(l.schedule.phases()[phase].codec));
+    spdlog::info("region {}: round {}: {} codec {} -> {} (phase {} of {})", config_.region, round,
+                 l.name, l.schedule.phases()[l.phase].codec, l.schedule.phases()[phase].codec,
+                 phase + 1, l.schedule.phases().size());
+    l.phase = phase;
+  }
+}
+
 uint64_t RegionSync::send_push(size_t i, ConstFloatSpan local, RoundReport& report) {
   const auto& sh = shards_[i];
+  use_codecs(rounds_[sh.fragment]);
   for (uint64_t j = sh.offset; j < sh.offset + sh.count; ++j) delta_[j] = local[j] - base_[j];
   wire::Push push{sh.id, server_round(sh), sh.version, {}, config_.tokens_per_round};
   std::vector<zmq::message_t> frames;

@@ -58,6 +58,7 @@
 #include <string>
 #include <vector>
 
+#include "compression/codec_schedule.hpp"
 #include "compression/error_feedback.hpp"
 #include "core/fragments.hpp"
 #include "core/param_table.hpp"
@@ -77,9 +78,17 @@ struct SyncConfig {
     std::optional<wire::ChannelOptions::CurveClient> curve{};
   };
   std::vector<Server> servers;  // every region's server (the leader talks to all of them)
-  std::string critical_codec = "onebit";
-  std::string noncritical_codec = "int8";
+  // Each class's codec by round (compression/codec_schedule.hpp): a push of round t (this
+  // region's count, rounds_) encodes with codec_at(t); at a switch the residuals are kept.
+  compression::CodecSchedule critical_codec = "onebit";
+  compression::CodecSchedule noncritical_codec = "int8";
   float error_feedback_decay = 1.0f;  // worker.error_feedback.decay, for both classes
+  // worker.chunk_align: tensor. Every tensor is a segment of its own (its own payload and EF
+  // stream), so that a codec's chunks restart at each tensor boundary: a LayerNorm gain no longer
+  // shares a chunk scale with the weight matrix beside it. The servers decode any segmentation
+  // (each payload names its codec and count); the cost is a payload header (40 bytes) and at
+  // most one partial chunk per tensor. Off: one segment per run of tensors of one class.
+  bool tensor_segments = false;
   uint32_t staleness_bound = 0;
   uint32_t fragments = 1;  // streaming fragments (worker.fragments)
   // worker.stream_critical false with fragments > 1: the servers put the critical tensors in a
@@ -275,6 +284,8 @@ class RegionSync {
   // With `defer`, what has not come within config.shard_wait is deferred.
   void push_and_pull(ConstFloatSpan local, const std::vector<bool>& take, RoundReport& report,
                      uint64_t& released, bool defer);
+  // Sets both classes' codecs to their schedules' codecs of `round` (this region's count).
+  void use_codecs(uint64_t round);
   // Encodes and sends shard i's push (delta against base); returns its request id.
   uint64_t send_push(size_t shard_index, ConstFloatSpan local, RoundReport& report);
   // Rejoins `server`, pulls its shards of `take` in full and pushes and pulls them again; up to
@@ -324,6 +335,8 @@ class RegionSync {
   std::vector<float> delta_;
   compression::ErrorFeedback critical_ef_;
   compression::ErrorFeedback noncritical_ef_;
+  // The codec schedules' phases the two ErrorFeedbacks encode with now.
+  size_t critical_phase_ = 0, noncritical_phase_ = 0;
   std::vector<uint64_t> rounds_;  // per fragment: the round it pushes next
   uint64_t rejoins_ = 0;
   uint64_t startup_bytes_pulled_ = 0;

@@ -84,7 +84,9 @@ class OuterSync:
     region     this region's name (one of the config's regions).
     servers    {region: endpoint} instead of a config (then pass the other settings here).
     Keyword arguments override the config: local_steps (H), critical (globs),
-    critical_codec, noncritical_codec, staleness_bound, overlap (False/True/"eager"/"delayed"),
+    critical_codec, noncritical_codec (a spec, or a schedule [{"until_round": 10, "codec":
+    "int8"}, {"codec": "onebit"}]), chunk_align ("segment"/"tensor"), staleness_bound,
+    overlap (False/True/"eager"/"delayed"),
     fragments, fragment_delay, stream_critical, outer ({lr, momentum, nesterov}:
     server.optimizer), timeout_ms,
     run_dir; keys_dir (CURVE with this region's keys, the folder `geotrain keygen` wrote) and
@@ -167,7 +169,8 @@ class OuterSync:
             outer_momentum=float(outer["momentum"]),
             outer_nesterov=bool(outer["nesterov"]),
             keys_dir=s["keys_dir"] if s["curve"] else None,
-            stream_critical=bool(s["stream_critical"]))
+            stream_critical=bool(s["stream_critical"]),
+            chunk_align=str(s.get("chunk_align", "segment")))
         self._gather()
         self.round = int(leader.connect(self._flat_np))
         leader.copy_base(self._flat_np)
@@ -210,6 +213,7 @@ class OuterSync:
             s["servers"] = list(servers.items())
             s["regions"] = list(servers)
         known = {"local_steps", "rounds", "critical", "critical_codec", "noncritical_codec",
+                 "chunk_align",
                  "staleness_bound", "overlap", "fragments", "fragment_delay", "stream_critical",
                  "outer",
                  "timeout_ms", "run_dir", "model_name", "curve", "keys_dir"}
@@ -238,7 +242,10 @@ class OuterSync:
             raise ValueError(f"OuterSync: overlap is '{s['overlap']}' (allowed: False, True, "
                              "'eager', 'delayed')")
         for key in ("critical_codec", "noncritical_codec"):
-            _core.Codec(s[key])  # a bad spec fails here, naming what is allowed
+            if isinstance(s[key], str):
+                _core.Codec(s[key])  # a bad spec fails here, naming what is allowed
+            # a schedule [{"until_round": N, "codec": SPEC}, ..., {"codec": SPEC}] is checked
+            # by RegionSync's constructor, naming the phase
         return s
 
     @staticmethod

@@ -24,6 +24,7 @@
 #include <stdexcept>
 
 #include "buffers.hpp"
+#include "core/error.hpp"
 #include "core/param_table.hpp"
 #include "models/model_spec.hpp"
 #include "wire/handshake_check.hpp"
@@ -210,6 +211,47 @@ bool changes_after(uint64_t step, uint32_t fragments, uint32_t local_steps, uint
   return false;
 }
 
+// A codec schedule as Python holds it (compression/codec_schedule.hpp): the spec string for one
+// phase, else [{"until_round": N, "codec": SPEC}, ..., {"codec": SPEC}], as the YAML writes it.
+py::object schedule_to_py(const compression::CodecSchedule& s) {
+  if (!s.scheduled()) return py::str(s.phases().front().codec);
+  py::list phases;
+  for (const auto& p : s.phases()) {
+    py::dict d;
+    if (p.until_round) d["until_round"] = *p.until_round;
+    d["codec"] = p.codec;
+    phases.append(d);
+  }
+  return phases;
+}
+
+// The other way; InputError (ValueError) naming `key` and the phase on a bad schedule.
+compression::CodecSchedule schedule_from_py(const py::object& o, const std::string& key) {
+  if (py::isinstance<py::str>(o)) return compression::CodecSchedule(o.cast<std::string>());
+  GT_REQUIRE(py::isinstance<py::list>(o) || py::isinstance<py::tuple>(o),
+             "{} must be a codec spec or a list of phases {{until_round, codec}}", key);
+  std::vector<compression::CodecPhase> phases;
+  size_t i = 0;
+  for (const auto& item : o) {
+    GT_REQUIRE(py::isinstance<py::dict>(item), "{}[{}] must be a dict {{until_round, codec}}", key,
+               i);
+    const auto d = py::reinterpret_borrow<py::dict>(item);
+    for (const auto& kv : d) {
+      const auto name = py::str(kv.first).cast<std::string>();
+      GT_REQUIRE(name == "until_round" || name == "codec",
+                 "{}[{}] has an unknown key '{}' (allowed: codec, until_round)", key, i, name);
+    }
+    GT_REQUIRE(d.contains("codec"), "{}[{}] has no codec", key, i);
+    compression::CodecPhase phase;
+    phase.codec = py::str(d["codec"]).cast<std::string>();
+    if (d.contains("until_round") && !d["until_round"].is_none())
+      phase.until_round = d["until_round"].cast<uint64_t>();
+    phases.push_back(std::move(phase));
+    ++i;
+  }
+  return compression::CodecSchedule::from_phases(std::move(phases), key);
+}
+
 // What a leader of `region` needs from a deployment config, as the native worker reads it.
 py::dict leader_settings(const std::string& yaml_text, const std::string& source,
                          const std::string& region) {
@@ -230,8 +272,9 @@ py::dict leader_settings(const std::string& yaml_text, const std::string& source
   for (const auto& t : specs) tensors.append(py::make_tuple(t.name, t.size));
   d["tensors"] = tensors;
   d["critical"] = c.model.critical;
-  d["critical_codec"] = c.critical_codec;
-  d["noncritical_codec"] = c.noncritical_codec;
+  d["critical_codec"] = schedule_to_py(c.critical_codec);
+  d["noncritical_codec"] = schedule_to_py(c.noncritical_codec);
+  d["chunk_align"] = c.tensor_segments ? "tensor" : "segment";  // worker.chunk_align
   d["staleness_bound"] = c.staleness_bound;
   d["overlap"] = std::string(worker::overlap_mode_name(c.overlap_mode));  // false|true|eager|...
   d["fragments"] = c.fragments;
@@ -341,7 +384,11 @@ one flat float32 array in the table's order. Usually used through geotrain.torch
   tensors   [(name, size), ...]: the table, as the servers' model.tensors
   critical  globs of the tensors exchanged synchronously (model.critical)
   region    this region's name; servers: [(region, endpoint), ...] for every region
-  critical_codec, noncritical_codec: codec specs (error feedback always on)
+  critical_codec, noncritical_codec: codec specs, or schedules of them by round,
+             [{"until_round": 10, "codec": "int8"}, {"codec": "onebit"}] (rounds counted from 1;
+             a phase covers its until_round; error feedback always on, kept at a switch)
+  chunk_align: "segment" (default) or "tensor": one segment per tensor, so that codec chunks
+             restart at each tensor boundary (worker.chunk_align)
   staleness_bound: rounds this region may run ahead of the slowest (server.staleness_bound)
   local_steps: H; overlap: False/True/"false"/"true"/"eager"/"delayed" (worker.overlap)
   fragments: P (worker.fragments, must match the servers'); fragment_delay: steps from a
@@ -356,11 +403,16 @@ connect() raises HandshakeError (a ConnectionError) when a server refuses the co
       .def(py::init([](const std::vector<std::pair<std::string, uint64_t>>& tensors,
                        const std::vector<std::string>& critical, const std::string& region,
                        const std::vector<std::pair<std::string, std::string>>& servers,
-                       const std::string& critical_codec, const std::string& noncritical_codec,
+                       const py::object& critical_codec, const py::object& noncritical_codec,
                        uint32_t staleness_bound, const py::object& overlap, int64_t timeout_ms,
                        uint32_t local_steps, uint32_t fragments,
                        std::optional<uint32_t> fragment_delay, float outer_lr, float outer_momentum,
-                       bool outer_nesterov, const py::object& keys_dir, bool stream_critical) {
+                       bool outer_nesterov, const py::object& keys_dir, bool stream_critical,
+                       const std::string& chunk_align) {
+             if (chunk_align != "segment" && chunk_align != "tensor")
+               throw py::value_error(
+                   fmt::format("chunk_align is '{}', allowed: segment, tensor (worker.chunk_align)",
+                               chunk_align));
              if (local_steps < 1 || fragments < 1)
                throw py::value_error(
                    fmt::format("local_steps is {} and fragments {}: both must be at least 1",
@@ -376,8 +428,9 @@ connect() raises HandshakeError (a ConnectionError) when a server refuses the co
                w.regions.push_back(r);
                w.server_endpoints[r] = endpoint;
              }
-             w.critical_codec = critical_codec;
-             w.noncritical_codec = noncritical_codec;
+             w.critical_codec = schedule_from_py(critical_codec, "critical_codec");
+             w.noncritical_codec = schedule_from_py(noncritical_codec, "noncritical_codec");
+             w.tensor_segments = chunk_align == "tensor";
              w.staleness_bound = staleness_bound;
              w.timeout = std::chrono::milliseconds(timeout_ms);
              w.overlap_mode =
@@ -408,7 +461,8 @@ connect() raises HandshakeError (a ConnectionError) when a server refuses the co
            py::arg("timeout_ms") = 120000, py::arg("local_steps") = 1, py::arg("fragments") = 1,
            py::arg("fragment_delay") = py::none(), py::arg("outer_lr") = 1.0f,
            py::arg("outer_momentum") = 0.0f, py::arg("outer_nesterov") = false,
-           py::arg("keys_dir") = py::none(), py::arg("stream_critical") = true)
+           py::arg("keys_dir") = py::none(), py::arg("stream_critical") = true,
+           py::arg("chunk_align") = "segment")
       .def("connect", &RegionLeader::connect, py::arg("origin") = py::none(),
            "register with every server and pull the global values; origin: the common initial "
            "parameters (the servers hold the sum of deltas from it). Returns the next round")

@@ -321,3 +321,79 @@ TEST_CASE("a region whose flush failed keeps its own figure; without any global 
   CHECK(n["global_model"] == false);
   CHECK(build_report(none.path(), n).find("no global model") != std::string::npos);
 }
+
+TEST_CASE(
+    "the summary reports the WAN bytes of each codec phase, cut where any schedule switches") {
+  geotrain::test::TempDir tmp("launcher-codec-phases");
+  // Regions a and b, rounds 1..6: round t pushes 100 t and pulls 10 t bytes; the flush 7 + 70.
+  // Region b's round 3 event merged the exchange of round 2 (overlap): it counts there.
+  for (std::string region : {"a", "b"}) {
+    std::ofstream f(tmp.path() / fmt::format("worker-{}-0.metrics.jsonl", region));
+    auto line = [&](json e) {
+      e["region"] = region;
+      e["rank"] = 0;
+      f << e.dump() << "\n";
+    };
+    line({{"event", "start"}, {"time", 0}, {"rounds", 6}});
+    for (int t = 1; t <= 6; ++t) {
+      json e{{"event", "round"},
+             {"time", t},
+             {"round", t},
+             {"steps", 2},
+             {"merged_round", t},
+             {"bytes_pushed", 100 * t},
+             {"bytes_pulled", 10 * t}};
+      if (region == "b" && t == 3) e["merged_round"] = 2;
+      line(e);
+    }
+    line({{"event", "flush"}, {"time", 7}, {"bytes_pushed", 7}, {"bytes_pulled", 70}});
+  }
+  std::ofstream(tmp.path() / "config.yaml")
+      << "regions: [a, b]\nmodel: {arch: 784-32-10}\n"
+         "worker: {critical_codec: [{until_round: 2, codec: int8}, {codec: onebit}]}\n"
+         "server: {downlink_codec: [{until_round: 4, codec: int8}, {codec: 'onebit:scale=rms'}]}\n";
+  const auto s = build_summary(tmp.path(), {});
+  const auto& phases = s["codec_phases"];
+  REQUIRE(phases.size() == 3);
+  auto check_phase = [&](size_t i, uint64_t first, json last, const char* crit, const char* down,
+                         double pushed, double pulled, uint64_t rounds) {
+    CAPTURE(i);
+    const auto& p = phases[i];
+    CHECK(p["first_round"] == first);
+    CHECK(p["last_round"] == last);
+    CHECK(p["critical_codec"] == crit);
+    CHECK(p["noncritical_codec"] == "fp32");  // the default
+    CHECK(p["downlink_codec"] == down);
+    CHECK(p["bytes_pushed"].get<double>() == doctest::Approx(pushed));
+    CHECK(p["bytes_pulled"].get<double>() == doctest::Approx(pulled));
+    CHECK(p["wan_bytes"].get<double>() == doctest::Approx(pushed + pulled));
+    CHECK(p["rounds"] == rounds);
+  };
+  // Rounds 1-2 (b's round-3 event among them), 3-4, and 5 on.
+  check_phase(0, 1, 2, "int8", "int8", 2 * 300 + 300, 2 * 30 + 30, 2);
+  check_phase(1, 3, 4, "onebit", "int8", 2 * 700 - 300, 2 * 70 - 30, 2);
+  check_phase(2, 5, nullptr, "onebit", "onebit:scale=rms", 2 * 1100, 2 * 110, 2);
+  // Every byte once: the phases plus the flushes are the total.
+  double sum = 2 * 77;
+  for (const auto& p : phases) sum += p["wan_bytes"].get<double>();
+  CHECK(s["wan_bytes_total"].get<double>() == doctest::Approx(sum));
+  // report.md gets a table of them.
+  const auto report = build_report(tmp.path(), s);
+  CHECK(report.find("## Codec phases") != std::string::npos);
+  CHECK(report.find("| 5- | `onebit` | `fp32` | `onebit:scale=rms` | 2 | 2.2 kB | 220 B |") !=
+        std::string::npos);
+}
+
+TEST_CASE("a run without codec schedules has one codec phase with all the round bytes") {
+  geotrain::test::TempDir tmp("launcher-one-phase");
+  write_global_model_run(tmp.path());
+  std::ofstream(tmp.path() / "config.yaml")
+      << "regions: [a, b]\nmodel: {arch: 784-32-10}\nworker: {critical_codec: onebit}\n";
+  const auto s = build_summary(tmp.path(), {});
+  REQUIRE(s["codec_phases"].size() == 1);
+  const auto& p = s["codec_phases"][0];
+  CHECK(p["first_round"] == 1);
+  CHECK(p["last_round"].is_null());
+  CHECK(p["critical_codec"] == "onebit");
+  CHECK(p["wan_bytes"].get<double>() == doctest::Approx(2 * 1500));  // the flush is not in it
+}

@@ -217,5 +217,41 @@ class Errors(unittest.TestCase):
             codec.encode(torch.zeros(4, 4).t())
 
 
+
+class CodecSchedules(unittest.TestCase):
+    """A codec schedule by round (docs/codecs.md, "Codec schedules") reaches a Python leader as
+    the config writes it, and a bad one is refused naming the phase."""
+
+    CONFIG = """
+regions: [a, b]
+model: {arch: "784-32-10"}
+server:
+  endpoints: {a: "tcp://127.0.0.1:7901", b: "tcp://127.0.0.1:7902"}
+worker:
+  critical_codec: [{until_round: 10, codec: int8}, {codec: onebit}]
+  chunk_align: tensor
+"""
+    SERVERS = [("a", "tcp://127.0.0.1:7901"), ("b", "tcp://127.0.0.1:7902")]
+
+    def test_leader_settings_pass_a_schedule_as_a_list_and_a_spec_as_a_string(self):
+        s = geotrain._core.leader_settings(self.CONFIG, "schedule.yaml", "a")
+        self.assertEqual(s["critical_codec"],
+                         [{"until_round": 10, "codec": "int8"}, {"codec": "onebit"}])
+        self.assertEqual(s["noncritical_codec"], "fp32")
+        self.assertEqual(s["chunk_align"], "tensor")
+        # The leader takes them as they are (nothing connects before connect()).
+        geotrain.RegionSync([("fc.w", 100)], [], "a", self.SERVERS, s["critical_codec"],
+                            s["noncritical_codec"], chunk_align=s["chunk_align"])
+
+    def test_a_bad_schedule_is_refused_naming_the_phase(self):
+        bad = [{"until_round": 10, "codec": "int8"}, {"until_round": 5, "codec": "onebit"}]
+        with self.assertRaisesRegex(ValueError, r"critical_codec\[1\] is the last phase"):
+            geotrain.RegionSync([("fc.w", 100)], [], "a", self.SERVERS, bad, "fp32")
+        with self.assertRaisesRegex(ValueError, r"noncritical_codec\[0\] has an unknown key"):
+            geotrain.RegionSync([("fc.w", 100)], [], "a", self.SERVERS, "fp32",
+                                [{"codec": "int8", "level": 3}])
+        with self.assertRaisesRegex(ValueError, "chunk_align is 'layer'"):
+            geotrain.RegionSync([("fc.w", 100)], [], "a", self.SERVERS, chunk_align="layer")
+
 if __name__ == "__main__":
     unittest.main()

@@ -65,8 +65,8 @@ server:
   downlink_codecs: {eu: onebit}
 )");
   CHECK_FALSE(cfg.wait_for_all_regions);
-  CHECK(cfg.shard.downlink_spec(0) == "int8");
-  CHECK(cfg.shard.downlink_spec(1) == "onebit");
+  CHECK(cfg.shard.downlink_schedule(0) == compression::CodecSchedule("int8"));
+  CHECK(cfg.shard.downlink_schedule(1) == compression::CodecSchedule("onebit"));
   CHECK(server::parse_server_config(kBase).wait_for_all_regions);
   auto bad = [](const std::string& server_section) {
     return server::parse_server_config(std::string(kBase) + "server:\n" + server_section);
@@ -77,6 +77,29 @@ server:
                        doctest::Contains("server.downlink_codecs.eu"), InputError);
   CHECK_THROWS_WITH_AS(bad("  wait_for_all_regions: maybe\n"),
                        doctest::Contains("server.wait_for_all_regions"), InputError);
+}
+
+TEST_CASE("downlink codecs take schedules by round, per region too, with errors naming the phase") {
+  auto cfg = server::parse_server_config(std::string(kBase) + R"(
+server:
+  downlink_codec: [{until_round: 10, codec: fp32}, {codec: onebit}]
+  downlink_codecs: {eu: [{until_round: 3, codec: int8}, {codec: "onebit:scale=rms"}]}
+)");
+  const auto& all = cfg.shard.downlink_schedule(0);
+  CHECK(all.codec_at(10) == "fp32");
+  CHECK(all.codec_at(11) == "onebit");
+  const auto& eu = cfg.shard.downlink_schedule(1);
+  CHECK(eu.codec_at(3) == "int8");
+  CHECK(eu.codec_at(4) == "onebit:scale=rms");
+  auto bad = [](const std::string& server_section) {
+    return server::parse_server_config(std::string(kBase) + "server:\n" + server_section);
+  };
+  CHECK_THROWS_WITH_AS(bad("  downlink_codec: [{until_round: 10, codec: int8}, {until_round: 20, "
+                           "codec: onebit}]\n"),
+                       doctest::Contains("server.downlink_codec[1] is the last phase"), InputError);
+  CHECK_THROWS_WITH_AS(
+      bad("  downlink_codecs: {eu: [{until_round: 3, codec: int9}, {codec: onebit}]}\n"),
+      doctest::Contains("server.downlink_codecs.eu[0].codec: codec spec 'int9'"), InputError);
 }
 
 TEST_CASE("server.downlink_error_feedback.decay parses, defaults to 1, and refuses 0 and 1.5") {

@@ -147,6 +147,54 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "a downlink schedule switches a region's codec at the round it pushed, from fp32 values to "
+    "int8 changes to onebit, and the residual goes on with the new codec") {
+  const size_t n = 5000;
+  server::ShardSettings settings;
+  settings.downlink_codec = compression::CodecSchedule::from_phases(
+      {{1, "fp32"}, {2, "int8"}, {std::nullopt, "onebit"}}, "server.downlink_codec");
+  settings.downlink_codec_for[1] = "int8";  // region 1 keeps one codec
+  server::Shard shard(server::ShardRange{0, 0, n, 0}, std::vector<uint8_t>(n, 0), 2, settings);
+  const std::vector<bool> live{true, true};
+  REQUIRE(shard.start_downlink_from_zero(0));
+  std::vector<float> held(n, 0.0f);  // what region 0 holds: the sum of what it was sent
+  auto pull = [&] {
+    const auto payload = shard.pull_copy(0, false);
+    const auto codec = compression::parse_header(payload).codec;
+    std::vector<float> d(n);
+    compression::decode_payload(payload, d);
+    for (size_t i = 0; i < n; ++i)
+      held[i] = codec == compression::CodecId::fp32 ? d[i] : held[i] + d[i];
+    return codec;
+  };
+
+  // Round 1 (fp32): the values themselves.
+  shard.apply_push(0, 1, gaussian(n, 1), live);
+  CHECK(shard.pull_sends_values(0, false));
+  CHECK(shard.downlink_codec(0).id() == compression::CodecId::fp32);
+  CHECK(pull() == compression::CodecId::fp32);
+  CHECK(same_bits(held, shard.values()));
+  // Round 2 (int8): the change since round 1's values, kept although round 1 sent fp32.
+  shard.apply_push(0, 2, gaussian(n, 2), live);
+  CHECK_FALSE(shard.pull_sends_values(0, false));
+  CHECK(pull() == compression::CodecId::int8);
+  const std::vector<float> residual(shard.downlink_residual(0).begin(),
+                                    shard.downlink_residual(0).end());
+  REQUIRE(residual.size() == n);
+  const std::vector<float> sent(shard.values().begin(), shard.values().end());
+  // Round 3 (onebit): the reference order with int8's residual, x = (values - sent) + e.
+  shard.apply_push(0, 3, gaussian(n, 3), live);
+  CHECK(shard.downlink_codec(0).id() == compression::CodecId::onebit);
+  std::vector<float> x(n);
+  for (size_t i = 0; i < n; ++i) x[i] = (shard.values()[i] - sent[i]) + residual[i];
+  Bytes expected;
+  compression::make_codec("onebit")->encode(x, expected);
+  CHECK(shard.pull_copy(0, false) == expected);
+  // Region 1 was not pushing: its codec is its own schedule's, int8, whatever its round.
+  CHECK(shard.downlink_codec(1).id() == compression::CodecId::int8);
+}
+
+TEST_CASE(
     "the payload pool gives a sent buffer back once ZeroMQ frees its frame, and frames may outlive "
     "the pool") {
   server::PayloadPool pool(2);

@@ -110,7 +110,9 @@ TEST_CASE("worker.precision: bf16 needs cuda and a GPT, and other values are ref
   CHECK(make_model_backend("cpu", spec, 0)->resident() == nullptr);
 }
 
-TEST_CASE("worker.error_feedback.decay parses, defaults to 1, and refuses 0 and 1.5") {
+TEST_CASE(
+    "worker.error_feedback.decay parses, defaults to 1, and refuses 0 and 1.5; codec schedules "
+    "parse for both classes; chunk_align is segment or tensor") {
   const auto parse = [](const std::string& worker) {
     return parse_worker_config(
         "regions: [a]\nmodel: {arch: \"784-32-10\"}\nworker: {" + worker + "}\n", "w.yaml");
@@ -127,6 +129,26 @@ TEST_CASE("worker.error_feedback.decay parses, defaults to 1, and refuses 0 and 
                        doctest::Contains("worker.error_feedback.decay is 'half'"), InputError);
   CHECK_THROWS_WITH_AS(parse("error_feedback: 0.9"),
                        doctest::Contains("'worker.error_feedback' must be a mapping"), InputError);
+  // Codec schedules (compression/codec_schedule.hpp) parse here too, for both classes.
+  const auto scheduled = parse(
+      "critical_codec: [{until_round: 10, codec: int8}, {codec: onebit}], noncritical_codec: int8");
+  CHECK(scheduled.critical_codec.codec_at(10) == "int8");
+  CHECK(scheduled.critical_codec.codec_at(11) == "onebit");
+  CHECK(scheduled.critical_codec.text() == "int8 until round 10, then onebit");
+  CHECK(scheduled.noncritical_codec == compression::CodecSchedule("int8"));
+  CHECK_THROWS_WITH_AS(
+      parse("noncritical_codec: [{until_round: 5, codec: int8}, {until_round: 5, codec: onebit}, "
+            "{codec: fp32}]"),
+      doctest::Contains("w.yaml: worker.noncritical_codec[1].until_round is 5, not after"),
+      InputError);
+  // worker.chunk_align: segment (default) | tensor.
+  CHECK_FALSE(parse("critical_codec: onebit").tensor_segments);
+  CHECK(parse("chunk_align: tensor").tensor_segments);
+  CHECK_FALSE(parse("chunk_align: segment").tensor_segments);
+  CHECK_THROWS_WITH_AS(parse("chunk_align: layer"),
+                       doctest::Contains("w.yaml: worker.chunk_align is 'layer', allowed: segment, "
+                                         "tensor"),
+                       InputError);
   CHECK_THROWS_WITH_AS(parse("critical_codec: \"onebit:scale=max\""),
                        doctest::Contains("worker.critical_codec: codec spec 'onebit:scale=max': "
                                          "scale=max is invalid for onebit (allowed: mean, rms)"),
