@@ -372,6 +372,60 @@ std::string with_model_tensors(const std::string& yaml_text,
   return std::string(out.c_str()) + "\n";
 }
 
+// A RegionSync from the Python arguments (documented on the class): they become the worker's
+// config, so the leader is planned exactly as the native trainer plans it.
+std::unique_ptr<RegionLeader> make_region_leader(
+    const std::vector<std::pair<std::string, uint64_t>>& tensors,
+    const std::vector<std::string>& critical, const std::string& region,
+    const std::vector<std::pair<std::string, std::string>>& servers,
+    const py::object& critical_codec, const py::object& noncritical_codec, uint32_t staleness_bound,
+    const py::object& overlap, int64_t timeout_ms, uint32_t local_steps, uint32_t fragments,
+    std::optional<uint32_t> fragment_delay, float outer_lr, float outer_momentum,
+    bool outer_nesterov, const py::object& keys_dir, bool stream_critical,
+    const std::string& chunk_align) {
+  if (chunk_align != "segment" && chunk_align != "tensor")
+    throw py::value_error(fmt::format(
+        "chunk_align is '{}', allowed: segment, tensor (worker.chunk_align)", chunk_align));
+  if (local_steps < 1 || fragments < 1)
+    throw py::value_error(fmt::format("local_steps is {} and fragments {}: both must be at least 1",
+                                      local_steps, fragments));
+  if (timeout_ms < 1)
+    throw py::value_error(fmt::format("timeout_ms is {}, must be positive", timeout_ms));
+  std::vector<TensorSpec> specs;
+  for (const auto& [name, size] : tensors) specs.push_back({name, size});
+  // The arguments as the worker's config: the endpoints given are the ones this
+  // region dials (routes already applied), so they are server.endpoints.
+  worker::WorkerConfig w;
+  for (const auto& [r, endpoint] : servers) {
+    w.regions.push_back(r);
+    w.server_endpoints[r] = endpoint;
+  }
+  w.critical_codec = schedule_from_py(critical_codec, "critical_codec");
+  w.noncritical_codec = schedule_from_py(noncritical_codec, "noncritical_codec");
+  w.tensor_segments = chunk_align == "tensor";
+  w.staleness_bound = staleness_bound;
+  w.timeout = std::chrono::milliseconds(timeout_ms);
+  w.overlap_mode = py::isinstance<py::bool_>(overlap)
+                       ? (overlap.cast<bool>() ? OverlapMode::carry : OverlapMode::off)
+                       : worker::parse_overlap_mode(py::str(overlap).cast<std::string>());
+  w.overlap = w.overlap_mode != OverlapMode::off;
+  w.local_steps = local_steps;
+  w.fragments = fragments;
+  w.fragment_delay = fragment_delay;
+  w.stream_critical = stream_critical;
+  w.outer = {outer_lr, outer_momentum, outer_nesterov};
+  if (!keys_dir.is_none()) {  // CURVE on, keys as `geotrain keygen` wrote them
+    w.security.curve = wire::CurveSetting::on;
+    w.security.keys_dir = py::str(keys_dir).cast<std::string>();
+    if (w.security.keys_dir.empty()) throw py::value_error("keys_dir is empty (None: no CURVE)");
+    if (!wire::curve_supported())
+      throw py::value_error(
+          "keys_dir is given, but this libzmq was built without CURVE (libsodium)");
+  }
+  auto plan = leader_plan(w, region);  // reads the key files: ValueError naming one
+  return std::make_unique<RegionLeader>(specs, critical, std::move(plan), w.security);
+}
+
 }  // namespace
 
 void bind_sync(py::module_& m) {
@@ -400,69 +454,14 @@ one flat float32 array in the table's order. Usually used through geotrain.torch
 connect() raises HandshakeError (a ConnectionError) when a server refuses the connection
 (no keys, wrong keys, CURVE on one side only), naming the server and the reason.
 )doc")
-      .def(py::init([](const std::vector<std::pair<std::string, uint64_t>>& tensors,
-                       const std::vector<std::string>& critical, const std::string& region,
-                       const std::vector<std::pair<std::string, std::string>>& servers,
-                       const py::object& critical_codec, const py::object& noncritical_codec,
-                       uint32_t staleness_bound, const py::object& overlap, int64_t timeout_ms,
-                       uint32_t local_steps, uint32_t fragments,
-                       std::optional<uint32_t> fragment_delay, float outer_lr, float outer_momentum,
-                       bool outer_nesterov, const py::object& keys_dir, bool stream_critical,
-                       const std::string& chunk_align) {
-             if (chunk_align != "segment" && chunk_align != "tensor")
-               throw py::value_error(
-                   fmt::format("chunk_align is '{}', allowed: segment, tensor (worker.chunk_align)",
-                               chunk_align));
-             if (local_steps < 1 || fragments < 1)
-               throw py::value_error(
-                   fmt::format("local_steps is {} and fragments {}: both must be at least 1",
-                               local_steps, fragments));
-             if (timeout_ms < 1)
-               throw py::value_error(fmt::format("timeout_ms is {}, must be positive", timeout_ms));
-             std::vector<TensorSpec> specs;
-             for (const auto& [name, size] : tensors) specs.push_back({name, size});
-             // The arguments as the worker's config: the endpoints given are the ones this
-             // region dials (routes already applied), so they are server.endpoints.
-             worker::WorkerConfig w;
-             for (const auto& [r, endpoint] : servers) {
-               w.regions.push_back(r);
-               w.server_endpoints[r] = endpoint;
-             }
-             w.critical_codec = schedule_from_py(critical_codec, "critical_codec");
-             w.noncritical_codec = schedule_from_py(noncritical_codec, "noncritical_codec");
-             w.tensor_segments = chunk_align == "tensor";
-             w.staleness_bound = staleness_bound;
-             w.timeout = std::chrono::milliseconds(timeout_ms);
-             w.overlap_mode =
-                 py::isinstance<py::bool_>(overlap)
-                     ? (overlap.cast<bool>() ? OverlapMode::carry : OverlapMode::off)
-                     : worker::parse_overlap_mode(py::str(overlap).cast<std::string>());
-             w.overlap = w.overlap_mode != OverlapMode::off;
-             w.local_steps = local_steps;
-             w.fragments = fragments;
-             w.fragment_delay = fragment_delay;
-             w.stream_critical = stream_critical;
-             w.outer = {outer_lr, outer_momentum, outer_nesterov};
-             if (!keys_dir.is_none()) {  // CURVE on, keys as `geotrain keygen` wrote them
-               w.security.curve = wire::CurveSetting::on;
-               w.security.keys_dir = py::str(keys_dir).cast<std::string>();
-               if (w.security.keys_dir.empty())
-                 throw py::value_error("keys_dir is empty (None: no CURVE)");
-               if (!wire::curve_supported())
-                 throw py::value_error(
-                     "keys_dir is given, but this libzmq was built without CURVE (libsodium)");
-             }
-             auto plan = leader_plan(w, region);  // reads the key files: ValueError naming one
-             return std::make_unique<RegionLeader>(specs, critical, std::move(plan), w.security);
-           }),
-           py::arg("tensors"), py::arg("critical"), py::arg("region"), py::arg("servers"),
-           py::arg("critical_codec") = "fp32", py::arg("noncritical_codec") = "fp32",
-           py::arg("staleness_bound") = 0, py::arg("overlap") = false,
-           py::arg("timeout_ms") = 120000, py::arg("local_steps") = 1, py::arg("fragments") = 1,
-           py::arg("fragment_delay") = py::none(), py::arg("outer_lr") = 1.0f,
-           py::arg("outer_momentum") = 0.0f, py::arg("outer_nesterov") = false,
-           py::arg("keys_dir") = py::none(), py::arg("stream_critical") = true,
-           py::arg("chunk_align") = "segment")
+      .def(py::init(&make_region_leader), py::arg("tensors"), py::arg("critical"),
+           py::arg("region"), py::arg("servers"), py::arg("critical_codec") = "fp32",
+           py::arg("noncritical_codec") = "fp32", py::arg("staleness_bound") = 0,
+           py::arg("overlap") = false, py::arg("timeout_ms") = 120000, py::arg("local_steps") = 1,
+           py::arg("fragments") = 1, py::arg("fragment_delay") = py::none(),
+           py::arg("outer_lr") = 1.0f, py::arg("outer_momentum") = 0.0f,
+           py::arg("outer_nesterov") = false, py::arg("keys_dir") = py::none(),
+           py::arg("stream_critical") = true, py::arg("chunk_align") = "segment")
       .def("connect", &RegionLeader::connect, py::arg("origin") = py::none(),
            "register with every server and pull the global values; origin: the common initial "
            "parameters (the servers hold the sum of deltas from it). Returns the next round")

@@ -319,12 +319,16 @@ TEST_CASE("every sweep shipped in configs/sweeps loads, each point setting the k
           CHECK(fs::is_regular_file(config["run"]["wan_profile"].as<std::string>()));
           continue;
         }
-        const auto dot = key.find('.');
-        if (dot == std::string::npos) {  // a top-level key, such as regions
-          CHECK(config[key].IsDefined());
-          continue;
+        // A dotted path of any depth (regions, worker.lr, worker.optimizer.kind).
+        YAML::Node node = YAML::Clone(config);
+        size_t start = 0;
+        for (; start != std::string::npos && node.IsMap();) {
+          const size_t dot = key.find('.', start);
+          const YAML::Node parent = node;
+          node.reset(parent[key.substr(start, dot == std::string::npos ? dot : dot - start)]);
+          start = dot == std::string::npos ? dot : dot + 1;
         }
-        CHECK(config[key.substr(0, dot)][key.substr(dot + 1)].IsDefined());
+        CHECK_MESSAGE((start == std::string::npos && node.IsDefined()), key);
       }
     }
   }
