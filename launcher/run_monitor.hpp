@@ -53,10 +53,10 @@ struct RegionState {
   double bytes_pushed = 0, bytes_pulled = 0;  // rounds and the flush
   // The round events' bytes (pushed, pulled) by the round of their exchange (no flush).
   std::map<uint64_t, std::pair<double, double>> bytes_by_round;
-  double flush_bytes = 0;                     // the `flush` event's, pushed + pulled
-  uint64_t skipped_steps = 0;                 // leader's steps the anomaly guard refused
-  std::optional<double> staleness;            // newest
-  double staleness_sum = 0;                   // over round events with a staleness
+  double flush_bytes = 0;           // the `flush` event's, pushed + pulled
+  uint64_t skipped_steps = 0;       // leader's steps the anomaly guard refused
+  std::optional<double> staleness;  // newest
+  double staleness_sum = 0;         // over round events with a staleness
   uint64_t staleness_n = 0;
   double wait_s = 0;                     // sum of round wait_s
   double leader_time = 0;                // newest leader event time

@@ -123,7 +123,7 @@ class Optimizer {
   OptimizerConfig config_;
   std::vector<float> m_;  // SGD momentum buffer, or Adam's first moment (Muon: and momentum)
   std::vector<float> v_;  // Adam's second moment
-  std::vector<uint8_t> decay_mask_;  // (parameters) or empty
+  std::vector<uint8_t> decay_mask_;    // (parameters) or empty
   std::vector<MatrixBlock> matrices_;  // Muon's, in offset order
   uint64_t steps_ = 0;
 };

@@ -92,6 +92,67 @@ std::vector<float> load_into_layout(const models::SafetensorsFile& file, const P
   return flat;
 }
 
+// Trains `params` for kSteps on `batches` through the worker's LocalStep, configured as
+// worker/trainer.cpp configures it; returns the loss of each step.
+std::vector<double> train_here(const worker::WorkerConfig& config, models::Model& model,
+                               const ParamTable& table, std::vector<float>& params,
+                               const models::NpyInt32& batches) {
+  const size_t batch = config.batch_size, window = config.model.window();
+  worker::LocalStepConfig lsc;  // as worker/trainer.cpp builds it
+  lsc.optimizer = config.optimizer;
+  lsc.schedule.base_lr = config.lr;
+  lsc.schedule.warmup_steps = config.warmup_steps;
+  lsc.schedule.total_steps = config.total_steps();
+  lsc.schedule.decay = config.decay;
+  lsc.schedule.min_lr = config.min_lr;
+  lsc.accumulation_steps = config.accumulation_steps;
+  lsc.max_grad_norm = config.max_grad_norm;
+  lsc.guard = config.guard;
+  lsc.decay_mask = worker::weight_decay_mask(table, config.optimizer.no_decay);
+  if (config.optimizer.kind == worker::OptimizerKind::kMuon)
+    lsc.muon_matrices =
+        worker::muon_matrices(table, model.tensor_shapes(), config.optimizer.adamw_tensors);
+  worker::LocalStep step(lsc, params.size());
+  kernels::cpu::set_threads(1);  // ctest runs suites side by side; the ops give the same bits
+  std::vector<double> losses;
+  for (int j = 0; j < kSteps; ++j) {
+    models::BatchView view;
+    view.batch = batch;
+    view.tokens = batches.values.data() + static_cast<size_t>(j) * batch * window;
+    const auto result = model.forward_backward(params, view, step.grad());
+    REQUIRE(step.add_micro_batch(result.mean_loss()));
+    const auto report = step.apply(params);
+    REQUIRE(report.verdict == worker::Verdict::kAccept);
+    losses.push_back(report.loss);
+  }
+
+  return losses;
+}
+
+// The command line of scripts/torch_reference_gpt.py for the same init, batches and optimizer.
+std::string torch_reference_command(const std::string& python, const worker::WorkerConfig& config,
+                                    const std::filesystem::path& init_path,
+                                    const std::filesystem::path& batches_path,
+                                    const std::filesystem::path& torch_dir) {
+  const auto& oc = config.optimizer;
+  std::string globs;
+  for (const auto& g : oc.no_decay) globs += " '" + g + "'";
+  if (oc.kind == worker::OptimizerKind::kMuon) {
+    globs += fmt::format(
+        " --optimizer muon --muon-lr {} --muon-momentum {} --muon-nesterov {} --muon-ns-steps {} "
+        "--adamw-tensors",
+        oc.muon_lr, oc.muon_momentum, oc.muon_nesterov ? 1 : 0, oc.muon_ns_steps);
+    for (const auto& g : oc.adamw_tensors) globs += " '" + g + "'";
+  }
+  return fmt::format(
+      "{} {}/scripts/torch_reference_gpt.py --init {} --batches {} --steps {} --lr {} --warmup {} "
+      "--total-steps {} --min-lr {} --weight-decay {} --beta1 {} --beta2 {} --eps {} "
+      "--max-grad-norm {} --no-decay{} --threads 1 --out {}",
+      python, GEOTRAIN_SOURCE_DIR, init_path.string(), batches_path.string(), kSteps, config.lr,
+      config.warmup_steps, config.total_steps(), config.min_lr, oc.weight_decay, oc.beta1, oc.beta2,
+      oc.eps, config.max_grad_norm, globs, torch_dir.string());
+}
+
 // Trains gpt-tiny for kSteps with worker.optimizer = `optimizer_yaml` (flow YAML, e.g.
 // "{kind: adamw, beta2: 0.95}") here and in PyTorch, and checks the losses and final parameters.
 void check_parity(const std::string& name, const std::string& optimizer_yaml) {
@@ -165,53 +226,11 @@ worker:
                   "dump-batches' last batch is not the trainer's micro-batch ", kSteps - 1);
   }
 
-  worker::LocalStepConfig lsc;  // as worker/trainer.cpp builds it
-  lsc.optimizer = config.optimizer;
-  lsc.schedule.base_lr = config.lr;
-  lsc.schedule.warmup_steps = config.warmup_steps;
-  lsc.schedule.total_steps = config.total_steps();
-  lsc.schedule.decay = config.decay;
-  lsc.schedule.min_lr = config.min_lr;
-  lsc.accumulation_steps = config.accumulation_steps;
-  lsc.max_grad_norm = config.max_grad_norm;
-  lsc.guard = config.guard;
-  lsc.decay_mask = worker::weight_decay_mask(table, config.optimizer.no_decay);
-  if (config.optimizer.kind == worker::OptimizerKind::kMuon)
-    lsc.muon_matrices =
-        worker::muon_matrices(table, model->tensor_shapes(), config.optimizer.adamw_tensors);
-  worker::LocalStep step(lsc, params.size());
-  kernels::cpu::set_threads(1);  // ctest runs suites side by side; the ops give the same bits
-  std::vector<double> losses;
-  for (int j = 0; j < kSteps; ++j) {
-    models::BatchView view;
-    view.batch = batch;
-    view.tokens = batches.values.data() + static_cast<size_t>(j) * batch * window;
-    const auto result = model->forward_backward(params, view, step.grad());
-    REQUIRE(step.add_micro_batch(result.mean_loss()));
-    const auto report = step.apply(params);
-    REQUIRE(report.verdict == worker::Verdict::kAccept);
-    losses.push_back(report.loss);
-  }
+  const std::vector<double> losses = train_here(config, *model, table, params, batches);
 
   // PyTorch on the same files.
   const auto torch_dir = dir.path() / "torch";
-  const auto& oc = config.optimizer;
-  std::string globs;
-  for (const auto& g : oc.no_decay) globs += " '" + g + "'";
-  if (oc.kind == worker::OptimizerKind::kMuon) {
-    globs += fmt::format(
-        " --optimizer muon --muon-lr {} --muon-momentum {} --muon-nesterov {} --muon-ns-steps {} "
-        "--adamw-tensors",
-        oc.muon_lr, oc.muon_momentum, oc.muon_nesterov ? 1 : 0, oc.muon_ns_steps);
-    for (const auto& g : oc.adamw_tensors) globs += " '" + g + "'";
-  }
-  const auto command = fmt::format(
-      "{} {}/scripts/torch_reference_gpt.py --init {} --batches {} --steps {} --lr {} --warmup {} "
-      "--total-steps {} --min-lr {} --weight-decay {} --beta1 {} --beta2 {} --eps {} "
-      "--max-grad-norm {} --no-decay{} --threads 1 --out {}",
-      python, GEOTRAIN_SOURCE_DIR, init_path.string(), batches_path.string(), kSteps, config.lr,
-      config.warmup_steps, config.total_steps(), config.min_lr, oc.weight_decay, oc.beta1, oc.beta2,
-      oc.eps, config.max_grad_norm, globs, torch_dir.string());
+  const auto command = torch_reference_command(python, config, init_path, batches_path, torch_dir);
   const auto torch_run = run_command(command);
   INFO(command);
   INFO(torch_run.text);
