@@ -25,6 +25,15 @@ bool StreamingSync::due(uint64_t step, uint32_t fragment, uint32_t fragments,
   return step > 0 && (step + lag) % local_steps == 0;
 }
 
+bool StreamingSync::changes_params_after(uint64_t step, uint32_t fragments, uint32_t local_steps,
+                                         uint32_t delay) {
+  for (uint32_t p = 0; p < fragments; ++p)
+    if (due(step, p, fragments, local_steps) ||
+        (delay > 0 && step > delay && due(step - delay, p, fragments, local_steps)))
+      return true;
+  return false;
+}
+
 StreamingSync::StreamingSync(RegionSync& sync, StreamingConfig config)
     : sync_(sync), config_(config) {
   GT_REQUIRE(config_.local_steps >= 1, "streaming: local_steps is 0");

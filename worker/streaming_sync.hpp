@@ -75,6 +75,10 @@ class StreamingSync {
 
   // Fragment p's offset in the schedule, and whether it is due after step k.
   static bool due(uint64_t step, uint32_t fragment, uint32_t fragments, uint32_t local_steps);
+  // Whether the leader's exchanges change the parameters after step k: a fragment is due, or
+  // a merge `delay` steps after one (when a region's other ranks take the leader's broadcast).
+  static bool changes_params_after(uint64_t step, uint32_t fragments, uint32_t local_steps,
+                                   uint32_t delay);
 
   bool background() const { return config_.delay > 0; }
 
@@ -109,8 +113,8 @@ class StreamingSync {
   // Per fragment: the ranges of its deferred shards (RegionSync) after its last merged exchange;
   // neither merged nor started until an exchange merges them.
   std::vector<std::vector<ElementRange>> deferred_;
-  std::unique_ptr<OverlapMerge> merge_;            // delay > 0
-  std::deque<std::shared_ptr<Job>> in_flight_;     // started, not merged; oldest first
+  std::unique_ptr<OverlapMerge> merge_;         // delay > 0
+  std::deque<std::shared_ptr<Job>> in_flight_;  // started, not merged; oldest first
   std::mutex sync_mutex_;  // held while sync_ is used: an exchange, or the idle heartbeat
   std::mutex mutex_;       // the queue and the jobs' results
   std::condition_variable_any wake_;

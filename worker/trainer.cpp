@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -19,6 +20,7 @@
 #include "worker/region_sync.hpp"
 #include "worker/sampler.hpp"  // global_rank
 #include "worker/server_store.hpp"
+#include "worker/step_engine.hpp"
 #include "worker/streaming_sync.hpp"
 #include "worker/training_data.hpp"
 #include "worker/worker_checkpoint.hpp"
@@ -141,6 +143,414 @@ nlohmann::json resume_leader(const std::optional<WorkerCheckpointState>& snapsho
   return j;
 }
 
+// The region's own final parameters, raw little-endian fp32 in the table's layout
+// (<run_dir>/params-<region>.f32).
+void write_region_parameters(const std::filesystem::path& run_dir, const std::string& region,
+                             ConstFloatSpan own) {
+  const auto file = run_dir / fmt::format("params-{}.f32", region);
+  std::ofstream out(file, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(own.data()), std::streamsize(own.size() * sizeof(float)));
+  GT_REQUIRE(out.good(), "cannot write the final parameters to '{}'", file.string());
+}
+
+// The local optimizer and its schedule for this worker (world: workers of all regions).
+LocalStepConfig local_step_config(const WorkerConfig& c, const ParamTable& table,
+                                  const models::Model& model, uint32_t world) {
+  LocalStepConfig lsc;
+  lsc.optimizer = c.optimizer;
+  lsc.schedule.base_lr = c.lr;
+  lsc.schedule.warmup_steps = c.warmup_steps;
+  lsc.schedule.total_steps = c.total_steps();
+  lsc.schedule.decay = c.decay;
+  lsc.schedule.min_lr = c.min_lr;
+  if (c.scale_lr) {
+    lsc.schedule.reference_batch = 64;
+    lsc.schedule.global_batch = c.batch_size * c.accumulation_steps * world;
+  }
+  lsc.schedule.validate();
+  lsc.accumulation_steps = c.accumulation_steps;
+  lsc.max_grad_norm = c.max_grad_norm;
+  lsc.guard = c.guard;
+  lsc.decay_mask = weight_decay_mask(table, c.optimizer.no_decay);
+  if (c.optimizer.kind == OptimizerKind::kMuon)
+    lsc.muon_matrices = muon_matrices(table, model.tensor_shapes(), c.optimizer.adamw_tensors);
+  return lsc;
+}
+
+// The `start` event: what this worker runs.
+nlohmann::json start_fields(const WorkerConfig& c, const std::string& region, uint32_t rank,
+                            uint32_t world, const models::Model& model, size_t parameters,
+                            const TrainerOptions& options) {
+  return {{"region", region},
+          {"rank", rank},
+          {"world", world},
+          {"model", model.kind()},
+          {"parameters", parameters},
+          {"batch_size", c.batch_size},
+          {"local_steps", c.local_steps},
+          {"rounds", c.rounds},
+          {"critical_codec", c.critical_codec.text()},
+          {"noncritical_codec", c.noncritical_codec.text()},
+          {"overlap", c.overlap},
+          {"overlap_mode", std::string(overlap_mode_name(c.overlap_mode))},
+          {"fragments", c.fragments},
+          {"fragment_delay", c.merge_delay()},
+          {"stream_critical", c.stream_critical},
+          {"shard_wait_ms", c.shard_wait.count()},
+          {"staleness_bound", c.staleness_bound},
+          {"resume", options.resume},
+          {"generation", options.generation}};
+}
+
+// An `eval` event as the metrics contract names it: test_* for classifiers, val_* for LMs.
+// tokens: training tokens of all regions up to this step (samples for a classifier), the x axis
+// on which runs of different batch sizes and H compare.
+nlohmann::json eval_fields(const std::string& region, const Evaluation& e, uint64_t round,
+                           uint64_t step, uint64_t tokens_per_step) {
+  nlohmann::json j{
+      {"region", region}, {"round", round}, {"step", step}, {"tokens", step * tokens_per_step}};
+  if (e.bits_per_byte) {
+    j["val_loss"] = e.loss;
+    j["val_bpb"] = *e.bits_per_byte;
+    j["val_accuracy"] = e.accuracy;
+  } else {
+    j["test_accuracy"] = e.accuracy;
+    j["test_loss"] = e.loss;
+  }
+  return j;
+}
+
+// One run of a worker, in the order Trainer::run calls it: the constructor builds what every
+// rank needs (model, data, the region's collective, the local step, a snapshot to resume
+// from); start() connects the leader to the servers and gives every rank the first round and
+// its parameters; train_round() is one round (H local steps, the exchanges due, the round
+// event, evaluation and snapshot); finish() takes in what is in flight, makes the global model
+// and writes the `done` event.
+class WorkerRun {
+ public:
+  WorkerRun(const WorkerConfig& config, const std::string& region, uint32_t region_index,
+            uint32_t rank, zmq::context_t& context, TrainerOptions options);
+  uint64_t start();
+  // Whether any rank of the region was asked to stop: a stop (SIGTERM) reaches the ranks at
+  // slightly different times, and a rank that left the loop while another began a round would
+  // wait in a collective the other never joins (until the group's timeout). One float a round.
+  bool stop_agreed(std::stop_token stop);
+  void train_round(uint64_t round, std::stop_token stop);
+  TrainResult finish(uint64_t next_round);
+
+ private:
+  void connect_region();
+  void restore_snapshot();
+  uint64_t connect_leader();
+  void open_data(uint64_t first_micro_batch);
+  // One local step: the micro-batches' forward/backward, the region's reduction, the optimizer
+  // step, and the exchanges due after it.
+  void local_step(uint64_t round, uint32_t h);
+  void end_round(uint64_t round);
+  void write_snapshot(uint64_t round);
+  uint64_t tokens_per_step() const {
+    return uint64_t{config_.batch_size} * config_.accumulation_steps * world_ *
+           data_->tokens_per_sample();
+  }
+
+  const WorkerConfig& config_;
+  const std::string& region_;
+  const uint32_t region_index_, rank_;
+  zmq::context_t& context_;
+  const TrainerOptions options_;
+  const Clock::time_point start_ = Clock::now();
+  const bool leader_;
+  const uint32_t per_region_, world_;
+
+  std::unique_ptr<models::Model> model_;  // the same initialisation in every process
+  ParamTable table_;
+  std::vector<float> params_;
+  // Where forward/backward run (worker.device), and how the steps run there.
+  std::unique_ptr<ModelBackend> backend_;
+  std::unique_ptr<LocalStep> step_;
+  std::unique_ptr<StepEngine> engine_;
+  std::optional<TrainingData> data_;
+  // Inside the region: Gloo (cpu) or NCCL (cuda), rendezvous at the region's own server.
+  std::unique_ptr<ServerStore> store_;
+  std::unique_ptr<Communicator> comm_;  // host spans, whatever the device
+  // Snapshots of this worker's state, and the one it resumes from (--resume).
+  WorkerCheckpointStore snapshots_;
+  uint64_t identity_;
+  std::optional<WorkerCheckpointState> resumed_;
+  MetricsLog log_;
+  // Across regions (the leader): the link to every region's server.
+  std::unique_ptr<RegionSync> sync_;
+  std::unique_ptr<StreamingSync> streaming_;
+
+  std::chrono::milliseconds delay_{0};  // worker.step_delay_ms: an artificially slow region
+  TrainResult result_;
+  std::vector<RoundReport> merged_;  // the exchanges merged during this round (leader)
+  double round_compute_ = 0, round_comm_ = 0, round_wait_ = 0;
+};
+
+WorkerRun::WorkerRun(const WorkerConfig& config, const std::string& region, uint32_t region_index,
+                     uint32_t rank, zmq::context_t& context, TrainerOptions options)
+    : config_(config),
+      region_(region),
+      region_index_(region_index),
+      rank_(rank),
+      context_(context),
+      options_(options),
+      leader_(rank == 0),
+      per_region_(config.workers_per_region),
+      world_(static_cast<uint32_t>(config.regions.size()) * config.workers_per_region),
+      model_(models::make_model(config.model)),
+      table_(model_->make_table(config.model.critical)),
+      params_(table_.total_elements()),
+      snapshots_(worker_checkpoint_dir(config.run_dir, config.checkpoint.dir, region, rank),
+                 config.checkpoint.keep),
+      identity_(worker_identity(config, table_.layout_hash())),
+      log_(worker_metrics_path(config.run_dir, region, rank)) {
+  kernels::cpu::set_blas_threads(static_cast<int>(config_.blas_threads));
+  model_->init(params_, config_.seed);
+  backend_ =
+      make_model_backend(config_.device, config_.model, static_cast<int>(rank_), config_.precision);
+  // Data: read before anything connects, so that a bad corpus or dataset fails at once; a
+  // resumed worker opens it once the servers said which round it trains (start()).
+  if (!options_.resume) open_data(0);
+  connect_region();
+  const auto lsc = local_step_config(config_, table_, *model_, world_);
+  step_ = std::make_unique<LocalStep>(lsc, params_.size());
+  engine_ = make_step_engine(*backend_, *step_, config_.optimizer, lsc.decay_mask);
+  if (options_.resume) restore_snapshot();
+  log_.write("start",
+             start_fields(config_, region_, rank_, world_, *model_, params_.size(), options_));
+  if (config_.step_delay_ms.count(region_))
+    delay_ = std::chrono::milliseconds(config_.step_delay_ms.at(region_));
+}
+
+void WorkerRun::open_data(uint64_t first_micro_batch) {
+  data_.emplace(config_, world_, global_rank(region_index_, rank_, per_region_), leader_,
+                config_.total_steps() * config_.accumulation_steps, first_micro_batch);
+}
+
+void WorkerRun::connect_region() {
+  if (per_region_ <= 1) return;
+  // A restarted group (generation > 0) must not meet the dead group's keys.
+  const std::string prefix =
+      (config_.device == "cuda" ? "nccl/" : "gloo/") + region_ + "/" +
+      (options_.generation > 0 ? fmt::format("g{}/", options_.generation) : std::string());
+  wire::ChannelOptions store_options;
+  store_options.curve_client = wire::curve_client(config_.security, region_, region_);
+  store_ = std::make_unique<ServerStore>(context_, config_.server_endpoint(region_, region_),
+                                         prefix, config_.timeout, store_options);
+  comm_ = backend_->connect_region(
+      *store_, static_cast<int>(rank_), static_cast<int>(per_region_),
+      RegionOptions{config_.gloo_host, config_.timeout, config_.bucket_cap_mb});
+}
+
+void WorkerRun::restore_snapshot() {
+  resumed_ = agree_on_snapshot(snapshots_, identity_, comm_.get(), rank_, per_region_);
+  if (!resumed_) {
+    spdlog::info("worker {}-{}: --resume without a snapshot every rank has: starting fresh",
+                 region_, rank_);
+    return;
+  }
+  const auto folder = snapshots_.folder(resumed_->round);
+  restore_worker_state(*resumed_, folder, *step_, params_);
+  engine_->optimizer_to_device();
+  spdlog::info("worker {}-{}: resuming from the snapshot of round {} in {}", region_, rank_,
+               resumed_->round, folder.string());
+}
+
+// The leader's link to every region's server; returns the round the region trains next.
+uint64_t WorkerRun::connect_leader() {
+  // The samples one round's delta stands for (the servers' token-weighted merge).
+  const uint64_t tokens_per_round = uint64_t{config_.local_steps} * config_.batch_size *
+                                    config_.accumulation_steps * config_.workers_per_region;
+  sync_ = std::make_unique<RegionSync>(
+      table_, leader_sync_config(config_, region_, tokens_per_round), context_);
+  // The origin is the seed's initialisation, whatever a snapshot holds.
+  std::vector<float> origin(params_.size());
+  model_->init(origin, config_.seed);
+  sync_->set_origin(origin);
+  const uint64_t next = sync_->connect(resumed_ ? resumed_->round + 1 : 0);
+  log_.write("connect", {{"region", region_},
+                         {"next_round", next},
+                         {"startup_bytes_pulled", sync_->startup_bytes_pulled()}});
+  if (options_.resume)
+    log_.write("resume", resume_leader(resumed_, next, *sync_, params_, region_));
+  std::copy(sync_->base().begin(), sync_->base().end(), params_.begin());
+  streaming_ = std::make_unique<StreamingSync>(*sync_, leader_streaming_config(config_));
+  return next;
+}
+
+uint64_t WorkerRun::start() {
+  std::vector<float> first_round{1.0f};
+  if (leader_) first_round[0] = static_cast<float>(connect_leader());
+  if (comm_) {
+    comm_->broadcast(first_round, 0);
+    comm_->broadcast(params_, 0);
+  }
+  engine_->to_device(params_);
+  const auto first = static_cast<uint64_t>(first_round[0]);
+  // A resumed worker trains round t on round t's data, at round t's schedule step.
+  if (options_.resume) {
+    const uint64_t resume_steps = (first - 1) * config_.local_steps;
+    step_->set_steps(resume_steps);
+    open_data(resume_steps * config_.accumulation_steps);
+  }
+  return first;
+}
+
+bool WorkerRun::stop_agreed(std::stop_token stop) {
+  std::vector<float> flag{stop.stop_requested() ? 1.0f : 0.0f};
+  if (comm_) comm_->allreduce_sum(flag);
+  return flag[0] > 0.0f;
+}
+
+void WorkerRun::local_step(uint64_t round, uint32_t h) {
+  double compute = 0, comm_s = 0, loss_sum = 0;
+  for (uint32_t m = 0; m < config_.accumulation_steps; ++m) {
+    const Batch batch = data_->next();
+    const auto t0 = Clock::now();
+    auto r = engine_->accumulate(params_, batch, m + 1 == config_.accumulation_steps);
+    compute += since(t0);
+    step_->add_micro_batch(r.mean_loss());
+    loss_sum += r.mean_loss();
+  }
+  if (delay_.count() > 0) std::this_thread::sleep_for(delay_);
+  auto t0 = Clock::now();
+  engine_->reduce_gradient();  // the region's sum (AllReduce when connected)
+  if (comm_) {
+    // The region's mean loss, so that every worker's anomaly guard takes the same decision.
+    std::vector<float> loss{static_cast<float>(loss_sum / config_.accumulation_steps)};
+    comm_->allreduce_sum(loss);
+    step_->set_loss(double(loss[0]) / per_region_);
+  }
+  comm_s += since(t0);
+  const StepReport report = engine_->apply(params_, comm_ ? per_region_ : 1);
+  ++result_.steps;
+  if (report.verdict != Verdict::kAccept) ++result_.skipped_steps;
+  round_compute_ += compute;
+  round_comm_ += comm_s;
+  log_.write("step", {{"region", region_},
+                      {"rank", rank_},
+                      {"round", round},
+                      {"step", report.step},
+                      {"loss", report.loss},
+                      {"lr", report.lr},
+                      {"grad_norm", report.grad_norm},
+                      {"compute_s", compute},
+                      {"comm_s", comm_s},
+                      {"skipped", report.verdict != Verdict::kAccept}});
+  // The exchanges due after this step (every fragment's push, and the merges `delay` steps
+  // later); every rank knows the schedule, so all take part in the broadcast that follows.
+  const uint64_t global_step = (round - 1) * config_.local_steps + h + 1;
+  const bool exchanged = StreamingSync::changes_params_after(
+      global_step, config_.fragments, config_.local_steps, config_.merge_delay());
+  if (leader_) {
+    if (exchanged) engine_->to_host(params_);
+    t0 = Clock::now();
+    for (auto& rep : streaming_->after_step(global_step, params_)) merged_.push_back(rep);
+    round_wait_ += since(t0);
+  }
+  if (!exchanged) return;
+  if (comm_) comm_->broadcast(params_, 0);
+  engine_->to_device(params_);
+}
+
+void WorkerRun::train_round(uint64_t round, std::stop_token stop) {
+  round_compute_ = round_comm_ = round_wait_ = 0;
+  for (uint32_t h = 0; h < config_.local_steps; ++h) local_step(round, h);
+  end_round(round);
+  // worker.checkpoint: every N rounds, at the last round and when stopped, so that --resume
+  // continues where this worker stops.
+  if (config_.checkpoint.every > 0 &&
+      (round % config_.checkpoint.every == 0 || round == config_.rounds || stop.stop_requested()))
+    write_snapshot(round);
+  ++result_.rounds;
+}
+
+// The leader's round event (and the evaluation every eval_every rounds).
+void WorkerRun::end_round(uint64_t round) {
+  if (!leader_) return;
+  nlohmann::json fields{
+      {"region", region_},           {"round", round},        {"steps", config_.local_steps},
+      {"compute_s", round_compute_}, {"comm_s", round_comm_}, {"wait_s", round_wait_}};
+  if (!merged_.empty()) add_reports(fields, merged_);
+  merged_.clear();
+  log_.write("round", fields);
+  if (config_.eval_every > 0 && round % config_.eval_every == 0 && round < config_.rounds) {
+    engine_->to_host(params_);
+    log_.write("eval", eval_fields(region_, data_->evaluate(*backend_, params_), round,
+                                   result_.steps, tokens_per_step()));
+  }
+}
+
+void WorkerRun::write_snapshot(uint64_t round) {
+  engine_->to_host(params_);
+  engine_->optimizer_to_host();
+  // A background exchange owns the RegionSync now: its residuals are not read (with overlap, a
+  // snapshot holds none, docs/run.md).
+  std::map<std::string, std::vector<float>> residuals;
+  if (leader_ && !streaming_->background()) residuals = streaming_->residuals();
+  auto s = capture_worker_state(*step_, params_, round, data_->position(), std::move(residuals));
+  s.region = region_;
+  s.rank = rank_;
+  s.seed = config_.seed;
+  s.identity = identity_;
+  const auto folder = snapshots_.write(s);
+  log_.write("checkpoint",
+             {{"region", region_}, {"rank", rank_}, {"round", round}, {"path", folder.string()}});
+}
+
+TrainResult WorkerRun::finish(uint64_t next_round) {
+  engine_->to_host(params_);              // the final values, on every rank
+  std::optional<FinalModel> final_model;  // the leader's
+  if (streaming_) {
+    // Overlap and streaming: take in what is still in flight, push the fragments' last
+    // progress, and give every worker the result.
+    const auto t0 = Clock::now();
+    auto reps = streaming_->finish((next_round - 1) * config_.local_steps, params_);
+    if (!reps.empty()) {
+      nlohmann::json j{{"region", region_}, {"round", reps.back().round},
+                       {"steps", 0},        {"compute_s", 0.0},
+                       {"comm_s", 0.0},     {"wait_s", since(t0)}};
+      add_reports(j, reps);
+      log_.write("round", j);
+    }
+    streaming_.reset();
+    // One global model out of the regions' views (worker/final_model.hpp); not for a stopped
+    // run, whose snapshots hold the residuals.
+    final_model.emplace(params_, region_);
+    if (next_round > config_.rounds)
+      final_model->flush(*sync_, params_, log_);
+    else
+      final_model->skip("the run stopped before its last round");
+    // Training is over for this region: the servers stop counting it now rather than after
+    // dead_after, so that another region's last round never waits for it.
+    sync_->goodbye(std::min(config_.timeout, std::chrono::milliseconds(2000)));
+    if (region_index_ == 0)
+      final_model->write(config_.run_dir, *model_, table_, params_, config_.model, config_.seed,
+                         next_round - 1);
+  }
+  if (comm_) comm_->broadcast(params_, 0);
+
+  nlohmann::json done{{"region", region_},
+                      {"rank", rank_},
+                      {"rounds", result_.rounds},
+                      {"steps", result_.steps},
+                      {"skipped_steps", result_.skipped_steps}};
+  if (leader_) {
+    final_model->evaluate(*data_, *backend_, params_);
+    log_.write("eval", eval_fields(region_, final_model->own_evaluation(), next_round - 1,
+                                   result_.steps, tokens_per_step()));
+    final_model->report(done, result_);
+    write_region_parameters(config_.run_dir, region_, final_model->own_parameters());
+  }
+  result_.wall_seconds = since(start_);
+  done["wall_s"] = result_.wall_seconds;
+  log_.write("done", done);
+  result_.params = std::move(params_);
+  return std::move(result_);
+}
+
 }  // namespace
 
 std::filesystem::path worker_metrics_path(const std::filesystem::path& run_dir,
@@ -169,382 +579,10 @@ Trainer::Trainer(WorkerConfig config, std::string region, uint32_t rank, zmq::co
 }
 
 TrainResult Trainer::run(std::stop_token stop) {
-  const auto start = Clock::now();
-  const bool leader = rank_ == 0;
-  const uint32_t per_region = config_.workers_per_region;
-  const uint32_t world = static_cast<uint32_t>(config_.regions.size()) * per_region;
-
-  kernels::cpu::set_blas_threads(static_cast<int>(config_.blas_threads));
-  // Model: the same initialisation in every process.
-  const auto model = models::make_model(config_.model);
-  const ParamTable table = model->make_table(config_.model.critical);
-  std::vector<float> params(table.total_elements());
-  model->init(params, config_.seed);
-  // Where forward/backward run (worker.device), and the matching region connection.
-  const auto backend =
-      make_model_backend(config_.device, config_.model, static_cast<int>(rank_), config_.precision);
-  // Device-resident training (cuda): parameters, gradient and optimizer state stay on the device;
-  // `params` is a host mirror, downloaded before exchanges, evaluations and checkpoints.
-  ResidentTraining* const resident = backend->resident();
-
-  const uint64_t micro_batches = config_.total_steps() * config_.accumulation_steps;
-  // Data: this worker's training stream; the held-out set for the leader. Read before anything
-  // connects, so that a bad corpus or dataset fails at once; a resumed worker opens it once the
-  // servers said which round it trains (below).
-  std::optional<TrainingData> data_holder;
-  if (!options_.resume)
-    data_holder.emplace(config_, world, global_rank(region_index_, rank_, per_region), leader,
-                        micro_batches);
-
-  // Inside the region: Gloo (cpu) or NCCL (cuda), with the rendezvous at the region's own server.
-  std::unique_ptr<ServerStore> store;
-  std::unique_ptr<Communicator> comm;  // host spans, whatever the device
-  if (per_region > 1) {
-    // A restarted group (generation > 0) must not meet the dead group's keys.
-    const std::string prefix =
-        (config_.device == "cuda" ? "nccl/" : "gloo/") + region_ + "/" +
-        (options_.generation > 0 ? fmt::format("g{}/", options_.generation) : std::string());
-    wire::ChannelOptions store_options;
-    store_options.curve_client = wire::curve_client(config_.security, region_, region_);
-    store = std::make_unique<ServerStore>(context_, config_.server_endpoint(region_, region_),
-                                          prefix, config_.timeout, store_options);
-    comm = backend->connect_region(
-        *store, static_cast<int>(rank_), static_cast<int>(per_region),
-        RegionOptions{config_.gloo_host, config_.timeout, config_.bucket_cap_mb});
-  }
-
-  LocalStepConfig lsc;
-  lsc.optimizer = config_.optimizer;
-  lsc.schedule.base_lr = config_.lr;
-  lsc.schedule.warmup_steps = config_.warmup_steps;
-  lsc.schedule.total_steps = config_.total_steps();
-  lsc.schedule.decay = config_.decay;
-  lsc.schedule.min_lr = config_.min_lr;
-  if (config_.scale_lr) {
-    lsc.schedule.reference_batch = 64;
-    lsc.schedule.global_batch = config_.batch_size * config_.accumulation_steps * world;
-  }
-  lsc.schedule.validate();
-  lsc.accumulation_steps = config_.accumulation_steps;
-  lsc.max_grad_norm = config_.max_grad_norm;
-  lsc.guard = config_.guard;
-  lsc.decay_mask = weight_decay_mask(table, config_.optimizer.no_decay);
-  if (config_.optimizer.kind == OptimizerKind::kMuon)
-    lsc.muon_matrices =
-        muon_matrices(table, model->tensor_shapes(), config_.optimizer.adamw_tensors);
-  LocalStep step(lsc, params.size());
-  if (resident) resident->prepare_optimizer(config_.optimizer, lsc.decay_mask);
-
-  // Snapshots of this worker's state, and the one it resumes from (--resume).
-  const WorkerCheckpointStore snapshots(
-      worker_checkpoint_dir(config_.run_dir, config_.checkpoint.dir, region_, rank_),
-      config_.checkpoint.keep);
-  const uint64_t identity = worker_identity(config_, table.layout_hash());
-  std::optional<WorkerCheckpointState> resumed;
-  if (options_.resume) {
-    resumed = agree_on_snapshot(snapshots, identity, comm.get(), rank_, per_region);
-    if (resumed) {
-      GT_REQUIRE(resumed->params.size() == params.size(),
-                 "worker snapshot '{}': {} parameters, the model has {}",
-                 snapshots.folder(resumed->round).string(), resumed->params.size(), params.size());
-      step.optimizer().restore(resumed->optimizer_m, resumed->optimizer_v,
-                               resumed->optimizer_steps);
-      step.guard().restore(resumed->guard_losses, resumed->guard_skipped);
-      if (resident) resident->upload_optimizer_state(resumed->optimizer_m, resumed->optimizer_v);
-      std::copy(resumed->params.begin(), resumed->params.end(), params.begin());
-      spdlog::info("worker {}-{}: resuming from the snapshot of round {} in {}", region_, rank_,
-                   resumed->round, snapshots.folder(resumed->round).string());
-    } else {
-      spdlog::info("worker {}-{}: --resume without a snapshot every rank has: starting fresh",
-                   region_, rank_);
-    }
-  }
-
-  MetricsLog log(worker_metrics_path(config_.run_dir, region_, rank_));
-  log.write("start", {{"region", region_},
-                      {"rank", rank_},
-                      {"world", world},
-                      {"model", model->kind()},
-                      {"parameters", params.size()},
-                      {"batch_size", config_.batch_size},
-                      {"local_steps", config_.local_steps},
-                      {"rounds", config_.rounds},
-                      {"critical_codec", config_.critical_codec.text()},
-                      {"noncritical_codec", config_.noncritical_codec.text()},
-                      {"overlap", config_.overlap},
-                      {"overlap_mode", std::string(overlap_mode_name(config_.overlap_mode))},
-                      {"fragments", config_.fragments},
-                      {"fragment_delay", config_.merge_delay()},
-                      {"stream_critical", config_.stream_critical},
-                      {"shard_wait_ms", config_.shard_wait.count()},
-                      {"staleness_bound", config_.staleness_bound},
-                      {"resume", options_.resume},
-                      {"generation", options_.generation}});
-
-  // Across regions: the leader's link to every region's server.
-  std::unique_ptr<RegionSync> sync;
-  std::unique_ptr<StreamingSync> streaming;
-  std::vector<float> first_round{1.0f};
-  if (leader) {
-    // The samples one round's delta stands for (the servers' token-weighted merge).
-    const uint64_t tokens_per_round = uint64_t{config_.local_steps} * config_.batch_size *
-                                      config_.accumulation_steps * config_.workers_per_region;
-    sync = std::make_unique<RegionSync>(
-        table, leader_sync_config(config_, region_, tokens_per_round), context_);
-    // The origin is the seed's initialisation, whatever a snapshot holds.
-    {
-      std::vector<float> origin(params.size());
-      model->init(origin, config_.seed);
-      sync->set_origin(origin);
-    }
-    const uint64_t next = sync->connect(resumed ? resumed->round + 1 : 0);
-    log.write("connect", {{"region", region_},
-                          {"next_round", next},
-                          {"startup_bytes_pulled", sync->startup_bytes_pulled()}});
-    first_round[0] = static_cast<float>(next);
-    if (options_.resume) log.write("resume", resume_leader(resumed, next, *sync, params, region_));
-    std::copy(sync->base().begin(), sync->base().end(), params.begin());
-    streaming = std::make_unique<StreamingSync>(*sync, leader_streaming_config(config_));
-  }
-  if (comm) {
-    comm->broadcast(first_round, 0);
-    comm->broadcast(params, 0);
-  }
-  if (resident) resident->upload_parameters(params);
-  // A resumed worker trains round t on round t's data, at round t's schedule step.
-  if (options_.resume) {
-    const uint64_t resume_steps = (static_cast<uint64_t>(first_round[0]) - 1) * config_.local_steps;
-    step.set_steps(resume_steps);
-    data_holder.emplace(config_, world, global_rank(region_index_, rank_, per_region), leader,
-                        micro_batches, resume_steps * config_.accumulation_steps);
-  }
-  TrainingData& data = *data_holder;
-
-  const auto delay = std::chrono::milliseconds(
-      config_.step_delay_ms.count(region_) ? config_.step_delay_ms.at(region_) : 0);
-  TrainResult result;
-  // An evaluation as the metrics contract names it: test_* for classifiers, val_* for LMs.
-  const uint64_t tokens_per_step =
-      uint64_t{config_.batch_size} * config_.accumulation_steps * world * data.tokens_per_sample();
-  const auto eval_fields = [&](const Evaluation& e, uint64_t at_round, uint64_t at_step) {
-    // tokens: training tokens of all regions up to this step (samples for a classifier), the
-    // x axis on which runs of different batch sizes and H compare.
-    nlohmann::json j{{"region", region_},
-                     {"round", at_round},
-                     {"step", at_step},
-                     {"tokens", at_step * tokens_per_step}};
-    if (e.bits_per_byte) {
-      j["val_loss"] = e.loss;
-      j["val_bpb"] = *e.bits_per_byte;
-      j["val_accuracy"] = e.accuracy;
-    } else {
-      j["test_accuracy"] = e.accuracy;
-      j["test_loss"] = e.loss;
-    }
-    return j;
-  };
-  std::vector<float> loss_buf(1);
-  uint64_t round = static_cast<uint64_t>(first_round[0]);
-  // Whether the leader's exchanges change the parameters after a step: a fragment is due, or a
-  // merge `delay` steps after one.
-  const uint32_t merge_delay = config_.merge_delay();
-  const auto changes_at = [&](uint64_t at) {
-    for (uint32_t p = 0; p < config_.fragments; ++p)
-      if (StreamingSync::due(at, p, config_.fragments, config_.local_steps) ||
-          (merge_delay > 0 && at > merge_delay &&
-           StreamingSync::due(at - merge_delay, p, config_.fragments, config_.local_steps)))
-        return true;
-    return false;
-  };
-  std::vector<RoundReport> merged;  // the exchanges merged during this round (leader)
-  double round_wait = 0;
-  // A stop (SIGTERM) ends every rank of the region after the same round: it reaches the ranks at
-  // slightly different times, and a rank that left the loop while another began a round would
-  // wait in a collective the other never joins (until the group's timeout). One float per round.
-  auto stop_agreed = [&] {
-    std::vector<float> flag{stop.stop_requested() ? 1.0f : 0.0f};
-    if (comm) comm->allreduce_sum(flag);
-    return flag[0] > 0.0f;
-  };
-  for (; round <= config_.rounds && !stop_agreed(); ++round) {
-    double round_compute = 0, round_comm = 0;
-    for (uint32_t h = 0; h < config_.local_steps; ++h) {
-      double compute = 0, comm_s = 0, loss_sum = 0;
-      for (uint32_t m = 0; m < config_.accumulation_steps; ++m) {
-        const Batch batch = data.next();
-        const auto t0 = Clock::now();
-        const bool last = m + 1 == config_.accumulation_steps;
-        auto r = resident ? resident->accumulate(batch, last)
-                          : backend->forward_backward(params, batch, step.grad(), last);
-        compute += since(t0);
-        step.add_micro_batch(r.mean_loss());
-        loss_sum += r.mean_loss();
-      }
-      if (delay.count() > 0) std::this_thread::sleep_for(delay);  // an artificially slow region
-      double grad_norm_sq = 0;  // resident: of the region's summed gradient
-      {
-        const auto t0 = Clock::now();
-        // The region's sum (AllReduce when connected).
-        if (resident)
-          grad_norm_sq = resident->reduce_gradient_norm_sq();
-        else
-          backend->reduce_gradient(step.grad());
-        comm_s += since(t0);
-      }
-      if (comm) {
-        const auto t0 = Clock::now();
-        // The region's mean loss, so that every worker's anomaly guard takes the same decision.
-        loss_buf[0] = static_cast<float>(loss_sum / config_.accumulation_steps);
-        comm->allreduce_sum(loss_buf);
-        step.set_loss(double(loss_buf[0]) / per_region);
-        comm_s += since(t0);
-      }
-      StepReport report;
-      if (resident) {
-        float grad_scale = 0;
-        report = step.decide(grad_norm_sq, comm ? per_region : 1, &grad_scale);
-        resident->apply_step(
-            {report.verdict == Verdict::kAccept, report.lr, grad_scale, step.optimizer().steps()});
-      } else {
-        report = step.apply(params, comm ? per_region : 1);
-      }
-      ++result.steps;
-      if (report.verdict != Verdict::kAccept) ++result.skipped_steps;
-      round_compute += compute;
-      round_comm += comm_s;
-      log.write("step", {{"region", region_},
-                         {"rank", rank_},
-                         {"round", round},
-                         {"step", report.step},
-                         {"loss", report.loss},
-                         {"lr", report.lr},
-                         {"grad_norm", report.grad_norm},
-                         {"compute_s", compute},
-                         {"comm_s", comm_s},
-                         {"skipped", report.verdict != Verdict::kAccept}});
-      // The exchanges due after this step (every fragment's push, and the merges `delay` steps
-      // later); every rank knows the schedule, so all take part in the broadcast that follows.
-      const uint64_t global_step = (round - 1) * config_.local_steps + h + 1;
-      const bool exchanged = changes_at(global_step);
-      if (resident && leader && exchanged) resident->download_parameters(params);
-      if (leader) {
-        const auto t0 = Clock::now();
-        for (auto& rep : streaming->after_step(global_step, params)) merged.push_back(rep);
-        round_wait += since(t0);
-      }
-      if (comm && exchanged) comm->broadcast(params, 0);
-      if (resident && exchanged) resident->upload_parameters(params);
-    }
-
-    // The round boundary.
-    nlohmann::json round_fields;
-    if (leader) {
-      round_fields = {
-          {"region", region_},          {"round", round},       {"steps", config_.local_steps},
-          {"compute_s", round_compute}, {"comm_s", round_comm}, {"wait_s", round_wait}};
-      if (!merged.empty()) add_reports(round_fields, merged);
-      merged.clear();
-      round_wait = 0;
-    }
-    if (leader) {
-      log.write("round", round_fields);
-      if (config_.eval_every > 0 && round % config_.eval_every == 0 && round < config_.rounds) {
-        if (resident) resident->download_parameters(params);
-        log.write("eval", eval_fields(data.evaluate(*backend, params), round, result.steps));
-      }
-    }
-    // worker.checkpoint: every N rounds, at the last round and when stopped, so that --resume
-    // continues where this worker stops.
-    if (config_.checkpoint.every > 0 && (round % config_.checkpoint.every == 0 ||
-                                         round == config_.rounds || stop.stop_requested())) {
-      if (resident) {
-        resident->download_parameters(params);
-        std::vector<float> m(step.optimizer().first_moment().size()),
-            v(step.optimizer().second_moment().size());
-        resident->download_optimizer_state(m, v);
-        step.optimizer().restore(m, v, step.optimizer().steps());
-      }
-      WorkerCheckpointState s;
-      s.region = region_;
-      s.rank = rank_;
-      s.round = round;
-      s.steps = step.steps();
-      s.micro_batches = data.position();
-      s.seed = config_.seed;
-      s.identity = identity;
-      s.params = params;
-      const auto m = step.optimizer().first_moment();
-      const auto v = step.optimizer().second_moment();
-      s.optimizer_m.assign(m.begin(), m.end());
-      s.optimizer_v.assign(v.begin(), v.end());
-      s.optimizer_steps = step.optimizer().steps();
-      s.guard_losses = step.guard().losses();
-      s.guard_skipped = step.guard().skipped();
-      // A background exchange owns the RegionSync now: its residuals are not read (with
-      // overlap, a snapshot holds none, docs/run.md).
-      if (leader && !streaming->background()) s.residuals = streaming->residuals();
-      const auto folder = snapshots.write(s);
-      log.write(
-          "checkpoint",
-          {{"region", region_}, {"rank", rank_}, {"round", round}, {"path", folder.string()}});
-    }
-    ++result.rounds;
-  }
-
-  // Overlap and streaming: take in what is still in flight, push the fragments' last progress,
-  // and give every worker the result.
-  if (resident) resident->download_parameters(params);  // the final values, on every rank
-  std::optional<FinalModel> final_model;                // the leader's
-  if (streaming) {
-    const auto t0 = Clock::now();
-    const uint64_t last_step = (round - 1) * config_.local_steps;
-    auto reps = streaming->finish(last_step, params);
-    if (!reps.empty()) {
-      nlohmann::json j{{"region", region_}, {"round", reps.back().round},
-                       {"steps", 0},        {"compute_s", 0.0},
-                       {"comm_s", 0.0},     {"wait_s", since(t0)}};
-      add_reports(j, reps);
-      log.write("round", j);
-    }
-    streaming.reset();
-    // One global model out of the regions' views (worker/final_model.hpp); not for a stopped
-    // run, whose snapshots hold the residuals.
-    final_model.emplace(params, region_);
-    if (round > config_.rounds)
-      final_model->flush(*sync, params, log);
-    else
-      final_model->skip("the run stopped before its last round");
-    // Training is over for this region: the servers stop counting it now rather than after
-    // dead_after, so that another region's last round never waits for it.
-    sync->goodbye(std::min(config_.timeout, std::chrono::milliseconds(2000)));
-    if (region_index_ == 0)
-      final_model->write(config_.run_dir, *model, table, params, config_.model, config_.seed,
-                         round - 1);
-  }
-  if (comm) comm->broadcast(params, 0);
-
-  nlohmann::json done{{"region", region_},
-                      {"rank", rank_},
-                      {"rounds", result.rounds},
-                      {"steps", result.steps},
-                      {"skipped_steps", result.skipped_steps}};
-  if (leader) {
-    final_model->evaluate(data, *backend, params);
-    log.write("eval", eval_fields(final_model->own_evaluation(), round - 1, result.steps));
-    final_model->report(done, result);
-    // The region's own final parameters, raw little-endian fp32 in the table's layout.
-    const auto own = final_model->own_parameters();
-    const auto file = config_.run_dir / fmt::format("params-{}.f32", region_);
-    std::ofstream out(file, std::ios::binary | std::ios::trunc);
-    out.write(reinterpret_cast<const char*>(own.data()),
-              std::streamsize(own.size() * sizeof(float)));
-    GT_REQUIRE(out.good(), "cannot write the final parameters to '{}'", file.string());
-  }
-  result.wall_seconds = since(start);
-  done["wall_s"] = result.wall_seconds;
-  log.write("done", done);
-  result.params = std::move(params);
-  return result;
+  WorkerRun run(config_, region_, region_index_, rank_, context_, options_);
+  uint64_t round = run.start();
+  for (; round <= config_.rounds && !run.stop_agreed(stop); ++round) run.train_round(round, stop);
+  return run.finish(round);
 }
 
 }  // namespace geotrain::worker

@@ -8,6 +8,7 @@
 #include "core/durable_file.hpp"
 #include "core/error.hpp"
 #include "worker/config.hpp"
+#include "worker/local_step.hpp"
 
 namespace geotrain::worker {
 
@@ -265,6 +266,34 @@ std::optional<WorkerCheckpointState> WorkerCheckpointStore::restore_latest(
     }
   }
   return std::nullopt;
+}
+
+WorkerCheckpointState capture_worker_state(const LocalStep& step, ConstFloatSpan params,
+                                           uint64_t round, uint64_t micro_batches,
+                                           std::map<std::string, std::vector<float>> residuals) {
+  WorkerCheckpointState s;
+  s.round = round;
+  s.steps = step.steps();
+  s.micro_batches = micro_batches;
+  s.params.assign(params.begin(), params.end());
+  const auto& opt = step.optimizer();
+  s.optimizer_m.assign(opt.first_moment().begin(), opt.first_moment().end());
+  s.optimizer_v.assign(opt.second_moment().begin(), opt.second_moment().end());
+  s.optimizer_steps = opt.steps();
+  s.guard_losses = step.guard().losses();
+  s.guard_skipped = step.guard().skipped();
+  s.residuals = std::move(residuals);
+  return s;
+}
+
+void restore_worker_state(const WorkerCheckpointState& state, const fs::path& folder,
+                          LocalStep& step, FloatSpan params) {
+  GT_REQUIRE(state.params.size() == params.size(),
+             "worker snapshot '{}': {} parameters, the model has {}", folder.string(),
+             state.params.size(), params.size());
+  step.optimizer().restore(state.optimizer_m, state.optimizer_v, state.optimizer_steps);
+  step.guard().restore(state.guard_losses, state.guard_skipped);
+  std::copy(state.params.begin(), state.params.end(), params.begin());
 }
 
 }  // namespace geotrain::worker

@@ -35,9 +35,12 @@
 #include <string>
 #include <vector>
 
+#include "core/span.hpp"
+
 namespace geotrain::worker {
 
 struct WorkerConfig;
+class LocalStep;
 
 struct WorkerCheckpointState {
   std::string region;
@@ -90,5 +93,18 @@ std::filesystem::path worker_checkpoint_dir(const std::filesystem::path& run_dir
 // batch size, accumulation and local steps, seed, optimizer kind (Muon: and its adamw_tensors)
 // and data kind. A snapshot of another identity is refused on load.
 uint64_t worker_identity(const WorkerConfig& config, uint64_t layout_hash);
+
+// A worker's state at the end of `round` as a snapshot holds it: the parameters, `step`'s
+// optimizer, guard and schedule position, the data position; `residuals`: the leader's uplink
+// residuals (empty on other ranks, and on a leader whose exchange runs in the background).
+// region, rank, seed and identity are left for the caller.
+WorkerCheckpointState capture_worker_state(const LocalStep& step, ConstFloatSpan params,
+                                           uint64_t round, uint64_t micro_batches,
+                                           std::map<std::string, std::vector<float>> residuals);
+// A snapshot's optimizer and guard state back into `step`, its parameters into `params`
+// (InputError naming `folder` when the sizes differ). The schedule position is not restored:
+// a resumed worker's is the round the servers say it trains (worker/trainer.hpp).
+void restore_worker_state(const WorkerCheckpointState& state, const std::filesystem::path& folder,
+                          LocalStep& step, FloatSpan params);
 
 }  // namespace geotrain::worker

@@ -201,16 +201,6 @@ class RegionLeader {
   std::unique_ptr<StreamingSync> streaming_;
 };
 
-// Whether the leader's exchanges change the parameters after local step `step`: a fragment is
-// due, or a merge `delay` steps after one (what the other ranks of a region broadcast on).
-bool changes_after(uint64_t step, uint32_t fragments, uint32_t local_steps, uint32_t delay) {
-  for (uint32_t p = 0; p < fragments; ++p)
-    if (StreamingSync::due(step, p, fragments, local_steps) ||
-        (delay > 0 && step > delay && StreamingSync::due(step - delay, p, fragments, local_steps)))
-      return true;
-  return false;
-}
-
 // A codec schedule as Python holds it (compression/codec_schedule.hpp): the spec string for one
 // phase, else [{"until_round": N, "codec": SPEC}, ..., {"codec": SPEC}], as the YAML writes it.
 py::object schedule_to_py(const compression::CodecSchedule& s) {
@@ -502,8 +492,8 @@ connect() raises HandshakeError (a ConnectionError) when a server refuses the co
   m.def("with_model_tensors", &with_model_tensors, py::arg("yaml_text"), py::arg("tensors"),
         py::arg("critical") = py::none(), py::arg("config_dir") = "",
         "the config text with model.tensors set to [(name, size), ...] (and model.critical)");
-  m.def("changes_after", &changes_after, py::arg("step"), py::arg("fragments"),
-        py::arg("local_steps"), py::arg("delay"),
+  m.def("changes_after", &StreamingSync::changes_params_after, py::arg("step"),
+        py::arg("fragments"), py::arg("local_steps"), py::arg("delay"),
         "whether a leader's exchanges change the parameters after local step `step` (a fragment "
         "due, or merged `delay` steps after one): when a region's other ranks take a broadcast");
 }
