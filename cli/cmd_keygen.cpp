@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "cli/commands.hpp"
+#include "core/deployment_keys.hpp"
 #include "core/error.hpp"
 #include "core/yaml_reader.hpp"
 #include "wire/curve_keys.hpp"
@@ -33,8 +34,7 @@ int run_keygen(const KeygenArgs& args) {
     std::stringstream text;
     text << f.rdbuf();
     const auto root = in.load_deployment_config(text.str());
-    GT_REQUIRE(root["regions"], "{}: key 'regions' is missing", args.config);
-    regions = in.strings(root["regions"], "regions");
+    regions = read_regions(in, root);
   } else {
     std::stringstream list(args.regions);
     for (std::string r; std::getline(list, r, ',');)

@@ -3,6 +3,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/deployment_keys.hpp"
 #include "core/error.hpp"
 #include "core/yaml_reader.hpp"
 
@@ -29,13 +30,7 @@ RunSettings parse_run_settings(std::string_view yaml_text, std::string_view sour
 
   RunSettings s;
   s.name = std::string(default_name);
-  GT_REQUIRE(root["regions"], "{}: key 'regions' is missing (a list of region names)", source);
-  s.regions = in.strings(root["regions"], "regions");
-  GT_REQUIRE(!s.regions.empty(), "{}: regions is empty", source);
-  for (std::size_t i = 0; i < s.regions.size(); ++i)
-    for (std::size_t j = 0; j < i; ++j)
-      GT_REQUIRE(s.regions[i] != s.regions[j], "{}: regions lists '{}' twice", source,
-                 s.regions[i]);
+  s.regions = read_regions(in, root);
   if (auto w = root["worker"]; w && w.IsMap() && w["workers_per_region"])
     s.workers_per_region =
         in.number<uint32_t>(w["workers_per_region"], "worker.workers_per_region", 1, 64);

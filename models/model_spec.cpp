@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "core/deployment_keys.hpp"
+
 namespace geotrain::models {
 namespace {
 
@@ -17,23 +19,11 @@ ModelSpec parse_model_spec(const YAML::Node& model, const YamlReader& in) {
   const std::string& source = in.source();
   GT_REQUIRE(model, "{}: key 'model' is missing (e.g. model: {{kind: gpt, preset: gpt-tiny}})",
              source);
-  in.check_keys(model, "model",
-                {"kind", "arch", "tensors", "critical", "preset", "vocab", "d_model", "layers",
-                 "heads", "seq_len", "mlp_ratio"});
+  in.check_keys(model, "model", model_keys());
   ModelSpec spec;
   if (auto n = model["kind"]) spec.kind = in.choice(n, "model.kind", {"mlp", "gpt"});
   if (auto n = model["critical"]) spec.critical = in.strings(n, "model.critical");
-  if (auto t = model["tensors"]) {
-    GT_REQUIRE(t.IsSequence(), "{}: model.tensors must be a list of {{name, size}}", source);
-    for (const auto& e : t) {
-      in.check_keys(e, "model.tensors[]", {"name", "size"});
-      GT_REQUIRE(e["name"] && e["size"], "{}: every model.tensors entry needs name and size",
-                 source);
-      spec.tensors.push_back(
-          {in.string(e["name"], "model.tensors[].name"),
-           in.number<uint64_t>(e["size"], "model.tensors[].size", 1, uint64_t{1} << 40)});
-    }
-  }
+  if (auto t = model["tensors"]) spec.tensors = read_model_tensors(in, t);
   const char* gpt_keys[] = {"preset", "vocab",   "d_model",  "layers",
                             "heads",  "seq_len", "mlp_ratio"};
   if (spec.kind == "mlp") {

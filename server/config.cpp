@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "compression/error_feedback.hpp"
+#include "core/deployment_keys.hpp"
 #include "core/error.hpp"
 #include "core/yaml_reader.hpp"
 
@@ -141,14 +142,8 @@ void parse_server(const Ctx& c, const YAML::Node& s, ServerConfig& cfg) {
               "metrics_host",
               "max_connections_per_address",
               "downlink_error_feedback"});
-  if (auto n = s["endpoints"]) {
-    check_keys(c, n, "server.endpoints",
-               std::set<std::string>(cfg.regions.begin(), cfg.regions.end()));
-    for (const auto& kv : n) {
-      auto region = kv.first.as<std::string>();
-      cfg.endpoints[region] = get_str(c, kv.second, "server.endpoints." + region);
-    }
-  }
+  if (auto n = s["endpoints"]) cfg.endpoints = read_endpoints(c.in, n, cfg.regions);
+
   if (auto n = s["shards_per_region"])
     cfg.shards_per_region = get<uint32_t>(c, n, "server.shards_per_region", 1, 1024);
   if (auto n = s["chunk"]) cfg.chunk = get<uint64_t>(c, n, "server.chunk", 1, uint64_t{1} << 20);
@@ -251,29 +246,12 @@ ServerConfig parse_server_config(std::string_view yaml_text, std::string_view so
   Ctx c{YamlReader(std::string(source)), std::string(source)};
   const YAML::Node root = c.in.load_deployment_config(yaml_text);
   ServerConfig cfg;
-  GT_REQUIRE(root["regions"], "{}: key 'regions' is missing (a list of region names)", c.source);
-  cfg.regions = get_strings(c, root["regions"], "regions");
-  GT_REQUIRE(!cfg.regions.empty() && cfg.regions.size() <= 64,
-             "{}: regions has {} entries, allowed: 1 to 64", c.source, cfg.regions.size());
-  GT_REQUIRE(
-      std::set<std::string>(cfg.regions.begin(), cfg.regions.end()).size() == cfg.regions.size(),
-      "{}: regions lists a name twice", c.source);
+  cfg.regions = read_regions(c.in, root);
   auto model = root["model"];
   GT_REQUIRE(model, "{}: key 'model' is missing (model.tensors: list of {{name, size}})", c.source);
-  check_keys(
-      c, model, "model",
-      {"tensors", "critical", "arch", "kind", "preset", "vocab", "d_model", "layers", "heads",
-       "seq_len", "mlp_ratio"});  // the model's own keys: expanded into tensors by cli/
-  GT_REQUIRE(model["tensors"] && model["tensors"].IsSequence(),
-             "{}: model.tensors must be a list of {{name, size}}", c.source);
-  for (const auto& t : model["tensors"]) {
-    check_keys(c, t, "model.tensors[]", {"name", "size"});
-    GT_REQUIRE(t["name"] && t["size"], "{}: each model.tensors entry needs name and size",
-               c.source);
-    cfg.tensors.push_back(
-        {get_str(c, t["name"], "model.tensors[].name"),
-         get<uint64_t>(c, t["size"], "model.tensors[].size", 1, uint64_t{1} << 36)});
-  }
+  check_keys(c, model, "model", model_keys());  // all but tensors and critical: cli/'s
+  GT_REQUIRE(model["tensors"], "{}: model.tensors must be a list of {{name, size}}", c.source);
+  cfg.tensors = read_model_tensors(c.in, model["tensors"]);
   if (auto n = model["critical"]) cfg.critical = get_strings(c, n, "model.critical");
   if (auto s = root["server"]) parse_server(c, s, cfg);
   // The worker section belongs to the workers; its fragment count decides the shard map.

@@ -1,9 +1,11 @@
 #include "worker/config.hpp"
 
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "compression/error_feedback.hpp"
+#include "core/deployment_keys.hpp"
 #include "core/error.hpp"
 #include "core/yaml_reader.hpp"
 
@@ -102,134 +104,57 @@ void parse_optimizer(const YamlReader& in, const YAML::Node& o, WorkerConfig& c)
     oc.adamw_tensors = in.strings(n, "worker.optimizer.adamw_tensors");
 }
 
-}  // namespace
-
-WorkerConfig parse_worker_config(std::string_view yaml_text, std::string_view source) try {
-  const YamlReader in{std::string(source)};
-  const YAML::Node root = in.load_deployment_config(yaml_text);
-  WorkerConfig c;
-  GT_REQUIRE(root["regions"], "{}: key 'regions' is missing", source);
-  c.regions = in.strings(root["regions"], "regions");
-  GT_REQUIRE(!c.regions.empty(), "{}: regions is empty", source);
-
-  c.model = models::parse_model_spec(root["model"], in);
-  if (auto w = root["worker"]; w && w.IsMap() && w["external"])
-    c.external = in.boolean(w["external"], "worker.external");
-  GT_REQUIRE(
-      c.external || c.model.kind != "mlp" || !c.model.arch.empty(),
-      "{}: model.arch is missing: a worker needs the architecture (e.g. \"784-256-128-10\"), "
-      "unless the workers are your own processes (worker.external: true, docs/python.md)",
-      source);
-  if (c.model.is_language_model()) {
-    c.data.kind = "text";
-    c.data.path = DataConfig::kKjvFile;
+// The server section's keys a worker reads: endpoints, the staleness bound, and the outer
+// optimizer for the eager and delayed merges' prediction (the server checks the optimizer's
+// keys and ranges; they are read leniently here).
+void parse_server_keys(const YamlReader& in, const YAML::Node& server, WorkerConfig& c) {
+  const auto& source = in.source();
+  GT_REQUIRE(server.IsMap(), "{}: 'server' must be a mapping", source);
+  if (auto e = server["endpoints"]) c.server_endpoints = read_endpoints(in, e, c.regions);
+  if (auto s = server["staleness_bound"])
+    c.staleness_bound = in.number<uint32_t>(s, "server.staleness_bound", 0, 1000);
+  if (auto o = server["optimizer"]; o && o.IsMap()) {
+    if (auto n = o["lr"]) c.outer.lr = in.number<float>(n, "server.optimizer.lr", 1e-6f, 100.0f);
+    if (auto n = o["momentum"])
+      c.outer.momentum = in.number<float>(n, "server.optimizer.momentum", 0.0f, 0.999f);
+    if (auto n = o["nesterov"]) c.outer.nesterov = in.boolean(n, "server.optimizer.nesterov");
   }
+}
 
-  if (auto server = root["server"]) {
-    GT_REQUIRE(server.IsMap(), "{}: 'server' must be a mapping", source);
-    if (auto e = server["endpoints"]) {
-      GT_REQUIRE(e.IsMap(), "{}: server.endpoints must map region names to endpoints", source);
-      for (const auto& kv : e) {
-        const auto region = kv.first.as<std::string>();
-        c.region_index(region);
-        c.server_endpoints[region] = in.string(kv.second, "server.endpoints." + region);
-      }
-    }
-    if (auto s = server["staleness_bound"])
-      c.staleness_bound = in.number<uint32_t>(s, "server.staleness_bound", 0, 1000);
-    // The outer optimizer, for the eager and delayed merges' prediction (the server checks the
-    // keys and ranges; these are read leniently here).
-    if (auto o = server["optimizer"]; o && o.IsMap()) {
-      if (auto n = o["lr"]) c.outer.lr = in.number<float>(n, "server.optimizer.lr", 1e-6f, 100.0f);
-      if (auto n = o["momentum"])
-        c.outer.momentum = in.number<float>(n, "server.optimizer.momentum", 0.0f, 0.999f);
-      if (auto n = o["nesterov"]) c.outer.nesterov = in.boolean(n, "server.optimizer.nesterov");
-    }
-  }
+void parse_guard(const YamlReader& in, const YAML::Node& g, WorkerConfig& c) {
+  in.check_keys(g, "worker.anomaly_guard",
+                {"enabled", "window", "k_sigma", "min_samples", "max_consecutive_skips"});
+  if (auto n = g["enabled"]) c.guard.enabled = in.boolean(n, "worker.anomaly_guard.enabled");
+  if (auto n = g["window"])
+    c.guard.window = in.number<size_t>(n, "worker.anomaly_guard.window", 2, 100000);
+  if (auto n = g["k_sigma"])
+    c.guard.k_sigma = in.number<double>(n, "worker.anomaly_guard.k_sigma", 0.1, 1000);
+  if (auto n = g["min_samples"])
+    c.guard.min_samples = in.number<size_t>(n, "worker.anomaly_guard.min_samples", 1, 100000);
+  if (auto n = g["max_consecutive_skips"])
+    c.guard.max_consecutive_skips =
+        in.number<size_t>(n, "worker.anomaly_guard.max_consecutive_skips", 0, 100000);
+}
 
-  c.security = wire::parse_security_config(root["security"], in, /*allow_auto=*/false);
+// worker.checkpoint: {every, keep, dir}.
+void parse_checkpoint(const YamlReader& in, const YAML::Node& k, WorkerConfig& c) {
+  const auto& source = in.source();
+  GT_REQUIRE(k.IsMap(), "{}: worker.checkpoint must be a mapping like {{every: 1, keep: 2}}",
+             source);
+  in.check_keys(k, "worker.checkpoint", {"every", "keep", "dir"});
+  if (auto n = k["every"])
+    c.checkpoint.every = in.number<uint64_t>(n, "worker.checkpoint.every", 0, uint64_t{1} << 40);
+  if (auto n = k["keep"])
+    c.checkpoint.keep = in.number<uint32_t>(n, "worker.checkpoint.keep", 1, 1000);
+  if (auto n = k["dir"]) c.checkpoint.dir = in.string(n, "worker.checkpoint.dir");
+}
 
-  auto w = root["worker"];
-  if (!w) return c;
-  GT_REQUIRE(w.IsMap(), "{}: 'worker' must be a mapping", source);  // before w["data"]
-  if (auto d = w["data"]) parse_data(in, d, c);
-  in.check_keys(w, "worker",
-                {"workers_per_region",
-                 "device",
-                 "precision",
-                 "data_dir",
-                 "data",
-                 "batch_size",
-                 "accumulation_steps",
-                 "local_steps",
-                 "rounds",
-                 "critical_codec",
-                 "noncritical_codec",
-                 "error_feedback",
-                 "chunk_align",
-                 "overlap",
-                 "optimizer",
-                 "lr",
-                 "warmup_steps",
-                 "lr_decay",
-                 "min_lr",
-                 "scale_lr",
-                 "max_grad_norm",
-                 "anomaly_guard",
-                 "eval_every",
-                 "seed",
-                 "gloo_host",
-                 "run_dir",
-                 "timeout_ms",
-                 "step_delay_ms",
-                 "routes",
-                 "blas_threads",
-                 "bucket_cap_mb",
-                 "external",
-                 "fragments",
-                 "fragment_delay",
-                 "stream_critical",
-                 "shard_wait_ms",
-                 "checkpoint"});
+// worker.overlap, fragments, stream_critical, fragment_delay (reads local_steps: after it).
+void parse_overlap(const YamlReader& in, const YAML::Node& w, WorkerConfig& c) {
+  const auto& source = in.source();
   auto get_u32 = [&](const char* key, uint32_t& out, uint32_t lo, uint32_t hi) {
     if (auto n = w[key]) out = in.number<uint32_t>(n, fmt::format("worker.{}", key), lo, hi);
   };
-  auto get_u64 = [&](const char* key, uint64_t& out, uint64_t lo, uint64_t hi) {
-    if (auto n = w[key]) out = in.number<uint64_t>(n, fmt::format("worker.{}", key), lo, hi);
-  };
-  get_u32("workers_per_region", c.workers_per_region, 1, 1024);
-  get_u32("batch_size", c.batch_size, 1, 1 << 20);
-  get_u32("blas_threads", c.blas_threads, 1, 256);
-  get_u32("accumulation_steps", c.accumulation_steps, 1, 1024);
-  get_u32("local_steps", c.local_steps, 1, 1 << 20);
-  get_u64("rounds", c.rounds, 1, uint64_t{1} << 32);
-  get_u64("warmup_steps", c.warmup_steps, 0, uint64_t{1} << 32);
-  get_u64("eval_every", c.eval_every, 0, uint64_t{1} << 32);
-  get_u64("seed", c.seed, 0, UINT64_MAX);
-  if (auto n = w["device"]) c.device = in.choice(n, "worker.device", {"cpu", "cuda"});
-  if (auto n = w["precision"]) c.precision = in.choice(n, "worker.precision", {"fp32", "bf16"});
-  GT_REQUIRE(c.precision == "fp32" || c.device == "cuda",
-             "{}: worker.precision bf16 needs worker.device cuda (the CPU trains in fp32)", source);
-  GT_REQUIRE(c.precision == "fp32" || c.model.kind == "gpt",
-             "{}: worker.precision bf16 is for model.kind gpt (model.kind is {})", source,
-             c.model.kind);
-  if (auto n = w["data_dir"]) {
-    GT_REQUIRE(!w["data"], "{}: worker.data_dir and worker.data are both set: use worker.data.path",
-               source);
-    c.data.path = in.string(n, "worker.data_dir");
-  }
-  GT_REQUIRE(c.external || c.model.is_language_model() == (c.data.kind == "text"),
-             "{}: model.kind {} cannot train on worker.data.kind {} (a gpt trains on text, an mlp "
-             "on fashion-mnist)",
-             source, c.model.kind, c.data.kind);
-  for (auto [key, out] : {std::pair{"critical_codec", &c.critical_codec},
-                          {"noncritical_codec", &c.noncritical_codec}}) {
-    if (auto n = w[key])
-      *out = compression::CodecSchedule::parse(in, n, fmt::format("worker.{}", key));
-  }
-  if (auto n = w["error_feedback"]) parse_error_feedback(in, n, c);
-  if (auto n = w["chunk_align"])
-    c.tensor_segments = in.choice(n, "worker.chunk_align", {"segment", "tensor"}) == "tensor";
   if (auto n = w["overlap"]) {
     const std::string text = in.string(n, "worker.overlap");
     bool on = false;
@@ -255,55 +180,11 @@ WorkerConfig parse_worker_config(std::string_view yaml_text, std::string_view so
                "needs an overlap mode (true, eager or delayed)",
                source, *c.fragment_delay);
   }
-  if (auto o = w["optimizer"]) parse_optimizer(in, o, c);
-  if (auto n = w["lr"]) c.lr = in.number<float>(n, "worker.lr", 1e-9f, 100);
-  if (auto n = w["min_lr"]) c.min_lr = in.number<float>(n, "worker.min_lr", 0, 100);
-  if (auto n = w["lr_decay"])
-    c.decay = in.choice(n, "worker.lr_decay", {"constant", "cosine"}) == "cosine"
-                  ? LrDecay::kCosine
-                  : LrDecay::kConstant;
-  if (auto n = w["scale_lr"]) c.scale_lr = in.boolean(n, "worker.scale_lr");
-  if (auto n = w["bucket_cap_mb"])
-    c.bucket_cap_mb = in.number<double>(n, "worker.bucket_cap_mb", 0, 4096);
-  if (auto n = w["max_grad_norm"])
-    c.max_grad_norm = in.number<double>(n, "worker.max_grad_norm", 0, 1e9);
-  if (auto g = w["anomaly_guard"]) {
-    in.check_keys(g, "worker.anomaly_guard",
-                  {"enabled", "window", "k_sigma", "min_samples", "max_consecutive_skips"});
-    if (auto n = g["enabled"]) c.guard.enabled = in.boolean(n, "worker.anomaly_guard.enabled");
-    if (auto n = g["window"])
-      c.guard.window = in.number<size_t>(n, "worker.anomaly_guard.window", 2, 100000);
-    if (auto n = g["k_sigma"])
-      c.guard.k_sigma = in.number<double>(n, "worker.anomaly_guard.k_sigma", 0.1, 1000);
-    if (auto n = g["min_samples"])
-      c.guard.min_samples = in.number<size_t>(n, "worker.anomaly_guard.min_samples", 1, 100000);
-    if (auto n = g["max_consecutive_skips"])
-      c.guard.max_consecutive_skips =
-          in.number<size_t>(n, "worker.anomaly_guard.max_consecutive_skips", 0, 100000);
-  }
-  if (auto n = w["gloo_host"]) c.gloo_host = in.string(n, "worker.gloo_host");
-  if (auto n = w["run_dir"]) c.run_dir = in.string(n, "worker.run_dir");
-  if (auto k = w["checkpoint"]) {
-    GT_REQUIRE(k.IsMap(), "{}: worker.checkpoint must be a mapping like {{every: 1, keep: 2}}",
-               source);
-    in.check_keys(k, "worker.checkpoint", {"every", "keep", "dir"});
-    if (auto n = k["every"])
-      c.checkpoint.every = in.number<uint64_t>(n, "worker.checkpoint.every", 0, uint64_t{1} << 40);
-    if (auto n = k["keep"])
-      c.checkpoint.keep = in.number<uint32_t>(n, "worker.checkpoint.keep", 1, 1000);
-    if (auto n = k["dir"]) c.checkpoint.dir = in.string(n, "worker.checkpoint.dir");
-  }
-  if (auto n = w["timeout_ms"])
-    c.timeout =
-        std::chrono::milliseconds(in.number<int64_t>(n, "worker.timeout_ms", 100, 86'400'000));
-  if (auto n = w["shard_wait_ms"]) {
-    c.shard_wait =
-        std::chrono::milliseconds(in.number<int64_t>(n, "worker.shard_wait_ms", 0, 86'400'000));
-    GT_REQUIRE(c.shard_wait < c.timeout,
-               "{}: worker.shard_wait_ms is {}, must be below worker.timeout_ms = {} (after "
-               "timeout_ms without an answer a server counts as gone)",
-               source, c.shard_wait.count(), c.timeout.count());
-  }
+}
+
+// The per-region maps: worker.step_delay_ms {region: ms} and worker.routes {from: {to: endpoint}}.
+void parse_region_maps(const YamlReader& in, const YAML::Node& w, WorkerConfig& c) {
+  const auto& source = in.source();
   if (auto d = w["step_delay_ms"]) {
     GT_REQUIRE(d.IsMap(), "{}: worker.step_delay_ms must map region names to milliseconds", source);
     for (const auto& kv : d) {
@@ -328,6 +209,157 @@ WorkerConfig parse_worker_config(std::string_view yaml_text, std::string_view so
       }
     }
   }
+}
+
+// The worker section's keys.
+const std::set<std::string> kWorkerKeys{"workers_per_region",
+                                        "device",
+                                        "precision",
+                                        "data_dir",
+                                        "data",
+                                        "batch_size",
+                                        "accumulation_steps",
+                                        "local_steps",
+                                        "rounds",
+                                        "critical_codec",
+                                        "noncritical_codec",
+                                        "error_feedback",
+                                        "chunk_align",
+                                        "overlap",
+                                        "optimizer",
+                                        "lr",
+                                        "warmup_steps",
+                                        "lr_decay",
+                                        "min_lr",
+                                        "scale_lr",
+                                        "max_grad_norm",
+                                        "anomaly_guard",
+                                        "eval_every",
+                                        "seed",
+                                        "gloo_host",
+                                        "run_dir",
+                                        "timeout_ms",
+                                        "step_delay_ms",
+                                        "routes",
+                                        "blas_threads",
+                                        "bucket_cap_mb",
+                                        "external",
+                                        "fragments",
+                                        "fragment_delay",
+                                        "stream_critical",
+                                        "shard_wait_ms",
+                                        "checkpoint"};
+
+// worker.device, precision and data_dir, and whether the model can train on the data (reads
+// model and worker.data: after them).
+void parse_device_and_data(const YamlReader& in, const YAML::Node& w, WorkerConfig& c) {
+  const auto& source = in.source();
+  if (auto n = w["device"]) c.device = in.choice(n, "worker.device", {"cpu", "cuda"});
+  if (auto n = w["precision"]) c.precision = in.choice(n, "worker.precision", {"fp32", "bf16"});
+  GT_REQUIRE(c.precision == "fp32" || c.device == "cuda",
+             "{}: worker.precision bf16 needs worker.device cuda (the CPU trains in fp32)", source);
+  GT_REQUIRE(c.precision == "fp32" || c.model.kind == "gpt",
+             "{}: worker.precision bf16 is for model.kind gpt (model.kind is {})", source,
+             c.model.kind);
+  if (auto n = w["data_dir"]) {
+    GT_REQUIRE(!w["data"], "{}: worker.data_dir and worker.data are both set: use worker.data.path",
+               source);
+    c.data.path = in.string(n, "worker.data_dir");
+  }
+  GT_REQUIRE(c.external || c.model.is_language_model() == (c.data.kind == "text"),
+             "{}: model.kind {} cannot train on worker.data.kind {} (a gpt trains on text, an mlp "
+             "on fashion-mnist)",
+             source, c.model.kind, c.data.kind);
+}
+
+// The learning-rate schedule: worker.lr, min_lr, lr_decay and scale_lr.
+void parse_schedule(const YamlReader& in, const YAML::Node& w, WorkerConfig& c) {
+  if (auto n = w["lr"]) c.lr = in.number<float>(n, "worker.lr", 1e-9f, 100);
+  if (auto n = w["min_lr"]) c.min_lr = in.number<float>(n, "worker.min_lr", 0, 100);
+  if (auto n = w["lr_decay"])
+    c.decay = in.choice(n, "worker.lr_decay", {"constant", "cosine"}) == "cosine"
+                  ? LrDecay::kCosine
+                  : LrDecay::kConstant;
+  if (auto n = w["scale_lr"]) c.scale_lr = in.boolean(n, "worker.scale_lr");
+}
+
+}  // namespace
+
+WorkerConfig parse_worker_config(std::string_view yaml_text, std::string_view source) try {
+  const YamlReader in{std::string(source)};
+  const YAML::Node root = in.load_deployment_config(yaml_text);
+  WorkerConfig c;
+  c.regions = read_regions(in, root);
+
+  c.model = models::parse_model_spec(root["model"], in);
+  if (auto w = root["worker"]; w && w.IsMap() && w["external"])
+    c.external = in.boolean(w["external"], "worker.external");
+  GT_REQUIRE(
+      c.external || c.model.kind != "mlp" || !c.model.arch.empty(),
+      "{}: model.arch is missing: a worker needs the architecture (e.g. \"784-256-128-10\"), "
+      "unless the workers are your own processes (worker.external: true, docs/python.md)",
+      source);
+  if (c.model.is_language_model()) {
+    c.data.kind = "text";
+    c.data.path = DataConfig::kKjvFile;
+  }
+
+  if (auto server = root["server"]) parse_server_keys(in, server, c);
+
+  c.security = wire::parse_security_config(root["security"], in, /*allow_auto=*/false);
+
+  auto w = root["worker"];
+  if (!w) return c;
+  GT_REQUIRE(w.IsMap(), "{}: 'worker' must be a mapping", source);  // before w["data"]
+  if (auto d = w["data"]) parse_data(in, d, c);
+  in.check_keys(w, "worker", kWorkerKeys);
+  auto get_u32 = [&](const char* key, uint32_t& out, uint32_t lo, uint32_t hi) {
+    if (auto n = w[key]) out = in.number<uint32_t>(n, fmt::format("worker.{}", key), lo, hi);
+  };
+  auto get_u64 = [&](const char* key, uint64_t& out, uint64_t lo, uint64_t hi) {
+    if (auto n = w[key]) out = in.number<uint64_t>(n, fmt::format("worker.{}", key), lo, hi);
+  };
+  get_u32("workers_per_region", c.workers_per_region, 1, 1024);
+  get_u32("batch_size", c.batch_size, 1, 1 << 20);
+  get_u32("blas_threads", c.blas_threads, 1, 256);
+  get_u32("accumulation_steps", c.accumulation_steps, 1, 1024);
+  get_u32("local_steps", c.local_steps, 1, 1 << 20);
+  get_u64("rounds", c.rounds, 1, uint64_t{1} << 32);
+  get_u64("warmup_steps", c.warmup_steps, 0, uint64_t{1} << 32);
+  get_u64("eval_every", c.eval_every, 0, uint64_t{1} << 32);
+  get_u64("seed", c.seed, 0, UINT64_MAX);
+  parse_device_and_data(in, w, c);
+  for (auto [key, out] : {std::pair{"critical_codec", &c.critical_codec},
+                          {"noncritical_codec", &c.noncritical_codec}}) {
+    if (auto n = w[key])
+      *out = compression::CodecSchedule::parse(in, n, fmt::format("worker.{}", key));
+  }
+  if (auto n = w["error_feedback"]) parse_error_feedback(in, n, c);
+  if (auto n = w["chunk_align"])
+    c.tensor_segments = in.choice(n, "worker.chunk_align", {"segment", "tensor"}) == "tensor";
+  parse_overlap(in, w, c);
+  if (auto o = w["optimizer"]) parse_optimizer(in, o, c);
+  parse_schedule(in, w, c);
+  if (auto n = w["bucket_cap_mb"])
+    c.bucket_cap_mb = in.number<double>(n, "worker.bucket_cap_mb", 0, 4096);
+  if (auto n = w["max_grad_norm"])
+    c.max_grad_norm = in.number<double>(n, "worker.max_grad_norm", 0, 1e9);
+  if (auto g = w["anomaly_guard"]) parse_guard(in, g, c);
+  if (auto n = w["gloo_host"]) c.gloo_host = in.string(n, "worker.gloo_host");
+  if (auto n = w["run_dir"]) c.run_dir = in.string(n, "worker.run_dir");
+  if (auto k = w["checkpoint"]) parse_checkpoint(in, k, c);
+  if (auto n = w["timeout_ms"])
+    c.timeout =
+        std::chrono::milliseconds(in.number<int64_t>(n, "worker.timeout_ms", 100, 86'400'000));
+  if (auto n = w["shard_wait_ms"]) {
+    c.shard_wait =
+        std::chrono::milliseconds(in.number<int64_t>(n, "worker.shard_wait_ms", 0, 86'400'000));
+    GT_REQUIRE(c.shard_wait < c.timeout,
+               "{}: worker.shard_wait_ms is {}, must be below worker.timeout_ms = {} (after "
+               "timeout_ms without an answer a server counts as gone)",
+               source, c.shard_wait.count(), c.timeout.count());
+  }
+  parse_region_maps(in, w, c);
   return c;
 } catch (const YAML::Exception& e) {
   throw yaml_input_error(source, e);  // a check is missing: still an InputError

@@ -24,6 +24,7 @@
 #include <stdexcept>
 
 #include "buffers.hpp"
+#include "core/deployment_keys.hpp"
 #include "core/error.hpp"
 #include "core/param_table.hpp"
 #include "models/model_spec.hpp"
@@ -338,9 +339,8 @@ std::string with_model_tensors(const std::string& yaml_text,
   }
   YAML::Node model = root["model"];
   if (!model || !model.IsMap()) model = YAML::Node(YAML::NodeType::Map);
-  for (const char* key :
-       {"arch", "kind", "preset", "vocab", "d_model", "layers", "heads", "seq_len", "mlp_ratio"})
-    model.remove(key);
+  for (const auto& key : model_keys())  // the model's own keys: the tensors replace them
+    if (key != "tensors" && key != "critical") model.remove(key);
   YAML::Node list(YAML::NodeType::Sequence);
   for (const auto& [name, size] : tensors) {
     YAML::Node t(YAML::NodeType::Map);
