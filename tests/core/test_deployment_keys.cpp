@@ -1,0 +1,61 @@
+// core/deployment_keys: the config keys every process reads, with one set of rules.
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "core/deployment_keys.hpp"
+#include "core/error.hpp"
+
+using namespace geotrain;
+
+namespace {
+YAML::Node yaml(const std::string& text) { return YAML::Load(text); }
+}  // namespace
+
+TEST_CASE("regions: 1 to 64 distinct names, errors naming the source") {
+  const YamlReader in{"deploy.yaml"};
+  CHECK(read_regions(in, yaml("regions: [a, b, c]")) == std::vector<std::string>{"a", "b", "c"});
+  CHECK_THROWS_WITH_AS(read_regions(in, yaml("model: {}")),
+                       doctest::Contains("deploy.yaml: key 'regions' is missing"), InputError);
+  CHECK_THROWS_WITH_AS(read_regions(in, yaml("regions: []")),
+                       doctest::Contains("regions has 0 entries, allowed: 1 to 64"), InputError);
+  CHECK_THROWS_WITH_AS(read_regions(in, yaml("regions: [a, b, a]")),
+                       doctest::Contains("regions lists 'a' twice"), InputError);
+  std::string many = "regions: [";
+  for (int i = 0; i < 65; ++i) many += (i ? ", r" : "r") + std::to_string(i);
+  CHECK_THROWS_WITH_AS(read_regions(in, yaml(many + "]")),
+                       doctest::Contains("regions has 65 entries"), InputError);
+  CHECK_THROWS_WITH_AS(read_regions(in, yaml("regions: a")), doctest::Contains("regions"),
+                       InputError);
+}
+
+TEST_CASE("server.endpoints: configured regions only") {
+  const YamlReader in{"deploy.yaml"};
+  const std::vector<std::string> regions{"a", "b"};
+  const auto e = read_endpoints(in, yaml("{a: tcp://h:1, b: tcp://h:2}"), regions);
+  CHECK(e.at("a") == "tcp://h:1");
+  CHECK(e.at("b") == "tcp://h:2");
+  CHECK_THROWS_WITH_AS(read_endpoints(in, yaml("{mars: tcp://h:1}"), regions),
+                       doctest::Contains("server.endpoints.mars"), InputError);
+  CHECK_THROWS_WITH_AS(read_endpoints(in, yaml("[tcp://h:1]"), regions),
+                       doctest::Contains("must map region names to endpoints"), InputError);
+}
+
+TEST_CASE("model.tensors: {name, size} entries; the model section's keys are one list") {
+  const YamlReader in{"deploy.yaml"};
+  const auto t = read_model_tensors(in, yaml("[{name: w, size: 12}, {name: b, size: 3}]"));
+  REQUIRE(t.size() == 2);
+  CHECK(t[0].name == "w");
+  CHECK(t[1].size == 3);
+  CHECK_THROWS_WITH_AS(read_model_tensors(in, yaml("{name: w}")),
+                       doctest::Contains("model.tensors must be a list"), InputError);
+  CHECK_THROWS_WITH_AS(read_model_tensors(in, yaml("[{name: w}]")),
+                       doctest::Contains("needs name and size"), InputError);
+  CHECK_THROWS_WITH_AS(read_model_tensors(in, yaml("[{name: w, size: 0}]")),
+                       doctest::Contains("model.tensors[].size"), InputError);
+  CHECK_THROWS_WITH_AS(read_model_tensors(in, yaml("[{name: w, size: 1, dtype: f}]")),
+                       doctest::Contains("unknown key 'model.tensors[].dtype'"), InputError);
+  CHECK(model_keys().count("tensors") == 1);
+  CHECK(model_keys().count("preset") == 1);
+  CHECK(model_keys().count("optimizer") == 0);
+}

@@ -1,0 +1,51 @@
+// worker/config: the deployment keys the worker shares with the servers and the launcher are read
+// by core/deployment_keys, so the worker refuses what the servers refuse.
+#include <doctest/doctest.h>
+
+#include "core/error.hpp"
+#include "worker/config.hpp"
+
+using namespace geotrain;
+
+TEST_CASE("the worker reads regions and server.endpoints with the servers' rules") {
+  const char* model = "model: {arch: 784-10}\n";
+  const auto c = worker::parse_worker_config(
+      std::string("regions: [a, b]\n") + model + "server: {endpoints: {a: tcp://h:1}}\n", "w.yaml");
+  CHECK(c.regions.size() == 2);
+  CHECK(c.server_endpoints.at("a") == "tcp://h:1");
+  CHECK_THROWS_WITH_AS(
+      worker::parse_worker_config(std::string("regions: [a, b, a]\n") + model, "w.yaml"),
+      doctest::Contains("w.yaml: regions lists 'a' twice"), InputError);
+  CHECK_THROWS_WITH_AS(worker::parse_worker_config(std::string("regions: [a]\n") + model +
+                                                       "server: {endpoints: {b: tcp://h:1}}\n",
+                                                   "w.yaml"),
+                       doctest::Contains("unknown key 'server.endpoints.b'"), InputError);
+}
+
+TEST_CASE("the worker's sections parse into their fields, and their errors name the key") {
+  const auto c = worker::parse_worker_config(
+      "regions: [a]\nmodel: {arch: 784-10}\n"
+      "worker: {local_steps: 8, fragments: 4, overlap: eager, fragment_delay: 2, lr: 0.5,\n"
+      "         lr_decay: cosine, checkpoint: {every: 3, keep: 2},\n"
+      "         anomaly_guard: {window: 10}, step_delay_ms: {a: 7}}\n",
+      "w.yaml");
+  CHECK(c.fragments == 4);
+  CHECK(c.overlap);
+  CHECK(c.merge_delay() == 2);
+  CHECK(c.lr == doctest::Approx(0.5));
+  CHECK(c.decay == worker::LrDecay::kCosine);
+  CHECK(c.checkpoint.every == 3);
+  CHECK(c.checkpoint.keep == 2);
+  CHECK(c.guard.window == 10);
+  CHECK(c.step_delay_ms.at("a") == 7);
+  CHECK_THROWS_WITH_AS(
+      worker::parse_worker_config(
+          "regions: [a]\nmodel: {arch: 784-10}\nworker: {local_steps: 2, fragments: 4}\n",
+          "w.yaml"),
+      doctest::Contains("worker.fragments is 4, must be at most worker.local_steps = 2"),
+      InputError);
+  CHECK_THROWS_WITH_AS(
+      worker::parse_worker_config("regions: [a]\nmodel: {arch: 784-10}\nworker: {checkpoint: 3}\n",
+                                  "w.yaml"),
+      doctest::Contains("worker.checkpoint must be a mapping"), InputError);
+}
