@@ -209,18 +209,20 @@ class Shard {
                ConstFloatSpan momentum);
 
   // The end of a run (docs/training.md, "The end of a run"; server/shard_flush.cpp). A region's
-  // flush: what it still owes the shard (its uplink error-feedback residual, and any progress it
-  // did not push), `delta`, empty when nothing. Kept until release_flush(); once that released
+  // flush: the progress it did not push yet, `delta`, empty when none (its uplink residual is
+  // not part of it). Kept until release_flush(); once that released
   // (the region was not counted then: declared dead, or back too late) it is dropped and false
   // returned, so that every region that pulls after the release gets the same values. A region
   // flushes a shard once (the caller refuses a second flush).
   bool add_flush(size_t region, ConstFloatSpan delta, uint64_t tokens);
   bool flushed(size_t region) const { return region < flushed_.size() && flushed_[region]; }
   bool flush_released() const { return flush_released_; }
-  // Once every live region has flushed (and one has): theta += lr * the flushes merged as a
-  // round's critical deltas are (their mean, or weighted by tokens), on every element, as one new
-  // version (none when every flush was empty). The momentum, the rounds and the gate stay as they
-  // are. Returns how many flushes it merged when it released now, 0 otherwise.
+  // Once every live region has flushed (and one has): theta = the mean of what the regions hold
+  // (the values less each region's downlink residual) + lr * the flushes, merged as a round's
+  // critical deltas are (their mean, or weighted by tokens), on every element, as one new version
+  // (none when every flush was empty and every region holds the values). The momentum, the rounds
+  // and the gate stay as they are. Returns how many flushes it merged when it released now, 0
+  // otherwise.
   size_t release_flush(const std::vector<bool>& live);
 
  private:
@@ -281,6 +283,9 @@ class Shard {
     uint64_t tokens = 0;
     std::vector<float> delta;
   };
+  // Adds to a region's flush what its copy differs from the values by, over lr (a lossy
+  // downlink's sent values less its residual; nothing for an fp32 downlink).
+  void add_held_offset(Contribution& c) const;
   struct PendingRound {
     std::vector<bool> pushed;  // per region: pushed this round in time (late deltas do not count)
     std::vector<Contribution> deltas;

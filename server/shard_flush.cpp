@@ -1,12 +1,22 @@
 // Shard's part of the end of a run (docs/training.md, "The end of a run"): every region's last
-// push of what error feedback still holds, merged once, without the optimizer's momentum.
+// push of the progress it did not push yet, merged once, without the optimizer's momentum, onto
+// the mean of what the regions hold.
 //
-// Why the outer learning rate and no momentum: a region's residual is part of deltas it already
-// pushed, that the server never received. Had it arrived with them, the server would have applied
-// it at lr, in the mean over the regions; the flush applies it so, once. Its momentum term would
-// only act on later rounds, and there are none: stepping the momentum here would instead add one
-// more momentum step (lr * mu * m) that no region trained for. With lr 1 and no momentum this is
-// theta += mean over the regions of e_r, exactly the deltas' missing part.
+// What a region holds. With a lossy downlink a region's copy is the values it was last sent less
+// its downlink residual (error feedback: whatever the downlink has not delivered yet); with an
+// fp32 downlink it is the values it last pulled. The final model is the (merge-weighted) mean of
+// those copies plus lr times the mean of the regions' unsent progress:
+//   theta' = mean_r(sent_r - e_r) + lr * mean_r(x_r),
+// computed as one merge of x_r + (sent_r - e_r - theta) / lr. Neither residual is added: the
+// uplink residual is not pushed at all (worker/region_sync_flush.cpp), the downlink's is taken
+// out, because compression error that no region trained with costs the final model (0.01-0.02
+// bpb on the LM benchmark, docs/experiments.md). After synchronous rounds every region holds the
+// same copy, so the final model is exactly the regions' own parameters. Exact with downlink
+// decay 1; with decay the copy is estimated the same way.
+//
+// Why the outer learning rate and no momentum for the progress: had it been pushed in a round,
+// the server would have applied it at lr, in the mean over the regions; the flush applies it so,
+// once. Its momentum term would only act on later rounds, and there are none.
 #include <algorithm>
 
 #include "core/error.hpp"
@@ -26,17 +36,33 @@ bool Shard::add_flush(size_t region, ConstFloatSpan delta, uint64_t tokens) {
   return true;
 }
 
+void Shard::add_held_offset(Contribution& c) const {
+  const auto& sent = base_.at(c.region);
+  if (!sent) return;  // an fp32 downlink: the region holds the values
+  const auto e = downlink_residual(c.region);
+  const auto theta = values();
+  const float inv_lr = 1.0f / settings_.optimizer.lr;
+  bool behind = false;
+  for (size_t i = 0; i < theta.size() && !behind; ++i)
+    behind = (*sent)[i] != theta[i] || (!e.empty() && e[i] != 0.0f);
+  if (!behind) return;
+  if (c.delta.empty()) c.delta.assign(theta.size(), 0.0f);
+  for (size_t i = 0; i < theta.size(); ++i)
+    c.delta[i] += ((*sent)[i] - (e.empty() ? 0.0f : e[i]) - theta[i]) * inv_lr;
+}
+
 size_t Shard::release_flush(const std::vector<bool>& live) {
   if (flush_released_ || flushes_.empty()) return 0;
   for (size_t r = 0; r < live.size(); ++r)
     if (live[r] && !flushed(r)) return 0;
   flush_released_ = true;
   const size_t merged = flushes_.size();
+  const size_t n = values_->size();
+  for (auto& c : flushes_) add_held_offset(c);
   const bool owed = std::any_of(flushes_.begin(), flushes_.end(),
                                 [](const Contribution& c) { return !c.delta.empty(); });
   if (owed) {
-    // A region that owed nothing counts in the mean as zeros.
-    const size_t n = values_->size();
+    // A region that owes nothing and holds the values counts in the mean as zeros.
     for (auto& c : flushes_)
       if (c.delta.empty()) c.delta.assign(n, 0.0f);
     const float divisor = merge(flushes_);

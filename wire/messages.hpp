@@ -93,9 +93,9 @@ struct Push {
   uint64_t base_version = 0;
   std::vector<Segment> segments;
   uint64_t tokens = 0;  // tokens (samples) the delta represents, for merging; 0: unknown
-  // The end of a run (docs/protocol.md, "The flush"): the segments are what the region still
-  // owes the shard, kept by the server until every live region has flushed it; no segments:
-  // nothing owed.
+  // The end of a run (docs/protocol.md, "The flush"): the segments are the progress the region
+  // did not push yet (not its uplink residual), kept by the server until every live region has
+  // flushed it; no segments: nothing owed.
   bool flush = false;
 };
 struct PushReply {

@@ -47,9 +47,9 @@ struct Push {
   baseVersion @2 :UInt64;       # shard version the delta was computed against
   segments @3 :List(Segment);   # delta = theta_local - theta_base, per segment
   tokens @4 :UInt64;            # tokens (samples) the delta represents; 0 = unknown (equal weight)
-  flush @5 :Bool;               # the end of a run: what the region still owes the shard (its
-                                # uplink EF residual and any progress not pushed), applied once
-                                # every live region has flushed (docs/protocol.md, "The flush")
+  flush @5 :Bool;               # the end of a run: the progress the region did not push yet
+                                # (not its uplink EF residual), applied once every live region
+                                # has flushed (docs/protocol.md, "The flush")
 }
 
 struct PushReply {

@@ -3,10 +3,10 @@
 // with what the servers sent back through a lossy downlink, while error feedback still holds
 // part of its deltas (uplink) and of the servers' changes (downlink). FinalModel keeps the
 // region's own final parameters, then
-//   1. flush(): pushes what the region still owes the servers and pulls the global values in
-//      full fp32 (RegionSync::flush), once every live region has flushed: the global model, the
-//      same in every region that flushed; logs the `flush` event (its bytes count in the run's
-//      WAN bytes);
+//   1. flush(): pushes the progress the region did not push yet (not its residuals) and pulls
+//      the global values in full fp32 (RegionSync::flush), once every live region has flushed:
+//      the global model, the mean of what the regions hold, the same in every region that flushed;
+//      logs the `flush` event (its bytes count in the run's WAN bytes);
 //   2. write(): the first region's leader writes it as <run_dir>/model.safetensors, in the
 //      layout `geotrain export-init` writes (models/model_file.hpp);
 //   3. evaluate() and report(): every leader evaluates both (the global model once, when it is

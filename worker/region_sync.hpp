@@ -186,16 +186,16 @@ class RegionSync {
   void goodbye(std::chrono::milliseconds wait);
 
   // The end of a run (docs/training.md, "The end of a run"; region_sync_flush.cpp). Pushes to
-  // every shard, marked as a flush, what the region still owes it: local - base plus the uplink
-  // error-feedback residual, through the EF order with an fp32 codec (x = g + beta e is sent as
-  // it is, and nothing is left), whatever the configured codecs; a segment where both are zero
-  // sends nothing. Then pulls every shard in full, each held by its server until every live
-  // region has flushed it, into base(): base() is then the global model, the same in every region
-  // that flushed, bit for bit. Call once, after the last exchange (settle()d, nothing in the
-  // background), before goodbye(); no exchange after it. Blocks up to config.timeout per reply.
-  // A server that does not answer, loses this region again, refuses, or is of a build without the
-  // flush is an exception naming it (SystemError, InputError); base() may then hold some shards'
-  // final values and not others', and the caller reports the global model missing.
+  // every shard, marked as a flush, the progress not pushed yet (local - base) in fp32, whatever
+  // the configured codecs; a segment where it is zero sends nothing, and the uplink residuals are
+  // dropped, not sent. Then pulls every shard in full, each held by its server until every live
+  // region has flushed it, into base(): base() is then the global model (the mean of what the
+  // regions hold, plus their progress), the same in every region that flushed, bit for bit. Call
+  // once, after the last exchange (settle()d, nothing in the background), before goodbye(); no
+  // exchange after it. Blocks up to config.timeout per reply. A server that does not answer, loses
+  // this region again, refuses, or is of a build without the flush is an exception naming it
+  // (SystemError, InputError); base() may then hold some shards' final values and not others', and
+  // the caller reports the global model missing.
   FlushReport flush(ConstFloatSpan local);
 
   ConstFloatSpan base() const { return base_; }

@@ -1,7 +1,7 @@
 // RegionSync's part of the end of a run (docs/training.md, "The end of a run"; docs/protocol.md,
-// "The flush"): what error feedback still holds goes to the servers in fp32, and every shard
-// comes back in full once every live region has flushed it. The exchange itself is in
-// region_sync.cpp, the answers to lost servers in region_sync_recovery.cpp.
+// "The flush"): the progress not pushed yet goes to the servers in fp32, and every shard comes
+// back in full, the mean of what the regions hold, once every live region has flushed it. The
+// exchange itself is in region_sync.cpp, the answers to lost servers in region_sync_recovery.cpp.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -62,7 +62,7 @@ FlushReport RegionSync::flush(ConstFloatSpan local) {
     servers_[s].last_contact = Clock::now();
   }
   report.push_seconds = seconds_since(t0);
-  // What the residuals held is at the servers now.
+  // The uplink residuals are left out of the final model: dropped.
   for (const auto& sh : shards_)
     for (const auto& seg : sh.segments)
       (seg.critical ? critical_ef_ : noncritical_ef_).reset(seg.stream);
@@ -104,15 +104,11 @@ uint64_t RegionSync::send_flush(size_t i, ConstFloatSpan local, FlushReport& rep
     const uint64_t at = sh.offset + seg.offset;
     for (uint64_t j = at; j < at + seg.count; ++j) delta_[j] = local[j] - base_[j];
     const auto g = ConstFloatSpan(delta_).subspan(at, seg.count);
-    auto& ef = seg.critical ? critical_ef_ : noncritical_ef_;
-    const auto e = ef.residual(seg.stream);
-    if (all_zero(g) && all_zero(e)) continue;
-    // The error-feedback order, with a lossless codec: the whole of x = g + beta e is sent.
-    compression::ErrorFeedback last(compression::make_fp32_codec(),
-                                    compression::FeedbackOptions{ef.decay()});
-    if (!e.empty()) last.set_residual(seg.stream, e);
+    // Only the progress not pushed yet: the uplink residual is compression error still owed,
+    // which the final model leaves out (docs/training.md, "The end of a run").
+    if (all_zero(g)) continue;
     Bytes payload;
-    last.encode(seg.stream, g, payload);
+    compression::make_fp32_codec()->encode(g, payload);
     push.segments.push_back(
         {seg.offset, seg.count, static_cast<uint8_t>(compression::CodecId::fp32), payload.size()});
     report.bytes_pushed += payload.size();

@@ -51,6 +51,30 @@ TEST_CASE("a shard's flush waits for every live region, then adds lr times their
   }
 }
 
+TEST_CASE("with a lossy downlink the flush lands on the mean of what the regions hold") {
+  server::ShardSettings settings;
+  settings.downlink_codec = "onebit";
+  server::Shard shard(server::ShardRange{0, 0, 4, 0, 0}, std::vector<uint8_t>(4, 1), 2, settings);
+  const std::vector<bool> live{true, true};
+  for (size_t r = 0; r < 2; ++r) shard.pull_values(r);  // both start from the zeros
+  for (size_t r = 0; r < 2; ++r) shard.apply_push(r, 1, std::vector<float>{1, 2, 3, 4}, live);
+  shard.release_ready(live);
+  REQUIRE(shard.values()[3] == 4.0f);
+  // onebit of (1, 2, 3, 4): every element +2.5 (the mean |x|); the residual keeps the rest.
+  Bytes out;
+  for (size_t r = 0; r < 2; ++r) shard.pull_change(r, out);
+  CHECK(shard.downlink_residual(0)[0] == -1.5f);
+  CHECK(shard.downlink_residual(1)[3] == 1.5f);
+  // Region 0 owes one more unit on element 0; region 1 nothing. Both hold 2.5 everywhere.
+  const auto version = shard.version();
+  CHECK(shard.add_flush(0, std::vector<float>{1, 0, 0, 0}, 0));
+  CHECK(shard.add_flush(1, {}, 0));
+  CHECK(shard.release_flush(live) == 2);
+  CHECK(shard.version() == version + 1);
+  const std::vector<float> want{3.0f, 2.5f, 2.5f, 2.5f};  // 2.5 + the mean of (1, 0) on element 0
+  for (size_t i = 0; i < 4; ++i) CHECK(shard.values()[i] == doctest::Approx(want[i]));
+}
+
 TEST_CASE("a flush that owes nothing anywhere makes no version; a dead region is not waited for") {
   auto shard = tiny_shard(3);
   const std::vector<bool> live{true, true, false};
