@@ -109,133 +109,170 @@ void make_plots(const LaunchOptions& o, const fs::path& run_dir) {
     spdlog::warn("run: plot script failed ({}):\n{}", describe_status(*st),
                  tail_lines(run_dir / "plots.log", 10));
 }
-}  // namespace
+// What a run needs before its processes start: the settings, the run folder and the plan of
+// processes (config.yaml and netsim.yaml written into the folder, CURVE keys generated).
+struct PreparedRun {
+  RunSettings settings;
+  fs::path run_dir;
+  Deployment plan;
+};
 
-RunResult run_deployment(const LaunchOptions& o, std::stop_token stop) {
+PreparedRun prepare_run(const LaunchOptions& o) {
   // --resume: the stopped run's own config and folder (launcher/resume.hpp).
   const fs::path config_file = o.resume ? *o.resume / "config.yaml" : o.config;
   const auto source = describe_source(config_file.string(), o.overrides);
   const auto text = apply_overrides(
       o.resume ? resume_config_text(*o.resume) : read_text_file(config_file), o.overrides, source);
-  auto settings =
+  PreparedRun r;
+  r.settings =
       parse_run_settings(text, source, config_file.parent_path(), config_file.stem().string());
-  if (o.out_dir) settings.out_dir = *o.out_dir;
+  if (o.out_dir) r.settings.out_dir = *o.out_dir;
   if (o.validate) o.validate(text, source);
 
-  RunResult result;
-  result.run_dir = o.resume ? *o.resume
-                            : create_run_folder(settings.out_dir, settings.name,
-                                                std::chrono::system_clock::now());
+  r.run_dir = o.resume ? *o.resume
+                       : create_run_folder(r.settings.out_dir, r.settings.name,
+                                           std::chrono::system_clock::now());
   if (o.resume)
     spdlog::info("run: resuming {}: servers from their checkpoints, workers from their snapshots",
-                 result.run_dir.string());
-  const auto& run_dir = result.run_dir;
-  Deployment plan;
+                 r.run_dir.string());
   {
-    PortAllocator ports(settings.base_port);
-    plan = plan_deployment(text, source, settings, run_dir, ports);
-    if (plan.keys_to_generate) {
-      wire::KeyDirectory::generate(*plan.keys_to_generate, settings.regions, /*force=*/false);
-      spdlog::info("run: CURVE keys generated in {}", plan.keys_to_generate->string());
+    PortAllocator ports(r.settings.base_port);
+    r.plan = plan_deployment(text, source, r.settings, r.run_dir, ports);
+    if (r.plan.keys_to_generate) {
+      wire::KeyDirectory::generate(*r.plan.keys_to_generate, r.settings.regions,
+                                   /*force=*/false);
+      spdlog::info("run: CURVE keys generated in {}", r.plan.keys_to_generate->string());
     }
-    write_text_file(run_dir / "config.yaml", plan.config_yaml);
-    if (plan.netsim_yaml) write_text_file(run_dir / "netsim.yaml", *plan.netsim_yaml);
-    if (o.validate) o.validate(plan.config_yaml, (run_dir / "config.yaml").string());
+    write_text_file(r.run_dir / "config.yaml", r.plan.config_yaml);
+    if (r.plan.netsim_yaml) write_text_file(r.run_dir / "netsim.yaml", *r.plan.netsim_yaml);
+    if (o.validate) o.validate(r.plan.config_yaml, (r.run_dir / "config.yaml").string());
   }  // probe sockets closed: the children bind the ports now
-  spdlog::info("run: {} region(s) x {} worker(s), run folder {}", settings.regions.size(),
-               settings.workers_per_region, run_dir.string());
-  if (!plan.metrics_ports.empty()) {  // server.metrics_port: where Prometheus scrapes
+  spdlog::info("run: {} region(s) x {} worker(s), run folder {}", r.settings.regions.size(),
+               r.settings.workers_per_region, r.run_dir.string());
+  if (!r.plan.metrics_ports.empty()) {  // server.metrics_port: where Prometheus scrapes
     std::string line;
-    for (const auto& [r, port] : plan.metrics_ports)
-      line += fmt::format(" {}=http://{}:{}/metrics", r, plan.host, port);
+    for (const auto& [region, port] : r.plan.metrics_ports)
+      line += fmt::format(" {}=http://{}:{}/metrics", region, r.plan.host, port);
     spdlog::info("run: Prometheus metrics of the servers:{}", line);
   }
+  return r;
+}
 
-  const auto t0 = Clock::now();
-  std::string failure;
+// Starts the servers and netsim, each healthy before the workers start, then the workers (or
+// announces the endpoints to external leaders). Returns why it failed, empty when all started.
+std::string start_processes(const LaunchOptions& o, const PreparedRun& r, Fleet& fleet,
+                            Clock::time_point t0, std::stop_token stop) {
+  const auto deadline = t0 + seconds(r.settings.startup_timeout_s);
+  for (const auto& spec : r.plan.processes) {
+    if (spec.role == ProcessRole::worker) continue;
+    auto failure = wait_healthy(fleet.start(spec), deadline, stop);
+    if (!failure.empty()) return failure;
+  }
+  if (r.settings.external_workers) {
+    announce_external_leaders(r.plan, r.settings, r.run_dir, seconds_since(t0));
+    return {};
+  }
+  spdlog::info("run: servers{} up after {:.1f} s; starting {} worker(s)",
+               r.plan.netsim_yaml ? " and netsim" : "", seconds_since(t0),
+               r.settings.regions.size() * r.settings.workers_per_region);
+  for (auto spec : r.plan.processes)
+    if (spec.role == ProcessRole::worker) {
+      if (o.resume) spec.args.push_back("--resume");
+      fleet.start(spec);
+    }
+  return {};
+}
+
+// How a run ended: "completed", "failed", "interrupted" or "timed out", and why when not
+// completed.
+struct RunEnd {
   std::string status = "completed";
+  std::string failure;
+};
+
+// Follows the workers' metrics and the supervisor until the workers are done, one fails, the run
+// times out or `stop` is requested; shows the progress.
+RunEnd watch_run(const LaunchOptions& o, const PreparedRun& r, Fleet& fleet, FaultLog& faults,
+                 Clock::time_point t0, std::stop_token stop) {
+  const auto& settings = r.settings;
+  RunMonitor monitor(settings.target());
+  std::vector<JsonlTail> tails;
+  for (const auto& spec : r.plan.processes)
+    if (spec.role == ProcessRole::worker)
+      tails.emplace_back(r.run_dir /
+                         fmt::format("worker-{}-{}.metrics.jsonl", spec.region, spec.rank));
+  if (settings.external_workers)  // the external leaders write the leader's metrics file
+    for (const auto& region : settings.regions)
+      tails.emplace_back(r.run_dir / fmt::format("worker-{}-0.metrics.jsonl", region));
+  ProgressDisplay display(o.progress, o.redraw.value_or(::isatty(::fileno(o.progress)) == 1));
+  // The faults `geotrain chaos` injects beside this launcher (stops and partitions, lines "by":
+  // "chaos" in events.jsonl) show with the launcher's own.
+  JsonlTail events_tail(r.run_dir / "events.jsonl");
+  std::vector<nlohmann::json> chaos_events;
+  const auto fault_notes = [&] {
+    for (auto& e : events_tail.read_new())
+      if (e.is_object() && e.value("by", std::string()) == "chaos")
+        chaos_events.push_back(std::move(e));
+    auto all = faults.faults();
+    for (auto& f : fold_fault_list(chaos_events)) all.push_back(std::move(f));
+    return fault_lines(std::move(all), kFaultLinesShown);
+  };
+  const double refresh = display_refresh(o, settings);
+  auto next_show = Clock::now();
+  Supervisor supervisor(settings, r.run_dir, fleet, faults, monitor, t0);
+  RunEnd end;
+  while (true) {
+    bool workers_left = supervisor.poll();
+    for (auto& t : tails)
+      for (const auto& e : t.read_new()) {
+        monitor.add(e);
+        supervisor.on_worker_event(e);
+      }
+    end.failure = supervisor.failure();
+    if (settings.external_workers) workers_left = external_leaders_left(monitor, settings.regions);
+    if (Clock::now() >= next_show || !workers_left || !end.failure.empty()) {
+      display.show(monitor, settings.regions, seconds_since(t0), fault_notes());
+      next_show = Clock::now() + seconds(refresh);
+    }
+    if (!end.failure.empty()) {
+      end.status = "failed";
+      break;
+    }
+    if (!workers_left) break;
+    if (stop.stop_requested()) {
+      end = {"interrupted", "interrupted"};
+      break;
+    }
+    if (settings.timeout_s > 0 && seconds_since(t0) > settings.timeout_s) {
+      end = {"timed out", fmt::format("timed out after run.timeout_s = {} s", settings.timeout_s)};
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  display.finish();
+  return end;
+}
+
+}  // namespace
+
+RunResult run_deployment(const LaunchOptions& o, std::stop_token stop) {
+  const PreparedRun r = prepare_run(o);
+  const auto& run_dir = r.run_dir;
+  const auto t0 = Clock::now();
+  RunEnd end;
   FaultLog faults(run_dir / "events.jsonl");
   {
     Fleet fleet(o.binary, run_dir, o.grace_s);
     fleet.record(&faults, t0);
-    // Servers and netsim, each healthy before the workers start.
-    const auto deadline = t0 + seconds(settings.startup_timeout_s);
-    for (const auto& spec : plan.processes) {
-      if (spec.role == ProcessRole::worker) continue;
-      failure = wait_healthy(fleet.start(spec), deadline, stop);
-      if (!failure.empty()) break;
-    }
-    if (failure.empty() && settings.external_workers) {
-      announce_external_leaders(plan, settings, run_dir, seconds_since(t0));
-    } else if (failure.empty()) {
-      spdlog::info("run: servers{} up after {:.1f} s; starting {} worker(s)",
-                   plan.netsim_yaml ? " and netsim" : "", seconds_since(t0),
-                   settings.regions.size() * settings.workers_per_region);
-      for (auto spec : plan.processes)
-        if (spec.role == ProcessRole::worker) {
-          if (o.resume) spec.args.push_back("--resume");
-          fleet.start(spec);
-        }
-    }
-
-    RunMonitor monitor(settings.target());
-    std::vector<JsonlTail> tails;
-    for (const auto& spec : plan.processes)
-      if (spec.role == ProcessRole::worker)
-        tails.emplace_back(run_dir /
-                           fmt::format("worker-{}-{}.metrics.jsonl", spec.region, spec.rank));
-    if (settings.external_workers)  // the external leaders write the leader's metrics file
-      for (const auto& r : settings.regions)
-        tails.emplace_back(run_dir / fmt::format("worker-{}-0.metrics.jsonl", r));
-    ProgressDisplay display(o.progress, o.redraw.value_or(::isatty(::fileno(o.progress)) == 1));
-    // The faults `geotrain chaos` injects beside this launcher (stops and partitions, lines "by":
-    // "chaos" in events.jsonl) show with the launcher's own.
-    JsonlTail events_tail(run_dir / "events.jsonl");
-    std::vector<nlohmann::json> chaos_events;
-    const auto fault_notes = [&] {
-      for (auto& e : events_tail.read_new())
-        if (e.is_object() && e.value("by", std::string()) == "chaos")
-          chaos_events.push_back(std::move(e));
-      auto all = faults.faults();
-      for (auto& f : fold_fault_list(chaos_events)) all.push_back(std::move(f));
-      return fault_lines(std::move(all), kFaultLinesShown);
-    };
-    const double refresh = display_refresh(o, settings);
-    auto next_show = Clock::now();
-    Supervisor supervisor(settings, run_dir, fleet, faults, monitor, t0);
-    while (failure.empty()) {
-      bool workers_left = supervisor.poll();
-      for (auto& t : tails)
-        for (const auto& e : t.read_new()) {
-          monitor.add(e);
-          supervisor.on_worker_event(e);
-        }
-      failure = supervisor.failure();
-      if (settings.external_workers)
-        workers_left = external_leaders_left(monitor, settings.regions);
-      if (Clock::now() >= next_show || !workers_left || !failure.empty()) {
-        display.show(monitor, settings.regions, seconds_since(t0), fault_notes());
-        next_show = Clock::now() + seconds(refresh);
-      }
-      if (!failure.empty() || !workers_left) break;
-      if (stop.stop_requested()) {
-        failure = "interrupted";
-        break;
-      }
-      if (settings.timeout_s > 0 && seconds_since(t0) > settings.timeout_s) {
-        failure = fmt::format("timed out after run.timeout_s = {} s", settings.timeout_s);
-        status = "timed out";
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    display.finish();
-    if (failure == "interrupted")
-      status = "interrupted";
-    else if (!failure.empty() && status == "completed")
-      status = "failed";
-    if (!failure.empty() && status == "failed") spdlog::error("run: {}", failure);
-    if (status == "interrupted")
+    end.failure = start_processes(o, r, fleet, t0, stop);
+    if (end.failure == "interrupted")
+      end.status = "interrupted";
+    else if (!end.failure.empty())
+      end.status = "failed";
+    else
+      end = watch_run(o, r, fleet, faults, t0, stop);
+    if (end.status == "failed") spdlog::error("run: {}", end.failure);
+    if (end.status == "interrupted")
       spdlog::warn("run: interrupted; stopping every process, keeping partial results");
     fleet.stop_all();  // workers first, then servers and netsim
   }
@@ -243,21 +280,23 @@ RunResult run_deployment(const LaunchOptions& o, std::stop_token stop) {
 
   make_plots(o, run_dir);
   SummaryInputs in;
-  in.target_accuracy = settings.target_accuracy;
-  in.target_val_bpb = settings.target_val_bpb;
+  in.target_accuracy = r.settings.target_accuracy;
+  in.target_val_bpb = r.settings.target_val_bpb;
   in.wall_seconds = wall;
-  in.status = status;
-  if (status != "completed") in.failure = failure.substr(0, failure.find('\n'));
+  in.status = end.status;
+  if (end.status != "completed") in.failure = end.failure.substr(0, end.failure.find('\n'));
   const auto s = write_summary_and_report(run_dir, in);
 
   const std::string line = outcome_line(run_dir.filename().string(), s);
   std::fprintf(o.progress, "%s\nreport: %s\n", line.c_str(),
                (run_dir / "report.md").string().c_str());
-  result.status = status;
-  result.exit_code = status == "completed"     ? 0
-                     : status == "interrupted" ? 130
-                     : status == "timed out"   ? 124
-                                               : 1;
+  RunResult result;
+  result.run_dir = run_dir;
+  result.status = end.status;
+  result.exit_code = end.status == "completed"     ? 0
+                     : end.status == "interrupted" ? 130
+                     : end.status == "timed out"   ? 124
+                                                   : 1;
   return result;
 }
 

@@ -139,11 +139,9 @@ ProcessStats read_process_stats() {
   return p;
 }
 
-std::string prometheus_text(const nlohmann::json& stats, const ProcessStats& process) {
-  Exposition out;
-  const Labels server{{"server", stats.value("server", std::string())}};
-  const auto& regions = stats.contains("regions") ? stats["regions"] : nlohmann::json::object();
+namespace {
 
+void add_server_metrics(Exposition& out, const Labels& server, const nlohmann::json& stats) {
   out.family("geotrain_server_info", "gauge", "Always 1; labels name the server and version.");
   out.sample("geotrain_server_info", with(server, "version", kVersion), "1");
   out.family("geotrain_rounds_released_total", "counter",
@@ -153,7 +151,10 @@ std::string prometheus_text(const nlohmann::json& stats, const ProcessStats& pro
   out.family("geotrain_parked_requests", "gauge",
              "Requests waiting at the server (the staleness gate, unreleased rounds).");
   out.sample("geotrain_parked_requests", server, number(stats.value("parked", nlohmann::json(0))));
+}
 
+// Per region: live and registered, the counters, the gate's wait, the staleness histogram.
+void add_region_metrics(Exposition& out, const Labels& server, const nlohmann::json& regions) {
   uint64_t live = 0;
   for (const auto& [name, r] : regions.items())
     if (r.value("live", false)) ++live;
@@ -201,19 +202,21 @@ std::string prometheus_text(const nlohmann::json& stats, const ProcessStats& pro
     out.sample("geotrain_push_staleness_sum", labels, std::to_string(sum));
     out.sample("geotrain_push_staleness_count", labels, std::to_string(cumulative));
   }
+}
 
-  if (stats.contains("shards")) {
-    const auto& shards = stats["shards"];
-    out.family("geotrain_shard_version", "gauge", "Version of the shard's values.");
-    for (const auto& s : shards)
-      out.sample("geotrain_shard_version", with(server, "shard", number(s["id"])),
-                 number(s["version"]));
-    out.family("geotrain_shard_released_round", "gauge", "Newest round the shard released.");
-    for (const auto& s : shards)
-      out.sample("geotrain_shard_released_round", with(server, "shard", number(s["id"])),
-                 number(s["released_round"]));
-  }
+void add_shard_metrics(Exposition& out, const Labels& server, const nlohmann::json& shards) {
+  out.family("geotrain_shard_version", "gauge", "Version of the shard's values.");
+  for (const auto& s : shards)
+    out.sample("geotrain_shard_version", with(server, "shard", number(s["id"])),
+               number(s["version"]));
+  out.family("geotrain_shard_released_round", "gauge", "Newest round the shard released.");
+  for (const auto& s : shards)
+    out.sample("geotrain_shard_released_round", with(server, "shard", number(s["id"])),
+               number(s["released_round"]));
+}
 
+// CURVE admission and the connection cap.
+void add_connection_metrics(Exposition& out, const Labels& server, const nlohmann::json& stats) {
   if (stats.contains("curve")) {
     const auto& c = stats["curve"];
     const std::pair<const char*, const char*> counters[] = {
@@ -245,7 +248,9 @@ std::string prometheus_text(const nlohmann::json& stats, const ProcessStats& pro
                  number(c["refused_over_cap"]));
     }
   }
+}
 
+void add_process_metrics(Exposition& out, const ProcessStats& process) {
   // The standard process metrics of Prometheus client libraries (no server label: they are the
   // process's, and a scrape's `instance` names it).
   const std::tuple<const std::optional<double>&, const char*, const char*, const char*> proc[] = {
@@ -263,6 +268,19 @@ std::string prometheus_text(const nlohmann::json& stats, const ProcessStats& pro
     out.family(name, type, help);
     out.sample(name, {}, number(*value));
   }
+}
+
+}  // namespace
+
+std::string prometheus_text(const nlohmann::json& stats, const ProcessStats& process) {
+  Exposition out;
+  const Labels server{{"server", stats.value("server", std::string())}};
+  add_server_metrics(out, server, stats);
+  add_region_metrics(out, server,
+                     stats.contains("regions") ? stats["regions"] : nlohmann::json::object());
+  if (stats.contains("shards")) add_shard_metrics(out, server, stats["shards"]);
+  add_connection_metrics(out, server, stats);
+  add_process_metrics(out, process);
   return out.take();
 }
 
