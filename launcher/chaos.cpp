@@ -113,7 +113,10 @@ std::optional<uint64_t> restarts_of(const fs::path& run_dir) {
 }
 }  // namespace
 
-ChaosResult run_chaos(const ChaosOptions& o, std::stop_token stop) {
+namespace {
+
+// --kill: the kinds of process faults may hit (default: every kind run.restart brings back).
+std::vector<std::string> chaos_kinds(const ChaosOptions& o) {
   std::vector<std::string> kinds = o.kill_kinds;
   if (kinds.empty()) kinds.assign(kRestartableKinds.begin(), kRestartableKinds.end());
   for (const auto& k : kinds) {
@@ -126,17 +129,10 @@ ChaosResult run_chaos(const ChaosOptions& o, std::stop_token stop) {
   }
   GT_REQUIRE(o.duration_s > 0 && o.kill_every_s > 0,
              "--duration and --kill-every must be positive");
+  return kinds;
+}
 
-  const auto source = describe_source(o.run.config.string(), o.run.overrides);
-  const auto text = apply_overrides(read_text_file(o.run.config), o.run.overrides, source);
-  const auto settings =
-      parse_run_settings(text, source, o.run.config.parent_path(), o.run.config.stem().string());
-  if (o.run.validate) o.run.validate(text, source);
-
-  ChaosResult out;
-  out.dir = create_run_folder(o.out_dir.value_or(settings.out_dir), "chaos-" + settings.name,
-                              std::chrono::system_clock::now());
-
+std::vector<PlannedFault> plan_chaos(const ChaosOptions& o, const RunSettings& settings) {
   ScheduleInputs in;
   in.seed = o.seed;
   in.every_s = o.kill_every_s;
@@ -148,98 +144,147 @@ ChaosResult run_chaos(const ChaosOptions& o, std::stop_token stop) {
   in.partition_s = o.partition_s;
   in.regions = settings.regions;
   in.partitions_possible = settings.regions.size() > 1;  // netsim carries every WAN link then
-  const auto faults = plan_faults(in);
-  size_t kills = 0;
-  for (const auto& f : faults) kills += f.fault == ChaosFault::kill;
+  return plan_faults(in);
+}
 
-  // Both runs: the same config under run.restart (so with the same checkpoints), enough rounds.
-  const auto restarts = std::max<uint64_t>(settings.restart.max_restarts, kills + 1);
-  const double backoff = settings.restart.enabled() ? settings.restart.backoff_s : 1.0;
-  const auto common = [&](const std::string& suffix, double window) {
-    return std::vector<ConfigOverride>{
+// What both runs share: the same config under run.restart (so with the same checkpoints),
+// enough rounds, a timeout past the window.
+struct CommonRun {
+  const RunSettings& settings;
+  uint64_t restarts;
+  double backoff;
+  std::vector<ConfigOverride> overrides(const std::string& suffix, double window) const {
+    return {
         {"worker.rounds", std::to_string(kChaosRounds), kOrigin},
         {"run.name", settings.name + "-" + suffix, kOrigin},
         {"run.timeout_s", fmt::format("{}", window + settings.startup_timeout_s + 900), kOrigin},
         {"run.restart", fmt::format("{{max_restarts: {}, backoff_s: {}}}", restarts, backoff),
          kOrigin}};
-  };
+  }
+};
 
+// One of the two runs: its part of chaos.json, its rounds per second over the window, why it
+// failed (empty when it ran as planned) and the processes it left behind.
+struct Leg {
   json report;
-  report["config"] = fs::absolute(o.run.config).string();
-  report["seed"] = o.seed;
-  report["duration_s"] = o.duration_s;
-  report["kill_every_s"] = o.kill_every_s;
-  report["stop_s"] = o.stop_s;
-  report["partition_s"] = o.partition_s;
-  report["mix"] = {{"kill", o.mix.kill}, {"stop", o.mix.stop}, {"partition", o.mix.partition}};
-  report["kill_kinds"] = kinds;
+  std::optional<WindowRate> rate;
   std::string failure;
   std::vector<int> leftovers;
+};
 
-  // The reference: measured now, or read from a run folder.
-  std::optional<WindowRate> ref_rate;
-  json ref{{"source", o.reference ? "given" : "measured"}};
+// The reference: measured now without faults, or read from a run folder.
+Leg reference_leg(const ChaosOptions& o, const CommonRun& common, const fs::path& dir,
+                  const std::vector<std::string>& kinds, const std::stop_token& stop) {
+  Leg leg;
+  leg.report = {{"source", o.reference ? "given" : "measured"}};
   if (o.reference) {
-    ref_rate = window_rate(folder_timeline(*o.reference), std::nullopt);
-    ref["run_dir"] = fs::absolute(*o.reference).string();
-    ref["status"] = "given";
+    leg.rate = window_rate(folder_timeline(*o.reference), std::nullopt);
+    leg.report["run_dir"] = fs::absolute(*o.reference).string();
+    leg.report["status"] = "given";
   } else {
     const double window = o.reference_duration_s.value_or(o.duration_s);
     spdlog::info("chaos: reference run (no faults), measured for {:.0f} s", window);
-    const auto r = observe_run(o, common("reference", window), out.dir / "reference",
-                               settings.regions, window, {}, kinds, Clock::now(), stop);
-    ref_rate = window_rate(r.seen.timeline, r.seen.window_end_s);
-    ref["run_dir"] = r.result.run_dir.string();
-    ref["status"] = status_of(r);
+    const auto r = observe_run(o, common.overrides("reference", window), dir / "reference",
+                               common.settings.regions, window, {}, kinds, Clock::now(), stop);
+    leg.rate = window_rate(r.seen.timeline, r.seen.window_end_s);
+    leg.report["run_dir"] = r.result.run_dir.string();
+    leg.report["status"] = status_of(r);
     if (!as_planned(r) && !stop.stop_requested())
-      failure =
+      leg.failure =
           fmt::format("the reference run {} ({})", r.result.status, r.result.run_dir.string());
-    for (int pid : leftover_pids(r.result.run_dir)) leftovers.push_back(pid);
+    leg.leftovers = leftover_pids(r.result.run_dir);
   }
-  ref.update(rate_json(ref_rate));
-  report["reference"] = ref;
+  leg.report.update(rate_json(leg.rate));
+  return leg;
+}
 
-  json chaos{{"run_dir", nullptr}, {"status", "not run"}};
-  chaos.update(rate_json(std::nullopt));
-  std::optional<WindowRate> chaos_rate;
-  if (!stop.stop_requested() && failure.empty()) {
-    auto overrides = common("chaos", o.duration_s);
-    YAML::Node user = YAML::Load(text);
-    const bool partitions = std::any_of(faults.begin(), faults.end(), [](const PlannedFault& f) {
-      return f.fault == ChaosFault::partition;
-    });
-    const auto t0 = Clock::now();
-    const double origin =
-        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-    if (partitions) {
-      overrides.push_back({"netsim.faults_origin_unix_s", fmt::format("{:.3f}", origin), kOrigin});
-      overrides.push_back(
-          {"netsim.links",
-           links_with_partitions(user["netsim"] ? user["netsim"]["links"] : YAML::Node(), faults),
-           kOrigin});
-    }
-    spdlog::info("chaos: chaos run, one fault every ~{:.0f} s for {:.0f} s (seed {})",
-                 o.kill_every_s, o.duration_s, o.seed);
-    const auto r = observe_run(o, overrides, out.dir / "chaos", settings.regions, o.duration_s,
-                               faults, kinds, t0, stop);
-    chaos_rate = window_rate(r.seen.timeline, r.seen.window_end_s);
-    chaos["run_dir"] = r.result.run_dir.string();
-    chaos["status"] = status_of(r);
-    chaos.update(rate_json(chaos_rate));
-    chaos["restarts"] = restarts_of(r.result.run_dir).value_or(0);
-    json counts{{"planned", r.seen.planned_in_window}, {"injected", r.seen.injected.size()}};
-    for (const char* k : {"kill", "stop", "partition"})
-      counts[k] = r.seen.count.count(k) ? r.seen.count.at(k) : 0;
-    report["faults"] = counts;
-    report["injected"] = r.seen.injected;
-    if (!as_planned(r) && !stop.stop_requested())
-      failure = fmt::format("the chaos run {} ({}): see its report.md", r.result.status,
-                            r.result.run_dir.string());
-    for (int pid : leftover_pids(r.result.run_dir)) leftovers.push_back(pid);
+// The run with faults; `counts` gets the faults planned and injected, `injected` their list.
+Leg chaos_leg(const ChaosOptions& o, const CommonRun& common, const std::string& text,
+              const std::vector<PlannedFault>& faults, const fs::path& dir,
+              const std::vector<std::string>& kinds, const std::stop_token& stop, json& report) {
+  auto overrides = common.overrides("chaos", o.duration_s);
+  YAML::Node user = YAML::Load(text);
+  const bool partitions = std::any_of(faults.begin(), faults.end(), [](const PlannedFault& f) {
+    return f.fault == ChaosFault::partition;
+  });
+  const auto t0 = Clock::now();
+  const double origin =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  if (partitions) {
+    overrides.push_back({"netsim.faults_origin_unix_s", fmt::format("{:.3f}", origin), kOrigin});
+    overrides.push_back(
+        {"netsim.links",
+         links_with_partitions(user["netsim"] ? user["netsim"]["links"] : YAML::Node(), faults),
+         kOrigin});
   }
-  report["chaos"] = chaos;
-  const bool both = ref_rate && chaos_rate && ref_rate->rounds_per_s() > 0;
-  report["goodput"] = both ? json(chaos_rate->rounds_per_s() / ref_rate->rounds_per_s()) : json();
+  spdlog::info("chaos: chaos run, one fault every ~{:.0f} s for {:.0f} s (seed {})", o.kill_every_s,
+               o.duration_s, o.seed);
+  const auto r = observe_run(o, overrides, dir / "chaos", common.settings.regions, o.duration_s,
+                             faults, kinds, t0, stop);
+  Leg leg;
+  leg.rate = window_rate(r.seen.timeline, r.seen.window_end_s);
+  leg.report["run_dir"] = r.result.run_dir.string();
+  leg.report["status"] = status_of(r);
+  leg.report.update(rate_json(leg.rate));
+  leg.report["restarts"] = restarts_of(r.result.run_dir).value_or(0);
+  json counts{{"planned", r.seen.planned_in_window}, {"injected", r.seen.injected.size()}};
+  for (const char* k : {"kill", "stop", "partition"})
+    counts[k] = r.seen.count.count(k) ? r.seen.count.at(k) : 0;
+  report["faults"] = counts;
+  report["injected"] = r.seen.injected;
+  if (!as_planned(r) && !stop.stop_requested())
+    leg.failure = fmt::format("the chaos run {} ({}): see its report.md", r.result.status,
+                              r.result.run_dir.string());
+  leg.leftovers = leftover_pids(r.result.run_dir);
+  return leg;
+}
+
+json options_json(const ChaosOptions& o, const std::vector<std::string>& kinds) {
+  return {{"config", fs::absolute(o.run.config).string()},
+          {"seed", o.seed},
+          {"duration_s", o.duration_s},
+          {"kill_every_s", o.kill_every_s},
+          {"stop_s", o.stop_s},
+          {"partition_s", o.partition_s},
+          {"mix", {{"kill", o.mix.kill}, {"stop", o.mix.stop}, {"partition", o.mix.partition}}},
+          {"kill_kinds", kinds}};
+}
+
+}  // namespace
+
+ChaosResult run_chaos(const ChaosOptions& o, std::stop_token stop) {
+  const auto kinds = chaos_kinds(o);
+  const auto source = describe_source(o.run.config.string(), o.run.overrides);
+  const auto text = apply_overrides(read_text_file(o.run.config), o.run.overrides, source);
+  const auto settings =
+      parse_run_settings(text, source, o.run.config.parent_path(), o.run.config.stem().string());
+  if (o.run.validate) o.run.validate(text, source);
+
+  ChaosResult out;
+  out.dir = create_run_folder(o.out_dir.value_or(settings.out_dir), "chaos-" + settings.name,
+                              std::chrono::system_clock::now());
+  const auto faults = plan_chaos(o, settings);
+  size_t kills = 0;
+  for (const auto& f : faults) kills += f.fault == ChaosFault::kill;
+  const CommonRun common{settings, std::max<uint64_t>(settings.restart.max_restarts, kills + 1),
+                         settings.restart.enabled() ? settings.restart.backoff_s : 1.0};
+
+  json report = options_json(o, kinds);
+  const Leg ref = reference_leg(o, common, out.dir, kinds, stop);
+  report["reference"] = ref.report;
+  std::string failure = ref.failure;
+  std::vector<int> leftovers = ref.leftovers;
+  Leg chaos;
+  chaos.report = {{"run_dir", nullptr}, {"status", "not run"}};
+  chaos.report.update(rate_json(std::nullopt));
+  if (!stop.stop_requested() && failure.empty()) {
+    chaos = chaos_leg(o, common, text, faults, out.dir, kinds, stop, report);
+    failure = chaos.failure;
+    leftovers.insert(leftovers.end(), chaos.leftovers.begin(), chaos.leftovers.end());
+  }
+  report["chaos"] = chaos.report;
+  const bool both = ref.rate && chaos.rate && ref.rate->rounds_per_s() > 0;
+  report["goodput"] = both ? json(chaos.rate->rounds_per_s() / ref.rate->rounds_per_s()) : json();
   report["leftover_pids"] = leftovers;
   if (failure.empty() && !leftovers.empty())
     failure = fmt::format("{} process(es) left behind", leftovers.size());
