@@ -153,30 +153,6 @@ void write_region_parameters(const std::filesystem::path& run_dir, const std::st
   GT_REQUIRE(out.good(), "cannot write the final parameters to '{}'", file.string());
 }
 
-// The local optimizer and its schedule for this worker (world: workers of all regions).
-LocalStepConfig local_step_config(const WorkerConfig& c, const ParamTable& table,
-                                  const models::Model& model, uint32_t world) {
-  LocalStepConfig lsc;
-  lsc.optimizer = c.optimizer;
-  lsc.schedule.base_lr = c.lr;
-  lsc.schedule.warmup_steps = c.warmup_steps;
-  lsc.schedule.total_steps = c.total_steps();
-  lsc.schedule.decay = c.decay;
-  lsc.schedule.min_lr = c.min_lr;
-  if (c.scale_lr) {
-    lsc.schedule.reference_batch = 64;
-    lsc.schedule.global_batch = c.batch_size * c.accumulation_steps * world;
-  }
-  lsc.schedule.validate();
-  lsc.accumulation_steps = c.accumulation_steps;
-  lsc.max_grad_norm = c.max_grad_norm;
-  lsc.guard = c.guard;
-  lsc.decay_mask = weight_decay_mask(table, c.optimizer.no_decay);
-  if (c.optimizer.kind == OptimizerKind::kMuon)
-    lsc.muon_matrices = muon_matrices(table, model.tensor_shapes(), c.optimizer.adamw_tensors);
-  return lsc;
-}
-
 // The `start` event: what this worker runs.
 nlohmann::json start_fields(const WorkerConfig& c, const std::string& region, uint32_t rank,
                             uint32_t world, const models::Model& model, size_t parameters,
@@ -552,6 +528,29 @@ TrainResult WorkerRun::finish(uint64_t next_round) {
 }
 
 }  // namespace
+
+LocalStepConfig local_step_config(const WorkerConfig& c, const ParamTable& table,
+                                  const models::Model& model, uint32_t world) {
+  LocalStepConfig lsc;
+  lsc.optimizer = c.optimizer;
+  lsc.schedule.base_lr = c.lr;
+  lsc.schedule.warmup_steps = c.warmup_steps;
+  lsc.schedule.total_steps = c.total_steps();
+  lsc.schedule.decay = c.decay;
+  lsc.schedule.min_lr = c.min_lr;
+  if (c.scale_lr) {
+    lsc.schedule.reference_batch = 64;
+    lsc.schedule.global_batch = c.batch_size * c.accumulation_steps * world;
+  }
+  lsc.schedule.validate();
+  lsc.accumulation_steps = c.accumulation_steps;
+  lsc.max_grad_norm = c.max_grad_norm;
+  lsc.guard = c.guard;
+  lsc.decay_mask = weight_decay_mask(table, c.optimizer.no_decay);
+  if (c.optimizer.kind == OptimizerKind::kMuon)
+    lsc.muon_matrices = muon_matrices(table, model.tensor_shapes(), c.optimizer.adamw_tensors);
+  return lsc;
+}
 
 std::filesystem::path worker_metrics_path(const std::filesystem::path& run_dir,
                                           const std::string& region, uint32_t rank) {

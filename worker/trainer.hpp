@@ -40,7 +40,10 @@
 #include <string>
 #include <vector>
 
+#include "core/param_table.hpp"
+#include "models/model.hpp"
 #include "worker/config.hpp"
+#include "worker/local_step.hpp"
 
 namespace geotrain::worker {
 
@@ -80,6 +83,11 @@ class Trainer {
   zmq::context_t& context_;
   TrainerOptions options_;
 };
+
+// The local optimizer and its schedule as a worker of `config` runs them (world: the workers of
+// all regions, for worker.scale_lr).
+LocalStepConfig local_step_config(const WorkerConfig& config, const ParamTable& table,
+                                  const models::Model& model, uint32_t world);
 
 // Path of a worker's metrics file in the run folder.
 std::filesystem::path worker_metrics_path(const std::filesystem::path& run_dir,

@@ -42,6 +42,7 @@
 #include "worker/local_step.hpp"
 #include "worker/optimizer.hpp"
 #include "worker/text_corpus.hpp"
+#include "worker/trainer.hpp"
 
 using namespace geotrain;
 
@@ -98,20 +99,7 @@ std::vector<double> train_here(const worker::WorkerConfig& config, models::Model
                                const ParamTable& table, std::vector<float>& params,
                                const models::NpyInt32& batches) {
   const size_t batch = config.batch_size, window = config.model.window();
-  worker::LocalStepConfig lsc;  // as worker/trainer.cpp builds it
-  lsc.optimizer = config.optimizer;
-  lsc.schedule.base_lr = config.lr;
-  lsc.schedule.warmup_steps = config.warmup_steps;
-  lsc.schedule.total_steps = config.total_steps();
-  lsc.schedule.decay = config.decay;
-  lsc.schedule.min_lr = config.min_lr;
-  lsc.accumulation_steps = config.accumulation_steps;
-  lsc.max_grad_norm = config.max_grad_norm;
-  lsc.guard = config.guard;
-  lsc.decay_mask = worker::weight_decay_mask(table, config.optimizer.no_decay);
-  if (config.optimizer.kind == worker::OptimizerKind::kMuon)
-    lsc.muon_matrices =
-        worker::muon_matrices(table, model.tensor_shapes(), config.optimizer.adamw_tensors);
+  const auto lsc = worker::local_step_config(config, table, model, 1);  // the trainer's
   worker::LocalStep step(lsc, params.size());
   kernels::cpu::set_threads(1);  // ctest runs suites side by side; the ops give the same bits
   std::vector<double> losses;
