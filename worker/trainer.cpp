@@ -253,7 +253,7 @@ class WorkerRun {
   WorkerCheckpointStore snapshots_;
   uint64_t identity_;
   std::optional<WorkerCheckpointState> resumed_;
-  MetricsLog log_;
+  std::optional<MetricsLog> log_;  // opened once set up, so that its times start there
   // Across regions (the leader): the link to every region's server.
   std::unique_ptr<RegionSync> sync_;
   std::unique_ptr<StreamingSync> streaming_;
@@ -280,8 +280,7 @@ WorkerRun::WorkerRun(const WorkerConfig& config, const std::string& region, uint
       params_(table_.total_elements()),
       snapshots_(worker_checkpoint_dir(config.run_dir, config.checkpoint.dir, region, rank),
                  config.checkpoint.keep),
-      identity_(worker_identity(config, table_.layout_hash())),
-      log_(worker_metrics_path(config.run_dir, region, rank)) {
+      identity_(worker_identity(config, table_.layout_hash())) {
   kernels::cpu::set_blas_threads(static_cast<int>(config_.blas_threads));
   model_->init(params_, config_.seed);
   backend_ =
@@ -294,8 +293,9 @@ WorkerRun::WorkerRun(const WorkerConfig& config, const std::string& region, uint
   step_ = std::make_unique<LocalStep>(lsc, params_.size());
   engine_ = make_step_engine(*backend_, *step_, config_.optimizer, lsc.decay_mask);
   if (options_.resume) restore_snapshot();
-  log_.write("start",
-             start_fields(config_, region_, rank_, world_, *model_, params_.size(), options_));
+  log_.emplace(worker_metrics_path(config_.run_dir, region_, rank_));
+  log_->write("start",
+              start_fields(config_, region_, rank_, world_, *model_, params_.size(), options_));
   if (config_.step_delay_ms.count(region_))
     delay_ = std::chrono::milliseconds(config_.step_delay_ms.at(region_));
 }
@@ -346,11 +346,11 @@ uint64_t WorkerRun::connect_leader() {
   model_->init(origin, config_.seed);
   sync_->set_origin(origin);
   const uint64_t next = sync_->connect(resumed_ ? resumed_->round + 1 : 0);
-  log_.write("connect", {{"region", region_},
-                         {"next_round", next},
-                         {"startup_bytes_pulled", sync_->startup_bytes_pulled()}});
+  log_->write("connect", {{"region", region_},
+                          {"next_round", next},
+                          {"startup_bytes_pulled", sync_->startup_bytes_pulled()}});
   if (options_.resume)
-    log_.write("resume", resume_leader(resumed_, next, *sync_, params_, region_));
+    log_->write("resume", resume_leader(resumed_, next, *sync_, params_, region_));
   std::copy(sync_->base().begin(), sync_->base().end(), params_.begin());
   streaming_ = std::make_unique<StreamingSync>(*sync_, leader_streaming_config(config_));
   return next;
@@ -405,16 +405,16 @@ void WorkerRun::local_step(uint64_t round, uint32_t h) {
   if (report.verdict != Verdict::kAccept) ++result_.skipped_steps;
   round_compute_ += compute;
   round_comm_ += comm_s;
-  log_.write("step", {{"region", region_},
-                      {"rank", rank_},
-                      {"round", round},
-                      {"step", report.step},
-                      {"loss", report.loss},
-                      {"lr", report.lr},
-                      {"grad_norm", report.grad_norm},
-                      {"compute_s", compute},
-                      {"comm_s", comm_s},
-                      {"skipped", report.verdict != Verdict::kAccept}});
+  log_->write("step", {{"region", region_},
+                       {"rank", rank_},
+                       {"round", round},
+                       {"step", report.step},
+                       {"loss", report.loss},
+                       {"lr", report.lr},
+                       {"grad_norm", report.grad_norm},
+                       {"compute_s", compute},
+                       {"comm_s", comm_s},
+                       {"skipped", report.verdict != Verdict::kAccept}});
   // The exchanges due after this step (every fragment's push, and the merges `delay` steps
   // later); every rank knows the schedule, so all take part in the broadcast that follows.
   const uint64_t global_step = (round - 1) * config_.local_steps + h + 1;
@@ -451,11 +451,11 @@ void WorkerRun::end_round(uint64_t round) {
       {"compute_s", round_compute_}, {"comm_s", round_comm_}, {"wait_s", round_wait_}};
   if (!merged_.empty()) add_reports(fields, merged_);
   merged_.clear();
-  log_.write("round", fields);
+  log_->write("round", fields);
   if (config_.eval_every > 0 && round % config_.eval_every == 0 && round < config_.rounds) {
     engine_->to_host(params_);
-    log_.write("eval", eval_fields(region_, data_->evaluate(*backend_, params_), round,
-                                   result_.steps, tokens_per_step()));
+    log_->write("eval", eval_fields(region_, data_->evaluate(*backend_, params_), round,
+                                    result_.steps, tokens_per_step()));
   }
 }
 
@@ -472,8 +472,8 @@ void WorkerRun::write_snapshot(uint64_t round) {
   s.seed = config_.seed;
   s.identity = identity_;
   const auto folder = snapshots_.write(s);
-  log_.write("checkpoint",
-             {{"region", region_}, {"rank", rank_}, {"round", round}, {"path", folder.string()}});
+  log_->write("checkpoint",
+              {{"region", region_}, {"rank", rank_}, {"round", round}, {"path", folder.string()}});
 }
 
 TrainResult WorkerRun::finish(uint64_t next_round) {
@@ -489,14 +489,14 @@ TrainResult WorkerRun::finish(uint64_t next_round) {
                        {"steps", 0},        {"compute_s", 0.0},
                        {"comm_s", 0.0},     {"wait_s", since(t0)}};
       add_reports(j, reps);
-      log_.write("round", j);
+      log_->write("round", j);
     }
     streaming_.reset();
     // One global model out of the regions' views (worker/final_model.hpp); not for a stopped
     // run, whose snapshots hold the residuals.
     final_model.emplace(params_, region_);
     if (next_round > config_.rounds)
-      final_model->flush(*sync_, params_, log_);
+      final_model->flush(*sync_, params_, *log_);
     else
       final_model->skip("the run stopped before its last round");
     // Training is over for this region: the servers stop counting it now rather than after
@@ -515,14 +515,14 @@ TrainResult WorkerRun::finish(uint64_t next_round) {
                       {"skipped_steps", result_.skipped_steps}};
   if (leader_) {
     final_model->evaluate(*data_, *backend_, params_);
-    log_.write("eval", eval_fields(region_, final_model->own_evaluation(), next_round - 1,
-                                   result_.steps, tokens_per_step()));
+    log_->write("eval", eval_fields(region_, final_model->own_evaluation(), next_round - 1,
+                                    result_.steps, tokens_per_step()));
     final_model->report(done, result_);
     write_region_parameters(config_.run_dir, region_, final_model->own_parameters());
   }
   result_.wall_seconds = since(start_);
   done["wall_s"] = result_.wall_seconds;
-  log_.write("done", done);
+  log_->write("done", done);
   result_.params = std::move(params_);
   return std::move(result_);
 }
