@@ -47,8 +47,9 @@ struct ChaosArgs {
 int run_chaos_command(const ChaosArgs& a) {
   launcher::ChaosOptions o;
   o.run.config = a.config;
-  GT_REQUIRE(fs::is_regular_file(o.run.config), "config file '{}' does not exist", a.config);
+  require_config_file(o.run.config);
   o.run.binary = fs::read_symlink("/proc/self/exe").string();
+  o.run.project_configs = shipped_file("configs");  // WAN profiles by name: configs/wan
   if (a.plots) {
     const fs::path script = fs::path(GEOTRAIN_SOURCE_DIR) / "scripts/plot_run.py";
     o.run.plot_script =

@@ -23,6 +23,7 @@
 #include "launcher/launcher.hpp"
 #include "launcher/run_folder.hpp"
 #include "launcher/sweep.hpp"
+#include "launcher/wan_profile.hpp"
 #include "server/config.hpp"
 #include "worker/config.hpp"
 
@@ -57,19 +58,11 @@ void add_set_option(CLI::App& cmd, std::vector<std::string>& sets, const char* a
       ->type_name("KEY=VALUE");
 }
 
-// A file shipped in the source tree: next to the working directory first, then where this
-// binary was built from.
-fs::path shipped_file(const fs::path& relative) {
-  if (fs::exists(relative)) return relative;
-  const fs::path source = fs::path(GEOTRAIN_SOURCE_DIR) / relative;
-  if (fs::exists(source)) return source;
-  return relative;
-}
-
 // What every launched run shares: this binary, the plot script, the worker's config check.
 launcher::LaunchOptions launch_options(bool plots) {
   launcher::LaunchOptions o;
   o.binary = fs::read_symlink("/proc/self/exe").string();
+  o.project_configs = shipped_file("configs");  // WAN profiles by name: configs/wan
   if (plots) o.plot_script = shipped_file("scripts/plot_run.py");
   // The worker's and the server's parsers check the keys those processes will read, before
   // anything starts (`source` is the config file; the server reads model.arch expanded).
@@ -95,17 +88,18 @@ int run_run(const RunArgs& args) {
   o.config = !o.resume && args.config.empty() ? shipped_file("configs/demo.yaml")
              : o.resume                       ? o.config
                                               : fs::path(args.config);
-  GT_REQUIRE(o.resume || fs::is_regular_file(o.config), "config file '{}' does not exist",
-             o.config.string());
+  if (!o.resume) require_config_file(o.config);
   if (!args.out.empty()) o.out_dir = args.out;
   o.overrides = launcher::parse_overrides(args.sets);
   if (!args.wan.empty()) {
     for (const auto& ov : o.overrides)
       GT_REQUIRE(ov.key != "run.wan_profile", "--wan {} and {}: give one of them", args.wan,
                  ov.origin);
-    // A name: the config's wan/ folder, then the shipped profiles; else a file.
-    const auto file = launcher::find_wan_profile(
-        args.wan, {o.config.parent_path() / "wan", shipped_file("configs/wan")}, "--wan");
+    // As run.wan_profile (a name, or a path), but a path on the command line is relative to the
+    // working directory first.
+    auto search = launcher::wan_profile_search(o.config.parent_path(), o.project_configs);
+    search.roots.insert(search.roots.begin(), fs::current_path());
+    const auto file = launcher::find_wan_profile(args.wan, search, "--wan");
     YAML::Emitter quoted;
     quoted << YAML::DoubleQuoted << file.string();
     o.overrides.push_back({"run.wan_profile", quoted.c_str(), "--wan " + args.wan});
@@ -121,7 +115,6 @@ int run_sweep(const RunArgs& args) {
   o.sweep_file = args.config;
   if (!args.out.empty()) o.out_dir = args.out;
   o.overrides = launcher::parse_overrides(args.sets);
-  o.wan_dirs = {shipped_file("configs/wan")};
   if (!args.no_plots) o.plot_script = shipped_file("scripts/plot_sweep.py");
   std::stop_source stop;
   SignalWatcher watcher([&stop](int) { stop.request_stop(); });
@@ -151,11 +144,12 @@ void add_run_command(CLI::App& app, CommandList& commands) {
   cmd->add_flag("--no-plots", args->no_plots, "skip the matplotlib plots");
   cmd->add_option("--wan", args->wan,
                   "run on this WAN profile instead of run.wan_profile: a name (lan, global-3, "
-                  "... from the config's wan/ folder or configs/wan) or a file")
+                  "... from the config's wan/ folder or configs/wan) or a file; run.wan_profile "
+                  "(also with --set) takes the same")
       ->type_name("PROFILE");
   cmd->add_option("--resume", args->resume,
                   "continue a stopped run in its folder: servers from their checkpoints, workers "
-                  "from their snapshots (docs/run.md, \"Recovery\")")
+                  "from their snapshots; refused when it has neither (docs/run.md, \"Recovery\")")
       ->type_name("RUN_DIR");
   add_set_option(*cmd, args->sets, "baked into the run folder's config.yaml");
   commands.emplace_back(cmd, [args] { return run_run(*args); });

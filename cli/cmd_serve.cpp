@@ -34,6 +34,7 @@ struct ServeArgs {
 int run_serve(const ServeArgs& args) {
   launcher::LaunchOptions o;
   o.binary = fs::read_symlink("/proc/self/exe").string();
+  o.project_configs = shipped_file("configs");  // WAN profiles by name: configs/wan
   if (!args.no_plots) {
     for (const fs::path& p :
          {fs::path("scripts/plot_run.py"), fs::path(GEOTRAIN_SOURCE_DIR) / "scripts/plot_run.py"})

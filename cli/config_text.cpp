@@ -2,36 +2,63 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include <fstream>
-#include <sstream>
+#include <set>
+#include <system_error>
 
+#include "core/deployment_keys.hpp"
 #include "core/error.hpp"
 #include "core/yaml_reader.hpp"
+#include "launcher/run_settings.hpp"
 #include "models/model_spec.hpp"
 
 namespace geotrain::cli {
 
+namespace fs = std::filesystem;
+
+void require_config_file(const fs::path& file) {
+  std::error_code ec;  // error-code overloads: a name the file system refuses is no file
+  if (fs::is_regular_file(file, ec)) return;
+  if (fs::is_directory(file, ec)) {
+    std::set<std::string> yaml;
+    for (fs::directory_iterator it(file, ec), end; !ec && it != end; it.increment(ec))
+      if (it->path().extension() == ".yaml") yaml.insert(it->path().filename().string());
+    std::string list;
+    for (const auto& y : yaml) list += (list.empty() ? "" : ", ") + y;
+    GT_REQUIRE(false, "config file '{}' is a directory, not a YAML file ({})", file.string(),
+               list.empty() ? "it holds no .yaml file" : "it holds " + list);
+  }
+  GT_REQUIRE(false, "config file '{}' does not exist", file.string());
+}
+
+fs::path shipped_file(const fs::path& relative) {
+  std::error_code ec;
+  if (fs::exists(relative, ec)) return relative;
+  const fs::path source = fs::path(GEOTRAIN_SOURCE_DIR) / relative;
+  if (fs::exists(source, ec)) return source;
+  return relative;
+}
+
 std::string resolved_config_text(const std::filesystem::path& file) {
-  std::ifstream f(file);
-  GT_REQUIRE(f.good(), "config file '{}' cannot be read", file.string());
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return resolved_config_text(ss.str(), file.string());
+  return resolved_config_text(launcher::read_text_file(file), file.string());
 }
 
 std::string resolved_config_text(const std::string& text, const std::string& source) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(text);
-  } catch (const YAML::Exception& e) {
-    GT_REQUIRE(false, "{}: not valid YAML: {}", source, e.what());
-  }
+  YAML::Node root = parse_yaml(text, source);  // a key written twice is an error here too
   auto model = root["model"];
-  if (!model || !model.IsMap() || model["tensors"]) return text;
-  if (!model["arch"] && !model["kind"] && !model["preset"]) return text;
-  models::ModelSpec spec = models::parse_model_spec(model, YamlReader(source));
+  if (!model || !model.IsMap()) return text;
+  const YamlReader in(source);
+  if (model["tensors"] || (!model["arch"] && !model["kind"] && !model["preset"])) {
+    // Given as tensors (or not at all): nothing to expand; the globs still have to match.
+    if (model["tensors"] && model["critical"])
+      check_critical_globs(in, in.strings(model["critical"], "model.critical"),
+                           read_model_tensors(in, model["tensors"]));
+    return text;
+  }
+  models::ModelSpec spec = models::parse_model_spec(model, in);
+  const auto specs = models::model_tensor_specs(spec);
+  check_critical_globs(in, spec.critical, specs);
   YAML::Node tensors(YAML::NodeType::Sequence);
-  for (const auto& t : models::model_tensor_specs(spec)) {
+  for (const auto& t : specs) {
     YAML::Node n;
     n["name"] = t.name;
     n["size"] = t.size;

@@ -10,8 +10,17 @@
 
 namespace geotrain::cli {
 
+// InputError unless `file` is a regular file: "does not exist", or for a folder, that it is one
+// and the YAML files it holds (`geotrain run configs` means one of them).
+void require_config_file(const std::filesystem::path& file);
+
+// A file shipped in the source tree (`configs/demo.yaml`, `scripts/plot_run.py`): next to the
+// working directory first, then where this binary was built from; `relative` when neither has it.
+std::filesystem::path shipped_file(const std::filesystem::path& relative);
+
 // The config file's text, with model.tensors filled in from the model section when absent.
-// InputError when the file cannot be read or is not YAML, or when the model section is invalid.
+// InputError when the file cannot be read or is not YAML, when a key is written twice, when the
+// model section is invalid, or when a model.critical glob matches none of the model's tensors.
 std::string resolved_config_text(const std::filesystem::path& file);
 
 // The same for config text already read (`source` names it in messages), e.g. a config with

@@ -1,5 +1,6 @@
 #include "core/deployment_keys.hpp"
 
+#include <algorithm>
 #include <set>
 
 namespace geotrain {
@@ -49,6 +50,25 @@ std::vector<TensorSpec> read_model_tensors(const YamlReader& in, const YAML::Nod
                    in.number<uint64_t>(t["size"], "model.tensors[].size", 1, uint64_t{1} << 36)});
   }
   return out;
+}
+
+void check_critical_globs(const YamlReader& in, const std::vector<std::string>& critical,
+                          const std::vector<TensorSpec>& tensors) {
+  constexpr std::size_t kNamesShown = 8;  // a GPT has hundreds of tensors
+  for (const auto& glob : critical) {
+    const bool matches = std::any_of(tensors.begin(), tensors.end(),
+                                     [&](const TensorSpec& t) { return glob_match(glob, t.name); });
+    if (matches) continue;
+    std::string names;
+    for (std::size_t i = 0; i < std::min(tensors.size(), kNamesShown); ++i)
+      names += (names.empty() ? "" : ", ") + tensors[i].name;
+    if (tensors.size() > kNamesShown)
+      names += fmt::format(", and {} more", tensors.size() - kNamesShown);
+    GT_REQUIRE(false,
+               "{}: model.critical has '{}', which matches no tensor of the model (its tensors: "
+               "{}); allowed: globs over these names ('*' any run of characters, '?' one)",
+               in.source(), glob, names.empty() ? "none" : names);
+  }
 }
 
 }  // namespace geotrain

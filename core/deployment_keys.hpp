@@ -35,4 +35,10 @@ const std::set<std::string>& model_keys();
 // `model.tensors`: a list of {name, size}, each size 1 to 2^36 elements.
 std::vector<TensorSpec> read_model_tensors(const YamlReader& in, const YAML::Node& tensors);
 
+// `model.critical` against the model's tensors: every glob must match at least one tensor name.
+// A glob that matches none is a typo (`fc9.*` on a three-layer MLP) that would leave the tensors
+// it meant non-critical without a word; InputError naming the glob and a few tensor names.
+void check_critical_globs(const YamlReader& in, const std::vector<std::string>& critical,
+                          const std::vector<TensorSpec>& tensors);
+
 }  // namespace geotrain

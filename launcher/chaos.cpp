@@ -256,8 +256,8 @@ ChaosResult run_chaos(const ChaosOptions& o, std::stop_token stop) {
   const auto kinds = chaos_kinds(o);
   const auto source = describe_source(o.run.config.string(), o.run.overrides);
   const auto text = apply_overrides(read_text_file(o.run.config), o.run.overrides, source);
-  const auto settings =
-      parse_run_settings(text, source, o.run.config.parent_path(), o.run.config.stem().string());
+  const auto settings = parse_run_settings(text, source, o.run.config.parent_path(),
+                                           o.run.config.stem().string(), o.run.project_configs);
   if (o.run.validate) o.run.validate(text, source);
 
   ChaosResult out;

@@ -61,18 +61,50 @@ void flatten(const YAML::Node& node, const std::string& prefix, const std::strin
   out[prefix] = e.c_str();
 }
 
-std::map<std::string, std::string> read_settings(const fs::path& dir) {
-  std::map<std::string, std::string> out;
+// The run's config.yaml; null when the folder has none.
+YAML::Node read_config(const fs::path& dir) {
   const auto file = dir / "config.yaml";
-  if (!fs::exists(file)) return out;
-  YAML::Node root;
+  if (!fs::exists(file)) return YAML::Node();
   try {
-    root = YAML::LoadFile(file.string());
+    return YAML::LoadFile(file.string());
   } catch (const YAML::Exception& e) {
     GT_REQUIRE(false, "{}: config.yaml is not valid YAML: {}", dir.string(), e.what());
   }
-  flatten(root, "", folder(dir).string(), out);
+  return YAML::Node();
+}
+
+std::map<std::string, std::string> read_settings(const YAML::Node& config, const fs::path& dir) {
+  std::map<std::string, std::string> out;
+  if (config) flatten(config, "", folder(dir).string(), out);
   return out;
+}
+
+// What a run is called in the tables and the plot's legend: its run.name (a sweep point's
+// label), else its folder's name.
+std::string run_name(const YAML::Node& config, const fs::path& dir) {
+  if (config && config.IsMap() && config["run"] && config["run"].IsMap() && config["run"]["name"] &&
+      config["run"]["name"].IsScalar() && !config["run"]["name"].Scalar().empty())
+    return config["run"]["name"].Scalar();
+  return folder(dir).filename().string();
+}
+
+// Labels that tell the runs apart: the run's name; where names repeat, the folder's name (which
+// starts with the run's start time); where those repeat too (the same folder name in two sweeps),
+// the parent folder's name before it.
+void label_runs(std::vector<ComparedRun>& runs) {
+  const auto count = [&](auto label_of) {
+    std::map<std::string, int> uses;
+    for (const auto& r : runs) ++uses[label_of(r)];
+    return uses;
+  };
+  const auto name_uses = count([](const ComparedRun& r) { return r.label; });
+  for (auto& r : runs)
+    if (name_uses.at(r.label) > 1) r.label = folder(r.dir).filename().string();
+  const auto folder_uses = count([](const ComparedRun& r) { return r.label; });
+  for (auto& r : runs)
+    if (folder_uses.at(r.label) > 1)
+      r.label = fmt::format("{}/{}", folder(r.dir).parent_path().filename().string(),
+                            folder(r.dir).filename().string());
 }
 
 bool looks_like_run_folder(const fs::path& dir) {
@@ -109,18 +141,12 @@ Comparison load_comparison(const std::vector<fs::path>& run_dirs) {
     r.summary = json::parse(read_text_file(dir / "summary.json"), nullptr, false);
     GT_REQUIRE(r.summary.is_object(), "compare: '{}': summary.json is not a JSON object",
                dir.string());
-    r.settings = read_settings(dir);
-    r.label = folder(dir).filename().string();
+    const auto config = read_config(dir);
+    r.settings = read_settings(config, dir);
+    r.label = run_name(config, dir);
     c.runs.push_back(std::move(r));
   }
-  // Equal folder names (the same run name in two sweeps): add the parent folder's name.
-  std::map<std::string, int> uses;
-  for (const auto& r : c.runs) ++uses[r.label];
-  for (auto& r : c.runs) {
-    if (uses[r.label] > 1) {
-      r.label = fmt::format("{}/{}", folder(r.dir).parent_path().filename().string(), r.label);
-    }
-  }
+  label_runs(c.runs);
   c.language_model = is_language_model(c.runs[0].summary);
   for (const auto& r : c.runs)
     GT_REQUIRE(is_language_model(r.summary) == c.language_model,
@@ -171,7 +197,8 @@ std::string comparison_markdown(const Comparison& c) {
   const bool lm = c.language_model;
   std::string md = fmt::format(
       "# Comparison of {} run(s)\n\nBaseline: `{}` (the first). Deltas, WAN reduction and speedup "
-      "are against it; speedup is on time to target when both reached it, else on wall time.\n\n",
+      "are against it; speedup is on time to target when both reached it, else on wall time. A "
+      "run that did not complete (or a baseline that did not) is listed but not ranked.\n\n",
       c.runs.size(), c.runs[0].label);
   const std::size_t shown = std::min(c.differing_keys.size(), kMarkdownKeys);
   md += "| run |";
@@ -191,7 +218,7 @@ std::string comparison_markdown(const Comparison& c) {
     md += fmt::format("| {}{} |", r.label, &r == &c.runs[0] ? " (baseline)" : "");
     for (std::size_t i = 0; i < shown; ++i)
       md += fmt::format(" {} |", setting(r, c.differing_keys[i]));
-    md += fmt::format(" {} |", r.summary.value("status", "-"));
+    md += fmt::format(" {} |", status_cell(r.summary));
     if (lm)
       md += fmt::format(" {} | {} | {} |", number(d.bpb, "{:.3f}"), number(d.loss, "{:.4f}"),
                         number(d.bpb_delta, "{:+.3f}"));

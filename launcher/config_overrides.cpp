@@ -1,15 +1,11 @@
 #include "launcher/config_overrides.hpp"
 
-#include <algorithm>
 #include <functional>
-#include <set>
 
 #include "core/error.hpp"
 #include "core/yaml_reader.hpp"
 
 namespace geotrain::launcher {
-
-namespace fs = std::filesystem;
 
 namespace {
 std::vector<std::string> split_key(const std::string& key) {
@@ -81,13 +77,9 @@ void set_config_path(YAML::Node root, const std::string& key, const YAML::Node& 
 YAML::Node apply_overrides(YAML::Node root, const std::vector<ConfigOverride>& overrides,
                            const std::string& source) {
   for (const auto& o : overrides) {
-    YAML::Node value;
-    try {
-      value = YAML::Load(o.value);
-    } catch (const YAML::Exception& e) {
-      GT_REQUIRE(false, "{}: {}: the value '{}' is not valid YAML: {}", source, o.origin, o.value,
-                 e.what());
-    }
+    // Not YAML, or a mapping with a key written twice: an error naming the override.
+    const YAML::Node value =
+        parse_yaml(o.value, fmt::format("{}: {}: the value '{}'", source, o.origin, o.value));
     set_config_path(root, o.key, value, source);
   }
   return root;
@@ -109,40 +101,6 @@ std::string describe_source(const std::string& file, const std::vector<ConfigOve
   std::string with;
   for (const auto& o : overrides) with += (with.empty() ? "" : ", ") + o.origin;
   return fmt::format("{} (with {})", file, with);
-}
-
-fs::path find_wan_profile(const std::string& value, const std::vector<fs::path>& search_dirs,
-                          const std::string& what) {
-  GT_REQUIRE(!value.empty(), "{}: the WAN profile is empty (a name such as lan, or a file)", what);
-  // Error-code overloads: a name the file system refuses (longer than NAME_MAX) is no file here,
-  // and ends in the "no such file" error below rather than a std::filesystem_error.
-  const auto is_file = [](const fs::path& p) {
-    std::error_code ec;
-    return fs::is_regular_file(p, ec);
-  };
-  if (is_file(value)) return fs::absolute(value).lexically_normal();
-  const fs::path file =
-      fs::path(value).extension() == ".yaml" ? fs::path(value) : fs::path(value + ".yaml");
-  std::string searched;
-  std::set<std::string> known;
-  std::set<fs::path> seen;
-  for (const auto& dir : search_dirs) {
-    if (is_file(dir / file)) return fs::absolute(dir / file).lexically_normal();
-    if (!seen.insert(fs::weakly_canonical(fs::absolute(dir))).second) continue;
-    searched += (searched.empty() ? "" : ", ") + dir.string();
-    if (fs::is_directory(dir))
-      for (const auto& e : fs::directory_iterator(dir))
-        if (e.path().extension() == ".yaml" && e.path().stem() != "example-netsim")
-          known.insert(e.path().stem().string());
-  }
-  std::string names;
-  for (const auto& n : known) names += (names.empty() ? "" : ", ") + n;
-  GT_REQUIRE(false,
-             "{} '{}': no such file, and no {} in {}; allowed: a WAN profile file, or the name of "
-             "one of {}",
-             what, value, file.string(), searched.empty() ? "any profile folder" : searched,
-             names.empty() ? "the shipped profiles" : names);
-  return {};
 }
 
 }  // namespace geotrain::launcher

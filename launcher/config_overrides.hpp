@@ -9,13 +9,12 @@
 // `geotrain run` bakes the overrides into the run folder's config.yaml, which its children
 // read, so the folder records them and the children need no flags.
 //
-// find_wan_profile() turns a profile name (`lan`) or path into a file, for `--wan` and the
-// sweep key `wan`. Pure functions apart from reading the file system; no shared state.
+// `--wan` and `run.wan_profile` take a profile's name or a path: launcher/wan_profile.hpp
+// resolves both. Pure functions; no shared state.
 #pragma once
 
 #include <yaml-cpp/yaml.h>
 
-#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -49,13 +48,5 @@ std::string apply_overrides(const std::string& yaml_text,
 // "demo.yaml" with no overrides, else "demo.yaml (with --set worker.lr=0.2, --wan lan)": the
 // name config errors give the source.
 std::string describe_source(const std::string& file, const std::vector<ConfigOverride>& overrides);
-
-// A WAN profile given by path or name: `value` itself when it names a file (relative to the
-// working directory), else `<dir>/<value>.yaml` (or `<dir>/<value>` when it ends in .yaml) for
-// the first of `search_dirs` that has it. Returns an absolute path. InputError naming `what`
-// (e.g. "--wan") and the value, the folders searched and the profiles they hold, when none has it.
-std::filesystem::path find_wan_profile(const std::string& value,
-                                       const std::vector<std::filesystem::path>& search_dirs,
-                                       const std::string& what);
 
 }  // namespace geotrain::launcher

@@ -75,7 +75,7 @@ std::string wait_healthy(Running& p, Clock::time_point deadline, const std::stop
   for (;;) {
     if (auto st = p.child.poll()) return failure_message(p, *st);
     bool up = true;
-    for (auto port : p.spec.health_ports) up = up && port_accepts("127.0.0.1", port);
+    for (auto port : p.spec.health_ports) up = up && port_listening(port);
     if (up) return "";
     if (stop.stop_requested()) return "interrupted";
     if (Clock::now() > deadline)
@@ -121,20 +121,25 @@ PreparedRun prepare_run(const LaunchOptions& o) {
   // --resume: the stopped run's own config and folder (launcher/resume.hpp).
   const fs::path config_file = o.resume ? *o.resume / "config.yaml" : o.config;
   const auto source = describe_source(config_file.string(), o.overrides);
-  const auto text = apply_overrides(
-      o.resume ? resume_config_text(*o.resume) : read_text_file(config_file), o.overrides, source);
+  const std::string stopped_text = o.resume ? resume_config_text(*o.resume) : "";
+  // Refused here, before the folder is touched: a run with nothing to resume from would start
+  // afresh and append a new run to the old run's files.
+  const auto sources = o.resume ? find_resume_sources(*o.resume, stopped_text) : ResumeSources{};
+  const auto text =
+      apply_overrides(o.resume ? stopped_text : read_text_file(config_file), o.overrides, source);
   PreparedRun r;
-  r.settings =
-      parse_run_settings(text, source, config_file.parent_path(), config_file.stem().string());
+  r.settings = parse_run_settings(text, source, config_file.parent_path(),
+                                  config_file.stem().string(), o.project_configs);
   if (o.out_dir) r.settings.out_dir = *o.out_dir;
   if (o.validate) o.validate(text, source);
 
   r.run_dir = o.resume ? *o.resume
                        : create_run_folder(r.settings.out_dir, r.settings.name,
                                            std::chrono::system_clock::now());
-  if (o.resume)
-    spdlog::info("run: resuming {}: servers from their checkpoints, workers from their snapshots",
-                 r.run_dir.string());
+  if (o.resume && sources.complete())
+    spdlog::info("run: resuming {}: {}", r.run_dir.string(), sources.describe());
+  else if (o.resume)
+    spdlog::warn("run: resuming {}, in part: {}", r.run_dir.string(), sources.describe());
   {
     PortAllocator ports(r.settings.base_port);
     r.plan = plan_deployment(text, source, r.settings, r.run_dir, ports);

@@ -36,9 +36,13 @@ struct LaunchOptions {
   // config.yaml then holds the result (config_overrides.hpp).
   std::vector<ConfigOverride> overrides;
   std::optional<std::filesystem::path> out_dir;  // overrides run.out_dir
+  // The project's configs/ folder: run.wan_profile is looked for there after the config's own
+  // folder (launcher/wan_profile.hpp); empty: only there.
+  std::filesystem::path project_configs;
   // `--resume RUN_DIR`: continue that stopped run in its own folder, from its config.yaml
   // (`config` is then ignored; `overrides` still apply), with the servers restoring their
-  // checkpoints and the workers their snapshots (launcher/resume.hpp, docs/run.md).
+  // checkpoints and the workers their snapshots (launcher/resume.hpp, docs/run.md). A folder
+  // with neither is refused before anything is written to it.
   std::optional<std::filesystem::path> resume;
   std::string binary;                       // the geotrain binary the children run
   std::filesystem::path plot_script;        // scripts/plot_run.py; empty = no plots

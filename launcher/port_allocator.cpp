@@ -9,6 +9,9 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
 
 #include "core/error.hpp"
 
@@ -88,6 +91,29 @@ bool port_accepts(const std::string& host, uint16_t port, int timeout_ms) {
   }
   ::close(fd);
   return ok;
+}
+
+namespace {
+// One /proc/net/tcp{,6} table: "sl local_address rem_address st ...", the local address as
+// hex "ADDR:PORT", the state as hex (0A: LISTEN).
+bool listens_in(const char* table, uint16_t port) {
+  std::ifstream in(table);
+  std::string line;
+  std::getline(in, line);  // the header
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string slot, local, remote, state;
+    if (!(fields >> slot >> local >> remote >> state)) continue;
+    const auto colon = local.rfind(':');
+    if (colon == std::string::npos || state != "0A") continue;
+    if (std::stoul(local.substr(colon + 1), nullptr, 16) == port) return true;
+  }
+  return false;
+}
+}  // namespace
+
+bool port_listening(uint16_t port) {
+  return listens_in("/proc/net/tcp", port) || listens_in("/proc/net/tcp6", port);
 }
 
 }  // namespace geotrain::launcher

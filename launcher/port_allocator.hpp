@@ -35,4 +35,9 @@ class PortAllocator {
 // True when a TCP connection to host:port is accepted within `timeout_ms`.
 bool port_accepts(const std::string& host, uint16_t port, int timeout_ms = 200);
 
+// True when a TCP socket of this host listens on `port` (any local address, IPv4 or IPv6), read
+// from /proc/net/tcp{,6}: a readiness check that opens no connection, so a server's log shows no
+// handshake cut short by it and netsim opens no upstream connection for it.
+bool port_listening(uint16_t port);
+
 }  // namespace geotrain::launcher

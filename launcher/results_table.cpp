@@ -12,6 +12,17 @@ std::optional<double> summary_number(const json& summary, const char* key) {
   return summary[key].get<double>();
 }
 
+bool completed(const json& summary) {
+  return summary.is_object() && summary.value("status", "") == "completed";
+}
+
+std::string status_cell(const json& summary) {
+  if (!summary.is_object()) return "not run";
+  const auto status = summary.value("status", "");
+  if (status == "completed") return status;
+  return fmt::format("{}, not ranked", status.empty() ? "unknown" : status);
+}
+
 RunDeltas derive_deltas(const json& s, const json& b) {
   const auto opt = [](std::optional<double> v) { return v ? json(*v) : json(nullptr); };
   const auto both = [&](const char* key) {
@@ -24,15 +35,16 @@ RunDeltas derive_deltas(const json& s, const json& b) {
   const auto [wall, bwall] = both("wall_seconds");
   const auto [wan, bwan] = both("wan_bytes_total");
   r.accuracy = opt(acc);
-  r.delta = acc && bacc ? json(100 * (*acc - *bacc)) : json(nullptr);
   r.bpb = opt(bpb);
   r.loss = opt(summary_number(s, "final_val_loss"));
-  r.bpb_delta = bpb && bbpb ? json(*bpb - *bbpb) : json(nullptr);
   r.ttt = opt(ttt);
   r.wall = opt(wall);
   r.wan = opt(wan);
   r.wire = opt(summary_number(s, "wan_wire_bytes_total"));
-  r.reduction = wan && bwan && *bwan > 0 ? json(1.0 - *wan / *bwan) : json(nullptr);
+  if (!completed(s) || !completed(b)) return r;  // listed, not ranked
+  if (acc && bacc) r.delta = 100 * (*acc - *bacc);
+  if (bpb && bbpb) r.bpb_delta = *bpb - *bbpb;
+  if (wan && bwan && *bwan > 0) r.reduction = 1.0 - *wan / *bwan;
   if (ttt && bttt && *ttt > 0)
     r.speedup = *bttt / *ttt;
   else if (wall && bwall && *wall > 0)

@@ -12,7 +12,16 @@ namespace geotrain::launcher {
 // unfinished run).
 std::optional<double> summary_number(const nlohmann::json& summary, const char* key);
 
-// One run against the baseline. Every field is a number or null (unknown).
+// Whether a run finished as planned (`status: completed`). A run that failed, timed out or was
+// interrupted is listed with what it reached but never ranked: its deltas, WAN reduction and
+// speedup against the baseline (or a baseline's against it) are null.
+bool completed(const nlohmann::json& summary);
+// The status cell of a table: the summary's status, "<status>, not ranked" for a run that did not
+// complete, "not run" without a summary.
+std::string status_cell(const nlohmann::json& summary);
+
+// One run against the baseline. Every field is a number or null (unknown; the comparisons are
+// null unless both runs completed).
 struct RunDeltas {
   nlohmann::json accuracy, delta;       // final test accuracy, and minus the baseline's in points
   nlohmann::json bpb, loss, bpb_delta;  // language models: validation bits per byte, loss

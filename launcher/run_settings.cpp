@@ -6,6 +6,7 @@
 #include "core/deployment_keys.hpp"
 #include "core/error.hpp"
 #include "core/yaml_reader.hpp"
+#include "launcher/wan_profile.hpp"
 
 namespace geotrain::launcher {
 
@@ -15,6 +16,10 @@ constexpr double kMaxTargetBpb = 100;
 }  // namespace
 
 std::string read_text_file(const std::filesystem::path& file) {
+  std::error_code ec;  // a name the file system refuses is a file that cannot be read
+  GT_REQUIRE(!std::filesystem::is_directory(file, ec), "'{}' is a directory, not a file",
+             file.string());
+  GT_REQUIRE(std::filesystem::exists(file, ec), "file '{}' does not exist", file.string());
   std::ifstream f(file);
   GT_REQUIRE(f.good(), "file '{}' cannot be read", file.string());
   std::stringstream ss;
@@ -24,7 +29,8 @@ std::string read_text_file(const std::filesystem::path& file) {
 
 RunSettings parse_run_settings(std::string_view yaml_text, std::string_view source,
                                const std::filesystem::path& config_dir,
-                               std::string_view default_name) try {
+                               std::string_view default_name,
+                               const std::filesystem::path& project_configs) try {
   const YamlReader in{std::string(source)};
   const YAML::Node root = in.load_deployment_config(yaml_text);
 
@@ -50,17 +56,10 @@ RunSettings parse_run_settings(std::string_view yaml_text, std::string_view sour
                  source, s.name);
     }
     if (auto n = run["out_dir"]) s.out_dir = in.string(n, "run.out_dir");
-    if (auto n = run["wan_profile"]) {
-      std::filesystem::path p = in.string(n, "run.wan_profile");
-      if (p.is_relative()) p = config_dir / p;
-      // The error-code overload: a name the file system refuses (longer than NAME_MAX) is
-      // a bad config too, not a std::filesystem_error.
-      std::error_code ec;
-      GT_REQUIRE(std::filesystem::is_regular_file(p, ec),
-                 "{}: run.wan_profile is '{}': no such file ({}{})", source,
-                 in.string(n, "run.wan_profile"), p.string(), ec ? ": " + ec.message() : "");
-      s.wan_profile = p;
-    }
+    if (auto n = run["wan_profile"])
+      s.wan_profile = find_wan_profile(in.string(n, "run.wan_profile"),
+                                       wan_profile_search(config_dir, project_configs),
+                                       fmt::format("{}: run.wan_profile", source));
     if (auto n = run["target_accuracy"])
       s.target_accuracy = in.number<double>(n, "run.target_accuracy", 0.0, 1.0);
     if (auto n = run["target_val_bpb"]) {
@@ -96,7 +95,8 @@ RunSettings parse_run_settings(std::string_view yaml_text, std::string_view sour
   GT_REQUIRE(s.regions.size() == 1 || s.wan_profile,
              "{}: run.wan_profile is missing: with {} regions every inter-region connection goes "
              "through netsim, "
-             "which needs a WAN profile (e.g. run.wan_profile: wan/global-3.yaml)",
+             "which needs a WAN profile (e.g. run.wan_profile: global-3, or geotrain run --wan "
+             "global-3)",
              source, s.regions.size());
   return s;
 } catch (const YAML::Exception& e) {

@@ -4,8 +4,10 @@
 //   run:
 //     name: demo                      # run folder suffix (default: the config file's stem)
 //     out_dir: runs                   # parent of run folders (relative to the working dir)
-//     wan_profile: wan/global-3.yaml  # relative to the config file; required with > 1 region;
-//                                     # must cover every pair (`geotrain run --wan` replaces it)
+//     wan_profile: wan/global-3.yaml  # a file (relative to the config file, then to the
+//                                     # project's configs/) or a name (global-3: wan/NAME.yaml
+//                                     # there, launcher/wan_profile.hpp); required with > 1
+//                                     # region; must cover every pair (`--wan` replaces it)
 //     target_accuracy: 0.85           # classifiers: enables time_to_target_seconds in summary.json
 //     target_val_bpb: 2.5             # language models, instead: validation bits per byte (lower
 //                                     # is better); at most one of the two targets
@@ -44,7 +46,7 @@ struct RestartPolicy {
 struct RunSettings {
   std::string name;
   std::filesystem::path out_dir = "runs";
-  std::optional<std::filesystem::path> wan_profile;  // resolved against the config's folder
+  std::optional<std::filesystem::path> wan_profile;  // the profile file, absolute
   std::optional<double> target_accuracy;             // at most one of these two
   std::optional<double> target_val_bpb;
   uint16_t base_port = 0;
@@ -65,14 +67,17 @@ struct RunSettings {
   RunTarget target() const { return {target_accuracy, target_val_bpb}; }
 };
 
-// `source` names the config in messages; `config_dir` resolves a relative wan_profile;
+// `source` names the config in messages; `config_dir` and `project_configs` (the project's
+// configs/ folder; empty: none) are where run.wan_profile is looked for (wan_profile_search());
 // `default_name` is used when run.name is absent.
 RunSettings parse_run_settings(std::string_view yaml_text, std::string_view source,
                                const std::filesystem::path& config_dir,
-                               std::string_view default_name);
+                               std::string_view default_name,
+                               const std::filesystem::path& project_configs = {});
 RunSettings load_run_settings(const std::filesystem::path& config_file);
 
-// Reads a whole file; InputError naming the file when it cannot be read.
+// Reads a whole file; InputError naming the file when it is a directory, does not exist or
+// cannot be read.
 std::string read_text_file(const std::filesystem::path& file);
 
 }  // namespace geotrain::launcher

@@ -205,7 +205,7 @@ void Supervisor::supervise(Running& p, std::optional<int> st) {
       return;
     case Phase::starting: {
       bool up = true;
-      for (auto port : p.spec.health_ports) up = up && port_accepts("127.0.0.1", port);
+      for (auto port : p.spec.health_ports) up = up && port_listening(port);
       if (!up) {
         if (Clock::now() > p.phase_until)
           failure_ = fmt::format(

@@ -39,7 +39,7 @@ void write_results(const fs::path& dir, const SweepPlan& plan, const std::vector
 }  // namespace
 
 int run_sweep(const SweepOptions& o, std::stop_token stop) {
-  const auto plan = load_sweep(o.sweep_file, o.overrides, o.wan_dirs);
+  const auto plan = load_sweep(o.sweep_file, o.overrides, o.run.project_configs);
   const auto dir = (o.out_dir ? *o.out_dir : plan.out_dir) / plan.name;
   fs::create_directories(dir / "configs");
   std::string note;

@@ -27,7 +27,6 @@ struct SweepOptions {
   // `--set`: applied to the base config of every point (run.overrides is not used: the points'
   // configs already hold them). Recorded as a comment at the top of the folder's sweep.yaml.
   std::vector<ConfigOverride> overrides;
-  std::vector<std::filesystem::path> wan_dirs;  // where the sweep key `wan` finds NAME.yaml
 };
 
 // 0 when every point completed, 1 when one failed, 130 when interrupted.

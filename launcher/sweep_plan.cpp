@@ -13,6 +13,7 @@
 #include "launcher/results_table.hpp"
 #include "launcher/run_settings.hpp"
 #include "launcher/run_summary.hpp"
+#include "launcher/wan_profile.hpp"
 #include "netsim/config.hpp"
 
 namespace geotrain::launcher {
@@ -54,14 +55,9 @@ std::string sanitize(std::string s) {
 
 SweepPlan parse_sweep(const std::string& text, const std::string& source, const fs::path& sweep_dir,
                       const std::string& default_name, const std::vector<ConfigOverride>& overrides,
-                      const std::vector<fs::path>& wan_dirs) try {
+                      const fs::path& project_configs) try {
   const YamlReader in{source};
-  YAML::Node root;
-  try {
-    root = YAML::Load(text);
-  } catch (const YAML::Exception& e) {
-    GT_REQUIRE(false, "{}: not valid YAML: {}", source, e.what());
-  }
+  const YAML::Node root = parse_yaml(text, source);  // a key written twice is an error
   GT_REQUIRE(root.IsMap(), "{}: a sweep must be a mapping", source);
   in.check_keys(root, "", {"name", "base", "out_dir", "grid", "points", "baseline"});
   SweepPlan plan;
@@ -72,16 +68,19 @@ SweepPlan parse_sweep(const std::string& text, const std::string& source, const 
   fs::path base = in.string(root["base"], "base");
   if (base.is_relative()) base = sweep_dir / base;
   const std::string base_text = read_text_file(base);
-  // `wan: NAME`: a path relative to the sweep file, else NAME.yaml in these folders.
-  std::vector<fs::path> wan_search = {base.parent_path() / "wan", sweep_dir / ".." / "wan"};
-  wan_search.insert(wan_search.end(), wan_dirs.begin(), wan_dirs.end());
-  const auto wan_file = [&](const YAML::Node& v) {
-    GT_REQUIRE(v.IsScalar(), "{}: wan is '{}', allowed: a WAN profile name (e.g. lan) or file",
-               source, flow(v));
-    const fs::path given = v.Scalar();
-    std::error_code ec;  // a name the file system refuses is no file: searched for below
-    if (fs::is_regular_file(sweep_dir / given, ec)) return fs::absolute(sweep_dir / given);
-    return find_wan_profile(v.Scalar(), wan_search, source + ": wan");
+  // `wan` and a point's run.wan_profile: a path relative to the sweep file (then to the project's
+  // configs/), or a name: NAME.yaml in the base's wan/ folder, the sweep's ../wan/, the project's
+  // configs/wan/. The base's own run.wan_profile is relative to the base.
+  WanProfileSearch sweep_search{{sweep_dir},
+                                {base.parent_path() / "wan", sweep_dir / ".." / "wan"}};
+  if (!project_configs.empty()) {
+    sweep_search.roots.push_back(project_configs);
+    sweep_search.name_dirs.push_back(project_configs / "wan");
+  }
+  const auto wan_file = [&](const YAML::Node& v, const std::string& key) {
+    GT_REQUIRE(v.IsScalar(), "{}: {} is '{}', allowed: a WAN profile name (e.g. lan) or file",
+               source, key, flow(v));
+    return find_wan_profile(v.Scalar(), sweep_search, source + ": " + key);
   };
 
   // Points as (label, [(key, value node)]).
@@ -183,7 +182,8 @@ SweepPlan parse_sweep(const std::string& text, const std::string& source, const 
     plan.baseline = static_cast<std::size_t>(at - plan.points.begin());
   }
 
-  const YAML::Node base_config = apply_overrides(YAML::Load(base_text), overrides, source);
+  const YAML::Node base_config =
+      apply_overrides(parse_yaml(base_text, base.string()), overrides, source);
   std::map<std::string, std::string> profile_names;  // a WAN profile file -> its name
   for (std::size_t i = 0; i < raw.size(); ++i) {
     const auto& values = raw[i].second;
@@ -196,19 +196,19 @@ SweepPlan parse_sweep(const std::string& text, const std::string& source, const 
       // each later config every earlier one's, which made planning quadratic (found by
       // fuzz_sweep_config: 4,096 points took 4 minutes, 5 s with the clone, ASan build).
       YAML::Node v = YAML::Clone(value);
-      if (key == "run.wan_profile" && v.IsScalar() && fs::path(v.Scalar()).is_relative())
-        v = YAML::Node(fs::absolute(sweep_dir / v.Scalar()).lexically_normal().string());
-      if (key == "wan")
-        set_path(config, "run.wan_profile", YAML::Node(wan_file(v).string()), source);
+      if (key == "wan" || (key == "run.wan_profile" && v.IsScalar()))
+        set_path(config, "run.wan_profile", YAML::Node(wan_file(v, key).string()), source);
       else
         set_path(config, key, v, source);
     }
     set_path(config, "run.name", YAML::Node(point.label), source);
-    if (config["run"]["wan_profile"] &&
-        fs::path(config["run"]["wan_profile"].Scalar()).is_relative())
+    // The base's own profile (the points' are absolute by now): a name or a path, found as
+    // `geotrain run` finds it.
+    if (const auto w = config["run"]["wan_profile"];
+        w && w.IsScalar() && fs::path(w.Scalar()).is_relative())
       config["run"]["wan_profile"] =
-          fs::absolute(base.parent_path() / config["run"]["wan_profile"].Scalar())
-              .lexically_normal()
+          find_wan_profile(w.Scalar(), wan_profile_search(base.parent_path(), project_configs),
+                           base.string() + ": run.wan_profile")
               .string();
     const auto regions = config["regions"];
     if (config["run"]["wan_profile"] && regions && regions.IsSequence() && regions.size() > 1) {
@@ -255,9 +255,9 @@ SweepPlan parse_sweep(const std::string& text, const std::string& source, const 
 }
 
 SweepPlan load_sweep(const fs::path& file, const std::vector<ConfigOverride>& overrides,
-                     const std::vector<fs::path>& wan_dirs) {
+                     const fs::path& project_configs) {
   return parse_sweep(read_text_file(file), describe_source(file.string(), overrides),
-                     file.parent_path(), file.stem().string(), overrides, wan_dirs);
+                     file.parent_path(), file.stem().string(), overrides, project_configs);
 }
 
 namespace {
@@ -280,9 +280,6 @@ std::string value_of(const SweepPoint& p, const std::string& key) {
 
 std::vector<std::optional<double>> wan_over_lan(const std::vector<SweepRow>& rows) {
   std::vector<std::optional<double>> out(rows.size());
-  const auto completed = [](const json& s) {
-    return s.is_object() && s.value("status", "") == "completed";
-  };
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const auto& p = *rows[i].point;
     if (p.wan_profile.empty() || !completed(rows[i].summary)) continue;
@@ -327,9 +324,10 @@ std::string results_csv(const SweepPlan& plan, const std::vector<SweepRow>& rows
 }
 
 std::string results_markdown(const SweepPlan& plan, const std::vector<SweepRow>& rows) {
-  std::string md =
-      fmt::format("# Sweep {}\n\nBaseline: `{}`. Deltas are against the baseline row.\n\n| run |",
-                  plan.name, plan.points[plan.baseline].label);
+  std::string md = fmt::format(
+      "# Sweep {}\n\nBaseline: `{}`. Deltas are against the baseline row; a run that did "
+      "not complete is listed, not ranked.\n\n| run |",
+      plan.name, plan.points[plan.baseline].label);
   for (const auto& k : plan.keys) md += fmt::format(" `{}` |", k);
   // Language models are compared on validation bits per byte (lower is better), not accuracy.
   const bool lm = std::any_of(rows.begin(), rows.end(),
@@ -357,8 +355,7 @@ std::string results_markdown(const SweepPlan& plan, const std::vector<SweepRow>&
     const auto d = derive_deltas(r.summary, rows[plan.baseline].summary);
     md += fmt::format("| {}{} |", r.point->label, &r == &rows[plan.baseline] ? " (baseline)" : "");
     for (const auto& k : plan.keys) md += fmt::format(" {} |", value_of(*r.point, k));
-    md += fmt::format(" {} | {} | {} | {} | {} | {} | {} | {} |",
-                      r.summary.is_object() ? r.summary.value("status", "") : "not run",
+    md += fmt::format(" {} | {} | {} | {} | {} | {} | {} | {} |", status_cell(r.summary),
                       lm ? num(d.bpb, "{:.3f}") : pct(d.accuracy),
                       lm ? num(d.bpb_delta, "{:+.3f}") : num(d.delta, "{:+.2f}"),
                       num(d.ttt, "{:.1f}"), num(d.wall, "{:.1f}"),

@@ -13,17 +13,20 @@
 //
 // The key `wan` (in grid or points) switches a point's WAN profile by name or path, like
 // `geotrain run --wan`: `wan: [global-3, lan]` sets run.wan_profile to the profile file (a path
-// relative to the sweep file, else NAME.yaml in the base's wan/ folder, the sweep's ../wan/,
-// or `wan_dirs`). When a sweep has a point on a profile named `lan` and a point with the same
-// config on another profile, results report `wan_over_lan` for the latter (wan_over_lan()).
-// `overrides` (`geotrain sweep --set`) are applied to the base before the points' keys; a key
-// that the sweep itself varies cannot be overridden.
+// relative to the sweep file, then to `project_configs`, else NAME.yaml in the base's wan/
+// folder, the sweep's ../wan/, or `project_configs`/wan; launcher/wan_profile.hpp). A point's
+// run.wan_profile is found the same way; the base's, as `geotrain run` finds it. When a sweep has a
+// point on a profile named `lan` and a point with the same config on another profile, results
+// report `wan_over_lan` for the latter (wan_over_lan()). `overrides` (`geotrain sweep --set`) are
+// applied to the base before the points' keys; a key that the sweep itself varies cannot be
+// overridden.
 //
 // A point's label is given, or made from its values ("critical_codec=fp32,staleness_bound=0").
 // Each point's config is the base with the point's keys set; run.name becomes the label and a
-// relative run.wan_profile is made absolute (a value set by the sweep is relative to the sweep
-// file). Strict: unknown keys, an empty sweep, duplicate labels or an unknown baseline are
-// InputErrors naming them. Pure functions apart from reading files.
+// run.wan_profile is made absolute (a value set by the sweep is relative to the sweep file).
+// Strict: unknown keys, a key written twice, an empty sweep, duplicate labels, an unknown
+// baseline or a WAN profile that is not found are InputErrors naming them. Pure functions apart
+// from reading files.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -64,10 +67,10 @@ struct SweepPlan {
 SweepPlan parse_sweep(const std::string& yaml_text, const std::string& source,
                       const std::filesystem::path& sweep_dir, const std::string& default_name,
                       const std::vector<ConfigOverride>& overrides = {},
-                      const std::vector<std::filesystem::path>& wan_dirs = {});
+                      const std::filesystem::path& project_configs = {});
 SweepPlan load_sweep(const std::filesystem::path& file,
                      const std::vector<ConfigOverride>& overrides = {},
-                     const std::vector<std::filesystem::path>& wan_dirs = {});
+                     const std::filesystem::path& project_configs = {});
 
 // One row per point: its label and values, and its summary (null when the run did not finish).
 struct SweepRow {

@@ -7,6 +7,7 @@
 #include <set>
 #include <sstream>
 
+#include "core/yaml_reader.hpp"
 #include "netsim/socket.hpp"
 
 namespace geotrain::netsim {
@@ -46,8 +47,10 @@ struct Field {
       if (!allowed_keys.count(key)) {
         std::string list;
         for (const auto& k : allowed_keys) list += (list.empty() ? "" : ", ") + k;
-        throw InputError(fmt::format("{}: unknown key '{}' in {}; allowed keys: {}", *where, key,
-                                     path.empty() ? "the top level" : path, list));
+        const auto guess = closest_name(key, allowed_keys);
+        throw InputError(fmt::format("{}: unknown key '{}' in {}; {}allowed keys: {}", *where, key,
+                                     path.empty() ? "the top level" : path,
+                                     guess ? "did you mean '" + *guess + "'? " : "", list));
       }
     }
   }
@@ -62,11 +65,10 @@ struct Field {
       fail(fmt::format("must be a number from {} to {}", min, max));
     return v;
   }
-  bool boolean() const {
-    bool v = false;
-    if (!present() || !node.IsScalar() || !YAML::convert<bool>::decode(node, v))
-      fail("must be true or false");
-    return v;
+  bool boolean() const {  // `true` or `false`, not yes/no/on/off (core/yaml_reader.hpp)
+    const auto v = present() ? true_or_false(node) : std::nullopt;
+    if (!v) fail("must be true or false");
+    return *v;
   }
   std::vector<Field> sequence() const {
     if (!present() || !node.IsSequence()) fail("must be a list");
@@ -105,12 +107,9 @@ std::set<std::string> with(std::set<std::string> keys, std::initializer_list<con
   return keys;
 }
 
+// Not valid YAML, or a key written twice in one mapping: an InputError naming `where`.
 YAML::Node load_yaml(const std::string& text, const std::string& where) {
-  try {
-    return YAML::Load(text);
-  } catch (const YAML::Exception& e) {
-    throw InputError(fmt::format("{}: not valid YAML: {}", where, e.what()));
-  }
+  return parse_yaml(text, where);
 }
 
 std::string read_file(const std::filesystem::path& file, const char* what) {

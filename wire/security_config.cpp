@@ -19,13 +19,10 @@ SecurityConfig parse_security_config(const YAML::Node& node, const YamlReader& i
       s.curve = CurveSetting::automatic;
     } else {
       GT_REQUIRE(c.IsScalar(), "{}: security.curve must be true, false or auto", in.source());
-      bool on = false;
-      try {
-        on = c.as<bool>();
-      } catch (const YAML::Exception&) {
-        GT_REQUIRE(false, "{}: security.curve is '{}', allowed: true, false, auto", in.source(), v);
-      }
-      s.curve = on ? CurveSetting::on : CurveSetting::off;
+      const auto on = true_or_false(c);  // not yes/no/on/off (core/yaml_reader.hpp)
+      GT_REQUIRE(on.has_value(), "{}: security.curve is '{}', allowed: true, false, auto",
+                 in.source(), v);
+      s.curve = *on ? CurveSetting::on : CurveSetting::off;
     }
   }
   if (auto k = node["keys_dir"]) {

@@ -157,9 +157,8 @@ void parse_overlap(const YamlReader& in, const YAML::Node& w, WorkerConfig& c) {
   };
   if (auto n = w["overlap"]) {
     const std::string text = in.string(n, "worker.overlap");
-    bool on = false;
-    if (YAML::convert<bool>::decode(n, on)) {
-      c.overlap_mode = on ? OverlapMode::carry : OverlapMode::off;
+    if (const auto on = true_or_false(n)) {
+      c.overlap_mode = *on ? OverlapMode::carry : OverlapMode::off;
     } else {
       GT_REQUIRE(text == "eager" || text == "delayed",
                  "{}: worker.overlap is '{}', allowed: false, true, eager, delayed", source, text);

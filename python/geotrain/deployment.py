@@ -39,7 +39,7 @@ def config_for_model(base_config, named_parameters, out_path, critical=None):
     """Writes `base_config` to `out_path` with model.tensors = the named parameters' table
     ([(name, tensor or size)], in order), and model.critical when given: the config the servers
     need for a model only Python knows. A relative run.wan_profile is kept pointing at the same
-    file. Returns out_path."""
+    file (a profile's name, such as global-3, is kept as it is). Returns out_path."""
     with open(base_config, encoding="utf-8") as f:
         text = f.read()
     tensors = []

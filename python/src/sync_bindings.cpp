@@ -325,8 +325,9 @@ py::dict leader_settings(const std::string& yaml_text, const std::string& source
 
 // `yaml_text` with model.tensors (and model.critical, when given) replaced: the table of a model
 // that only the Python side knows, for the servers.
-// A relative run.wan_profile is made absolute against `config_dir` (the original's folder), so
-// the result can be written anywhere.
+// A relative run.wan_profile that is a file next to the original (`config_dir`) is made absolute,
+// so the result can be written anywhere; a profile's name (global-3) is left as it is, for
+// `geotrain run` to find (launcher/wan_profile.hpp).
 std::string with_model_tensors(const std::string& yaml_text,
                                const std::vector<std::pair<std::string, uint64_t>>& tensors,
                                const std::optional<std::vector<std::string>>& critical,
@@ -335,7 +336,10 @@ std::string with_model_tensors(const std::string& yaml_text,
   if (!root.IsMap()) throw py::value_error("the config is not a YAML mapping");
   if (auto run = root["run"]; run && run.IsMap() && run["wan_profile"] && !config_dir.empty()) {
     std::filesystem::path p = run["wan_profile"].as<std::string>();
-    if (p.is_relative()) run["wan_profile"] = (std::filesystem::path(config_dir) / p).string();
+    const auto next_to = std::filesystem::path(config_dir) / p;
+    std::error_code ec;  // a name the file system refuses is no file
+    if (p.is_relative() && std::filesystem::is_regular_file(next_to, ec))
+      run["wan_profile"] = next_to.string();
   }
   YAML::Node model = root["model"];
   if (!model || !model.IsMap()) model = YAML::Node(YAML::NodeType::Map);

@@ -42,6 +42,33 @@ TEST_CASE("geotrain with no subcommand fails and shows the usage") {
   CHECK(r.out.find("bench") != std::string::npos);
 }
 
+TEST_CASE("an unknown subcommand is named, with the nearest one and the list, and exits 2") {
+  auto r = run("trian");
+  CHECK(r.code == 2);
+  CHECK(r.out.find("geotrain: error: unknown subcommand 'trian'; the subcommands are bench, ") !=
+        std::string::npos);
+  CHECK(r.out.find(", run, ") != std::string::npos);
+  CHECK(r.out.find("did you mean") == std::string::npos);  // three edits from run: no guess
+  r = run("--log-level warn swep configs/sweeps/overlap.yaml");
+  CHECK(r.code == 2);
+  CHECK(r.out.find("unknown subcommand 'swep' (did you mean 'sweep'?); the subcommands are") !=
+        std::string::npos);
+}
+
+TEST_CASE("usage errors exit 2, like config errors; --help and --version exit 0") {
+  auto r = run("run --bogus");
+  CHECK(r.code == 2);
+  CHECK(r.out.find("--bogus") != std::string::npos);
+  r = run("sweep");  // its sweep file is required
+  CHECK(r.code == 2);
+  CHECK(r.out.find("sweep is required") != std::string::npos);
+  r = run("--log-level");
+  CHECK(r.code == 2);
+  CHECK(run("--help").code == 0);
+  CHECK(run("run --help").code == 0);
+  CHECK(run("--version").code == 0);
+}
+
 TEST_CASE("geotrain bench codecs --json prints the documented fields for every codec") {
   auto r = run("--log-level warn bench codecs --elements 65536 --repeat 1 --no-gpu --json");
   REQUIRE(r.code == 0);

@@ -59,3 +59,21 @@ TEST_CASE("model.tensors: {name, size} entries; the model section's keys are one
   CHECK(model_keys().count("preset") == 1);
   CHECK(model_keys().count("optimizer") == 0);
 }
+
+TEST_CASE("a model.critical glob that matches no tensor is refused, naming it and the tensors") {
+  const YamlReader in{"deploy.yaml"};
+  const std::vector<TensorSpec> mlp{{"fc1.weight", 10}, {"fc1.bias", 1},    {"fc2.weight", 10},
+                                    {"fc2.bias", 1},    {"fc3.weight", 10}, {"fc3.bias", 1}};
+  CHECK_NOTHROW(check_critical_globs(in, {"fc3.*", "*.bias", "fc?.weight"}, mlp));
+  CHECK_NOTHROW(check_critical_globs(in, {}, mlp));
+  CHECK_THROWS_WITH_AS(check_critical_globs(in, {"fc3.*", "fc9.*"}, mlp),
+                       doctest::Contains("deploy.yaml: model.critical has 'fc9.*', which matches "
+                                         "no tensor of the model (its tensors: fc1.weight, "
+                                         "fc1.bias, fc2.weight"),
+                       InputError);
+  // A large model's list is cut short and counted.
+  std::vector<TensorSpec> many;
+  for (int i = 0; i < 20; ++i) many.push_back({"block" + std::to_string(i) + ".w", 4});
+  CHECK_THROWS_WITH_AS(check_critical_globs(in, {"head.*"}, many),
+                       doctest::Contains("block7.w, and 12 more)"), InputError);
+}

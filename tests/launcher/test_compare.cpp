@@ -17,15 +17,18 @@ using nlohmann::json;
 
 namespace {
 // A finished run folder: config.yaml, a leader's metrics with evaluations, summary.json.
+// `run_name`: the config's run.name; the folder's name when empty.
 fs::path make_run(const fs::path& parent, const std::string& name, const std::string& codec,
-                  const json& summary, bool language_model = false) {
+                  const json& summary, bool language_model = false,
+                  const std::string& run_name = "") {
   const auto dir = parent / name;
   fs::create_directories(dir);
   std::ofstream(dir / "config.yaml")
       << "regions: [a, b]\nmodel: {arch: 784-10}\n"
          "server: {endpoints: {a: 'tcp://127.0.0.1:1', b: 'tcp://127.0.0.1:2'}, run_dir: "
       << dir.string() << "}\nworker: {critical_codec: " << codec
-      << ", lr: 0.1, run_dir: " << dir.string() << "}\nrun: {name: " << name
+      << ", lr: 0.1, run_dir: " << dir.string()
+      << "}\nrun: {name: " << (run_name.empty() ? name : run_name)
       << ", wan_profile: /x/configs/wan/global-3.yaml}\nsecurity: {keys_dir: " << dir.string()
       << "/keys}\n";
   std::ofstream m(dir / "worker-a-0.metrics.jsonl");
@@ -101,6 +104,36 @@ TEST_CASE("compare of language models shows validation bpb and loss") {
   const auto md = comparison_markdown(c);
   CHECK(md.find("| status | val bpb | val loss | delta (bpb) |") != std::string::npos);
   CHECK(md.find("| y/run | onebit | completed | 2.600 | 1.7330 | +0.100 |") != std::string::npos);
+}
+
+TEST_CASE("compare labels runs by their name and lists a run that did not complete unranked") {
+  test::TempDir tmp("compare-unranked");
+  const auto a = make_run(tmp.path(), "20260101-000000-fp32", "fp32", classifier(0.88, 20, 40, 1e9),
+                          false, "fp32");
+  // An interrupted run that trained 0 rounds: no accuracy, little traffic, a short wall time.
+  json stopped = {
+      {"status", "interrupted"}, {"model", "mlp"}, {"wall_seconds", 20}, {"wan_bytes_total", 0}};
+  const auto b = make_run(tmp.path(), "20260101-000100-onebit", "onebit", stopped, false, "onebit");
+  auto c = load_comparison({a, b});
+  CHECK(c.runs[0].label == "fp32");  // the run's name, not its time-stamped folder
+  CHECK(c.runs[1].label == "onebit");
+  auto md = comparison_markdown(c);
+  CHECK(md.find("listed but not ranked") != std::string::npos);
+  CHECK(md.find("| onebit | onebit | interrupted, not ranked | - | - | - | 20.0 | 0 B | - | - |") !=
+        std::string::npos);
+  const auto csv = comparison_csv(c);
+  CHECK(csv.find("onebit,onebit,interrupted,mlp,,,,,,,20,0,,,,") != std::string::npos);
+  // An interrupted baseline ranks nothing either.
+  c = load_comparison({b, a});
+  md = comparison_markdown(c);
+  CHECK(md.find("| fp32 | fp32 | completed | 88.00% | - | 20.0 | 40.0 | 1.00 GB | - | - |") !=
+        std::string::npos);
+  // Two runs of one name: their folders tell them apart.
+  const auto a2 = make_run(tmp.path(), "20260101-000200-fp32", "fp32",
+                           classifier(0.89, 20, 40, 1e9), false, "fp32");
+  c = load_comparison({a, a2});
+  CHECK(c.runs[0].label == "20260101-000000-fp32");
+  CHECK(c.runs[1].label == "20260101-000200-fp32");
 }
 
 TEST_CASE(

@@ -15,6 +15,7 @@
 #include "launcher/launcher.hpp"
 #include "launcher/port_allocator.hpp"
 #include "launcher/run_settings.hpp"
+#include "launcher/wan_profile.hpp"
 #include "netsim/config.hpp"
 #include "tests/run_binary.hpp"
 #include "tests/temp_dir.hpp"
@@ -44,7 +45,7 @@ std::string error_of(const std::function<void()>& f) {
 
 // --wan as the CLI passes it: the profile file, quoted, as run.wan_profile.
 ConfigOverride wan_override(const std::string& name) {
-  const auto file = find_wan_profile(name, {kConfigs / "wan"}, "--wan");
+  const auto file = find_wan_profile(name, wan_profile_search(kConfigs, kConfigs), "--wan");
   return {"run.wan_profile", fmt::format("\"{}\"", file.string()), fmt::format("--wan {}", name)};
 }
 }  // namespace
@@ -115,20 +116,69 @@ TEST_CASE("an overridden key is checked like a file key, and the error names the
 }
 
 TEST_CASE("a WAN profile is found by name, by file name, or by path; an unknown one lists them") {
-  CHECK(find_wan_profile("lan", {kConfigs / "wan"}, "--wan") ==
+  test::TempDir tmp("overrides-wan-names");
+  const auto search = wan_profile_search(tmp.path(), kConfigs);  // a config in tmp
+  CHECK(find_wan_profile("lan", search, "--wan") ==
         (kConfigs / "wan" / "lan.yaml").lexically_normal());
-  CHECK(find_wan_profile("global-3.yaml", {fs::path("/nonexistent"), kConfigs / "wan"}, "--wan")
-            .filename() == "global-3.yaml");
+  CHECK(find_wan_profile("global-3.yaml", search, "--wan").filename() == "global-3.yaml");
   const auto path = (kConfigs / "wan" / "us-eu.yaml").string();
   CHECK(find_wan_profile(path, {}, "--wan") == fs::path(path).lexically_normal());
-  const auto e = error_of([] { find_wan_profile("lna", {kConfigs / "wan"}, "--wan"); });
-  CHECK(e.find("--wan 'lna': no such file, and no lna.yaml in") != std::string::npos);
-  CHECK(e.find("global-3, global-3-100m, lan, scarce, us-eu") != std::string::npos);
+  // A path relative to the config's folder, else to the project's configs/ (demo.yaml's
+  // `wan/global-3.yaml` in a copy of it made elsewhere).
+  CHECK(find_wan_profile("wan/global-3.yaml", search, "--wan") ==
+        (kConfigs / "wan" / "global-3.yaml").lexically_normal());
+  fs::create_directories(tmp.path() / "wan");
+  fs::copy_file(kConfigs / "wan" / "us-eu.yaml", tmp.path() / "wan" / "lan.yaml");
+  CHECK(find_wan_profile("lan", search, "--wan") == tmp.path() / "wan" / "lan.yaml");
+  CHECK(find_wan_profile("wan/lan.yaml", search, "--wan") == tmp.path() / "wan" / "lan.yaml");
+
+  const auto e = error_of([&] { find_wan_profile("lna", search, "my.yaml: run.wan_profile"); });
+  CHECK(e.find("my.yaml: run.wan_profile is 'lna': no such WAN profile (did you mean 'lan'?); "
+               "tried " +
+               (tmp.path() / "lna").string() + ", " + (kConfigs / "lna").string() + ", " +
+               (tmp.path() / "wan" / "lna.yaml").string() + ", " +
+               (kConfigs / "wan" / "lna.yaml").string() + "; allowed: ") != std::string::npos);
+  CHECK(e.find("allowed: the name of a profile (gaia, global-3, global-3-100m, lan, scarce, "
+               "us-eu) or a profile file (relative to " +
+               tmp.path().string() + ")") != std::string::npos);
+  CHECK(e.find("`geotrain run --wan NAME` picks one") != std::string::npos);
   CHECK(e.find("example-netsim") == std::string::npos);  // not a profile
+  // A path is not looked up as a name; --wan does not point at itself.
+  const auto p = error_of([&] { find_wan_profile("profiles/x.yaml", search, "--wan"); });
+  CHECK(p.find("--wan is 'profiles/x.yaml': no such WAN profile; tried " +
+               (tmp.path() / "profiles/x.yaml").string() + ", " +
+               (kConfigs / "profiles/x.yaml").string() + "; allowed: ") != std::string::npos);
+  CHECK(p.find("geotrain run --wan") == std::string::npos);
   // A name the file system refuses (longer than NAME_MAX) is no file either.
-  CHECK(error_of([] {
-          find_wan_profile(std::string(300, 'x'), {kConfigs / "wan"}, "--wan");
-        }).find("no such file") != std::string::npos);
+  CHECK(error_of([&] {
+          find_wan_profile(std::string(300, 'x'), search, "--wan");
+        }).find("no such WAN profile") != std::string::npos);
+  CHECK(error_of([&] { find_wan_profile("", search, "--wan"); }).find("--wan is empty") !=
+        std::string::npos);
+}
+
+TEST_CASE("a copy of configs/demo.yaml made elsewhere finds its WAN profile, also by name") {
+  test::TempDir tmp("overrides-demo-copy");
+  const auto demo = read_text_file(kConfigs / "demo.yaml");
+  const auto my = (tmp.path() / "my.yaml").string();
+  // As `geotrain run my.yaml` reads it: the config's folder, then the project's configs/.
+  auto s = parse_run_settings(demo, my, tmp.path(), "my", kConfigs);
+  REQUIRE(s.wan_profile);
+  CHECK(*s.wan_profile == (kConfigs / "wan" / "global-3.yaml").lexically_normal());
+  // `--set run.wan_profile=global-3` takes a name, as --wan does.
+  const auto overrides = parse_overrides({"run.wan_profile=global-3"});
+  const auto source = describe_source(my, overrides);
+  s = parse_run_settings(apply_overrides(demo, overrides, source), source, tmp.path(), "my",
+                         kConfigs);
+  REQUIRE(s.wan_profile);
+  CHECK(*s.wan_profile == (kConfigs / "wan" / "global-3.yaml").lexically_normal());
+  // Without the project's folder nothing is found, and the error says what was tried and what
+  // to give instead.
+  const auto e = error_of([&] { parse_run_settings(demo, my, tmp.path(), "my"); });
+  CHECK(e.find(my + ": run.wan_profile is 'wan/global-3.yaml': no such WAN profile; tried " +
+               (tmp.path() / "wan" / "global-3.yaml").string() + "; allowed: ") !=
+        std::string::npos);
+  CHECK(e.find("`geotrain run --wan NAME`") != std::string::npos);
 }
 
 TEST_CASE("switched to lan, a three-region config gets a zero-delay netsim link for every pair") {
@@ -230,8 +280,13 @@ TEST_CASE("geotrain run and sweep refuse a bad --set or --wan, naming it, before
   CHECK(r.text.find("expected section.key=value") != std::string::npos);
   r = test::run_binary("run " + config.string() + out + " --wan nowhere");
   CHECK(r.code == 2);
-  CHECK(r.text.find("--wan 'nowhere'") != std::string::npos);
-  CHECK(r.text.find("lan") != std::string::npos);
+  CHECK(r.text.find("--wan is 'nowhere': no such WAN profile; tried ") != std::string::npos);
+  CHECK(r.text.find("global-3, global-3-100m, lan") != std::string::npos);
+  r = test::run_binary("run " + config.string() + out + " --set run.wan_profile=glboal-3");
+  CHECK(r.code == 2);
+  CHECK(r.text.find("run.wan_profile is 'glboal-3': no such WAN profile (did you mean "
+                    "'global-3'?); tried ") != std::string::npos);
+  CHECK(r.text.find("`geotrain run --wan NAME`") != std::string::npos);
   r = test::run_binary("run " + config.string() + out + " --wan lan --set run.wan_profile=x.yaml");
   CHECK(r.code == 2);
   CHECK(r.text.find("give one of them") != std::string::npos);
@@ -245,4 +300,35 @@ TEST_CASE("geotrain run and sweep refuse a bad --set or --wan, naming it, before
   r = test::run_binary("sweep " + (tmp.path() / "s.yaml").string() + out + " --set worker.lr=0.3");
   CHECK(r.code == 2);
   CHECK(r.text.find("the sweep sets 'worker.lr' itself") != std::string::npos);
+}
+
+TEST_CASE("geotrain run takes a copy of demo.yaml made elsewhere, and says a folder is a folder") {
+  test::TempDir tmp("overrides-cli-copy");
+  fs::copy_file(kConfigs / "demo.yaml", tmp.path() / "my.yaml");
+  const auto out = " --out " + (tmp.path() / "runs").string();
+  // Its `wan/global-3.yaml` is found in the project's configs/: the run gets as far as the
+  // workers' keys, where a typo (with its correction) stops it before anything starts.
+  auto r = test::run_binary("run " + (tmp.path() / "my.yaml").string() + out +
+                            " --set worker.bacth_size=3");
+  CHECK(r.code == 2);
+  CHECK(r.text.find("unknown key 'worker.bacth_size'; did you mean 'worker.batch_size'?") !=
+        std::string::npos);
+  CHECK(r.text.find("wan_profile") == std::string::npos);
+  r = test::run_binary("run " + tmp.path().string() + out);
+  CHECK(r.code == 2);
+  CHECK(r.text.find("config file '" + tmp.path().string() +
+                    "' is a directory, not a YAML file (it holds my.yaml)") != std::string::npos);
+  r = test::run_binary("run " + (tmp.path() / "nothere.yaml").string() + out);
+  CHECK(r.code == 2);
+  CHECK(r.text.find("config file '" + (tmp.path() / "nothere.yaml").string() +
+                    "' does not exist") != std::string::npos);
+  CHECK_FALSE(fs::exists(tmp.path() / "runs"));
+
+  // A name works in --set as it does in --wan: us-eu is found, and refused when the plan is
+  // made because it has no link to the demo's third region.
+  r = test::run_binary("run " + (tmp.path() / "my.yaml").string() + out +
+                       " --set run.wan_profile=us-eu");
+  CHECK(r.code == 2);
+  CHECK(r.text.find("has no link") != std::string::npos);
+  CHECK(r.text.find("no such WAN profile") == std::string::npos);
 }

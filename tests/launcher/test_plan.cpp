@@ -1,6 +1,10 @@
 // The launcher's pure parts: run settings and their errors, the run folder, port allocation,
 // and the deployment plan (resolved config, netsim links, worker routes, process list).
 #include <doctest/doctest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
 #include <set>
@@ -105,7 +109,30 @@ TEST_CASE("allocated ports are distinct and bindable, from a base port or from t
     ports.release();
     // Released ports accept nothing (nobody listens), and a fresh allocator may hand them out.
     CHECK_FALSE(port_accepts("127.0.0.1", *seen.begin(), 50));
+    CHECK_FALSE(port_listening(*seen.begin()));
   }
+}
+
+TEST_CASE("a listening port is seen without connecting to it") {
+  PortAllocator ports(0);
+  const uint16_t port = ports.allocate();
+  ports.release();
+  CHECK_FALSE(port_listening(port));
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0);
+  CHECK_FALSE(port_listening(port));  // bound is not listening
+  REQUIRE(::listen(fd, 4) == 0);
+  CHECK(port_listening(port));
+  // Nothing connected: a connection would be waiting to be accepted.
+  pollfd p{fd, POLLIN, 0};
+  CHECK(::poll(&p, 1, 0) == 0);
+  ::close(fd);
+  CHECK_FALSE(port_listening(port));
 }
 
 TEST_CASE("the plan routes every inter-region connection through netsim and nothing else") {

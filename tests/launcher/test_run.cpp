@@ -14,7 +14,9 @@
 #include <fstream>
 #include <thread>
 
+#include "core/error.hpp"
 #include "launcher/launcher.hpp"
+#include "launcher/resume.hpp"
 #include "tests/run_binary.hpp"
 #include "tests/temp_dir.hpp"
 
@@ -127,6 +129,13 @@ TEST_CASE("a run starts servers, netsim and workers, and leaves a complete run f
   CHECK(s["wall_seconds"].get<double>() > 0.3);
   CHECK(read(r.run_dir / "report.md").find("**completed**") != std::string::npos);
   CHECK(processes_mentioning(r.run_dir.string()) == 0);
+  // The launcher's readiness checks open no connection: the servers (CURVE on this WAN profile)
+  // log no handshake cut short.
+  for (const char* f : {"server-us-east.log", "server-eu-west.log"}) {
+    const auto log = read(r.run_dir / f);
+    CHECK_MESSAGE(log.find("(CURVE, keys from") != std::string::npos, f);
+    CHECK_MESSAGE(log.find("refused a connection") == std::string::npos, log);
+  }
 }
 
 TEST_CASE("a failing worker fails the run, shows its log, stops everything and keeps the results") {
@@ -220,4 +229,115 @@ TEST_CASE("geotrain run names a bad config key and exits with 2 before starting 
   CHECK(r.code == 2);
   CHECK(r.text.find("worker.batch_size") != std::string::npos);
   CHECK_FALSE(fs::exists(tmp.path() / "runs"));
+}
+
+TEST_CASE(
+    "geotrain run refuses silent mistakes in a config: a key twice, yes for true, a stray glob") {
+  geotrain::test::TempDir tmp("launcher-cli-mistakes");
+  const auto out_dir = (tmp.path() / "runs").string();
+  const auto file = tmp.path() / "bad.yaml";
+  std::ofstream(file) << "regions: [a]\nmodel: {arch: 784-10}\nworker:\n  rounds: 16\n"
+                         "  lr: 0.1\n  rounds: 8\n";
+  auto r = run_cli("run " + file.string() + " --out " + out_dir);
+  CHECK(r.code == 2);
+  CHECK(r.text.find(file.string() + ": key 'worker.rounds' is written twice (lines 4 and 6)") !=
+        std::string::npos);
+  std::ofstream(file, std::ios::trunc) << "regions: [a]\nmodel: {arch: 784-10}\n";
+  r = run_cli("run " + file.string() + " --out " + out_dir + " --set run.plots=yes");
+  CHECK(r.code == 2);
+  CHECK(r.text.find("run.plots is 'yes', allowed: true or false") != std::string::npos);
+  r = run_cli("run " + file.string() + " --out " + out_dir + " --set 'model.critical=[fc9.*]'");
+  CHECK(r.code == 2);
+  CHECK(r.text.find("model.critical has 'fc9.*', which matches no tensor of the model (its "
+                    "tensors: fc1.weight, fc1.bias)") != std::string::npos);
+  r = run_cli("run " + file.string() + " --out " + out_dir + " --set run.taget_accuracy=0.9");
+  CHECK(r.code == 2);
+  CHECK(r.text.find("unknown key 'run.taget_accuracy'; did you mean 'run.target_accuracy'?") !=
+        std::string::npos);
+  CHECK_FALSE(fs::exists(tmp.path() / "runs"));
+}
+
+namespace {
+// A stopped run's folder as the launcher leaves it: config.yaml, a worker's metrics, and the
+// checkpoint folders `make` asks for.
+fs::path stopped_run(const fs::path& dir, const std::vector<std::string>& make) {
+  const auto run = dir / "20260101-000000-stopped";
+  fs::create_directories(run);
+  std::ofstream(run / "config.yaml") << "regions: [us-east, eu-west]\n"
+                                        "model: {tensors: [{name: w, size: 16}]}\n"
+                                        "worker: {workers_per_region: 2}\n";
+  std::ofstream(run / "worker-us-east-0.metrics.jsonl") << "{\"event\":\"start\"}\n";
+  for (const auto& m : make) fs::create_directories(run / m);
+  return run;
+}
+}  // namespace
+
+TEST_CASE("--resume finds the servers' checkpoints and the workers' snapshots of a stopped run") {
+  geotrain::test::TempDir tmp("launcher-resume-sources");
+  const auto config = [](const fs::path& run) { return read(run / "config.yaml"); };
+  auto run = stopped_run(tmp.path() / "both", {"checkpoints/us-east/ckpt-000000000003",
+                                               "checkpoints/eu-west/ckpt-000000000003",
+                                               "worker-checkpoints/us-east-0/ckpt-000000000003",
+                                               "worker-checkpoints/us-east-1/ckpt-000000000003",
+                                               "worker-checkpoints/eu-west-0/ckpt-000000000003",
+                                               "worker-checkpoints/eu-west-1/ckpt-000000000003"});
+  auto found = find_resume_sources(run, config(run));
+  CHECK(found.complete());
+  CHECK(found.servers == std::vector<std::string>{"us-east", "eu-west"});
+  CHECK(found.workers.size() == 4);
+  CHECK(found.describe() ==
+        "servers from their checkpoints (2 of 2: us-east, eu-west); workers from their snapshots "
+        "(4 of 4)");
+
+  // Servers only: the workers take the servers' values; a checkpoint cut short does not count.
+  run = stopped_run(tmp.path() / "servers", {"checkpoints/us-east/ckpt-000000000002",
+                                             "worker-checkpoints/us-east-0/ckpt-000000000002.tmp"});
+  found = find_resume_sources(run, config(run));
+  CHECK_FALSE(found.complete());
+  CHECK(found.servers == std::vector<std::string>{"us-east"});
+  CHECK(found.workers.empty());
+  CHECK(found.describe().find("no worker snapshot in " + (run / "worker-checkpoints").string() +
+                              ": the workers take the servers' values") != std::string::npos);
+
+  // Folders the config names instead of the defaults.
+  run = stopped_run(tmp.path() / "dirs", {"snaps/eu-west-1/ckpt-000000000001"});
+  std::ofstream(run / "config.yaml", std::ios::trunc)
+      << "regions: [us-east, eu-west]\n"
+         "worker: {workers_per_region: 2, checkpoint: {dir: snaps}}\n"
+         "server: {checkpoint: {dir: /nonexistent/ckpt}}\n";
+  found = find_resume_sources(run, config(run));
+  CHECK(found.workers == std::vector<std::string>{"eu-west-1"});
+  CHECK(found.server_dir == fs::path("/nonexistent/ckpt"));
+  CHECK(
+      found.describe().starts_with("no server checkpoint in /nonexistent/ckpt: the servers "
+                                   "start afresh; workers from their snapshots (1 of 4)"));
+
+  run = stopped_run(tmp.path() / "none", {"checkpoints/us-east/ckpt-000000000004.tmp"});
+  CHECK_THROWS_WITH_AS(
+      find_resume_sources(run, config(run)),
+      doctest::Contains(("--resume " + run.string() +
+                         ": nothing to resume from: no server checkpoint (ckpt-* in " +
+                         (run / "checkpoints").string() +
+                         "/<region>) and no worker snapshot (ckpt-* in " +
+                         (run / "worker-checkpoints").string() + "/<region>-<rank>)")
+                            .c_str()),
+      geotrain::InputError);
+}
+
+TEST_CASE(
+    "geotrain run --resume with nothing to resume from refuses and leaves the folder as it is") {
+  geotrain::test::TempDir tmp("launcher-resume-none");
+  const auto run = stopped_run(tmp.path(), {});
+  const auto before = read(run / "worker-us-east-0.metrics.jsonl");
+  const auto r = run_cli("run --resume " + run.string() + " --no-plots");
+  CHECK(r.code == 2);
+  CHECK(r.text.find("nothing to resume from: no server checkpoint") != std::string::npos);
+  CHECK(r.text.find("server.checkpoint.every and worker.checkpoint.every (or run.restart) make "
+                    "a run resumable") != std::string::npos);
+  CHECK(r.text.find("resuming") == std::string::npos);  // it never claims to resume
+  // Nothing written: no new files, the old metrics not appended to.
+  CHECK(read(run / "worker-us-east-0.metrics.jsonl") == before);
+  std::size_t files = 0;
+  for (const auto& e : fs::directory_iterator(run)) files += e.is_regular_file();
+  CHECK(files == 2);
 }

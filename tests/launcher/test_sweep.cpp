@@ -145,7 +145,7 @@ TEST_CASE("a sweep over wan profiles reports each setup's time on the WAN over i
   write_base(tmp.path());
   const auto plan = parse_sweep(
       "base: base.yaml\ngrid: {worker.critical_codec: [fp32, onebit], wan: [us-eu, lan]}\n",
-      "s.yaml", tmp.path(), "s", {}, {fs::path(GEOTRAIN_SOURCE_DIR) / "configs/wan"});
+      "s.yaml", tmp.path(), "s", {}, fs::path(GEOTRAIN_SOURCE_DIR) / "configs");
   REQUIRE(plan.points.size() == 4);
   CHECK(plan.points[1].label == "critical_codec=fp32,wan=lan");
   CHECK(plan.keys == std::vector<std::string>{"worker.critical_codec", "wan"});
@@ -202,10 +202,9 @@ TEST_CASE("a sweep over wan profiles reports each setup's time on the WAN over i
 TEST_CASE("sweep --set overrides reach every point, and the wan key refuses unknown profiles") {
   test::TempDir tmp("sweep-set");
   write_base(tmp.path());
-  const auto plan =
-      parse_sweep("base: base.yaml\npoints: [{label: x, set: {wan: lan}}, {label: y}]\n", "s.yaml",
-                  tmp.path(), "s", parse_overrides({"worker.local_steps=7"}),
-                  {fs::path(GEOTRAIN_SOURCE_DIR) / "configs/wan"});
+  const auto plan = parse_sweep(
+      "base: base.yaml\npoints: [{label: x, set: {wan: lan}}, {label: y}]\n", "s.yaml", tmp.path(),
+      "s", parse_overrides({"worker.local_steps=7"}), fs::path(GEOTRAIN_SOURCE_DIR) / "configs");
   for (const auto& p : plan.points)
     CHECK(YAML::Load(p.config_yaml)["worker"]["local_steps"].as<int>() == 7);
   CHECK(plan.points[0].wan_profile == "lan");
@@ -215,8 +214,29 @@ TEST_CASE("sweep --set overrides reach every point, and the wan key refuses unkn
                                    "s", parse_overrides({"run.wan_profile=x.yaml"})),
                        doctest::Contains("the sweep sets 'wan' itself"), InputError);
   CHECK_THROWS_WITH_AS(parse_sweep("base: base.yaml\ngrid: {wan: [mars]}\n", "s.yaml", tmp.path(),
-                                   "s", {}, {fs::path(GEOTRAIN_SOURCE_DIR) / "configs/wan"}),
-                       doctest::Contains("s.yaml: wan 'mars': no such file"), InputError);
+                                   "s", {}, fs::path(GEOTRAIN_SOURCE_DIR) / "configs"),
+                       doctest::Contains("s.yaml: wan is 'mars': no such WAN profile; tried "),
+                       InputError);
+  // A point's run.wan_profile is found as the wan key is: by name too.
+  const auto named = parse_sweep("base: base.yaml\ngrid: {run.wan_profile: [lan]}\n", "s.yaml",
+                                 tmp.path(), "s", {}, fs::path(GEOTRAIN_SOURCE_DIR) / "configs");
+  CHECK(named.points[0].wan_profile == "lan");
+  CHECK_THROWS_WITH_AS(parse_sweep("base: base.yaml\ngrid: {run.wan_profile: [mars.yaml]}\n",
+                                   "s.yaml", tmp.path(), "s"),
+                       doctest::Contains("s.yaml: run.wan_profile is 'mars.yaml': no such WAN "
+                                         "profile"),
+                       InputError);
+  // A key written twice, in the sweep or in its base, names the file and both lines.
+  CHECK_THROWS_WITH_AS(parse_sweep("base: base.yaml\ngrid: {worker.lr: [1]}\nbase: b.yaml\n",
+                                   "s.yaml", tmp.path(), "s"),
+                       doctest::Contains("s.yaml: key 'base' is written twice (lines 1 and 3)"),
+                       InputError);
+  std::ofstream(tmp.path() / "twice.yaml") << "regions: [a]\nworker: {lr: 1, lr: 2}\n";
+  CHECK_THROWS_WITH_AS(
+      parse_sweep("base: twice.yaml\ngrid: {worker.seed: [1]}\n", "s.yaml", tmp.path(), "s"),
+      doctest::Contains("twice.yaml: key 'worker.lr' is written twice (both on "
+                        "line 2)"),
+      InputError);
   // A grid's points multiply: beyond kMaxSweepPoints it is refused before any point is built.
   CHECK_THROWS_WITH_AS(
       parse_sweep(

@@ -91,6 +91,22 @@ TEST_CASE("config errors name the key, the value and what is allowed") {
   CHECK(e.find("cannot be looked up") != std::string::npos);
 }
 
+TEST_CASE("a netsim config refuses a key written twice and yes for true, and suggests a near key") {
+  const std::string link = "links: [{from: a, to: b, listen: '127.0.0.1:0', target: '127.0.0.1:9'";
+  auto e = error_of(kProfile + link + ", delay_ms: 3, delay_ms: 50}]");
+  CHECK(e.find("t.yaml: key 'links[].delay_ms' is written twice (both on line 2)") !=
+        std::string::npos);
+  e = error_of(kProfile + link + "}]\nstats: {log: yes}\n");
+  CHECK(e.find("t.yaml: stats.log is 'yes': must be true or false") != std::string::npos);
+  CHECK(error_of(kProfile + link + "}]\nstats: {log: false}\n").empty());
+  e = error_of(kProfile + link + ", dealy_ms: 3}]");
+  CHECK(e.find("unknown key 'dealy_ms' in links[0]; did you mean 'delay_ms'? allowed keys: ") !=
+        std::string::npos);
+  CHECK_THROWS_WITH_AS(parse_profile("name: p\nregions: [a, b]\nname: q\n", "p.yaml"),
+                       doctest::Contains("p.yaml: key 'name' is written twice (lines 1 and 3)"),
+                       InputError);
+}
+
 TEST_CASE("the lan profile's between-any link covers every pair, whatever the regions are called") {
   const auto lan = load_profile(kWan / "lan.yaml");
   CHECK(lan.regions.empty());  // it names none: it fits any deployment

@@ -49,3 +49,18 @@ TEST_CASE("the worker's sections parse into their fields, and their errors name 
                                   "w.yaml"),
       doctest::Contains("worker.checkpoint must be a mapping"), InputError);
 }
+
+TEST_CASE("worker.overlap takes true, false, eager or delayed, not yaml-cpp's other booleans") {
+  const auto parse = [](const std::string& value) {
+    return worker::parse_worker_config(
+        "regions: [a]\nmodel: {arch: 784-10}\nworker: {overlap: " + value + "}\n", "w.yaml");
+  };
+  CHECK(parse("true").overlap);
+  CHECK_FALSE(parse("false").overlap);
+  CHECK(parse("delayed").overlap);
+  for (const char* v : {"yes", "on", "True"}) {
+    const auto message =
+        fmt::format("worker.overlap is '{}', allowed: false, true, eager, delayed", v);
+    CHECK_THROWS_WITH_AS(parse(v), doctest::Contains(message.c_str()), InputError);
+  }
+}
