@@ -17,8 +17,6 @@
 #include "cli/signal_watcher.hpp"
 #include "core/error.hpp"
 #include "launcher/chaos.hpp"
-#include "server/config.hpp"
-#include "worker/config.hpp"
 
 namespace geotrain::cli {
 
@@ -56,10 +54,7 @@ int run_chaos_command(const ChaosArgs& a) {
         fs::exists("scripts/plot_run.py") ? fs::path("scripts/plot_run.py") : script;
   }
   // The worker's and server's parsers check the config before anything starts (as `run` does).
-  o.run.validate = [](const std::string& text, const std::string& source) {
-    (void)worker::parse_worker_config(text, source);
-    (void)server::parse_server_config(resolved_config_text(text, source), source);
-  };
+  o.run.validate = check_launch_config;
   o.run.overrides = launcher::parse_overrides(a.sets);
   if (a.json) o.run.redraw = false;  // progress stays on stderr, in plain blocks
   if (!a.out.empty()) o.out_dir = a.out;

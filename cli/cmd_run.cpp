@@ -24,8 +24,6 @@
 #include "launcher/run_folder.hpp"
 #include "launcher/sweep.hpp"
 #include "launcher/wan_profile.hpp"
-#include "server/config.hpp"
-#include "worker/config.hpp"
 
 namespace geotrain::cli {
 
@@ -66,10 +64,7 @@ launcher::LaunchOptions launch_options(bool plots) {
   if (plots) o.plot_script = shipped_file("scripts/plot_run.py");
   // The worker's and the server's parsers check the keys those processes will read, before
   // anything starts (`source` is the config file; the server reads model.arch expanded).
-  o.validate = [](const std::string& text, const std::string& source) {
-    (void)worker::parse_worker_config(text, source);
-    (void)server::parse_server_config(resolved_config_text(text, source), source);
-  };
+  o.validate = check_launch_config;
   return o;
 }
 

@@ -16,8 +16,6 @@
 #include "core/error.hpp"
 #include "launcher/config_overrides.hpp"
 #include "launcher/launcher.hpp"
-#include "server/config.hpp"
-#include "worker/config.hpp"
 
 namespace geotrain::cli {
 
@@ -43,10 +41,7 @@ int run_serve(const ServeArgs& args) {
         break;
       }
   }
-  o.validate = [](const std::string& text, const std::string& source) {
-    (void)worker::parse_worker_config(text, source);
-    (void)server::parse_server_config(resolved_config_text(text, source), source);
-  };
+  o.validate = check_launch_config;
   o.config = args.config;
   o.overrides = launcher::parse_overrides(args.set);
   o.overrides.push_back({"worker.external", "true", "geotrain serve"});

@@ -10,6 +10,8 @@
 #include "core/yaml_reader.hpp"
 #include "launcher/run_settings.hpp"
 #include "models/model_spec.hpp"
+#include "server/config.hpp"
+#include "worker/config.hpp"
 
 namespace geotrain::cli {
 
@@ -68,6 +70,28 @@ std::string resolved_config_text(const std::string& text, const std::string& sou
   YAML::Emitter out;
   out << root;
   return out.c_str();
+}
+
+namespace {
+// The config as the launcher's children get it: security.curve: auto resolved (to false; the
+// children take true as well). Other text is returned as it is, so messages keep its lines.
+std::string as_children_read_it(const std::string& text, const std::string& source) {
+  YAML::Node root = YamlReader{source}.load_mapping(text);
+  auto security = root["security"];
+  if (!security || !security.IsMap() || !security["curve"] || !security["curve"].IsScalar() ||
+      security["curve"].Scalar() != "auto")
+    return text;
+  security.remove("curve");
+  YAML::Emitter out;
+  out << root;
+  return std::string(out.c_str()) + "\n";
+}
+}  // namespace
+
+void check_launch_config(const std::string& text, const std::string& source) {
+  const auto children = as_children_read_it(text, source);
+  (void)worker::parse_worker_config(children, source);
+  (void)server::parse_server_config(resolved_config_text(children, source), source);
 }
 
 }  // namespace geotrain::cli

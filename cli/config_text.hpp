@@ -27,4 +27,11 @@ std::string resolved_config_text(const std::filesystem::path& file);
 // `--set` overrides applied (launcher/config_overrides.hpp).
 std::string resolved_config_text(const std::string& text, const std::string& source);
 
+// What `geotrain run`, `chaos` and `serve` check before they start anything: the worker's and
+// the server's parsers read the config as those processes will. `security.curve: auto` (the
+// launcher's default, which it resolves to true or false for its children, both of which they
+// take) is read as false here; the launcher checks the rest of the security section itself.
+// InputError naming the key, as the processes would.
+void check_launch_config(const std::string& text, const std::string& source);
+
 }  // namespace geotrain::cli

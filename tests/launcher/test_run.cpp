@@ -228,6 +228,17 @@ TEST_CASE("geotrain run names a bad config key and exits with 2 before starting 
   r = run_cli("run " + file.string() + " --out " + out_dir);
   CHECK(r.code == 2);
   CHECK(r.text.find("worker.batch_size") != std::string::npos);
+  // security.curve: auto, geotrain run's default, written out: accepted (the error is the next
+  // mistake's); a value that is none of true, false, auto is not.
+  std::ofstream(file, std::ios::trunc) << "regions: [a]\nmodel: {arch: 784-10}\n"
+                                          "security: {curve: auto}\nworker: {batch_size: 0}\n";
+  r = run_cli("run " + file.string() + " --out " + out_dir);
+  CHECK(r.code == 2);
+  CHECK_MESSAGE(r.text.find("worker.batch_size") != std::string::npos, r.text);
+  CHECK(r.text.find("auto") == std::string::npos);
+  r = run_cli("run " + file.string() + " --out " + out_dir + " --set security.curve=maybe");
+  CHECK(r.code == 2);
+  CHECK(r.text.find("security.curve is 'maybe', allowed: true, false, auto") != std::string::npos);
   CHECK_FALSE(fs::exists(tmp.path() / "runs"));
 }
 
