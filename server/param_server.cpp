@@ -28,30 +28,6 @@ std::filesystem::path under(const std::filesystem::path& base, const std::filesy
   return p.is_absolute() ? p : base / p;
 }
 
-// The payload header of push segment i, checked (checksum included, `visit` seeing each block of
-// the body as it is hashed) and held against what the push's header says of the segment.
-compression::PayloadHeader checked_segment(size_t i, const wire::Segment& s, ConstByteSpan bytes,
-                                           uint64_t request_id,
-                                           const compression::BodyVisit& visit) {
-  compression::PayloadHeader header;
-  try {
-    header = compression::parse_header(bytes, visit);
-  } catch (const InputError& e) {
-    throw WireError(ErrorCode::bad_payload, fmt::format("segment {}: {}", i, e.what()), request_id);
-  }
-  if (static_cast<uint8_t>(header.codec) != s.codec)
-    throw WireError(
-        ErrorCode::bad_codec,
-        fmt::format("segment {}: header says codec {}, payload is {}", i,
-                    compression::codec_name(s.codec), compression::codec_name(header.codec)),
-        request_id);
-  if (header.elements != s.count)
-    throw WireError(ErrorCode::bad_payload,
-                    fmt::format("segment {}: header says {} elements, payload has {}", i, s.count,
-                                header.elements),
-                    request_id);
-  return header;
-}
 }  // namespace
 
 ParamServer::ParamServer(const ServerConfig& config, uint32_t region, zmq::context_t& context,
@@ -97,38 +73,7 @@ ParamServer::ParamServer(const ServerConfig& config, uint32_t region, zmq::conte
   channel.max_frame_bytes = config.max_message_bytes;
   channel.max_frames = kMaxSegments + 1;
   channel.handshake_ms = static_cast<int>(config.handshake.count());
-  wire::ZapPolicy admission;
-  admission.curve = config.security.curve_on();
-  admission.max_connections_per_address = config.max_connections_per_address;
-  if (admission.curve) {
-    const auto keys = config.security.keys();
-    for (const auto& r : config.regions)
-      admission.allowed[keys.client_public(r)] = fmt::format("the client key of region {}", r);
-    channel.curve_server =
-        wire::ChannelOptions::CurveServer{keys.server_keypair(config.regions[region]).secret_key};
-  }
-  authenticator_ = options_.authenticator;
-  if (!authenticator_ && (admission.curve || admission.max_connections_per_address > 0)) {
-    try {
-      own_authenticator_ = std::make_unique<wire::ZapAuthenticator>(context, admission);
-    } catch (const SystemError& e) {
-      // The context's ZAP address is taken: another server of this process answers ZAP. With
-      // CURVE that is an error (which keys would it admit?); the cap alone is only not enforced
-      // here. `geotrain run` and `geotrain serve` run one server per process.
-      if (admission.curve) throw;
-      spdlog::warn(
-          "server {}: server.max_connections_per_address is not enforced: {} (another "
-          "server in this process answers ZAP)",
-          config.regions[region], e.what());
-    }
-    if (own_authenticator_) {
-      authenticator_ = own_authenticator_.get();
-      // One monitor per authenticator: a shared one (several servers in a context) logs ZAP
-      // refusals only, and counts no connections for the cap.
-      channel.monitor_endpoint = authenticator_->monitor_endpoint();
-    }
-  }
-  channel.zap_null = !admission.curve && authenticator_ != nullptr;
+  admission_ = admit_clients(config, region, context, options_.authenticator, channel);
   // Restored before the port opens: once it accepts connections (what `geotrain run` waits for
   // after a restart), the checkpoint is in and its `restore` event written.
   restore();
@@ -143,7 +88,7 @@ ParamServer::ParamServer(const ServerConfig& config, uint32_t region, zmq::conte
   spdlog::info("server {}: {} shard(s) of {} elements, {}, {} on {}{}", config.regions[region],
                shards_.size(), table_.total_elements(), config.shard.optimizer.describe(),
                config.shard.consistency.describe(), channel_->endpoint(),
-               admission.curve
+               admission_.curve
                    ? fmt::format(" (CURVE, keys from {})", config.security.keys_dir.string())
                    : std::string());
 }
@@ -243,8 +188,7 @@ ParamServer::Outcome ParamServer::handle(wire::Envelope& env,
     request_id = h.request_id;
     // The key-value exchange is open to every peer and a KvGet may wait (parked, frames and
     // all): its frame 0 is held to what a key and a value need, not kMaxHeaderWords.
-    const bool kv =
-        std::holds_alternative<wire::KvSet>(h.body) || std::holds_alternative<wire::KvGet>(h.body);
+    const bool kv = RendezvousStore::handles(h.body);
     if (kv && env.frames.front().size() > kMaxKvFrameBytes)
       throw WireError(ErrorCode::too_large,
                       fmt::format("{} header of {} bytes, limit {}", wire::body_name(h.body),
@@ -277,40 +221,16 @@ ParamServer::Outcome ParamServer::dispatch(const std::string& peer, const wire::
     on_hello(peer, h, *hello);
     return Outcome::done;
   }
-  // The key-value exchange is open to every peer: a region's workers rendezvous through it (Gloo
-  // addresses, the NCCL unique id) without registering as the region, which only its leader does.
-  // Bounded, so that it cannot be used to fill the server's memory.
-  if (std::holds_alternative<wire::KvSet>(h.body) || std::holds_alternative<wire::KvGet>(h.body)) {
-    if (!payloads.empty())
-      throw WireError(
-          ErrorCode::malformed,
-          fmt::format("{} carries payload frames, expected none", wire::body_name(h.body)),
-          h.request_id);
-    if (auto* set = std::get_if<wire::KvSet>(&h.body)) {
-      if (set->key.empty() || set->key.size() > kMaxKvKeyBytes ||
-          set->value.size() > kMaxKvValueBytes)
-        throw WireError(
-            ErrorCode::too_large,
-            fmt::format("kvSet key of {} bytes / value of {} bytes: limits are 1-{} / {}",
-                        set->key.size(), set->value.size(), kMaxKvKeyBytes, kMaxKvValueBytes),
-            h.request_id);
-      if (!kv_.count(set->key) && kv_.size() >= kMaxKvEntries)
-        throw WireError(ErrorCode::too_large,
-                        fmt::format("key-value store is full ({} keys)", kMaxKvEntries),
-                        h.request_id);
-      kv_[set->key] = set->value;
-      reply(peer, h.request_id, wire::Ack{});
-      return Outcome::done;
-    }
-    const auto& get = std::get<wire::KvGet>(h.body);
-    if (get.key.empty() || get.key.size() > kMaxKvKeyBytes)
-      throw WireError(
-          ErrorCode::too_large,
-          fmt::format("kvGet key of {} bytes: limits are 1-{}", get.key.size(), kMaxKvKeyBytes),
-          h.request_id);
-    auto kv = kv_.find(get.key);
-    if (kv == kv_.end()) return Outcome::park;  // rendezvous: wait until someone sets it
-    reply(peer, h.request_id, wire::KvReply{get.key, kv->second});
+  // The key-value exchange is open to every peer (server/rendezvous_store.hpp).
+  if (auto* set = std::get_if<wire::KvSet>(&h.body)) {
+    kv_.set(*set, payloads, h.request_id);
+    reply(peer, h.request_id, wire::Ack{});
+    return Outcome::done;
+  }
+  if (auto* get = std::get_if<wire::KvGet>(&h.body)) {
+    auto value = kv_.get(*get, payloads, h.request_id);
+    if (!value) return Outcome::park;  // rendezvous: wait until someone sets it
+    reply(peer, h.request_id, wire::KvReply{get->key, std::move(*value)});
     return Outcome::done;
   }
   const auto region = membership_.region_of(peer);
@@ -442,30 +362,8 @@ ParamServer::Outcome ParamServer::on_push(uint32_t r, const wire::Header& h, con
                     fmt::format("push.baseVersion {} is newer than shard {} version {}",
                                 m.base_version, m.shard, shard.version()),
                     id);
-  if (m.segments.size() > kMaxSegments)
-    throw WireError(ErrorCode::too_large,
-                    fmt::format("push has {} segments, limit {}", m.segments.size(), kMaxSegments),
-                    id);
-  if (m.tokens > kMaxPushTokens)
-    throw WireError(ErrorCode::bad_payload,
-                    fmt::format("push.tokens is {}, at most {}", m.tokens, kMaxPushTokens), id);
-  wire::check_frames(m.segments, payloads, id);
   const uint64_t n = shard.range().count;
-  uint64_t covered = 0;
-  for (size_t i = 0; i < m.segments.size(); ++i) {
-    const auto& s = m.segments[i];
-    if (!compression::is_codec_id(s.codec))
-      throw WireError(ErrorCode::bad_codec,
-                      fmt::format("segment {}: codec id {} is not a codec", i, s.codec), id);
-    if (s.offset < covered || s.count > n || s.offset > n - s.count)
-      throw WireError(
-          ErrorCode::bad_range,
-          fmt::format("segment {}: range [{}, +{}) is outside shard {} of {} elements or overlaps "
-                      "the previous segment",
-                      i, s.offset, s.count, m.shard, n),
-          id);
-    covered = s.offset + s.count;
-  }
+  PushPayload::check(m, payloads, n, id);
   // The end of a run: not a round, and not gated (server/param_server_flush.cpp).
   if (m.flush) return on_flush(r, h, m, payloads);
   if (shard.flushed(r))
@@ -477,41 +375,13 @@ ParamServer::Outcome ParamServer::on_push(uint32_t r, const wire::Header& h, con
   const auto live_now = in_rounds(shard, live());
   if (!shard.admits(m.round, live_now)) return Outcome::park;
 
-  // The delta. The usual push is one fp32 segment covering the shard: it is read in place (no
-  // copy), and the shard starts computing from it (Shard::start_push) while this thread checks it:
-  // hashes it for the checksum and looks for NaN and infinity, block by block. Any other push is
-  // decoded into delta_ first, several segments side by side with zeros between them (only the
-  // gaps are zero-filled).
-  const auto fp32 = static_cast<uint8_t>(compression::CodecId::fp32);
-  const bool in_place = m.segments.size() == 1 && m.segments[0].offset == 0 &&
-                        m.segments[0].count == n && m.segments[0].codec == fp32 &&
-                        payloads[0].size() == compression::kHeaderBytes + n * sizeof(float) &&
-                        reinterpret_cast<uintptr_t>(wire::frame_bytes(payloads[0]).data() +
-                                                    compression::kHeaderBytes) %
-                                alignof(float) ==
-                            0;
-  ConstFloatSpan delta;
-  if (in_place) {
-    delta = ConstFloatSpan(reinterpret_cast<const float*>(wire::frame_bytes(payloads[0]).data() +
-                                                          compression::kHeaderBytes),
-                           n);
-  } else {
-    delta = decode_segments(m, payloads, id, n);
-  }
+  // The delta: in place where it can be (server/push_payload.hpp), so that the shard starts
+  // computing from it (Shard::start_push) while this thread checks it.
+  const auto delta = push_payload_.read(m, payloads, n, id);
   // From here until commit() (or a throw, which drops it) the shard computes its next version.
-  auto staged = shard.start_push(r, m.round, delta, live_now, {m.tokens, options_.clock()});
-  bool finite = true;
-  if (in_place) {
-    checked_segment(0, m.segments[0], wire::frame_bytes(payloads[0]), id,
-                    [&](size_t, ConstByteSpan block) {
-                      finite = all_finite({reinterpret_cast<const float*>(block.data()),
-                                           block.size() / sizeof(float)}) &&
-                               finite;
-                    });
-  } else {
-    finite = all_finite(delta);
-  }
-  if (!finite) throw WireError(ErrorCode::bad_payload, "push delta contains NaN or infinity", id);
+  auto staged = shard.start_push(r, m.round, delta.values, live_now, {m.tokens, options_.clock()});
+  if (!PushPayload::finite(delta, m, payloads, id))
+    throw WireError(ErrorCode::bad_payload, "push delta contains NaN or infinity", id);
 
   // Checked: the push is accepted. Reply first and commit right after. This loop commits it
   // before it reads another message, so no peer can tell the difference, and whatever is left
@@ -536,30 +406,6 @@ ParamServer::Outcome ParamServer::on_push(uint32_t r, const wire::Header& h, con
   staged.commit();
   release_rounds();
   return Outcome::done;
-}
-
-ConstFloatSpan ParamServer::decode_segments(const wire::Push& m,
-                                            std::span<const zmq::message_t> payloads, uint64_t id,
-                                            uint64_t n) {
-  if (delta_.size() != n) delta_.resize(n);
-  uint64_t filled = 0;
-  for (size_t i = 0; i < m.segments.size(); ++i) {
-    const auto& s = m.segments[i];
-    const auto bytes = wire::frame_bytes(payloads[i]);
-    const auto header = checked_segment(i, s, bytes, id, {});
-    std::fill(delta_.begin() + static_cast<std::ptrdiff_t>(filled),
-              delta_.begin() + static_cast<std::ptrdiff_t>(s.offset), 0.0f);
-    const auto out = FloatSpan(delta_).subspan(s.offset, s.count);
-    try {
-      const auto decoded = compression::decode_view(header, bytes, out);
-      if (decoded.data() != out.data()) std::copy(decoded.begin(), decoded.end(), out.begin());
-    } catch (const InputError& e) {
-      throw WireError(ErrorCode::bad_payload, fmt::format("segment {}: {}", i, e.what()), id);
-    }
-    filled = s.offset + s.count;
-  }
-  std::fill(delta_.begin() + static_cast<std::ptrdiff_t>(filled), delta_.end(), 0.0f);
-  return delta_;
 }
 
 ParamServer::Outcome ParamServer::on_pull(uint32_t r, const wire::Header& h,
@@ -721,16 +567,16 @@ nlohmann::json ParamServer::stats() const {
                       {"released_round", s.released_round()},
                       {"clocks", s.gate().clocks()}});
   j["shards"] = shards;
-  if (authenticator_) {
-    const auto a = authenticator_->counts();
-    if (authenticator_->policy().curve)
+  if (const auto* authenticator = admission_.authenticator) {
+    const auto a = authenticator->counts();
+    if (authenticator->policy().curve)
       j["curve"] = {{"accepted", a.accepted},
                     {"refused_key", a.refused_key},
                     {"failed_handshakes", a.failed_handshakes},
                     {"connections_open", a.connections_open}};
     j["connections"] = {{"open", a.connections_open},
                         {"refused_over_cap", a.refused_cap},
-                        {"max_per_address", authenticator_->policy().max_connections_per_address}};
+                        {"max_per_address", authenticator->policy().max_connections_per_address}};
   }
   const auto counted = membership_.live();
   for (uint32_t r = 0; r < counted.size(); ++r) {

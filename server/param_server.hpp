@@ -14,11 +14,9 @@
 // returned). A server with a shard of kSplitElements or more also owns one helper thread
 // (PassSplitter) that runs half of a push's or pull's pass while the loop thread runs the other.
 // The clock is injectable so tests decide when a silent region is dead.
-// With security.curve on, the ROUTER is a CURVE server with this region's server key, and a
-// ZapAuthenticator (ZAP, one more thread) admits only the configured regions' client keys. With
-// server.max_connections_per_address (default 256), the same handler refuses a handshake from an
-// address that holds more open connections, CURVE or not (only where the server owns its
-// context's ZAP handler: one server per process, as `geotrain run` and `geotrain serve` run them).
+// Who may connect (CURVE keys, the connection cap) is server/admission.hpp's; the workers'
+// key-value rendezvous is server/rendezvous_store.hpp's; the end of a run's flush is in
+// param_server_flush.cpp.
 #pragma once
 
 #include <zmq.hpp>
@@ -33,12 +31,15 @@
 #include <vector>
 
 #include "core/param_table.hpp"
+#include "server/admission.hpp"
 #include "server/checkpoint.hpp"
 #include "server/config.hpp"
 #include "server/membership.hpp"
 #include "server/metrics.hpp"
 #include "server/metrics_endpoint.hpp"
 #include "server/payload_pool.hpp"
+#include "server/push_payload.hpp"
+#include "server/rendezvous_store.hpp"
 #include "server/shard.hpp"
 #include "wire/channel.hpp"
 #include "wire/messages.hpp"
@@ -65,18 +66,9 @@ struct ServerOptions {
   std::chrono::milliseconds excuse_stalls_over{0};
 };
 
-inline constexpr size_t kMaxParkedPerPeer = 4;
+inline constexpr size_t kMaxParkedPerPeer = wire::kMaxWaitingPerPeer;
 // Parked requests of all peers that are not a registered region together (key-value gets).
 inline constexpr size_t kMaxParkedUnregistered = 1024;
-inline constexpr size_t kMaxKvEntries = 4096;
-inline constexpr size_t kMaxKvKeyBytes = 256;
-inline constexpr size_t kMaxKvValueBytes = size_t{64} << 10;
-// Frame 0 of a kvSet or kvGet: a key and a value with room for the Cap'n Proto framing.
-inline constexpr size_t kMaxKvFrameBytes = kMaxKvValueBytes + kMaxKvKeyBytes + 1024;
-inline constexpr size_t kMaxSegments = 4096;
-// push.tokens above this is refused, so that the tokens of the deltas merged into a round sum
-// without overflow.
-inline constexpr uint64_t kMaxPushTokens = uint64_t{1} << 40;
 
 class ParamServer {
  public:
@@ -127,10 +119,6 @@ class ParamServer {
   // push no more rounds there (as after a goodbye; one that waits for the others' flushes must not
   // hold back a round they still push).
   static std::vector<bool> in_rounds(const Shard& shard, std::vector<bool> live);
-  // The push's segments decoded into delta_ (zeros between and around them), each checked
-  // against its payload header: WireError naming the segment otherwise.
-  ConstFloatSpan decode_segments(const wire::Push& m, std::span<const zmq::message_t> payloads,
-                                 uint64_t request_id, uint64_t n);
   Shard& shard_for(uint32_t id, uint64_t request_id);
   void reply(const std::string& peer, uint64_t request_id, wire::Body body,
              std::vector<zmq::message_t> payloads = {});
@@ -154,20 +142,19 @@ class ParamServer {
   ParamTable table_;
   ShardMap map_;
   std::vector<Shard> shards_;
-  // With security.curve on or a connection cap: the ZAP handler (own, or options_.authenticator).
-  // Declared before channel_: it must exist before the socket binds and outlive it.
-  std::unique_ptr<wire::ZapAuthenticator> own_authenticator_;
-  wire::ZapAuthenticator* authenticator_ = nullptr;
+  // Who may connect (server/admission.hpp). Declared before channel_: its ZAP handler must exist
+  // before the socket binds and outlive it.
+  Admission admission_;
   std::unique_ptr<wire::Channel> channel_;
   Membership membership_;
   std::vector<Parked> parked_;
-  std::map<std::string, Bytes> kv_;  // rendezvous key-value store (open to every peer, bounded)
+  RendezvousStore kv_;  // the workers' rendezvous (open to every peer, bounded)
   CheckpointStore checkpoints_;
   uint64_t last_checkpoint_round_ = 0;
   ServerMetrics metrics_;
   // server.metrics_port: GET /metrics (Prometheus), answered by step() between messages.
   std::unique_ptr<MetricsEndpoint> metrics_endpoint_;
-  ShardBuffer delta_;                       // scratch: decoded push
+  PushPayload push_payload_;                // reads pushes' deltas (scratch for decoded ones)
   PayloadPool pool_;                        // pull reply payloads, reused once ZeroMQ sent them
   std::unique_ptr<PassSplitter> splitter_;  // second thread for the passes of large shards, if any
   bool shutdown_ = false;

@@ -25,8 +25,9 @@ ParamServer::Outcome ParamServer::on_flush(uint32_t r, const wire::Header& h, co
   // No segments: the region owes nothing (fp32 codecs); it still counts as flushed.
   ConstFloatSpan delta;
   if (!m.segments.empty()) {
-    delta = decode_segments(m, payloads, id, shard.range().count);
-    if (!all_finite(delta))
+    const auto read = push_payload_.read(m, payloads, shard.range().count, id);
+    delta = read.values;
+    if (!PushPayload::finite(read, m, payloads, id))
       throw WireError(ErrorCode::bad_payload, "push.flush: the flush contains NaN or infinity", id);
   }
   const bool kept = shard.add_flush(r, delta, m.tokens);

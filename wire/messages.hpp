@@ -25,6 +25,10 @@ namespace geotrain::wire {
 inline constexpr uint16_t kProtocolVersion = 1;
 // Largest frame 0 accepted, in 8-byte words (headers are a few hundred bytes).
 inline constexpr size_t kMaxHeaderWords = size_t{1} << 16;
+// Requests of one peer that a server holds waiting at once (a push beyond the staleness gate, a
+// pull of a round not released yet, a key-value get of a key not set yet); one more is refused
+// with `busy`. Clients keep at most this many waiting per server (worker/region_sync.hpp).
+inline constexpr size_t kMaxWaitingPerPeer = 4;
 
 enum class ErrorCode : uint16_t {
   malformed,

@@ -265,12 +265,13 @@ class RegionSync {
     std::vector<std::vector<uint64_t>> ids;
     std::vector<std::map<uint64_t, size_t>> shard_of;
   };
-  // Pipelining a shard's pull behind its push keeps two requests waiting at its server.
+  // Pipelining a shard's pull behind its push keeps two requests waiting at its server, which
+  // holds at most wire::kMaxWaitingPerPeer of ours.
   static constexpr size_t kMaxPipelinedShards = 2;
+  static_assert(2 * kMaxPipelinedShards <= wire::kMaxWaitingPerPeer);
   static constexpr uint32_t kMaxRejoinAttempts = 4;
-  // The flush's final pulls wait at their server, which holds at most 4 waiting requests per peer
-  // (server::kMaxParkedPerPeer): at most this many per server at once.
-  static constexpr size_t kMaxFinalPulls = 4;
+  // The flush's final pulls wait at their server: at most this many per server at once.
+  static constexpr size_t kMaxFinalPulls = wire::kMaxWaitingPerPeer;
 
   void build_segments(ShardState& shard) const;
   // Pulls of the shards for which `take` is true, on the servers for which `servers` is true.
