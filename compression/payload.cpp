@@ -158,6 +158,13 @@ PayloadHeader parse_header(ConstByteSpan payload, const BodyVisit& visit) {
   return h;
 }
 
+std::optional<ConstFloatSpan> fp32_body_view(ConstByteSpan payload, uint64_t elements) {
+  if (payload.size() != kHeaderBytes + elements * sizeof(float)) return std::nullopt;
+  const auto body = payload_body(payload);
+  if (reinterpret_cast<uintptr_t>(body.data()) % alignof(float) != 0) return std::nullopt;
+  return ConstFloatSpan(reinterpret_cast<const float*>(body.data()), elements);
+}
+
 }  // namespace geotrain::compression
 
 #pragma GCC diagnostic pop

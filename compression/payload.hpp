@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -93,6 +94,13 @@ PayloadHeader parse_header(ConstByteSpan payload, const BodyVisit& visit);
 
 // Body of a payload (after the header); call after parse_header succeeded.
 inline ConstByteSpan payload_body(ConstByteSpan payload) { return payload.subspan(kHeaderBytes); }
+
+// The floats of an fp32 payload of `elements` elements, as a view of its own bytes (valid while
+// `payload` is): empty unless the payload is exactly a header and `elements` floats and its body
+// is aligned for float. Nothing is checked: the caller may compute from the view while
+// parse_header(payload, visit) checks the header and the checksum, and must not act on the result
+// before that returned (a receiver reads a whole-shard fp32 push this way, without a copy).
+std::optional<ConstFloatSpan> fp32_body_view(ConstByteSpan payload, uint64_t elements);
 
 // The checksum a payload's header must carry: covers header bytes 0..31 and the whole body,
 // so a flipped bit anywhere but in the checksum itself is caught.

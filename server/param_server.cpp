@@ -143,28 +143,11 @@ bool ParamServer::step(std::chrono::milliseconds timeout) {
     const Outcome outcome = handle(*env, std::nullopt);
     changed = outcome == Outcome::done;
     if (outcome == Outcome::park) {
-      size_t mine = std::count_if(parked_.begin(), parked_.end(),
-                                  [&](const Parked& p) { return p.envelope.peer == env->peer; });
-      // Peers that are no region's (the key-value exchange is open to all) share one bound, so
-      // that a client opening connection after connection cannot grow this list without end; a
-      // region's own requests are never refused for theirs.
-      size_t open = 0;
-      if (!membership_.region_of(env->peer))
-        open = std::count_if(parked_.begin(), parked_.end(), [&](const Parked& p) {
-          return !membership_.region_of(p.envelope.peer);
-        });
-      if (mine >= kMaxParkedPerPeer) {
-        reply_error(env->peer, 0, ErrorCode::busy,
-                    fmt::format("{} requests already wait at this server, limit {}", mine,
-                                kMaxParkedPerPeer));
-      } else if (open >= kMaxParkedUnregistered) {
-        reply_error(env->peer, 0, ErrorCode::busy,
-                    fmt::format("{} requests of unregistered peers already wait at this server, "
-                                "limit {}",
-                                open, kMaxParkedUnregistered));
-      } else {
-        parked_.push_back({std::move(*env), options_.clock()});
-      }
+      const auto peer = env->peer;
+      const auto busy = parked_.park(std::move(*env), options_.clock(), [&](const std::string& p) {
+        return membership_.region_of(p).has_value();
+      });
+      if (busy) reply_error(peer, 0, ErrorCode::busy, *busy);
     }
   }
   changed = sweep() || changed;
@@ -317,7 +300,7 @@ void ParamServer::on_hello(const std::string& peer, const wire::Header& h, const
     throw WireError(ErrorCode::malformed, e.what(), h.request_id);
   }
   if (joined.old_peer)
-    std::erase_if(parked_, [&](const Parked& p) { return p.envelope.peer == *joined.old_peer; });
+    (void)parked_.take_peer(*joined.old_peer);  // the old connection's: never answered
   const bool rejoin = joined.rejoined || metrics_.region(r).pushes > 0;
   for (auto& s : shards_) s.rejoin(r);
   spdlog::info("membership: region {} {}", m.region, rejoin ? "rejoined" : "joined");
@@ -499,14 +482,9 @@ uint64_t ParamServer::checkpoint() {
 }
 
 void ParamServer::forget_parked(const std::string& peer, const std::string& why) {
-  std::vector<Parked> keep;
-  for (auto& p : parked_) {
-    if (p.envelope.peer == peer)
-      reply_error(peer, 0, ErrorCode::unregistered, why);
-    else
-      keep.push_back(std::move(p));
-  }
-  parked_ = std::move(keep);
+  // One refusal per request it had waiting (a refusal names no request: id 0).
+  const size_t waiting = parked_.take_peer(peer).size();
+  for (size_t i = 0; i < waiting; ++i) reply_error(peer, 0, ErrorCode::unregistered, why);
 }
 
 bool ParamServer::sweep() {
@@ -540,20 +518,8 @@ void ParamServer::excuse_own_stall(std::chrono::steady_clock::time_point waited_
 }
 
 void ParamServer::retry_parked() {
-  bool progress = true;
-  while (progress && !parked_.empty()) {
-    progress = false;
-    for (size_t i = 0; i < parked_.size(); ++i) {
-      Parked p = std::move(parked_[i]);
-      parked_.erase(parked_.begin() + static_cast<std::ptrdiff_t>(i));
-      if (handle(p.envelope, p.since) == Outcome::park) {
-        parked_.insert(parked_.begin() + static_cast<std::ptrdiff_t>(i), std::move(p));
-      } else {
-        progress = true;
-        break;
-      }
-    }
-  }
+  parked_.retry(
+      [&](ParkedRequests::Request& p) { return handle(p.envelope, p.since) != Outcome::park; });
 }
 
 nlohmann::json ParamServer::stats() const {

@@ -6,8 +6,8 @@
 // region's error count as it was. Messages other than Hello from a peer that has not registered
 // (or whose region was marked dead since) are refused with `unregistered`.
 // Requests that must wait - a push beyond the staleness gate, a pull for a round not yet
-// released - are parked (at most kMaxParkedPerPeer per peer, and kMaxParkedUnregistered in all
-// for peers that are no region's) and retried after every change.
+// released - are parked (server/parked_requests.hpp: bounded per peer and for peers that are no
+// region's) and retried after every change.
 //
 // Threads: run() is the loop and blocks until stop is requested or a Shutdown arrives; every
 // other method is for that loop's thread (tests read state through StatsRequest, or after run()
@@ -37,6 +37,7 @@
 #include "server/membership.hpp"
 #include "server/metrics.hpp"
 #include "server/metrics_endpoint.hpp"
+#include "server/parked_requests.hpp"
 #include "server/payload_pool.hpp"
 #include "server/push_payload.hpp"
 #include "server/rendezvous_store.hpp"
@@ -66,10 +67,6 @@ struct ServerOptions {
   std::chrono::milliseconds excuse_stalls_over{0};
 };
 
-inline constexpr size_t kMaxParkedPerPeer = wire::kMaxWaitingPerPeer;
-// Parked requests of all peers that are not a registered region together (key-value gets).
-inline constexpr size_t kMaxParkedUnregistered = 1024;
-
 class ParamServer {
  public:
   ParamServer(const ServerConfig& config, uint32_t region, zmq::context_t& context,
@@ -91,10 +88,6 @@ class ParamServer {
   uint64_t checkpoint();
 
  private:
-  struct Parked {
-    wire::Envelope envelope;
-    std::chrono::steady_clock::time_point since;
-  };
   enum class Outcome { done, park, refused };  // refused: answered with an Error, nothing changed
 
   Outcome handle(wire::Envelope& env,
@@ -147,7 +140,7 @@ class ParamServer {
   Admission admission_;
   std::unique_ptr<wire::Channel> channel_;
   Membership membership_;
-  std::vector<Parked> parked_;
+  ParkedRequests parked_;
   RendezvousStore kv_;  // the workers' rendezvous (open to every peer, bounded)
   CheckpointStore checkpoints_;
   uint64_t last_checkpoint_round_ = 0;

@@ -41,18 +41,14 @@ compression::PayloadHeader checked_segment(size_t i, const wire::Segment& s, Con
 }
 
 // The floats of a push that is one fp32 segment covering the shard, where they can be read in
-// place (the frame holds exactly header + n floats, the floats aligned); empty otherwise.
+// place; empty otherwise.
 std::optional<ConstFloatSpan> fp32_in_place(const wire::Push& m,
                                             std::span<const zmq::message_t> payloads, uint64_t n) {
   const auto fp32 = static_cast<uint8_t>(compression::CodecId::fp32);
   if (m.segments.size() != 1 || m.segments[0].offset != 0 || m.segments[0].count != n ||
       m.segments[0].codec != fp32)
     return std::nullopt;
-  const auto bytes = wire::frame_bytes(payloads[0]);
-  if (bytes.size() != compression::kHeaderBytes + n * sizeof(float)) return std::nullopt;
-  const auto* body = bytes.data() + compression::kHeaderBytes;
-  if (reinterpret_cast<uintptr_t>(body) % alignof(float) != 0) return std::nullopt;
-  return ConstFloatSpan(reinterpret_cast<const float*>(body), n);
+  return compression::fp32_body_view(wire::frame_bytes(payloads[0]), n);
 }
 }  // namespace
 

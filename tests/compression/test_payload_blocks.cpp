@@ -2,6 +2,7 @@
 // compression/codec.hpp decode_view) against the two-pass calls they stand for.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
 
@@ -124,4 +125,20 @@ TEST_CASE("payloads with the same header written back to back all carry their tr
     write_payload(h, payload, zeros);
     REQUIRE_NOTHROW(parse_header(payload));
   }
+}
+
+TEST_CASE("fp32_body_view gives an fp32 payload's floats in place, or nothing where it cannot") {
+  const auto values = test::gaussian(1000, 5);
+  Bytes payload;
+  make_codec("fp32")->encode(values, payload);
+  const auto view = fp32_body_view(payload, values.size());
+  REQUIRE(view.has_value());
+  CHECK(static_cast<const void*>(view->data()) == payload.data() + kHeaderBytes);
+  CHECK(std::equal(view->begin(), view->end(), values.begin(), values.end()));
+  CHECK_FALSE(fp32_body_view(payload, values.size() - 1).has_value());  // not that many elements
+  // A body that does not start on a float boundary is not viewed as floats.
+  Bytes shifted(payload.size() + 1);
+  std::memcpy(shifted.data() + 1, payload.data(), payload.size());
+  const ConstByteSpan unaligned(shifted.data() + 1, payload.size());
+  CHECK_FALSE(fp32_body_view(unaligned, values.size()).has_value());
 }
