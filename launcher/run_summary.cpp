@@ -327,6 +327,77 @@ json build_summary(const fs::path& run_dir, const SummaryInputs& in) {
   return s;
 }
 
+namespace {
+// The first leader's `start` event: the settings as its worker read them, defaults included.
+json leader_start(const fs::path& run_dir, const YAML::Node& config) {
+  if (!config || !config["regions"] || !config["regions"].IsSequence() ||
+      config["regions"].size() == 0)
+    return json::object();
+  const auto file =
+      run_dir / fmt::format("worker-{}-0.metrics.jsonl", config["regions"][0].as<std::string>());
+  if (!fs::exists(file)) return json::object();
+  for (const auto& e : read_jsonl(file))
+    if (e.value("event", "") == "start") return e;
+  return json::object();
+}
+
+// The report's settings: each key's value as the config wrote it, or, where it left the key to
+// its default, the value the processes used ("(default)" after it), from the leader's start
+// event or the codec and optimizer defaults.
+std::string settings_table(const fs::path& run_dir, const YAML::Node& config, bool lm) {
+  const json start = leader_start(run_dir, config);
+  // Keys whose effective value the leader's start event carries, under its own field name.
+  const std::map<std::string, const char*> started = {
+      {"worker.workers_per_region", "workers_per_region"},
+      {"worker.device", "device"},
+      {"worker.optimizer.kind", "optimizer"},
+      {"worker.lr", "lr"},
+      {"worker.batch_size", "batch_size"},
+      {"worker.local_steps", "local_steps"},
+      {"worker.rounds", "rounds"},
+      {"worker.critical_codec", "critical_codec"},
+      {"worker.noncritical_codec", "noncritical_codec"},
+      {"worker.overlap", "overlap_mode"},
+      {"worker.fragments", "fragments"},
+      {"worker.fragment_delay", "fragment_delay"},
+      {"server.staleness_bound", "staleness_bound"}};
+  std::string md = "\n\n## Settings\n\n| setting | value |\n|---|---|\n";
+  for (const char* key : {"regions",
+                          "model.kind",
+                          lm ? "model.preset" : "model.arch",
+                          "model.critical",
+                          "worker.workers_per_region",
+                          "worker.device",
+                          "worker.optimizer.kind",
+                          "worker.lr",
+                          "worker.batch_size",
+                          "worker.local_steps",
+                          "worker.rounds",
+                          "worker.critical_codec",
+                          "worker.noncritical_codec",
+                          "server.downlink_codec",
+                          "worker.overlap",
+                          "worker.fragments",
+                          "worker.fragment_delay",
+                          "server.staleness_bound",
+                          "server.optimizer",
+                          "run.wan_profile",
+                          lm ? "run.target_val_bpb" : "run.target_accuracy"}) {
+    std::string v = config ? config_value(config, key) : "?";
+    if (std::string(key) == "run.wan_profile" && v != "(default)") v = fs::path(v).stem().string();
+    if (v == "(default)") {
+      const auto field = started.find(key);
+      if (field != started.end() && start.contains(field->second))
+        v = fmt_value(start[field->second]) + " (default)";
+      else if (std::string(key) == "server.downlink_codec" && config)
+        v = run_schedules(config).downlink.text() + " (default)";  // as the servers' parser
+    }
+    md += fmt::format("| `{}` | {} |\n", key, v);
+  }
+  return md;
+}
+}  // namespace
+
 std::string build_report(const fs::path& run_dir, const json& s) {
   YAML::Node config;
   try {
@@ -340,17 +411,7 @@ std::string build_report(const fs::path& run_dir, const json& s) {
   // A language model is evaluated on validation bits per byte (lower is better), a classifier
   // on test accuracy: each report shows its own model's keys and metrics.
   const bool lm = is_language_model(s) || (config && config_value(config, "model.kind") == "gpt");
-  md += "\n\n## Settings\n\n| setting | value |\n|---|---|\n";
-  for (const char* key :
-       {"regions", "model.kind", lm ? "model.preset" : "model.arch", "model.critical",
-        "worker.workers_per_region", "worker.device", "worker.batch_size", "worker.local_steps",
-        "worker.rounds", "worker.lr", "worker.critical_codec", "worker.noncritical_codec",
-        "worker.overlap", "worker.fragments", "server.staleness_bound", "server.optimizer",
-        "run.wan_profile", lm ? "run.target_val_bpb" : "run.target_accuracy"}) {
-    std::string v = config ? config_value(config, key) : "?";
-    if (std::string(key) == "run.wan_profile" && v != "(default)") v = fs::path(v).stem().string();
-    md += fmt::format("| `{}` | {} |\n", key, v);
-  }
+  md += settings_table(run_dir, config, lm);
   md += "\n## Results\n\n| result | value |\n|---|---|\n";
   const auto pct = pct_text;
   if (lm) {

@@ -149,7 +149,12 @@ TEST_CASE("the report shows settings from config.yaml and the results") {
   CHECK(report.find("| `model.arch` | 784-32-10 |") != std::string::npos);
   CHECK(report.find("| `worker.critical_codec` | onebit+ef |") != std::string::npos);
   CHECK(report.find("| `run.wan_profile` | global-3 |") != std::string::npos);
-  CHECK(report.find("| `worker.rounds` | (default) |") != std::string::npos);
+  // Keys the config leaves to their defaults show the value the processes used: from the first
+  // leader's start event, the codec defaults; "(default)" alone where neither says.
+  CHECK(report.find("| `worker.rounds` | 4 (default) |") != std::string::npos);
+  CHECK(report.find("| `worker.local_steps` | 2 |") != std::string::npos);  // as written
+  CHECK(report.find("| `server.downlink_codec` | fp32 (default) |") != std::string::npos);
+  CHECK(report.find("| `worker.lr` | (default) |") != std::string::npos);
   CHECK(report.find("| final test accuracy | 85.00% |") != std::string::npos);
   CHECK(report.find("| time to 70.00% | 3.6 s |") != std::string::npos);
   CHECK(report.find("| b | 90.00% | 4 |") != std::string::npos);
