@@ -389,8 +389,8 @@ std::string settings_table(const fs::path& run_dir, const YAML::Node& config, bo
       const auto field = started.find(key);
       if (field != started.end() && start.contains(field->second))
         v = fmt_value(start[field->second]) + " (default)";
-      else if (std::string(key) == "server.downlink_codec" && config)
-        v = run_schedules(config).downlink.text() + " (default)";  // as the servers' parser
+      else if (std::string(key) == "server.downlink_codec")
+        v = compression::CodecSchedule().text() + " (default)";  // the servers' parser's default
     }
     md += fmt::format("| `{}` | {} |\n", key, v);
   }
