@@ -53,38 +53,14 @@ std::string sanitize(std::string s) {
 
 }  // namespace
 
-SweepPlan parse_sweep(const std::string& text, const std::string& source, const fs::path& sweep_dir,
-                      const std::string& default_name, const std::vector<ConfigOverride>& overrides,
-                      const fs::path& project_configs) try {
-  const YamlReader in{source};
-  const YAML::Node root = parse_yaml(text, source);  // a key written twice is an error
-  GT_REQUIRE(root.IsMap(), "{}: a sweep must be a mapping", source);
-  in.check_keys(root, "", {"name", "base", "out_dir", "grid", "points", "baseline"});
-  SweepPlan plan;
-  plan.name = root["name"] ? in.string(root["name"], "name") : default_name;
-  if (root["out_dir"]) plan.out_dir = in.string(root["out_dir"], "out_dir");
-  GT_REQUIRE(root["base"], "{}: key 'base' is missing (the config every point starts from)",
-             source);
-  fs::path base = in.string(root["base"], "base");
-  if (base.is_relative()) base = sweep_dir / base;
-  const std::string base_text = read_text_file(base);
-  // `wan` and a point's run.wan_profile: a path relative to the sweep file (then to the project's
-  // configs/), or a name: NAME.yaml in the base's wan/ folder, the sweep's ../wan/, the project's
-  // configs/wan/. The base's own run.wan_profile is relative to the base.
-  WanProfileSearch sweep_search{{sweep_dir},
-                                {base.parent_path() / "wan", sweep_dir / ".." / "wan"}};
-  if (!project_configs.empty()) {
-    sweep_search.roots.push_back(project_configs);
-    sweep_search.name_dirs.push_back(project_configs / "wan");
-  }
-  const auto wan_file = [&](const YAML::Node& v, const std::string& key) {
-    GT_REQUIRE(v.IsScalar(), "{}: {} is '{}', allowed: a WAN profile name (e.g. lan) or file",
-               source, key, flow(v));
-    return find_wan_profile(v.Scalar(), sweep_search, source + ": " + key);
-  };
+namespace {
+using RawPoints =
+    std::vector<std::pair<std::string, std::vector<std::pair<std::string, YAML::Node>>>>;
 
-  // Points as (label, [(key, value node)]).
-  std::vector<std::pair<std::string, std::vector<std::pair<std::string, YAML::Node>>>> raw;
+// The sweep's points as (label, [(key, value node)]): the grid's combinations (counted against
+// kMaxSweepPoints before they are built), then the listed points, in that order.
+RawPoints read_points(const YAML::Node& root, const YamlReader& in, const std::string& source) {
+  RawPoints raw;
   if (auto grid = root["grid"]) {
     GT_REQUIRE(grid.IsMap() && grid.size() > 0,
                "{}: grid must map dotted config keys to lists of values", source);
@@ -127,6 +103,42 @@ SweepPlan parse_sweep(const std::string& text, const std::string& source, const 
                        std::move(values));
     }
   }
+  return raw;
+}
+
+}  // namespace
+
+SweepPlan parse_sweep(const std::string& text, const std::string& source, const fs::path& sweep_dir,
+                      const std::string& default_name, const std::vector<ConfigOverride>& overrides,
+                      const fs::path& project_configs) try {
+  const YamlReader in{source};
+  const YAML::Node root = parse_yaml(text, source);  // a key written twice is an error
+  GT_REQUIRE(root.IsMap(), "{}: a sweep must be a mapping", source);
+  in.check_keys(root, "", {"name", "base", "out_dir", "grid", "points", "baseline"});
+  SweepPlan plan;
+  plan.name = root["name"] ? in.string(root["name"], "name") : default_name;
+  if (root["out_dir"]) plan.out_dir = in.string(root["out_dir"], "out_dir");
+  GT_REQUIRE(root["base"], "{}: key 'base' is missing (the config every point starts from)",
+             source);
+  fs::path base = in.string(root["base"], "base");
+  if (base.is_relative()) base = sweep_dir / base;
+  const std::string base_text = read_text_file(base);
+  // `wan` and a point's run.wan_profile: a path relative to the sweep file (then to the project's
+  // configs/), or a name: NAME.yaml in the base's wan/ folder, the sweep's ../wan/, the project's
+  // configs/wan/. The base's own run.wan_profile is relative to the base.
+  WanProfileSearch sweep_search{{sweep_dir},
+                                {base.parent_path() / "wan", sweep_dir / ".." / "wan"}};
+  if (!project_configs.empty()) {
+    sweep_search.roots.push_back(project_configs);
+    sweep_search.name_dirs.push_back(project_configs / "wan");
+  }
+  const auto wan_file = [&](const YAML::Node& v, const std::string& key) {
+    GT_REQUIRE(v.IsScalar(), "{}: {} is '{}', allowed: a WAN profile name (e.g. lan) or file",
+               source, key, flow(v));
+    return find_wan_profile(v.Scalar(), sweep_search, source + ": " + key);
+  };
+
+  const RawPoints raw = read_points(root, in, source);
   GT_REQUIRE(!raw.empty(), "{}: the sweep has no points (give grid, points, or both)", source);
   GT_REQUIRE(raw.size() <= kMaxSweepPoints, "{}: the sweep has {} points, at most {} allowed",
              source, raw.size(), kMaxSweepPoints);
