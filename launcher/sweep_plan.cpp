@@ -106,6 +106,25 @@ RawPoints read_points(const YAML::Node& root, const YamlReader& in, const std::s
   return raw;
 }
 
+// No point sets both wan and run.wan_profile, and no --set overrides a key the sweep varies.
+void check_point_keys(const RawPoints& raw, const std::vector<ConfigOverride>& overrides,
+                      const std::string& source) {
+  for (const auto& [label, values] : raw) {
+    bool wan = false, wan_profile = false;
+    for (const auto& [key, value] : values) {
+      wan |= key == "wan";
+      wan_profile |= key == "run.wan_profile";
+      for (const auto& o : overrides)
+        GT_REQUIRE(o.key != key && !(key == "wan" && o.key == "run.wan_profile"),
+                   "{}: {}: the sweep sets '{}' itself, so it cannot be overridden; change the "
+                   "sweep file instead",
+                   source, o.origin, key);
+    }
+    GT_REQUIRE(!(wan && wan_profile),
+               "{}: a point sets both wan and run.wan_profile; allowed: one of them", source);
+  }
+}
+
 }  // namespace
 
 SweepPlan parse_sweep(const std::string& text, const std::string& source, const fs::path& sweep_dir,
@@ -143,20 +162,7 @@ SweepPlan parse_sweep(const std::string& text, const std::string& source, const 
   GT_REQUIRE(raw.size() <= kMaxSweepPoints, "{}: the sweep has {} points, at most {} allowed",
              source, raw.size(), kMaxSweepPoints);
 
-  for (const auto& [label, values] : raw) {
-    bool wan = false, wan_profile = false;
-    for (const auto& [key, value] : values) {
-      wan |= key == "wan";
-      wan_profile |= key == "run.wan_profile";
-      for (const auto& o : overrides)
-        GT_REQUIRE(o.key != key && !(key == "wan" && o.key == "run.wan_profile"),
-                   "{}: {}: the sweep sets '{}' itself, so it cannot be overridden; change the "
-                   "sweep file instead",
-                   source, o.origin, key);
-    }
-    GT_REQUIRE(!(wan && wan_profile),
-               "{}: a point sets both wan and run.wan_profile; allowed: one of them", source);
-  }
+  check_point_keys(raw, overrides, source);
 
   // Labels, and the baseline, before any config is built: a sweep that names no point as its
   // baseline is refused at once, not after planning thousands of points.
