@@ -11,6 +11,7 @@ Each rank is forked from a multiprocessing fork server (torch imported once) and
 """
 
 import faulthandler
+import gc
 import json
 import multiprocessing
 import os
@@ -76,6 +77,7 @@ def rank_main(argv):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
     result = {"region": region, "rank": rank}
+    model = opt = sync = None
     try:
         model = DDP(make_model(torch))
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -107,6 +109,11 @@ def rank_main(argv):
         result["final_loss"] = eval_loss()
     except Exception as e:
         result["error"] = f"{type(e).__name__}: {e}"
+    # DDP's reducer and the OuterSync go before the group they use: torch documents this order,
+    # and a DDP freed after destroy_process_group (when this function's frame is torn down) once
+    # hung a rank whose result was already written.
+    model = opt = sync = None
+    gc.collect()
     with open(out, "w") as f:
         json.dump(result, f)
     # Both ranks are still in the group after an OuterSync error: leave it together.
