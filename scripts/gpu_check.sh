@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# The GPU checks of docs/benchmarks.md ("GPT on a GPU") in one call on a lent GPU machine:
+#   ../shared/tools/gpu-bundle build-portable      # here, after building (portable preset)
+#   device run, carry [".gpu"]:  bash .gpu/run.sh 'bash scripts/gpu_check.sh build-portable tests bench'
+# Parts (default: all, in this order: tests train torch bench util):
+#   tests  ctest -L gpu (every op of GptCuda against its CPU twin, resident training, NCCL, codecs)
+#   bench  geotrain bench codecs (device copy bandwidth and every codec's encode/decode)
+#   train  geotrain bench train: GPT-2 124M, T 1024, bf16, device-resident
+#   torch  the PyTorch side of the same step: eager, then torch.compile (one JSON line each)
+#   util   3 regions x 1 GPU worker of the 37M-parameter MLP on global-3: compute utilization
+# Each part's log goes to $OUT/<part>.log (at most 8 files come back); the last lines printed are
+# a short table. Every step has its own timeout so that one hang does not cost the call.
+set -u
+build=${1:-build}
+shift || true
+parts=${*:-tests train torch bench util}
+out=${OUT:-/tmp/gpu-check}
+mkdir -p "$out"
+bin=$build/bin/geotrain
+summary=()
+
+part() {  # part NAME TIMEOUT_S CMD...: runs CMD with a timeout, its output appended to NAME.log
+  local name=$1 limit=$2
+  shift 2
+  local t0 rc
+  t0=$(date +%s%N)
+  echo "== $name: $*" | tee -a "$out/$name.log"
+  timeout -k 5 "$limit" "$@" >> "$out/$name.log" 2>&1
+  rc=$?
+  local ms=$((($(date +%s%N) - t0) / 1000000))
+  summary+=("$(printf '%-6s rc=%-4s %5d.%01d s  %s' "$name" "$rc" $((ms / 1000)) $((ms % 1000 / 100)) "$*")")
+  tail -n 25 "$out/$name.log"
+}
+
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv \
+  > "$out/device.log" 2>&1
+date -u +%FT%TZ >> "$out/device.log"
+cat "$out/device.log"
+
+for p in $parts; do
+  case $p in
+    tests)
+      part tests 300 ctest --test-dir "$build" -L gpu --output-on-failure --timeout 150 ;;
+    bench)
+      part bench 120 "$bin" bench codecs --elements 67108864 --repeat 10 --json
+      part bench 60 "$bin" bench codecs --elements 67108864 --repeat 10 ;;
+    train)
+      part train 120 "$bin" bench train --device cuda --precision bf16 --model gpt2-124m \
+        --batch 16 --steps 10 --json
+      part train 120 "$bin" bench train --device cuda --precision bf16 --model gpt2-124m \
+        --batch 8 --steps 10 --json ;;
+    torch)
+      part torch 240 python3 scripts/torch_reference_gpt.py --bench --device cuda --precision bf16 \
+        --compile --preset gpt2-124m --batch 16 --steps 10 --json ;;
+    util)
+      for overlap in false eager; do
+        part util 120 "$bin" run configs/demo.yaml --no-plots --out "$out/runs" \
+          --set model.arch=784-4096-4096-4096-10 --set model.critical=[] \
+          --set worker.device=cuda --set worker.workers_per_region=1 \
+          --set worker.local_steps=32 --set worker.rounds=8 --set worker.eval_every=0 \
+          --set worker.overlap=$overlap --set run.name=mlp37m-$overlap
+        python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); print({k: d.get(k) for k in
+              ("status", "rounds", "wall_seconds", "compute_utilization", "wan_wire_bytes_total")})' \
+          "$out"/runs/*mlp37m-$overlap/summary.json 2>&1 | tee -a "$out/util.log"
+      done
+      rm -rf "$out/runs" ;;
+    *) echo "gpu_check: unknown part '$p' (tests, bench, train, torch, util)" >&2; exit 2 ;;
+  esac
+done
+
+echo
+echo "== summary ($(date -u +%T))"
+printf '%s\n' "${summary[@]}"
