@@ -144,6 +144,7 @@ int run_codec_bench(const CodecBenchOptions& options) {
   std::vector<CodecResult> results;
   const size_t total = specs.size() * 4;
   for (const std::string data : {"gaussian", "heavy_tailed"}) {
+    if (options.skip_cpu) break;
     std::vector<float> g(n);
     fill_gradient_like(g, data, 42);
     for (const auto& spec : specs) {
@@ -179,7 +180,7 @@ int run_codec_bench(const CodecBenchOptions& options) {
   } else {
     fmt::print("geotrain bench codecs: {} elements ({:.1f} MiB fp32), best of {} runs, on {}\n", n,
                4.0 * double(n) / (1 << 20), options.repeats, cpu_name());
-    print_table(results, memcpy_gbps, "cpu");
+    if (!options.skip_cpu) print_table(results, memcpy_gbps, "cpu");
     if (cuda.ran)
       print_table(results, cuda.copy_gbps, "cuda");
     else

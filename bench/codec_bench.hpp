@@ -15,6 +15,7 @@ struct CodecBenchOptions {
   std::vector<std::string> specs;               // empty: compression::standard_codec_specs()
   bool json = false;
   bool skip_gpu = false;
+  bool skip_cpu = false;  // --no-cpu: the CUDA path alone (a lent GPU's time is short)
 };
 
 struct CodecResult {

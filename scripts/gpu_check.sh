@@ -4,7 +4,8 @@
 #   device run, carry [".gpu"]:  bash .gpu/run.sh 'bash scripts/gpu_check.sh build-portable tests bench'
 # Parts (default: all, in this order: tests train torch bench util):
 #   tests  ctest -L gpu (every op of GptCuda against its CPU twin, resident training, NCCL, codecs)
-#   bench  geotrain bench codecs (device copy bandwidth and every codec's encode/decode)
+#   bench  geotrain bench codecs --no-cpu (device copy bandwidth, every codec's encode/decode)
+#   profile  ncu: every kernel's duration in one GPT-2 124M bf16 step (batch 8), as CSV
 #   train  geotrain bench train: GPT-2 124M, T 1024, bf16, device-resident
 #   torch  the PyTorch side of the same step: eager, then torch.compile (one JSON line each)
 #   util   3 regions x 1 GPU worker of the 37M-parameter MLP on global-3: compute utilization
@@ -41,9 +42,13 @@ for p in $parts; do
   case $p in
     tests)
       part tests 300 ctest --test-dir "$build" -L gpu --output-on-failure --timeout 150 ;;
-    bench)
-      part bench 120 "$bin" bench codecs --elements 67108864 --repeat 10 --json
-      part bench 60 "$bin" bench codecs --elements 67108864 --repeat 10 ;;
+    bench)  # the CUDA path only: the CPU's figures come from the 2-core machine
+      part bench 120 "$bin" bench codecs --no-cpu --elements 67108864 --repeat 10 ;;
+    profile)  # each kernel's time in one GPT-2 step (ncu, one metric: one replay pass a kernel)
+      ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+      part profile 200 "$ncu" --csv --clock-control none --metrics gpu__time_duration.sum \
+        "$bin" bench train --device cuda --precision bf16 --model gpt2-124m --batch 8 \
+        --warmup-steps 0 --steps 1 ;;
     train)
       part train 120 "$bin" bench train --device cuda --precision bf16 --model gpt2-124m \
         --batch 16 --steps 10 --json
@@ -64,7 +69,7 @@ for p in $parts; do
           "$out"/runs/*mlp37m-$overlap/summary.json 2>&1 | tee -a "$out/util.log"
       done
       rm -rf "$out/runs" ;;
-    *) echo "gpu_check: unknown part '$p' (tests, bench, train, torch, util)" >&2; exit 2 ;;
+    *) echo "gpu_check: unknown part '$p' (tests, train, torch, bench, profile, util)" >&2; exit 2 ;;
   esac
 done
 
