@@ -29,7 +29,8 @@ void add_bench_command(CLI::App& app, CommandList& commands) {
   codecs->add_option("--codecs", codec_opts->specs, "codec specs to measure (default: all)");
   codecs->add_flag("--json", codec_opts->json, "print one JSON document instead of a table");
   auto* no_gpu = codecs->add_flag("--no-gpu", codec_opts->skip_gpu, "measure the CPU path only");
-  codecs->add_flag("--no-cpu", codec_opts->skip_cpu, "measure the CUDA path only")->excludes(no_gpu);
+  codecs->add_flag("--no-cpu", codec_opts->skip_cpu, "measure the CUDA path only")
+      ->excludes(no_gpu);
   commands.emplace_back(codecs, [codec_opts] { return bench::run_codec_bench(*codec_opts); });
 
   add_netsim_bench_command(*bench, commands);

@@ -52,9 +52,12 @@ void gelu_backward(T* dx, const T* x, const T* dout, size_t n, cudaStream_t stre
 template <typename T>
 void residual_forward(T* out, const T* a, const T* b, size_t n, cudaStream_t stream);
 
-// dbias (OC, fp32) += sum over the N rows of dout (N, OC).
+// dbias (OC, fp32) += sum over the N rows of dout (N, OC), in a fixed order (the same on every
+// run). scratch: bias_backward_scratch(N, OC) floats of device memory, overwritten.
+size_t bias_backward_scratch(size_t N, size_t OC);
 template <typename T>
-void bias_backward(float* dbias, const T* dout, size_t N, size_t OC, cudaStream_t stream);
+void bias_backward(float* dbias, const T* dout, size_t N, size_t OC, float* scratch,
+                   cudaStream_t stream);
 
 // Attention's layout changes: qkv (B, T, 3, NH, hs) <-> q, k, v (B, NH, T, hs) each.
 template <typename T>
@@ -83,7 +86,8 @@ void causal_softmax_backward(T* dscores, const float* datt, const T* att, float 
 // Softmax cross-entropy over V columns of rows `ld` apart (ld >= V: a padded vocabulary keeps the
 // GEMMs aligned), one block per row: losses[r] (fp32), correct[r] (first argmax == target), and,
 // when dlogits is not null, dlogits = (softmax - onehot) * dloss (may alias logits: each row is
-// read whole before it is written); padding columns are left alone.
+// read whole before it is written) and its padding columns V..ld-1 = 0, so that the head's
+// backward GEMM may run over all ld columns (aligned) without the padding contributing.
 template <typename T>
 void cross_entropy(float* losses, int32_t* correct, T* dlogits, const T* logits,
                    const int32_t* targets, size_t N, size_t V, size_t ld, float dloss,

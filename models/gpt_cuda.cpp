@@ -116,7 +116,7 @@ struct GptCuda::Acts {
   void* encoded;
   std::vector<Layer> layers;
   void *lnf, *logits, *proj, *q, *k, *v, *y;
-  float *lnf_mean, *lnf_rstd, *losses, *scores;
+  float *lnf_mean, *lnf_rstd, *losses, *scores, *bias_scratch;
   int32_t* correct;
   void *dres, *dln, *datty, *dqkv, *dq, *dk, *dv, *dy, *dscores, *dfch;
   float* datt;
@@ -130,6 +130,12 @@ GptCuda::GptCuda(GptConfig config, Precision precision)
     offsets_.push_back(offset);
     offset += spec.size;
   }
+  // The tied head's GEMMs run over the padded vocabulary where the weights allow: an odd row count
+  // (50257) makes cuBLASLt fall back to unvectorised kernels, 5x slower (H200, 2026-11-26). The
+  // padding rows read the tensors after wte (logits the loss never reads; in backward they meet
+  // zeroed dlogits), so this needs Vp - V rows of parameters after wte.
+  head_rows_ =
+      offsets_[kGptWte] + vocab_padded_ * config_.d_model <= offset ? vocab_padded_ : config_.vocab;
   GT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   GT_CUBLAS_CHECK(cublasCreate(&blas_));
   GT_CUBLAS_CHECK(cublasSetStream(blas_, stream_));
@@ -258,6 +264,7 @@ void GptCuda::run(const float* d_params, size_t batch, float* d_grad,
     a.losses = F_(BT);
     a.correct = static_cast<int32_t*>(take(BT, sizeof(int32_t)));
     a.proj = X_(BT * C);
+    a.bias_scratch = F_(kg::bias_backward_scratch(BT, std::max(H, 3 * C)));
     a.q = X_(BT * C);
     a.k = X_(BT * C);
     a.v = X_(BT * C);
@@ -310,7 +317,8 @@ void GptCuda::run(const float* d_params, size_t batch, float* d_grad,
     lt_matmul(lt_, xt, CUDA_R_32F, false, true, static_cast<int>(IC), static_cast<int>(OC), iBT,
               inp, static_cast<int>(IC), dout, static_cast<int>(ldd), dw, static_cast<int>(IC),
               1.0f, nullptr, workspace_.get(), s);
-    if (dbias != nullptr) kg::bias_backward(dbias, static_cast<const X*>(dout), BT, OC, s);
+    if (dbias != nullptr)
+      kg::bias_backward(dbias, static_cast<const X*>(dout), BT, OC, a.bias_scratch, s);
   };
   const int iT = static_cast<int>(T), ihs = static_cast<int>(hs),
             batches = static_cast<int>(B * NH);
@@ -347,7 +355,7 @@ void GptCuda::run(const float* d_params, size_t batch, float* d_grad,
   const size_t lnf_w = gpt_block_tensor(L, kLn1W), lnf_b = lnf_w + 1;
   kg::layernorm_forward(x_(a.lnf), a.lnf_mean, a.lnf_rstd, static_cast<const X*>(x), W(lnf_w),
                         W(lnf_b), BT, C, s);
-  linear(a.logits, a.lnf, W(kGptWte), nullptr, C, V, Vp);  // the tied head
+  linear(a.logits, a.lnf, W(kGptWte), nullptr, C, head_rows_, Vp);  // the tied head
   kg::cross_entropy(a.losses, a.correct, grad ? x_(a.logits) : nullptr, x_(a.logits),
                     targets_.get(), BT, V, Vp, 1.0f / static_cast<float>(BT), s);
   kg::sum_loss(sums_.get(), a.losses, a.correct, BT, s);
@@ -356,7 +364,12 @@ void GptCuda::run(const float* d_params, size_t batch, float* d_grad,
 
   // ---- backward ----
   GT_CUDA_CHECK(cudaMemsetAsync(a.dres, 0, BT * C * sizeof(X), s));
-  linear_backward(a.dln, G(kGptWte), nullptr, a.logits, a.lnf, W(kGptWte), C, V, Vp);
+  // The head's backward: dln over head_rows_ columns of dlogits (the padding is zero), the
+  // embedding's gradient over the V real rows only.
+  lt_matmul(lt_, xt, xt, false, false, static_cast<int>(C), iBT, static_cast<int>(head_rows_),
+            W(kGptWte), static_cast<int>(C), a.logits, static_cast<int>(Vp), a.dln,
+            static_cast<int>(C), 0.0f, nullptr, workspace_.get(), s);
+  linear_backward(nullptr, G(kGptWte), nullptr, a.logits, a.lnf, W(kGptWte), C, V, Vp);
   kg::layernorm_backward(x_(a.dres), G(lnf_w), G(lnf_b), x_(a.dln), static_cast<const X*>(x),
                          W(lnf_w), a.lnf_mean, a.lnf_rstd, BT, C, s);
   ready(lnf_w);

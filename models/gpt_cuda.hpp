@@ -80,6 +80,7 @@ class GptCuda {
   GptConfig config_;
   Precision precision_;
   size_t vocab_padded_;  // the logits' row stride: vocab rounded up to 64
+  size_t head_rows_;     // the tied head's GEMM rows: vocab_padded_ where the layout allows
   std::vector<uint64_t> offsets_;
   cublasHandle_t blas_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;

@@ -247,8 +247,7 @@ std::pair<std::vector<float>, std::vector<float>> train_both(
   }
   CHECK(norm > 0);
   CHECK(std::sqrt(diff / norm) < (precision == "bf16" ? 0.2 : 1e-3));
-  if (!v.empty())
-    CHECK(std::any_of(v.begin(), v.end(), [](float x) { return x > 0; }));
+  if (!v.empty()) CHECK(std::any_of(v.begin(), v.end(), [](float x) { return x > 0; }));
   return {host, device};
 }
 
