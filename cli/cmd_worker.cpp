@@ -1,9 +1,10 @@
 // `geotrain worker --config C --region R --rank I [--resume] [--generation G]`: one worker
 // process (rank 0 is the region's leader). Trains until the configured number of rounds;
 // SIGINT/SIGTERM end it after the current round, with its metrics, a snapshot (with
-// worker.checkpoint) and (for leaders) final parameters written. --resume continues from the
-// worker's snapshots; a supervisor that restarts a region's workers passes each restart a new
-// --generation (worker/trainer.hpp).
+// worker.checkpoint) and (for leaders) final parameters written; a wait for a server that lasts
+// past half a second after the signal ends it at once, without that round
+// (worker/reply_wait.hpp). --resume continues from the worker's snapshots; a supervisor that
+// restarts a region's workers passes each restart a new --generation (worker/trainer.hpp).
 #include <CLI/CLI.hpp>
 
 #include <memory>
@@ -70,7 +71,18 @@ int run_worker(const WorkerArgs& args) {
   worker::Trainer trainer(config, region, rank, context, {args.resume, args.generation});
   std::stop_source stop;
   SignalWatcher watcher([&stop](int) { stop.request_stop(); });
-  trainer.run(stop.get_token());
+  try {
+    trainer.run(stop.get_token());
+  } catch (const std::exception& e) {
+    // Stopped while waiting for a server that does not answer (worker::Stopped), or, on another
+    // rank of the region, in a collective with a leader that stopped so: the process ends now,
+    // without the round in flight, instead of waiting out worker.timeout_ms.
+    if (!stop.stop_requested()) throw;
+    spdlog::warn(
+        "worker {}-{}: stopped before the end of its round ({}); its last snapshot "
+        "stands",
+        region, rank, e.what());
+  }
   return 0;
 }
 }  // namespace

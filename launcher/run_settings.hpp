@@ -17,9 +17,10 @@
 //     progress_interval_s: 2          # progress refresh (TTY) or log line period (not a TTY)
 //     plots: true                     # run scripts/plot_run.py at the end
 //     netsim_stats_interval_s: 1      # netsim.jsonl period
-//     restart: {max_restarts: 0, backoff_s: 1}  # restart a server or netsim that dies, up to
-//                                     # max_restarts times each, backoff_s after its death;
-//                                     # 0 = off: its death fails the run (docs/run.md)
+//     restart: {max_restarts: 3, backoff_s: 1}  # restart a server, netsim or worker group
+//                                     # that dies, up to max_restarts times each, backoff_s
+//                                     # after its death; 0 = off: a death fails the run
+//                                     # (docs/run.md)
 //
 // Unknown keys are errors naming the key and the allowed ones (InputError); so are values out
 // of range. Plain struct; parsing only reads text.
@@ -36,9 +37,10 @@
 
 namespace geotrain::launcher {
 
-// run.restart: what the launcher does when a server or netsim dies before the workers are done.
+// run.restart: what the launcher does when a server, netsim or worker dies before the workers are
+// done. On by default, so that a run as shipped survives kill -9 of any one process.
 struct RestartPolicy {
-  uint32_t max_restarts = 0;  // per process; 0: no restarts, a death fails the run
+  uint32_t max_restarts = 3;  // per process (per region for workers); 0: a death fails the run
   double backoff_s = 1;       // from the death to the new process's start
   bool enabled() const { return max_restarts > 0; }
 };

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "models/model_file.hpp"
+#include "worker/reply_wait.hpp"
 
 namespace geotrain::worker {
 
@@ -48,6 +49,8 @@ void FinalModel::flush(RegionSync& sync, FloatSpan params, MetricsLog& log) {
     j["push_s"] = r.push_seconds;
     j["pull_s"] = r.pull_seconds;
     j["segments_owed"] = r.segments_owed;
+  } catch (const Stopped&) {
+    throw;  // the worker is stopping: no global model, and no more waiting for one
   } catch (const std::exception& e) {
     // The parameters are the region's own again (a failed pull may have changed base, never
     // params); the bytes that went out before the failure are not counted.

@@ -80,7 +80,9 @@ uint64_t RegionSync::connect(uint64_t resume_at) {
     auto id = link.client->send(
         wire::Hello{config_.region, wire::kProtocolVersion, layout_.layout_hash(), {}});
     GT_REQUIRE(id.has_value(), "server of region {}: send queue full", link.region);
-    auto replies = collect(*link.client, link.region, {*id}, config_.timeout, "hello");
+    ReplyWait w;
+    w.stop = stop_;
+    auto replies = collect(*link.client, link.region, {*id}, config_.timeout, "hello", w);
     const auto& hello = body_as<wire::HelloReply>(replies.begin()->second, link.region);
     link.last_contact = Clock::now();
     link.flush = std::find(hello.capabilities.begin(), hello.capabilities.end(), "flush") !=

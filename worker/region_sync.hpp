@@ -55,6 +55,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <stop_token>
 #include <string>
 #include <vector>
 
@@ -145,6 +146,11 @@ class RegionSync {
   // parameters are origin + server values: a full pull sets base = origin + values. Call before
   // connect(); without it the origin is zero. InputError on a size mismatch.
   void set_origin(ConstFloatSpan origin);
+
+  // Every wait for a server from now on ends with Stopped once `stop` is requested and the wait
+  // has lasted kStopGrace (worker/reply_wait.hpp): a worker told to stop does not sit out
+  // config.timeout on a server that died. Without it, waits go on until their timeout.
+  void stop_waits_on(std::stop_token stop) { stop_ = std::move(stop); }
 
   // Registers with every server and pulls full values into base(), except for shards whose
   // server says they are still zero (a fresh start): those take base = origin and cross no WAN.
@@ -341,6 +347,7 @@ class RegionSync {
   std::vector<uint64_t> rounds_;  // per fragment: the round it pushes next
   uint64_t rejoins_ = 0;
   uint64_t startup_bytes_pulled_ = 0;
+  std::stop_token stop_;  // stop_waits_on()
 };
 
 }  // namespace geotrain::worker

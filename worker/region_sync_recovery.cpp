@@ -27,6 +27,7 @@ std::vector<uint64_t> RegionSync::pending_ids(size_t s) const {
 
 ReplyWait RegionSync::waiting(size_t s, bool probe) {
   ReplyWait w;
+  w.stop = stop_;
   if (probe) {
     w.probe = config_.heartbeat;
     w.on_probe = others_alive(s);

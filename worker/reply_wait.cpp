@@ -22,10 +22,18 @@ std::map<uint64_t, wire::Reply> collect(wire::Client& client, const std::string&
   };
   std::vector<uint64_t> probes;
   const auto probe = waiting.probe;
-  const auto deadline = Clock::now() + timeout;
-  auto quiet_since = Clock::now();
+  const auto started = Clock::now();
+  const auto deadline = started + timeout;
+  auto quiet_since = started;
+  constexpr std::chrono::milliseconds kStopPoll{100};
   while (replies.size() < ids.size()) {
     const auto now = Clock::now();
+    if (waiting.stop.stop_requested() && now - started >= kStopGrace)
+      throw Stopped(
+          fmt::format("stopped while waiting {} ms for {} of {} replies to {} from the "
+                      "server of region {}",
+                      std::chrono::duration_cast<std::chrono::milliseconds>(now - started).count(),
+                      ids.size() - replies.size(), ids.size(), what, region));
     // Partial: past the timeout, take what has come already, without waiting.
     const bool late = now >= deadline;
     if (late && !waiting.partial)
@@ -41,6 +49,7 @@ std::map<uint64_t, wire::Reply> collect(wire::Client& client, const std::string&
       }
       until = std::min(until, quiet_since + probe);
     }
+    if (waiting.stop.stop_possible()) until = std::min(until, now + kStopPoll);
     auto reply = client.receive(
         late ? std::chrono::milliseconds(0)
              : std::max(std::chrono::duration_cast<std::chrono::milliseconds>(until - now),

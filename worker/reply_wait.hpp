@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <stdexcept>
+#include <stop_token>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,19 @@ class ServerLost : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The worker was asked to stop (SIGTERM, SIGINT) while it waited for a server: thrown by collect()
+// once the wait has lasted kStopGrace with the stop requested. The exchange in flight is abandoned;
+// the process ends without it (cli/cmd_worker.cpp), its last snapshot standing.
+class Stopped : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// How long a wait may still go on with a stop requested: a healthy server's reply on a LAN comes
+// well within it (so a stop at a round's end keeps that round's exchange and snapshot), while a
+// worker whose server died stops within a second of SIGTERM.
+inline constexpr std::chrono::milliseconds kStopGrace{500};
+
 // What collect() does besides waiting for its ids.
 struct ReplyWait {
   // With `probe` > 0, a heartbeat goes out after every `probe` of silence: a server that
@@ -39,10 +53,13 @@ struct ReplyWait {
   std::map<uint64_t, wire::Reply>* parked = nullptr;
   // Return the replies that came within the timeout instead of throwing SystemError.
   bool partial = false;
+  // A stop requested while the wait has lasted kStopGrace throws Stopped (checked every 100 ms).
+  std::stop_token stop;
 };
 
 // Replies of one server, by request id; throws SystemError when they do not all come within
-// `timeout` (unless waiting.partial), InputError when the server refuses one (naming `what`).
+// `timeout` (unless waiting.partial), InputError when the server refuses one (naming `what`),
+// Stopped when waiting.stop is requested and the wait has lasted kStopGrace.
 // Replies parked earlier for `ids` are taken first.
 std::map<uint64_t, wire::Reply> collect(wire::Client& client, const std::string& region,
                                         const std::vector<uint64_t>& ids,

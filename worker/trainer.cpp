@@ -210,7 +210,8 @@ class WorkerRun {
  public:
   WorkerRun(const WorkerConfig& config, const std::string& region, uint32_t region_index,
             uint32_t rank, zmq::context_t& context, TrainerOptions options);
-  uint64_t start();
+  // `stop` also ends the leader's waits for a dead server (RegionSync::stop_waits_on).
+  uint64_t start(std::stop_token stop);
   // Whether any rank of the region was asked to stop: a stop (SIGTERM) reaches the ranks at
   // slightly different times, and a rank that left the loop while another began a round would
   // wait in a collective the other never joins (until the group's timeout). One float a round.
@@ -221,7 +222,7 @@ class WorkerRun {
  private:
   void connect_region();
   void restore_snapshot();
-  uint64_t connect_leader();
+  uint64_t connect_leader(std::stop_token stop);
   void open_data(uint64_t first_micro_batch);
   // One local step: the micro-batches' forward/backward, the region's reduction, the optimizer
   // step, and the exchanges due after it.
@@ -339,7 +340,7 @@ void WorkerRun::restore_snapshot() {
 }
 
 // The leader's link to every region's server; returns the round the region trains next.
-uint64_t WorkerRun::connect_leader() {
+uint64_t WorkerRun::connect_leader(std::stop_token stop) {
   // The samples one round's delta stands for (the servers' token-weighted merge).
   const uint64_t tokens_per_round = uint64_t{config_.local_steps} * config_.batch_size *
                                     config_.accumulation_steps * config_.workers_per_region;
@@ -349,6 +350,7 @@ uint64_t WorkerRun::connect_leader() {
   std::vector<float> origin(params_.size());
   model_->init(origin, config_.seed);
   sync_->set_origin(origin);
+  sync_->stop_waits_on(std::move(stop));
   const uint64_t next = sync_->connect(resumed_ ? resumed_->round + 1 : 0);
   log_->write("connect", {{"region", region_},
                           {"next_round", next},
@@ -360,9 +362,9 @@ uint64_t WorkerRun::connect_leader() {
   return next;
 }
 
-uint64_t WorkerRun::start() {
+uint64_t WorkerRun::start(std::stop_token stop) {
   std::vector<float> first_round{1.0f};
-  if (leader_) first_round[0] = static_cast<float>(connect_leader());
+  if (leader_) first_round[0] = static_cast<float>(connect_leader(std::move(stop)));
   if (comm_) {
     comm_->broadcast(first_round, 0);
     comm_->broadcast(params_, 0);
@@ -583,7 +585,7 @@ Trainer::Trainer(WorkerConfig config, std::string region, uint32_t rank, zmq::co
 
 TrainResult Trainer::run(std::stop_token stop) {
   WorkerRun run(config_, region_, region_index_, rank_, context_, options_);
-  uint64_t round = run.start();
+  uint64_t round = run.start(stop);
   for (; round <= config_.rounds && !run.stop_agreed(stop); ++round) run.train_round(round, stop);
   return run.finish(round);
 }

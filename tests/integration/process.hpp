@@ -65,8 +65,9 @@ class Process {
     }
     return exit_code_;
   }
-  void terminate() {
-    if (!exit_code_) kill(pid_, SIGTERM);
+  void terminate() { signal(SIGTERM); }
+  void signal(int sig) {
+    if (!exit_code_) kill(pid_, sig);
   }
   std::string log() const {
     std::ifstream f(log_);

@@ -136,12 +136,16 @@ TEST_CASE(
   CHECK(s["wan_wire_bytes_total"].get<double>() > 0);
 }
 
-TEST_CASE("run.restart is read strictly, defaults to off, and turns server checkpoints on") {
+TEST_CASE("run.restart is read strictly, is on by default, and turns server checkpoints on") {
   using geotrain::launcher::parse_run_settings;
   const std::string base = "regions: [a]\n";
-  const auto off = parse_run_settings(base, "t.yaml", ".", "t");
+  const auto dflt = parse_run_settings(base, "t.yaml", ".", "t");
+  CHECK(dflt.restart.enabled());
+  CHECK(dflt.restart.max_restarts == 3);
+  CHECK(dflt.restart.backoff_s == 1);
+  const auto off =
+      parse_run_settings(base + "run: {restart: {max_restarts: 0}}\n", "t.yaml", ".", "t");
   CHECK_FALSE(off.restart.enabled());
-  CHECK(off.restart.backoff_s == 1);
   const auto on = parse_run_settings(base + "run: {restart: {max_restarts: 3, backoff_s: 0.5}}\n",
                                      "t.yaml", ".", "t");
   CHECK(on.restart.max_restarts == 3);
@@ -168,7 +172,8 @@ TEST_CASE("run.restart is read strictly, defaults to off, and turns server check
   CHECK(plan_with(base + "server: {checkpoint: {every: 5}}\nrun: {restart: {max_restarts: 1}}\n")
             ["server"]["checkpoint"]["every"]
                 .as<int>() == 5);
-  CHECK_FALSE(plan_with(base)["server"]["checkpoint"]);
+  CHECK(plan_with(base)["server"]["checkpoint"]["every"].as<int>() == 1);  // the default
+  CHECK_FALSE(plan_with(base + "run: {restart: {max_restarts: 0}}\n")["server"]["checkpoint"]);
 }
 
 TEST_CASE("stops and partitions that geotrain chaos logs show as fault lines, newest last") {
