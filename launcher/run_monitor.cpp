@@ -28,7 +28,7 @@ bool RunMonitor::language_model() const {
   return false;
 }
 
-void RunMonitor::add(const nlohmann::json& e) {
+void RunMonitor::add(const nlohmann::json& e, double clock_offset) {
   if (!e.is_object()) return;
   const auto kind = e.value("event", std::string());
   const auto region_name = e.value("region", std::string());
@@ -93,7 +93,23 @@ void RunMonitor::add(const nlohmann::json& e) {
     if (accuracy) region.accuracy = accuracy;
     if (bpb) region.val_bpb = bpb;
     if (auto l = number(e, "val_loss")) region.val_loss = l;
-    if (!region.time_to_target && target_.reached_by(accuracy, bpb)) region.time_to_target = t;
+    if (!region.time_to_target && leader) {
+      const auto metric = target_.accuracy ? accuracy : bpb;
+      const double run_t = t + clock_offset;
+      if (target_.reached_by(accuracy, bpb)) {
+        region.time_to_target = run_t;
+        // Between the evaluation before (which missed) and this one: where the line through the
+        // two crosses the target.
+        const double goal = target_.accuracy ? *target_.accuracy : *target_.val_bpb;
+        if (region.last_eval && metric && *metric != region.last_eval->second) {
+          const auto [t0, m0] = *region.last_eval;
+          const double f = (goal - m0) / (*metric - m0);
+          if (f >= 0 && f <= 1) region.time_to_target = t0 + f * (run_t - t0);
+        }
+      } else if (metric) {
+        region.last_eval = {run_t, *metric};
+      }
+    }
   } else if (kind == "done") {
     worker.done = true;
     worker.wall_s = number(e, "wall_s");

@@ -60,7 +60,10 @@ struct RegionState {
   uint64_t staleness_n = 0;
   double wait_s = 0;                     // sum of round wait_s
   double leader_time = 0;                // newest leader event time
-  std::optional<double> time_to_target;  // first eval that met the target
+  // When the target was met: the first evaluation that met it, interpolated linearly from the
+  // one before (the crossing between two evaluations), on the clock add() was given.
+  std::optional<double> time_to_target;
+  std::optional<std::pair<double, double>> last_eval;  // (time, target metric) of the newest eval
   std::optional<double> rounds_planned;  // from the leader's `start`
 
   double wan_bytes() const { return bytes_pushed + bytes_pulled; }
@@ -76,7 +79,10 @@ class RunMonitor {
       : RunMonitor(RunTarget{target_accuracy, std::nullopt}) {}
   explicit RunMonitor(RunTarget target);
 
-  void add(const nlohmann::json& event);
+  // One metrics line of a worker. `clock_offset` is added to its `time` for the time to target
+  // only: the launcher's time of that worker process's start, so that the time to target is
+  // the run's wall time (read_run_metrics() reads it from events.jsonl); 0: the worker's clock.
+  void add(const nlohmann::json& event, double clock_offset = 0);
 
   const std::map<std::string, RegionState>& regions() const { return regions_; }
   const std::map<std::pair<std::string, uint32_t>, WorkerState>& workers() const {

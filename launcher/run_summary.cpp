@@ -203,6 +203,56 @@ RunMonitor read_run_metrics(const fs::path& run_dir, std::optional<double> targe
   return read_run_metrics(run_dir, RunTarget{target_accuracy, std::nullopt});
 }
 
+namespace {
+// From events.jsonl: each process's start times on the launcher's clock (the run's), in order:
+// the first start, then each restart's. Empty for folders without one.
+std::map<std::string, std::vector<double>> process_starts(const fs::path& run_dir) {
+  std::map<std::string, std::vector<double>> starts;
+  if (!fs::exists(run_dir / "events.jsonl")) return starts;
+  for (const auto& e : read_jsonl(run_dir / "events.jsonl"))
+    if (e.value("event", "") == "start" && e.contains("process") && e["process"].is_string() &&
+        e.contains("time") && e["time"].is_number())
+      starts[e["process"].get<std::string>()].push_back(e["time"].get<double>());
+  return starts;
+}
+
+// The servers' `membership` events that marked a region dead, on the run's clock: a server's
+// clock starts at its process's start, and a restarted server (appending to the same file)
+// starts again from 0.
+json regions_marked_dead(const fs::path& run_dir,
+                         const std::map<std::string, std::vector<double>>& starts) {
+  json out = json::array();
+  if (!fs::is_directory(run_dir)) return out;
+  std::vector<fs::path> files;
+  for (const auto& entry : fs::directory_iterator(run_dir)) {
+    const auto name = entry.path().filename().string();
+    if (name.starts_with("server-") && name.ends_with(".metrics.jsonl"))
+      files.push_back(entry.path());
+  }
+  std::sort(files.begin(), files.end());
+  for (const auto& f : files) {
+    const auto name = f.filename().string();
+    const auto process = name.substr(0, name.size() - std::string(".metrics.jsonl").size());
+    const auto it = starts.find(process);
+    size_t generation = 0;
+    double last_t = 0;
+    for (const auto& e : read_jsonl(f)) {
+      const double t = e.value("t", 0.0);
+      if (t < last_t) ++generation;  // a restart: the clock began again
+      last_t = t;
+      if (e.value("event", "") != "membership" || e.value("change", "") != "dead") continue;
+      const double offset =
+          it != starts.end() && generation < it->second.size() ? it->second[generation] : 0.0;
+      out.push_back({{"server", process.substr(std::string("server-").size())},
+                     {"region", e.value("region", "")},
+                     {"at_s", t + offset},
+                     {"why", e.value("why", "")}});
+    }
+  }
+  return out;
+}
+}  // namespace
+
 RunMonitor read_run_metrics(const fs::path& run_dir, const RunTarget& target) {
   RunMonitor monitor(target);
   std::vector<fs::path> files;
@@ -213,8 +263,20 @@ RunMonitor read_run_metrics(const fs::path& run_dir, const RunTarget& target) {
         files.push_back(entry.path());
     }
   std::sort(files.begin(), files.end());
-  for (const auto& f : files)
-    for (const auto& e : read_jsonl(f)) monitor.add(e);
+  const auto starts = process_starts(run_dir);
+  for (const auto& f : files) {
+    // worker-<region>-<rank>.metrics.jsonl is written by process worker-<region>-<rank>; each
+    // of its processes (a restart appends) begins with a `start` line, its clock at 0.
+    const auto name = f.filename().string();
+    const auto it = starts.find(name.substr(0, name.size() - std::string(".metrics.jsonl").size()));
+    size_t generation = 0;
+    double offset = 0;
+    for (const auto& e : read_jsonl(f)) {
+      if (e.value("event", "") == "start" && it != starts.end() && generation < it->second.size())
+        offset = it->second[generation++];
+      monitor.add(e, offset);
+    }
+  }
   return monitor;
 }
 
@@ -320,6 +382,20 @@ json build_summary(const fs::path& run_dir, const SummaryInputs& in) {
   if (in.target().any())
     s["time_to_target_seconds"] = all_reached ? json(time_to_target) : json(nullptr);
   s["per_region"] = per_region;
+  // The rounds' payload against what fp32 would have moved in the same exchanges: 4 bytes per
+  // parameter each way, per region and exchanged round (the flush at the end not counted).
+  if (const auto& start = monitor.start_event();
+      start.contains("parameters") && start["parameters"].is_number()) {
+    const double parameters = start["parameters"].get<double>();
+    double round_bytes = 0, fp32 = 0;
+    for (const auto& [_, r] : monitor.regions()) {
+      for (const auto& [round, b] : r.bytes_by_round) round_bytes += b.first + b.second;
+      fp32 += 8.0 * parameters * static_cast<double>(r.bytes_by_round.size());
+    }
+    s["round_bytes"] = round_bytes;
+    s["fp32_round_bytes"] = fp32;
+  }
+  s["regions_marked_dead"] = regions_marked_dead(run_dir, process_starts(run_dir));
   // run.restart: what died and how the run recovered (launcher/fault_log.hpp).
   const auto faults = fold_faults(read_jsonl(run_dir / "events.jsonl"));
   s["restarts"] = faults["restarts"];
@@ -432,6 +508,14 @@ std::string build_report(const fs::path& run_dir, const json& s) {
   md += fmt::format(
       "| parameter exchange payload, leaders <-> all servers (`wan_bytes_total`) | {} |\n",
       human_bytes(s.value("wan_bytes_total", 0.0)));
+  if (s.contains("fp32_round_bytes") && s["fp32_round_bytes"].is_number() &&
+      s["fp32_round_bytes"].get<double>() > 0) {
+    const double rb = s["round_bytes"].get<double>(), fp = s["fp32_round_bytes"].get<double>();
+    md += fmt::format(
+        "| the rounds' payload against fp32 for the same exchanges | {} of {} ({:.1f}%, {:.1f}% "
+        "less; the flush at the end not counted) |\n",
+        human_bytes(rb), human_bytes(fp), 100.0 * rb / fp, 100.0 * (1.0 - rb / fp));
+  }
   if (s.contains("wan_wire_bytes_total"))
     md += fmt::format("| bytes across the WAN (through netsim, both directions) | {} |\n",
                       human_bytes(s["wan_wire_bytes_total"].get<double>()));
@@ -443,10 +527,14 @@ std::string build_report(const fs::path& run_dir, const json& s) {
       s.contains("time_to_target_seconds") && s["time_to_target_seconds"].is_number()
           ? fmt::format("{:.1f} s", s["time_to_target_seconds"].get<double>())
           : std::string("not reached");
+  // The run's wall time when the last region met the target, interpolated between its
+  // evaluations (RegionState::time_to_target).
   if (s.contains("target_accuracy"))
-    md += fmt::format("| time to {} | {} |\n", pct(s["target_accuracy"]), reached_at);
+    md += fmt::format("| time to {} (run clock, between evaluations) | {} |\n",
+                      pct(s["target_accuracy"]), reached_at);
   if (s.contains("target_val_bpb"))
-    md += fmt::format("| time to {} bpb | {} |\n", bpb_text(s["target_val_bpb"]), reached_at);
+    md += fmt::format("| time to {} bpb (run clock, between evaluations) | {} |\n",
+                      bpb_text(s["target_val_bpb"]), reached_at);
   md += fmt::format(
       "\n## Per region (each region's own parameters)\n\n"
       "| region | {} | rounds | WAN payload | mean staleness | waiting (s) |\n"
@@ -476,6 +564,15 @@ std::string build_report(const fs::path& run_dir, const json& s) {
                                                     : std::string("not restarted"),
                         fmt_value(f["restored_round"]), fmt_value(f["recovery_seconds"]),
                         fmt_value(f["rounds_lost"]));
+  }
+  if (s.contains("regions_marked_dead") && s["regions_marked_dead"].is_array() &&
+      !s["regions_marked_dead"].empty()) {
+    md += "\n## Regions marked dead by a server\n\nA server stops waiting for a region it "
+          "has not heard from within `server.dead_after_ms`; its rounds go on without it until it "
+          "rejoins (docs/server.md).\n\n| server | region | at (s) | why |\n|---|---|---|---|\n";
+    for (const auto& d : s["regions_marked_dead"])
+      md += fmt::format("| {} | {} | {} | {} |\n", fmt_value(d["server"]), fmt_value(d["region"]),
+                        fmt_value(d["at_s"]), fmt_value(d["why"]));
   }
   bool heading = false;
   for (const char* png : {"loss_accuracy_vs_time.png", "loss_accuracy_vs_wan_bytes.png",

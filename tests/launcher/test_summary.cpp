@@ -32,7 +32,12 @@ void write_synthetic_run(const fs::path& dir) {
         e["rank"] = rank;
         f << e.dump() << "\n";
       };
-      line({{"event", "start"}, {"time", 0}, {"world", 2}, {"rounds", 4}, {"local_steps", 2}});
+      line({{"event", "start"},
+            {"time", 0},
+            {"world", 2},
+            {"rounds", 4},
+            {"local_steps", 2},
+            {"parameters", 1000}});
       int step = 0;
       for (int round = 0; round < 4; ++round) {
         for (int k = 0; k < 2; ++k, ++step)
@@ -109,6 +114,48 @@ TEST_CASE("the summary has every documented field with its closed-form value") {
   CHECK(s["workers"] == 4);
 }
 
+TEST_CASE(
+    "time to target is on the run's clock, between evaluations; the rounds' payload is set against "
+    "fp32's; regions marked dead are listed") {
+  geotrain::test::TempDir tmp("launcher-run-clock");
+  write_synthetic_run(tmp.path());
+  // The launcher started a's leader at 2 s and b's at 3 s of the run; server-b twice (a restart at
+  // 10 s: its clock began again).
+  std::ofstream(tmp.path() / "events.jsonl")
+      << R"({"event":"start","process":"server-b","role":"server","restart":0,"time":0.5})" "\n"
+      << R"({"event":"start","process":"worker-a-0","role":"worker","restart":0,"time":2.0})" "\n"
+      << R"({"event":"start","process":"worker-b-0","role":"worker","restart":0,"time":3.0})" "\n"
+      << R"({"event":"start","process":"server-b","role":"server","restart":1,"time":10.0})" "\n";
+  std::ofstream(tmp.path() / "server-b.metrics.jsonl")
+      << R"({"event":"stats","t":1.0})" "\n"
+      << R"({"event":"membership","region":"a","change":"dead","why":"silent 30000 ms","t":2.0})"
+      << "\n"
+      << R"({"event":"stats","t":0.5})" "\n"
+      << R"({"event":"membership","region":"a","change":"dead","why":"never registered","t":1.5})"
+      << "\n";
+  SummaryInputs in;
+  in.target_accuracy = 0.65;  // crossed halfway between the evaluations of rounds 1 and 2
+  const auto s = build_summary(tmp.path(), in);
+  // a: 1.6 + 0.5 s on its clock, + 2 s; b: 2.6 + 0.5, + 3 s.
+  CHECK(s["per_region"]["a"]["time_to_target_seconds"].get<double>() == doctest::Approx(4.1));
+  CHECK(s["per_region"]["b"]["time_to_target_seconds"].get<double>() == doctest::Approx(6.1));
+  CHECK(s["time_to_target_seconds"].get<double>() == doctest::Approx(6.1));
+  // 2 regions x 4 rounds x 1500 bytes, against 8 bytes x 1000 parameters per region and round.
+  CHECK(s["round_bytes"].get<double>() == doctest::Approx(12000));
+  CHECK(s["fp32_round_bytes"].get<double>() == doctest::Approx(64000));
+  REQUIRE(s["regions_marked_dead"].size() == 2);
+  CHECK(s["regions_marked_dead"][0]["server"] == "b");
+  CHECK(s["regions_marked_dead"][0]["region"] == "a");
+  CHECK(s["regions_marked_dead"][0]["at_s"].get<double>() == doctest::Approx(2.5));
+  CHECK(s["regions_marked_dead"][1]["at_s"].get<double>() == doctest::Approx(11.5));
+  CHECK(s["regions_marked_dead"][1]["why"] == "never registered");
+  const auto report = build_report(tmp.path(), s);
+  CHECK(report.find("| the rounds' payload against fp32 for the same exchanges | 12.0 kB of "
+                    "64.0 kB (18.8%, 81.2% less") != std::string::npos);
+  CHECK(report.find("## Regions marked dead by a server") != std::string::npos);
+  CHECK(report.find("| b | a | 11.5 | never registered |") != std::string::npos);
+}
+
 TEST_CASE("a target never reached, and no target, are reported as such") {
   geotrain::test::TempDir tmp("launcher-target");
   write_synthetic_run(tmp.path());
@@ -156,7 +203,7 @@ TEST_CASE("the report shows settings from config.yaml and the results") {
   CHECK(report.find("| `server.downlink_codec` | fp32 (default) |") != std::string::npos);
   CHECK(report.find("| `worker.lr` | (default) |") != std::string::npos);
   CHECK(report.find("| final test accuracy | 85.00% |") != std::string::npos);
-  CHECK(report.find("| time to 70.00% | 3.6 s |") != std::string::npos);
+  CHECK(report.find("| time to 70.00% (run clock, between evaluations) | 3.6 s |") != std::string::npos);
   CHECK(report.find("| b | 90.00% | 4 |") != std::string::npos);
   const auto summary = json::parse(std::ifstream(tmp.path() / "summary.json"));
   CHECK(summary["rounds"] == 4);
