@@ -4,11 +4,13 @@
 Usage: plot_run.py RUN_DIR
 
 Writes into RUN_DIR:
-  loss_accuracy_vs_time.png       training loss and test accuracy against time, per region
-                                  (a language model: validation bits per byte instead)
+  loss_accuracy_vs_time.png       training loss and test accuracy against the run's time, per
+                                  region, with the run's target as a dashed line (a language
+                                  model: validation bits per byte instead)
   loss_accuracy_vs_wan_bytes.png  the same against cumulative WAN payload bytes of the region
   staleness_histogram.png         staleness of the leaders' rounds
-  round_time_split.png            time per round: compute, communication (AllReduce), waiting
+  round_time_split.png            time per round: compute, communication (AllReduce), waiting;
+                                  one scale for every region
 
 Uses Debian's python3-matplotlib (scripts/bootstrap.sh installs it) with the Agg backend; no
 display needed. Exits 0 with a note when the folder has no worker metrics yet.
@@ -25,23 +27,67 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 
+def jsonl(path):
+    """The JSON objects of a JSONL file, skipping a line a writer left unfinished."""
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                e = json.loads(line)
+            except ValueError:
+                continue  # a writer that died mid-line
+            if isinstance(e, dict):
+                out.append(e)
+    return out
+
+
+def process_starts(run_dir):
+    """{process: [launcher time of each start]} from events.jsonl (empty without one)."""
+    starts = {}
+    path = os.path.join(run_dir, "events.jsonl")
+    if os.path.exists(path):
+        for e in jsonl(path):
+            if e.get("event") == "start" and isinstance(e.get("time"), (int, float)):
+                starts.setdefault(e.get("process"), []).append(float(e["time"]))
+    return starts
+
+
 def read_events(run_dir):
-    """Leader (rank 0) events per region: {region: [event, ...]} in file order."""
+    """Leader (rank 0) events per region: {region: [event, ...]} in file order, each `time` on
+    the run's clock (the launcher's, as summary.json's times): a worker's clock starts at its
+    process's start, which events.jsonl records (each restart appends a `start` line)."""
     regions = {}
+    starts = process_starts(run_dir)
     for path in sorted(glob.glob(os.path.join(run_dir, "worker-*.metrics.jsonl"))):
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                line = line.strip()
-                if not line:
-                    continue
-                try:
-                    e = json.loads(line)
-                except ValueError:
-                    continue  # a writer that died mid-line
-                if not isinstance(e, dict) or e.get("rank", 0) != 0 or "region" not in e:
-                    continue
-                regions.setdefault(e["region"], []).append(e)
+        process = os.path.basename(path)[:-len(".metrics.jsonl")]
+        generation, offset = 0, 0.0
+        for e in jsonl(path):
+            if e.get("event") == "start" and generation < len(starts.get(process, [])):
+                offset = starts[process][generation]
+                generation += 1
+            if e.get("rank", 0) != 0 or "region" not in e:
+                continue
+            if isinstance(e.get("time"), (int, float)):
+                e["time"] = float(e["time"]) + offset
+            regions.setdefault(e["region"], []).append(e)
     return regions
+
+
+def run_target(run_dir):
+    """(value, kind) of the run's target from summary.json, or None."""
+    path = os.path.join(run_dir, "summary.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            s = json.load(f)
+    except (OSError, ValueError):
+        return None
+    for key in ("target_accuracy", "target_val_bpb"):
+        if isinstance(s.get(key), (int, float)):
+            return float(s[key]), key
+    return None
 
 
 def series(events, kind, field):
@@ -92,9 +138,16 @@ BPB = ("val_bpb", 1.0, "validation bits per byte (lower is better)",
        "validation bits per byte (bpb)")
 
 
-def plot_curves(regions, run_dir, use_bytes):
+def plot_curves(regions, run_dir, use_bytes, target=None):
     field, scale, ylabel, title = BPB if is_language_model(regions) else ACCURACY
     fig, (ax_loss, ax_metric) = plt.subplots(1, 2, figsize=(11, 4))
+    if target is not None:
+        value, key = target
+        wanted = {"target_accuracy": "test_accuracy", "target_val_bpb": "val_bpb"}[key]
+        shown = scale * value if wanted == field else None
+        if shown is not None:
+            ax_metric.axhline(shown, color="black", linestyle="--", linewidth=1,
+                              label=f"target {shown:g}{'%' if scale == 100.0 else ' bpb'}")
     for name, events in sorted(regions.items()):
         curve = wan_curve(events)
         t, loss = series(events, "step", "loss")
@@ -104,7 +157,8 @@ def plot_curves(regions, run_dir, use_bytes):
             te = [bytes_at(curve, x) / 1e6 for x in te]
         ax_loss.plot(t, smooth(loss), label=name)
         ax_metric.plot(te, [scale * m for m in metric], marker="o", markersize=3, label=name)
-    xlabel = "WAN payload sent + received by the region (MB)" if use_bytes else "time (s)"
+    xlabel = ("WAN payload sent + received by the region (MB)" if use_bytes
+              else "time since the run started (s)")
     ax_loss.set(xlabel=xlabel, ylabel="training loss (leader, 10-step mean)", title="loss")
     ax_metric.set(xlabel=xlabel, ylabel=ylabel, title=title)
     for ax in (ax_loss, ax_metric):
@@ -128,6 +182,11 @@ def plot_staleness(regions, run_dir):
     if any(data):
         ax.hist(data, bins=bins, label=list(values.keys()), rwidth=0.9)
         ax.legend()
+    if top == 0 and any(data):
+        # A single bar says less than a sentence: every round merged at staleness 0.
+        ax.text(0.5, 0.5, "every round at staleness 0\n(synchronous rounds)", ha="center",
+                va="center", transform=ax.transAxes, fontsize=12,
+                bbox={"facecolor": "white", "alpha": 0.8})
     ax.set(xlabel="staleness (rounds)", ylabel="rounds", title="staleness of the leaders' rounds")
     ax.set_xticks(range(top + 1))
     fig.tight_layout()
@@ -137,7 +196,9 @@ def plot_staleness(regions, run_dir):
 
 def plot_round_split(regions, run_dir):
     names = sorted(regions)
-    fig, axes = plt.subplots(len(names), 1, figsize=(9, 2.6 * len(names)), squeeze=False)
+    # One x and one y scale for every region, so that a region that waits longer looks it.
+    fig, axes = plt.subplots(len(names), 1, figsize=(9, 2.6 * len(names)), squeeze=False,
+                             sharex=True, sharey=True)
     for ax, name in zip(axes[:, 0], names):
         rounds = [e for e in regions[name] if e.get("event") == "round"]
         x = [int(e.get("round", i)) for i, e in enumerate(rounds)]
@@ -165,8 +226,9 @@ def main(argv):
     if not regions:
         print(f"plot_run.py: no worker metrics in {run_dir}; no plots", file=sys.stderr)
         return 0
-    plot_curves(regions, run_dir, use_bytes=False)
-    plot_curves(regions, run_dir, use_bytes=True)
+    target = run_target(run_dir)
+    plot_curves(regions, run_dir, use_bytes=False, target=target)
+    plot_curves(regions, run_dir, use_bytes=True, target=target)
     plot_staleness(regions, run_dir)
     plot_round_split(regions, run_dir)
     metric = "validation bpb" if is_language_model(regions) else "test accuracy"
