@@ -467,6 +467,8 @@ std::string settings_table(const fs::path& run_dir, const YAML::Node& config, bo
         v = fmt_value(start[field->second]) + " (default)";
       else if (std::string(key) == "server.downlink_codec")
         v = compression::CodecSchedule().text() + " (default)";  // the servers' parser's default
+      else if (std::string(key) == "server.optimizer")
+        v = std::string(kDefaultOuterOptimizerText) + " (default)";
     }
     md += fmt::format("| `{}` | {} |\n", key, v);
   }

@@ -73,4 +73,9 @@ std::string outcome_line(const std::string& run_name, const nlohmann::json& summ
 // "1.23 MB", "456 kB", ...
 std::string human_bytes(double bytes);
 
+// server.optimizer as the report shows it when the config leaves it out: the servers' default
+// (server/outer_optimizer.hpp, OuterOptimizerConfig; a test holds the two together).
+inline constexpr const char* kDefaultOuterOptimizerText =
+    "{lr: 1.0, momentum: 0.0, nesterov: false}";
+
 }  // namespace geotrain::launcher

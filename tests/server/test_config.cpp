@@ -1,6 +1,9 @@
 #include <doctest/doctest.h>
 
+#include <string>
+
 #include "core/error.hpp"
+#include "launcher/run_summary.hpp"
 #include "server/config.hpp"
 
 using namespace geotrain;
@@ -207,4 +210,14 @@ TEST_CASE("a server config with a key that is not a plain name gets an InputErro
   CHECK_THROWS_WITH_AS(
       geotrain::server::parse_server_config("? [a, b]\n: 1\nregions: [us-east]\n", "c.yaml"),
       doctest::Contains("not a plain name"), geotrain::InputError);
+}
+
+TEST_CASE("the report's text for a default server.optimizer is what the server defaults to") {
+  const std::string endpoint = "server:\n  endpoints: {us: \"tcp://127.0.0.1:7101\"}\n";
+  const auto dflt = server::parse_server_config(std::string(kBase) + endpoint);
+  const auto said = server::parse_server_config(std::string(kBase) + endpoint + "  optimizer: " +
+                                                launcher::kDefaultOuterOptimizerText + "\n");
+  CHECK(said.shard.optimizer.lr == dflt.shard.optimizer.lr);
+  CHECK(said.shard.optimizer.momentum == dflt.shard.optimizer.momentum);
+  CHECK(said.shard.optimizer.nesterov == dflt.shard.optimizer.nesterov);
 }
