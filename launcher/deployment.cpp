@@ -130,6 +130,8 @@ Deployment plan_deployment(const std::string& config_text, const std::string& so
   if (!worker) worker = YAML::Node(YAML::NodeType::Map);
   GT_REQUIRE(worker.IsMap(), "{}: 'worker' must be a mapping", source);
   worker["run_dir"] = run.string();
+  // The workers' Prometheus endpoints bind to loopback, as the servers' (one machine).
+  if (worker["metrics_port"] && !worker["metrics_host"]) worker["metrics_host"] = d.host;
   // run.restart: a restarted worker group resumes from its snapshots (worker.checkpoint), so
   // every worker snapshots every round unless the config says otherwise.
   if (s.restart.enabled() && !s.external_workers &&

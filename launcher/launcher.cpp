@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <map>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -195,6 +196,31 @@ struct RunEnd {
   std::string failure;
 };
 
+// The workers' `metrics_endpoint` events (worker.metrics_port): one line once every worker has
+// said where it serves, then a line for each that moves (a restart on port auto).
+class WorkerEndpoints {
+ public:
+  explicit WorkerEndpoints(size_t workers) : workers_(workers) {}
+  void add(const nlohmann::json& e) {
+    if (e.value("event", std::string()) != "metrics_endpoint") return;
+    const auto who = fmt::format("{}-{}", e.value("region", std::string()), e.value("rank", 0));
+    const auto url = e.value("url", std::string());
+    const bool moved = urls_.count(who) && urls_[who] != url;
+    urls_[who] = url;
+    if (printed_ && moved) spdlog::info("run: Prometheus metrics of worker {} now at {}", who, url);
+    if (printed_ || urls_.size() < workers_) return;
+    std::string line;
+    for (const auto& [w, u] : urls_) line += fmt::format(" {}={}", w, u);
+    spdlog::info("run: Prometheus metrics of the workers:{}", line);
+    printed_ = true;
+  }
+
+ private:
+  size_t workers_;
+  std::map<std::string, std::string> urls_;
+  bool printed_ = false;
+};
+
 // Follows the workers' metrics and the supervisor until the workers are done, one fails, the run
 // times out or `stop` is requested; shows the progress.
 RunEnd watch_run(const LaunchOptions& o, const PreparedRun& r, Fleet& fleet, FaultLog& faults,
@@ -225,6 +251,7 @@ RunEnd watch_run(const LaunchOptions& o, const PreparedRun& r, Fleet& fleet, Fau
   const double refresh = display_refresh(o, settings);
   auto next_show = Clock::now();
   Supervisor supervisor(settings, r.run_dir, fleet, faults, monitor, t0);
+  WorkerEndpoints endpoints(tails.size());
   RunEnd end;
   while (true) {
     bool workers_left = supervisor.poll();
@@ -232,6 +259,7 @@ RunEnd watch_run(const LaunchOptions& o, const PreparedRun& r, Fleet& fleet, Fau
       for (const auto& e : t.read_new()) {
         monitor.add(e);
         supervisor.on_worker_event(e);
+        endpoints.add(e);
       }
     end.failure = supervisor.failure();
     if (settings.external_workers) workers_left = external_leaders_left(monitor, settings.regions);

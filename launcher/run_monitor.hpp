@@ -58,13 +58,13 @@ struct RegionState {
   std::optional<double> staleness;  // newest
   double staleness_sum = 0;         // over round events with a staleness
   uint64_t staleness_n = 0;
-  double wait_s = 0;                     // sum of round wait_s
-  double leader_time = 0;                // newest leader event time
+  double wait_s = 0;       // sum of round wait_s
+  double leader_time = 0;  // newest leader event time
   // When the target was met: the first evaluation that met it, interpolated linearly from the
   // one before (the crossing between two evaluations), on the clock add() was given.
   std::optional<double> time_to_target;
   std::optional<std::pair<double, double>> last_eval;  // (time, target metric) of the newest eval
-  std::optional<double> rounds_planned;  // from the leader's `start`
+  std::optional<double> rounds_planned;                // from the leader's `start`
 
   double wan_bytes() const { return bytes_pushed + bytes_pulled; }
   double rounds_per_s() const {

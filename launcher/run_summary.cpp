@@ -569,9 +569,10 @@ std::string build_report(const fs::path& run_dir, const json& s) {
   }
   if (s.contains("regions_marked_dead") && s["regions_marked_dead"].is_array() &&
       !s["regions_marked_dead"].empty()) {
-    md += "\n## Regions marked dead by a server\n\nA server stops waiting for a region it "
-          "has not heard from within `server.dead_after_ms`; its rounds go on without it until it "
-          "rejoins (docs/server.md).\n\n| server | region | at (s) | why |\n|---|---|---|---|\n";
+    md +=
+        "\n## Regions marked dead by a server\n\nA server stops waiting for a region it "
+        "has not heard from within `server.dead_after_ms`; its rounds go on without it until it "
+        "rejoins (docs/server.md).\n\n| server | region | at (s) | why |\n|---|---|---|---|\n";
     for (const auto& d : s["regions_marked_dead"])
       md += fmt::format("| {} | {} | {} | {} |\n", fmt_value(d["server"]), fmt_value(d["region"]),
                         fmt_value(d["at_s"]), fmt_value(d["why"]));

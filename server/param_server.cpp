@@ -79,7 +79,8 @@ ParamServer::ParamServer(const ServerConfig& config, uint32_t region, zmq::conte
   restore();
   channel_ = wire::bind_router(context, endpoint, channel);
   if (auto m = config.metrics_ports.find(config.regions[region]); m != config.metrics_ports.end()) {
-    metrics_endpoint_ = std::make_unique<MetricsEndpoint>(context, config.metrics_host, m->second);
+    metrics_endpoint_ =
+        std::make_unique<wire::MetricsEndpoint>(context, config.metrics_host, m->second);
     spdlog::info("server {}: Prometheus metrics at {}", config.regions[region],
                  metrics_endpoint_->url());
     metrics_.event("metrics_endpoint",
@@ -157,7 +158,7 @@ bool ParamServer::step(std::chrono::milliseconds timeout) {
   }
   if (changed) retry_parked();
   if (metrics_endpoint_)
-    metrics_endpoint_->serve([&] { return prometheus_text(stats(), read_process_stats()); });
+    metrics_endpoint_->serve([&] { return prometheus_text(stats(), wire::read_process_stats()); });
   return !shutdown_;
 }
 

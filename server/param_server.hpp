@@ -36,7 +36,6 @@
 #include "server/config.hpp"
 #include "server/membership.hpp"
 #include "server/metrics.hpp"
-#include "server/metrics_endpoint.hpp"
 #include "server/parked_requests.hpp"
 #include "server/payload_pool.hpp"
 #include "server/push_payload.hpp"
@@ -44,6 +43,7 @@
 #include "server/shard.hpp"
 #include "wire/channel.hpp"
 #include "wire/messages.hpp"
+#include "wire/metrics_endpoint.hpp"
 #include "wire/zap_authenticator.hpp"
 
 namespace geotrain::server {
@@ -146,7 +146,7 @@ class ParamServer {
   uint64_t last_checkpoint_round_ = 0;
   ServerMetrics metrics_;
   // server.metrics_port: GET /metrics (Prometheus), answered by step() between messages.
-  std::unique_ptr<MetricsEndpoint> metrics_endpoint_;
+  std::unique_ptr<wire::MetricsEndpoint> metrics_endpoint_;
   PushPayload push_payload_;                // reads pushes' deltas (scratch for decoded ones)
   PayloadPool pool_;                        // pull reply payloads, reused once ZeroMQ sent them
   std::unique_ptr<PassSplitter> splitter_;  // second thread for the passes of large shards, if any

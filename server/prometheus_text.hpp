@@ -12,21 +12,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include <optional>
 #include <string>
+
+#include "wire/prometheus.hpp"
 
 namespace geotrain::server {
 
-struct ProcessStats {
-  std::optional<double> resident_bytes, virtual_bytes, cpu_seconds, open_fds, start_time_seconds;
-};
-
-// This process's statistics from /proc (each one absent where it cannot be read).
-ProcessStats read_process_stats();
-
-std::string prometheus_text(const nlohmann::json& stats, const ProcessStats& process);
-
-// A label value escaped as the format requires (backslash, double quote, newline).
-std::string prometheus_label_value(const std::string& value);
+std::string prometheus_text(const nlohmann::json& stats, const wire::ProcessStats& process);
 
 }  // namespace geotrain::server

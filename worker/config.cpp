@@ -236,6 +236,8 @@ const std::set<std::string> kWorkerKeys{"workers_per_region",
                                         "eval_every",
                                         "seed",
                                         "gloo_host",
+                                        "metrics_port",
+                                        "metrics_host",
                                         "run_dir",
                                         "timeout_ms",
                                         "step_delay_ms",
@@ -345,6 +347,13 @@ WorkerConfig parse_worker_config(std::string_view yaml_text, std::string_view so
     c.max_grad_norm = in.number<double>(n, "worker.max_grad_norm", 0, 1e9);
   if (auto g = w["anomaly_guard"]) parse_guard(in, g, c);
   if (auto n = w["gloo_host"]) c.gloo_host = in.string(n, "worker.gloo_host");
+  if (auto n = w["metrics_port"]) {
+    if (n.IsScalar() && n.Scalar() == "auto")
+      c.metrics_port_auto = true;
+    else
+      c.metrics_port = in.number<uint16_t>(n, "worker.metrics_port (a port or auto)", 0, 65535);
+  }
+  if (auto n = w["metrics_host"]) c.metrics_host = in.string(n, "worker.metrics_host");
   if (auto n = w["run_dir"]) c.run_dir = in.string(n, "worker.run_dir");
   if (auto k = w["checkpoint"]) parse_checkpoint(in, k, c);
   if (auto n = w["timeout_ms"])

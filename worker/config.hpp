@@ -103,6 +103,12 @@ struct WorkerConfig {
   uint64_t eval_every = 10;  // rounds between evaluations (leader)
   uint64_t seed = 0;
   std::string gloo_host = "127.0.0.1";
+  // worker.metrics_port: `/metrics` in the Prometheus format (worker/worker_metrics.hpp). 0: off;
+  // P: the worker of region index r and rank k serves on P + r * workers_per_region + k (unique
+  // among all workers of a run on one machine).
+  uint16_t metrics_port = 0;
+  bool metrics_port_auto = false;  // `auto`: any free port, logged and in a metrics_endpoint event
+  std::string metrics_host = "0.0.0.0";
   uint32_t blas_threads = 1;  // OpenBLAS threads per worker
   double bucket_cap_mb = 25;  // AllReduce bucket size; 0: one AllReduce after backward
   std::filesystem::path run_dir = "runs/worker";

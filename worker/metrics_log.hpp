@@ -9,6 +9,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 
 #include "core/error.hpp"
@@ -33,11 +34,19 @@ class MetricsLog {
     fields["time"] = seconds();
     out_ << fields.dump() << '\n';
     out_.flush();
+    if (observer_) observer_(fields);
+  }
+
+  // Called with every line after it is written (on the writer's thread): the worker's
+  // Prometheus metrics follow the same events (worker/worker_metrics.hpp).
+  void observe(std::function<void(const nlohmann::json&)> observer) {
+    observer_ = std::move(observer);
   }
 
  private:
   std::chrono::steady_clock::time_point start_;
   std::ofstream out_;
+  std::function<void(const nlohmann::json&)> observer_;
 };
 
 }  // namespace geotrain::worker

@@ -24,6 +24,7 @@
 #include "worker/streaming_sync.hpp"
 #include "worker/training_data.hpp"
 #include "worker/worker_checkpoint.hpp"
+#include "worker/worker_metrics.hpp"
 
 namespace geotrain::worker {
 namespace {
@@ -224,6 +225,7 @@ class WorkerRun {
   void restore_snapshot();
   uint64_t connect_leader(std::stop_token stop);
   void open_data(uint64_t first_micro_batch);
+  void serve_metrics();
   // One local step: the micro-batches' forward/backward, the region's reduction, the optimizer
   // step, and the exchanges due after it.
   void local_step(uint64_t round, uint32_t h);
@@ -259,6 +261,10 @@ class WorkerRun {
   uint64_t identity_;
   std::optional<WorkerCheckpointState> resumed_;
   std::optional<MetricsLog> log_;  // opened once set up, so that its times start there
+  // worker.metrics_port: the same events as Prometheus metrics, served by their own thread
+  // (destroyed before the metrics they render).
+  std::unique_ptr<WorkerMetrics> metrics_;
+  std::unique_ptr<MetricsExporter> exporter_;
   // Across regions (the leader): the link to every region's server.
   std::unique_ptr<RegionSync> sync_;
   std::unique_ptr<StreamingSync> streaming_;
@@ -299,10 +305,33 @@ WorkerRun::WorkerRun(const WorkerConfig& config, const std::string& region, uint
   engine_ = make_step_engine(*backend_, *step_, config_.optimizer, lsc.decay_mask);
   if (options_.resume) restore_snapshot();
   log_.emplace(worker_metrics_path(config_.run_dir, region_, rank_));
+  if (config_.metrics_port > 0 || config_.metrics_port_auto) serve_metrics();
   log_->write("start",
               start_fields(config_, region_, rank_, world_, *model_, params_.size(), options_));
+  if (exporter_)
+    log_->write("metrics_endpoint",
+                {{"region", region_}, {"rank", rank_}, {"url", exporter_->url()}});
   if (config_.step_delay_ms.count(region_))
     delay_ = std::chrono::milliseconds(config_.step_delay_ms.at(region_));
+}
+
+void WorkerRun::serve_metrics() {
+  const bool gpt = config_.model.kind == "gpt";
+  metrics_ =
+      std::make_unique<WorkerMetrics>(region_, rank_,
+                                      uint64_t{config_.batch_size} * config_.accumulation_steps *
+                                          (gpt ? config_.model.gpt.seq_len : 1),
+                                      gpt ? "tokens" : "samples");
+  log_->observe([m = metrics_.get()](const nlohmann::json& e) { m->add(e); });
+  // P + (region index) x (workers per region) + rank: every worker of a run on one machine
+  // has its own port, and a scrape config can list them.
+  const uint16_t port =
+      config_.metrics_port_auto
+          ? uint16_t{0}
+          : static_cast<uint16_t>(config_.metrics_port + region_index_ * per_region_ + rank_);
+  exporter_ = std::make_unique<MetricsExporter>(context_, config_.metrics_host, port,
+                                                [m = metrics_.get()] { return m->render(); });
+  spdlog::info("worker {}-{}: Prometheus metrics at {}", region_, rank_, exporter_->url());
 }
 
 void WorkerRun::open_data(uint64_t first_micro_batch) {

@@ -122,15 +122,21 @@ TEST_CASE(
   // The launcher started a's leader at 2 s and b's at 3 s of the run; server-b twice (a restart at
   // 10 s: its clock began again).
   std::ofstream(tmp.path() / "events.jsonl")
-      << R"({"event":"start","process":"server-b","role":"server","restart":0,"time":0.5})" "\n"
-      << R"({"event":"start","process":"worker-a-0","role":"worker","restart":0,"time":2.0})" "\n"
-      << R"({"event":"start","process":"worker-b-0","role":"worker","restart":0,"time":3.0})" "\n"
-      << R"({"event":"start","process":"server-b","role":"server","restart":1,"time":10.0})" "\n";
+      << R"({"event":"start","process":"server-b","role":"server","restart":0,"time":0.5})"
+         "\n"
+      << R"({"event":"start","process":"worker-a-0","role":"worker","restart":0,"time":2.0})"
+         "\n"
+      << R"({"event":"start","process":"worker-b-0","role":"worker","restart":0,"time":3.0})"
+         "\n"
+      << R"({"event":"start","process":"server-b","role":"server","restart":1,"time":10.0})"
+         "\n";
   std::ofstream(tmp.path() / "server-b.metrics.jsonl")
-      << R"({"event":"stats","t":1.0})" "\n"
+      << R"({"event":"stats","t":1.0})"
+         "\n"
       << R"({"event":"membership","region":"a","change":"dead","why":"silent 30000 ms","t":2.0})"
       << "\n"
-      << R"({"event":"stats","t":0.5})" "\n"
+      << R"({"event":"stats","t":0.5})"
+         "\n"
       << R"({"event":"membership","region":"a","change":"dead","why":"never registered","t":1.5})"
       << "\n";
   SummaryInputs in;
@@ -203,7 +209,8 @@ TEST_CASE("the report shows settings from config.yaml and the results") {
   CHECK(report.find("| `server.downlink_codec` | fp32 (default) |") != std::string::npos);
   CHECK(report.find("| `worker.lr` | (default) |") != std::string::npos);
   CHECK(report.find("| final test accuracy | 85.00% |") != std::string::npos);
-  CHECK(report.find("| time to 70.00% (run clock, between evaluations) | 3.6 s |") != std::string::npos);
+  CHECK(report.find("| time to 70.00% (run clock, between evaluations) | 3.6 s |") !=
+        std::string::npos);
   CHECK(report.find("| b | 90.00% | 4 |") != std::string::npos);
   const auto summary = json::parse(std::ifstream(tmp.path() / "summary.json"));
   CHECK(summary["rounds"] == 4);

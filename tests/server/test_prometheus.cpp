@@ -49,7 +49,7 @@ TEST_CASE("a stats snapshot renders as Prometheus counters, gauges and a stalene
                 "live": false, "registered": false}},
     "shards": [{"id": 0, "version": 5, "released_round": 4, "clocks": [4, 3]}],
     "connections": {"open": 3, "refused_over_cap": 12, "max_per_address": 256}})");
-  server::ProcessStats process;
+  wire::ProcessStats process;
   process.resident_bytes = 4096;
   const auto text = server::prometheus_text(stats, process);
   CHECK(has_line(text, "# TYPE geotrain_pushes_total counter"));
@@ -80,7 +80,7 @@ TEST_CASE("a stats snapshot renders as Prometheus counters, gauges and a stalene
 }
 
 TEST_CASE("this process's statistics are read from /proc") {
-  const auto p = server::read_process_stats();
+  const auto p = wire::read_process_stats();
   REQUIRE(p.resident_bytes);
   CHECK(*p.resident_bytes > 0);
   REQUIRE(p.cpu_seconds);

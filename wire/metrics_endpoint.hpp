@@ -21,7 +21,7 @@
 #include <list>
 #include <string>
 
-namespace geotrain::server {
+namespace geotrain::wire {
 
 class MetricsEndpoint {
  public:
@@ -54,4 +54,4 @@ class MetricsEndpoint {
   std::list<Connection> open_;  // partial requests, oldest first
 };
 
-}  // namespace geotrain::server
+}  // namespace geotrain::wire

@@ -1,4 +1,4 @@
-#include "server/metrics_endpoint.hpp"
+#include "wire/metrics_endpoint.hpp"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -9,7 +9,7 @@
 #include "core/check_zmq.hpp"
 #include "core/error_types.hpp"
 
-namespace geotrain::server {
+namespace geotrain::wire {
 
 namespace {
 std::string http_response(std::string_view status, std::string_view content_type,
@@ -132,4 +132,4 @@ void MetricsEndpoint::close(const std::string& id) {
     socket_.send(zmq::message_t(), zmq::send_flags::dontwait);
 }
 
-}  // namespace geotrain::server
+}  // namespace geotrain::wire
