@@ -1,28 +1,38 @@
 #!/usr/bin/env bash
-# Installs everything geotrain needs to build, test and run, from Debian packages only.
-# Then writes the default text corpus (the King James Bible, scripts/kjv.sh) when it is missing
-# or empty. Idempotent: when every package and the corpus are present it does nothing (no
-# apt-get update).
+# Installs what geotrain needs, from Debian packages only, then writes the default text corpus
+# (the King James Bible, scripts/kjv.sh) when it is missing or empty. Idempotent: when every
+# package and the corpus are present it does nothing (no apt-get update).
+#   bootstrap.sh run   what building the `geotrain` binary and running it needs (scripts/demo.sh):
+#                      the libraries it links, the data, matplotlib for the plots
+#   bootstrap.sh       everything (scripts/test.sh): the above plus doctest, PyTorch (the tests'
+#                      reference), pybind11, prometheus_client and clang (the fuzz targets)
 # CUDA, cuBLAS and NCCL are not installed here; the build uses /usr/local/cuda when present.
 set -euo pipefail
 
+mode=${1:-all}
+case $mode in run | all) ;; *) echo "bootstrap: unknown mode '$mode' (run or all)" >&2; exit 2 ;; esac
+
 packages=(
-  build-essential cmake ninja-build pkg-config git
+  build-essential cmake ninja-build pkg-config
   libzmq3-dev cppzmq-dev
   libcapnp-dev capnproto
   libzstd-dev zlib1g-dev libxxhash-dev
   libspdlog-dev libfmt-dev
-  doctest-dev
   libyaml-cpp-dev libcli11-dev nlohmann-json3-dev
   libopenblas-dev libgloo-dev
-  python3 python3-matplotlib python3-numpy python3-torch
-  python3-dev pybind11-dev
-  python3-prometheus-client  # tests/python/test_metrics_endpoint.py parses the server's /metrics
-  # The libFuzzer build of fuzz/ (docs/fuzzing.md): Debian's clang, and its compiler-rt, which
-  # holds libFuzzer and the sanitizer runtimes (clang only recommends it).
-  clang libclang-rt-dev
+  python3 python3-matplotlib python3-numpy
   dataset-fashion-mnist bible-kjv bible-kjv-text
 )
+if [ "$mode" = all ]; then
+  packages+=(
+    git doctest-dev
+    python3-torch python3-dev pybind11-dev
+    python3-prometheus-client  # tests/python: the /metrics endpoints read by an independent parser
+    # The libFuzzer build of fuzz/ (docs/fuzzing.md): Debian's clang, and its compiler-rt, which
+    # holds libFuzzer and the sanitizer runtimes (clang only recommends it).
+    clang libclang-rt-dev
+  )
+fi
 corpus=/usr/local/share/geotrain/kjv.txt
 
 missing=()
@@ -33,7 +43,7 @@ for p in "${packages[@]}"; do
 done
 
 if [ "${#missing[@]}" -eq 0 ] && [ -s "$corpus" ]; then
-  echo "bootstrap: all ${#packages[@]} packages present, corpus $corpus present"
+  echo "bootstrap ($mode): all ${#packages[@]} packages present, corpus $corpus present"
   exit 0
 fi
 

@@ -315,7 +315,9 @@ TEST_CASE("run.restart turns worker snapshots on unless the config sets them") {
   CHECK(plan_with(base + "worker: {checkpoint: {every: 4}}\nrun: {restart: {max_restarts: 1}}\n")
             ["worker"]["checkpoint"]["every"]
                 .as<int>() == 4);
-  CHECK_FALSE(plan_with(base)["worker"]["checkpoint"]);
+  // run.restart is on by default; max_restarts: 0 turns it, and the snapshots, off.
+  CHECK(plan_with(base)["worker"]["checkpoint"]["every"].as<int>() == 1);
+  CHECK_FALSE(plan_with(base + "run: {restart: {max_restarts: 0}}\n")["worker"]["checkpoint"]);
 }
 
 TEST_CASE("--resume plans from the run folder's config and keeps the user's netsim additions") {
