@@ -38,3 +38,21 @@ def binary():
 def source_dir():
     return os.environ.get("GEOTRAIN_SOURCE_DIR",
                           os.path.normpath(os.path.join(os.path.dirname(__file__), "..", "..")))
+
+
+def prometheus_scrape(url):
+    """One scrape of a /metrics endpoint, read by an independent client (urllib, and
+    prometheus_client's own parser; the caller skips when it is missing): ({(name, labels as a
+    sorted tuple): value}, {family: type}, the response's content type)."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+    with urllib.request.urlopen(url, timeout=10) as r:
+        content_type = r.headers["Content-Type"]
+        text = r.read().decode("utf-8")
+    samples, types = {}, {}
+    for family in text_string_to_metric_families(text):
+        types[family.name] = family.type
+        for s in family.samples:
+            samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return samples, types, content_type

@@ -19,7 +19,7 @@ import _support
 geotrain = _support.import_geotrain()
 BINARY = _support.binary()
 try:
-    from prometheus_client.parser import text_string_to_metric_families
+    import prometheus_client.parser  # noqa: F401  (_support.prometheus_scrape uses it)
 except ImportError:
     _support.skip("prometheus_client is not installed (python3-prometheus-client)")
 
@@ -45,17 +45,7 @@ TENSORS = [("w", 512), ("b", 64)]
 
 
 def scrape(url):
-    """{(name, labels as a sorted tuple): value} of one scrape, parsed by prometheus_client,
-    and the response's content type."""
-    with urllib.request.urlopen(url, timeout=10) as r:
-        content_type = r.headers["Content-Type"]
-        text = r.read().decode("utf-8")
-    samples, types = {}, {}
-    for family in text_string_to_metric_families(text):
-        types[family.name] = family.type
-        for s in family.samples:
-            samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
-    return samples, types, content_type
+    return _support.prometheus_scrape(url)
 
 
 def value(samples, name, **labels):

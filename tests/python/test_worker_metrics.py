@@ -14,13 +14,12 @@ import subprocess
 import tempfile
 import time
 import unittest
-import urllib.request
 
 import _support
 
 BINARY = _support.binary()
 try:
-    from prometheus_client.parser import text_string_to_metric_families
+    import prometheus_client.parser  # noqa: F401  (_support.prometheus_scrape uses it)
 except ImportError:
     _support.skip("prometheus_client is not installed (python3-prometheus-client)")
 
@@ -46,13 +45,7 @@ run:
 
 def scrape(url):
     """({(name, labels as a sorted tuple): value}, {family: type}) of one scrape."""
-    with urllib.request.urlopen(url, timeout=10) as r:
-        text = r.read().decode("utf-8")
-    samples, types = {}, {}
-    for family in text_string_to_metric_families(text):
-        types[family.name] = family.type
-        for s in family.samples:
-            samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    samples, types, _ = _support.prometheus_scrape(url)
     return samples, types
 
 
