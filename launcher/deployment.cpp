@@ -71,22 +71,12 @@ const char* to_string(ProcessRole role) {
   return "?";
 }
 
-Deployment plan_deployment(const std::string& config_text, const std::string& source,
-                           const RunSettings& s, const std::filesystem::path& run_dir,
-                           PortAllocator& ports) {
-  const YamlReader in{source};
-  YAML::Node root = in.load_mapping(config_text);
-  const auto extras = read_netsim_extras(root, in, s);
-  const auto run = std::filesystem::absolute(run_dir);
-  const auto config_path = (run / "config.yaml").string();
-
-  Deployment d;
-  for (const auto& r : s.regions) d.server_ports[r] = ports.allocate();
-  for (const auto& from : s.regions)
-    for (const auto& to : s.regions)
-      if (from != to) d.routes.push_back({from, to, ports.allocate()});
-
-  // The resolved config: the user's, with what the launcher owns set.
+namespace {
+// The server section as the launcher runs it: every region's endpoint on this machine, the run
+// folder, one metrics port per server, and the checkpoints a restart needs.
+void resolve_server_section(YAML::Node& root, const YamlReader& in, const RunSettings& s,
+                            const std::filesystem::path& run, Deployment& d, PortAllocator& ports) {
+  const auto& source = in.source();
   YAML::Node server = root["server"];
   if (!server) server = YAML::Node(YAML::NodeType::Map);
   GT_REQUIRE(server.IsMap(), "{}: 'server' must be a mapping", source);
@@ -126,9 +116,15 @@ Deployment plan_deployment(const std::string& config_text, const std::string& so
       !(server["checkpoint"] && server["checkpoint"].IsMap() && server["checkpoint"]["every"]))
     server["checkpoint"]["every"] = 1;
   root["server"] = server;
+}
+
+// The worker section: the run folder, the metrics endpoints on loopback, the snapshots a restart
+// needs, and the routes through netsim to the other regions' servers.
+void resolve_worker_section(YAML::Node& root, const YamlReader& in, const RunSettings& s,
+                            const std::filesystem::path& run, const Deployment& d) {
   YAML::Node worker = root["worker"];
   if (!worker) worker = YAML::Node(YAML::NodeType::Map);
-  GT_REQUIRE(worker.IsMap(), "{}: 'worker' must be a mapping", source);
+  GT_REQUIRE(worker.IsMap(), "{}: 'worker' must be a mapping", in.source());
   worker["run_dir"] = run.string();
   // The workers' Prometheus endpoints bind to loopback, as the servers' (one machine).
   if (worker["metrics_port"] && !worker["metrics_host"]) worker["metrics_host"] = d.host;
@@ -144,71 +140,79 @@ Deployment plan_deployment(const std::string& config_text, const std::string& so
   else
     worker.remove("routes");
   root["worker"] = worker;
-  if (s.wan_profile)
-    root["run"]["wan_profile"] = std::filesystem::absolute(*s.wan_profile).string();
-  root.remove("netsim");  // folded into netsim.yaml
-  {
-    // security: CURVE on every server socket. Auto (or unset): on for WAN profiles but lan.
-    const auto security = wire::parse_security_config(root["security"], in, /*allow_auto=*/true);
-    const bool automatic = !root["security"] || !root["security"]["curve"] ||
-                           security.curve == wire::CurveSetting::automatic;
-    d.curve = security.curve == wire::CurveSetting::on;
-    if (automatic)
-      d.curve = s.regions.size() > 1 && s.wan_profile && !s.external_workers &&
-                wire::curve_supported() && netsim::load_profile(*s.wan_profile).name != "lan";
-    YAML::Node sec(YAML::NodeType::Map);
-    sec["curve"] = d.curve;
-    if (d.curve) {
-      std::filesystem::path keys = security.keys_dir;
-      if (keys.empty()) {
-        keys = run / "keys";
-        d.keys_to_generate = keys;
+}
+
+// security: CURVE on every server socket. Auto (or unset): on for WAN profiles but lan; keys
+// generated in the run folder unless keys_dir names some.
+void resolve_security(YAML::Node& root, const YamlReader& in, const RunSettings& s,
+                      const std::filesystem::path& run, Deployment& d) {
+  const auto security = wire::parse_security_config(root["security"], in, /*allow_auto=*/true);
+  const bool automatic = !root["security"] || !root["security"]["curve"] ||
+                         security.curve == wire::CurveSetting::automatic;
+  d.curve = security.curve == wire::CurveSetting::on;
+  if (automatic)
+    d.curve = s.regions.size() > 1 && s.wan_profile && !s.external_workers &&
+              wire::curve_supported() && netsim::load_profile(*s.wan_profile).name != "lan";
+  YAML::Node sec(YAML::NodeType::Map);
+  sec["curve"] = d.curve;
+  if (d.curve) {
+    std::filesystem::path keys = security.keys_dir;
+    if (keys.empty()) {
+      keys = run / "keys";
+      d.keys_to_generate = keys;
+    }
+    sec["keys_dir"] = std::filesystem::absolute(keys).string();
+  }
+  root["security"] = sec;
+}
+
+// netsim.yaml: one link per ordered pair of regions, listening where the routes point and
+// forwarding to the target region's server, with the user's per-link additions; checked by
+// netsim's own parser.
+std::string netsim_config(const RunSettings& s, const NetsimExtras& extras, const Deployment& d,
+                          const std::string& source, const std::filesystem::path& run) {
+  YAML::Node n(YAML::NodeType::Map);
+  n["profile"] = std::filesystem::absolute(*s.wan_profile).string();
+  n["seed"] = extras.seed ? *extras.seed : YAML::Node(1);
+  if (extras.faults_origin) n["faults_origin_unix_s"] = *extras.faults_origin;
+  n["stats"]["jsonl"] = "netsim.jsonl";
+  n["stats"]["interval_s"] = s.netsim_stats_interval_s;
+  n["stats"]["log"] = false;
+  for (const auto& route : d.routes) {
+    YAML::Node link(YAML::NodeType::Map);
+    link["from"] = route.from;
+    link["to"] = route.to;
+    link["listen"] = fmt::format("{}:{}", d.host, route.listen_port);
+    link["target"] = fmt::format("{}:{}", d.host, d.server_ports.at(route.to));
+    if (auto e = extras.links.find({route.from, route.to}); e != extras.links.end())
+      for (const auto& kv : e->second) {
+        const auto key = kv.first.as<std::string>();
+        if (key != "from" && key != "to") link[key] = kv.second;
       }
-      sec["keys_dir"] = std::filesystem::absolute(keys).string();
-    }
-    root["security"] = sec;
+    n["links"].push_back(link);
   }
-  d.config_yaml = emit(
-      root,
-      fmt::format("# Resolved by geotrain run from {}: every process of this run read this file.\n",
-                  source));
-
-  if (!d.routes.empty()) {
-    YAML::Node n(YAML::NodeType::Map);
-    n["profile"] = std::filesystem::absolute(*s.wan_profile).string();
-    n["seed"] = extras.seed ? *extras.seed : YAML::Node(1);
-    if (extras.faults_origin) n["faults_origin_unix_s"] = *extras.faults_origin;
-    n["stats"]["jsonl"] = "netsim.jsonl";
-    n["stats"]["interval_s"] = s.netsim_stats_interval_s;
-    n["stats"]["log"] = false;
-    for (const auto& route : d.routes) {
-      YAML::Node link(YAML::NodeType::Map);
-      link["from"] = route.from;
-      link["to"] = route.to;
-      link["listen"] = fmt::format("{}:{}", d.host, route.listen_port);
-      link["target"] = fmt::format("{}:{}", d.host, d.server_ports[route.to]);
-      if (auto e = extras.links.find({route.from, route.to}); e != extras.links.end())
-        for (const auto& kv : e->second) {
-          const auto key = kv.first.as<std::string>();
-          if (key != "from" && key != "to") link[key] = kv.second;
-        }
-      n["links"].push_back(link);
-    }
-    d.netsim_yaml = emit(n, "# Generated by geotrain run: one link per ordered pair of regions.\n");
-    try {
-      netsim::parse_netsim_config(*d.netsim_yaml, source + " (netsim links)", run);
-    } catch (const InputError& e) {
-      GT_REQUIRE(false, "{}: the WAN profile does not fit this config: {}", source, e.what());
-    }
+  auto text = emit(n, "# Generated by geotrain run: one link per ordered pair of regions.\n");
+  try {
+    netsim::parse_netsim_config(text, source + " (netsim links)", run);
+  } catch (const InputError& e) {
+    GT_REQUIRE(false, "{}: the WAN profile does not fit this config: {}", source, e.what());
   }
+  return text;
+}
 
+// The processes: a server per region, netsim when there are routes, the workers (unless they
+// are external).
+std::vector<ProcessSpec> process_specs(const RunSettings& s, const Deployment& d,
+                                       const std::string& config_path,
+                                       const std::filesystem::path& run) {
+  std::vector<ProcessSpec> out;
   for (const auto& r : s.regions)
-    d.processes.push_back({"server-" + r,
-                           ProcessRole::server,
-                           {"server", "--config", config_path, "--region", r},
-                           {d.server_ports[r]},
-                           r,
-                           0});
+    out.push_back({"server-" + r,
+                   ProcessRole::server,
+                   {"server", "--config", config_path, "--region", r},
+                   {d.server_ports.at(r)},
+                   r,
+                   0});
   if (d.netsim_yaml) {
     ProcessSpec p{"netsim",
                   ProcessRole::netsim,
@@ -217,17 +221,49 @@ Deployment plan_deployment(const std::string& config_text, const std::string& so
                   "",
                   0};
     for (const auto& route : d.routes) p.health_ports.push_back(route.listen_port);
-    d.processes.push_back(p);
+    out.push_back(p);
   }
   for (const auto& r : s.regions)
     for (uint32_t rank = 0; rank < s.workers_per_region && !s.external_workers; ++rank)
-      d.processes.push_back(
+      out.push_back(
           {fmt::format("worker-{}-{}", r, rank),
            ProcessRole::worker,
            {"worker", "--config", config_path, "--region", r, "--rank", std::to_string(rank)},
            {},
            r,
            rank});
+  return out;
+}
+}  // namespace
+
+Deployment plan_deployment(const std::string& config_text, const std::string& source,
+                           const RunSettings& s, const std::filesystem::path& run_dir,
+                           PortAllocator& ports) {
+  const YamlReader in{source};
+  YAML::Node root = in.load_mapping(config_text);
+  const auto extras = read_netsim_extras(root, in, s);
+  const auto run = std::filesystem::absolute(run_dir);
+  const auto config_path = (run / "config.yaml").string();
+
+  Deployment d;
+  for (const auto& r : s.regions) d.server_ports[r] = ports.allocate();
+  for (const auto& from : s.regions)
+    for (const auto& to : s.regions)
+      if (from != to) d.routes.push_back({from, to, ports.allocate()});
+
+  // The resolved config: the user's, with what the launcher owns set.
+  resolve_server_section(root, in, s, run, d, ports);
+  resolve_worker_section(root, in, s, run, d);
+  if (s.wan_profile)
+    root["run"]["wan_profile"] = std::filesystem::absolute(*s.wan_profile).string();
+  root.remove("netsim");  // folded into netsim.yaml
+  resolve_security(root, in, s, run, d);
+  d.config_yaml = emit(
+      root,
+      fmt::format("# Resolved by geotrain run from {}: every process of this run read this file.\n",
+                  source));
+  if (!d.routes.empty()) d.netsim_yaml = netsim_config(s, extras, d, source, run);
+  d.processes = process_specs(s, d, config_path, run);
   return d;
 }
 
