@@ -226,7 +226,8 @@ TEST_CASE("the report of a language model shows validation bits per byte, not ac
         std::string::npos);
   CHECK(report.find(fmt::format("| final validation loss (nats per byte) | {:.3f} |",
                                 2.3 * kLn2)) != std::string::npos);
-  CHECK(report.find("| time to 2.500 bpb (run clock, between evaluations) | 3.6 s |") != std::string::npos);
+  CHECK(report.find("| time to 2.500 bpb (run clock, between evaluations) | 3.6 s |") !=
+        std::string::npos);
   CHECK(report.find("| region | validation bpb | rounds |") != std::string::npos);
   CHECK(report.find("| b | 2.400 | 4 |") != std::string::npos);
   CHECK(report.find("accuracy") == std::string::npos);
