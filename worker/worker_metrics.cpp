@@ -56,6 +56,7 @@ std::string WorkerMetrics::render() const {
   using wire::prometheus_number;
   wire::Exposition out;
   const wire::PrometheusLabels who{{"region", region_}, {"rank", std::to_string(rank_)}};
+  const auto process = wire::read_process_stats();  // /proc, outside the lock add() takes
   std::lock_guard lock(mutex_);
   auto labels = who;
   labels.emplace_back("model", model_);
@@ -99,7 +100,7 @@ std::string WorkerMetrics::render() const {
     gauge("geotrain_worker_val_loss", "The newest evaluation's validation loss (nats per byte).",
           val_loss_);
   }
-  wire::add_process_metrics(out, wire::read_process_stats());
+  wire::add_process_metrics(out, process);
   return out.take();
 }
 
