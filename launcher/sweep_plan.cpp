@@ -125,6 +125,84 @@ void check_point_keys(const RawPoints& raw, const std::vector<ConfigOverride>& o
   }
 }
 
+// Each point's values as text, the sweep's keys in order of first use, and its label: the one
+// given, else key=value pairs (the keys' last parts), sanitised; two points may not share one.
+void label_points(const RawPoints& raw, SweepPlan& plan, const std::string& source) {
+  std::set<std::string> labels;
+  for (const auto& [label, values] : raw) {
+    SweepPoint point;
+    for (const auto& [key, value] : values) {
+      point.values.emplace_back(key, flow(value));
+      if (std::find(plan.keys.begin(), plan.keys.end(), key) == plan.keys.end())
+        plan.keys.push_back(key);
+    }
+    std::string name = label;
+    if (name.empty()) {
+      for (const auto& [key, value] : point.values)
+        name += (name.empty() ? "" : ",") + key.substr(key.rfind('.') + 1) + "=" + value;
+      if (name.empty()) name = "base";
+    }
+    point.label = sanitize(name);
+    GT_REQUIRE(labels.insert(point.label).second, "{}: two points have the label '{}'", source,
+               point.label.substr(0, 200));
+    plan.points.push_back(std::move(point));
+  }
+}
+
+// The index of the point labelled `baseline`, or an InputError naming a few labels.
+std::size_t find_baseline(const std::string& baseline, const SweepPlan& plan,
+                          const std::string& source) {
+  const auto want = sanitize(baseline);
+  const auto at = std::find_if(plan.points.begin(), plan.points.end(),
+                               [&](const SweepPoint& p) { return p.label == want; });
+  if (at == plan.points.end()) {
+    std::string some;  // the first few labels: a large grid's full list would be megabytes
+    for (std::size_t i = 0; i < std::min<std::size_t>(plan.points.size(), 8); ++i)
+      some += (some.empty() ? "" : ", ") + plan.points[i].label.substr(0, 80);
+    if (plan.points.size() > 8) some += fmt::format(", and {} more", plan.points.size() - 8);
+    GT_REQUIRE(false, "{}: baseline is '{}', allowed: one of the points' labels ({})", source,
+               want.substr(0, 200), some);
+  }
+  return static_cast<std::size_t>(at - plan.points.begin());
+}
+
+// A point's config as the run reads it (config_yaml), and its setup (the config without run.name
+// and run.wan_profile, which the seeds table groups by); refused when YAML cannot write it or
+// what it wrote does not read back.
+void write_point_config(const YAML::Node& config, SweepPoint& point, const std::string& sweep,
+                        const std::string& source) {
+  {
+    YAML::Node setup = YAML::Clone(config);
+    if (setup["run"] && setup["run"].IsMap()) {
+      setup["run"].remove("name");
+      setup["run"].remove("wan_profile");
+    }
+    YAML::Emitter e;
+    e << setup;
+    point.setup = e.c_str();
+  }
+  YAML::Emitter e;
+  e << config;
+  // yaml-cpp's emitter refuses some scalars it parsed (control characters, bytes that are not
+  // UTF-8) and stops there: its partial text would be an invalid config for the point.
+  GT_REQUIRE(e.good(),
+             "{}: point '{}': its config cannot be written as YAML ({}); a key or value "
+             "holds characters YAML cannot write (control characters, bytes that are not UTF-8)",
+             source, point.label.substr(0, 64), e.GetLastError());
+  point.config_yaml =
+      fmt::format("# geotrain sweep {}: point '{}'\n{}\n", sweep, point.label, e.c_str());
+  // And what it wrote must read back: yaml-cpp writes a key of more than 1024 characters as a
+  // plain key, which YAML (and its own parser) refuses (found by fuzz_sweep_config).
+  try {
+    (void)YAML::Load(point.config_yaml);
+  } catch (const YAML::Exception& x) {
+    throw InputError(fmt::format(
+        "{}: point '{}': its config does not read back as YAML ({}); a key is too long (YAML "
+        "allows 1024 characters) or holds characters YAML cannot write",
+        source, point.label.substr(0, 64), x.what()));
+  }
+}
+
 }  // namespace
 
 SweepPlan parse_sweep(const std::string& text, const std::string& source, const fs::path& sweep_dir,
@@ -166,39 +244,9 @@ SweepPlan parse_sweep(const std::string& text, const std::string& source, const 
 
   // Labels, and the baseline, before any config is built: a sweep that names no point as its
   // baseline is refused at once, not after planning thousands of points.
-  std::set<std::string> labels;
-  for (const auto& [label, values] : raw) {
-    SweepPoint point;
-    for (const auto& [key, value] : values) {
-      point.values.emplace_back(key, flow(value));
-      if (std::find(plan.keys.begin(), plan.keys.end(), key) == plan.keys.end())
-        plan.keys.push_back(key);
-    }
-    std::string name = label;
-    if (name.empty()) {
-      for (const auto& [key, value] : point.values)
-        name += (name.empty() ? "" : ",") + key.substr(key.rfind('.') + 1) + "=" + value;
-      if (name.empty()) name = "base";
-    }
-    point.label = sanitize(name);
-    GT_REQUIRE(labels.insert(point.label).second, "{}: two points have the label '{}'", source,
-               point.label.substr(0, 200));
-    plan.points.push_back(std::move(point));
-  }
-  if (auto b = root["baseline"]) {
-    const auto want = sanitize(in.string(b, "baseline"));
-    const auto at = std::find_if(plan.points.begin(), plan.points.end(),
-                                 [&](const SweepPoint& p) { return p.label == want; });
-    if (at == plan.points.end()) {
-      std::string some;  // the first few labels: a large grid's full list would be megabytes
-      for (std::size_t i = 0; i < std::min<std::size_t>(plan.points.size(), 8); ++i)
-        some += (some.empty() ? "" : ", ") + plan.points[i].label.substr(0, 80);
-      if (plan.points.size() > 8) some += fmt::format(", and {} more", plan.points.size() - 8);
-      GT_REQUIRE(false, "{}: baseline is '{}', allowed: one of the points' labels ({})", source,
-                 want.substr(0, 200), some);
-    }
-    plan.baseline = static_cast<std::size_t>(at - plan.points.begin());
-  }
+  label_points(raw, plan, source);
+  if (auto b = root["baseline"])
+    plan.baseline = find_baseline(in.string(b, "baseline"), plan, source);
 
   const YAML::Node base_config =
       apply_overrides(parse_yaml(base_text, base.string()), overrides, source);
@@ -236,36 +284,7 @@ SweepPlan parse_sweep(const std::string& text, const std::string& source, const 
         known = profile_names.emplace(file, profile_name(file)).first;
       point.wan_profile = known->second;
     }
-    {
-      YAML::Node setup = YAML::Clone(config);
-      if (setup["run"] && setup["run"].IsMap()) {
-        setup["run"].remove("name");
-        setup["run"].remove("wan_profile");
-      }
-      YAML::Emitter e;
-      e << setup;
-      point.setup = e.c_str();
-    }
-    YAML::Emitter e;
-    e << config;
-    // yaml-cpp's emitter refuses some scalars it parsed (control characters, bytes that are not
-    // UTF-8) and stops there: its partial text would be an invalid config for the point.
-    GT_REQUIRE(e.good(),
-               "{}: point '{}': its config cannot be written as YAML ({}); a key or value "
-               "holds characters YAML cannot write (control characters, bytes that are not UTF-8)",
-               source, point.label.substr(0, 64), e.GetLastError());
-    point.config_yaml =
-        fmt::format("# geotrain sweep {}: point '{}'\n{}\n", plan.name, point.label, e.c_str());
-    // And what it wrote must read back: yaml-cpp writes a key of more than 1024 characters as a
-    // plain key, which YAML (and its own parser) refuses (found by fuzz_sweep_config).
-    try {
-      (void)YAML::Load(point.config_yaml);
-    } catch (const YAML::Exception& x) {
-      throw InputError(fmt::format(
-          "{}: point '{}': its config does not read back as YAML ({}); a key is too long (YAML "
-          "allows 1024 characters) or holds characters YAML cannot write",
-          source, point.label.substr(0, 64), x.what()));
-    }
+    write_point_config(config, point, plan.name, source);
   }
   return plan;
 } catch (const YAML::Exception& e) {
