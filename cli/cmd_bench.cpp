@@ -7,6 +7,7 @@
 #include "bench/codec_bench.hpp"
 #include "bench/server_bench.hpp"
 #include "bench/train_bench.hpp"
+#include "bench/wan_bench.hpp"
 #include "cli/commands.hpp"
 
 namespace geotrain::cli {
@@ -58,6 +59,36 @@ void add_bench_command(CLI::App& app, CommandList& commands) {
                    "then a soak of this many seconds of load with RSS at its start and end")
       ->check(CLI::Range(0.0, 86400.0));
   commands.emplace_back(server, [server_opts] { return bench::run_server_bench(*server_opts); });
+
+  auto wan_opts = std::make_shared<bench::WanBenchOptions>();
+  auto* wan = bench->add_subcommand(
+      "wan", "one leader's push and pull across an emulated WAN link, by streams and CURVE");
+  wan->add_option("--profile", wan_opts->profile, "WAN profile: a name in configs/wan or a path")
+      ->capture_default_str();
+  wan->add_option("--from", wan_opts->from, "the link's first region (default: longest RTT)");
+  wan->add_option("--to", wan_opts->to, "the link's second region");
+  wan->add_option("--elements", wan_opts->elements, "values in the payload")
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 29));
+  wan->add_option("--codec", wan_opts->codec, "codec spec of the payload")->capture_default_str();
+  wan->add_option("--streams", wan_opts->streams, "connections per server to try")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  wan->add_option("--security", wan_opts->security, "plain and/or curve")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"plain", "curve"}));
+  wan->add_option("--repeats", wan_opts->repeats, "transfers per direction (median reported)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100));
+  wan->add_option("--io-threads", wan_opts->io_threads, "ZeroMQ I/O threads per end")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  wan->add_option("--socket-buffer-kib", wan_opts->socket_buffer_kib,
+                  "SO_SNDBUF/SO_RCVBUF of both ends (0: the OS default)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 20));
+  wan->add_flag("--json", wan_opts->json, "print one JSON document instead of a table");
+  commands.emplace_back(wan, [wan_opts] { return bench::run_wan_bench(*wan_opts); });
 
   auto train_opts = std::make_shared<bench::TrainBenchOptions>();
   auto* train = bench->add_subcommand(

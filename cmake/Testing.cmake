@@ -1,7 +1,8 @@
 # geotrain_add_suite(NAME <name> LABEL <folder> SOURCES <...> LIBS <...> [GPU] [TIMEOUT s])
 # One doctest executable per suite, registered as one ctest test labelled with its folder.
 # GPU suites also get the label `gpu`; they exit with 77 when no device is present, which
-# ctest reports as SKIPPED (SKIP_RETURN_CODE), never as a pass.
+# ctest reports as SKIPPED (SKIP_RETURN_CODE), never as a pass. OWN_MAIN suites bring their own
+# main(), which exits with 77 when the machine cannot run them (the reason on stdout).
 add_library(geotrain_doctest_main OBJECT ${PROJECT_SOURCE_DIR}/tests/doctest_main.cpp)
 target_link_libraries(geotrain_doctest_main PUBLIC doctest::doctest)
 
@@ -12,10 +13,12 @@ if(GEOTRAIN_HAVE_CUDA)
 endif()
 
 function(geotrain_add_suite)
-  cmake_parse_arguments(S "GPU" "NAME;LABEL;TIMEOUT" "SOURCES;LIBS" ${ARGN})
+  cmake_parse_arguments(S "GPU;OWN_MAIN" "NAME;LABEL;TIMEOUT" "SOURCES;LIBS" ${ARGN})
   add_executable(${S_NAME} ${S_SOURCES})
   if(S_GPU)
     target_link_libraries(${S_NAME} PRIVATE geotrain_gpu_test_main ${S_LIBS})
+  elseif(S_OWN_MAIN)
+    target_link_libraries(${S_NAME} PRIVATE doctest::doctest ${S_LIBS})
   else()
     target_link_libraries(${S_NAME} PRIVATE geotrain_doctest_main ${S_LIBS})
   endif()
@@ -26,6 +29,8 @@ function(geotrain_add_suite)
   set(labels ${S_LABEL})
   if(S_GPU)
     list(APPEND labels gpu)
+  endif()
+  if(S_GPU OR S_OWN_MAIN)
     set_tests_properties(${S_NAME} PROPERTIES SKIP_RETURN_CODE 77)
   endif()
   if(NOT S_TIMEOUT)

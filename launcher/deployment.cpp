@@ -2,9 +2,12 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
+
 #include "core/error.hpp"
 #include "core/yaml_reader.hpp"
 #include "netsim/config.hpp"
+#include "wire/channel.hpp"
 #include "wire/security_config.hpp"
 
 namespace geotrain::launcher {
@@ -139,6 +142,26 @@ void resolve_worker_section(YAML::Node& root, const YamlReader& in, const RunSet
     worker["routes"] = routes;
   else
     worker.remove("routes");
+  // worker.streams_per_server auto (or unset) on an emulated WAN: from the profile's links, by
+  // the rule a leader applies to what it measures (wire::streams_for_link); a leader here would
+  // measure the right round trip but this host's TCP window, not the emulated one.
+  const auto streams = worker["streams_per_server"];
+  if (s.wan_profile && !d.routes.empty() &&
+      (!streams || (streams.IsScalar() && streams.Scalar() == "auto"))) {
+    const auto profile = netsim::load_profile(*s.wan_profile);
+    uint32_t n = 1;
+    for (const auto& route : d.routes) {
+      // A pair the profile lacks is named by the netsim check (netsim_config) with the fix.
+      const auto it = profile.links.find({route.from, route.to});
+      const auto* p = it != profile.links.end() ? &it->second
+                      : profile.any_pair        ? &*profile.any_pair
+                                                : nullptr;
+      if (p)
+        n = std::max(n, wire::streams_for_link(2 * p->delay_ms / 1e3, p->bandwidth_mbps,
+                                               p->window_kib * 1024));
+    }
+    worker["streams_per_server"] = n;
+  }
   root["worker"] = worker;
 }
 

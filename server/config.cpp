@@ -141,7 +141,8 @@ void parse_server(const Ctx& c, const YAML::Node& s, ServerConfig& cfg) {
               "metrics_port",
               "metrics_host",
               "max_connections_per_address",
-              "downlink_error_feedback"});
+              "downlink_error_feedback",
+              "socket_buffer_kib"});
   if (auto n = s["endpoints"]) cfg.endpoints = read_endpoints(c.in, n, cfg.regions);
 
   if (auto n = s["shards_per_region"])
@@ -181,6 +182,8 @@ void parse_server(const Ctx& c, const YAML::Node& s, ServerConfig& cfg) {
   if (auto n = s["max_connections_per_address"])
     cfg.max_connections_per_address =
         get<uint32_t>(c, n, "server.max_connections_per_address", 0, 1000000);
+  if (auto n = s["socket_buffer_kib"])
+    cfg.socket_buffer_kib = get<uint32_t>(c, n, "server.socket_buffer_kib", 0, 1u << 20);
   if (auto n = s["handshake_ms"])
     cfg.handshake = std::chrono::milliseconds(get<int>(c, n, "server.handshake_ms", 100, 600000));
   if (auto k = s["checkpoint"]) {

@@ -53,6 +53,9 @@ struct ServerConfig {
   bool wait_for_all_regions = true;
   int64_t max_message_bytes = int64_t{256} << 20;
   int high_water_mark = 64;
+  // server.socket_buffer_kib: SO_SNDBUF/SO_RCVBUF of every accepted connection; 0: the OS
+  // default (autotuned). The kernel caps it at net.core.wmem_max / rmem_max.
+  uint32_t socket_buffer_kib = 0;
   // ZMQ_HANDSHAKE_IVL: a connection that has not finished its handshake by then is closed.
   std::chrono::milliseconds handshake{10000};
   // Open connections one peer address may hold (ZAP, wire/zap_authenticator.hpp); 0: no cap.

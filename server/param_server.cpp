@@ -73,6 +73,15 @@ ParamServer::ParamServer(const ServerConfig& config, uint32_t region, zmq::conte
   channel.max_frame_bytes = config.max_message_bytes;
   channel.max_frames = kMaxSegments + 1;
   channel.handshake_ms = static_cast<int>(config.handshake.count());
+  channel.socket_buffer_bytes = static_cast<int>(config.socket_buffer_kib) * 1024;
+  if (config.socket_buffer_kib > 0) {
+    const auto b = wire::effective_socket_buffer(channel.socket_buffer_bytes);
+    spdlog::info(
+        "server {}: socket buffers {} KiB asked, the kernel grants {} KiB to send and "
+        "{} KiB to receive (net.core.wmem_max {}, rmem_max {})",
+        config.regions[region], config.socket_buffer_kib, b.send_bytes / 1024,
+        b.receive_bytes / 1024, b.send_max, b.receive_max);
+  }
   admission_ = admit_clients(config, region, context, options_.authenticator, channel);
   // Restored before the port opens: once it accepts connections (what `geotrain run` waits for
   // after a restart), the checkpoint is in and its `restore` event written.

@@ -55,6 +55,18 @@ struct ChannelOptions {
   // ROUTER without CURVE: ask the context's ZAP handler about NULL clients too (a ZAP domain;
   // wire/zap_authenticator.hpp, bound in the context first), e.g. for its connection cap.
   bool zap_null = false;
+
+  // DEALER: connections to the peer ("lanes", worker.streams_per_server). With more than one, a
+  // message is striped over them (wire/stripe.hpp, wire/striped_channel.hpp): over a long-haul
+  // link one TCP connection moves at most window / RTT, N connections N windows. 1..64. Every
+  // ROUTER channel reassembles striped peers and answers them over their lanes.
+  uint32_t lanes = 1;
+  // SO_SNDBUF and SO_RCVBUF of every connection (ZMQ_SNDBUF/ZMQ_RCVBUF), bytes; 0: the OS's
+  // default and autotuning. The kernel caps it at net.core.wmem_max / rmem_max
+  // (effective_socket_buffer() reads what it grants).
+  int socket_buffer_bytes = 0;
+  // Set by the striped channel on its lanes: the DEALER's routing id (ZMQ_ROUTING_ID).
+  std::string routing_id{};
 };
 
 class Channel {
@@ -73,6 +85,25 @@ class Channel {
   // receiver can refuse it by frame count.
   virtual std::optional<Envelope> receive(std::chrono::milliseconds timeout) = 0;
 };
+
+// The socket buffer the kernel grants for a request of `requested` bytes (0: the default), for
+// each direction: min(requested, net.core.{w,r}mem_max), as Linux caps SO_SNDBUF/SO_RCVBUF.
+struct SocketBuffers {
+  int64_t send_bytes = 0, receive_bytes = 0;  // 0: the OS default (autotuned)
+  int64_t send_max = -1, receive_max = -1;    // the sysctls; -1: unreadable
+};
+SocketBuffers effective_socket_buffer(int requested);
+
+// Connections to one server that fill a link of `mbps` with round trip `rtt_s` when each moves
+// at most `window_bytes` per round trip: ceil(bandwidth x RTT / window), in [1, kMaxAutoStreams]
+// (beyond 16, a 2-core machine measured no gain: docs/benchmarks.md, "Filling a long-haul
+// link"). No window limit (window_bytes <= 0) or no bandwidth limit: 1.
+inline constexpr uint32_t kMaxAutoStreams = 16;
+uint32_t streams_for_link(double rtt_s, double mbps, double window_bytes);
+// The window one TCP connection of this host gets: the socket buffer asked for (capped at
+// net.core.rmem_max), else half of net.ipv4.tcp_rmem's maximum (the share of the receive buffer
+// Linux advertises by default); 3 MiB (Debian's default maximum, halved) when unreadable.
+double tcp_window_bytes(int socket_buffer_bytes);
 
 // Endpoints must be tcp://host:port, inproc://name or ipc://path (InputError otherwise).
 std::unique_ptr<Channel> bind_router(zmq::context_t& context, const std::string& endpoint,

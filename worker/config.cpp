@@ -249,6 +249,9 @@ const std::set<std::string> kWorkerKeys{"workers_per_region",
                                         "fragment_delay",
                                         "stream_critical",
                                         "shard_wait_ms",
+                                        "streams_per_server",
+                                        "link_mbps",
+                                        "socket_buffer_kib",
                                         "checkpoint"};
 
 // worker.device, precision and data_dir, and whether the model can train on the data (reads
@@ -367,6 +370,16 @@ WorkerConfig parse_worker_config(std::string_view yaml_text, std::string_view so
                "timeout_ms without an answer a server counts as gone)",
                source, c.shard_wait.count(), c.timeout.count());
   }
+  if (auto n = w["streams_per_server"]) {
+    if (n.IsScalar() && n.Scalar() == "auto")
+      c.streams_per_server = 0;
+    else
+      c.streams_per_server =
+          in.number<uint32_t>(n, "worker.streams_per_server (1..64 or auto)", 1, 64);
+  }
+  if (auto n = w["link_mbps"]) c.link_mbps = in.number<double>(n, "worker.link_mbps", 1, 1e6);
+  if (auto n = w["socket_buffer_kib"])
+    c.socket_buffer_kib = in.number<uint32_t>(n, "worker.socket_buffer_kib", 0, 1u << 20);
   parse_region_maps(in, w, c);
   return c;
 } catch (const YAML::Exception& e) {

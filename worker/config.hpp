@@ -119,6 +119,17 @@ struct WorkerConfig {
   // overlap, fragment_delay 0) never defer, whatever it says: a config shared by overlapped and
   // synchronous runs (a sweep's base) keeps it.
   std::chrono::milliseconds shard_wait{0};
+  // worker.streams_per_server: TCP connections from a leader to each server, a message striped
+  // over them (wire/striped_channel.hpp): one connection moves at most window / RTT over a long
+  // link. 1..64 (1: one plain connection), or `auto` (0, the default): per server, from the
+  // round trip the leader measures to it, worker.link_mbps and this host's TCP window
+  // (wire::streams_for_link); `geotrain run` on a WAN profile sets it from the profile's links.
+  uint32_t streams_per_server = 0;
+  double link_mbps = 1000;  // worker.link_mbps: the bandwidth `auto` plans for
+  // worker.socket_buffer_kib: SO_SNDBUF/SO_RCVBUF of the leader's server connections; 0: the OS
+  // default (autotuned up to net.ipv4.tcp_rmem's maximum). The kernel caps a set value at
+  // net.core.wmem_max / rmem_max (docs/deploy.md, "Streams and socket buffers").
+  uint32_t socket_buffer_kib = 0;
   std::map<std::string, uint32_t> step_delay_ms;  // artificial slowness per region
   wire::SecurityConfig security;  // top-level `security:`: CURVE keys for every server link
   // worker.external: the workers are the user's own processes (Python leaders through

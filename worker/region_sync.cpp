@@ -20,6 +20,7 @@ using Clock = std::chrono::steady_clock;
 RegionSync::RegionSync(const ParamTable& layout, SyncConfig config, zmq::context_t& context)
     : layout_(layout),
       config_(std::move(config)),
+      context_(context),
       critical_ef_(compression::make_codec(config_.critical_codec.phases().front().codec),
                    compression::FeedbackOptions{config_.error_feedback_decay}),
       noncritical_ef_(compression::make_codec(config_.noncritical_codec.phases().front().codec),
@@ -28,11 +29,20 @@ RegionSync::RegionSync(const ParamTable& layout, SyncConfig config, zmq::context
   for (const auto& s : config_.servers) {
     ServerLink link;
     link.region = s.region;
-    wire::ChannelOptions options;
-    options.curve_client = s.curve;
-    link.client =
-        std::make_unique<wire::Client>(wire::connect_dealer(context, s.endpoint, options));
+    if (config_.streams_per_server > 0) link.client = open_client(s, config_.streams_per_server);
     servers_.push_back(std::move(link));
+  }
+  if (config_.streams_per_server != 1 || config_.socket_buffer_bytes > 0) {
+    const auto b = wire::effective_socket_buffer(config_.socket_buffer_bytes);
+    spdlog::info("region {}: {} connection(s) per server; socket buffers {}", config_.region,
+                 config_.streams_per_server > 0 ? std::to_string(config_.streams_per_server)
+                                                : std::string("auto"),
+                 config_.socket_buffer_bytes > 0
+                     ? fmt::format("{} KiB asked, the kernel grants {} / {} KiB (send / receive; "
+                                   "net.core.wmem_max {}, rmem_max {})",
+                                   config_.socket_buffer_bytes / 1024, b.send_bytes / 1024,
+                                   b.receive_bytes / 1024, b.send_max, b.receive_max)
+                     : std::string("the OS default"));
   }
   base_.assign(layout_.total_elements(), 0.0f);
   GT_REQUIRE(config_.fragments >= 1 && config_.fragments <= 1024,
@@ -41,6 +51,42 @@ RegionSync::RegionSync(const ParamTable& layout, SyncConfig config, zmq::context
 }
 
 RegionSync::~RegionSync() = default;
+
+std::unique_ptr<wire::Client> RegionSync::open_client(const SyncConfig::Server& s,
+                                                      uint32_t streams) {
+  wire::ChannelOptions options;
+  options.curve_client = s.curve;
+  options.lanes = streams;
+  options.socket_buffer_bytes = config_.socket_buffer_bytes;
+  return std::make_unique<wire::Client>(wire::connect_dealer(context_, s.endpoint, options));
+}
+
+uint32_t RegionSync::choose_streams(const SyncConfig::Server& s) {
+  // Heartbeats on a throwaway connection: the first waits for the server to come up (and carries
+  // the connection's handshakes), the next two time the round trip. A server that does not know
+  // this region answers `unregistered`: an answer all the same.
+  auto probe = open_client(s, 1);
+  double rtt = 1e9;
+  for (int i = 0; i < 3; ++i) {
+    const auto id = probe->send(wire::Heartbeat{});
+    GT_REQUIRE(id.has_value(), "server of region {}: send queue full", s.region);
+    ReplyWait w;
+    w.stop = stop_;
+    const auto t0 = Clock::now();
+    try {
+      collect(*probe, s.region, {*id}, config_.timeout, "round-trip probe", w);
+    } catch (const ServerLost&) {
+    }
+    if (i > 0) rtt = std::min(rtt, seconds_since(t0));
+  }
+  const double window = wire::tcp_window_bytes(config_.socket_buffer_bytes);
+  const uint32_t n = wire::streams_for_link(rtt, config_.link_mbps, window);
+  spdlog::info(
+      "region {}: server of region {}: round trip {:.1f} ms, {} connection(s) (auto: {} "
+      "Mbit/s x RTT / {:.0f} KiB window)",
+      config_.region, s.region, rtt * 1e3, n, config_.link_mbps, window / 1024);
+  return n;
+}
 
 void RegionSync::set_origin(ConstFloatSpan origin) {
   GT_REQUIRE(origin.size() == base_.size(), "region {}: origin has {} parameters, the table has {}",
@@ -72,6 +118,9 @@ void RegionSync::build_segments(ShardState& shard) const {
 }
 
 uint64_t RegionSync::connect(uint64_t resume_at) {
+  for (size_t s = 0; s < servers_.size(); ++s)
+    if (!servers_[s].client)
+      servers_[s].client = open_client(config_.servers[s], choose_streams(config_.servers[s]));
   shards_.clear();
   uint64_t next = UINT64_MAX;
   std::vector<uint64_t> next_of(servers_.size(), 1);  // each server's next round for us

@@ -102,6 +102,13 @@ struct SyncConfig {
   // 0: never defer.
   std::chrono::milliseconds shard_wait{0};
   std::chrono::milliseconds heartbeat{1'000};
+  // worker.streams_per_server: connections to each server, messages striped over them
+  // (wire::ChannelOptions::lanes); 0 (auto): connect() measures the round trip to each server
+  // first and asks wire::streams_for_link with link_mbps and this host's TCP window.
+  // worker.socket_buffer_kib in bytes (0: the OS default).
+  uint32_t streams_per_server = 1;
+  double link_mbps = 1000;
+  int socket_buffer_bytes = 0;
   // Tokens (samples) the region trains on between two pushes of a shard, sent with every push
   // so that a server with server.consistency.weighting: tokens weighs this region's delta by
   // them (docs/protocol.md); 0: unknown, weighted like every other delta.
@@ -280,6 +287,10 @@ class RegionSync {
   static constexpr size_t kMaxFinalPulls = wire::kMaxWaitingPerPeer;
 
   void build_segments(ShardState& shard) const;
+  // A client for server `s` over `streams` connections.
+  std::unique_ptr<wire::Client> open_client(const SyncConfig::Server& s, uint32_t streams);
+  // streams_per_server auto: the round trip to `s` measured, then wire::streams_for_link.
+  uint32_t choose_streams(const SyncConfig::Server& s);
   // Pulls of the shards for which `take` is true, on the servers for which `servers` is true.
   Pulls send_pulls(bool full, const std::vector<bool>& take, const std::vector<bool>& servers);
   // The round this region pushes next for the shard, as its server counts it.
@@ -335,6 +346,7 @@ class RegionSync {
 
   const ParamTable& layout_;
   SyncConfig config_;
+  zmq::context_t& context_;
   std::vector<ServerLink> servers_;
   std::vector<ShardState> shards_;
   std::vector<float> base_;

@@ -315,7 +315,8 @@ void RegionSync::keep_alive() {
 void RegionSync::goodbye(std::chrono::milliseconds wait) {
   std::vector<std::optional<uint64_t>> ids(servers_.size());
   for (size_t s = 0; s < servers_.size(); ++s)
-    if (!servers_[s].lost) ids[s] = servers_[s].client->send(wire::Goodbye{});
+    if (!servers_[s].lost && servers_[s].client)  // no client: connect() never reached it
+      ids[s] = servers_[s].client->send(wire::Goodbye{});
   for (size_t s = 0; s < servers_.size(); ++s) {
     if (!ids[s]) continue;
     try {

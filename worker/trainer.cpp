@@ -178,6 +178,8 @@ nlohmann::json start_fields(const WorkerConfig& c, const std::string& region, ui
           {"fragment_delay", c.merge_delay()},
           {"stream_critical", c.stream_critical},
           {"shard_wait_ms", c.shard_wait.count()},
+          // 0: auto (each server's count is in the log: worker/region_sync.cpp)
+          {"streams_per_server", c.streams_per_server},
           {"staleness_bound", c.staleness_bound},
           {"resume", options.resume},
           {"generation", options.generation}};

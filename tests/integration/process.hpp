@@ -28,16 +28,20 @@ namespace geotrain::test {
 
 class Process {
  public:
-  Process(std::vector<std::string> args, const std::filesystem::path& log) : log_(log) {
+  // `prefix`: a command that runs the binary (e.g. `ip netns exec NS`), found on PATH.
+  Process(std::vector<std::string> args, const std::filesystem::path& log,
+          std::vector<std::string> prefix = {})
+      : log_(log) {
     std::vector<char*> argv;
     args.insert(args.begin(), GEOTRAIN_BINARY);
+    args.insert(args.begin(), prefix.begin(), prefix.end());
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     posix_spawn_file_actions_adddup2(&actions, 1, 2);
-    const int rc = posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ);
+    const int rc = posix_spawnp(&pid_, argv[0], &actions, nullptr, argv.data(), environ);
     posix_spawn_file_actions_destroy(&actions);
     REQUIRE_MESSAGE(rc == 0, "posix_spawn failed: ", rc);
   }

@@ -299,3 +299,22 @@ TEST_CASE("CURVE is on by default for WAN profiles, off for lan, and can be swit
   CHECK_THROWS_WITH_AS(plan("security: {curve: on, key_dir: x}\n"),
                        doctest::Contains("security.key_dir"), InputError);
 }
+
+TEST_CASE("streams per server: auto on an emulated WAN takes the count its slowest link needs") {
+  test::TempDir tmp("launcher-streams");
+  auto streams_of = [&](const std::string& yaml) {
+    const auto s = parse_run_settings(yaml, "t.yaml", kWanDir, "t");
+    PortAllocator ports;
+    const auto d = plan_deployment(yaml, "t.yaml", s, tmp.path(), ports);
+    return YAML::Load(d.config_yaml)["worker"]["streams_per_server"];
+  };
+  // global-3's longest round trip, 239 ms, at 1 Gbit/s over 3 MiB windows: ceil(9.5) = 10.
+  CHECK(streams_of(kThreeRegions).as<uint32_t>() == 10);
+  std::string set = kThreeRegions;
+  set.replace(set.find("rounds: 3"), 9, "rounds: 3, streams_per_server: auto");
+  CHECK(streams_of(set).as<uint32_t>() == 10);
+  set.replace(set.find("streams_per_server: auto"), 24, "streams_per_server: 3");
+  CHECK(streams_of(set).as<uint32_t>() == 3);  // a number given is kept
+  // No WAN: the workers measure for themselves (auto stays unset).
+  CHECK_FALSE(streams_of("regions: [solo]\nworker: {workers_per_region: 1}\n"));
+}

@@ -64,3 +64,19 @@ TEST_CASE("worker.overlap takes true, false, eager or delayed, not yaml-cpp's ot
     CHECK_THROWS_WITH_AS(parse(v), doctest::Contains(message.c_str()), InputError);
   }
 }
+
+TEST_CASE("worker.streams_per_server is 1..64 or auto (the default), with link_mbps for auto") {
+  const auto parse = [](const std::string& worker) {
+    return worker::parse_worker_config(
+        "regions: [a]\nmodel: {arch: 784-10}\nworker: {" + worker + "}\n", "w.yaml");
+  };
+  CHECK(parse("").streams_per_server == 0);  // auto
+  CHECK(parse("streams_per_server: auto").streams_per_server == 0);
+  CHECK(parse("streams_per_server: 8").streams_per_server == 8);
+  CHECK(parse("link_mbps: 400").link_mbps == doctest::Approx(400));
+  CHECK(parse("socket_buffer_kib: 32768").socket_buffer_kib == 32768);
+  CHECK_THROWS_WITH_AS(parse("streams_per_server: 65"),
+                       doctest::Contains("worker.streams_per_server (1..64 or auto)"), InputError);
+  CHECK_THROWS_WITH_AS(parse("streams_per_server: many"),
+                       doctest::Contains("worker.streams_per_server"), InputError);
+}

@@ -1,0 +1,174 @@
+// Regions on separate hosts: each region's server and workers in a Linux network namespace of
+// their own, with their own address, joined by veth pairs to a bridge (made and removed here),
+// from one config as docs/deploy.md says: servers bound to their namespace's address, every
+// region's workers with their own `gloo_host` (a copy of the config differing in that key only),
+// leaders striping over 4 connections per server. The trained parameters must equal, bit for
+// bit, those of the same config on loopback with one plain connection per server: where the
+// processes run and how the bytes travel must not change the model.
+//
+// Needs root and `ip` (iproute2); otherwise every test here exits 77, which ctest reports as
+// SKIPPED, with the reason on stdout.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+
+#include "cluster.hpp"
+#include "process.hpp"
+#include "temp_dir.hpp"
+
+using namespace geotrain;
+using namespace geotrain::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+int sh(const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").c_str()); }
+
+// Namespaces `<tag>h` (a bridge) and `<tag>0..`, region i at 10.231.0.(i + 1)/24.
+class Hosts {
+ public:
+  explicit Hosts(size_t n) : tag_(fmt::format("gt{}", ::getpid() % 100000)) {
+    const std::string hub = tag_ + "h";
+    ok_ = sh("ip netns add " + hub) == 0;
+    ok_ = ok_ && sh(fmt::format("ip -n {0} link add br0 type bridge && ip -n {0} link set br0 up "
+                                "&& ip -n {0} link set lo up",
+                                hub)) == 0;
+    for (size_t i = 0; ok_ && i < n; ++i) {
+      const std::string ns = fmt::format("{}{}", tag_, i), a = ns + "a", b = ns + "b";
+      ok_ = sh("ip netns add " + ns) == 0 &&
+            sh(fmt::format("ip link add {} type veth peer name {}", a, b)) == 0 &&
+            sh(fmt::format("ip link set {} netns {} && ip link set {} netns {}", a, ns, b, hub)) ==
+                0 &&
+            sh(fmt::format("ip -n {0} addr add {1}/24 dev {2} && ip -n {0} link set {2} up && "
+                           "ip -n {0} link set lo up",
+                           ns, address(i), a)) == 0 &&
+            sh(fmt::format("ip -n {0} link set {1} master br0 && ip -n {0} link set {1} up", hub,
+                           b)) == 0;
+      made_ = i + 1;
+    }
+  }
+  ~Hosts() {
+    for (size_t i = 0; i < made_; ++i) sh(fmt::format("ip netns del {}{}", tag_, i));
+    sh("ip netns del " + tag_ + "h");
+  }
+  bool ok() const { return ok_; }
+  std::string ns(size_t i) const { return fmt::format("{}{}", tag_, i); }
+  static std::string address(size_t i) { return fmt::format("10.231.0.{}", i + 1); }
+
+ private:
+  std::string tag_;
+  bool ok_ = false;
+  size_t made_ = 0;
+};
+
+const std::vector<std::string> kRegions = {"a", "b", "c"};
+
+std::string config(const std::filesystem::path& dir, const std::vector<std::string>& endpoints,
+                   const std::string& gloo_host, uint32_t streams) {
+  std::string eps;
+  for (size_t i = 0; i < kRegions.size(); ++i)
+    eps += fmt::format("{}{}: \"{}\"", i ? ", " : "", kRegions[i], endpoints[i]);
+  return fmt::format(R"(regions: [a, b, c]
+model: {{arch: "784-32-10", critical: ["*"]}}
+server:
+  endpoints: {{{}}}
+  run_dir: "{}"
+  dead_after_ms: 60000
+worker:
+  workers_per_region: 2
+  run_dir: "{}"
+  data_dir: "{}"
+  gloo_host: "{}"
+  streams_per_server: {}
+  batch_size: 16
+  local_steps: 2
+  rounds: 6
+  eval_every: 0
+  seed: 5
+  timeout_ms: 60000
+  critical_codec: fp32
+  noncritical_codec: fp32
+)",
+                     eps, dir.string(), dir.string(), kData, gloo_host, streams);
+}
+
+// Every region's server and two workers; `host(i)` the prefix that places region i's processes.
+void run(const std::filesystem::path& dir, const std::vector<std::string>& endpoints,
+         const std::function<std::vector<std::string>(size_t)>& host,
+         const std::function<std::string(size_t)>& gloo_host, uint32_t streams) {
+  std::vector<std::unique_ptr<Process>> servers, workers;
+  for (size_t i = 0; i < kRegions.size(); ++i) {
+    const auto file = dir / fmt::format("config-{}.yaml", kRegions[i]);
+    std::ofstream(file) << config(dir, endpoints, gloo_host(i), streams);
+    servers.push_back(std::make_unique<Process>(
+        std::vector<std::string>{"server", "--config", file.string(), "--region", kRegions[i]},
+        dir / fmt::format("server-{}.log", kRegions[i]), host(i)));
+    for (int k = 0; k < 2; ++k)
+      workers.push_back(std::make_unique<Process>(
+          std::vector<std::string>{"worker", "--config", file.string(), "--region", kRegions[i],
+                                   "--rank", std::to_string(k)},
+          dir / fmt::format("worker-{}-{}.log", kRegions[i], k), host(i)));
+  }
+  for (auto& w : workers) {
+    const auto code = w->wait(180s);
+    REQUIRE_MESSAGE(code.value_or(-1) == 0, "a worker failed:\n", w->log());
+  }
+  for (auto& s : servers) s->terminate();
+  for (auto& s : servers) CHECK(s->wait(20s).value_or(-1) == 0);
+}
+
+}  // namespace
+
+TEST_CASE("regions in their own network namespaces train as on loopback, bit for bit") {
+  Hosts hosts(kRegions.size());
+  REQUIRE_MESSAGE(hosts.ok(), "the namespaces could not be made (checked in main)");
+  TempDir dir("netns");
+  std::vector<std::string> apart, here;
+  for (size_t i = 0; i < kRegions.size(); ++i) {
+    apart.push_back(fmt::format("tcp://{}:7101", Hosts::address(i)));
+    here.push_back(fmt::format("tcp://127.0.0.1:{}", free_port()));
+  }
+  const auto split = dir.path() / "apart", local = dir.path() / "loopback";
+  std::filesystem::create_directories(split);
+  std::filesystem::create_directories(local);
+  run(
+      split, apart,
+      [&](size_t i) {
+        return std::vector<std::string>{"ip", "netns", "exec", hosts.ns(i)};
+      },
+      [](size_t i) { return Hosts::address(i); }, 4);
+  run(
+      local, here, [](size_t) { return std::vector<std::string>{}; },
+      [](size_t) { return std::string("127.0.0.1"); }, 1);
+  for (const auto& r : kRegions) {
+    const auto a = read_params(split / fmt::format("params-{}.f32", r));
+    const auto b = read_params(local / fmt::format("params-{}.f32", r));
+    REQUIRE(a.size() == b.size());
+    CHECK_MESSAGE(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0, "region ", r,
+                  ": parameters differ between namespaces and loopback");
+  }
+  const auto rounds = events(split / "worker-b-0.metrics.jsonl", "round");
+  REQUIRE(rounds.size() == 6);
+  CHECK(rounds.back()["bytes_pushed"].get<uint64_t>() > 0);
+}
+
+int main(int argc, char** argv) {
+  if (::geteuid() != 0) {
+    std::printf("SKIPPED: network namespaces need root\n");
+    return 77;
+  }
+  {
+    Hosts probe(1);
+    if (!probe.ok()) {
+      std::printf("SKIPPED: `ip netns add` or a veth pair failed here (no CAP_NET_ADMIN?)\n");
+      return 77;
+    }
+  }
+  doctest::Context context(argc, argv);
+  return context.run();
+}
