@@ -113,6 +113,8 @@ std::optional<Envelope> StripedDealer::receive(std::chrono::milliseconds timeout
       if (auto env = lanes_[i]->receive(std::chrono::milliseconds(0)))
         take(static_cast<uint16_t>(i), std::move(*env));
     }
+    // Chunks of a long message may keep coming: the caller's timeout still holds.
+    if (ready_.empty() && Clock::now() >= deadline) return std::nullopt;
   }
 }
 

@@ -378,15 +378,26 @@ class OuterSync:
             event.update({k: float(v) for k, v in fields.items()})
             self._log.write("eval", event)
 
-    def finish(self, **final_eval):
+    def finish(self, evaluate=None, **final_eval):
         """The end of training (StreamingSync::finish): with overlap, waits for the exchanges in
         flight and merges them; with fragments, exchanges (blocking) every fragment whose last
-        push is older than the last step, so every region ends on the global values. Logs the
-        final evaluation (fields as log_eval) and the `done` event, and writes the final
-        parameters to <run_dir>/params-<region>.f32. Idempotent."""
+        push is older than the last step. Then, after the last round, the end of a run as the
+        native worker's (docs/training.md, "The end of a run"): the leader flushes what it did
+        not push yet and every rank's parameters become the global model, the mean of what the
+        regions hold (the `flush` event); the first region's leader writes it to
+        <run_dir>/model.safetensors under the model's parameter names. A flush that fails leaves
+        the region's own parameters (`global_model` false in `done`, with the reason).
+
+        final_eval: figures of this region's own parameters, evaluated before finish()
+        (test_accuracy / val_bpb / val_loss: region_* in `done`). evaluate: a callable that
+        returns such figures, called on every rank once the parameters are the global model
+        (final_* in `done`); without it, final_* are final_eval's. Logs the final evaluation and
+        the `done` event, and writes the final parameters to <run_dir>/params-<region>.f32.
+        Idempotent."""
         if self._finished:
             return
         self._finished = True
+        global_model, global_error = False, "no flush: this process is not the region's leader"
         if self._leader is not None:
             t0 = time.monotonic()
             self._gather()
@@ -401,26 +412,73 @@ class OuterSync:
                          "compute_s": 0.0, "comm_s": 0.0, "wait_s": time.monotonic() - t0}
                 _add_reports(event, reports)
                 self._log.write("round", event)
+            if self.round > self.rounds:
+                global_model, global_error = self._flush()
+            else:
+                global_error = "the run stopped before its last round"
+            self._leader.goodbye()
             # Disconnect now, before `done` tells `geotrain serve` it may stop the servers: the
             # RegionSync's background thread (overlap) heartbeats them until it is destroyed,
             # and a heartbeat to a server that is gone would hold its destruction for up to
             # the timeout.
             self._leader = None
         self._broadcast()
+        figures = dict(final_eval)
+        if evaluate is not None:
+            figures = dict(evaluate())  # on every rank: the user's evaluation may be collective
         if self._log:
-            if final_eval:
-                self.log_eval(**final_eval)
+            if figures:
+                self.log_eval(**figures)
             done = {"region": self.region, "rank": 0, "rounds": self.rounds_done,
                     "steps": self.steps, "skipped_steps": 0,
-                    "wall_s": time.monotonic() - self._start}
+                    "wall_s": time.monotonic() - self._start, "global_model": global_model}
+            if not global_model:
+                done["global_model_error"] = global_error
             for key in ("test_accuracy", "val_bpb", "val_loss"):
                 if key in final_eval:
-                    done["final_" + key] = float(final_eval[key])
+                    done["region_" + key] = float(final_eval[key])
+                if key in figures:
+                    done["final_" + key] = float(figures[key])
             self._log.write("done", done)
             self._log.close()
             path = os.path.join(self.settings["run_dir"], f"params-{self.region}.f32")
             self._gather()
             self._flat_np.tofile(path)
+
+    def _flush(self):
+        """The leader's flush (RegionSync.flush): the global model into the flat buffer and the
+        parameters, the `flush` event, and model.safetensors from the first region. Returns
+        (global_model, error)."""
+        t0 = time.monotonic()
+        self._gather()
+        own = self._flat_np.copy()
+        event = {"region": self.region}
+        try:
+            event.update(self._leader.flush(self._flat_np))
+            ok, error = True, None
+        except Exception as e:  # no global model: the region keeps its own parameters
+            self._flat_np[:] = own
+            ok, error = False, str(e)
+            event["error"] = error
+        event["global_model"] = ok
+        event["seconds"] = time.monotonic() - t0
+        if self._log:
+            self._log.write("flush", event)
+        self._scatter()
+        if ok and self.region == self.settings["regions"][0]:
+            self._write_global_model()
+        return ok, error
+
+    def _write_global_model(self):
+        """<run_dir>/model.safetensors: the global model under the model's parameter names and
+        shapes, written to a temporary file and renamed into place."""
+        path = os.path.join(self.settings["run_dir"], "model.safetensors")
+        tensors = [(name, [int(d) for d in p.shape], self._flat_np[off:off + n])
+                   for (name, p), (off, n) in zip(self._named, self._slices)]
+        os.makedirs(self.settings["run_dir"], exist_ok=True)
+        _core.write_safetensors(path + ".part", tensors,
+                                {"weights": "global model", "rounds": str(self.rounds_done)})
+        os.replace(path + ".part", path)
 
     def close(self):
         """Drops the connections (finish() does too; close() without finish() abandons the

@@ -28,6 +28,7 @@
 #include "core/error.hpp"
 #include "core/param_table.hpp"
 #include "models/model_spec.hpp"
+#include "models/safetensors.hpp"
 #include "wire/handshake_check.hpp"
 #include "wire/security_config.hpp"
 #include "worker/config.hpp"
@@ -145,6 +146,30 @@ class RegionLeader {
     return report_list(reports);
   }
 
+  // The end of a run, after finish(): RegionSync::flush, then `local` = the global model (the
+  // mean of what the regions hold). Returns the `flush` event's figures. Raises what the flush
+  // raises (a server that does not answer or lacks the flush): `local` is then unchanged.
+  py::dict flush(const py::handle& local) {
+    require_connected();
+    auto v = float_view(local, true, "local");
+    worker::FlushReport r;
+    {
+      py::gil_scoped_release nogil;
+      streaming_.reset();  // nothing may run in the background from here on
+      r = sync_->flush(v.span);
+    }
+    const auto base = sync_->base();
+    std::copy(base.begin(), base.end(), v.span.begin());
+    flushed_ = true;
+    py::dict d;
+    d["bytes_pushed"] = r.bytes_pushed;
+    d["bytes_pulled"] = r.bytes_pulled;
+    d["push_s"] = r.push_seconds;
+    d["pull_s"] = r.pull_seconds;
+    d["segments_owed"] = r.segments_owed;
+    return d;
+  }
+
   void copy_base(const py::handle& out) {
     auto v = float_view(out, true, "out");
     const auto base = sync_->base();
@@ -157,6 +182,12 @@ class RegionLeader {
   const ParamTable& table() const { return table_; }
   uint64_t next_round() const { return sync_->next_round(); }
   const StreamingConfig& streaming() const { return streaming_config_; }
+  // The region leaves (RegionSync::goodbye): best effort, at most `wait_ms` per server.
+  void goodbye(int64_t wait_ms) {
+    py::gil_scoped_release nogil;
+    streaming_.reset();
+    sync_->goodbye(std::chrono::milliseconds(wait_ms));
+  }
   bool curve() const { return security_.curve_on(); }
 
  private:
@@ -191,12 +222,14 @@ class RegionLeader {
   }
 
   void require_connected() const {
+    if (flushed_) throw py::value_error("RegionSync: flush() ended the run: no exchange after it");
     if (!streaming_) throw py::value_error("RegionSync: connect() first");
   }
 
   zmq::context_t context_;
   ParamTable table_;
   std::unique_ptr<RegionSync> sync_;
+  bool flushed_ = false;
   StreamingConfig streaming_config_;
   wire::SecurityConfig security_;
   std::unique_ptr<StreamingSync> streaming_;
@@ -466,6 +499,13 @@ connect() raises HandshakeError (a ConnectionError) when a server refuses the co
       .def("finish", &RegionLeader::finish, py::arg("last_step"), py::arg("local"),
            "the end of training after `last_step`: merges what is in flight and exchanges every "
            "fragment pushed before the last step; returns the reports merged")
+      .def("flush", &RegionLeader::flush, py::arg("local"),
+           "the end of a run, after finish(): pushes the progress not pushed yet (fp32), waits "
+           "for every live region's flush and pulls the global model into `local` (in place); "
+           "returns the flush's bytes and times. No exchange after it")
+      .def("goodbye", &RegionLeader::goodbye, py::arg("wait_ms") = 2000,
+           "the region leaves: every server stops counting it at once (best effort, at most "
+           "wait_ms per server); last, after flush()")
       .def("copy_base", &RegionLeader::copy_base, py::arg("out"),
            "out[:] = the newest global parameters this region has received")
       .def_property_readonly("next_round", &RegionLeader::next_round)
@@ -489,6 +529,28 @@ connect() raises HandshakeError (a ConnectionError) when a server refuses the co
         return out;
       });
 
+  m.def(
+      "write_safetensors",
+      [](const std::string& path, const std::vector<std::tuple<std::string, std::vector<uint64_t>,
+                                                               py::handle>>& tensors,
+         const std::map<std::string, std::string>& metadata) {
+        std::vector<std::vector<float>> keep;  // float_view may stage a copy; hold it
+        std::vector<models::SafetensorView> views;
+        for (const auto& [name, shape, values] : tensors) {
+          auto v = float_view(values, false, name.c_str());
+          uint64_t n = 1;
+          for (auto d : shape) n *= d;
+          if (n != v.span.size())
+            throw py::value_error(fmt::format("tensor {}: shape holds {} values, the array {}",
+                                              name, n, v.span.size()));
+          keep.emplace_back(v.span.begin(), v.span.end());
+          views.push_back({name, shape, ConstFloatSpan(keep.back())});
+        }
+        models::write_safetensors(path, views, metadata);
+      },
+      py::arg("path"), py::arg("tensors"), py::arg("metadata") = std::map<std::string, std::string>{},
+      "writes [(name, shape, float32 array), ...] as a safetensors file (models/safetensors.hpp: "
+      "the layout `geotrain export-init` and the native run's model.safetensors use)");
   m.def("leader_settings", &leader_settings, py::arg("yaml_text"), py::arg("source"),
         py::arg("region"),
         "what a region's leader reads from a deployment config, parsed by the native worker's "

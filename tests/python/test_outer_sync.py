@@ -8,6 +8,8 @@ import tempfile
 import threading
 import unittest
 
+import numpy as np
+
 import _support
 
 geotrain = _support.import_geotrain()
@@ -29,7 +31,7 @@ server:
 worker:
   local_steps: 2
   rounds: 3
-  critical_codec: fp32
+  critical_codec: {critical_codec}
   noncritical_codec: {noncritical}
   overlap: {overlap}
 run:
@@ -40,19 +42,39 @@ run:
 """
 
 
+def load_safetensors(path):
+    """A safetensors file's F32 tensors and metadata, read by hand (the format is a u64 header
+    length, a JSON header, then the raw data): an independent reader of what geotrain wrote."""
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = {"__metadata__": header.pop("__metadata__", {})}
+    for name, t in header.items():
+        a, b = t["data_offsets"]
+        out[name] = np.frombuffer(data[a:b], dtype=np.float32).reshape(t["shape"])
+    return out
+
+
+def read_events(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
 def tiny_model():
     torch.manual_seed(0)
     return torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
 
 
 class TwoRegions(unittest.TestCase):
-    def start(self, tmp, overlap=False, noncritical="fp32", critical=("*",)):
+    def start(self, tmp, overlap=False, noncritical="fp32", critical=("*",), critical_codec="fp32"):
         # Critical tensors are combined synchronously: each round's global step is exactly the
         # mean of the regions' deltas. (Non-critical ones apply on arrival: no closed form.)
         critical = list(critical)
         base = os.path.join(tmp, "base.yaml")
         with open(base, "w") as f:
             f.write(BASE.format(overlap=str(overlap).lower(), noncritical=noncritical,
+                                critical_codec=critical_codec,
                                 wan=os.path.join(_support.source_dir(), "configs/wan/lan.yaml")))
         config = config_for_model(base, tiny_model().named_parameters(),
                                   os.path.join(tmp, "config.yaml"), critical=critical)
@@ -73,7 +95,7 @@ class TwoRegions(unittest.TestCase):
             if sync.step(loss=1.0 / (1 + sync.steps)):
                 history.append([(p - s).mean().item() for p, s in
                                 zip(model.parameters(), start)])
-        sync.finish(test_accuracy=0.5)
+        sync.finish(evaluate=lambda: {"test_accuracy": 0.75}, test_accuracy=0.5)
         results[region] = history
 
     def run_both(self, servers):
@@ -109,10 +131,37 @@ class TwoRegions(unittest.TestCase):
                 summary = json.load(f)
             self.assertEqual(summary["status"], "completed")
             self.assertEqual(summary["rounds"], 3)
-            self.assertAlmostEqual(summary["final_test_accuracy"], 0.5)
+            self.assertAlmostEqual(summary["final_test_accuracy"], 0.75)  # evaluate(): global
             self.assertGreater(summary["wan_wire_bytes_total"], 0)  # netsim carried the WAN
             self.assertTrue(os.path.exists(os.path.join(servers.run_dir, "report.md")))
             self.assertTrue(os.path.exists(os.path.join(servers.run_dir, "params-a.f32")))
+
+    def test_the_run_ends_with_one_global_model_written_by_the_first_region(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            # 1 bit both ways: the regions' parameters differ until the flush pulls the global
+            # model (fp32) into both.
+            servers = self.start(tmp, critical_codec="onebit")
+            self.run_both(servers)
+            self.assertEqual(servers.wait(60), 0)
+            run = servers.run_dir
+            a = np.fromfile(os.path.join(run, "params-a.f32"), dtype=np.float32)
+            b = np.fromfile(os.path.join(run, "params-b.f32"), dtype=np.float32)
+            self.assertTrue(np.array_equal(a, b))  # one model, bit for bit
+            model = load_safetensors(os.path.join(run, "model.safetensors"))
+            self.assertEqual(model["__metadata__"]["weights"], "global model")
+            self.assertEqual(list(model["0.weight"].shape), [3, 4])
+            flat = np.concatenate([model[n].reshape(-1) for n in
+                                   ("0.weight", "0.bias", "1.weight", "1.bias")])
+            self.assertTrue(np.array_equal(flat, a))
+            for region in ("a", "b"):
+                events = read_events(os.path.join(run, f"worker-{region}-0.metrics.jsonl"))
+                flush = [e for e in events if e["event"] == "flush"]
+                self.assertEqual(len(flush), 1)
+                self.assertTrue(flush[0]["global_model"])
+                done = [e for e in events if e["event"] == "done"][0]
+                self.assertTrue(done["global_model"])
+                self.assertAlmostEqual(done["region_test_accuracy"], 0.5)
+                self.assertAlmostEqual(done["final_test_accuracy"], 0.75)
 
     def test_overlap_merges_one_round_late(self):
         with tempfile.TemporaryDirectory() as tmp:
