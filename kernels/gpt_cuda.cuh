@@ -1,5 +1,6 @@
 // The GPT's ops on a GPU: the CUDA twins of kernels/ops/*.hpp (same shapes and contracts), for
-// activations of type T = float (fp32) or __nv_bfloat16 (bf16 mixed precision).
+// activations of type T = float (fp32) or __nv_bfloat16 (bf16 mixed precision). Each op's kernels
+// and launchers live beside its CPU twin, in kernels/ops/<op>.cu.
 //
 // llm.c style: each launcher checks what it can see (sizes that must fit an int, a row that must
 // fit a block), computes the grid, launches on `stream` and checks cudaGetLastError (SystemError),

@@ -218,19 +218,14 @@ BatchResult GptCuda::take_result() {
   return r;
 }
 
-template <typename X>
-void GptCuda::run(const float* d_params, size_t batch, float* d_grad,
-                  const Model::TensorReady& on_ready) {
+// Carves the arena for `batch` sequences with activations of `x_bytes` each: two passes,
+// counting then handing out 256-byte aligned pointers.
+GptCuda::Acts GptCuda::carve(size_t batch, size_t x_bytes) {
   const size_t B = batch, T = config_.seq_len, C = config_.d_model, BT = B * T;
-  const size_t NH = config_.heads, hs = C / NH, V = config_.vocab, Vp = vocab_padded_;
-  const size_t H = config_.mlp_ratio * C, L = config_.layers, att_n = B * NH * T * T;
-  const bool grad = d_grad != nullptr;
-  GT_REQUIRE(BT * std::max(Vp, 3 * C) <= size_t{INT32_MAX} && att_n <= size_t{INT32_MAX},
-             "gpt (cuda): batch {} is too large for 32-bit indexing", B);
-
-  // Carve the arena: two passes, counting then handing out 256-byte aligned pointers.
+  const size_t NH = config_.heads, Vp = vocab_padded_;
+  const size_t H = config_.mlp_ratio * C, att_n = B * NH * T * T;
   Acts a{};
-  a.layers.resize(L);
+  a.layers.resize(config_.layers);
   for (int pass = 0; pass < 2; ++pass) {
     size_t used = 0;
     char* base = pass == 0 ? nullptr : arena_.get();
@@ -239,7 +234,7 @@ void GptCuda::run(const float* d_params, size_t batch, float* d_grad,
       used += align_up(elements * bytes_each, 256);
       return p;
     };
-    const auto X_ = [&](size_t n) { return take(n, sizeof(X)); };
+    const auto X_ = [&](size_t n) { return take(n, x_bytes); };
     const auto F_ = [&](size_t n) { return static_cast<float*>(take(n, sizeof(float))); };
     a.encoded = X_(BT * C);
     for (auto& l : a.layers) {
@@ -284,97 +279,131 @@ void GptCuda::run(const float* d_params, size_t batch, float* d_grad,
     a.dfch = X_(BT * H);
     if (pass == 0) arena_.reserve(used);
   }
+  return a;
+}
 
-  const cudaStream_t s = stream_;
-  const cudaDataType_t xt = data_type<X>();
-  const X* weights = nullptr;
-  if constexpr (std::is_same_v<X, float>)
-    weights = d_params;
-  else
-    weights = weights_.get();
-  const auto W = [&](size_t tensor) { return weights + offsets_[tensor]; };
-  const auto G = [&](size_t tensor) { return d_grad + offsets_[tensor]; };
-  const auto ready = [&](size_t tensor) {
+// One pass over a batch with activations of type X: its shapes, the weights (fp32 parameters, or
+// their bf16 copy), the gradient buffer, and the GEMM helpers that forward() and backward() share.
+template <typename X>
+struct GptCuda::Pass {
+  GptCuda& m;
+  Acts& a;
+  size_t B, T, C, BT, NH, hs, V, Vp, H, L;
+  const X* weights;
+  float* d_grad;
+  const Model::TensorReady& on_ready;
+  cudaStream_t s;
+  cudaDataType_t xt = data_type<X>();
+  int iBT, iT, ihs, batches;
+  long long sT, sTT;
+  float scale;
+
+  Pass(GptCuda& model, Acts& acts, size_t batch, const float* d_params, float* grad,
+       const Model::TensorReady& ready_cb)
+      : m(model), a(acts), d_grad(grad), on_ready(ready_cb), s(model.stream_) {
+    const auto& c = m.config_;
+    B = batch, T = c.seq_len, C = c.d_model, BT = B * T, NH = c.heads, hs = C / NH;
+    V = c.vocab, Vp = m.vocab_padded_, H = c.mlp_ratio * C, L = c.layers;
+    if constexpr (std::is_same_v<X, float>)
+      weights = d_params;
+    else
+      weights = m.weights_.get();
+    iBT = static_cast<int>(BT), iT = static_cast<int>(T), ihs = static_cast<int>(hs);
+    batches = static_cast<int>(B * NH);
+    sT = static_cast<long long>(T * hs), sTT = static_cast<long long>(T * T);
+    scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  }
+
+  const X* W(size_t tensor) const { return weights + m.offsets_[tensor]; }
+  float* G(size_t tensor) const { return d_grad + m.offsets_[tensor]; }
+  void ready(size_t tensor) const {
     if (on_ready) on_ready(tensor);
-  };
-  const auto x_ = [](void* p) { return static_cast<X*>(p); };
-  const int iBT = static_cast<int>(BT);
+  }
+  static X* x_(void* p) { return static_cast<X*>(p); }
 
   // out (BT, OC) = inp (BT, IC) W^T + bias.
-  const auto linear = [&](void* out, const void* inp, const X* w, const X* bias, size_t IC,
-                          size_t OC, size_t ldo) {
-    lt_matmul(lt_, xt, xt, true, false, static_cast<int>(OC), iBT, static_cast<int>(IC), w,
+  void linear(void* out, const void* inp, const X* w, const X* bias, size_t IC, size_t OC,
+              size_t ldo) const {
+    lt_matmul(m.lt_, xt, xt, true, false, static_cast<int>(OC), iBT, static_cast<int>(IC), w,
               static_cast<int>(IC), inp, static_cast<int>(IC), out, static_cast<int>(ldo), 0.0f,
-              bias, workspace_.get(), s);
-  };
+              bias, m.workspace_.get(), s);
+  }
   // dinp (BT, IC) = dout W (when dinp); dW (fp32) += dout^T inp; dbias += column sums of dout.
-  const auto linear_backward = [&](void* dinp, float* dw, float* dbias, const void* dout,
-                                   const void* inp, const X* w, size_t IC, size_t OC, size_t ldd) {
+  void linear_backward(void* dinp, float* dw, float* dbias, const void* dout, const void* inp,
+                       const X* w, size_t IC, size_t OC, size_t ldd) const {
     if (dinp != nullptr)
-      lt_matmul(lt_, xt, xt, false, false, static_cast<int>(IC), iBT, static_cast<int>(OC), w,
+      lt_matmul(m.lt_, xt, xt, false, false, static_cast<int>(IC), iBT, static_cast<int>(OC), w,
                 static_cast<int>(IC), dout, static_cast<int>(ldd), dinp, static_cast<int>(IC), 0.0f,
-                nullptr, workspace_.get(), s);
-    lt_matmul(lt_, xt, CUDA_R_32F, false, true, static_cast<int>(IC), static_cast<int>(OC), iBT,
+                nullptr, m.workspace_.get(), s);
+    lt_matmul(m.lt_, xt, CUDA_R_32F, false, true, static_cast<int>(IC), static_cast<int>(OC), iBT,
               inp, static_cast<int>(IC), dout, static_cast<int>(ldd), dw, static_cast<int>(IC),
-              1.0f, nullptr, workspace_.get(), s);
+              1.0f, nullptr, m.workspace_.get(), s);
     if (dbias != nullptr)
       kg::bias_backward(dbias, static_cast<const X*>(dout), BT, OC, a.bias_scratch, s);
-  };
-  const int iT = static_cast<int>(T), ihs = static_cast<int>(hs),
-            batches = static_cast<int>(B * NH);
-  const long long sT = static_cast<long long>(T * hs), sTT = static_cast<long long>(T * T);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-
-  // ---- forward ----
-  kg::embedding_forward(x_(a.encoded), inputs_.get(), W(kGptWte), W(kGptWpe), B, T, C, s);
-  const void* x = a.encoded;
-  for (size_t l = 0; l < L; ++l) {
-    Acts::Layer& y = a.layers[l];
-    const auto P = [&](GptBlockTensor k) { return W(gpt_block_tensor(l, k)); };
-    kg::layernorm_forward(x_(y.ln1), y.ln1_mean, y.ln1_rstd, static_cast<const X*>(x), P(kLn1W),
-                          P(kLn1B), BT, C, s);
-    linear(y.qkv, y.ln1, P(kQkvW), P(kQkvB), C, 3 * C, 3 * C);
-    // Attention: S = Q K^T (fp32), P = causal softmax(S / sqrt(hs)), Y = P V.
-    kg::attention_permute(x_(a.q), x_(a.k), x_(a.v), x_(y.qkv), B, T, NH, hs, s);
-    batched_gemm(blas_, xt, CUDA_R_32F, true, false, iT, iT, ihs, a.k, ihs, sT, a.q, ihs, sT,
-                 a.scores, iT, sTT, batches);
-    kg::causal_softmax(x_(y.att), a.scores, scale, B * NH * T, T, s);
-    batched_gemm(blas_, xt, xt, false, false, ihs, iT, iT, a.v, ihs, sT, y.att, iT, sTT, a.y, ihs,
-                 sT, batches);
-    kg::attention_unpermute(x_(y.atty), x_(a.y), B, T, NH, hs, s);
-    linear(a.proj, y.atty, P(kAttnProjW), P(kAttnProjB), C, C, C);
-    kg::residual_forward(x_(y.res2), static_cast<const X*>(x), x_(a.proj), BT * C, s);
-    kg::layernorm_forward(x_(y.ln2), y.ln2_mean, y.ln2_rstd, x_(y.res2), P(kLn2W), P(kLn2B), BT, C,
-                          s);
-    linear(y.fch, y.ln2, P(kFcW), P(kFcB), C, H, H);
-    kg::gelu_forward(x_(y.fch_gelu), x_(y.fch), BT * H, s);
-    linear(a.proj, y.fch_gelu, P(kMlpProjW), P(kMlpProjB), H, C, C);
-    kg::residual_forward(x_(y.res3), x_(y.res2), x_(a.proj), BT * C, s);
-    x = y.res3;
   }
-  const size_t lnf_w = gpt_block_tensor(L, kLn1W), lnf_b = lnf_w + 1;
-  kg::layernorm_forward(x_(a.lnf), a.lnf_mean, a.lnf_rstd, static_cast<const X*>(x), W(lnf_w),
-                        W(lnf_b), BT, C, s);
-  linear(a.logits, a.lnf, W(kGptWte), nullptr, C, head_rows_, Vp);  // the tied head
-  kg::cross_entropy(a.losses, a.correct, grad ? x_(a.logits) : nullptr, x_(a.logits),
-                    targets_.get(), BT, V, Vp, 1.0f / static_cast<float>(BT), s);
-  kg::sum_loss(sums_.get(), a.losses, a.correct, BT, s);
-  predictions_ += BT;
-  if (!grad) return;
 
-  // ---- backward ----
-  GT_CUDA_CHECK(cudaMemsetAsync(a.dres, 0, BT * C * sizeof(X), s));
-  // The head's backward: dln over head_rows_ columns of dlogits (the padding is zero), the
-  // embedding's gradient over the V real rows only.
-  lt_matmul(lt_, xt, xt, false, false, static_cast<int>(C), iBT, static_cast<int>(head_rows_),
-            W(kGptWte), static_cast<int>(C), a.logits, static_cast<int>(Vp), a.dln,
-            static_cast<int>(C), 0.0f, nullptr, workspace_.get(), s);
-  linear_backward(nullptr, G(kGptWte), nullptr, a.logits, a.lnf, W(kGptWte), C, V, Vp);
-  kg::layernorm_backward(x_(a.dres), G(lnf_w), G(lnf_b), x_(a.dln), static_cast<const X*>(x),
-                         W(lnf_w), a.lnf_mean, a.lnf_rstd, BT, C, s);
-  ready(lnf_w);
-  ready(lnf_b);
-  for (size_t l = L; l-- > 0;) {
+  // Embedding, the blocks, the final LayerNorm, the tied head and the loss (dlogits over the
+  // logits when training).
+  void forward(bool grad) {
+    kg::embedding_forward(x_(a.encoded), m.inputs_.get(), W(kGptWte), W(kGptWpe), B, T, C, s);
+    const void* x = a.encoded;
+    for (size_t l = 0; l < L; ++l) {
+      Acts::Layer& y = a.layers[l];
+      const auto P = [&](GptBlockTensor k) { return W(gpt_block_tensor(l, k)); };
+      kg::layernorm_forward(x_(y.ln1), y.ln1_mean, y.ln1_rstd, static_cast<const X*>(x), P(kLn1W),
+                            P(kLn1B), BT, C, s);
+      linear(y.qkv, y.ln1, P(kQkvW), P(kQkvB), C, 3 * C, 3 * C);
+      // Attention: S = Q K^T (fp32), P = causal softmax(S / sqrt(hs)), Y = P V.
+      kg::attention_permute(x_(a.q), x_(a.k), x_(a.v), x_(y.qkv), B, T, NH, hs, s);
+      batched_gemm(m.blas_, xt, CUDA_R_32F, true, false, iT, iT, ihs, a.k, ihs, sT, a.q, ihs, sT,
+                   a.scores, iT, sTT, batches);
+      kg::causal_softmax(x_(y.att), a.scores, scale, B * NH * T, T, s);
+      batched_gemm(m.blas_, xt, xt, false, false, ihs, iT, iT, a.v, ihs, sT, y.att, iT, sTT, a.y,
+                   ihs, sT, batches);
+      kg::attention_unpermute(x_(y.atty), x_(a.y), B, T, NH, hs, s);
+      linear(a.proj, y.atty, P(kAttnProjW), P(kAttnProjB), C, C, C);
+      kg::residual_forward(x_(y.res2), static_cast<const X*>(x), x_(a.proj), BT * C, s);
+      kg::layernorm_forward(x_(y.ln2), y.ln2_mean, y.ln2_rstd, x_(y.res2), P(kLn2W), P(kLn2B), BT,
+                            C, s);
+      linear(y.fch, y.ln2, P(kFcW), P(kFcB), C, H, H);
+      kg::gelu_forward(x_(y.fch_gelu), x_(y.fch), BT * H, s);
+      linear(a.proj, y.fch_gelu, P(kMlpProjW), P(kMlpProjB), H, C, C);
+      kg::residual_forward(x_(y.res3), x_(y.res2), x_(a.proj), BT * C, s);
+      x = y.res3;
+    }
+    const size_t lnf_w = gpt_block_tensor(L, kLn1W), lnf_b = lnf_w + 1;
+    kg::layernorm_forward(x_(a.lnf), a.lnf_mean, a.lnf_rstd, static_cast<const X*>(x), W(lnf_w),
+                          W(lnf_b), BT, C, s);
+    linear(a.logits, a.lnf, W(kGptWte), nullptr, C, m.head_rows_, Vp);  // the tied head
+    kg::cross_entropy(a.losses, a.correct, grad ? x_(a.logits) : nullptr, x_(a.logits),
+                      m.targets_.get(), BT, V, Vp, 1.0f / static_cast<float>(BT), s);
+    kg::sum_loss(m.sums_.get(), a.losses, a.correct, BT, s);
+  }
+
+  // The head, the final LayerNorm, the blocks in reverse and the embedding; each tensor's
+  // gradient is announced (on_ready) once its kernels are queued.
+  void backward() {
+    const size_t lnf_w = gpt_block_tensor(L, kLn1W), lnf_b = lnf_w + 1;
+    const X* x_last = x_(L == 0 ? a.encoded : a.layers[L - 1].res3);
+    GT_CUDA_CHECK(cudaMemsetAsync(a.dres, 0, BT * C * sizeof(X), s));
+    // The head's backward: dln over head_rows_ columns of dlogits (the padding is zero), the
+    // embedding's gradient over the V real rows only.
+    lt_matmul(m.lt_, xt, xt, false, false, static_cast<int>(C), iBT, static_cast<int>(m.head_rows_),
+              W(kGptWte), static_cast<int>(C), a.logits, static_cast<int>(Vp), a.dln,
+              static_cast<int>(C), 0.0f, nullptr, m.workspace_.get(), s);
+    linear_backward(nullptr, G(kGptWte), nullptr, a.logits, a.lnf, W(kGptWte), C, V, Vp);
+    kg::layernorm_backward(x_(a.dres), G(lnf_w), G(lnf_b), x_(a.dln), x_last, W(lnf_w), a.lnf_mean,
+                           a.lnf_rstd, BT, C, s);
+    ready(lnf_w);
+    ready(lnf_b);
+    for (size_t l = L; l-- > 0;) block_backward(l);
+    kg::embedding_backward(G(kGptWte), G(kGptWpe), x_(a.dres), m.inputs_.get(), B, T, C, s);
+    ready(kGptWpe);
+    ready(kGptWte);
+  }
+
+  // Block l's backward: dres (BT, C) in is the gradient of its output, out of its input.
+  void block_backward(size_t l) {
     Acts::Layer& y = a.layers[l];
     const X* x_in = x_(l == 0 ? a.encoded : a.layers[l - 1].res3);
     const auto P = [&](GptBlockTensor k) { return W(gpt_block_tensor(l, k)); };
@@ -396,14 +425,14 @@ void GptCuda::run(const float* d_params, size_t batch, float* d_grad,
     // Attention backward: dP = dY V^T, dV = P^T dY, dS = softmax'(dP), dQ = dS K, dK = dS^T Q.
     kg::attention_permute(x_(a.q), x_(a.k), x_(a.v), x_(y.qkv), B, T, NH, hs, s);
     kg::attention_unpermute_backward(x_(a.dy), x_(a.datty), B, T, NH, hs, s);
-    batched_gemm(blas_, xt, CUDA_R_32F, true, false, iT, iT, ihs, a.v, ihs, sT, a.dy, ihs, sT,
+    batched_gemm(m.blas_, xt, CUDA_R_32F, true, false, iT, iT, ihs, a.v, ihs, sT, a.dy, ihs, sT,
                  a.datt, iT, sTT, batches);
-    batched_gemm(blas_, xt, xt, false, true, ihs, iT, iT, a.dy, ihs, sT, y.att, iT, sTT, a.dv, ihs,
-                 sT, batches);
-    kg::causal_softmax_backward(x_(a.dscores), a.datt, x_(y.att), scale, B * NH * T, T, s);
-    batched_gemm(blas_, xt, xt, false, false, ihs, iT, iT, a.k, ihs, sT, a.dscores, iT, sTT, a.dq,
+    batched_gemm(m.blas_, xt, xt, false, true, ihs, iT, iT, a.dy, ihs, sT, y.att, iT, sTT, a.dv,
                  ihs, sT, batches);
-    batched_gemm(blas_, xt, xt, false, true, ihs, iT, iT, a.q, ihs, sT, a.dscores, iT, sTT, a.dk,
+    kg::causal_softmax_backward(x_(a.dscores), a.datt, x_(y.att), scale, B * NH * T, T, s);
+    batched_gemm(m.blas_, xt, xt, false, false, ihs, iT, iT, a.k, ihs, sT, a.dscores, iT, sTT, a.dq,
+                 ihs, sT, batches);
+    batched_gemm(m.blas_, xt, xt, false, true, ihs, iT, iT, a.q, ihs, sT, a.dscores, iT, sTT, a.dk,
                  ihs, sT, batches);
     kg::attention_permute_backward(x_(a.dqkv), x_(a.dq), x_(a.dk), x_(a.dv), B, T, NH, hs, s);
     linear_backward(a.dln, D(kQkvW), D(kQkvB), a.dqkv, y.ln1, P(kQkvW), C, 3 * C, 3 * C);
@@ -412,9 +441,20 @@ void GptCuda::run(const float* d_params, size_t batch, float* d_grad,
                            y.ln1_rstd, BT, C, s);
     done(kLn1W);
   }
-  kg::embedding_backward(G(kGptWte), G(kGptWpe), x_(a.dres), inputs_.get(), B, T, C, s);
-  ready(kGptWpe);
-  ready(kGptWte);
+};
+
+template <typename X>
+void GptCuda::run(const float* d_params, size_t batch, float* d_grad,
+                  const Model::TensorReady& on_ready) {
+  const size_t BT = batch * config_.seq_len, C = config_.d_model;
+  const size_t att_n = batch * config_.heads * config_.seq_len * config_.seq_len;
+  GT_REQUIRE(BT * std::max(vocab_padded_, 3 * C) <= size_t{INT32_MAX} && att_n <= size_t{INT32_MAX},
+             "gpt (cuda): batch {} is too large for 32-bit indexing", batch);
+  Acts a = carve(batch, sizeof(X));
+  Pass<X> pass(*this, a, batch, d_params, d_grad, on_ready);
+  pass.forward(d_grad != nullptr);
+  predictions_ += BT;
+  if (d_grad != nullptr) pass.backward();
 }
 
 }  // namespace geotrain::models

@@ -73,6 +73,11 @@ class GptCuda {
  private:
   struct Acts;  // pointers into arena_ for one batch size (gpt_cuda.cpp)
   template <typename X>
+  struct Pass;  // one forward (and backward) pass with activations of type X (gpt_cuda.cpp)
+  // The arena carved for `batch` with activations of x_bytes each (grown when needed).
+  Acts carve(size_t batch, size_t x_bytes);
+  // Forward, then backward when d_grad is given.
+  template <typename X>
   void run(const float* d_params, size_t batch, float* d_grad, const Model::TensorReady& on_ready);
   void upload(const int32_t* tokens, size_t batch);
 
