@@ -1,6 +1,6 @@
 // `geotrain chaos --config C [--kill-every 20s] [--duration 10m] [--reference RUN_DIR] ...`: the
-// chaos harness (launcher/chaos.hpp, docs/chaos.md). A fault-free reference run and a run with
-// SIGKILLs, SIGSTOPs and partitions at seeded random times, both under run.restart; prints the
+// chaos harness (launcher/chaos/chaos.hpp, docs/chaos.md). A fault-free reference run and a run
+// with SIGKILLs, SIGSTOPs and partitions at seeded random times, both under run.restart; prints the
 // goodput (useful rounds per second, chaos over reference) and whether any process was left
 // behind, as text or as one JSON document (--json, the keys of chaos.json). Exit code 0 when both
 // runs lasted their windows and nothing was left behind, 1 otherwise, 130 when interrupted.
@@ -16,7 +16,7 @@
 #include "cli/config_text.hpp"
 #include "cli/signal_watcher.hpp"
 #include "core/error.hpp"
-#include "launcher/chaos.hpp"
+#include "launcher/chaos/chaos.hpp"
 
 namespace geotrain::cli {
 

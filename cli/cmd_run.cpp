@@ -2,7 +2,7 @@
 // deployment on this machine (launcher/), with configs/demo.yaml when no CONFIG is given;
 // `geotrain sweep SWEEP.yaml [--out DIR] [--set KEY=VALUE]...`: a grid of such runs, one after
 // another, with a results table; `geotrain compare RUN... [--out DIR]`: existing run folders in
-// one table and plot (launcher/compare.hpp). SIGINT/SIGTERM become a stop
+// one table and plot (launcher/sweep/compare.hpp). SIGINT/SIGTERM become a stop
 // request (SignalWatcher); the launcher itself runs on the main thread, which its children's
 // PR_SET_PDEATHSIG is tied to.
 #include <CLI/CLI.hpp>
@@ -18,12 +18,12 @@
 #include "cli/config_text.hpp"
 #include "cli/signal_watcher.hpp"
 #include "core/error.hpp"
-#include "launcher/compare.hpp"
-#include "launcher/config_overrides.hpp"
-#include "launcher/launcher.hpp"
-#include "launcher/run_folder.hpp"
-#include "launcher/sweep.hpp"
-#include "launcher/wan_profile.hpp"
+#include "launcher/run/config_overrides.hpp"
+#include "launcher/run/launcher.hpp"
+#include "launcher/run/run_folder.hpp"
+#include "launcher/run/wan_profile.hpp"
+#include "launcher/sweep/compare.hpp"
+#include "launcher/sweep/sweep.hpp"
 
 namespace geotrain::cli {
 

@@ -14,8 +14,8 @@
 #include "cli/config_text.hpp"
 #include "cli/signal_watcher.hpp"
 #include "core/error.hpp"
-#include "launcher/config_overrides.hpp"
-#include "launcher/launcher.hpp"
+#include "launcher/run/config_overrides.hpp"
+#include "launcher/run/launcher.hpp"
 
 namespace geotrain::cli {
 

@@ -13,8 +13,8 @@
 #include "cli/signal_watcher.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
-#include "launcher/config_overrides.hpp"
-#include "launcher/run_settings.hpp"
+#include "launcher/run/config_overrides.hpp"
+#include "launcher/run/run_settings.hpp"
 #include "server/config.hpp"
 #include "server/param_server.hpp"
 

@@ -19,8 +19,8 @@
 #include "cli/signal_watcher.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
-#include "launcher/config_overrides.hpp"
-#include "launcher/run_settings.hpp"
+#include "launcher/run/config_overrides.hpp"
+#include "launcher/run/run_settings.hpp"
 #include "worker/config.hpp"
 #include "worker/trainer.hpp"
 

@@ -8,7 +8,7 @@
 #include "core/deployment_keys.hpp"
 #include "core/error.hpp"
 #include "core/yaml_reader.hpp"
-#include "launcher/run_settings.hpp"
+#include "launcher/run/run_settings.hpp"
 #include "models/model_spec.hpp"
 #include "server/config.hpp"
 #include "worker/config.hpp"

@@ -3,7 +3,7 @@
 // scratch folder laid out like configs/ (fuzz/launcher_files.hpp). Contract: only InputError; an
 // accepted config has regions and at least one worker per region. Seeds: the configs in configs/.
 #include "fuzz/launcher_files.hpp"
-#include "launcher/run_settings.hpp"
+#include "launcher/run/run_settings.hpp"
 
 using namespace geotrain;
 

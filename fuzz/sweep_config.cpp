@@ -8,7 +8,7 @@
 #include <set>
 
 #include "fuzz/launcher_files.hpp"
-#include "launcher/sweep_plan.hpp"
+#include "launcher/sweep/sweep_plan.hpp"
 
 using namespace geotrain;
 

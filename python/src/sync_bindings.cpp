@@ -360,7 +360,7 @@ py::dict leader_settings(const std::string& yaml_text, const std::string& source
 // that only the Python side knows, for the servers.
 // A relative run.wan_profile that is a file next to the original (`config_dir`) is made absolute,
 // so the result can be written anywhere; a profile's name (global-3) is left as it is, for
-// `geotrain run` to find (launcher/wan_profile.hpp).
+// `geotrain run` to find (launcher/run/wan_profile.hpp).
 std::string with_model_tensors(const std::string& yaml_text,
                                const std::vector<std::pair<std::string, uint64_t>>& tensors,
                                const std::optional<std::vector<std::string>>& critical,
@@ -531,8 +531,8 @@ connect() raises HandshakeError (a ConnectionError) when a server refuses the co
 
   m.def(
       "write_safetensors",
-      [](const std::string& path, const std::vector<std::tuple<std::string, std::vector<uint64_t>,
-                                                               py::handle>>& tensors,
+      [](const std::string& path,
+         const std::vector<std::tuple<std::string, std::vector<uint64_t>, py::handle>>& tensors,
          const std::map<std::string, std::string>& metadata) {
         std::vector<std::vector<float>> keep;  // float_view may stage a copy; hold it
         std::vector<models::SafetensorView> views;
@@ -548,7 +548,8 @@ connect() raises HandshakeError (a ConnectionError) when a server refuses the co
         }
         models::write_safetensors(path, views, metadata);
       },
-      py::arg("path"), py::arg("tensors"), py::arg("metadata") = std::map<std::string, std::string>{},
+      py::arg("path"), py::arg("tensors"),
+      py::arg("metadata") = std::map<std::string, std::string>{},
       "writes [(name, shape, float32 array), ...] as a safetensors file (models/safetensors.hpp: "
       "the layout `geotrain export-init` and the native run's model.safetensors use)");
   m.def("leader_settings", &leader_settings, py::arg("yaml_text"), py::arg("source"),

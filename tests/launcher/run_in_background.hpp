@@ -11,7 +11,7 @@
 #include <string>
 #include <thread>
 
-#include "launcher/jsonl_tail.hpp"
+#include "launcher/report/jsonl_tail.hpp"
 
 namespace geotrain::test {
 

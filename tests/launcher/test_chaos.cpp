@@ -1,4 +1,4 @@
-// `geotrain chaos` (launcher/chaos.hpp, docs/chaos.md): the pure parts (durations, the seeded
+// `geotrain chaos` (launcher/chaos/chaos.hpp, docs/chaos.md): the pure parts (durations, the seeded
 // schedule, the goodput window, partitions merged into netsim.links, which kinds may be killed),
 // and the short CI version end to end: a 25 s reference and a 45 s chaos window on 2 regions x 1
 // worker with a fault every ~8 s; it must finish as planned, with faults injected and recovered
@@ -14,8 +14,8 @@
 #include <string>
 
 #include "core/error.hpp"
-#include "launcher/chaos_plan.hpp"
-#include "launcher/jsonl_tail.hpp"
+#include "launcher/chaos/chaos_plan.hpp"
+#include "launcher/report/jsonl_tail.hpp"
 #include "tests/temp_dir.hpp"
 
 namespace fs = std::filesystem;

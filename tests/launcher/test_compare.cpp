@@ -6,7 +6,7 @@
 #include <fstream>
 
 #include "core/error.hpp"
-#include "launcher/compare.hpp"
+#include "launcher/sweep/compare.hpp"
 #include "tests/run_binary.hpp"
 #include "tests/temp_dir.hpp"
 

@@ -21,7 +21,7 @@
 #include <string>
 #include <thread>
 
-#include "launcher/jsonl_tail.hpp"
+#include "launcher/report/jsonl_tail.hpp"
 #include "tests/launcher/run_in_background.hpp"
 #include "tests/temp_dir.hpp"
 

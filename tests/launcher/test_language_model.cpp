@@ -10,12 +10,12 @@
 #include <fstream>
 
 #include "core/error.hpp"
-#include "launcher/child_process.hpp"
-#include "launcher/jsonl_tail.hpp"
-#include "launcher/progress_display.hpp"
-#include "launcher/run_settings.hpp"
-#include "launcher/run_summary.hpp"
-#include "launcher/sweep_plan.hpp"
+#include "launcher/report/jsonl_tail.hpp"
+#include "launcher/report/run_summary.hpp"
+#include "launcher/run/child_process.hpp"
+#include "launcher/run/progress_display.hpp"
+#include "launcher/run/run_settings.hpp"
+#include "launcher/sweep/sweep_plan.hpp"
 #include "tests/temp_dir.hpp"
 
 using namespace geotrain;

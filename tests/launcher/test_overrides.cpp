@@ -10,12 +10,12 @@
 #include <functional>
 
 #include "core/error.hpp"
-#include "launcher/config_overrides.hpp"
-#include "launcher/deployment.hpp"
-#include "launcher/launcher.hpp"
-#include "launcher/port_allocator.hpp"
-#include "launcher/run_settings.hpp"
-#include "launcher/wan_profile.hpp"
+#include "launcher/run/config_overrides.hpp"
+#include "launcher/run/deployment.hpp"
+#include "launcher/run/launcher.hpp"
+#include "launcher/run/port_allocator.hpp"
+#include "launcher/run/run_settings.hpp"
+#include "launcher/run/wan_profile.hpp"
 #include "netsim/config.hpp"
 #include "tests/run_binary.hpp"
 #include "tests/temp_dir.hpp"

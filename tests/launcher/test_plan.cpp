@@ -11,10 +11,10 @@
 #include <string>
 
 #include "core/error.hpp"
-#include "launcher/deployment.hpp"
-#include "launcher/port_allocator.hpp"
-#include "launcher/run_folder.hpp"
-#include "launcher/run_settings.hpp"
+#include "launcher/run/deployment.hpp"
+#include "launcher/run/port_allocator.hpp"
+#include "launcher/run/run_folder.hpp"
+#include "launcher/run/run_settings.hpp"
 #include "netsim/config.hpp"
 #include "tests/temp_dir.hpp"
 

@@ -21,11 +21,11 @@
 #include <vector>
 
 #include "core/error.hpp"
-#include "launcher/deployment.hpp"
-#include "launcher/jsonl_tail.hpp"
-#include "launcher/port_allocator.hpp"
-#include "launcher/resume.hpp"
-#include "launcher/run_settings.hpp"
+#include "launcher/report/jsonl_tail.hpp"
+#include "launcher/run/deployment.hpp"
+#include "launcher/run/port_allocator.hpp"
+#include "launcher/run/resume.hpp"
+#include "launcher/run/run_settings.hpp"
 #include "tests/launcher/run_in_background.hpp"
 #include "tests/temp_dir.hpp"
 

@@ -18,11 +18,11 @@
 #include <thread>
 
 #include "core/error.hpp"
-#include "launcher/deployment.hpp"
-#include "launcher/fault_log.hpp"
-#include "launcher/jsonl_tail.hpp"
-#include "launcher/port_allocator.hpp"
-#include "launcher/run_settings.hpp"
+#include "launcher/report/fault_log.hpp"
+#include "launcher/report/jsonl_tail.hpp"
+#include "launcher/run/deployment.hpp"
+#include "launcher/run/port_allocator.hpp"
+#include "launcher/run/run_settings.hpp"
 #include "tests/launcher/run_in_background.hpp"
 #include "tests/temp_dir.hpp"
 

@@ -15,8 +15,8 @@
 #include <thread>
 
 #include "core/error.hpp"
-#include "launcher/launcher.hpp"
-#include "launcher/resume.hpp"
+#include "launcher/run/launcher.hpp"
+#include "launcher/run/resume.hpp"
 #include "tests/run_binary.hpp"
 #include "tests/temp_dir.hpp"
 

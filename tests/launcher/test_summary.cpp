@@ -8,10 +8,10 @@
 #include <set>
 #include <string>
 
-#include "launcher/child_process.hpp"
-#include "launcher/jsonl_tail.hpp"
-#include "launcher/progress_display.hpp"
-#include "launcher/run_summary.hpp"
+#include "launcher/report/jsonl_tail.hpp"
+#include "launcher/report/run_summary.hpp"
+#include "launcher/run/child_process.hpp"
+#include "launcher/run/progress_display.hpp"
 #include "tests/temp_dir.hpp"
 
 using namespace geotrain::launcher;

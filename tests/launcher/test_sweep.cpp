@@ -7,9 +7,9 @@
 #include <fstream>
 
 #include "core/error.hpp"
-#include "launcher/child_process.hpp"
-#include "launcher/sweep.hpp"
-#include "launcher/sweep_plan.hpp"
+#include "launcher/run/child_process.hpp"
+#include "launcher/sweep/sweep.hpp"
+#include "launcher/sweep/sweep_plan.hpp"
 #include "tests/temp_dir.hpp"
 
 using namespace geotrain;

@@ -3,7 +3,7 @@
 #include <string>
 
 #include "core/error.hpp"
-#include "launcher/run_summary.hpp"
+#include "launcher/report/run_summary.hpp"
 #include "server/config.hpp"
 
 using namespace geotrain;
