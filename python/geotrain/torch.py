@@ -88,7 +88,7 @@ class OuterSync:
     "int8"}, {"codec": "onebit"}]), chunk_align ("segment"/"tensor"), staleness_bound,
     overlap (False/True/"eager"/"delayed"),
     fragments, fragment_delay, stream_critical, outer ({lr, momentum, nesterov}:
-    server.optimizer), timeout_ms,
+    server.optimizer), timeout_ms, streams_per_server (0: auto), link_mbps, socket_buffer_kib,
     run_dir; keys_dir (CURVE with this region's keys, the folder `geotrain keygen` wrote) and
     curve (False: no CURVE), which default to the config's security section.
     process_group  the region's torch.distributed group (default: the default group when one is
@@ -170,7 +170,10 @@ class OuterSync:
             outer_nesterov=bool(outer["nesterov"]),
             keys_dir=s["keys_dir"] if s["curve"] else None,
             stream_critical=bool(s["stream_critical"]),
-            chunk_align=str(s.get("chunk_align", "segment")))
+            chunk_align=str(s.get("chunk_align", "segment")),
+            streams_per_server=int(s.get("streams_per_server", 0)),
+            link_mbps=float(s.get("link_mbps", 1000.0)),
+            socket_buffer_kib=int(s.get("socket_buffer_kib", 0)))
         self._gather()
         self.round = int(leader.connect(self._flat_np))
         leader.copy_base(self._flat_np)
@@ -216,7 +219,8 @@ class OuterSync:
                  "chunk_align",
                  "staleness_bound", "overlap", "fragments", "fragment_delay", "stream_critical",
                  "outer",
-                 "timeout_ms", "run_dir", "model_name", "curve", "keys_dir"}
+                 "timeout_ms", "run_dir", "model_name", "curve", "keys_dir",
+                 "streams_per_server", "link_mbps", "socket_buffer_kib"}
         # CURVE: the config's security section, unless keys_dir= / curve= say otherwise
         # (keys_dir alone turns it on; curve=False turns it off).
         s["curve"] = bool(s["security"]["curve"])

@@ -319,6 +319,9 @@ py::dict leader_settings(const std::string& yaml_text, const std::string& source
   d["eval_every"] = c.eval_every;
   d["timeout_ms"] = c.timeout.count();
   d["shard_wait_ms"] = c.shard_wait.count();
+  d["streams_per_server"] = c.streams_per_server;  // 0: auto
+  d["link_mbps"] = c.link_mbps;
+  d["socket_buffer_kib"] = c.socket_buffer_kib;
   d["run_dir"] = c.run_dir.string();
   d["external"] = c.external;
   py::dict security;  // the top-level security section (curve: auto is refused by the parser)
@@ -409,7 +412,12 @@ std::unique_ptr<RegionLeader> make_region_leader(
     const py::object& overlap, int64_t timeout_ms, uint32_t local_steps, uint32_t fragments,
     std::optional<uint32_t> fragment_delay, float outer_lr, float outer_momentum,
     bool outer_nesterov, const py::object& keys_dir, bool stream_critical,
-    const std::string& chunk_align) {
+    const std::string& chunk_align, uint32_t streams_per_server, double link_mbps,
+    uint32_t socket_buffer_kib) {
+  if (streams_per_server > 64)
+    throw py::value_error(fmt::format(
+        "streams_per_server is {}, allowed: 1..64, or 0 for auto (worker.streams_per_server)",
+        streams_per_server));
   if (chunk_align != "segment" && chunk_align != "tensor")
     throw py::value_error(fmt::format(
         "chunk_align is '{}', allowed: segment, tensor (worker.chunk_align)", chunk_align));
@@ -432,6 +440,9 @@ std::unique_ptr<RegionLeader> make_region_leader(
   w.tensor_segments = chunk_align == "tensor";
   w.staleness_bound = staleness_bound;
   w.timeout = std::chrono::milliseconds(timeout_ms);
+  w.streams_per_server = streams_per_server;
+  w.link_mbps = link_mbps;
+  w.socket_buffer_kib = socket_buffer_kib;
   w.overlap_mode = py::isinstance<py::bool_>(overlap)
                        ? (overlap.cast<bool>() ? OverlapMode::carry : OverlapMode::off)
                        : worker::parse_overlap_mode(py::str(overlap).cast<std::string>());
@@ -470,6 +481,9 @@ one flat float32 array in the table's order. Usually used through geotrain.torch
              a phase covers its until_round; error feedback always on, kept at a switch)
   chunk_align: "segment" (default) or "tensor": one segment per tensor, so that codec chunks
              restart at each tensor boundary (worker.chunk_align)
+  streams_per_server: connections to each server, messages striped over them; 0: auto, from
+             the measured round trip, link_mbps and the TCP window (worker.streams_per_server);
+             socket_buffer_kib: SO_SNDBUF/SO_RCVBUF, 0: the OS default
   staleness_bound: rounds this region may run ahead of the slowest (server.staleness_bound)
   local_steps: H; overlap: False/True/"false"/"true"/"eager"/"delayed" (worker.overlap)
   fragments: P (worker.fragments, must match the servers'); fragment_delay: steps from a
@@ -488,7 +502,9 @@ connect() raises HandshakeError (a ConnectionError) when a server refuses the co
            py::arg("fragments") = 1, py::arg("fragment_delay") = py::none(),
            py::arg("outer_lr") = 1.0f, py::arg("outer_momentum") = 0.0f,
            py::arg("outer_nesterov") = false, py::arg("keys_dir") = py::none(),
-           py::arg("stream_critical") = true, py::arg("chunk_align") = "segment")
+           py::arg("stream_critical") = true, py::arg("chunk_align") = "segment",
+           py::arg("streams_per_server") = 0, py::arg("link_mbps") = 1000.0,
+           py::arg("socket_buffer_kib") = 0)
       .def("connect", &RegionLeader::connect, py::arg("origin") = py::none(),
            "register with every server and pull the global values; origin: the common initial "
            "parameters (the servers hold the sum of deltas from it). Returns the next round")

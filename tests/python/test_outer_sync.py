@@ -84,9 +84,9 @@ class TwoRegions(unittest.TestCase):
         self.addCleanup(servers.stop)
         return servers
 
-    def run_region(self, servers, region, increment, results, model):
+    def run_region(self, servers, region, increment, results, model, **options):
         start = [p.detach().clone() for p in model.parameters()]
-        sync = OuterSync(model, config=servers.config, region=region)
+        sync = OuterSync(model, config=servers.config, region=region, **options)
         history = []
         for _ in range(sync.total_steps):
             with torch.no_grad():
@@ -98,7 +98,7 @@ class TwoRegions(unittest.TestCase):
         sync.finish(evaluate=lambda: {"test_accuracy": 0.75}, test_accuracy=0.5)
         results[region] = history
 
-    def run_both(self, servers):
+    def run_both(self, servers, **options):
         results, errors = {}, []
         # Built here, one after the other: torch.manual_seed and the initialisers share one global
         # generator, which two threads building models at once would race on.
@@ -106,7 +106,7 @@ class TwoRegions(unittest.TestCase):
 
         def target(region, inc):
             try:
-                self.run_region(servers, region, inc, results, models[region])
+                self.run_region(servers, region, inc, results, models[region], **options)
             except Exception as e:  # reported below, not lost in the thread
                 errors.append(e)
 
@@ -141,7 +141,8 @@ class TwoRegions(unittest.TestCase):
             # 1 bit both ways: the regions' parameters differ until the flush pulls the global
             # model (fp32) into both.
             servers = self.start(tmp, critical_codec="onebit")
-            self.run_both(servers)
+            # Each leader stripes over 3 connections per server (worker.streams_per_server).
+            self.run_both(servers, streams_per_server=3)
             self.assertEqual(servers.wait(60), 0)
             run = servers.run_dir
             a = np.fromfile(os.path.join(run, "params-a.f32"), dtype=np.float32)
@@ -153,6 +154,8 @@ class TwoRegions(unittest.TestCase):
             flat = np.concatenate([model[n].reshape(-1) for n in
                                    ("0.weight", "0.bias", "1.weight", "1.bias")])
             self.assertTrue(np.array_equal(flat, a))
+            settings = geotrain._core.leader_settings(open(servers.config).read(), "c", "a")
+            self.assertIsInstance(settings["streams_per_server"], int)  # the config's, for Python
             for region in ("a", "b"):
                 events = read_events(os.path.join(run, f"worker-{region}-0.metrics.jsonl"))
                 flush = [e for e in events if e["event"] == "flush"]
