@@ -235,9 +235,13 @@ Fault fault_from(const Field& f) {
 
 }  // namespace
 
+const LinkProperties* WanProfile::find_link(const std::string& from, const std::string& to) const {
+  if (auto it = links.find({from, to}); it != links.end()) return &it->second;
+  return any_pair ? &*any_pair : nullptr;
+}
+
 const LinkProperties& WanProfile::link(const std::string& from, const std::string& to) const {
-  if (auto it = links.find({from, to}); it != links.end()) return it->second;
-  if (any_pair) return *any_pair;
+  if (const auto* p = find_link(from, to)) return *p;
   std::string listed;
   for (const auto& [pair, _] : links)
     listed += (listed.empty() ? "" : ", ") + pair.first + "->" + pair.second;

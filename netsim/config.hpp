@@ -33,6 +33,8 @@ struct WanProfile {
   // Properties of from->to: the listed link, else `any_pair`; throws InputError when the
   // profile has neither.
   const LinkProperties& link(const std::string& from, const std::string& to) const;
+  // The same, or nullptr when the profile has neither.
+  const LinkProperties* find_link(const std::string& from, const std::string& to) const;
 };
 
 struct NetsimConfig {

@@ -45,6 +45,16 @@ ReassemblyLimits limits_of(const ChannelOptions& o) {
   return l;
 }
 
+// A chunk's piece (empty for a tick or an abort), after checking the chunk has the frames its
+// kind needs. WireError otherwise.
+zmq::message_t piece_of(const ChunkHeader& h, Envelope& chunk) {
+  const size_t want = h.kind == ChunkKind::data ? 2 : 1;
+  if (chunk.frames.size() != want)
+    throw WireError(ErrorCode::malformed, fmt::format("stripe chunk with {} frames, {} expected",
+                                                      chunk.frames.size(), want));
+  return want == 2 ? std::move(chunk.frames[1]) : zmq::message_t();
+}
+
 // Lanes queue chunks, not messages: a message is a few chunks per lane.
 ChannelOptions lane_options(ChannelOptions o, const std::string& session, uint16_t lane) {
   o.routing_id = lane_id(session, lane);
@@ -125,13 +135,7 @@ void StripedDealer::take(uint16_t lane, Envelope&& chunk) {
       ready_.push_back(std::move(chunk.frames));
       return;
     }
-    const size_t want = h->kind == ChunkKind::data ? 2 : 1;
-    if (chunk.frames.size() != want)
-      throw WireError(ErrorCode::malformed, fmt::format("stripe chunk with {} frames, {} expected",
-                                                        chunk.frames.size(), want));
-    zmq::message_t piece;
-    if (want == 2) piece = std::move(chunk.frames[1]);
-    reassembler_.add(lane, *h, std::move(piece), ready_);
+    reassembler_.add(lane, *h, piece_of(*h, chunk), ready_);
   } catch (const WireError& e) {
     spdlog::warn("{}: a chunk from the server on lane {} dropped: {}", endpoint_, lane, e.what());
   }
@@ -211,10 +215,7 @@ void StripedRouter::take(const std::string& session, uint16_t lane, Envelope&& c
     auto h = decode_chunk_header(chunk.frames[0]);
     if (!h)
       throw WireError(ErrorCode::malformed, "a striped lane sent a message that is not a chunk");
-    const size_t want = h->kind == ChunkKind::data ? 2 : 1;
-    if (chunk.frames.size() != want)
-      throw WireError(ErrorCode::malformed, fmt::format("stripe chunk with {} frames, {} expected",
-                                                        chunk.frames.size(), want));
+    zmq::message_t piece = piece_of(*h, chunk);
     auto it = sessions_.find(session);
     if (it == sessions_.end()) {
       if (sessions_.size() >= kMaxSessions) {
@@ -229,8 +230,6 @@ void StripedRouter::take(const std::string& session, uint16_t lane, Envelope&& c
     s.heard = Clock::now();
     if (!s.striper || s.striper->lanes() != h->lanes)
       s.striper = std::make_unique<Striper>(h->lanes, random_id());
-    zmq::message_t piece;
-    if (want == 2) piece = std::move(chunk.frames[1]);
     std::deque<std::vector<zmq::message_t>> done;
     s.reassembler.add(lane, *h, std::move(piece), done);
     for (auto& frames : done) ready_.push_back(Envelope{session, std::move(frames)});

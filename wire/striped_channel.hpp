@@ -39,9 +39,6 @@ class StripedDealer final : public Channel {
   bool send(Envelope&& message) override;
   std::optional<Envelope> receive(std::chrono::milliseconds timeout) override;
 
-  size_t lanes() const { return lanes_.size(); }
-  uint64_t dropped() const { return reassembler_.dropped(); }
-
  private:
   void take(uint16_t lane, Envelope&& chunk);
 
@@ -59,8 +56,6 @@ class StripedRouter final : public Channel {
   std::string endpoint() const override { return router_->endpoint(); }
   bool send(Envelope&& message) override;
   std::optional<Envelope> receive(std::chrono::milliseconds timeout) override;
-
-  size_t sessions() const { return sessions_.size(); }
 
   // Striped sessions kept at once; the least recently heard from is forgotten beyond it.
   static constexpr size_t kMaxSessions = 1024;

@@ -152,11 +152,7 @@ void resolve_worker_section(YAML::Node& root, const YamlReader& in, const RunSet
     uint32_t n = 1;
     for (const auto& route : d.routes) {
       // A pair the profile lacks is named by the netsim check (netsim_config) with the fix.
-      const auto it = profile.links.find({route.from, route.to});
-      const auto* p = it != profile.links.end() ? &it->second
-                      : profile.any_pair        ? &*profile.any_pair
-                                                : nullptr;
-      if (p)
+      if (const auto* p = profile.find_link(route.from, route.to))
         n = std::max(n, wire::streams_for_link(2 * p->delay_ms / 1e3, p->bandwidth_mbps,
                                                p->window_kib * 1024));
     }
