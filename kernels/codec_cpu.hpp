@@ -71,10 +71,6 @@ void fp4_decode(const float* scales, const uint8_t* packed, size_t n, uint32_t c
 // onebit: scales (chunk_count) fp32 as chosen by `scale` (the CUDA twin's signature, plus
 // `scale`), bits (onebit_word_count): bit j of word w is element 32w+j, set when x < 0.
 // chunk must be a multiple of 32.
-// TODO(gpu): the CUDA twin (codec_cuda.cuh) computes the mean scale only; give it the rms scale
-// (the same lane fold over x*x, then sqrtf, which CUDA rounds correctly by default) and a
-// test_kernels_gpu case before any device path encodes onebit:scale=rms. No config reaches the
-// CUDA codecs today (only tests and bench call them).
 void onebit_encode(const float* g, float* residual, size_t n, uint32_t chunk, float* scales,
                    uint32_t* bits, OnebitScale scale = OnebitScale::mean);
 void onebit_decode(const float* scales, const uint32_t* bits, size_t n, uint32_t chunk, float* y,

@@ -13,7 +13,7 @@ constexpr unsigned kFullMask = 0xffffffffu;
 using BlockScan = cub::BlockScan<uint32_t, kThreads>;
 
 __global__ void __launch_bounds__(kThreads)
-    qtopk_encode_kernel(const float* __restrict__ g, float* __restrict__ residual,
+    qtopk_encode_kernel(const float* __restrict__ g, float* __restrict__ residual, float decay,
                         QtopkLayout layout, float* __restrict__ scales,
                         uint8_t* __restrict__ values, uint8_t* __restrict__ indices,
                         uint32_t* __restrict__ slots) {
@@ -33,10 +33,10 @@ __global__ void __launch_bounds__(kThreads)
     const float* gc = g + begin;
     float* ec = residual ? residual + begin : nullptr;
 
-    // 1. x = g + e, kept in e; the chunk's absmax (an integer max: exact in any order).
+    // 1. x = g + decay e, kept in e; the chunk's absmax (an integer max: exact in any order).
     uint32_t m = 0;
     for (uint32_t i = tid; i < count; i += kThreads) {
-      const float x = ec ? gc[i] + ec[i] : gc[i];
+      const float x = !ec ? gc[i] : decay == 1.0f ? gc[i] + ec[i] : gc[i] + decay * ec[i];
       if (ec) ec[i] = x;
       m = max_u(m, abs_bits(x));
     }
@@ -153,14 +153,14 @@ unsigned blocks_for(uint64_t items, uint64_t per_block) {
 }  // namespace
 
 void qtopk_encode(const float* g, float* residual, const QtopkLayout& layout, float* scales,
-                  uint8_t* values, uint8_t* indices, cudaStream_t stream) {
+                  uint8_t* values, uint8_t* indices, cudaStream_t stream, float decay) {
   if (layout.n == 0) return;
   const uint64_t chunks = layout.chunks();
   uint32_t* slots = nullptr;
   GT_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&slots),
                                 chunks * layout.k * sizeof(uint32_t), stream));
-  qtopk_encode_kernel<<<blocks_for(chunks, 1), kThreads, 0, stream>>>(g, residual, layout, scales,
-                                                                      values, indices, slots);
+  qtopk_encode_kernel<<<blocks_for(chunks, 1), kThreads, 0, stream>>>(
+      g, residual, decay, layout, scales, values, indices, slots);
   const cudaError_t launched = cudaGetLastError();
   GT_CUDA_CHECK(cudaFreeAsync(slots, stream));
   GT_CUDA_CHECK(launched);

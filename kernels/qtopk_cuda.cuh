@@ -23,8 +23,9 @@
 
 namespace geotrain::kernels::cuda {
 
+// With a residual, x = g + decay residual (decay 1: no multiply), as ErrorFeedback forms it.
 void qtopk_encode(const float* g, float* residual, const QtopkLayout& layout, float* scales,
-                  uint8_t* values, uint8_t* indices, cudaStream_t stream);
+                  uint8_t* values, uint8_t* indices, cudaStream_t stream, float decay = 1.0f);
 
 // y = D(body) (add: y += D(body)), for a body the host has validated (indices in range and
 // strictly increasing within each chunk, so no two threads write one element).

@@ -12,14 +12,6 @@ namespace geotrain::models {
 namespace kg = geotrain::kernels::cuda;
 using bf16 = __nv_bfloat16;
 
-Precision parse_precision(const std::string& name) {
-  if (name == "fp32") return Precision::kFp32;
-  if (name == "bf16") return Precision::kBf16;
-  throw InputError(fmt::format("worker.precision '{}' is unknown (fp32, bf16)", name));
-}
-
-const char* precision_name(Precision p) { return p == Precision::kBf16 ? "bf16" : "fp32"; }
-
 namespace {
 
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;
@@ -159,7 +151,9 @@ void GptCuda::refresh_weights(const float* d_params) {
     kg::cast_from_float(weights_.get(), d_params, layout_.parameter_count(), stream_);
 }
 
-void GptCuda::upload(const int32_t* tokens, size_t batch) {
+void GptCuda::upload(const BatchView& view) {
+  const size_t batch = view.batch;
+  const int32_t* tokens = view.tokens;
   GT_REQUIRE(batch > 0, "gpt (cuda): batch is 0, must be > 0");
   GT_REQUIRE(tokens != nullptr, "gpt (cuda): batch.tokens is null");
   const size_t T = config_.seq_len, row = T + 1;
@@ -187,22 +181,22 @@ void GptCuda::upload(const int32_t* tokens, size_t batch) {
   GT_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
-void GptCuda::forward_backward(const float* d_params, const int32_t* tokens, size_t batch,
-                               float* d_grad, const Model::TensorReady& on_ready) {
+void GptCuda::forward_backward(const float* d_params, const BatchView& batch, float* d_grad,
+                               const Model::TensorReady& on_ready) {
   GT_REQUIRE(d_grad != nullptr, "gpt (cuda): forward_backward without a gradient buffer");
-  upload(tokens, batch);
+  upload(batch);
   if (precision_ == Precision::kBf16)
-    run<bf16>(d_params, batch, d_grad, on_ready);
+    run<bf16>(d_params, batch.batch, d_grad, on_ready);
   else
-    run<float>(d_params, batch, d_grad, on_ready);
+    run<float>(d_params, batch.batch, d_grad, on_ready);
 }
 
-void GptCuda::forward(const float* d_params, const int32_t* tokens, size_t batch) {
-  upload(tokens, batch);
+void GptCuda::forward(const float* d_params, const BatchView& batch) {
+  upload(batch);
   if (precision_ == Precision::kBf16)
-    run<bf16>(d_params, batch, nullptr, {});
+    run<bf16>(d_params, batch.batch, nullptr, {});
   else
-    run<float>(d_params, batch, nullptr, {});
+    run<float>(d_params, batch.batch, nullptr, {});
 }
 
 BatchResult GptCuda::take_result() {

@@ -29,46 +29,45 @@
 #include <vector>
 
 #include "models/device_buffer.hpp"
+#include "models/device_model.hpp"
 #include "models/gpt.hpp"
 
 namespace geotrain::models {
 
-enum class Precision { kFp32, kBf16 };
-// "fp32" or "bf16"; InputError naming worker.precision otherwise.
-Precision parse_precision(const std::string& name);
-const char* precision_name(Precision p);
-
-class GptCuda {
+class GptCuda final : public DeviceModel {
  public:
   GptCuda(GptConfig config, Precision precision);
   ~GptCuda();
   GptCuda(const GptCuda&) = delete;
   GptCuda& operator=(const GptCuda&) = delete;
 
-  const Gpt& layout() const { return layout_; }
+  const Gpt& layout() const override { return layout_; }
   Precision precision() const { return precision_; }
-  cudaStream_t stream() const { return stream_; }
-  uint64_t parameter_count() const { return layout_.parameter_count(); }
+  cudaStream_t stream() const override { return stream_; }
+  uint64_t parameter_count() const override { return layout_.parameter_count(); }
+  bool reports_ready_tensors() const override { return true; }
 
   // bf16: the copy of the weights the GEMMs read, (parameter_count); null for fp32.
-  __nv_bfloat16* weight_copy() { return precision_ == Precision::kBf16 ? weights_.get() : nullptr; }
+  __nv_bfloat16* weight_copy() override {
+    return precision_ == Precision::kBf16 ? weights_.get() : nullptr;
+  }
   // bf16: rewrites weight_copy() from d_params (after the parameters changed other than through
   // a fused optimizer step that wrote the copy). fp32: nothing to do.
-  void refresh_weights(const float* d_params);
+  void refresh_weights(const float* d_params) override;
 
-  // tokens: host (B, T + 1), every token in [0, vocab) (checked: InputError naming the row and
-  // position). d_grad (parameter_count) += d(mean loss over the B T predictions)/d(params).
+  // batch.tokens: host (B, T + 1), every token in [0, vocab) (checked: InputError naming the row
+  // and position). d_grad (parameter_count) += d(mean loss over the B T predictions)/d(params).
   // The loss and argmax counts are added to the result accumulator (take_result).
   // on_ready(tensor), when given, is called during backward as soon as the kernels that finish
   // that tensor's gradient are queued on stream() (not run: record an event to wait for them),
   // in the order Gpt::forward_backward reports them, so that a bucket's AllReduce can start.
-  void forward_backward(const float* d_params, const int32_t* tokens, size_t batch, float* d_grad,
-                        const Model::TensorReady& on_ready = {});
+  void forward_backward(const float* d_params, const BatchView& batch, float* d_grad,
+                        const Model::TensorReady& on_ready = {}) override;
   // Forward only, adding to the same accumulator.
-  void forward(const float* d_params, const int32_t* tokens, size_t batch);
+  void forward(const float* d_params, const BatchView& batch) override;
   // Synchronises the stream, returns the accumulated loss sum, correct and predictions, and
   // clears the accumulator.
-  BatchResult take_result();
+  BatchResult take_result() override;
 
  private:
   struct Acts;  // pointers into arena_ for one batch size (gpt_cuda.cpp)
@@ -79,7 +78,7 @@ class GptCuda {
   // Forward, then backward when d_grad is given.
   template <typename X>
   void run(const float* d_params, size_t batch, float* d_grad, const Model::TensorReady& on_ready);
-  void upload(const int32_t* tokens, size_t batch);
+  void upload(const BatchView& batch);
 
   Gpt layout_;  // names, shapes, offsets and the CPU checks; its CPU scratch is never used
   GptConfig config_;

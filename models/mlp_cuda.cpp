@@ -1,6 +1,7 @@
 #include "models/mlp_cuda.hpp"
 
 #include <algorithm>
+#include <utility>
 
 #include "core/check_cuda.hpp"
 #include "kernels/model_cuda.cuh"
@@ -23,11 +24,26 @@ MlpCuda::~MlpCuda() {
   cudaStreamDestroy(stream_);
 }
 
-BatchResult MlpCuda::forward(const float* d_params, const float* d_x, const int32_t* d_labels,
-                             size_t batch, bool want_grad) {
-  GT_REQUIRE(batch > 0, "mlp (cuda): empty batch");
+void MlpCuda::upload(const BatchView& batch) {
+  GT_REQUIRE(batch.batch > 0, "mlp (cuda): empty batch");
+  GT_REQUIRE(batch.x != nullptr && batch.labels != nullptr,
+             "the CUDA MLP needs features and labels");
+  const MlpConfig& cfg = layout_.config();
+  for (size_t i = 0; i < batch.batch; ++i)
+    GT_REQUIRE(batch.labels[i] >= 0 && static_cast<size_t>(batch.labels[i]) < cfg.classes,
+               "label {} at row {} is not in [0, {})", batch.labels[i], i, cfg.classes);
+  d_x_.reserve(batch.batch * cfg.inputs);
+  d_y_.reserve(batch.batch);
+  GT_CUDA_CHECK(cudaMemcpyAsync(d_x_.get(), batch.x, batch.batch * cfg.inputs * sizeof(float),
+                                cudaMemcpyHostToDevice, stream_));
+  GT_CUDA_CHECK(cudaMemcpyAsync(d_y_.get(), batch.labels, batch.batch * sizeof(int32_t),
+                                cudaMemcpyHostToDevice, stream_));
+}
+
+BatchResult MlpCuda::run_forward(const float* d_params, size_t batch, bool want_grad) {
+  const int32_t* d_labels = d_y_.get();
   const auto& layers = layout_.layers();
-  const float* in = d_x;  // (B, l.in)
+  const float* in = d_x_.get();  // (B, l.in)
   for (size_t l = 0; l < layers.size(); ++l) {
     const LayerShape& s = layers[l];
     acts_[l].reserve(batch * s.out);  // (B, s.out)
@@ -60,14 +76,26 @@ BatchResult MlpCuda::forward(const float* d_params, const float* d_x, const int3
   return r;
 }
 
-BatchResult MlpCuda::evaluate(const float* d_params, const float* d_x, const int32_t* d_labels,
-                              size_t batch) {
-  return forward(d_params, d_x, d_labels, batch, false);
+void MlpCuda::forward(const float* d_params, const BatchView& view) {
+  upload(view);
+  const BatchResult r = run_forward(d_params, view.batch, false);
+  result_.loss_sum += r.loss_sum;
+  result_.correct += r.correct;
+  result_.predictions += r.predictions;
 }
 
-BatchResult MlpCuda::forward_backward(const float* d_params, const float* d_x,
-                                      const int32_t* d_labels, size_t batch, float* d_grad) {
-  const BatchResult r = forward(d_params, d_x, d_labels, batch, true);
+BatchResult MlpCuda::take_result() {
+  GT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return std::exchange(result_, BatchResult{});
+}
+
+void MlpCuda::forward_backward(const float* d_params, const BatchView& view, float* d_grad,
+                               const Model::TensorReady& /*on_ready: not reported*/) {
+  GT_REQUIRE(d_grad != nullptr, "mlp (cuda): forward_backward without a gradient buffer");
+  upload(view);
+  const size_t batch = view.batch;
+  const float* d_x = d_x_.get();
+  const BatchResult r = run_forward(d_params, batch, true);
   const auto& layers = layout_.layers();
   size_t widest = 0;
   for (const LayerShape& s : layers) widest = std::max(widest, s.in);
@@ -84,7 +112,9 @@ BatchResult MlpCuda::forward_backward(const float* d_params, const float* d_x,
     dy = dx;
   }
   GT_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  return r;
+  result_.loss_sum += r.loss_sum;
+  result_.correct += r.correct;
+  result_.predictions += r.predictions;
 }
 
 }  // namespace geotrain::models

@@ -6,6 +6,9 @@
 #   tests  ctest -L gpu (every op of GptCuda against its CPU twin, resident training, NCCL, codecs)
 #   bench  geotrain bench codecs --no-cpu (device copy bandwidth, every codec's encode/decode)
 #   profile  ncu: every kernel's duration in one GPT-2 124M bf16 step (batch 8), as CSV
+#   codecprof  ncu: the onebit and top-k encoders' kernels in `bench codecs` (time, DRAM bytes and
+#            throughput, occupancy, registers), as CSV
+#   sanitize compute-sanitizer memcheck over the codec suite's top-k and EF-decay cases
 #   train  geotrain bench train: GPT-2 124M, T 1024, bf16, device-resident
 #   torch  the PyTorch side of the same step: eager, then torch.compile (one JSON line each)
 #   util   3 regions x 1 GPU worker of the 37M-parameter MLP on global-3: compute utilization
@@ -49,6 +52,15 @@ for p in $parts; do
       part profile 200 "$ncu" --csv --clock-control none --metrics gpu__time_duration.sum \
         "$bin" bench train --device cuda --precision bf16 --model gpt2-124m --batch 8 \
         --warmup-steps 0 --steps 1 ;;
+    codecprof)  # each codec kernel's bytes and time (ncu, 64M elements, one timed repeat)
+      ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+      part codecprof 150 "$ncu" --csv --clock-control none \
+        --kernel-name regex:'onebit_encode|add_into|sample_keys|candidate_keys|digit_histogram|pick_digit|tie_flags|keep_flags|gather_values|write_varints|summarise|zero_selected|Device' \
+        --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active,launch__registers_per_thread \
+        "$bin" bench codecs --no-cpu --elements 67108864 --repeat 1 ;;
+    sanitize)
+      part sanitize 150 compute-sanitizer --tool memcheck --error-exitcode 9 \
+        "$build/tests/test_kernels_gpu" -tc='topk*,EF decay*' ;;
     train)
       part train 120 "$bin" bench train --device cuda --precision bf16 --model gpt2-124m \
         --batch 16 --steps 10 --json
@@ -69,7 +81,7 @@ for p in $parts; do
           "$out"/runs/*mlp37m-$overlap/summary.json 2>&1 | tee -a "$out/util.log"
       done
       rm -rf "$out/runs" ;;
-    *) echo "gpu_check: unknown part '$p' (tests, train, torch, bench, profile, util)" >&2; exit 2 ;;
+    *) echo "gpu_check: unknown part '$p' (tests, train, torch, bench, profile, codecprof, sanitize, util)" >&2; exit 2 ;;
   esac
 done
 

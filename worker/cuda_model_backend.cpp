@@ -9,8 +9,7 @@
 #include "core/error.hpp"
 #include "kernels/optim_cuda.cuh"
 #include "models/device_buffer.hpp"
-#include "models/gpt_cuda.hpp"
-#include "models/mlp_cuda.hpp"
+#include "models/device_model.hpp"
 #include "worker/bucketed_allreduce.hpp"
 #include "worker/nccl_communicator.hpp"
 
@@ -82,13 +81,9 @@ class QueuedNcclReduce final : public Communicator {
 class CudaModelBackend final : public ModelBackend, public ResidentTraining {
  public:
   CudaModelBackend(const models::ModelSpec& spec, int device, models::Precision precision)
-      : device_(select(device)) {
-    if (spec.kind == "gpt")
-      gpt_ = std::make_unique<models::GptCuda>(spec.gpt, precision);
-    else
-      mlp_ = std::make_unique<models::MlpCuda>(models::parse_mlp_config(spec.arch));
-    stream_ = gpt_ ? gpt_->stream() : mlp_->stream();
-    parameters_ = gpt_ ? gpt_->parameter_count() : mlp_->layout().parameter_count();
+      : device_(select(device)), model_(models::make_device_model(spec, precision)) {
+    stream_ = model_->stream();
+    parameters_ = model_->parameter_count();
     d_params_ = DeviceBuffer<float>(parameters_);
     d_grad_ = DeviceBuffer<float>(parameters_);
     grad_staging_.resize(parameters_);
@@ -105,12 +100,12 @@ class CudaModelBackend final : public ModelBackend, public ResidentTraining {
     nccl_ = std::make_unique<NcclCommunicator>(store, rank, size, options.timeout);
     GT_ASSERT(nccl_->device() == device_, "NCCL chose device {}, the model lives on device {}",
               nccl_->device(), device_);
-    // Bucketed overlap for the GPT, whose backward reports finished tensors (the MLP's does
-    // not: one AllReduce after backward).
-    if (gpt_ && options.bucket_cap_mb > 0) {
+    // Bucketed overlap for a model whose backward reports finished tensors (the GPT; the MLP's
+    // does not: one AllReduce after backward).
+    if (model_->reports_ready_tensors() && options.bucket_cap_mb > 0) {
       queued_ = std::make_unique<QueuedNcclReduce>(*nccl_, stream_);
       buckets_ = std::make_unique<BucketedAllReduce>(
-          *queued_, gpt_->layout().make_table().tensors(), options.bucket_cap_mb);
+          *queued_, model_->layout().make_table().tensors(), options.bucket_cap_mb);
     }
     return std::make_unique<HostStagedCommunicator>(*nccl_);
   }
@@ -138,14 +133,8 @@ class CudaModelBackend final : public ModelBackend, public ResidentTraining {
 
   models::BatchResult evaluate(ConstFloatSpan params, const models::BatchView& batch) override {
     upload_parameters(params);
-    if (gpt_) {
-      gpt_->forward(d_params_.get(), batch.tokens, batch.batch);
-      return gpt_->take_result();
-    }
-    GT_REQUIRE(batch.x != nullptr && batch.labels != nullptr,
-               "the CUDA MLP needs features and labels");
-    load_mlp_batch(batch.x, batch.labels, batch.batch);
-    return mlp_->evaluate(d_params_.get(), d_x_.get(), d_y_.get(), batch.batch);
+    model_->forward(d_params_.get(), batch);
+    return model_->take_result();
   }
 
   // ---- device-resident ----
@@ -180,7 +169,7 @@ class CudaModelBackend final : public ModelBackend, public ResidentTraining {
     GT_CUDA_CHECK(cudaSetDevice(device_));
     GT_CUDA_CHECK(cudaMemcpyAsync(d_params_.get(), host.data(), host.size_bytes(),
                                   cudaMemcpyHostToDevice, stream_));
-    if (gpt_) gpt_->refresh_weights(d_params_.get());
+    model_->refresh_weights(d_params_.get());
     GT_CUDA_CHECK(cudaStreamSynchronize(stream_));  // pageable: the host span may change after
   }
 
@@ -222,21 +211,20 @@ class CudaModelBackend final : public ModelBackend, public ResidentTraining {
 
   models::BatchResult accumulate(const Batch& batch, bool last) override {
     GT_CUDA_CHECK(cudaSetDevice(device_));
-    if (gpt_) {
-      // The step's last micro-batch finishes each tensor's gradient: its buckets may start.
-      models::Model::TensorReady ready;
-      if (buckets_ && last)
-        ready = [this](size_t tensor) {
-          buckets_->tensor_ready(tensor, {d_grad_.get(), parameters_});
-        };
-      gpt_->forward_backward(d_params_.get(), batch.tokens.data(), batch.size, d_grad_.get(),
-                             ready);
-      return gpt_->take_result();
-    }
-    load_mlp_batch(batch.x.data(), batch.y.data(), batch.size);
-    // d_grad_ (parameter_count) += d(mean loss)/d(params); blocks until the stream is done.
-    return mlp_->forward_backward(d_params_.get(), d_x_.get(), d_y_.get(), batch.size,
-                                  d_grad_.get());
+    // The step's last micro-batch finishes each tensor's gradient: its buckets may start.
+    models::Model::TensorReady ready;
+    if (buckets_ && last)
+      ready = [this](size_t tensor) {
+        buckets_->tensor_ready(tensor, {d_grad_.get(), parameters_});
+      };
+    models::BatchView view;
+    view.batch = batch.size;
+    view.x = batch.x.empty() ? nullptr : batch.x.data();
+    view.labels = batch.y.empty() ? nullptr : batch.y.data();
+    view.tokens = batch.tokens.empty() ? nullptr : batch.tokens.data();
+    // d_grad_ (parameter_count) += d(mean loss)/d(params)
+    model_->forward_backward(d_params_.get(), view, d_grad_.get(), ready);
+    return model_->take_result();
   }
 
   double reduce_gradient_norm_sq() override {
@@ -252,7 +240,7 @@ class CudaModelBackend final : public ModelBackend, public ResidentTraining {
   void apply_step(const ResidentStep& step) override {
     GT_ASSERT(prepared_, "apply_step before prepare_optimizer");
     const uint8_t* mask = d_mask_.size() > 0 ? d_mask_.get() : nullptr;
-    __nv_bfloat16* copy = gpt_ ? gpt_->weight_copy() : nullptr;
+    __nv_bfloat16* copy = model_->weight_copy();
     if (step.accept && optimizer_.kind == OptimizerKind::kAdamW) {
       kernels::cuda::AdamWStep s;
       s.lr = step.lr;
@@ -304,25 +292,8 @@ class CudaModelBackend final : public ModelBackend, public ResidentTraining {
       nccl_->allreduce_sum({d_grad_.get(), parameters_});  // blocks until its stream is done
   }
 
-  // Copies an MLP batch to the device on the model's stream (its kernels run after the copies),
-  // and checks what the device path does not: the label range.
-  void load_mlp_batch(const float* x, const int32_t* labels, size_t n) {
-    const auto& cfg = mlp_->layout().config();
-    for (size_t i = 0; i < n; ++i)
-      GT_REQUIRE(labels[i] >= 0 && static_cast<size_t>(labels[i]) < cfg.classes,
-                 "label {} at row {} is not in [0, {})", labels[i], i, cfg.classes);
-    GT_CUDA_CHECK(cudaSetDevice(device_));
-    d_x_.reserve(n * cfg.inputs);
-    d_y_.reserve(n);
-    GT_CUDA_CHECK(cudaMemcpyAsync(d_x_.get(), x, n * cfg.inputs * sizeof(float),
-                                  cudaMemcpyHostToDevice, stream_));
-    GT_CUDA_CHECK(
-        cudaMemcpyAsync(d_y_.get(), labels, n * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
-  }
-
   int device_;
-  std::unique_ptr<models::MlpCuda> mlp_;  // one of the two
-  std::unique_ptr<models::GptCuda> gpt_;
+  std::unique_ptr<models::DeviceModel> model_;
   cudaStream_t stream_ = nullptr;  // the model's
   size_t parameters_ = 0;
   DeviceBuffer<float> d_params_;     // (parameter_count): fp32 master parameters
@@ -330,8 +301,6 @@ class CudaModelBackend final : public ModelBackend, public ResidentTraining {
   DeviceBuffer<float> d_m_, d_v_;    // optimizer state (parameter_count or empty)
   DeviceBuffer<uint8_t> d_mask_;     // (parameter_count) or empty: weight decay applies
   DeviceBuffer<double> d_norm_;      // (1): the squared norm
-  DeviceBuffer<float> d_x_;          // (B, inputs), grown to the largest batch (MLP)
-  DeviceBuffer<int32_t> d_y_;        // (B)
   std::vector<float> grad_staging_;  // (parameter_count), host
   OptimizerConfig optimizer_;
   bool prepared_ = false;
@@ -365,10 +334,8 @@ std::unique_ptr<ModelBackend> make_cuda_model_backend(const models::ModelSpec& s
   const int devices = cuda_device_count(&why);
   GT_REQUIRE(devices > 0, "worker.device is 'cuda' but no CUDA device is visible ({})", why);
   GT_REQUIRE(rank >= 0, "rank {} is negative", rank);
-  const models::Precision p = models::parse_precision(precision);
-  GT_REQUIRE(p == models::Precision::kFp32 || spec.kind == "gpt",
-             "worker.precision bf16 trains model.kind gpt only (model.kind is {})", spec.kind);
-  return std::make_unique<CudaModelBackend>(spec, rank % devices, p);
+  return std::make_unique<CudaModelBackend>(spec, rank % devices,
+                                            models::parse_precision(precision));
 }
 
 }  // namespace geotrain::worker

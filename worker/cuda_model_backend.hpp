@@ -1,9 +1,10 @@
 // The CUDA model backend's entry points (CUDA + NCCL builds only: geotrain_worker_cuda). This
 // header needs no CUDA headers, so host-only code (the trainer) can include it.
 //
-// The backend (cuda_model_backend.cpp) runs models::MlpCuda or models::GptCuda (fp32 or bf16) on
-// device `rank % device_count`. It owns device buffers for the parameters (fp32 master), the
-// gradient accumulator, the optimizer state and the batch; its work runs on the model's stream.
+// The backend (cuda_model_backend.cpp) runs a models::DeviceModel (MlpCuda, or GptCuda in fp32
+// or bf16) on device `rank % device_count`, and names no model kind. It owns device buffers for
+// the parameters (fp32 master), the gradient accumulator and the optimizer state (the model
+// owns its batch); its work runs on the model's stream.
 // It trains device-resident (ModelBackend::resident(), docs/training.md "On a GPU"): the fused
 // optimizer (kernels/optim_cuda.cuh) updates the parameters on the device, and in bf16 writes
 // the GEMMs' bf16 weights in the same pass. The host-driven calls (forward_backward with host

@@ -14,8 +14,8 @@
 // Backends:
 //   - CpuModelBackend: any models::Model (the MLP, the GPT), works in place on the host spans;
 //     the region is Gloo.
-//   - the CUDA backend (worker/cuda_model_backend.hpp, CUDA + NCCL builds): models::MlpCuda or
-//     models::GptCuda (fp32 or bf16, worker.precision) on one device; the region is NCCL.
+//   - the CUDA backend (worker/cuda_model_backend.hpp, CUDA + NCCL builds): a models::DeviceModel
+//     (MlpCuda, or GptCuda in fp32 or bf16, worker.precision) on one device; the region is NCCL.
 // Calls block; not thread-safe (one trainer thread). Spans are borrowed for the call.
 #pragma once
 

@@ -255,7 +255,7 @@ void compare_model(const GptConfig& config, Precision precision, size_t batch) {
   d_params.upload(params);
   GT_CUDA_CHECK(cudaMemset(d_grad.get(), 0, params.size() * sizeof(float)));
   gpu.refresh_weights(d_params.get());
-  gpu.forward_backward(d_params.get(), tokens.data(), batch, d_grad.get());
+  gpu.forward_backward(d_params.get(), view, d_grad.get());
   const BatchResult rg = gpu.take_result();
   std::vector<float> grad_gpu(params.size());
   d_grad.download(grad_gpu);
@@ -285,7 +285,7 @@ void compare_model(const GptConfig& config, Precision precision, size_t batch) {
     }
   }
   // Evaluation: the forward pass alone gives the same loss.
-  gpu.forward(d_params.get(), tokens.data(), batch);
+  gpu.forward(d_params.get(), view);
   CHECK(gpu.take_result().loss_sum == doctest::Approx(rg.loss_sum).epsilon(1e-6));
 }
 
@@ -306,6 +306,6 @@ TEST_CASE("a token out of range is refused on the GPU path with its row and posi
   DeviceBuffer<float> d_params(gpu.parameter_count()), d_grad(gpu.parameter_count());
   std::vector<int32_t> tokens(T + 1, 1);
   tokens[5] = int32_t(V);
-  CHECK_THROWS_WITH_AS(gpu.forward(d_params.get(), tokens.data(), 1),
+  CHECK_THROWS_WITH_AS(gpu.forward(d_params.get(), BatchView{1, nullptr, nullptr, tokens.data()}),
                        doctest::Contains("row 0, position 5"), InputError);
 }
