@@ -5,9 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <functional>
 #include <string>
-#include <vector>
 
 #include "core/check_cuda.hpp"
 #include "kernels/codec_math.hpp"

@@ -26,6 +26,16 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from metrics_schema import field  # noqa: E402  (core/metrics_events.json)
+
+# The worker events' fields these plots read, checked against the schema at import.
+BYTES_PUSHED = field("round", "bytes_pushed")
+BYTES_PULLED = field("round", "bytes_pulled")
+STALENESS = field("round", "staleness")
+LOSS = field("step", "loss")
+TEST_ACCURACY = field("eval", "test_accuracy")
+VAL_BPB = field("eval", "val_bpb")
+
 
 def jsonl(path):
     """The JSON objects of a JSONL file, skipping a line a writer left unfinished."""
@@ -104,7 +114,7 @@ def wan_curve(events):
     ts, total, out = [], 0.0, []
     for e in events:
         if e.get("event") == "round":
-            total += float(e.get("bytes_pushed", 0)) + float(e.get("bytes_pulled", 0))
+            total += float(e.get(BYTES_PUSHED, 0)) + float(e.get(BYTES_PULLED, 0))
             ts.append(float(e.get("time", 0.0)))
             out.append(total)
     return ts, out
@@ -128,13 +138,13 @@ def smooth(ys, n=10):
 
 def is_language_model(regions):
     """A language model's leaders evaluate val_bpb (docs/run-folder.md), a classifier's test_accuracy."""
-    return any(e.get("event") == "eval" and isinstance(e.get("val_bpb"), (int, float))
+    return any(e.get("event") == "eval" and isinstance(e.get(VAL_BPB), (int, float))
                for events in regions.values() for e in events)
 
 
 # The evaluation metric each kind of model is plotted on: (eval field, scale, axis label, title).
-ACCURACY = ("test_accuracy", 100.0, "test accuracy (%)", "test accuracy")
-BPB = ("val_bpb", 1.0, "validation bits per byte (lower is better)",
+ACCURACY = (TEST_ACCURACY, 100.0, "test accuracy (%)", "test accuracy")
+BPB = (VAL_BPB, 1.0, "validation bits per byte (lower is better)",
        "validation bits per byte (bpb)")
 
 
@@ -143,14 +153,14 @@ def plot_curves(regions, run_dir, use_bytes, target=None):
     fig, (ax_loss, ax_metric) = plt.subplots(1, 2, figsize=(11, 4))
     if target is not None:
         value, key = target
-        wanted = {"target_accuracy": "test_accuracy", "target_val_bpb": "val_bpb"}[key]
+        wanted = {"target_accuracy": TEST_ACCURACY, "target_val_bpb": VAL_BPB}[key]
         shown = scale * value if wanted == field else None
         if shown is not None:
             ax_metric.axhline(shown, color="black", linestyle="--", linewidth=1,
                               label=f"target {shown:g}{'%' if scale == 100.0 else ' bpb'}")
     for name, events in sorted(regions.items()):
         curve = wan_curve(events)
-        t, loss = series(events, "step", "loss")
+        t, loss = series(events, "step", LOSS)
         te, metric = series(events, "eval", field)
         if use_bytes:
             t = [bytes_at(curve, x) / 1e6 for x in t]
@@ -174,8 +184,8 @@ def plot_curves(regions, run_dir, use_bytes, target=None):
 
 def plot_staleness(regions, run_dir):
     fig, ax = plt.subplots(figsize=(6, 4))
-    values = {n: [int(e["staleness"]) for e in ev if e.get("event") == "round" and
-                  isinstance(e.get("staleness"), (int, float))] for n, ev in sorted(regions.items())}
+    values = {n: [int(e[STALENESS]) for e in ev if e.get("event") == "round" and
+                  isinstance(e.get(STALENESS), (int, float))] for n, ev in sorted(regions.items())}
     top = max([max(v) for v in values.values() if v] + [0])
     bins = [b - 0.5 for b in range(top + 2)]
     data = [v for v in values.values()]

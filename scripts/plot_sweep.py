@@ -20,6 +20,11 @@ import csv
 import os
 import sys
 
+from metrics_schema import field  # core/metrics_events.json
+
+VAL_BPB = field("eval", "val_bpb")
+TOKENS = field("eval", "tokens")
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -53,9 +58,9 @@ def tokens_curve(run_dir):
     at = {}
     for ev in read_events(run_dir).values():
         for e in ev:
-            if (e.get("event") == "eval" and isinstance(e.get("val_bpb"), (int, float))
-                    and isinstance(e.get("tokens"), int)):
-                at.setdefault(e["tokens"], []).append(float(e["val_bpb"]))
+            if (e.get("event") == "eval" and isinstance(e.get(VAL_BPB), (int, float))
+                    and isinstance(e.get(TOKENS), int)):
+                at.setdefault(e[TOKENS], []).append(float(e[VAL_BPB]))
     xs = sorted(at)
     return [x / 1e6 for x in xs], [sum(at[x]) / len(at[x]) for x in xs]
 

@@ -29,6 +29,10 @@ import statistics
 import sys
 from pathlib import Path
 
+from metrics_schema import field  # core/metrics_events.json
+
+LARGEST_EXCHANGE = field("round", "largest_exchange_bytes")
+
 
 def configuration(label):
     """A point's configuration: its label without a trailing seed suffix ("-s2", "-seed2")."""
@@ -53,7 +57,7 @@ def largest_exchange(run_dir):
                 event = json.loads(line)
             except json.JSONDecodeError:
                 continue
-            size = event.get("largest_exchange_bytes")
+            size = event.get(LARGEST_EXCHANGE)
             if size is not None:
                 best = size if best is None else max(best, size)
     return best
@@ -72,7 +76,7 @@ def train_only_time(run_dir, target, lm):
             t = event.get("time")
             if event.get("event") == "eval" and t is not None and previous is not None:
                 in_eval += t - previous
-                value = event.get("val_bpb" if lm else "test_accuracy")
+                value = event.get(field("eval", "val_bpb") if lm else field("eval", "test_accuracy"))
                 if value is not None and (value <= target if lm else value >= target):
                     reached = t - in_eval
                     break

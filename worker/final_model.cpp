@@ -5,20 +5,24 @@
 #include <chrono>
 #include <cstring>
 
+#include "core/metrics_events.hpp"
 #include "models/model_file.hpp"
 #include "worker/reply_wait.hpp"
 
 namespace geotrain::worker {
 
+namespace f = events::field;
+
 namespace {
-// An evaluation's figures under `prefix` ("final_" or "region_"): test_accuracy for a
-// classifier, val_bpb and val_loss for a language model.
-void add_figures(nlohmann::json& j, const std::string& prefix, const Evaluation& e) {
+// An evaluation's figures in the `done` event, of the global model (final_*) or of the region's
+// own parameters (region_*): test_accuracy for a classifier, val_bpb and val_loss for a language
+// model.
+void add_figures(nlohmann::json& j, bool global, const Evaluation& e) {
   if (e.bits_per_byte) {
-    j[prefix + "val_bpb"] = *e.bits_per_byte;
-    j[prefix + "val_loss"] = e.loss;
+    j[global ? f::final_val_bpb : f::region_val_bpb] = *e.bits_per_byte;
+    j[global ? f::final_val_loss : f::region_val_loss] = e.loss;
   } else {
-    j[prefix + "test_accuracy"] = e.accuracy;
+    j[global ? f::final_test_accuracy : f::region_test_accuracy] = e.accuracy;
   }
 }
 
@@ -38,17 +42,17 @@ FinalModel::FinalModel(ConstFloatSpan own, std::string region)
 
 void FinalModel::flush(RegionSync& sync, FloatSpan params, MetricsLog& log) {
   const auto t0 = std::chrono::steady_clock::now();
-  nlohmann::json j{{"region", region_}};
+  nlohmann::json j{{f::region, region_}};
   try {
     const auto r = sync.flush(params);
     const auto base = sync.base();
     std::copy(base.begin(), base.end(), params.begin());
     global_ = true;
-    j["bytes_pushed"] = r.bytes_pushed;
-    j["bytes_pulled"] = r.bytes_pulled;
-    j["push_s"] = r.push_seconds;
-    j["pull_s"] = r.pull_seconds;
-    j["segments_owed"] = r.segments_owed;
+    j[f::bytes_pushed] = r.bytes_pushed;
+    j[f::bytes_pulled] = r.bytes_pulled;
+    j[f::push_s] = r.push_seconds;
+    j[f::pull_s] = r.pull_seconds;
+    j[f::segments_owed] = r.segments_owed;
   } catch (const Stopped&) {
     throw;  // the worker is stopping: no global model, and no more waiting for one
   } catch (const std::exception& e) {
@@ -57,11 +61,11 @@ void FinalModel::flush(RegionSync& sync, FloatSpan params, MetricsLog& log) {
     std::copy(own_.begin(), own_.end(), params.begin());
     error_ = e.what();
     spdlog::warn("region {}: no global model: {}", region_, error_);
-    j["error"] = error_;
+    j[f::error] = error_;
   }
-  j["global_model"] = global_;
-  j["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  log.write("flush", j);
+  j[f::global_model] = global_;
+  j[f::seconds] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  log.write(events::name::flush, j);
 }
 
 std::optional<std::filesystem::path> FinalModel::write(
@@ -96,12 +100,12 @@ void FinalModel::evaluate(const TrainingData& data, ModelBackend& backend, Const
 
 void FinalModel::report(nlohmann::json& done, TrainResult& result) const {
   GT_ASSERT(own_eval_.has_value(), "report() before evaluate()");
-  add_figures(done, "region_", *own_eval_);
-  done["global_model"] = global_;
+  add_figures(done, false, *own_eval_);
+  done[f::global_model] = global_;
   if (global_eval_)
-    add_figures(done, "final_", *global_eval_);
+    add_figures(done, true, *global_eval_);
   else
-    done["global_model_error"] = error_;
+    done[f::global_model_error] = error_;
   const Evaluation& final_eval = global_eval_ ? *global_eval_ : *own_eval_;
   result.global_model = global_;
   if (final_eval.bits_per_byte) {

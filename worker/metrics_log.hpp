@@ -1,6 +1,8 @@
 // MetricsLog: one JSON object per line, appended to a file in the run folder (docs/run-folder.md).
 // Every line gets "event" and "time" (seconds since the log was opened). Flushed per line, so
 // that a launcher tailing the file sees progress and a crash loses at most the line in flight.
+// Every line is held to the schema (core/metrics_events.json): an event or field it does not
+// name is a bug in the writer (GT_ASSERT), so no writer can drift from what readers expect.
 // Owns the file. Not thread-safe: one writer thread.
 #pragma once
 
@@ -11,8 +13,10 @@
 #include <fstream>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "core/error.hpp"
+#include "core/metrics_events_check.hpp"
 
 namespace geotrain::worker {
 
@@ -30,6 +34,10 @@ class MetricsLog {
   }
 
   void write(const std::string& event, nlohmann::json fields) {
+    std::vector<std::string> keys;
+    for (const auto& item : fields.items()) keys.push_back(item.key());
+    const std::string wrong = events::check(event, keys);
+    GT_ASSERT(wrong.empty(), "metrics event: {}", wrong);
     fields["event"] = event;
     fields["time"] = seconds();
     out_ << fields.dump() << '\n';

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "core/error.hpp"
+#include "core/metrics_events.hpp"
 #include "kernels/model_cpu.hpp"
 #include "models/model_spec.hpp"
 #include "worker/final_model.hpp"
@@ -24,49 +25,18 @@
 #include "worker/streaming_sync.hpp"
 #include "worker/training_data.hpp"
 #include "worker/worker_checkpoint.hpp"
+#include "worker/worker_events.hpp"
 #include "worker/worker_metrics.hpp"
 
 namespace geotrain::worker {
 namespace {
 
+namespace f = events::field;
+
 using Clock = std::chrono::steady_clock;
 
 double since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-// The exchanges merged in one round (one per round without streaming), as the round event's
-// fields: bytes and seconds summed, the worst staleness and gate wait, the last round merged.
-void add_reports(nlohmann::json& j, const std::vector<RoundReport>& reports) {
-  double push = 0, pull = 0, gate = 0;
-  uint64_t pushed = 0, pulled = 0;
-  uint32_t staleness = 0;
-  uint64_t largest = 0;  // the largest single exchange: what streaming divides by P
-  uint64_t deferred = 0, late = 0;
-  for (const auto& r : reports) {
-    deferred += r.deferred.size();
-    late += r.late_shards;
-    largest = std::max(largest, r.bytes_pushed + r.bytes_pulled);
-    push += r.push_seconds;
-    pull += r.pull_seconds;
-    pushed += r.bytes_pushed;
-    pulled += r.bytes_pulled;
-    staleness = std::max(staleness, r.max_staleness);
-    gate = std::max(gate, double(r.gate_wait_us) / 1e6);
-  }
-  j["push_s"] = push;
-  j["pull_s"] = pull;
-  j["bytes_pushed"] = pushed;
-  j["bytes_pulled"] = pulled;
-  j["staleness"] = staleness;
-  j["gate_wait_s"] = gate;
-  j["merged_round"] = reports.back().round;
-  j["exchanges"] = reports.size();
-  j["largest_exchange_bytes"] = largest;
-  // Deferred shards (worker.shard_wait_ms): still on the WAN after the round's exchanges, and
-  // merged late in them.
-  j["deferred_shards"] = deferred;
-  j["late_shards"] = late;
 }
 
 // Rounds go through the region's float collective: exact up to 2^24.
@@ -104,43 +74,43 @@ std::optional<WorkerCheckpointState> agree_on_snapshot(const WorkerCheckpointSto
 // in between) and drops them otherwise, and returns the `resume` event's fields.
 nlohmann::json resume_leader(const std::optional<WorkerCheckpointState>& snapshot, uint64_t next,
                              RegionSync& sync, ConstFloatSpan params, const std::string& region) {
-  nlohmann::json j{{"region", region}, {"rank", 0}, {"round", next}};
+  nlohmann::json j{{f::region, region}, {f::rank, 0}, {f::round, next}};
   if (!snapshot) {
-    j["checkpoint_round"] = nullptr;
-    j["stale_rounds"] = next - 1;
-    j["rounds_replayed"] = 0;
-    j["residuals"] = "none";
+    j[f::checkpoint_round] = nullptr;
+    j[f::stale_rounds] = next - 1;
+    j[f::rounds_replayed] = 0;
+    j[f::residuals] = "none";
     return j;
   }
   const uint64_t from = snapshot->round + 1;
-  j["checkpoint_round"] = snapshot->round;
+  j[f::checkpoint_round] = snapshot->round;
   // Rounds the servers released after the snapshot: their progress is in the servers' values,
   // the local optimizer state and residual of them are not in the snapshot.
-  j["stale_rounds"] = next > from ? next - from : 0;
+  j[f::stale_rounds] = next > from ? next - from : 0;
   // Rounds the servers lost (they restored an older checkpoint): trained again.
-  j["rounds_replayed"] = next < from ? from - next : 0;
+  j[f::rounds_replayed] = next < from ? from - next : 0;
   if (next == from) {
     sync.restore_residuals(snapshot->residuals);
-    j["residuals"] = "restored";
+    j[f::residuals] = "restored";
     // The snapshot's parameters are the region's global values after its round, which the
     // servers hold too: a mismatch means the servers restored another state than this region's.
     size_t differ = 0;
     const auto base = sync.base();
     for (size_t i = 0; i < params.size(); ++i) differ += params[i] != base[i];
-    j["parameters_match_servers"] = differ == 0;
+    j[f::parameters_match_servers] = differ == 0;
     if (differ > 0)
       spdlog::warn(
           "region {}: {} of {} parameters of the round-{} snapshot differ from the "
           "servers' values; training goes on from the servers'",
           region, differ, params.size(), snapshot->round);
   } else {
-    j["residuals"] = "dropped";
+    j[f::residuals] = "dropped";
   }
   spdlog::info(
       "region {}: resumed at round {} from the snapshot of round {} ({} stale, {} "
       "replayed)",
-      region, next, snapshot->round, j["stale_rounds"].get<uint64_t>(),
-      j["rounds_replayed"].get<uint64_t>());
+      region, next, snapshot->round, j[f::stale_rounds].get<uint64_t>(),
+      j[f::rounds_replayed].get<uint64_t>());
   return j;
 }
 
@@ -158,31 +128,31 @@ void write_region_parameters(const std::filesystem::path& run_dir, const std::st
 nlohmann::json start_fields(const WorkerConfig& c, const std::string& region, uint32_t rank,
                             uint32_t world, const models::Model& model, size_t parameters,
                             const TrainerOptions& options) {
-  return {{"region", region},
-          {"rank", rank},
-          {"world", world},
-          {"model", model.kind()},
-          {"parameters", parameters},
-          {"workers_per_region", c.workers_per_region},
-          {"device", c.device},
-          {"optimizer", optimizer_kind_name(c.optimizer.kind)},
-          {"lr", c.lr},
-          {"batch_size", c.batch_size},
-          {"local_steps", c.local_steps},
-          {"rounds", c.rounds},
-          {"critical_codec", c.critical_codec.text()},
-          {"noncritical_codec", c.noncritical_codec.text()},
-          {"overlap", c.overlap},
-          {"overlap_mode", std::string(overlap_mode_name(c.overlap_mode))},
-          {"fragments", c.fragments},
-          {"fragment_delay", c.merge_delay()},
-          {"stream_critical", c.stream_critical},
-          {"shard_wait_ms", c.shard_wait.count()},
+  return {{f::region, region},
+          {f::rank, rank},
+          {f::world, world},
+          {f::model, model.kind()},
+          {f::parameters, parameters},
+          {f::workers_per_region, c.workers_per_region},
+          {f::device, c.device},
+          {f::optimizer, optimizer_kind_name(c.optimizer.kind)},
+          {f::lr, c.lr},
+          {f::batch_size, c.batch_size},
+          {f::local_steps, c.local_steps},
+          {f::rounds, c.rounds},
+          {f::critical_codec, c.critical_codec.text()},
+          {f::noncritical_codec, c.noncritical_codec.text()},
+          {f::overlap, c.overlap},
+          {f::overlap_mode, std::string(overlap_mode_name(c.overlap_mode))},
+          {f::fragments, c.fragments},
+          {f::fragment_delay, c.merge_delay()},
+          {f::stream_critical, c.stream_critical},
+          {f::shard_wait_ms, c.shard_wait.count()},
           // 0: auto (each server's count is in the log: worker/region_sync.cpp)
-          {"streams_per_server", c.streams_per_server},
-          {"staleness_bound", c.staleness_bound},
-          {"resume", options.resume},
-          {"generation", options.generation}};
+          {f::streams_per_server, c.streams_per_server},
+          {f::staleness_bound, c.staleness_bound},
+          {f::resume, options.resume},
+          {f::generation, options.generation}};
 }
 
 // An `eval` event as the metrics contract names it: test_* for classifiers, val_* for LMs.
@@ -191,14 +161,14 @@ nlohmann::json start_fields(const WorkerConfig& c, const std::string& region, ui
 nlohmann::json eval_fields(const std::string& region, const Evaluation& e, uint64_t round,
                            uint64_t step, uint64_t tokens_per_step) {
   nlohmann::json j{
-      {"region", region}, {"round", round}, {"step", step}, {"tokens", step * tokens_per_step}};
+      {f::region, region}, {f::round, round}, {f::step, step}, {f::tokens, step * tokens_per_step}};
   if (e.bits_per_byte) {
-    j["val_loss"] = e.loss;
-    j["val_bpb"] = *e.bits_per_byte;
-    j["val_accuracy"] = e.accuracy;
+    j[f::val_loss] = e.loss;
+    j[f::val_bpb] = *e.bits_per_byte;
+    j[f::val_accuracy] = e.accuracy;
   } else {
-    j["test_accuracy"] = e.accuracy;
-    j["test_loss"] = e.loss;
+    j[f::test_accuracy] = e.accuracy;
+    j[f::test_loss] = e.loss;
   }
   return j;
 }
@@ -308,11 +278,11 @@ WorkerRun::WorkerRun(const WorkerConfig& config, const std::string& region, uint
   if (options_.resume) restore_snapshot();
   log_.emplace(worker_metrics_path(config_.run_dir, region_, rank_));
   if (config_.metrics_port > 0 || config_.metrics_port_auto) serve_metrics();
-  log_->write("start",
+  log_->write(events::name::start,
               start_fields(config_, region_, rank_, world_, *model_, params_.size(), options_));
   if (exporter_)
-    log_->write("metrics_endpoint",
-                {{"region", region_}, {"rank", rank_}, {"url", exporter_->url()}});
+    log_->write(events::name::metrics_endpoint,
+                {{f::region, region_}, {f::rank, rank_}, {f::url, exporter_->url()}});
   if (config_.step_delay_ms.count(region_))
     delay_ = std::chrono::milliseconds(config_.step_delay_ms.at(region_));
 }
@@ -383,11 +353,11 @@ uint64_t WorkerRun::connect_leader(std::stop_token stop) {
   sync_->set_origin(origin);
   sync_->stop_waits_on(std::move(stop));
   const uint64_t next = sync_->connect(resumed_ ? resumed_->round + 1 : 0);
-  log_->write("connect", {{"region", region_},
-                          {"next_round", next},
-                          {"startup_bytes_pulled", sync_->startup_bytes_pulled()}});
+  log_->write(events::name::connect, {{f::region, region_},
+                                      {f::next_round, next},
+                                      {f::startup_bytes_pulled, sync_->startup_bytes_pulled()}});
   if (options_.resume)
-    log_->write("resume", resume_leader(resumed_, next, *sync_, params_, region_));
+    log_->write(events::name::resume, resume_leader(resumed_, next, *sync_, params_, region_));
   std::copy(sync_->base().begin(), sync_->base().end(), params_.begin());
   streaming_ = std::make_unique<StreamingSync>(*sync_, leader_streaming_config(config_));
   return next;
@@ -442,16 +412,16 @@ void WorkerRun::local_step(uint64_t round, uint32_t h) {
   if (report.verdict != Verdict::kAccept) ++result_.skipped_steps;
   round_compute_ += compute;
   round_comm_ += comm_s;
-  log_->write("step", {{"region", region_},
-                       {"rank", rank_},
-                       {"round", round},
-                       {"step", report.step},
-                       {"loss", report.loss},
-                       {"lr", report.lr},
-                       {"grad_norm", report.grad_norm},
-                       {"compute_s", compute},
-                       {"comm_s", comm_s},
-                       {"skipped", report.verdict != Verdict::kAccept}});
+  log_->write(events::name::step, {{f::region, region_},
+                                   {f::rank, rank_},
+                                   {f::round, round},
+                                   {f::step, report.step},
+                                   {f::loss, report.loss},
+                                   {f::lr, report.lr},
+                                   {f::grad_norm, report.grad_norm},
+                                   {f::compute_s, compute},
+                                   {f::comm_s, comm_s},
+                                   {f::skipped, report.verdict != Verdict::kAccept}});
   // The exchanges due after this step (every fragment's push, and the merges `delay` steps
   // later); every rank knows the schedule, so all take part in the broadcast that follows.
   const uint64_t global_step = (round - 1) * config_.local_steps + h + 1;
@@ -484,15 +454,15 @@ void WorkerRun::train_round(uint64_t round, std::stop_token stop) {
 void WorkerRun::end_round(uint64_t round) {
   if (!leader_) return;
   nlohmann::json fields{
-      {"region", region_},           {"round", round},        {"steps", config_.local_steps},
-      {"compute_s", round_compute_}, {"comm_s", round_comm_}, {"wait_s", round_wait_}};
-  if (!merged_.empty()) add_reports(fields, merged_);
+      {f::region, region_},           {f::round, round},        {f::steps, config_.local_steps},
+      {f::compute_s, round_compute_}, {f::comm_s, round_comm_}, {f::wait_s, round_wait_}};
+  fields.update(exchange_fields(merged_));
   merged_.clear();
-  log_->write("round", fields);
+  log_->write(events::name::round, fields);
   if (config_.eval_every > 0 && round % config_.eval_every == 0 && round < config_.rounds) {
     engine_->to_host(params_);
-    log_->write("eval", eval_fields(region_, data_->evaluate(*backend_, params_), round,
-                                    result_.steps, tokens_per_step()));
+    log_->write(events::name::eval, eval_fields(region_, data_->evaluate(*backend_, params_), round,
+                                                result_.steps, tokens_per_step()));
   }
 }
 
@@ -509,8 +479,9 @@ void WorkerRun::write_snapshot(uint64_t round) {
   s.seed = config_.seed;
   s.identity = identity_;
   const auto folder = snapshots_.write(s);
-  log_->write("checkpoint",
-              {{"region", region_}, {"rank", rank_}, {"round", round}, {"path", folder.string()}});
+  log_->write(
+      events::name::checkpoint,
+      {{f::region, region_}, {f::rank, rank_}, {f::round, round}, {f::path, folder.string()}});
 }
 
 TrainResult WorkerRun::finish(uint64_t next_round) {
@@ -522,11 +493,11 @@ TrainResult WorkerRun::finish(uint64_t next_round) {
     const auto t0 = Clock::now();
     auto reps = streaming_->finish((next_round - 1) * config_.local_steps, params_);
     if (!reps.empty()) {
-      nlohmann::json j{{"region", region_}, {"round", reps.back().round},
-                       {"steps", 0},        {"compute_s", 0.0},
-                       {"comm_s", 0.0},     {"wait_s", since(t0)}};
-      add_reports(j, reps);
-      log_->write("round", j);
+      nlohmann::json j{{f::region, region_}, {f::round, reps.back().round},
+                       {f::steps, 0},        {f::compute_s, 0.0},
+                       {f::comm_s, 0.0},     {f::wait_s, since(t0)}};
+      j.update(exchange_fields(reps));
+      log_->write(events::name::round, j);
     }
     streaming_.reset();
     // One global model out of the regions' views (worker/final_model.hpp); not for a stopped
@@ -545,21 +516,21 @@ TrainResult WorkerRun::finish(uint64_t next_round) {
   }
   if (comm_) comm_->broadcast(params_, 0);
 
-  nlohmann::json done{{"region", region_},
-                      {"rank", rank_},
-                      {"rounds", result_.rounds},
-                      {"steps", result_.steps},
-                      {"skipped_steps", result_.skipped_steps}};
+  nlohmann::json done{{f::region, region_},
+                      {f::rank, rank_},
+                      {f::rounds, result_.rounds},
+                      {f::steps, result_.steps},
+                      {f::skipped_steps, result_.skipped_steps}};
   if (leader_) {
     final_model->evaluate(*data_, *backend_, params_);
-    log_->write("eval", eval_fields(region_, final_model->own_evaluation(), next_round - 1,
-                                    result_.steps, tokens_per_step()));
+    log_->write(events::name::eval, eval_fields(region_, final_model->own_evaluation(),
+                                                next_round - 1, result_.steps, tokens_per_step()));
     final_model->report(done, result_);
     write_region_parameters(config_.run_dir, region_, final_model->own_parameters());
   }
   result_.wall_seconds = since(start_);
-  done["wall_s"] = result_.wall_seconds;
-  log_->write("done", done);
+  done[f::wall_s] = result_.wall_seconds;
+  log_->write(events::name::done, done);
   result_.params = std::move(params_);
   return std::move(result_);
 }

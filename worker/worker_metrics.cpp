@@ -4,10 +4,13 @@
 
 #include <algorithm>
 
+#include "core/metrics_events.hpp"
 #include "core/version.hpp"
 #include "wire/prometheus.hpp"
 
 namespace geotrain::worker {
+
+namespace f = events::field;
 
 namespace {
 std::optional<double> number(const nlohmann::json& e, const char* key) {
@@ -25,30 +28,30 @@ WorkerMetrics::WorkerMetrics(std::string region, uint32_t rank, uint64_t units_p
       unit_(std::move(unit)) {}
 
 void WorkerMetrics::add(const nlohmann::json& e) {
-  const auto kind = e.value("event", std::string());
+  const auto kind = e.value(f::event, std::string());
   std::lock_guard lock(mutex_);
-  if (kind == "start") {
-    model_ = e.value("model", std::string());
-    device_ = e.value("device", std::string());
-  } else if (kind == "step") {
+  if (kind == events::name::start) {
+    model_ = e.value(f::model, std::string());
+    device_ = e.value(f::device, std::string());
+  } else if (kind == events::name::step) {
     ++steps_;
-    if (e.value("skipped", false)) ++skipped_;
-    compute_s_ += number(e, "compute_s").value_or(0);
-    comm_s_ += number(e, "comm_s").value_or(0);
-    if (auto l = number(e, "loss")) loss_ = l;
-  } else if (kind == "round") {
-    if (number(e, "steps").value_or(1) > 0) ++rounds_;  // the overlap's drain is no round
-    pushed_ += number(e, "bytes_pushed").value_or(0);
-    pulled_ += number(e, "bytes_pulled").value_or(0);
-    wait_s_ += number(e, "wait_s").value_or(0);
-    if (auto s = number(e, "staleness")) staleness_ = s;
-  } else if (kind == "flush") {
-    pushed_ += number(e, "bytes_pushed").value_or(0);
-    pulled_ += number(e, "bytes_pulled").value_or(0);
-  } else if (kind == "eval") {
-    if (auto a = number(e, "test_accuracy")) test_accuracy_ = a;
-    if (auto b = number(e, "val_bpb")) val_bpb_ = b;
-    if (auto l = number(e, "val_loss")) val_loss_ = l;
+    if (e.value(f::skipped, false)) ++skipped_;
+    compute_s_ += number(e, f::compute_s).value_or(0);
+    comm_s_ += number(e, f::comm_s).value_or(0);
+    if (auto l = number(e, f::loss)) loss_ = l;
+  } else if (kind == events::name::round) {
+    if (number(e, f::steps).value_or(1) > 0) ++rounds_;  // the overlap's drain is no round
+    pushed_ += number(e, f::bytes_pushed).value_or(0);
+    pulled_ += number(e, f::bytes_pulled).value_or(0);
+    wait_s_ += number(e, f::wait_s).value_or(0);
+    if (auto s = number(e, f::staleness)) staleness_ = s;
+  } else if (kind == events::name::flush) {
+    pushed_ += number(e, f::bytes_pushed).value_or(0);
+    pulled_ += number(e, f::bytes_pulled).value_or(0);
+  } else if (kind == events::name::eval) {
+    if (auto a = number(e, f::test_accuracy)) test_accuracy_ = a;
+    if (auto b = number(e, f::val_bpb)) val_bpb_ = b;
+    if (auto l = number(e, f::val_loss)) val_loss_ = l;
   }
 }
 

@@ -1,8 +1,11 @@
 #include "launcher/report/run_monitor.hpp"
 
 #include "core/error.hpp"
+#include "core/metrics_events.hpp"
 
 namespace geotrain::launcher {
+
+namespace f = events::field;
 
 namespace {
 std::optional<double> number(const nlohmann::json& e, const char* key) {
@@ -30,69 +33,70 @@ bool RunMonitor::language_model() const {
 
 void RunMonitor::add(const nlohmann::json& e, double clock_offset) {
   if (!e.is_object()) return;
-  const auto kind = e.value("event", std::string());
-  const auto region_name = e.value("region", std::string());
+  const auto kind = e.value(f::event, std::string());
+  const auto region_name = e.value(f::region, std::string());
   if (region_name.empty()) return;
-  const auto rank = static_cast<uint32_t>(number_or(e, "rank", 0));
+  const auto rank = static_cast<uint32_t>(number_or(e, f::rank, 0));
   const bool leader = rank == 0;
-  const double t = number_or(e, "time", 0);
+  const double t = number_or(e, f::time, 0);
   auto& region = regions_[region_name];
   auto& worker = workers_[{region_name, rank}];
   if (t > worker.last_time) worker.last_time = t;
   if (leader && t > region.leader_time) region.leader_time = t;
 
-  if (kind == "start") {
-    if (auto m = e.find("model"); model_.empty() && m != e.end() && m->is_string())
+  if (kind == events::name::start) {
+    if (auto m = e.find(f::model); model_.empty() && m != e.end() && m->is_string())
       model_ = m->get<std::string>();
     if (leader) {
       if (start_.is_null()) start_ = e;
-      region.rounds_planned = number(e, "rounds");
+      region.rounds_planned = number(e, f::rounds);
     }
-  } else if (kind == "step") {
+  } else if (kind == events::name::step) {
     ++worker.steps;
-    worker.compute_s += number_or(e, "compute_s", 0);
-    worker.comm_s += number_or(e, "comm_s", 0);
+    worker.compute_s += number_or(e, f::compute_s, 0);
+    worker.comm_s += number_or(e, f::comm_s, 0);
     if (leader) {
-      region.step = static_cast<uint64_t>(number_or(e, "step", static_cast<double>(region.step)));
-      region.round = std::max(region.round, static_cast<uint64_t>(number_or(e, "round", 0)));
-      if (auto l = number(e, "loss")) region.loss = l;
+      region.step = static_cast<uint64_t>(number_or(e, f::step, static_cast<double>(region.step)));
+      region.round = std::max(region.round, static_cast<uint64_t>(number_or(e, f::round, 0)));
+      if (auto l = number(e, f::loss)) region.loss = l;
       // The guard decides on the reduced gradient, so the leader's count is the region's.
-      if (auto k = e.find("skipped"); k != e.end() && k->is_boolean() && k->get<bool>())
+      if (auto k = e.find(f::skipped); k != e.end() && k->is_boolean() && k->get<bool>())
         ++region.skipped_steps;
     }
-  } else if (kind == "round") {
+  } else if (kind == events::name::round) {
     // With overlap, the exchange still in flight after the last round is reported as one more
     // round event with steps 0: its bytes count, it is not a round of training.
     // A round trained again after a restart (docs/run.md, "Recovery") counts once.
-    if (number_or(e, "steps", 1) > 0 &&
-        region.rounds_seen.insert(static_cast<uint64_t>(number_or(e, "round", 0))).second)
+    if (number_or(e, f::steps, 1) > 0 &&
+        region.rounds_seen.insert(static_cast<uint64_t>(number_or(e, f::round, 0))).second)
       ++region.rounds_done;
-    region.round = std::max(region.round, static_cast<uint64_t>(number_or(e, "round", 0)));
-    region.bytes_pushed += number_or(e, "bytes_pushed", 0);
-    region.bytes_pulled += number_or(e, "bytes_pulled", 0);
+    region.round = std::max(region.round, static_cast<uint64_t>(number_or(e, f::round, 0)));
+    region.bytes_pushed += number_or(e, f::bytes_pushed, 0);
+    region.bytes_pulled += number_or(e, f::bytes_pulled, 0);
     // By the round of the exchange (merged_round: with overlap, the round before the event's).
     auto& by_round = region.bytes_by_round[static_cast<uint64_t>(
-        number_or(e, "merged_round", number_or(e, "round", 0)))];
-    by_round.first += number_or(e, "bytes_pushed", 0);
-    by_round.second += number_or(e, "bytes_pulled", 0);
-    region.wait_s += number_or(e, "wait_s", 0);
-    if (auto s = number(e, "staleness")) {
+        number_or(e, f::merged_round, number_or(e, f::round, 0)))];
+    by_round.first += number_or(e, f::bytes_pushed, 0);
+    by_round.second += number_or(e, f::bytes_pulled, 0);
+    region.wait_s += number_or(e, f::wait_s, 0);
+    if (auto s = number(e, f::staleness)) {
       region.staleness = s;
       region.staleness_sum += *s;
       ++region.staleness_n;
     }
-  } else if (kind == "flush") {
+  } else if (kind == events::name::flush) {
     // The end of a run's WAN bytes: residuals pushed, the global model pulled.
-    const double pushed = number_or(e, "bytes_pushed", 0), pulled = number_or(e, "bytes_pulled", 0);
+    const double pushed = number_or(e, f::bytes_pushed, 0),
+                 pulled = number_or(e, f::bytes_pulled, 0);
     region.bytes_pushed += pushed;
     region.bytes_pulled += pulled;
     region.flush_bytes += pushed + pulled;
-  } else if (kind == "eval") {
-    const auto accuracy = number(e, "test_accuracy");
-    const auto bpb = number(e, "val_bpb");
+  } else if (kind == events::name::eval) {
+    const auto accuracy = number(e, f::test_accuracy);
+    const auto bpb = number(e, f::val_bpb);
     if (accuracy) region.accuracy = accuracy;
     if (bpb) region.val_bpb = bpb;
-    if (auto l = number(e, "val_loss")) region.val_loss = l;
+    if (auto l = number(e, f::val_loss)) region.val_loss = l;
     if (!region.time_to_target && leader) {
       const auto metric = target_.accuracy ? accuracy : bpb;
       const double run_t = t + clock_offset;
@@ -110,23 +114,23 @@ void RunMonitor::add(const nlohmann::json& e, double clock_offset) {
         region.last_eval = {run_t, *metric};
       }
     }
-  } else if (kind == "done") {
+  } else if (kind == events::name::done) {
     worker.done = true;
-    worker.wall_s = number(e, "wall_s");
-    if (auto s = number(e, "steps")) worker.steps = static_cast<uint64_t>(*s);
+    worker.wall_s = number(e, f::wall_s);
+    if (auto s = number(e, f::steps)) worker.steps = static_cast<uint64_t>(*s);
     if (leader) {
-      const auto global = e.find("global_model");
+      const auto global = e.find(f::global_model);
       const bool knows_global = global != e.end() && global->is_boolean();
       // Before the global model, final_* were the region's own figures.
-      const char* own = knows_global ? "region_" : "final_";
-      region.region_accuracy = number(e, (std::string(own) + "test_accuracy").c_str());
-      region.region_val_bpb = number(e, (std::string(own) + "val_bpb").c_str());
-      region.region_val_loss = number(e, (std::string(own) + "val_loss").c_str());
+      region.region_accuracy =
+          number(e, knows_global ? f::region_test_accuracy : f::final_test_accuracy);
+      region.region_val_bpb = number(e, knows_global ? f::region_val_bpb : f::final_val_bpb);
+      region.region_val_loss = number(e, knows_global ? f::region_val_loss : f::final_val_loss);
       if (knows_global) {
         region.global_model = global->get<bool>();
-        if (auto a = number(e, "final_test_accuracy")) region.final_accuracy = a;
-        if (auto b = number(e, "final_val_bpb")) region.final_val_bpb = b;
-        if (auto l = number(e, "final_val_loss")) region.final_val_loss = l;
+        if (auto a = number(e, f::final_test_accuracy)) region.final_accuracy = a;
+        if (auto b = number(e, f::final_val_bpb)) region.final_val_bpb = b;
+        if (auto l = number(e, f::final_val_loss)) region.final_val_loss = l;
       }
     }
   }

@@ -3,11 +3,16 @@
 A Python leader writes the same events as the native leader (worker/metrics_log.hpp): one JSON
 object per line with "event" and "time" (seconds since the log was opened), flushed per line,
 so that `geotrain run`/`geotrain serve` show its progress and summarize the run the same way.
+Every line is held to the events' schema (core/metrics_events.json, through geotrain._core):
+an event or field it does not name raises ValueError, except the user's own fields in the
+events that take them (`step`, `eval`).
 """
 
 import json
 import os
 import time
+
+from geotrain import _core
 
 
 def worker_metrics_path(run_dir, region, rank=0):
@@ -27,6 +32,9 @@ class MetricsLog:
         return time.monotonic() - self._start
 
     def write(self, event, fields):
+        wrong = _core.check_event(event, list(fields), strict=False)
+        if wrong:
+            raise ValueError(f"metrics event: {wrong}")
         record = dict(fields)
         record["event"] = event
         record["time"] = self.seconds()

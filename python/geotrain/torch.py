@@ -47,24 +47,6 @@ def named_tensors(model):
     return [(str(i), p) for i, p in enumerate(items)]
 
 
-def _add_reports(event, reports):
-    """The exchanges merged in one round (one per round without fragments) as the round event's
-    fields, as the native worker writes them: bytes and seconds summed, the worst staleness and
-    gate wait, the last round merged."""
-    if not reports:
-        return
-    event.update({
-        "push_s": sum(r["push_s"] for r in reports),
-        "pull_s": sum(r["pull_s"] for r in reports),
-        "bytes_pushed": sum(r["bytes_pushed"] for r in reports),
-        "bytes_pulled": sum(r["bytes_pulled"] for r in reports),
-        "staleness": max(r["staleness"] for r in reports),
-        "gate_wait_s": max(r["gate_wait_s"] for r in reports),
-        "released_round": reports[-1]["released_round"],
-        "merged_round": reports[-1]["round"],
-        "exchanges": len(reports)})
-
-
 def _global_rank(group, rank):
     if group is None:
         return rank
@@ -363,11 +345,13 @@ class OuterSync:
     def _boundary(self):
         reports, self._merged = self._merged, []
         self.last_report = reports[-1] if reports else None
+        # The exchange fields as the native trainer writes them (worker/worker_events.hpp).
+        fields = self._leader.take_round_fields() if self._leader is not None else {}
         if self._log:
             event = {"region": self.region, "round": self.round, "steps": self.local_steps,
                      "compute_s": self._round_compute, "comm_s": 0.0,
                      "wait_s": self._round_wait}
-            _add_reports(event, reports)
+            event.update(fields)
             self._log.write("round", event)
         self._round_compute = 0.0
         self._round_wait = 0.0
@@ -411,10 +395,11 @@ class OuterSync:
             self._scatter()
             if reports:
                 self.last_report = reports[-1]
+            fields = self._leader.take_round_fields()
             if reports and self._log:
                 event = {"region": self.region, "round": reports[-1]["round"], "steps": 0,
                          "compute_s": 0.0, "comm_s": 0.0, "wait_s": time.monotonic() - t0}
-                _add_reports(event, reports)
+                event.update(fields)
                 self._log.write("round", event)
             if self.round > self.rounds:
                 global_model, global_error = self._flush()

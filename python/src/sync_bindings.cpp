@@ -26,6 +26,7 @@
 #include "buffers.hpp"
 #include "core/deployment_keys.hpp"
 #include "core/error.hpp"
+#include "core/metrics_events_check.hpp"
 #include "core/param_table.hpp"
 #include "models/model_spec.hpp"
 #include "models/safetensors.hpp"
@@ -36,6 +37,7 @@
 #include "worker/overlap_merge.hpp"
 #include "worker/region_sync.hpp"
 #include "worker/streaming_sync.hpp"
+#include "worker/worker_events.hpp"
 
 namespace geotrain::python {
 
@@ -48,21 +50,27 @@ using worker::StreamingConfig;
 using worker::StreamingSync;
 using worker::SyncConfig;
 
-py::dict report_dict(const RoundReport& r) {
+// A flat JSON object (numbers, strings, booleans, null) as a Python dict.
+py::dict flat_dict(const nlohmann::json& j) {
   py::dict d;
-  d["round"] = r.round;
-  d["fragment"] = r.fragment;
-  d["bytes_pushed"] = r.bytes_pushed;
-  d["bytes_pulled"] = r.bytes_pulled;
-  d["push_s"] = r.push_seconds;
-  d["pull_s"] = r.pull_seconds;
-  d["staleness"] = r.max_staleness;
-  d["gate_wait_s"] = double(r.gate_wait_us) / 1e6;
-  d["released_round"] = r.released_round;
-  d["deferred_shards"] = r.deferred.size();  // worker.shard_wait_ms: still on the WAN
-  d["late_shards"] = r.late_shards;          // deferred earlier, merged in this exchange
+  for (const auto& [key, v] : j.items()) {
+    if (v.is_boolean())
+      d[key.c_str()] = v.get<bool>();
+    else if (v.is_number_unsigned())
+      d[key.c_str()] = v.get<uint64_t>();
+    else if (v.is_number_integer())
+      d[key.c_str()] = v.get<int64_t>();
+    else if (v.is_number())
+      d[key.c_str()] = v.get<double>();
+    else if (v.is_string())
+      d[key.c_str()] = v.get<std::string>();
+    else
+      d[key.c_str()] = py::none();
+  }
   return d;
 }
+
+py::dict report_dict(const RoundReport& r) { return flat_dict(worker::report_fields(r)); }
 
 py::list report_list(const std::vector<RoundReport>& reports) {
   py::list out;
@@ -132,6 +140,7 @@ class RegionLeader {
       py::gil_scoped_release nogil;
       reports = streaming_->after_step(step, v.span);
     }
+    merged_.insert(merged_.end(), reports.begin(), reports.end());
     return report_list(reports);
   }
 
@@ -143,7 +152,16 @@ class RegionLeader {
       py::gil_scoped_release nogil;
       reports = streaming_->finish(last_step, v.span);
     }
+    merged_.insert(merged_.end(), reports.begin(), reports.end());
     return report_list(reports);
+  }
+
+  // The `round` event's exchange fields of every exchange merged since the last call (after_step
+  // and finish), as the native trainer writes them (worker::exchange_fields); {} when none.
+  py::dict take_round_fields() {
+    auto fields = worker::exchange_fields(merged_);
+    merged_.clear();
+    return flat_dict(fields);
   }
 
   // The end of a run, after finish(): RegionSync::flush, then `local` = the global model (the
@@ -233,6 +251,7 @@ class RegionLeader {
   StreamingConfig streaming_config_;
   wire::SecurityConfig security_;
   std::unique_ptr<StreamingSync> streaming_;
+  std::vector<RoundReport> merged_;  // merged since the last take_round_fields()
 };
 
 // A codec schedule as Python holds it (compression/codec_schedule.hpp): the spec string for one
@@ -464,6 +483,23 @@ std::unique_ptr<RegionLeader> make_region_leader(
   return std::make_unique<RegionLeader>(specs, critical, std::move(plan), w.security);
 }
 
+// The schema of core/metrics_events.json, from the generated names.
+py::dict metrics_events() {
+  py::dict out;
+  py::list common;
+  for (const char* f : events::fields::common) common.append(f);
+  out["common"] = common;
+  for (const events::EventSpec& e : events::kEvents) {
+    py::list fields;
+    for (size_t i = 0; i < e.count; ++i) fields.append(e.fields[i]);
+    py::dict spec;
+    spec["fields"] = fields;
+    spec["extensible"] = e.extensible;
+    out[e.name] = spec;
+  }
+  return out;
+}
+
 }  // namespace
 
 void bind_sync(py::module_& m) {
@@ -515,6 +551,10 @@ connect() raises HandshakeError (a ConnectionError) when a server refuses the co
       .def("finish", &RegionLeader::finish, py::arg("last_step"), py::arg("local"),
            "the end of training after `last_step`: merges what is in flight and exchanges every "
            "fragment pushed before the last step; returns the reports merged")
+      .def("take_round_fields", &RegionLeader::take_round_fields,
+           "the round event's exchange fields (bytes, seconds, staleness, merged_round, ...) of "
+           "every exchange merged since the last call, as the native trainer writes them; {} when "
+           "none")
       .def("flush", &RegionLeader::flush, py::arg("local"),
            "the end of a run, after finish(): pushes the progress not pushed yet (fp32), waits "
            "for every live region's flush and pulls the global model into `local` (in place); "
@@ -575,6 +615,16 @@ connect() raises HandshakeError (a ConnectionError) when a server refuses the co
   m.def("with_model_tensors", &with_model_tensors, py::arg("yaml_text"), py::arg("tensors"),
         py::arg("critical") = py::none(), py::arg("config_dir") = "",
         "the config text with model.tensors set to [(name, size), ...] (and model.critical)");
+  m.def("metrics_events", &metrics_events,
+        "the worker metrics events' schema (core/metrics_events.json): {event: {'fields': [...], "
+        "'extensible': bool}}, plus 'common': the fields of every event");
+  m.def(
+      "check_event",
+      [](const std::string& name, const std::vector<std::string>& keys, bool strict) {
+        return events::check(name, keys, strict);
+      },
+      py::arg("event"), py::arg("keys"), py::arg("strict") = true,
+      "what is wrong with an event of these field names against the schema ('' when nothing)");
   m.def("changes_after", &StreamingSync::changes_params_after, py::arg("step"),
         py::arg("fragments"), py::arg("local_steps"), py::arg("delay"),
         "whether a leader's exchanges change the parameters after local step `step` (a fragment "

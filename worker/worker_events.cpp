@@ -1,0 +1,59 @@
+#include "worker/worker_events.hpp"
+
+#include <algorithm>
+
+#include "core/metrics_events.hpp"
+
+namespace geotrain::worker {
+
+namespace f = events::field;
+
+nlohmann::json exchange_fields(const std::vector<RoundReport>& reports) {
+  nlohmann::json j = nlohmann::json::object();
+  if (reports.empty()) return j;
+  double push = 0, pull = 0, gate = 0;
+  uint64_t pushed = 0, pulled = 0, largest = 0, deferred = 0, late = 0;
+  uint32_t staleness = 0;
+  for (const auto& r : reports) {
+    deferred += r.deferred.size();
+    late += r.late_shards;
+    largest = std::max(largest, r.bytes_pushed + r.bytes_pulled);
+    push += r.push_seconds;
+    pull += r.pull_seconds;
+    pushed += r.bytes_pushed;
+    pulled += r.bytes_pulled;
+    staleness = std::max(staleness, r.max_staleness);
+    gate = std::max(gate, double(r.gate_wait_us) / 1e6);
+  }
+  j[f::push_s] = push;
+  j[f::pull_s] = pull;
+  j[f::bytes_pushed] = pushed;
+  j[f::bytes_pulled] = pulled;
+  j[f::staleness] = staleness;
+  j[f::gate_wait_s] = gate;
+  j[f::merged_round] = reports.back().round;
+  j[f::released_round] = reports.back().released_round;
+  j[f::exchanges] = reports.size();
+  j[f::largest_exchange_bytes] = largest;
+  // Deferred shards (worker.shard_wait_ms): still on the WAN after the round's exchanges, and
+  // merged late in them.
+  j[f::deferred_shards] = deferred;
+  j[f::late_shards] = late;
+  return j;
+}
+
+nlohmann::json report_fields(const RoundReport& r) {
+  return {{f::round, r.round},
+          {"fragment", r.fragment},
+          {f::bytes_pushed, r.bytes_pushed},
+          {f::bytes_pulled, r.bytes_pulled},
+          {f::push_s, r.push_seconds},
+          {f::pull_s, r.pull_seconds},
+          {f::staleness, r.max_staleness},
+          {f::gate_wait_s, double(r.gate_wait_us) / 1e6},
+          {f::released_round, r.released_round},
+          {f::deferred_shards, r.deferred.size()},  // worker.shard_wait_ms: still on the WAN
+          {f::late_shards, r.late_shards}};         // deferred earlier, merged in this exchange
+}
+
+}  // namespace geotrain::worker
