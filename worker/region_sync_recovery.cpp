@@ -1,7 +1,8 @@
 // RegionSync's answers to a server that is slow, stopped or restarted: deferred shards
 // (worker.shard_wait_ms: their replies parked, merged late by take_ready() or settle()),
 // rejoining a server that lost the region, heartbeats while another server keeps the leader
-// waiting, and the goodbye at the end. The exchange itself is in region_sync.cpp.
+// waiting, and the goodbye at the end; and the uplink residuals a worker snapshot keeps and
+// --resume restores. The exchange itself is in region_sync.cpp.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -327,6 +328,45 @@ void RegionSync::goodbye(std::chrono::milliseconds wait) {
                    servers_[s].region, e.what());
     }
   }
+}
+
+// The uplink residuals, for a worker snapshot, and their restore on --resume: the state a
+// region needs to continue its error feedback where it stopped.
+std::map<std::string, std::vector<float>> RegionSync::residuals() const {
+  std::map<std::string, std::vector<float>> out;
+  for (const auto* ef : {&critical_ef_, &noncritical_ef_}) {
+    const char* kind = ef == &critical_ef_ ? "critical" : "noncritical";
+    for (uint64_t stream : ef->streams()) {
+      const auto r = ef->residual(stream);
+      out[fmt::format("{}.{}", kind, stream)].assign(r.begin(), r.end());
+    }
+  }
+  return out;
+}
+
+void RegionSync::restore_residuals(const std::map<std::string, std::vector<float>>& residuals) {
+  GT_ASSERT(!shards_.empty(), "restore_residuals() before connect()");
+  // Every stream is one segment of one shard: check them all before changing any.
+  std::vector<std::tuple<compression::ErrorFeedback*, uint64_t, const std::vector<float>*>>
+      restores;
+  for (const auto& [name, values] : residuals) {
+    bool found = false;
+    for (const auto& sh : shards_)
+      for (const auto& seg : sh.segments) {
+        const auto want =
+            fmt::format("{}.{}", seg.critical ? "critical" : "noncritical", seg.stream);
+        if (want != name) continue;
+        GT_REQUIRE(values.size() == seg.count,
+                   "region {}: error-feedback residual '{}' has {} values, its segment {}",
+                   config_.region, name, values.size(), seg.count);
+        restores.emplace_back(seg.critical ? &critical_ef_ : &noncritical_ef_, seg.stream, &values);
+        found = true;
+      }
+    GT_REQUIRE(found,
+               "region {}: error-feedback residual '{}' is not a stream of this table's shards",
+               config_.region, name);
+  }
+  for (auto& [ef, stream, values] : restores) ef->set_residual(stream, *values);
 }
 
 }  // namespace geotrain::worker

@@ -57,18 +57,10 @@ bool is_language_model(const nlohmann::json& summary);
 
 nlohmann::json build_summary(const std::filesystem::path& run_dir, const SummaryInputs& inputs);
 
-// report.md: settings (from config.yaml) and results (from the summary), with the plots that
-// exist in the folder.
-std::string build_report(const std::filesystem::path& run_dir, const nlohmann::json& summary);
-
-// Builds both and writes summary.json and report.md; returns the summary.
+// Builds the summary and the report (run_report.hpp) and writes summary.json and report.md;
+// returns the summary.
 nlohmann::json write_summary_and_report(const std::filesystem::path& run_dir,
                                         const SummaryInputs& inputs);
-
-// The one line `geotrain run` prints at the end: run name, status, wall time, the final
-// metric (test accuracy, or validation bits per byte for a language model), WAN bytes, and
-// whether the target was reached.
-std::string outcome_line(const std::string& run_name, const nlohmann::json& summary);
 
 // "1.23 MB", "456 kB", ...
 std::string human_bytes(double bytes);

@@ -12,6 +12,7 @@
 #include "core/log.hpp"
 #include "launcher/report/fault_log.hpp"
 #include "launcher/report/jsonl_tail.hpp"
+#include "launcher/report/run_report.hpp"
 #include "launcher/report/run_summary.hpp"
 #include "launcher/run/child_process.hpp"
 #include "launcher/run/deployment.hpp"

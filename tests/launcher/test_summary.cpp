@@ -9,6 +9,7 @@
 #include <string>
 
 #include "launcher/report/jsonl_tail.hpp"
+#include "launcher/report/run_report.hpp"
 #include "launcher/report/run_summary.hpp"
 #include "launcher/run/child_process.hpp"
 #include "launcher/run/progress_display.hpp"
