@@ -15,6 +15,7 @@
 #include "models/model_spec.hpp"
 #include "worker/final_model.hpp"
 #include "worker/leader_config.hpp"
+#include "worker/leader_session.hpp"
 #include "worker/local_step.hpp"
 #include "worker/metrics_log.hpp"
 #include "worker/model_backend.hpp"
@@ -25,7 +26,6 @@
 #include "worker/streaming_sync.hpp"
 #include "worker/training_data.hpp"
 #include "worker/worker_checkpoint.hpp"
-#include "worker/worker_events.hpp"
 #include "worker/worker_metrics.hpp"
 
 namespace geotrain::worker {
@@ -237,13 +237,11 @@ class WorkerRun {
   // (destroyed before the metrics they render).
   std::unique_ptr<WorkerMetrics> metrics_;
   std::unique_ptr<MetricsExporter> exporter_;
-  // Across regions (the leader): the link to every region's server.
-  std::unique_ptr<RegionSync> sync_;
-  std::unique_ptr<StreamingSync> streaming_;
+  // Across regions (the leader): the exchange with every region's server, for the whole run.
+  std::unique_ptr<LeaderSession> session_;
 
   std::chrono::milliseconds delay_{0};  // worker.step_delay_ms: an artificially slow region
   TrainResult result_;
-  std::vector<RoundReport> merged_;  // the exchanges merged during this round (leader)
   double round_compute_ = 0, round_comm_ = 0, round_wait_ = 0;
 };
 
@@ -345,21 +343,22 @@ uint64_t WorkerRun::connect_leader(std::stop_token stop) {
   // The samples one round's delta stands for (the servers' token-weighted merge).
   const uint64_t tokens_per_round = uint64_t{config_.local_steps} * config_.batch_size *
                                     config_.accumulation_steps * config_.workers_per_region;
-  sync_ = std::make_unique<RegionSync>(
-      table_, leader_sync_config(config_, region_, tokens_per_round), context_);
+  session_ = std::make_unique<LeaderSession>(table_,
+                                             leader_sync_config(config_, region_, tokens_per_round),
+                                             leader_streaming_config(config_), context_);
+  RegionSync& sync = session_->sync();
   // The origin is the seed's initialisation, whatever a snapshot holds.
   std::vector<float> origin(params_.size());
   model_->init(origin, config_.seed);
-  sync_->set_origin(origin);
-  sync_->stop_waits_on(std::move(stop));
-  const uint64_t next = sync_->connect(resumed_ ? resumed_->round + 1 : 0);
+  sync.set_origin(origin);
+  sync.stop_waits_on(std::move(stop));
+  const uint64_t next = session_->connect(resumed_ ? resumed_->round + 1 : 0);
   log_->write(events::name::connect, {{f::region, region_},
                                       {f::next_round, next},
-                                      {f::startup_bytes_pulled, sync_->startup_bytes_pulled()}});
+                                      {f::startup_bytes_pulled, sync.startup_bytes_pulled()}});
   if (options_.resume)
-    log_->write(events::name::resume, resume_leader(resumed_, next, *sync_, params_, region_));
-  std::copy(sync_->base().begin(), sync_->base().end(), params_.begin());
-  streaming_ = std::make_unique<StreamingSync>(*sync_, leader_streaming_config(config_));
+    log_->write(events::name::resume, resume_leader(resumed_, next, sync, params_, region_));
+  std::copy(sync.base().begin(), sync.base().end(), params_.begin());
   return next;
 }
 
@@ -430,7 +429,7 @@ void WorkerRun::local_step(uint64_t round, uint32_t h) {
   if (leader_) {
     if (exchanged) engine_->to_host(params_);
     t0 = Clock::now();
-    for (auto& rep : streaming_->after_step(global_step, params_)) merged_.push_back(rep);
+    session_->after_step(global_step, params_);
     round_wait_ += since(t0);
   }
   if (!exchanged) return;
@@ -456,8 +455,7 @@ void WorkerRun::end_round(uint64_t round) {
   nlohmann::json fields{
       {f::region, region_},           {f::round, round},        {f::steps, config_.local_steps},
       {f::compute_s, round_compute_}, {f::comm_s, round_comm_}, {f::wait_s, round_wait_}};
-  fields.update(exchange_fields(merged_));
-  merged_.clear();
+  fields.update(session_->take_round_fields());
   log_->write(events::name::round, fields);
   if (config_.eval_every > 0 && round % config_.eval_every == 0 && round < config_.rounds) {
     engine_->to_host(params_);
@@ -472,7 +470,7 @@ void WorkerRun::write_snapshot(uint64_t round) {
   // A background exchange owns the RegionSync now: its residuals are not read (with overlap, a
   // snapshot holds none, docs/run.md).
   std::map<std::string, std::vector<float>> residuals;
-  if (leader_ && !streaming_->background()) residuals = streaming_->residuals();
+  if (leader_ && !session_->background()) residuals = session_->residuals();
   auto s = capture_worker_state(*step_, params_, round, data_->position(), std::move(residuals));
   s.region = region_;
   s.rank = rank_;
@@ -487,29 +485,28 @@ void WorkerRun::write_snapshot(uint64_t round) {
 TrainResult WorkerRun::finish(uint64_t next_round) {
   engine_->to_host(params_);              // the final values, on every rank
   std::optional<FinalModel> final_model;  // the leader's
-  if (streaming_) {
+  if (session_) {
     // Overlap and streaming: take in what is still in flight, push the fragments' last
     // progress, and give every worker the result.
     const auto t0 = Clock::now();
-    auto reps = streaming_->finish((next_round - 1) * config_.local_steps, params_);
+    auto reps = session_->finish((next_round - 1) * config_.local_steps, params_);
     if (!reps.empty()) {
       nlohmann::json j{{f::region, region_}, {f::round, reps.back().round},
                        {f::steps, 0},        {f::compute_s, 0.0},
                        {f::comm_s, 0.0},     {f::wait_s, since(t0)}};
-      j.update(exchange_fields(reps));
+      j.update(session_->take_round_fields());
       log_->write(events::name::round, j);
     }
-    streaming_.reset();
     // One global model out of the regions' views (worker/final_model.hpp); not for a stopped
     // run, whose snapshots hold the residuals.
     final_model.emplace(params_, region_);
     if (next_round > config_.rounds)
-      final_model->flush(*sync_, params_, *log_);
+      final_model->flush(session_->sync(), params_, *log_);
     else
       final_model->skip("the run stopped before its last round");
     // Training is over for this region: the servers stop counting it now rather than after
     // dead_after, so that another region's last round never waits for it.
-    sync_->goodbye(std::min(config_.timeout, std::chrono::milliseconds(2000)));
+    session_->goodbye(std::min(config_.timeout, std::chrono::milliseconds(2000)));
     if (region_index_ == 0)
       final_model->write(config_.run_dir, *model_, table_, params_, config_.model, config_.seed,
                          next_round - 1);

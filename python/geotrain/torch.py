@@ -236,12 +236,10 @@ class OuterSync:
 
     @staticmethod
     def _merge_delay(s):
-        """Steps from a fragment's push to its merge, as WorkerConfig::merge_delay()."""
-        if s["fragment_delay"] is not None:
-            return int(s["fragment_delay"])
-        if s["overlap"] == "false":
-            return 0
-        return int(s["local_steps"]) // int(s["fragments"])
+        """Steps from a fragment's push to its merge (WorkerConfig::merge_delay, in C++)."""
+        delay = s["fragment_delay"]
+        return _core.merge_delay(int(s["local_steps"]), int(s["fragments"]), s["overlap"],
+                                 None if delay is None else int(delay))
 
     def _check_table(self, tensors):
         if not tensors:

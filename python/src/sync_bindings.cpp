@@ -34,6 +34,7 @@
 #include "wire/security_config.hpp"
 #include "worker/config.hpp"
 #include "worker/leader_config.hpp"
+#include "worker/leader_session.hpp"
 #include "worker/overlap_merge.hpp"
 #include "worker/region_sync.hpp"
 #include "worker/streaming_sync.hpp"
@@ -97,72 +98,62 @@ LeaderPlan leader_plan(const worker::WorkerConfig& c, const std::string& region)
           worker::leader_streaming_config(c)};
 }
 
-// One leader's state. Members are destroyed in reverse: the streaming thread first, then the
-// RegionSync (closing its sockets), the table it borrows, and last the context.
+// One leader's state: a worker::LeaderSession (the round logic, as the native trainer's) over
+// this object's table and context. Members are destroyed in reverse: the session (its streaming
+// thread, then its RegionSync's sockets), the table it borrows, and last the context.
 class RegionLeader {
  public:
   RegionLeader(const std::vector<TensorSpec>& tensors, const std::vector<std::string>& critical,
                LeaderPlan plan, wire::SecurityConfig security)
       : table_(tensors, critical),
-        sync_(std::make_unique<RegionSync>(table_, std::move(plan.sync), context_)),
-        streaming_config_(plan.streaming),
+        session_(std::make_unique<worker::LeaderSession>(table_, std::move(plan.sync),
+                                                         plan.streaming, context_)),
         security_(std::move(security)) {}
 
   ~RegionLeader() {
     py::gil_scoped_release nogil;  // the streaming thread may be finishing an exchange
-    streaming_.reset();
-    sync_.reset();
+    session_.reset();
   }
 
   uint64_t connect(const py::handle& origin) {
     if (!origin.is_none()) {
       auto v = float_view(origin, false, "origin");
-      sync_->set_origin(v.span);
+      session_->sync().set_origin(v.span);
     }
-    uint64_t next;
-    {
-      py::gil_scoped_release nogil;
-      require_handshakes();
-      next = sync_->connect();
-    }
+    py::gil_scoped_release nogil;
+    require_handshakes();
     // InputError (ValueError) for a delay beyond H or fragments that are not the servers'.
-    streaming_ = std::make_unique<StreamingSync>(*sync_, streaming_config_);
-    return next;
+    return session_->connect();
   }
 
   // After local step `step` (1-based over the whole run), in place on `local` (the flat
   // parameters): StreamingSync::after_step. Returns the reports of the exchanges merged.
   py::list after_step(uint64_t step, const py::handle& local) {
-    require_connected();
+    require_training();
     auto v = float_view(local, true, "local");
     std::vector<RoundReport> reports;
     {
       py::gil_scoped_release nogil;
-      reports = streaming_->after_step(step, v.span);
+      reports = session_->after_step(step, v.span);
     }
-    merged_.insert(merged_.end(), reports.begin(), reports.end());
     return report_list(reports);
   }
 
   py::list finish(uint64_t last_step, const py::handle& local) {
-    require_connected();
+    require_training();
     auto v = float_view(local, true, "local");
     std::vector<RoundReport> reports;
     {
       py::gil_scoped_release nogil;
-      reports = streaming_->finish(last_step, v.span);
+      reports = session_->finish(last_step, v.span);
     }
-    merged_.insert(merged_.end(), reports.begin(), reports.end());
+    finished_ = true;
     return report_list(reports);
   }
 
   // The `round` event's exchange fields of every exchange merged since the last call (after_step
   // and finish), as the native trainer writes them (worker::exchange_fields); {} when none.
-  py::dict take_round_fields() {
-    auto fields = worker::exchange_fields(merged_);
-    merged_.clear();
-    return flat_dict(fields);
-  }
+  py::dict take_round_fields() { return flat_dict(session_->take_round_fields()); }
 
   // The end of a run, after finish(): RegionSync::flush, then `local` = the global model (the
   // mean of what the regions hold). Returns the `flush` event's figures. Raises what the flush
@@ -173,10 +164,9 @@ class RegionLeader {
     worker::FlushReport r;
     {
       py::gil_scoped_release nogil;
-      streaming_.reset();  // nothing may run in the background from here on
-      r = sync_->flush(v.span);
+      r = session_->flush(v.span);
     }
-    const auto base = sync_->base();
+    const auto base = session_->sync().base();
     std::copy(base.begin(), base.end(), v.span.begin());
     flushed_ = true;
     py::dict d;
@@ -190,7 +180,7 @@ class RegionLeader {
 
   void copy_base(const py::handle& out) {
     auto v = float_view(out, true, "out");
-    const auto base = sync_->base();
+    const auto base = session_->sync().base();
     if (v.span.size() != base.size())
       throw py::value_error(
           fmt::format("out has {} elements, the table has {}", v.span.size(), base.size()));
@@ -198,13 +188,13 @@ class RegionLeader {
   }
 
   const ParamTable& table() const { return table_; }
-  uint64_t next_round() const { return sync_->next_round(); }
-  const StreamingConfig& streaming() const { return streaming_config_; }
+  uint64_t next_round() const { return session_->sync().next_round(); }
+  const StreamingConfig& streaming() const { return session_->streaming_config(); }
   // The region leaves (RegionSync::goodbye): best effort, at most `wait_ms` per server.
   void goodbye(int64_t wait_ms) {
     py::gil_scoped_release nogil;
-    streaming_.reset();
-    sync_->goodbye(std::chrono::milliseconds(wait_ms));
+    finished_ = true;
+    session_->goodbye(std::chrono::milliseconds(wait_ms));
   }
   bool curve() const { return security_.curve_on(); }
 
@@ -213,7 +203,7 @@ class RegionLeader {
   // now: HandshakeRefused with every refusal's reason, or a RuntimeError naming the servers that
   // did not answer (the error connect() would give after the same wait).
   void require_handshakes() {
-    const auto& c = sync_->config();
+    const auto& c = session_->sync().config();
     std::vector<wire::HandshakeTarget> targets;
     for (const auto& s : c.servers)
       targets.push_back({"the server of region " + s.region, s.endpoint, s.curve});
@@ -241,17 +231,20 @@ class RegionLeader {
 
   void require_connected() const {
     if (flushed_) throw py::value_error("RegionSync: flush() ended the run: no exchange after it");
-    if (!streaming_) throw py::value_error("RegionSync: connect() first");
+    if (!session_->connected() && !finished_) throw py::value_error("RegionSync: connect() first");
+  }
+  // after_step and finish: connected, and training not finished.
+  void require_training() const {
+    require_connected();
+    if (finished_) throw py::value_error("RegionSync: finish() ended training: no step after it");
   }
 
   zmq::context_t context_;
   ParamTable table_;
-  std::unique_ptr<RegionSync> sync_;
+  std::unique_ptr<worker::LeaderSession> session_;
+  bool finished_ = false;  // finish() or goodbye(): the schedule has stopped
   bool flushed_ = false;
-  StreamingConfig streaming_config_;
   wire::SecurityConfig security_;
-  std::unique_ptr<StreamingSync> streaming_;
-  std::vector<RoundReport> merged_;  // merged since the last take_round_fields()
 };
 
 // A codec schedule as Python holds it (compression/codec_schedule.hpp): the spec string for one
@@ -421,6 +414,25 @@ std::string with_model_tensors(const std::string& yaml_text,
   return std::string(out.c_str()) + "\n";
 }
 
+// worker.overlap as Python passes it: a bool, or "false" / "true" / "eager" / "delayed".
+OverlapMode overlap_from_py(const py::object& overlap) {
+  return py::isinstance<py::bool_>(overlap)
+             ? (overlap.cast<bool>() ? OverlapMode::carry : OverlapMode::off)
+             : worker::parse_overlap_mode(py::str(overlap).cast<std::string>());
+}
+
+// Steps from a fragment's push to its merge, as the native worker computes it
+// (WorkerConfig::merge_delay): every rank of a Python region needs it for the schedule.
+uint32_t merge_delay(uint32_t local_steps, uint32_t fragments, const py::object& overlap,
+                     std::optional<uint32_t> fragment_delay) {
+  worker::WorkerConfig w;
+  w.local_steps = local_steps;
+  w.fragments = fragments;
+  w.overlap_mode = overlap_from_py(overlap);
+  w.fragment_delay = fragment_delay;
+  return w.merge_delay();
+}
+
 // A RegionSync from the Python arguments (documented on the class): they become the worker's
 // config, so the leader is planned exactly as the native trainer plans it.
 std::unique_ptr<RegionLeader> make_region_leader(
@@ -462,9 +474,7 @@ std::unique_ptr<RegionLeader> make_region_leader(
   w.streams_per_server = streams_per_server;
   w.link_mbps = link_mbps;
   w.socket_buffer_kib = socket_buffer_kib;
-  w.overlap_mode = py::isinstance<py::bool_>(overlap)
-                       ? (overlap.cast<bool>() ? OverlapMode::carry : OverlapMode::off)
-                       : worker::parse_overlap_mode(py::str(overlap).cast<std::string>());
+  w.overlap_mode = overlap_from_py(overlap);
   w.overlap = w.overlap_mode != OverlapMode::off;
   w.local_steps = local_steps;
   w.fragments = fragments;
@@ -625,6 +635,9 @@ connect() raises HandshakeError (a ConnectionError) when a server refuses the co
       },
       py::arg("event"), py::arg("keys"), py::arg("strict") = true,
       "what is wrong with an event of these field names against the schema ('' when nothing)");
+  m.def("merge_delay", &merge_delay, py::arg("local_steps"), py::arg("fragments"),
+        py::arg("overlap"), py::arg("fragment_delay") = py::none(),
+        "steps from a fragment's push to its merge, as the native worker computes it");
   m.def("changes_after", &StreamingSync::changes_params_after, py::arg("step"),
         py::arg("fragments"), py::arg("local_steps"), py::arg("delay"),
         "whether a leader's exchanges change the parameters after local step `step` (a fragment "

@@ -1,0 +1,60 @@
+#include "worker/leader_session.hpp"
+
+#include "core/error.hpp"
+#include "worker/worker_events.hpp"
+
+namespace geotrain::worker {
+
+LeaderSession::LeaderSession(const ParamTable& table, SyncConfig sync, StreamingConfig streaming,
+                             zmq::context_t& context)
+    : sync_(std::make_unique<RegionSync>(table, std::move(sync), context)),
+      streaming_config_(streaming) {}
+
+LeaderSession::~LeaderSession() {
+  streaming_.reset();  // the background exchange ends before the RegionSync it drives
+  sync_.reset();
+}
+
+uint64_t LeaderSession::connect(uint64_t resume_round) {
+  const uint64_t next = sync_->connect(resume_round);
+  streaming_ = std::make_unique<StreamingSync>(*sync_, streaming_config_);
+  return next;
+}
+
+std::vector<RoundReport> LeaderSession::after_step(uint64_t step, FloatSpan local) {
+  GT_ASSERT(streaming_ != nullptr, "after_step before connect, or after finish");
+  auto reports = streaming_->after_step(step, local);
+  merged_.insert(merged_.end(), reports.begin(), reports.end());
+  return reports;
+}
+
+std::vector<RoundReport> LeaderSession::finish(uint64_t last_step, FloatSpan local) {
+  GT_ASSERT(streaming_ != nullptr, "finish before connect, or twice");
+  auto reports = streaming_->finish(last_step, local);
+  merged_.insert(merged_.end(), reports.begin(), reports.end());
+  streaming_.reset();  // nothing may run in the background from here on
+  return reports;
+}
+
+nlohmann::json LeaderSession::take_round_fields() {
+  auto fields = exchange_fields(merged_);
+  merged_.clear();
+  return fields;
+}
+
+std::map<std::string, std::vector<float>> LeaderSession::residuals() {
+  GT_ASSERT(streaming_ != nullptr, "residuals before connect, or after finish");
+  return streaming_->residuals();
+}
+
+FlushReport LeaderSession::flush(FloatSpan local) {
+  streaming_.reset();
+  return sync_->flush(local);
+}
+
+void LeaderSession::goodbye(std::chrono::milliseconds wait) {
+  streaming_.reset();
+  sync_->goodbye(wait);
+}
+
+}  // namespace geotrain::worker

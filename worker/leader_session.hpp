@@ -1,0 +1,72 @@
+// LeaderSession: a region leader's exchange with the servers for a whole run, as the native
+// trainer (worker/trainer.cpp) and the Python API (geotrain.RegionSync, python/src/
+// sync_bindings.cpp) both drive it, so that the round logic exists once: the RegionSync (the
+// servers), the StreamingSync (the fragment schedule and overlap, made once connected), and the
+// reports of the exchanges merged since the round event last took them.
+//
+// Order of calls: sync() for connect-time settings (set_origin, stop_waits_on); connect(); then
+// after_step() after every local step and take_round_fields() at each round's end; finish() at
+// the end of training, then flush() (the global model) and goodbye(). Members are destroyed in
+// reverse: the streaming thread first, then the RegionSync. One thread at a time.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "worker/region_sync.hpp"
+#include "worker/streaming_sync.hpp"
+
+namespace geotrain::worker {
+
+class LeaderSession {
+ public:
+  LeaderSession(const ParamTable& table, SyncConfig sync, StreamingConfig streaming,
+                zmq::context_t& context);
+  ~LeaderSession();
+  LeaderSession(const LeaderSession&) = delete;
+  LeaderSession& operator=(const LeaderSession&) = delete;
+
+  RegionSync& sync() { return *sync_; }
+  const RegionSync& sync() const { return *sync_; }
+  const StreamingConfig& streaming_config() const { return streaming_config_; }
+
+  // RegionSync::connect(resume_round), then the schedule: InputError for a fragment delay
+  // beyond H or fragments that are not the servers'. Returns the round the region trains next.
+  uint64_t connect(uint64_t resume_round = 0);
+  bool connected() const { return streaming_ != nullptr; }
+
+  // After local step `step` (1-based over the run): merges the exchanges due, starts those due
+  // (StreamingSync::after_step), in place on `local`. The reports are kept for
+  // take_round_fields() too.
+  std::vector<RoundReport> after_step(uint64_t step, FloatSpan local);
+  // The end of training: what is in flight is merged (StreamingSync::finish); nothing runs in
+  // the background afterwards.
+  std::vector<RoundReport> finish(uint64_t last_step, FloatSpan local);
+  // The round event's exchange fields (worker_events.hpp) of every exchange merged since the
+  // last call; an empty object when none.
+  nlohmann::json take_round_fields();
+
+  // Whether exchanges run on their own thread (overlap or a fragment delay).
+  bool background() const { return streaming_ && streaming_->background(); }
+  // The uplink residuals for a snapshot (StreamingSync::residuals; not with background
+  // exchanges).
+  std::map<std::string, std::vector<float>> residuals();
+
+  // The end of a run, after finish(): RegionSync::flush (base() becomes the global model).
+  FlushReport flush(FloatSpan local);
+  // The region leaves (RegionSync::goodbye); stops the schedule first.
+  void goodbye(std::chrono::milliseconds wait);
+
+ private:
+  std::unique_ptr<RegionSync> sync_;
+  StreamingConfig streaming_config_;
+  std::unique_ptr<StreamingSync> streaming_;
+  std::vector<RoundReport> merged_;  // merged since the last take_round_fields()
+};
+
+}  // namespace geotrain::worker
