@@ -510,6 +510,58 @@ py::dict metrics_events() {
   return out;
 }
 
+// The module functions beside geotrain.RegionSync: the settings a Python leader reads, the
+// schedule and event names every rank of a Python region uses, and the model file writer.
+void bind_leader_helpers(py::module_& m) {
+  m.def(
+      "write_safetensors",
+      [](const std::string& path,
+         const std::vector<std::tuple<std::string, std::vector<uint64_t>, py::handle>>& tensors,
+         const std::map<std::string, std::string>& metadata) {
+        std::vector<std::vector<float>> keep;  // float_view may stage a copy; hold it
+        std::vector<models::SafetensorView> views;
+        for (const auto& [name, shape, values] : tensors) {
+          auto v = float_view(values, false, name.c_str());
+          uint64_t n = 1;
+          for (auto d : shape) n *= d;
+          if (n != v.span.size())
+            throw py::value_error(fmt::format("tensor {}: shape holds {} values, the array {}",
+                                              name, n, v.span.size()));
+          keep.emplace_back(v.span.begin(), v.span.end());
+          views.push_back({name, shape, ConstFloatSpan(keep.back())});
+        }
+        models::write_safetensors(path, views, metadata);
+      },
+      py::arg("path"), py::arg("tensors"),
+      py::arg("metadata") = std::map<std::string, std::string>{},
+      "writes [(name, shape, float32 array), ...] as a safetensors file (models/safetensors.hpp: "
+      "the layout `geotrain export-init` and the native run's model.safetensors use)");
+  m.def("leader_settings", &leader_settings, py::arg("yaml_text"), py::arg("source"),
+        py::arg("region"),
+        "what a region's leader reads from a deployment config, parsed by the native worker's "
+        "parser (same keys, defaults and errors)");
+  m.def("with_model_tensors", &with_model_tensors, py::arg("yaml_text"), py::arg("tensors"),
+        py::arg("critical") = py::none(), py::arg("config_dir") = "",
+        "the config text with model.tensors set to [(name, size), ...] (and model.critical)");
+  m.def("metrics_events", &metrics_events,
+        "the worker metrics events' schema (core/metrics_events.json): {event: {'fields': [...], "
+        "'extensible': bool}}, plus 'common': the fields of every event");
+  m.def(
+      "check_event",
+      [](const std::string& name, const std::vector<std::string>& keys, bool strict) {
+        return events::check(name, keys, strict);
+      },
+      py::arg("event"), py::arg("keys"), py::arg("strict") = true,
+      "what is wrong with an event of these field names against the schema ('' when nothing)");
+  m.def("merge_delay", &merge_delay, py::arg("local_steps"), py::arg("fragments"),
+        py::arg("overlap"), py::arg("fragment_delay") = py::none(),
+        "steps from a fragment's push to its merge, as the native worker computes it");
+  m.def("changes_after", &StreamingSync::changes_params_after, py::arg("step"),
+        py::arg("fragments"), py::arg("local_steps"), py::arg("delay"),
+        "whether a leader's exchanges change the parameters after local step `step` (a fragment "
+        "due, or merged `delay` steps after one): when a region's other ranks take a broadcast");
+}
+
 }  // namespace
 
 void bind_sync(py::module_& m) {
@@ -594,54 +646,7 @@ connect() raises HandshakeError (a ConnectionError) when a server refuses the co
           out.append(py::make_tuple(t.name, t.offset, t.size, t.critical));
         return out;
       });
-
-  m.def(
-      "write_safetensors",
-      [](const std::string& path,
-         const std::vector<std::tuple<std::string, std::vector<uint64_t>, py::handle>>& tensors,
-         const std::map<std::string, std::string>& metadata) {
-        std::vector<std::vector<float>> keep;  // float_view may stage a copy; hold it
-        std::vector<models::SafetensorView> views;
-        for (const auto& [name, shape, values] : tensors) {
-          auto v = float_view(values, false, name.c_str());
-          uint64_t n = 1;
-          for (auto d : shape) n *= d;
-          if (n != v.span.size())
-            throw py::value_error(fmt::format("tensor {}: shape holds {} values, the array {}",
-                                              name, n, v.span.size()));
-          keep.emplace_back(v.span.begin(), v.span.end());
-          views.push_back({name, shape, ConstFloatSpan(keep.back())});
-        }
-        models::write_safetensors(path, views, metadata);
-      },
-      py::arg("path"), py::arg("tensors"),
-      py::arg("metadata") = std::map<std::string, std::string>{},
-      "writes [(name, shape, float32 array), ...] as a safetensors file (models/safetensors.hpp: "
-      "the layout `geotrain export-init` and the native run's model.safetensors use)");
-  m.def("leader_settings", &leader_settings, py::arg("yaml_text"), py::arg("source"),
-        py::arg("region"),
-        "what a region's leader reads from a deployment config, parsed by the native worker's "
-        "parser (same keys, defaults and errors)");
-  m.def("with_model_tensors", &with_model_tensors, py::arg("yaml_text"), py::arg("tensors"),
-        py::arg("critical") = py::none(), py::arg("config_dir") = "",
-        "the config text with model.tensors set to [(name, size), ...] (and model.critical)");
-  m.def("metrics_events", &metrics_events,
-        "the worker metrics events' schema (core/metrics_events.json): {event: {'fields': [...], "
-        "'extensible': bool}}, plus 'common': the fields of every event");
-  m.def(
-      "check_event",
-      [](const std::string& name, const std::vector<std::string>& keys, bool strict) {
-        return events::check(name, keys, strict);
-      },
-      py::arg("event"), py::arg("keys"), py::arg("strict") = true,
-      "what is wrong with an event of these field names against the schema ('' when nothing)");
-  m.def("merge_delay", &merge_delay, py::arg("local_steps"), py::arg("fragments"),
-        py::arg("overlap"), py::arg("fragment_delay") = py::none(),
-        "steps from a fragment's push to its merge, as the native worker computes it");
-  m.def("changes_after", &StreamingSync::changes_params_after, py::arg("step"),
-        py::arg("fragments"), py::arg("local_steps"), py::arg("delay"),
-        "whether a leader's exchanges change the parameters after local step `step` (a fragment "
-        "due, or merged `delay` steps after one): when a region's other ranks take a broadcast");
+  bind_leader_helpers(m);
 }
 
 }  // namespace geotrain::python
