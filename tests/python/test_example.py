@@ -50,6 +50,13 @@ class TinyExample(unittest.TestCase):
                 rounds = events(metrics, "round")
                 self.assertEqual(len(rounds), 12)
                 self.assertTrue(all(e["bytes_pushed"] > 0 for e in rounds))
+                # the exchange fields as the native worker writes them (worker_events.cpp)
+                for e in rounds:
+                    self.assertEqual(e["largest_exchange_bytes"],
+                                     e["bytes_pushed"] + e["bytes_pulled"])
+                    self.assertEqual(e["exchanges"], 1)
+                    self.assertEqual(e["deferred_shards"], 0)
+                    self.assertEqual(e["merged_round"], e["round"])
             self.assertTrue(os.path.exists(os.path.join(run, "report.md")))
             self.assertIn("final validation bpb", r.stdout)
 
