@@ -388,8 +388,8 @@ size_t select_and_write(const float* x, float* residual, size_t n, uint64_t k,
 size_t topk_encode(const float* g, float* residual, size_t n, uint64_t k, uint32_t sample,
                    std::byte* body, cudaStream_t stream, float decay) {
   if (k == 0 || n == 0) return 0;
-  if (n >= (size_t{1} << 32))
-    throw SystemError("CUDA", "topk_encode", __FILE__, __LINE__, "n must be below 2^32");
+  if (n >= (size_t{1} << 31))  // CUB takes int counts
+    throw SystemError("CUDA", "topk_encode", __FILE__, __LINE__, "n must be below 2^31");
   const float* x = g;
   if (residual) {
     add_into<<<blocks_for(n), kThreads, 0, stream>>>(g, residual, decay, n);

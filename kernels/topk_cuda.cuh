@@ -14,7 +14,7 @@
 //
 // Blocking: synchronises `stream` once (the body length depends on the data; twice in the rare
 // second selection). Device temporaries are grow-only buffers kept per host thread, so repeated
-// encodes allocate nothing. n must be below 2^32.
+// encodes allocate nothing. n must be below 2^31 (CUB counts are int).
 #pragma once
 
 #include <cuda_runtime.h>
