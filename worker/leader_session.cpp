@@ -43,8 +43,8 @@ nlohmann::json LeaderSession::take_round_fields() {
 }
 
 std::map<std::string, std::vector<float>> LeaderSession::residuals() {
-  GT_ASSERT(streaming_ != nullptr, "residuals before connect, or after finish");
-  return streaming_->residuals();
+  // After finish() nothing runs in the background: the RegionSync's own are the residuals.
+  return streaming_ ? streaming_->residuals() : sync_->residuals();
 }
 
 FlushReport LeaderSession::flush(FloatSpan local) {

@@ -54,7 +54,7 @@ class LeaderSession {
   // Whether exchanges run on their own thread (overlap or a fragment delay).
   bool background() const { return streaming_ && streaming_->background(); }
   // The uplink residuals for a snapshot (StreamingSync::residuals; not with background
-  // exchanges).
+  // exchanges; after finish(), the RegionSync's).
   std::map<std::string, std::vector<float>> residuals();
 
   // The end of a run, after finish(): RegionSync::flush (base() becomes the global model).
