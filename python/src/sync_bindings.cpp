@@ -45,7 +45,6 @@ namespace geotrain::python {
 namespace {
 
 using worker::OverlapMode;
-using worker::RegionSync;
 using worker::RoundReport;
 using worker::StreamingConfig;
 using worker::StreamingSync;
@@ -567,8 +566,8 @@ void bind_leader_helpers(py::module_& m) {
 void bind_sync(py::module_& m) {
   py::register_exception<HandshakeRefused>(m, "HandshakeError", PyExc_ConnectionError);
   py::class_<RegionLeader>(m, "RegionSync", R"doc(
-A region leader's exchange with every region's server: the C++ RegionSync, driven by
-StreamingSync as in the native trainer (worker.overlap modes, worker.fragments). Parameters are
+A region leader's exchange with every region's server: the C++ LeaderSession (RegionSync
+driven by StreamingSync) that the native trainer uses (worker.overlap modes, worker.fragments). Parameters are
 one flat float32 array in the table's order. Usually used through geotrain.torch.OuterSync.
 
   tensors   [(name, size), ...]: the table, as the servers' model.tensors
