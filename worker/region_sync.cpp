@@ -15,8 +15,6 @@
 
 namespace geotrain::worker {
 
-using Clock = std::chrono::steady_clock;
-
 RegionSync::RegionSync(const ParamTable& layout, SyncConfig config, zmq::context_t& context)
     : layout_(layout),
       config_(std::move(config)),
@@ -27,10 +25,9 @@ RegionSync::RegionSync(const ParamTable& layout, SyncConfig config, zmq::context
                       compression::FeedbackOptions{config_.error_feedback_decay}) {
   GT_REQUIRE(!config_.servers.empty(), "region {}: no servers to synchronise with", config_.region);
   for (const auto& s : config_.servers) {
-    ServerLink link;
-    link.region = s.region;
-    if (config_.streams_per_server > 0) link.client = open_client(s, config_.streams_per_server);
-    servers_.push_back(std::move(link));
+    ServerLink link(s.region);
+    if (config_.streams_per_server > 0) link.attach(open_client(s));
+    links_.push_back(std::move(link));
   }
   if (config_.streams_per_server != 1 || config_.socket_buffer_bytes > 0) {
     const auto b = wire::effective_socket_buffer(config_.socket_buffer_bytes);
@@ -52,40 +49,15 @@ RegionSync::RegionSync(const ParamTable& layout, SyncConfig config, zmq::context
 
 RegionSync::~RegionSync() = default;
 
-std::unique_ptr<wire::Client> RegionSync::open_client(const SyncConfig::Server& s,
-                                                      uint32_t streams) {
-  wire::ChannelOptions options;
-  options.curve_client = s.curve;
-  options.lanes = streams;
-  options.socket_buffer_bytes = config_.socket_buffer_bytes;
-  return std::make_unique<wire::Client>(wire::connect_dealer(context_, s.endpoint, options));
-}
-
-uint32_t RegionSync::choose_streams(const SyncConfig::Server& s) {
-  // Heartbeats on a throwaway connection: the first waits for the server to come up (and carries
-  // the connection's handshakes), the next two time the round trip. A server that does not know
-  // this region answers `unregistered`: an answer all the same.
-  auto probe = open_client(s, 1);
-  double rtt = 1e9;
-  for (int i = 0; i < 3; ++i) {
-    const auto id = probe->send(wire::Heartbeat{});
-    GT_REQUIRE(id.has_value(), "server of region {}: send queue full", s.region);
-    ReplyWait w;
-    w.stop = stop_;
-    const auto t0 = Clock::now();
-    try {
-      collect(*probe, s.region, {*id}, config_.timeout, "round-trip probe", w);
-    } catch (const ServerLost&) {
-    }
-    if (i > 0) rtt = std::min(rtt, seconds_since(t0));
+std::unique_ptr<wire::Client> RegionSync::open_client(const SyncConfig::Server& s) {
+  uint32_t streams = config_.streams_per_server;
+  if (streams == 0) {
+    ReplyWait probe_wait;
+    probe_wait.stop = stop_;
+    streams = choose_streams(context_, s, config_.region, config_.link_mbps,
+                             config_.socket_buffer_bytes, config_.timeout, probe_wait);
   }
-  const double window = wire::tcp_window_bytes(config_.socket_buffer_bytes);
-  const uint32_t n = wire::streams_for_link(rtt, config_.link_mbps, window);
-  spdlog::info(
-      "region {}: server of region {}: round trip {:.1f} ms, {} connection(s) (auto: {} "
-      "Mbit/s x RTT / {:.0f} KiB window)",
-      config_.region, s.region, rtt * 1e3, n, config_.link_mbps, window / 1024);
-  return n;
+  return open_server_client(context_, s, streams, config_.socket_buffer_bytes);
 }
 
 void RegionSync::set_origin(ConstFloatSpan origin) {
@@ -94,7 +66,7 @@ void RegionSync::set_origin(ConstFloatSpan origin) {
   origin_.assign(origin.begin(), origin.end());
 }
 
-void RegionSync::build_segments(ShardState& shard) const {
+void RegionSync::build_segments(LeaderShard& shard) const {
   // Runs of tensors of one class inside [offset, offset + count): one segment each (with
   // tensor_segments, one per tensor).
   const uint64_t begin = shard.offset, end = shard.offset + shard.count;
@@ -118,32 +90,31 @@ void RegionSync::build_segments(ShardState& shard) const {
 }
 
 uint64_t RegionSync::connect(uint64_t resume_at) {
-  for (size_t s = 0; s < servers_.size(); ++s)
-    if (!servers_[s].client)
-      servers_[s].client = open_client(config_.servers[s], choose_streams(config_.servers[s]));
+  for (size_t s = 0; s < links_.size(); ++s)
+    if (!links_[s].open()) links_[s].attach(open_client(config_.servers[s]));
   shards_.clear();
   uint64_t next = UINT64_MAX;
-  std::vector<uint64_t> next_of(servers_.size(), 1);  // each server's next round for us
-  for (size_t s = 0; s < servers_.size(); ++s) {
-    auto& link = servers_[s];
-    auto id = link.client->send(
-        wire::Hello{config_.region, wire::kProtocolVersion, layout_.layout_hash(), {}});
-    GT_REQUIRE(id.has_value(), "server of region {}: send queue full", link.region);
-    ReplyWait w;
-    w.stop = stop_;
-    auto replies = collect(*link.client, link.region, {*id}, config_.timeout, "hello", w);
-    const auto& hello = body_as<wire::HelloReply>(replies.begin()->second, link.region);
-    link.last_contact = Clock::now();
-    link.flush = std::find(hello.capabilities.begin(), hello.capabilities.end(), "flush") !=
-                 hello.capabilities.end();
+  std::vector<uint64_t> next_of(links_.size(), 1);  // each server's next round for us
+  for (size_t s = 0; s < links_.size(); ++s) {
+    auto& link = links_[s];
+    const uint64_t id =
+        link.send(wire::Hello{config_.region, wire::kProtocolVersion, layout_.layout_hash(), {}});
+    auto replies = link.collect({id}, config_.timeout, "hello", waiting(s, false));
+    const auto& hello = body_as<wire::HelloReply>(replies.begin()->second, link.region());
+    link.set_offers_flush(std::find(hello.capabilities.begin(), hello.capabilities.end(),
+                                    "flush") != hello.capabilities.end());
     next = std::min(next, hello.next_round);
     next_of[s] = hello.next_round;
     for (const auto& info : hello.shards) {
       // Written so that no sum overflows: offset + count could wrap past any bound.
       GT_REQUIRE(info.count <= base_.size() && info.offset <= base_.size() - info.count,
                  "server of region {}: shard {} [{}, {}) lies outside the {} parameters",
-                 link.region, info.id, info.offset, info.offset + info.count, base_.size());
-      ShardState shard{info.id, info.offset, info.count, s, 0, {}};
+                 link.region(), info.id, info.offset, info.offset + info.count, base_.size());
+      LeaderShard shard;
+      shard.id = info.id;
+      shard.offset = info.offset;
+      shard.count = info.count;
+      shard.server = s;
       shard.zero_start = info.zero_values;
       shard.fragment = info.fragment;
       build_segments(shard);
@@ -189,15 +160,31 @@ uint64_t RegionSync::connect(uint64_t resume_at) {
     else
       std::copy(origin_.begin() + begin, origin_.begin() + end, base_.begin() + begin);
   }
-  RoundReport startup;
-  pull_into_base(true, take, &startup);
-  startup_bytes_pulled_ = startup.bytes_pulled;
+  startup_bytes_pulled_ = pull_at_start(take);
   spdlog::info(
       "region {}: connected to {} servers, {} shards in {} fragment(s), next round {}; pulled {} "
       "shard(s) in full ({} bytes), {} still zero",
-      config_.region, servers_.size(), shards_.size(), frags, first, shards_.size() - unpulled,
-      startup.bytes_pulled, unpulled);
+      config_.region, links_.size(), shards_.size(), frags, first, shards_.size() - unpulled,
+      startup_bytes_pulled_, unpulled);
   return first;
+}
+
+uint64_t RegionSync::pull_at_start(const std::vector<bool>& take) {
+  std::vector<std::map<uint64_t, size_t>> sent(links_.size());
+  for (size_t i = 0; i < shards_.size(); ++i)
+    if (take[i]) sent[shards_[i].server][send_full_pull(i)] = i;
+  RoundReport pulled;
+  uint64_t released = UINT64_MAX;
+  for (size_t s = 0; s < links_.size(); ++s) {
+    if (sent[s].empty()) continue;
+    std::vector<uint64_t> ids;
+    for (const auto& [id, _] : sent[s]) ids.push_back(id);
+    for (auto& [id, reply] : links_[s].collect(ids, config_.timeout, "pull", waiting(s, false))) {
+      const size_t i = sent[s].at(id);
+      shards_[i].set_version(apply_pull(i, reply, &pulled, released));
+    }
+  }
+  return pulled.bytes_pulled;
 }
 
 std::vector<ElementRange> RegionSync::fragment_ranges(uint32_t fragment) const {
@@ -207,38 +194,28 @@ std::vector<ElementRange> RegionSync::fragment_ranges(uint32_t fragment) const {
   return out;
 }
 
-uint64_t RegionSync::server_round(const ShardState& shard) const {
+uint64_t RegionSync::server_round(const LeaderShard& shard) const {
   return static_cast<uint64_t>(static_cast<int64_t>(rounds_[shard.fragment]) - shard.round_shift);
 }
 
-uint64_t RegionSync::min_round(const ShardState& shard) const {
-  const uint64_t round = server_round(shard);
+uint64_t RegionSync::pull_floor(uint64_t round) const {
   return round > config_.staleness_bound ? round - config_.staleness_bound : 0;
 }
 
-RegionSync::Pulls RegionSync::send_pulls(bool full, const std::vector<bool>& take,
-                                         const std::vector<bool>& servers) {
-  Pulls pulls;
-  pulls.ids.resize(servers_.size());
-  pulls.shard_of.resize(servers_.size());
-  for (size_t i = 0; i < shards_.size(); ++i) {
-    auto& sh = shards_[i];
-    if (!take[i] || !servers[sh.server]) continue;
-    auto& link = servers_[sh.server];
-    auto id = link.client->send(
-        wire::PullRequest{sh.id, full ? 0 : sh.version, full, full ? 0 : min_round(sh)});
-    GT_REQUIRE(id.has_value(), "server of region {}: send queue full", link.region);
-    pulls.ids[sh.server].push_back(*id);
-    pulls.shard_of[sh.server][*id] = i;
-  }
-  return pulls;
+uint64_t RegionSync::send_pull(size_t i, uint64_t round) {
+  const auto& sh = shards_[i];
+  return links_[sh.server].send(wire::PullRequest{sh.id, sh.version, false, pull_floor(round)});
 }
 
-void RegionSync::apply_pull(size_t shard_index, const wire::Reply& reply, RoundReport* report,
-                            uint64_t& released) {
-  auto& sh = shards_[shard_index];
-  const auto& region = servers_[sh.server].region;
-  const auto& pr = body_as<wire::PullReply>(reply, region);
+uint64_t RegionSync::send_full_pull(size_t i) {
+  const auto& sh = shards_[i];
+  return links_[sh.server].send(wire::PullRequest{sh.id, 0, true, 0});
+}
+
+uint64_t RegionSync::apply_pull(size_t shard_index, const wire::Reply& reply, RoundReport* report,
+                                uint64_t& released) {
+  const auto& sh = shards_[shard_index];
+  const auto& pr = body_as<wire::PullReply>(reply, links_[sh.server].region());
   wire::check_frames(pr.segments, reply.payloads, reply.header.request_id);
   // Decode everything before changing base: a bad payload leaves base as it was.
   std::vector<std::vector<float>> decoded;
@@ -265,26 +242,9 @@ void RegionSync::apply_pull(size_t shard_index, const wire::Reply& reply, RoundR
       for (size_t j = 0; j < d.size(); ++j) base[seg.offset + j] += d[j];
     }
   }
-  sh.version = pr.version;
   released =
       std::min(released, static_cast<uint64_t>(static_cast<int64_t>(pr.round) + sh.round_shift));
-}
-
-void RegionSync::pull_into_base(bool full, const std::vector<bool>& take, RoundReport* report) {
-  const auto t0 = Clock::now();
-  Pulls pulls = send_pulls(full, take, std::vector<bool>(servers_.size(), true));
-  uint64_t released = UINT64_MAX;
-  for (size_t s = 0; s < servers_.size(); ++s) {
-    if (pulls.ids[s].empty()) continue;
-    auto replies = collect(*servers_[s].client, servers_[s].region, pulls.ids[s], config_.timeout,
-                           "pull", waiting(s, false));
-    servers_[s].last_contact = Clock::now();
-    for (auto& [id, reply] : replies) apply_pull(pulls.shard_of[s].at(id), reply, report, released);
-  }
-  if (report) {
-    report->pull_seconds = seconds_since(t0);
-    report->released_round = released == UINT64_MAX ? 0 : released;
-  }
+  return pr.version;
 }
 
 RoundReport RegionSync::exchange(ConstFloatSpan local, std::optional<uint32_t> fragment,
@@ -300,7 +260,7 @@ RoundReport RegionSync::exchange(ConstFloatSpan local, std::optional<uint32_t> f
   std::vector<bool> skip(shards_.size());
   for (size_t i = 0; i < shards_.size(); ++i) {
     wanted[i] = !fragment || shards_[i].fragment == *fragment;
-    skip[i] = wanted[i] && shards_[i].unstarted;
+    skip[i] = wanted[i] && shards_[i].deferred();
     GT_ASSERT(defer || !skip[i],
               "region {}: exchange without deferring while shard {} is "
               "deferred (settle() first)",
@@ -315,13 +275,13 @@ RoundReport RegionSync::exchange(ConstFloatSpan local, std::optional<uint32_t> f
   // could not rejoin then: hello and full pulls first (neither waits on any round). A deferred
   // shard pulled in full here is merged with those values.
   const std::vector<bool> wanted_before = wanted;
-  for (size_t s = 0; s < servers_.size(); ++s) {
-    bool pending = false;
+  for (size_t s = 0; s < links_.size(); ++s) {
+    bool due = links_[s].lost();
     for (size_t i = 0; i < shards_.size(); ++i)
-      pending = pending || (wanted[i] && shards_[i].server == s && shards_[i].resync);
-    if (!pending && !servers_[s].lost) continue;
+      due = due || (wanted[i] && shards_[i].server == s && shards_[i].needs_full_pull());
+    if (!due) continue;
     try {
-      if (servers_[s].lost) rejoin(s);
+      if (links_[s].lost()) rejoin(s);
       resync(s, wanted, &report, released);
     } catch (const ServerLost& e) {
       lose(s, e.what());  // redone in push_and_pull, in its turn
@@ -332,18 +292,16 @@ RoundReport RegionSync::exchange(ConstFloatSpan local, std::optional<uint32_t> f
   push_and_pull(local, take, report, released, defer);
   report.released_round = released == UINT64_MAX ? 0 : released;
 
-  // Round bookkeeping of the deferred shards, before this exchange's round is counted.
+  // Deferred shards pulled in full here (their server lost this region) go back to the caller;
+  // their server expects them from the next exchange on, in the round it counts then.
   for (size_t i = 0; i < shards_.size(); ++i) {
     auto& sh = shards_[i];
-    if (take[i] && sh.pending()) sh.unstarted = true;  // deferred now
-    if (!skip[i] || sh.pending() || sh.resync) continue;
-    // Its server lost this region and it was pulled in full here (resync()), not pushed: it
-    // pushes from the next exchange on, in the round its server expects then.
+    if (!skip[i] || sh.phase() != ShardPhase::merged) continue;
     if (wanted[i] == wanted_before[i]) ++sh.round_shift;
-    sh.unstarted = false;
+    sh.hand_back();
   }
   for (size_t i = 0; i < shards_.size(); ++i)
-    if (wanted_before[i] && shards_[i].unstarted)
+    if (wanted_before[i] && shards_[i].deferred())
       report.deferred.push_back({shards_[i].offset, shards_[i].count});
   if (fragment) {
     ++rounds_[*fragment];
@@ -353,123 +311,124 @@ RoundReport RegionSync::exchange(ConstFloatSpan local, std::optional<uint32_t> f
   return report;
 }
 
+std::chrono::milliseconds RegionSync::RoundClock::left() const {
+  if (!defer) return timeout;
+  return std::max(std::chrono::duration_cast<std::chrono::milliseconds>(defer_at - Clock::now()),
+                  std::chrono::milliseconds(0));
+}
+
 void RegionSync::push_and_pull(ConstFloatSpan local, const std::vector<bool>& take,
                                RoundReport& report, uint64_t& released, bool defer) {
-  std::vector<std::vector<uint64_t>> push_ids(servers_.size());
-  std::vector<std::map<uint64_t, size_t>> push_shard(servers_.size());
-  std::vector<size_t> shards_on(servers_.size(), 0);
-  // Shards of a server still lost, or not pulled in full since it was rejoined, are redone in
-  // that server's turn below.
-  std::vector<bool> pushed(shards_.size()), redo_on(servers_.size());
+  // Every push goes out before any reply is awaited. Shards of a server still lost, or not
+  // pulled in full since it was rejoined, are redone in that server's turn below.
+  std::vector<bool> redo_on(links_.size());
+  std::vector<size_t> pushed_on(links_.size());
   const auto t0 = Clock::now();
   for (size_t i = 0; i < shards_.size(); ++i) {
     if (!take[i]) continue;
-    const auto& sh = shards_[i];
-    if (servers_[sh.server].lost || sh.resync) {
+    auto& sh = shards_[i];
+    if (links_[sh.server].lost() || sh.needs_full_pull()) {
       redo_on[sh.server] = true;
       continue;
     }
-    pushed[i] = true;
-    const uint64_t id = send_push(i, local, report);
-    push_ids[sh.server].push_back(id);
-    push_shard[sh.server][id] = i;
-    ++shards_on[sh.server];
+    sh.push(send_push(i, local, report));
+    ++pushed_on[sh.server];
   }
-
   // The pulls go right behind the pushes, on the same connection (so the server sees each push
   // before its pull), saving a WAN round trip per round: a pull may name the round being pushed
   // and waits at the server until it is released. A server holds at most 4 waiting requests per
   // peer, so this is done where a server has at most 2 of our shards (push + pull each).
-  std::vector<bool> pipelined(servers_.size()), later(servers_.size());
-  for (size_t s = 0; s < servers_.size(); ++s) {
-    pipelined[s] = shards_on[s] > 0 && shards_on[s] <= kMaxPipelinedShards;
-    later[s] = shards_on[s] > kMaxPipelinedShards;
+  for (size_t i = 0; i < shards_.size(); ++i) {
+    auto& sh = shards_[i];
+    if (sh.phase() == ShardPhase::pushing && pushed_on[sh.server] <= kMaxPipelinedShards)
+      sh.pull(send_pull(i, server_round(sh)));
   }
-  Pulls early = send_pulls(false, pushed, pipelined);
-
   // Deferring: every server gets until shard_wait after the pushes; what has not come by then
   // stays in flight (the shard is deferred).
-  const auto defer_at = t0 + config_.shard_wait;
-  auto wait_for = [&] {
-    if (!defer) return config_.timeout;
-    return std::max(std::chrono::duration_cast<std::chrono::milliseconds>(defer_at - Clock::now()),
-                    std::chrono::milliseconds(0));
-  };
-  auto waiting_deferring = [&](size_t s) {
-    ReplyWait w = waiting(s, true);
-    w.partial = defer;
-    return w;
-  };
-  // Shard i's pull `id`: merged when among the replies, else its shard is deferred.
-  auto pulled_or_deferred = [&](size_t i, uint64_t id,
-                                const std::map<uint64_t, wire::Reply>& replies) {
-    if (auto it = replies.find(id); it != replies.end()) {
-      apply_pull(i, it->second, &report, released);
-      return;
-    }
-    shards_[i].pending_pull = id;
-    shards_[i].pending_round = server_round(shards_[i]);
-  };
+  const RoundClock clock{t0 + config_.shard_wait, defer, config_.timeout};
 
   // Servers in the same order in every region: a leader that redoes its round on one server
   // (below) never waits there for a leader that waits on it at another.
-  for (size_t s = 0; s < servers_.size(); ++s) {
+  for (size_t s = 0; s < links_.size(); ++s) {
     if (redo_on[s]) {
       redo(s, local, take, report, released);
-      later[s] = false;
       continue;
     }
-    if (push_ids[s].empty()) continue;
-    std::vector<uint64_t> ids = push_ids[s];
-    ids.insert(ids.end(), early.ids[s].begin(), early.ids[s].end());
-    std::map<uint64_t, wire::Reply> replies;
+    if (pushed_on[s] == 0) continue;
     try {
-      replies = collect(*servers_[s].client, servers_[s].region, ids, wait_for(), "push and pull",
-                        waiting_deferring(s));
+      await_replies(s, clock, "push and pull", report, released);
     } catch (const ServerLost& e) {
       lose(s, e.what());
       redo(s, local, take, report, released);
-      later[s] = false;
-      continue;
     }
-    if (!replies.empty()) servers_[s].last_contact = Clock::now();
-    for (uint64_t id : push_ids[s]) {
-      auto it = replies.find(id);
-      auto& sh = shards_[push_shard[s].at(id)];
-      if (it == replies.end()) {  // deferred (its pull, if sent, below)
-        sh.pending_push = id;
-        sh.pending_round = server_round(sh);
-        continue;
-      }
-      const auto& pr = body_as<wire::PushReply>(it->second, servers_[s].region);
-      report.max_staleness = std::max(report.max_staleness, pr.staleness);
-      report.gate_wait_us = std::max(report.gate_wait_us, pr.gate_wait_us);
-    }
-    for (uint64_t id : early.ids[s]) pulled_or_deferred(early.shard_of[s].at(id), id, replies);
   }
   report.push_seconds += seconds_since(t0);
 
   // Servers holding more of our shards: pull once their pushes are in (a deferred push's pull
   // goes out when it is answered: take_deferred()).
   const auto t1 = Clock::now();
-  std::vector<bool> answered(shards_.size());
-  for (size_t i = 0; i < shards_.size(); ++i) answered[i] = pushed[i] && !shards_[i].pending();
-  Pulls rest = send_pulls(false, answered, later);
-  for (size_t s = 0; s < servers_.size(); ++s) {
-    if (rest.ids[s].empty()) continue;
-    std::map<uint64_t, wire::Reply> replies;
+  std::vector<bool> pulling_on(links_.size());
+  for (size_t i = 0; i < shards_.size(); ++i) {
+    auto& sh = shards_[i];
+    if (sh.phase() != ShardPhase::pushed) continue;
+    sh.pull(send_pull(i, server_round(sh)));
+    pulling_on[sh.server] = true;
+  }
+  for (size_t s = 0; s < links_.size(); ++s) {
+    if (!pulling_on[s]) continue;
     try {
-      replies = collect(*servers_[s].client, servers_[s].region, rest.ids[s], wait_for(), "pull",
-                        waiting_deferring(s));
+      await_replies(s, clock, "pull", report, released);
     } catch (const ServerLost& e) {
       lose(s, e.what());
       redo(s, local, take, report, released);
-      continue;
     }
-    if (!replies.empty()) servers_[s].last_contact = Clock::now();
-    for (const auto& [id, i] : rest.shard_of[s]) pulled_or_deferred(i, id, replies);
   }
   report.pull_seconds += seconds_since(t1);
+}
+
+void RegionSync::await_replies(size_t s, const RoundClock& clock, const char* what,
+                               RoundReport& report, uint64_t& released) {
+  std::vector<uint64_t> ids;
+  for (const auto& sh : shards_) {
+    if (sh.server != s || !sh.exchanging()) continue;
+    if (sh.push_id()) ids.push_back(*sh.push_id());
+    if (sh.pull_id()) ids.push_back(*sh.pull_id());
+  }
+  ReplyWait how = waiting(s, true);
+  how.partial = clock.defer;
+  take_replies(s, links_[s].collect(ids, clock.left(), what, std::move(how)), report, released);
+  // What has not come is deferred; a push answered without its pull waits for the pulls below.
+  for (size_t i = 0; i < shards_.size(); ++i) {
+    const auto& sh = shards_[i];
+    if (sh.server == s && sh.exchanging() && sh.phase() != ShardPhase::pushed) defer_shard(i);
+  }
+}
+
+void RegionSync::take_replies(size_t s, const std::map<uint64_t, wire::Reply>& replies,
+                              RoundReport& report, uint64_t& released) {
+  for (size_t i = 0; i < shards_.size(); ++i) {
+    auto& sh = shards_[i];
+    if (sh.server != s || !sh.exchanging()) continue;
+    if (auto id = sh.push_id()) {
+      if (auto it = replies.find(*id); it != replies.end()) {
+        const auto& pr = body_as<wire::PushReply>(it->second, links_[s].region());
+        report.max_staleness = std::max(report.max_staleness, pr.staleness);
+        report.gate_wait_us = std::max(report.gate_wait_us, pr.gate_wait_us);
+        sh.push_answered();
+      }
+    }
+    if (auto id = sh.pull_id())
+      if (auto it = replies.find(*id); it != replies.end())
+        sh.pulled(apply_pull(i, it->second, &report, released));
+  }
+}
+
+void RegionSync::defer_shard(size_t i) {
+  auto& sh = shards_[i];
+  sh.defer(server_round(sh));
+  auto& link = links_[sh.server];
+  if (sh.push_id()) link.leave_in_flight(*sh.push_id());
+  if (sh.pull_id()) link.leave_in_flight(*sh.pull_id());
 }
 
 void RegionSync::use_codecs(uint64_t round) {
@@ -509,40 +468,35 @@ uint64_t RegionSync::send_push(size_t i, ConstFloatSpan local, RoundReport& repo
     report.bytes_pushed += payload.size();
     frames.push_back(wire::frame_from_bytes(std::move(payload)));
   }
-  auto& link = servers_[sh.server];
-  auto id = link.client->send(std::move(push), std::move(frames));
-  GT_REQUIRE(id.has_value(), "server of region {}: send queue full", link.region);
-  return *id;
+  return links_[sh.server].send(std::move(push), std::move(frames));
 }
 
 void RegionSync::redo(size_t s, ConstFloatSpan local, const std::vector<bool>& take,
                       RoundReport& report, uint64_t& released) {
-  auto& link = servers_[s];
+  auto& link = links_[s];
   for (uint32_t attempt = 0; attempt < kMaxRejoinAttempts; ++attempt) {
     try {
       std::vector<bool> mine(shards_.size());
       for (size_t i = 0; i < shards_.size(); ++i) mine[i] = take[i] && shards_[i].server == s;
-      if (link.lost) rejoin(s);
+      if (link.lost()) rejoin(s);
       resync(s, mine, &report, released);
       std::vector<uint64_t> pushes;
-      for (size_t i = 0; i < shards_.size(); ++i)
-        if (mine[i]) pushes.push_back(send_push(i, local, report));
-      if (pushes.empty()) return;  // it had released the round already
-      auto replies = collect(*link.client, link.region, pushes, config_.timeout, "push (rejoined)",
-                             waiting(s, true));
-      for (auto& [id, reply] : replies) {
-        const auto& pr = body_as<wire::PushReply>(reply, link.region);
-        report.max_staleness = std::max(report.max_staleness, pr.staleness);
-        report.gate_wait_us = std::max(report.gate_wait_us, pr.gate_wait_us);
+      for (size_t i = 0; i < shards_.size(); ++i) {
+        if (!mine[i]) continue;
+        shards_[i].push(send_push(i, local, report));
+        pushes.push_back(*shards_[i].push_id());
       }
-      std::vector<bool> only(servers_.size());
-      only[s] = true;
-      Pulls pulls = send_pulls(false, mine, only);
-      auto pulled = collect(*link.client, link.region, pulls.ids[s], config_.timeout,
-                            "pull (rejoined)", waiting(s, true));
-      for (auto& [id, reply] : pulled)
-        apply_pull(pulls.shard_of[s].at(id), reply, &report, released);
-      link.last_contact = Clock::now();
+      if (pushes.empty()) return;  // it had released the round already
+      auto replies = link.collect(pushes, config_.timeout, "push (rejoined)", waiting(s, true));
+      take_replies(s, replies, report, released);
+      std::vector<uint64_t> pulls;
+      for (size_t i = 0; i < shards_.size(); ++i) {
+        if (!mine[i]) continue;
+        shards_[i].pull(send_pull(i, server_round(shards_[i])));
+        pulls.push_back(*shards_[i].pull_id());
+      }
+      take_replies(s, link.collect(pulls, config_.timeout, "pull (rejoined)", waiting(s, true)),
+                   report, released);
       return;
     } catch (const ServerLost& e) {
       lose(s, e.what());
@@ -551,14 +505,15 @@ void RegionSync::redo(size_t s, ConstFloatSpan local, const std::vector<bool>& t
   throw SystemError("wire", "exchange", __FILE__, __LINE__,
                     fmt::format("region {}: the server of region {} lost this region {} times in "
                                 "one round; giving up",
-                                config_.region, link.region, kMaxRejoinAttempts));
+                                config_.region, link.region(), kMaxRejoinAttempts));
 }
 
 void RegionSync::lose(size_t s, const std::string& why) {
   spdlog::warn("region {}: lost the server of region {} ({}); rejoining it", config_.region,
-               servers_[s].region, why);
-  servers_[s].lost = true;
-  drop_deferred(s);
+               links_[s].region(), why);
+  links_[s].lose();
+  for (auto& sh : shards_)
+    if (sh.server == s) sh.lost();
 }
 
 }  // namespace geotrain::worker

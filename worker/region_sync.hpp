@@ -42,6 +42,13 @@
 // region (it restarted, or declared the region dead) is pulled in full instead: the region's
 // progress in that push is dropped. settle() waits for every deferred shard (end of training).
 //
+// Parts: each shard's phase in the exchange is one value (LeaderShard, worker/leader_shard.hpp:
+// idle, pushing, pushed, pulling, deferred, deferred_lost, merged, needs_resync) moved by its
+// transitions; each server's connection, its rejoin, probes and the replies parked for deferred
+// shards are a ServerLink (worker/server_link.hpp). RegionSync drives the rounds over them:
+// region_sync.cpp the exchange, region_sync_recovery.cpp the deferred shards and rejoins,
+// region_sync_flush.cpp the end of a run.
+//
 // Blocking: connect() and exchange() block on the network, up to `timeout` per reply (a missing
 // reply is a SystemError naming the server). Not thread-safe: one thread (see StreamingSync
 // for running it in the background). Buffers: base() is owned here; callers pass spans in.
@@ -65,20 +72,15 @@
 #include "core/param_table.hpp"
 #include "core/span.hpp"
 #include "wire/client.hpp"
+#include "worker/leader_shard.hpp"
+#include "worker/server_link.hpp"
 
 namespace geotrain::worker {
 
-struct ReplyWait;  // worker/reply_wait.hpp
-
 struct SyncConfig {
-  std::string region;  // this region's name, as in the config's `regions`
-  struct Server {
-    std::string region;
-    std::string endpoint;
-    // security.curve: connect as a CURVE client (this region's keypair, that server's key).
-    std::optional<wire::ChannelOptions::CurveClient> curve{};
-  };
-  std::vector<Server> servers;  // every region's server (the leader talks to all of them)
+  std::string region;            // this region's name, as in the config's `regions`
+  using Server = ServerAddress;  // worker/server_link.hpp
+  std::vector<Server> servers;   // every region's server (the leader talks to all of them)
   // Each class's codec by round (compression/codec_schedule.hpp): a push of round t (this
   // region's count, rounds_) encodes with codec_at(t); at a switch the residuals are kept.
   compression::CodecSchedule critical_codec = "onebit";
@@ -143,6 +145,8 @@ struct FlushReport {
 
 class RegionSync {
  public:
+  using Clock = std::chrono::steady_clock;
+
   RegionSync(const ParamTable& layout, SyncConfig config, zmq::context_t& context);
   ~RegionSync();
   RegionSync(const RegionSync&) = delete;
@@ -230,54 +234,6 @@ class RegionSync {
   void restore_residuals(const std::map<std::string, std::vector<float>>& residuals);
 
  private:
-  struct Segment {
-    uint64_t offset;  // relative to the shard
-    uint64_t count;
-    bool critical;
-    uint64_t stream;  // EF residual stream id
-  };
-  struct ShardState {
-    uint32_t id;
-    uint64_t offset;  // in the flat buffer
-    uint64_t count;
-    size_t server;         // index into servers_
-    uint64_t version = 0;  // last version pulled
-    std::vector<Segment> segments;
-    uint32_t fragment = 0;
-    // This region's round minus the round its server counts for it (non-zero after the server
-    // restarted from an older checkpoint).
-    int64_t round_shift = 0;
-    bool resync = false;      // its server was rejoined: pull it in full before the next push
-    bool zero_start = false;  // hello: its values are still zero, so connect() pulls nothing
-    // Deferred: its push and pull (request ids; the pull goes out once the push is answered
-    // where the server holds more than kMaxPipelinedShards of our shards) and the round its
-    // server counts for that push. `unstarted` from its deferral until the exchange that merges
-    // it: the caller has not started it again, so that exchange does not push it.
-    std::optional<uint64_t> pending_push{}, pending_pull{};
-    uint64_t pending_round = 0;
-    bool unstarted = false;
-    bool pending() const { return pending_push || pending_pull; }
-  };
-  struct ServerLink {
-    std::string region;
-    std::unique_ptr<wire::Client> client;
-    std::chrono::steady_clock::time_point last_contact;
-    bool lost = false;  // it answered `unregistered`: rejoin before using it again
-    // Replies that came for deferred shards' requests while something else was awaited.
-    std::map<uint64_t, wire::Reply> parked;
-    // A heartbeat sent while waiting for deferred replies, and when: one unanswered for a
-    // heartbeat period (it may have died with a broken connection) is replaced.
-    std::optional<uint64_t> probe;
-    std::chrono::steady_clock::time_point probe_sent;
-    bool flush = false;  // its hello reply names the "flush" capability
-  };
-
-  // Pull requests sent and not yet answered: request ids per server, and the shard of each
-  // (request ids are per server connection, so both are kept per server).
-  struct Pulls {
-    std::vector<std::vector<uint64_t>> ids;
-    std::vector<std::map<uint64_t, size_t>> shard_of;
-  };
   // Pipelining a shard's pull behind its push keeps two requests waiting at its server, which
   // holds at most wire::kMaxWaitingPerPeer of ours.
   static constexpr size_t kMaxPipelinedShards = 2;
@@ -286,22 +242,44 @@ class RegionSync {
   // The flush's final pulls wait at their server: at most this many per server at once.
   static constexpr size_t kMaxFinalPulls = wire::kMaxWaitingPerPeer;
 
-  void build_segments(ShardState& shard) const;
-  // A client for server `s` over `streams` connections.
-  std::unique_ptr<wire::Client> open_client(const SyncConfig::Server& s, uint32_t streams);
-  // streams_per_server auto: the round trip to `s` measured, then wire::streams_for_link.
-  uint32_t choose_streams(const SyncConfig::Server& s);
-  // Pulls of the shards for which `take` is true, on the servers for which `servers` is true.
-  Pulls send_pulls(bool full, const std::vector<bool>& take, const std::vector<bool>& servers);
+  // How long the waits of one exchange last: config.timeout, or, when it may defer, until
+  // config.shard_wait after its pushes went out.
+  struct RoundClock {
+    Clock::time_point defer_at;
+    bool defer = false;
+    std::chrono::milliseconds timeout;
+    std::chrono::milliseconds left() const;
+  };
+
+  void build_segments(LeaderShard& shard) const;
+  // A client for server `s`: over config.streams_per_server connections, or, with auto (0), as
+  // many as choose_streams() finds for its link.
+  std::unique_ptr<wire::Client> open_client(const SyncConfig::Server& s);
+  // connect(): full pulls of the shards for which `take` is true; returns the bytes pulled.
+  uint64_t pull_at_start(const std::vector<bool>& take);
   // The round this region pushes next for the shard, as its server counts it.
-  uint64_t server_round(const ShardState& shard) const;
-  // The oldest round a pull of this shard may see released (staleness bound).
-  uint64_t min_round(const ShardState& shard) const;
+  uint64_t server_round(const LeaderShard& shard) const;
+  // The oldest round a pull may see released (staleness bound) when pushing `server_round`.
+  uint64_t pull_floor(uint64_t server_round) const;
+  // Sends shard i's pull of the change since its version (at least pull_floor(round) released),
+  // or of its full values; returns the request id.
+  uint64_t send_pull(size_t shard_index, uint64_t round);
+  uint64_t send_full_pull(size_t shard_index);
   // The round for the shards in `take`: pushes, then pulls. A server that lost this region is
   // rejoined and the round redone there (redo) in its turn.
   // With `defer`, what has not come within config.shard_wait is deferred.
   void push_and_pull(ConstFloatSpan local, const std::vector<bool>& take, RoundReport& report,
                      uint64_t& released, bool defer);
+  // push_and_pull(): the replies of `s` to this exchange's requests (all pushes, and the pulls
+  // sent behind them); what has not come when the wait ends is deferred.
+  void await_replies(size_t s, const RoundClock& clock, const char* what, RoundReport& report,
+                     uint64_t& released);
+  // push_and_pull(): the answers in `replies` to the pushes and pulls of the shards on `s`.
+  void take_replies(size_t s, const std::map<uint64_t, wire::Reply>& replies, RoundReport& report,
+                    uint64_t& released);
+  // Shard i stays in flight past this exchange (its server's round noted); its replies are
+  // parked until take_ready() or settle() asks for them.
+  void defer_shard(size_t shard_index);
   // Sets both classes' codecs to their schedules' codecs of `round` (this region's count).
   void use_codecs(uint64_t round);
   // Encodes and sends shard i's push (delta against base); returns its request id.
@@ -310,6 +288,7 @@ class RegionSync {
   // kMaxRejoinAttempts times, then SystemError.
   void redo(size_t server, ConstFloatSpan local, const std::vector<bool>& take, RoundReport& report,
             uint64_t& released);
+  // The server answered `unregistered`: its requests are gone, its shards need full pulls.
   void lose(size_t server, const std::string& why);
   // flush(): shard i's flush push (what it owes, fp32); returns its request id.
   uint64_t send_flush(size_t shard_index, ConstFloatSpan local, FlushReport& report);
@@ -321,34 +300,35 @@ class RegionSync {
   // heartbeat to each other server not contacted within config.heartbeat, so that they do not
   // declare a live region dead (docs/server.md, "Partitions and stopped servers").
   void heartbeat_others(size_t busy);
-  std::function<void()> others_alive(size_t busy);
-  // Hello to a server that lost this region; marks its shards for a full pull.
+  // Hello to a server that lost this region (its shards were marked for a full pull then).
   void rejoin(size_t server);
-  // Full pulls of the marked shards of `wanted` on `server`; clears `wanted` for shards whose round
-  // it released already. Throws ServerLost (worker/reply_wait.hpp) when it lost this region again.
+  // Full pulls of the shards of `wanted` on `server` that need one; clears `wanted` for shards
+  // whose round it released already. Throws ServerLost (worker/reply_wait.hpp) when it lost this
+  // region again.
   void resync(size_t server, std::vector<bool>& wanted, RoundReport* report, uint64_t& released);
   // Decodes a pull reply (all of it, before base changes) into base; `released` takes the min.
-  void apply_pull(size_t shard_index, const wire::Reply& reply, RoundReport* report,
-                  uint64_t& released);
-  void pull_into_base(bool full, const std::vector<bool>& take, RoundReport* report);
-  // The request ids of deferred shards on `server`, whose replies collect() parks.
-  std::vector<uint64_t> pending_ids(size_t server) const;
+  // Returns the version pulled (the caller moves the shard's phase).
+  uint64_t apply_pull(size_t shard_index, const wire::Reply& reply, RoundReport* report,
+                      uint64_t& released);
   // How replies from `server` are awaited: with heartbeat probes (and the other servers kept
-  // alive meanwhile) or without; deferred shards' replies parked either way.
+  // alive meanwhile) or without; deferred shards' replies are parked either way (ServerLink).
   ReplyWait waiting(size_t server, bool probe);
   // Deferred shards of `wanted` on `server`: takes the replies that came (waiting up to `wait`
   // for them all) and merges the shards whose pulls are answered; marks them in `merged`.
   // Throws ServerLost when the server lost this region.
   void take_deferred(size_t server, std::chrono::milliseconds wait, const std::vector<bool>& wanted,
                      std::vector<bool>& merged);
-  // The server lost this region: its deferred requests will never be answered.
-  void drop_deferred(size_t server);
+  // settle(): the deferred shards of `server`, merged or pulled in full; appends their ranges.
+  void settle_server(size_t server, std::vector<ElementRange>& out);
+  // A deferred shard merged late goes back to the caller: its next push is in the round its
+  // server expects next.
+  void hand_back_merged(LeaderShard& shard);
 
   const ParamTable& layout_;
   SyncConfig config_;
   zmq::context_t& context_;
-  std::vector<ServerLink> servers_;
-  std::vector<ShardState> shards_;
+  std::vector<ServerLink> links_;  // one per server, in config_.servers' order
+  std::vector<LeaderShard> shards_;
   std::vector<float> base_;
   std::vector<float> origin_;  // empty: zero
   std::vector<float> delta_;

@@ -14,8 +14,6 @@
 
 namespace geotrain::worker {
 
-using Clock = std::chrono::steady_clock;
-
 namespace {
 bool all_zero(ConstFloatSpan x) {
   return std::all_of(x.begin(), x.end(), [](float v) { return v == 0.0f; });
@@ -36,30 +34,27 @@ FlushReport RegionSync::flush(ConstFloatSpan local) {
              config_.region, local.size(), base_.size());
   GT_ASSERT(!shards_.empty(), "flush() before connect()");
   for (const auto& sh : shards_)
-    GT_ASSERT(!sh.pending() && !sh.unstarted, "region {}: flush() with shard {} deferred",
-              config_.region, sh.id);
-  for (const auto& link : servers_)
-    if (!link.flush)
-      flush_failed(config_.region, link.region,
+    GT_ASSERT(!sh.deferred(), "region {}: flush() with shard {} deferred", config_.region, sh.id);
+  for (const auto& link : links_)
+    if (!link.offers_flush())
+      flush_failed(config_.region, link.region(),
                    "it does not offer the flush (a build from before it)");
   resync_before_flush();
   delta_.resize(base_.size());
 
   FlushReport report;
   const auto t0 = Clock::now();
-  std::vector<std::vector<uint64_t>> ids(servers_.size());
+  std::vector<std::vector<uint64_t>> ids(links_.size());
   for (size_t i = 0; i < shards_.size(); ++i)
     ids[shards_[i].server].push_back(send_flush(i, local, report));
-  for (size_t s = 0; s < servers_.size(); ++s) {
+  for (size_t s = 0; s < links_.size(); ++s) {
     if (ids[s].empty()) continue;
     try {
-      auto replies = collect(*servers_[s].client, servers_[s].region, ids[s], config_.timeout,
-                             "flush", waiting(s, true));
-      for (const auto& [id, reply] : replies) body_as<wire::PushReply>(reply, servers_[s].region);
+      auto replies = links_[s].collect(ids[s], config_.timeout, "flush", waiting(s, true));
+      for (const auto& [id, reply] : replies) body_as<wire::PushReply>(reply, links_[s].region());
     } catch (const ServerLost& e) {
-      flush_failed(config_.region, servers_[s].region, e.what());
+      flush_failed(config_.region, links_[s].region(), e.what());
     }
-    servers_[s].last_contact = Clock::now();
   }
   report.push_seconds = seconds_since(t0);
   // The uplink residuals are left out of the final model: dropped.
@@ -82,16 +77,16 @@ void RegionSync::resync_before_flush() {
   // The flush owes a server local - its values: a server that lost this region since the last
   // exchange is registered again and its shards pulled in full first, as an exchange would.
   uint64_t released = UINT64_MAX;
-  for (size_t s = 0; s < servers_.size(); ++s) {
-    bool due = servers_[s].lost;
-    for (const auto& sh : shards_) due = due || (sh.server == s && sh.resync);
+  for (size_t s = 0; s < links_.size(); ++s) {
+    bool due = links_[s].lost();
+    for (const auto& sh : shards_) due = due || (sh.server == s && sh.needs_full_pull());
     if (!due) continue;
     try {
-      if (servers_[s].lost) rejoin(s);
+      if (links_[s].lost()) rejoin(s);
       std::vector<bool> wanted(shards_.size(), true);
       resync(s, wanted, nullptr, released);
     } catch (const ServerLost& e) {
-      flush_failed(config_.region, servers_[s].region, e.what());
+      flush_failed(config_.region, links_[s].region(), e.what());
     }
   }
 }
@@ -115,10 +110,7 @@ uint64_t RegionSync::send_flush(size_t i, ConstFloatSpan local, FlushReport& rep
     ++report.segments_owed;
     frames.push_back(wire::frame_from_bytes(std::move(payload)));
   }
-  auto& link = servers_[sh.server];
-  auto id = link.client->send(std::move(push), std::move(frames));
-  GT_REQUIRE(id.has_value(), "server of region {}: send queue full", link.region);
-  return *id;
+  return links_[sh.server].send(std::move(push), std::move(frames));
 }
 
 void RegionSync::pull_final(FlushReport& report) {
@@ -126,32 +118,28 @@ void RegionSync::pull_final(FlushReport& report) {
   uint64_t released = UINT64_MAX;
   std::vector<bool> pulled(shards_.size());
   for (;;) {
-    std::vector<std::map<uint64_t, size_t>> sent(servers_.size());
+    std::vector<std::map<uint64_t, size_t>> sent(links_.size());
     for (size_t i = 0; i < shards_.size(); ++i) {
       const auto& sh = shards_[i];
       if (pulled[i] || sent[sh.server].size() >= kMaxFinalPulls) continue;
-      auto& link = servers_[sh.server];
-      auto id = link.client->send(wire::PullRequest{sh.id, 0, true, 0, true});
-      GT_REQUIRE(id.has_value(), "server of region {}: send queue full", link.region);
-      sent[sh.server][*id] = i;
+      sent[sh.server][links_[sh.server].send(wire::PullRequest{sh.id, 0, true, 0, true})] = i;
     }
     bool any = false;
-    for (size_t s = 0; s < servers_.size(); ++s) {
+    for (size_t s = 0; s < links_.size(); ++s) {
       if (sent[s].empty()) continue;
       any = true;
       std::vector<uint64_t> ids;
       for (const auto& [id, _] : sent[s]) ids.push_back(id);
       try {
-        auto replies = collect(*servers_[s].client, servers_[s].region, ids, config_.timeout,
-                               "final pull", waiting(s, true));
+        auto replies = links_[s].collect(ids, config_.timeout, "final pull", waiting(s, true));
         for (auto& [id, reply] : replies) {
-          apply_pull(sent[s].at(id), reply, &pulled_bytes, released);
-          pulled[sent[s].at(id)] = true;
+          const size_t i = sent[s].at(id);
+          shards_[i].set_version(apply_pull(i, reply, &pulled_bytes, released));
+          pulled[i] = true;
         }
       } catch (const ServerLost& e) {
-        flush_failed(config_.region, servers_[s].region, e.what());
+        flush_failed(config_.region, links_[s].region(), e.what());
       }
-      servers_[s].last_contact = Clock::now();
     }
     if (!any) break;
   }

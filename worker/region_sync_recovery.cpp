@@ -13,103 +13,59 @@
 
 namespace geotrain::worker {
 
-using Clock = std::chrono::steady_clock;
-
-std::vector<uint64_t> RegionSync::pending_ids(size_t s) const {
-  std::vector<uint64_t> ids;
-  for (const auto& sh : shards_) {
-    if (sh.server != s) continue;
-    if (sh.pending_push) ids.push_back(*sh.pending_push);
-    if (sh.pending_pull) ids.push_back(*sh.pending_pull);
-  }
-  if (servers_[s].probe) ids.push_back(*servers_[s].probe);
-  return ids;
-}
-
 ReplyWait RegionSync::waiting(size_t s, bool probe) {
   ReplyWait w;
   w.stop = stop_;
   if (probe) {
     w.probe = config_.heartbeat;
-    w.on_probe = others_alive(s);
+    w.on_probe = [this, s] { heartbeat_others(s); };
   }
-  w.parked_ids = pending_ids(s);
-  w.parked = &servers_[s].parked;
   return w;
-}
-
-void RegionSync::drop_deferred(size_t s) {
-  // The shards stay `unstarted`: the rejoin pulls them in full, and the exchange that does it
-  // merges them.
-  for (auto& sh : shards_) {
-    if (sh.server != s) continue;
-    sh.pending_push.reset();
-    sh.pending_pull.reset();
-  }
-  servers_[s].parked.clear();
-  servers_[s].probe.reset();
 }
 
 size_t RegionSync::deferred_shards() const {
   return static_cast<size_t>(
-      std::count_if(shards_.begin(), shards_.end(), [](const auto& sh) { return sh.unstarted; }));
+      std::count_if(shards_.begin(), shards_.end(), [](const auto& sh) { return sh.deferred(); }));
 }
 
 void RegionSync::take_deferred(size_t s, std::chrono::milliseconds wait,
                                const std::vector<bool>& wanted, std::vector<bool>& merged) {
-  auto& link = servers_[s];
+  auto& link = links_[s];
   const auto deadline = Clock::now() + wait;
   uint64_t released = UINT64_MAX;  // a late shard's released round says nothing of this round
+  auto mine = [&](size_t i) {
+    return shards_[i].server == s && wanted[i] && shards_[i].in_flight();
+  };
   for (;;) {
     std::vector<uint64_t> ids;
     for (size_t i = 0; i < shards_.size(); ++i) {
-      const auto& sh = shards_[i];
-      if (sh.server != s || !wanted[i]) continue;
-      if (sh.pending_push) ids.push_back(*sh.pending_push);
-      if (sh.pending_pull) ids.push_back(*sh.pending_pull);
+      if (!mine(i)) continue;
+      if (auto id = shards_[i].push_id()) ids.push_back(*id);
+      if (auto id = shards_[i].pull_id()) ids.push_back(*id);
     }
     if (ids.empty()) return;
-    // A server silent for a heartbeat period is asked whether it still knows this region (a
-    // probe per heartbeat period; the newest one's answer is parked like the deferred replies).
-    const auto now = Clock::now();
-    if (now - link.last_contact >= config_.heartbeat &&
-        (!link.probe || now - link.probe_sent >= config_.heartbeat)) {
-      link.probe = link.client->send(wire::Heartbeat{});
-      link.probe_sent = now;
-    }
-    if (link.probe) ids.push_back(*link.probe);
     const auto left =
         std::max(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()),
                  std::chrono::milliseconds(0));
-    ReplyWait w = waiting(s, false);
-    w.partial = true;
-    auto replies = collect(*link.client, link.region, ids, std::min(left, config_.heartbeat),
-                           "deferred push and pull", w);
-    if (!replies.empty()) link.last_contact = Clock::now();
-    if (link.probe && replies.erase(*link.probe)) link.probe.reset();
+    auto replies = link.collect_in_flight(ids, left, config_.heartbeat, waiting(s, false));
     bool progress = false;
     for (size_t i = 0; i < shards_.size(); ++i) {
+      if (!mine(i)) continue;
       auto& sh = shards_[i];
-      if (sh.server != s || !wanted[i]) continue;
-      if (sh.pending_push) {
-        if (auto it = replies.find(*sh.pending_push); it != replies.end()) {
-          body_as<wire::PushReply>(it->second, link.region);  // an answer, not an error
-          sh.pending_push.reset();
+      if (auto id = sh.push_id()) {
+        if (auto it = replies.find(*id); it != replies.end()) {
+          body_as<wire::PushReply>(it->second, link.region());  // an answer, not an error
+          sh.push_answered();
           progress = true;
-          if (!sh.pending_pull) {  // its server holds more of our shards: the pull goes now
-            const uint64_t floor = sh.pending_round > config_.staleness_bound
-                                       ? sh.pending_round - config_.staleness_bound
-                                       : 0;
-            auto id = link.client->send(wire::PullRequest{sh.id, sh.version, false, floor});
-            GT_REQUIRE(id.has_value(), "server of region {}: send queue full", link.region);
-            sh.pending_pull = *id;
+          if (!sh.pull_id()) {  // its server holds more of our shards: the pull goes now
+            sh.pull(send_pull(i, sh.deferred_round()));
+            link.leave_in_flight(*sh.pull_id());
           }
         }
       }
-      if (sh.pending_pull && !sh.pending_push) {
-        if (auto it = replies.find(*sh.pending_pull); it != replies.end()) {
-          apply_pull(i, it->second, nullptr, released);
-          sh.pending_pull.reset();
+      if (!sh.push_id() && sh.pull_id()) {
+        if (auto it = replies.find(*sh.pull_id()); it != replies.end()) {
+          sh.pulled(apply_pull(i, it->second, nullptr, released));
           merged[i] = true;
           progress = true;
         }
@@ -119,12 +75,18 @@ void RegionSync::take_deferred(size_t s, std::chrono::milliseconds wait,
   }
 }
 
+void RegionSync::hand_back_merged(LeaderShard& sh) {
+  sh.round_shift =
+      static_cast<int64_t>(rounds_[sh.fragment]) - static_cast<int64_t>(sh.deferred_round() + 1);
+  sh.hand_back();
+}
+
 std::vector<ElementRange> RegionSync::take_ready(uint32_t fragment) {
   std::vector<bool> mine(shards_.size()), merged(shards_.size());
   for (size_t i = 0; i < shards_.size(); ++i)
-    mine[i] = shards_[i].fragment == fragment && shards_[i].pending();
-  for (size_t s = 0; s < servers_.size(); ++s) {
-    if (servers_[s].lost) continue;
+    mine[i] = shards_[i].fragment == fragment && shards_[i].in_flight();
+  for (size_t s = 0; s < links_.size(); ++s) {
+    if (links_[s].lost()) continue;
     try {
       take_deferred(s, std::chrono::milliseconds(0), mine, merged);
     } catch (const ServerLost& e) {
@@ -133,129 +95,90 @@ std::vector<ElementRange> RegionSync::take_ready(uint32_t fragment) {
   }
   std::vector<ElementRange> out;
   for (size_t i = 0; i < shards_.size(); ++i) {
-    auto& sh = shards_[i];
     if (!merged[i]) continue;
-    // The next exchange pushes it, in the round its server expects next.
-    sh.round_shift =
-        static_cast<int64_t>(rounds_[sh.fragment]) - static_cast<int64_t>(sh.pending_round + 1);
-    sh.unstarted = false;
-    out.push_back({sh.offset, sh.count});
+    hand_back_merged(shards_[i]);
+    out.push_back({shards_[i].offset, shards_[i].count});
   }
   return out;
 }
 
 std::vector<ElementRange> RegionSync::settle() {
   std::vector<ElementRange> out;
-  std::vector<bool> all(shards_.size(), true), merged(shards_.size());
-  uint64_t released = UINT64_MAX;
-  for (size_t s = 0; s < servers_.size(); ++s) {
+  for (size_t s = 0; s < links_.size(); ++s) {
     bool any = false;
-    for (const auto& sh : shards_) any = any || (sh.server == s && sh.unstarted);
-    if (!any) continue;
-    const auto t0 = Clock::now();
-    for (uint32_t attempt = 0;; ++attempt) {
-      try {
-        if (!servers_[s].lost) take_deferred(s, config_.timeout, all, merged);
-        bool waiting_still = false;
-        for (const auto& sh : shards_)
-          waiting_still = waiting_still || (sh.server == s && sh.pending());
-        if (waiting_still)
-          throw SystemError(
-              "wire", "settle", __FILE__, __LINE__,
-              fmt::format("region {}: the server of region {} did not answer the "
-                          "deferred exchanges within {} ms",
-                          config_.region, servers_[s].region, config_.timeout.count()));
-        if (servers_[s].lost) rejoin(s);
-        std::vector<bool> wanted(shards_.size());
-        for (size_t i = 0; i < shards_.size(); ++i)
-          wanted[i] = shards_[i].server == s && shards_[i].unstarted && shards_[i].resync;
-        const std::vector<bool> wanted_before = wanted;
-        resync(s, wanted, nullptr, released);
-        for (size_t i = 0; i < shards_.size(); ++i) {
-          auto& sh = shards_[i];
-          if (sh.server != s || !sh.unstarted) continue;
-          // The next exchange pushes it, in the round its server expects next.
-          if (merged[i])
-            sh.round_shift = static_cast<int64_t>(rounds_[sh.fragment]) -
-                             static_cast<int64_t>(sh.pending_round + 1);
-          else if (wanted[i] != wanted_before[i])
-            --sh.round_shift;  // resync(): the server released the round this exchange counts
-          sh.unstarted = false;
-          out.push_back({sh.offset, sh.count});
-        }
-        spdlog::info(
-            "region {}: settled the deferred shards of the server of region {} in "
-            "{:.2f} s",
-            config_.region, servers_[s].region, seconds_since(t0));
-        break;
-      } catch (const ServerLost& e) {
-        if (attempt + 1 >= kMaxRejoinAttempts) throw;
-        lose(s, e.what());
-      }
-    }
+    for (const auto& sh : shards_) any = any || (sh.server == s && sh.deferred());
+    if (any) settle_server(s, out);
   }
   return out;
 }
 
-void RegionSync::rejoin(size_t s) {
-  auto& link = servers_[s];
+void RegionSync::settle_server(size_t s, std::vector<ElementRange>& out) {
+  std::vector<bool> all(shards_.size(), true), merged(shards_.size());
+  uint64_t released = UINT64_MAX;
   const auto t0 = Clock::now();
-  const auto deadline = t0 + config_.timeout;
-  std::vector<uint64_t> ids;
-  std::optional<wire::Reply> answer;
-  // The hello is sent again after every heartbeat period without an answer: one sent while the
-  // server was down may have died with the old connection.
-  for (auto next_send = t0; !answer;) {
-    const auto now = Clock::now();
-    if (now >= deadline)
-      throw SystemError("wire", "hello (rejoin)", __FILE__, __LINE__,
-                        fmt::format("region {}: the server of region {} did not answer a hello "
-                                    "within {} ms",
-                                    config_.region, link.region, config_.timeout.count()));
-    if (now >= next_send) {
-      if (auto id = link.client->send(
-              wire::Hello{config_.region, wire::kProtocolVersion, layout_.layout_hash(), {}}))
-        ids.push_back(*id);
-      heartbeat_others(s);
-      next_send = now + config_.heartbeat;
+  for (uint32_t attempt = 0;; ++attempt) {
+    try {
+      if (!links_[s].lost()) take_deferred(s, config_.timeout, all, merged);
+      for (const auto& sh : shards_)
+        if (sh.server == s && sh.in_flight())
+          throw SystemError(
+              "wire", "settle", __FILE__, __LINE__,
+              fmt::format("region {}: the server of region {} did not answer the "
+                          "deferred exchanges within {} ms",
+                          config_.region, links_[s].region(), config_.timeout.count()));
+      if (links_[s].lost()) rejoin(s);
+      std::vector<bool> wanted(shards_.size());
+      for (size_t i = 0; i < shards_.size(); ++i)
+        wanted[i] = shards_[i].server == s && shards_[i].phase() == ShardPhase::deferred_lost;
+      const std::vector<bool> wanted_before = wanted;
+      resync(s, wanted, nullptr, released);
+      for (size_t i = 0; i < shards_.size(); ++i) {
+        auto& sh = shards_[i];
+        if (sh.server != s || !sh.deferred()) continue;
+        if (merged[i]) {
+          hand_back_merged(sh);
+        } else {
+          // resync(): the server released the round this exchange counts already.
+          if (wanted[i] != wanted_before[i]) --sh.round_shift;
+          sh.hand_back();
+        }
+        out.push_back({sh.offset, sh.count});
+      }
+      spdlog::info("region {}: settled the deferred shards of the server of region {} in {:.2f} s",
+                   config_.region, links_[s].region(), seconds_since(t0));
+      return;
+    } catch (const ServerLost& e) {
+      if (attempt + 1 >= kMaxRejoinAttempts) throw;
+      lose(s, e.what());
     }
-    auto reply = link.client->receive(std::max(
-        std::chrono::duration_cast<std::chrono::milliseconds>(std::min(next_send, deadline) - now),
-        std::chrono::milliseconds(1)));
-    if (reply && std::find(ids.begin(), ids.end(), reply->header.request_id) != ids.end())
-      answer = std::move(reply);
   }
-  if (auto* e = std::get_if<wire::Error>(&answer->header.body))
-    throw InputError(fmt::format("region {}: the server of region {} refused the hello: {} ({})",
-                                 config_.region, link.region, e->message,
-                                 wire::error_code_name(e->code)));
-  body_as<wire::HelloReply>(*answer, link.region);
-  link.lost = false;
-  link.last_contact = Clock::now();
-  for (auto& sh : shards_)
-    if (sh.server == s) sh.resync = true;
+}
+
+void RegionSync::rejoin(size_t s) {
+  const auto t0 = Clock::now();
+  links_[s].rejoin(wire::Hello{config_.region, wire::kProtocolVersion, layout_.layout_hash(), {}},
+                   config_.timeout, config_.heartbeat, [this, s] { heartbeat_others(s); });
   ++rejoins_;
   spdlog::warn("region {}: rejoined the server of region {} after {:.2f} s", config_.region,
-               link.region, seconds_since(t0));
+               links_[s].region(), seconds_since(t0));
 }
 
 void RegionSync::resync(size_t s, std::vector<bool>& wanted, RoundReport* report,
                         uint64_t& released) {
   // A rejoined server sends full values of its shards, and its round counter restarts at its
   // released round: map this region's rounds onto it (round_shift).
-  std::vector<bool> take(shards_.size());
-  for (size_t i = 0; i < shards_.size(); ++i) take[i] = wanted[i] && shards_[i].resync;
-  std::vector<bool> only(servers_.size());
-  only[s] = true;
-  Pulls pulls = send_pulls(true, take, only);
-  if (pulls.ids[s].empty()) return;
-  auto replies = collect(*servers_[s].client, servers_[s].region, pulls.ids[s], config_.timeout,
-                         "full pull (rejoined)", waiting(s, true));
-  servers_[s].last_contact = Clock::now();
+  std::map<uint64_t, size_t> sent;
+  for (size_t i = 0; i < shards_.size(); ++i)
+    if (wanted[i] && shards_[i].server == s && shards_[i].needs_full_pull())
+      sent[send_full_pull(i)] = i;
+  if (sent.empty()) return;
+  std::vector<uint64_t> ids;
+  for (const auto& [id, _] : sent) ids.push_back(id);
+  auto replies = links_[s].collect(ids, config_.timeout, "full pull (rejoined)", waiting(s, true));
   for (auto& [id, reply] : replies) {
-    const size_t i = pulls.shard_of[s].at(id);
+    const size_t i = sent.at(id);
     auto& sh = shards_[i];
-    const auto server_released = body_as<wire::PullReply>(reply, servers_[s].region).round;
+    const auto server_released = body_as<wire::PullReply>(reply, links_[s].region()).round;
     const auto ours = static_cast<int64_t>(rounds_[sh.fragment]);
     const auto theirs = static_cast<int64_t>(server_released) + 1;  // it expects next
     if (theirs > ours) {
@@ -268,64 +191,51 @@ void RegionSync::resync(size_t s, std::vector<bool>& wanted, RoundReport* report
       // delta against these values carries them again.
       sh.round_shift = ours - theirs;
     }
-    sh.resync = false;
-    apply_pull(i, reply, report, released);
+    sh.resynced(apply_pull(i, reply, report, released));
   }
 }
 
 void RegionSync::heartbeat_others(size_t busy) {
-  const auto now = Clock::now();
-  for (size_t o = 0; o < servers_.size(); ++o) {
-    auto& link = servers_[o];
-    if (o == busy || link.lost || now - link.last_contact < config_.heartbeat) continue;
-    // Fire and forget: the reply is skipped by the next collect() on that server (an id it does
-    // not wait for); a server that lost us says so at our next request there.
-    if (link.client->send(wire::Heartbeat{})) link.last_contact = now;
-  }
-}
-
-std::function<void()> RegionSync::others_alive(size_t busy) {
-  return [this, busy] { heartbeat_others(busy); };
+  // Fire and forget: the reply is skipped by the next collect() on that server (an id it does
+  // not wait for); a server that lost us says so at our next request there.
+  for (size_t o = 0; o < links_.size(); ++o)
+    if (o != busy) links_[o].heartbeat_if_quiet(config_.heartbeat);
 }
 
 void RegionSync::keep_alive() {
-  const auto now = Clock::now();
-  for (size_t s = 0; s < servers_.size(); ++s) {
-    auto& link = servers_[s];
-    if (link.lost) {
+  for (size_t s = 0; s < links_.size(); ++s) {
+    auto& link = links_[s];
+    if (link.lost()) {
       rejoin(s);  // register again now; its shards are pulled in full at their next exchange
       continue;
     }
-    if (now - link.last_contact < config_.heartbeat) continue;
+    if (!link.quiet_for(config_.heartbeat)) continue;
     // A server with deferred shards is probed by the exchanges that look for their replies
     // (take_deferred): it may be stopped, and waiting here would hold the connection.
-    if (!pending_ids(s).empty()) continue;
-    auto id = link.client->send(wire::Heartbeat{});
+    if (link.has_in_flight()) continue;
+    auto id = link.try_send(wire::Heartbeat{});
     if (!id) continue;  // queue full: the server is behind, and will hear from us soon anyway
     try {
-      collect(*link.client, link.region, {*id}, config_.timeout, "heartbeat", waiting(s, true));
+      link.collect({*id}, config_.timeout, "heartbeat", waiting(s, true));
     } catch (const ServerLost& e) {
       lose(s, e.what());
       rejoin(s);
-      continue;
     }
-    link.last_contact = Clock::now();
   }
 }
 
 void RegionSync::goodbye(std::chrono::milliseconds wait) {
-  std::vector<std::optional<uint64_t>> ids(servers_.size());
-  for (size_t s = 0; s < servers_.size(); ++s)
-    if (!servers_[s].lost && servers_[s].client)  // no client: connect() never reached it
-      ids[s] = servers_[s].client->send(wire::Goodbye{});
-  for (size_t s = 0; s < servers_.size(); ++s) {
+  std::vector<std::optional<uint64_t>> ids(links_.size());
+  for (size_t s = 0; s < links_.size(); ++s)
+    if (!links_[s].lost() && links_[s].open())  // not open: connect() never reached it
+      ids[s] = links_[s].try_send(wire::Goodbye{});
+  for (size_t s = 0; s < links_.size(); ++s) {
     if (!ids[s]) continue;
     try {
-      collect(*servers_[s].client, servers_[s].region, {*ids[s]}, wait, "goodbye",
-              waiting(s, false));
+      links_[s].collect({*ids[s]}, wait, "goodbye", waiting(s, false));
     } catch (const std::exception& e) {
       spdlog::info("region {}: goodbye to the server of region {} not answered: {}", config_.region,
-                   servers_[s].region, e.what());
+                   links_[s].region(), e.what());
     }
   }
 }

@@ -1,0 +1,129 @@
+#include "worker/server_link.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "core/error.hpp"
+
+namespace geotrain::worker {
+
+std::unique_ptr<wire::Client> open_server_client(zmq::context_t& context,
+                                                 const ServerAddress& server, uint32_t streams,
+                                                 int socket_buffer_bytes) {
+  wire::ChannelOptions options;
+  options.curve_client = server.curve;
+  options.lanes = streams;
+  options.socket_buffer_bytes = socket_buffer_bytes;
+  return std::make_unique<wire::Client>(wire::connect_dealer(context, server.endpoint, options));
+}
+
+uint32_t choose_streams(zmq::context_t& context, const ServerAddress& server,
+                        const std::string& ours, double link_mbps, int socket_buffer_bytes,
+                        std::chrono::milliseconds timeout, const ReplyWait& how) {
+  // Heartbeats on a throwaway connection: the first waits for the server to come up (and carries
+  // the connection's handshakes), the next two time the round trip. A server that does not know
+  // this region answers `unregistered`: an answer all the same.
+  auto probe = open_server_client(context, server, 1, socket_buffer_bytes);
+  double rtt = 1e9;
+  for (int i = 0; i < 3; ++i) {
+    const auto id = probe->send(wire::Heartbeat{});
+    GT_REQUIRE(id.has_value(), "server of region {}: send queue full", server.region);
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      collect(*probe, server.region, {*id}, timeout, "round-trip probe", how);
+    } catch (const ServerLost&) {
+    }
+    if (i > 0) rtt = std::min(rtt, seconds_since(t0));
+  }
+  const double window = wire::tcp_window_bytes(socket_buffer_bytes);
+  const uint32_t n = wire::streams_for_link(rtt, link_mbps, window);
+  spdlog::info(
+      "region {}: server of region {}: round trip {:.1f} ms, {} connection(s) (auto: {} "
+      "Mbit/s x RTT / {:.0f} KiB window)",
+      ours, server.region, rtt * 1e3, n, link_mbps, window / 1024);
+  return n;
+}
+
+uint64_t ServerLink::send(wire::Body body, std::vector<zmq::message_t> frames) {
+  auto id = client_->send(std::move(body), std::move(frames));
+  GT_REQUIRE(id.has_value(), "server of region {}: send queue full", region_);
+  return *id;
+}
+
+void ServerLink::heartbeat_if_quiet(std::chrono::milliseconds period) {
+  if (lost_ || !quiet_for(period)) return;
+  if (client_->send(wire::Heartbeat{})) heard_from();
+}
+
+std::map<uint64_t, wire::Reply> ServerLink::collect(const std::vector<uint64_t>& ids,
+                                                    std::chrono::milliseconds timeout,
+                                                    const char* what, ReplyWait how) {
+  how.parked_ids.assign(in_flight_.begin(), in_flight_.end());
+  if (probe_) how.parked_ids.push_back(*probe_);
+  how.parked = &parked_;
+  auto replies = worker::collect(*client_, region_, ids, timeout, what, how);
+  if (!replies.empty()) heard_from();
+  return replies;
+}
+
+std::map<uint64_t, wire::Reply> ServerLink::collect_in_flight(const std::vector<uint64_t>& ids,
+                                                              std::chrono::milliseconds wait,
+                                                              std::chrono::milliseconds heartbeat,
+                                                              ReplyWait how) {
+  const auto now = Clock::now();
+  if (quiet_for(heartbeat) && (!probe_ || now - probe_sent_ >= heartbeat)) {
+    probe_ = client_->send(wire::Heartbeat{});
+    probe_sent_ = now;
+  }
+  std::vector<uint64_t> asked = ids;
+  if (probe_) asked.push_back(*probe_);
+  how.partial = true;
+  auto replies = collect(asked, std::min(wait, heartbeat), "deferred push and pull", how);
+  if (probe_ && replies.erase(*probe_)) probe_.reset();
+  for (const auto& [id, _] : replies) in_flight_.erase(id);
+  return replies;
+}
+
+void ServerLink::lose() {
+  lost_ = true;
+  in_flight_.clear();
+  parked_.clear();
+  probe_.reset();
+}
+
+void ServerLink::rejoin(const wire::Hello& hello, std::chrono::milliseconds timeout,
+                        std::chrono::milliseconds heartbeat,
+                        const std::function<void()>& while_waiting) {
+  const auto t0 = Clock::now();
+  const auto deadline = t0 + timeout;
+  std::vector<uint64_t> ids;
+  std::optional<wire::Reply> answer;
+  for (auto next_send = t0; !answer;) {
+    const auto now = Clock::now();
+    if (now >= deadline)
+      throw SystemError("wire", "hello (rejoin)", __FILE__, __LINE__,
+                        fmt::format("region {}: the server of region {} did not answer a hello "
+                                    "within {} ms",
+                                    hello.region, region_, timeout.count()));
+    if (now >= next_send) {
+      if (auto id = client_->send(hello)) ids.push_back(*id);
+      if (while_waiting) while_waiting();
+      next_send = now + heartbeat;
+    }
+    auto reply = client_->receive(std::max(
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::min(next_send, deadline) - now),
+        std::chrono::milliseconds(1)));
+    if (reply && std::find(ids.begin(), ids.end(), reply->header.request_id) != ids.end())
+      answer = std::move(reply);
+  }
+  if (auto* e = std::get_if<wire::Error>(&answer->header.body))
+    throw InputError(fmt::format("region {}: the server of region {} refused the hello: {} ({})",
+                                 hello.region, region_, e->message,
+                                 wire::error_code_name(e->code)));
+  body_as<wire::HelloReply>(*answer, region_);
+  lost_ = false;
+  heard_from();
+}
+
+}  // namespace geotrain::worker
