@@ -71,4 +71,24 @@ void check_critical_globs(const YamlReader& in, const std::vector<std::string>& 
   }
 }
 
+SharedProtocol read_shared_protocol(const YamlReader& in, const YAML::Node& root) {
+  SharedProtocol p;
+  if (auto s = root["server"]; s && s.IsMap()) {
+    if (auto n = s["staleness_bound"])
+      p.staleness_bound = in.number<uint32_t>(n, "server.staleness_bound", 0, 1000);
+    if (auto o = s["optimizer"]) {
+      in.check_keys(o, "server.optimizer", {"lr", "momentum", "nesterov"});
+      if (auto n = o["lr"]) p.outer.lr = in.number<float>(n, "server.optimizer.lr", 1e-6f, 100.0f);
+      if (auto n = o["momentum"])
+        p.outer.momentum = in.number<float>(n, "server.optimizer.momentum", 0.0f, 0.999f);
+      if (auto n = o["nesterov"]) p.outer.nesterov = in.boolean(n, "server.optimizer.nesterov");
+    }
+  }
+  if (auto w = root["worker"]; w && w.IsMap()) {
+    if (auto n = w["fragments"]) p.fragments = in.number<uint32_t>(n, "worker.fragments", 1, 1024);
+    if (auto n = w["stream_critical"]) p.stream_critical = in.boolean(n, "worker.stream_critical");
+  }
+  return p;
+}
+
 }  // namespace geotrain

@@ -1,5 +1,6 @@
 // The deployment config's keys that several processes read, each read by exactly one function
-// with one set of rules: `regions`, `server.endpoints` and the model's layout (`model.tensors`).
+// with one set of rules: `regions`, `server.endpoints`, the model's layout (`model.tensors`) and
+// the protocol settings that servers and leaders must agree on (read_shared_protocol).
 // The servers, the workers and the launcher call these; each process then reads only its own
 // section (docs/config.md).
 //
@@ -12,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/outer_step.hpp"
 #include "core/param_table.hpp"
 #include "core/yaml_reader.hpp"
 
@@ -40,5 +42,24 @@ std::vector<TensorSpec> read_model_tensors(const YamlReader& in, const YAML::Nod
 // it meant non-critical without a word; InputError naming the glob and a few tensor names.
 void check_critical_globs(const YamlReader& in, const std::vector<std::string>& critical,
                           const std::vector<TensorSpec>& tensors);
+
+// The protocol settings that the servers and the region leaders share, so that both read them
+// from the same keys with the same rules:
+// - server.staleness_bound: the SSP bound; the servers gate pushes with it, the leaders floor
+//   their pulls with it (0: synchronous).
+// - server.optimizer {lr, momentum, nesterov}: the outer step (OuterStep).
+// - worker.fragments and worker.stream_critical: the streaming layout; the servers cut their
+//   shard map by it (server/shard_map.hpp), the leaders exchange one fragment at a time.
+// Every key is optional (the defaults above and below). InputError naming the key on a value
+// out of range or an unknown key in server.optimizer.
+struct SharedProtocol {
+  uint32_t staleness_bound = 0;
+  OuterStep outer;
+  uint32_t fragments = 1;  // 1 to 1024
+  // false with fragments > 1: the critical tensors form a fragment of their own, index
+  // `fragments`, exchanged every round.
+  bool stream_critical = true;
+};
+SharedProtocol read_shared_protocol(const YamlReader& in, const YAML::Node& root);
 
 }  // namespace geotrain

@@ -148,8 +148,6 @@ void parse_server(const Ctx& c, const YAML::Node& s, ServerConfig& cfg) {
   if (auto n = s["shards_per_region"])
     cfg.shards_per_region = get<uint32_t>(c, n, "server.shards_per_region", 1, 1024);
   if (auto n = s["chunk"]) cfg.chunk = get<uint64_t>(c, n, "server.chunk", 1, uint64_t{1} << 20);
-  if (auto n = s["staleness_bound"])
-    cfg.shard.staleness_bound = get<uint32_t>(c, n, "server.staleness_bound", 0, 1000);
   if (auto n = s["staleness_weighting"]) {
     auto w = get_str(c, n, "server.staleness_weighting");
     GT_REQUIRE(w == "none" || w == "inverse",
@@ -157,15 +155,6 @@ void parse_server(const Ctx& c, const YAML::Node& s, ServerConfig& cfg) {
     cfg.shard.weighting = w == "none" ? StalenessWeighting::none : StalenessWeighting::inverse;
   }
   if (auto n = s["consistency"]) parse_consistency(c, n, cfg);
-  if (auto o = s["optimizer"]) {
-    check_keys(c, o, "server.optimizer", {"lr", "momentum", "nesterov"});
-    if (auto n = o["lr"])
-      cfg.shard.optimizer.lr = get<float>(c, n, "server.optimizer.lr", 1e-6f, 100.0f);
-    if (auto n = o["momentum"])
-      cfg.shard.optimizer.momentum = get<float>(c, n, "server.optimizer.momentum", 0.0f, 0.999f);
-    if (auto n = o["nesterov"])
-      cfg.shard.optimizer.nesterov = get_bool(c, n, "server.optimizer.nesterov");
-  }
   parse_downlink(c, s, cfg);
   if (auto n = s["heartbeat_ms"])
     cfg.heartbeat =
@@ -257,13 +246,13 @@ ServerConfig parse_server_config(std::string_view yaml_text, std::string_view so
   cfg.tensors = read_model_tensors(c.in, model["tensors"]);
   if (auto n = model["critical"]) cfg.critical = get_strings(c, n, "model.critical");
   if (auto s = root["server"]) parse_server(c, s, cfg);
-  // The worker section belongs to the workers; its fragment count decides the shard map.
-  if (auto w = root["worker"]; w && w.IsMap()) {
-    if (w["fragments"])
-      cfg.fragments = get<uint32_t>(c, w["fragments"], "worker.fragments", 1, 1024);
-    if (w["stream_critical"])
-      cfg.stream_critical = get_bool(c, w["stream_critical"], "worker.stream_critical");
-  }
+  // What the servers share with the leaders: the bound, the outer step, the streaming layout
+  // (the worker section's fragment count decides the shard map).
+  const SharedProtocol shared = read_shared_protocol(c.in, root);
+  cfg.shard.staleness_bound = shared.staleness_bound;
+  static_cast<OuterStep&>(cfg.shard.optimizer) = shared.outer;
+  cfg.fragments = shared.fragments;
+  cfg.stream_critical = shared.stream_critical;
   cfg.security = wire::parse_security_config(root["security"], c.in, /*allow_auto=*/false);
   return cfg;
 } catch (const YAML::Exception& e) {

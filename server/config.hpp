@@ -38,8 +38,9 @@ struct ServerConfig {
   std::vector<std::string> critical;
   std::map<std::string, std::string> endpoints;  // region -> endpoint its server binds
   uint32_t shards_per_region = 1;
-  // Streaming fragments (the worker's `worker.fragments`, read here so that servers and leaders
-  // cut the same shards): every shard lies inside one fragment (server/shard_map.hpp).
+  // Streaming fragments (the worker's `worker.fragments`, read by read_shared_protocol like the
+  // workers read it, so that servers and leaders cut the same shards): every shard lies inside
+  // one fragment (server/shard_map.hpp).
   uint32_t fragments = 1;
   // worker.stream_critical: false keeps the critical tensors out of the P fragments, in a
   // fragment of their own exchanged every round (with fragments > 1 only).

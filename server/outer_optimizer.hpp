@@ -30,14 +30,12 @@
 #include <span>
 #include <string>
 
+#include "core/outer_step.hpp"
 #include "core/span.hpp"
 
 namespace geotrain::server {
 
-struct OuterOptimizerConfig {
-  float lr = 1.0f;
-  float momentum = 0.0f;  // in [0, 1)
-  bool nesterov = false;
+struct OuterOptimizerConfig : OuterStep {
   std::string describe() const;
 };
 

@@ -104,21 +104,20 @@ void parse_optimizer(const YamlReader& in, const YAML::Node& o, WorkerConfig& c)
     oc.adamw_tensors = in.strings(n, "worker.optimizer.adamw_tensors");
 }
 
-// The server section's keys a worker reads: endpoints, the staleness bound, and the outer
-// optimizer for the eager and delayed merges' prediction (the server checks the optimizer's
-// keys and ranges; they are read leniently here).
-void parse_server_keys(const YamlReader& in, const YAML::Node& server, WorkerConfig& c) {
-  const auto& source = in.source();
-  GT_REQUIRE(server.IsMap(), "{}: 'server' must be a mapping", source);
-  if (auto e = server["endpoints"]) c.server_endpoints = read_endpoints(in, e, c.regions);
-  if (auto s = server["staleness_bound"])
-    c.staleness_bound = in.number<uint32_t>(s, "server.staleness_bound", 0, 1000);
-  if (auto o = server["optimizer"]; o && o.IsMap()) {
-    if (auto n = o["lr"]) c.outer.lr = in.number<float>(n, "server.optimizer.lr", 1e-6f, 100.0f);
-    if (auto n = o["momentum"])
-      c.outer.momentum = in.number<float>(n, "server.optimizer.momentum", 0.0f, 0.999f);
-    if (auto n = o["nesterov"]) c.outer.nesterov = in.boolean(n, "server.optimizer.nesterov");
+// What a worker reads outside its own section besides regions and the model: the servers'
+// endpoints, and the protocol settings it shares with the servers (core/deployment_keys.hpp:
+// the staleness bound, the outer step its eager and delayed merges predict, the streaming
+// layout), read by the one function the servers use too.
+void parse_shared_keys(const YamlReader& in, const YAML::Node& root, WorkerConfig& c) {
+  if (auto server = root["server"]) {
+    GT_REQUIRE(server.IsMap(), "{}: 'server' must be a mapping", in.source());
+    if (auto e = server["endpoints"]) c.server_endpoints = read_endpoints(in, e, c.regions);
   }
+  const SharedProtocol shared = read_shared_protocol(in, root);
+  c.staleness_bound = shared.staleness_bound;
+  c.outer = shared.outer;
+  c.fragments = shared.fragments;
+  c.stream_critical = shared.stream_critical;
 }
 
 void parse_guard(const YamlReader& in, const YAML::Node& g, WorkerConfig& c) {
@@ -149,12 +148,10 @@ void parse_checkpoint(const YamlReader& in, const YAML::Node& k, WorkerConfig& c
   if (auto n = k["dir"]) c.checkpoint.dir = in.string(n, "worker.checkpoint.dir");
 }
 
-// worker.overlap, fragments, stream_critical, fragment_delay (reads local_steps: after it).
+// worker.overlap and fragment_delay, and the fragment count's bound (local_steps, read before;
+// fragments and stream_critical themselves are shared keys: parse_shared_keys).
 void parse_overlap(const YamlReader& in, const YAML::Node& w, WorkerConfig& c) {
   const auto& source = in.source();
-  auto get_u32 = [&](const char* key, uint32_t& out, uint32_t lo, uint32_t hi) {
-    if (auto n = w[key]) out = in.number<uint32_t>(n, fmt::format("worker.{}", key), lo, hi);
-  };
   if (auto n = w["overlap"]) {
     const std::string text = in.string(n, "worker.overlap");
     if (const auto on = true_or_false(n)) {
@@ -166,12 +163,10 @@ void parse_overlap(const YamlReader& in, const YAML::Node& w, WorkerConfig& c) {
     }
     c.overlap = c.overlap_mode != OverlapMode::off;
   }
-  get_u32("fragments", c.fragments, 1, 1024);
   GT_REQUIRE(c.fragments <= c.local_steps,
              "{}: worker.fragments is {}, must be at most worker.local_steps = {} (each fragment "
              "syncs at its own step of the round)",
              source, c.fragments, c.local_steps);
-  if (auto n = w["stream_critical"]) c.stream_critical = in.boolean(n, "worker.stream_critical");
   if (auto n = w["fragment_delay"]) {
     c.fragment_delay = in.number<uint32_t>(n, "worker.fragment_delay", 0, c.local_steps);
     GT_REQUIRE(*c.fragment_delay == 0 || c.overlap,
@@ -308,7 +303,7 @@ WorkerConfig parse_worker_config(std::string_view yaml_text, std::string_view so
     c.data.path = DataConfig::kKjvFile;
   }
 
-  if (auto server = root["server"]) parse_server_keys(in, server, c);
+  parse_shared_keys(in, root, c);
 
   c.security = wire::parse_security_config(root["security"], in, /*allow_auto=*/false);
 

@@ -5,9 +5,10 @@
 //   server: { endpoints: {us-east: "tcp://10.0.0.1:7101", ...}, staleness_bound: 2, ... }
 //   worker: { workers_per_region: 2, batch_size: 64, local_steps: 4, rounds: 200, ... }
 //
-// The worker reads `regions`, `model` (models/model_spec.hpp), `server.endpoints` and
-// `server.staleness_bound` (so that leader and servers agree on one bound), and all of
-// `worker` (keys and defaults: docs/training.md). Unknown keys under `worker` and `model` are
+// The worker reads `regions`, `model` (models/model_spec.hpp), `server.endpoints`, the protocol
+// settings it shares with the servers (core/deployment_keys.hpp, read_shared_protocol: the
+// staleness bound, server.optimizer, worker.fragments and stream_critical, read by the same
+// function the servers use), and all of `worker` (keys and defaults: docs/training.md). Unknown keys under `worker` and `model` are
 // errors naming the key and what is allowed. Plain struct; parsing only reads the text.
 #pragma once
 

@@ -28,6 +28,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/outer_step.hpp"
 #include "core/span.hpp"
 
 namespace geotrain::worker {
@@ -39,11 +40,7 @@ OverlapMode parse_overlap_mode(std::string_view text);
 std::string_view overlap_mode_name(OverlapMode mode);  // false | true | eager | delayed
 
 // The servers' outer optimizer, as the worker models it (server.optimizer).
-struct OuterStepConfig {
-  float lr = 1.0f;
-  float momentum = 0.0f;
-  bool nesterov = false;
-};
+using OuterStepConfig = OuterStep;  // core/outer_step.hpp
 
 // Tracks the servers' momentum from the global values they return, and predicts their step.
 // With SGD (momentum 0) it is stateless.

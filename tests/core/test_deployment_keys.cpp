@@ -77,3 +77,36 @@ TEST_CASE("a model.critical glob that matches no tensor is refused, naming it an
   CHECK_THROWS_WITH_AS(check_critical_globs(in, {"head.*"}, many),
                        doctest::Contains("block7.w, and 12 more)"), InputError);
 }
+
+TEST_CASE("the protocol settings servers and leaders share: defaults, values, one set of rules") {
+  const YamlReader in{"deploy.yaml"};
+  const auto none = read_shared_protocol(in, yaml("regions: [a]"));
+  CHECK(none.staleness_bound == 0);
+  CHECK(none.outer.lr == 1.0f);
+  CHECK(none.outer.momentum == 0.0f);
+  CHECK_FALSE(none.outer.nesterov);
+  CHECK(none.fragments == 1);
+  CHECK(none.stream_critical);
+
+  const auto p = read_shared_protocol(
+      in, yaml("server: {staleness_bound: 2, optimizer: {lr: 0.7, momentum: 0.9, nesterov: true}}\n"
+               "worker: {fragments: 4, stream_critical: false, batch_size: 8}"));
+  CHECK(p.staleness_bound == 2);
+  CHECK(p.outer.lr == doctest::Approx(0.7));
+  CHECK(p.outer.momentum == doctest::Approx(0.9));
+  CHECK(p.outer.nesterov);
+  CHECK(p.fragments == 4);
+  CHECK_FALSE(p.stream_critical);
+
+  CHECK_THROWS_WITH_AS(read_shared_protocol(in, yaml("server: {staleness_bound: 1001}")),
+                       doctest::Contains("server.staleness_bound"), InputError);
+  CHECK_THROWS_WITH_AS(read_shared_protocol(in, yaml("server: {optimizer: {momentum: 1.0}}")),
+                       doctest::Contains("server.optimizer.momentum"), InputError);
+  // A typo in the outer step is refused for every process alike (the workers used to skip it).
+  CHECK_THROWS_WITH_AS(read_shared_protocol(in, yaml("server: {optimizer: {nesterow: true}}")),
+                       doctest::Contains("server.optimizer.nesterow"), InputError);
+  CHECK_THROWS_WITH_AS(read_shared_protocol(in, yaml("worker: {fragments: 0}")),
+                       doctest::Contains("worker.fragments"), InputError);
+  CHECK_THROWS_WITH_AS(read_shared_protocol(in, yaml("worker: {stream_critical: maybe}")),
+                       doctest::Contains("worker.stream_critical"), InputError);
+}

@@ -68,9 +68,9 @@ TEST_CASE(
   const auto delta = gaussian(n, 1);
   std::vector<uint8_t> mask(n);
   for (size_t i = 0; i < n; ++i) mask[i] = static_cast<uint8_t>(i % 3 == 0);
-  for (const auto& config : {server::OuterOptimizerConfig{1.0f, 0.0f, false},
-                             server::OuterOptimizerConfig{0.7f, 0.9f, false},
-                             server::OuterOptimizerConfig{0.7f, 0.9f, true}}) {
+  for (const auto& config : {server::OuterOptimizerConfig{{1.0f, 0.0f, false}},
+                             server::OuterOptimizerConfig{{0.7f, 0.9f, false}},
+                             server::OuterOptimizerConfig{{0.7f, 0.9f, true}}}) {
     for (bool masked : {false, true}) {
       CAPTURE(config.describe());
       CAPTURE(masked);

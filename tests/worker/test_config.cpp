@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include "core/error.hpp"
+#include "server/config.hpp"
 #include "worker/config.hpp"
 
 using namespace geotrain;
@@ -79,4 +80,32 @@ TEST_CASE("worker.streams_per_server is 1..64 or auto (the default), with link_m
                        doctest::Contains("worker.streams_per_server (1..64 or auto)"), InputError);
   CHECK_THROWS_WITH_AS(parse("streams_per_server: many"),
                        doctest::Contains("worker.streams_per_server"), InputError);
+}
+
+TEST_CASE("servers and workers read the shared protocol settings from one file alike") {
+  const std::string text =
+      "regions: [a, b]\n"
+      "model: {arch: 784-10, tensors: [{name: w, size: 7840}]}\n"
+      "server: {staleness_bound: 3, optimizer: {lr: 0.8, momentum: 0.5, nesterov: true}}\n"
+      "worker: {local_steps: 8, fragments: 4, stream_critical: false}\n";
+  const auto w = worker::parse_worker_config(text, "d.yaml");
+  const auto s = server::parse_server_config(text, "d.yaml");
+  CHECK(w.staleness_bound == 3);
+  CHECK(s.shard.staleness_bound == w.staleness_bound);
+  CHECK(s.shard.optimizer.lr == w.outer.lr);
+  CHECK(s.shard.optimizer.momentum == w.outer.momentum);
+  CHECK(s.shard.optimizer.nesterov == w.outer.nesterov);
+  CHECK(w.outer.nesterov);
+  CHECK(w.fragments == 4);
+  CHECK(s.fragments == w.fragments);
+  CHECK_FALSE(w.stream_critical);
+  CHECK(s.stream_critical == w.stream_critical);
+  // One rule for both: a key the servers refuse, the workers refuse too.
+  const std::string typo =
+      "regions: [a]\nmodel: {arch: 784-10, tensors: [{name: w, size: 7840}]}\n"
+      "server: {optimizer: {momentun: 0.9}}\n";
+  CHECK_THROWS_WITH_AS(worker::parse_worker_config(typo, "d.yaml"),
+                       doctest::Contains("server.optimizer.momentun"), InputError);
+  CHECK_THROWS_WITH_AS(server::parse_server_config(typo, "d.yaml"),
+                       doctest::Contains("server.optimizer.momentun"), InputError);
 }
