@@ -14,16 +14,18 @@ namespace geotrain::netsim {
 
 namespace {
 
-// A YAML node with the path that led to it, for error messages.
+// A YAML node with the path that led to it ("links[2].delay_ms"), for error messages. The typed
+// reads and the key checks are core/yaml_reader.hpp's, with the rules every other config reader
+// uses; a Field adds the path through lists and the profile's own checks (fail()).
 struct Field {
   YAML::Node node;
   std::string path;  // e.g. "links[2].delay_ms"
-  const std::string* where;
+  const YamlReader* in;
 
   Field child(const std::string& key) const {
-    return {node[key], path.empty() ? key : path + "." + key, where};
+    return {node[key], path.empty() ? key : path + "." + key, in};
   }
-  Field item(std::size_t i) const { return {node[i], fmt::format("{}[{}]", path, i), where}; }
+  Field item(std::size_t i) const { return {node[i], fmt::format("{}[{}]", path, i), in}; }
   bool present() const { return node.IsDefined() && !node.IsNull(); }
   std::string text() const {
     if (node.IsScalar()) return node.Scalar();
@@ -33,42 +35,26 @@ struct Field {
   }
   [[noreturn]] void fail(const std::string& allowed) const {
     const std::string name = path.empty() ? "the document" : path;
-    if (!present()) throw InputError(fmt::format("{}: {} is missing: {}", *where, name, allowed));
-    throw InputError(fmt::format("{}: {} is '{}': {}", *where, name, text(), allowed));
+    if (!present())
+      throw InputError(fmt::format("{}: {} is missing: {}", in->source(), name, allowed));
+    throw InputError(fmt::format("{}: {} is '{}': {}", in->source(), name, text(), allowed));
   }
 
   void require_map(const std::set<std::string>& allowed_keys) const {
-    if (!present() || !node.IsMap()) fail("must be a mapping");
-    for (const auto& kv : node) {
-      if (!kv.first.IsScalar())  // `? [a, b]: x`: not a name (found by fuzz/netsim_config.cpp)
-        throw InputError(fmt::format("{}: {} has a key that is not a plain name ({})", *where,
-                                     path.empty() ? "the top level" : path, YAML::Dump(kv.first)));
-      const auto key = kv.first.as<std::string>();
-      if (!allowed_keys.count(key)) {
-        std::string list;
-        for (const auto& k : allowed_keys) list += (list.empty() ? "" : ", ") + k;
-        const auto guess = closest_name(key, allowed_keys);
-        throw InputError(fmt::format("{}: unknown key '{}' in {}; {}allowed keys: {}", *where, key,
-                                     path.empty() ? "the top level" : path,
-                                     guess ? "did you mean '" + *guess + "'? " : "", list));
-      }
-    }
+    if (!present()) fail("must be a mapping");
+    in->check_keys(node, path, allowed_keys);
   }
   std::string string() const {
-    if (!present() || !node.IsScalar()) fail("must be a string");
-    return node.Scalar();
+    if (!present()) fail("must be a string");
+    return in->string(node, path);
   }
   double number(double min, double max) const {
-    double v = 0;
-    if (!present() || !node.IsScalar() || !YAML::convert<double>::decode(node, v) ||
-        !(v >= min && v <= max))
-      fail(fmt::format("must be a number from {} to {}", min, max));
-    return v;
+    if (!present()) fail(fmt::format("must be a number in [{}, {}]", min, max));
+    return in->number<double>(node, path, min, max);
   }
-  bool boolean() const {  // `true` or `false`, not yes/no/on/off (core/yaml_reader.hpp)
-    const auto v = present() ? true_or_false(node) : std::nullopt;
-    if (!v) fail("must be true or false");
-    return *v;
+  bool boolean() const {
+    if (!present()) fail("must be true or false");
+    return in->boolean(node, path);
   }
   std::vector<Field> sequence() const {
     if (!present() || !node.IsSequence()) fail("must be a list");
@@ -252,7 +238,8 @@ const LinkProperties& WanProfile::link(const std::string& from, const std::strin
 }
 
 WanProfile parse_profile(const std::string& yaml_text, const std::string& where) try {
-  return profile_from({load_yaml(yaml_text, where), "", &where});
+  const YamlReader in(where);
+  return profile_from({load_yaml(yaml_text, where), "", &in});
 } catch (const YAML::Exception& e) {  // a check is missing: still an InputError
   throw InputError(fmt::format("{}: not a valid config: {}", where, e.what()));
 }
@@ -263,7 +250,8 @@ WanProfile load_profile(const std::filesystem::path& file) {
 
 NetsimConfig parse_netsim_config(const std::string& yaml_text, const std::string& where,
                                  const std::filesystem::path& base_dir) try {
-  const Field root{load_yaml(yaml_text, where), "", &where};
+  const YamlReader in(where);
+  const Field root{load_yaml(yaml_text, where), "", &in};
   root.require_map({"profile", "seed", "stats", "faults_origin_unix_s", "links"});
   NetsimConfig cfg;
   const Field prof = root.child("profile");
