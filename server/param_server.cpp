@@ -327,6 +327,8 @@ void ParamServer::on_hello(const std::string& peer, const wire::Header& h, const
     next = std::min(next, s.released_round() + 1);
   }
   out.next_round = shards_.empty() ? 1 : next;
+  out.fragments = config_.fragments;
+  out.critical_fragment = config_.fragments > 1 && !config_.stream_critical;
   reply(peer, h.request_id, std::move(out));
 }
 

@@ -86,6 +86,8 @@ void build(schema::Header::Builder h, const Body& body) {
             b.setHeartbeatMs(m.heartbeat_ms);
             put_strings(b.initCapabilities(static_cast<unsigned>(m.capabilities.size())),
                         m.capabilities);
+            b.setFragments(m.fragments);
+            b.setCriticalFragment(m.critical_fragment);
           },
           [&](const Heartbeat&) { h.setHeartbeat(); },
           [&](const Push& m) {
@@ -160,7 +162,9 @@ Body read(schema::Header::Reader h, uint64_t request_id) {
                    {},
                    r.getNextRound(),
                    r.getHeartbeatMs(),
-                   get_strings(r.getCapabilities())};
+                   get_strings(r.getCapabilities()),
+                   r.getFragments(),
+                   r.getCriticalFragment()};
       for (auto s : r.getShards())
         m.shards.push_back(
             {s.getId(), s.getOffset(), s.getCount(), s.getZeroValues(), s.getFragment()});

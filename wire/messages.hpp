@@ -89,6 +89,10 @@ struct HelloReply {
   uint64_t next_round = 1;
   uint32_t heartbeat_ms = 0;
   std::vector<std::string> capabilities;
+  // The servers' streaming layout: P fragments (0: not said), plus the critical tensors' own
+  // fragment (index P) when critical_fragment. The leaders take it (worker/region_sync.hpp).
+  uint32_t fragments = 0;
+  bool critical_fragment = false;
 };
 struct Heartbeat {};
 struct Push {

@@ -39,6 +39,11 @@ struct HelloReply {
   nextRound @2 :UInt64;         # the round this region pushes next
   heartbeatMs @3 :UInt32;       # send a heartbeat at least this often
   capabilities @4 :List(Text);
+  # The servers' streaming layout (worker.fragments as they read it): P fragments, plus one of
+  # the critical tensors when criticalFragment (worker.stream_critical: false). 0: not said (a
+  # server from before this field); the leader then checks the shards against its own count.
+  fragments @5 :UInt32;
+  criticalFragment @6 :Bool;
 }
 
 struct Push {

@@ -12,9 +12,7 @@
 namespace geotrain::worker {
 
 uint32_t WorkerConfig::merge_delay() const {
-  if (fragment_delay) return *fragment_delay;
-  if (overlap_mode == OverlapMode::off) return 0;
-  return local_steps / fragments;  // one round late without fragments
+  return worker::merge_delay(overlap_mode, local_steps, fragments, fragment_delay);
 }
 
 uint32_t WorkerConfig::region_index(std::string_view name) const {

@@ -8,8 +8,9 @@
 // The worker reads `regions`, `model` (models/model_spec.hpp), `server.endpoints`, the protocol
 // settings it shares with the servers (core/deployment_keys.hpp, read_shared_protocol: the
 // staleness bound, server.optimizer, worker.fragments and stream_critical, read by the same
-// function the servers use), and all of `worker` (keys and defaults: docs/training.md). Unknown keys under `worker` and `model` are
-// errors naming the key and what is allowed. Plain struct; parsing only reads the text.
+// function the servers use), and all of `worker` (keys and defaults: docs/training.md). Unknown
+// keys under `worker` and `model` are errors naming the key and what is allowed. Plain struct;
+// parsing only reads the text.
 #pragma once
 
 #include <chrono>

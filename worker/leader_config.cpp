@@ -33,6 +33,7 @@ StreamingConfig leader_streaming_config(const WorkerConfig& c) {
   stc.local_steps = c.local_steps;
   stc.fragments = c.fragments;
   stc.delay = c.merge_delay();
+  stc.written_delay = c.fragment_delay;
   stc.mode = c.overlap_mode;
   stc.outer = c.outer;
   stc.regions = static_cast<uint32_t>(c.regions.size());

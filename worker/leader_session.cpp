@@ -17,6 +17,17 @@ LeaderSession::~LeaderSession() {
 
 uint64_t LeaderSession::connect(uint64_t resume_round) {
   const uint64_t next = sync_->connect(resume_round);
+  // The schedule follows the servers' fragment count (their hellos; RegionSync took it), and a
+  // default delay follows it (H / P).
+  auto& sc = streaming_config_;
+  if (sc.fragments != sync_->config().fragments) {
+    sc.fragments = sync_->config().fragments;
+    sc.delay = merge_delay(sc.mode, sc.local_steps, sc.fragments, sc.written_delay);
+    GT_REQUIRE(sc.fragments <= sc.local_steps,
+               "region {}: the servers cut {} fragments, more than worker.local_steps = {} (each "
+               "fragment needs its own step in the round)",
+               sync_->config().region, sc.fragments, sc.local_steps);
+  }
   streaming_ = std::make_unique<StreamingSync>(*sync_, streaming_config_);
   return next;
 }

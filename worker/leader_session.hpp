@@ -35,8 +35,10 @@ class LeaderSession {
   const RegionSync& sync() const { return *sync_; }
   const StreamingConfig& streaming_config() const { return streaming_config_; }
 
-  // RegionSync::connect(resume_round), then the schedule: InputError for a fragment delay
-  // beyond H or fragments that are not the servers'. Returns the round the region trains next.
+  // RegionSync::connect(resume_round), then the schedule, with the servers' fragment count (their
+  // hellos say it; streaming_config().fragments and .delay follow it when the config said
+  // otherwise): InputError for a fragment delay beyond H, or more fragments than H. Returns the
+  // round the region trains next.
   uint64_t connect(uint64_t resume_round = 0);
   bool connected() const { return streaming_ != nullptr; }
 

@@ -95,6 +95,7 @@ uint64_t RegionSync::connect(uint64_t resume_at) {
   shards_.clear();
   uint64_t next = UINT64_MAX;
   std::vector<uint64_t> next_of(links_.size(), 1);  // each server's next round for us
+  std::optional<FragmentLayout> layout;  // the servers' streaming layout, as their hellos say
   for (size_t s = 0; s < links_.size(); ++s) {
     auto& link = links_[s];
     const uint64_t id =
@@ -105,6 +106,16 @@ uint64_t RegionSync::connect(uint64_t resume_at) {
                                     "flush") != hello.capabilities.end());
     next = std::min(next, hello.next_round);
     next_of[s] = hello.next_round;
+    if (hello.fragments > 0) {
+      const FragmentLayout said{hello.fragments, hello.critical_fragment, link.region()};
+      GT_REQUIRE(
+          !layout || (layout->fragments == said.fragments && layout->critical == said.critical),
+          "region {}: the servers disagree on the streaming layout: the server of region "
+          "{} cuts {}, the server of region {} cuts {} (do they read the same config?)",
+          config_.region, layout ? layout->server : "", layout ? layout->describe() : "",
+          said.server, said.describe());
+      layout = said;
+    }
     for (const auto& info : hello.shards) {
       // Written so that no sum overflows: offset + count could wrap past any bound.
       GT_REQUIRE(info.count <= base_.size() && info.offset <= base_.size() - info.count,
@@ -125,7 +136,9 @@ uint64_t RegionSync::connect(uint64_t resume_at) {
   for (const auto& sh : shards_) covered += sh.count;
   GT_REQUIRE(covered == base_.size(), "region {}: the servers' shards cover {} of {} parameters",
              config_.region, covered, base_.size());
-  // The servers' map must have this region's fragments: P, plus the critical one.
+  if (layout) adopt(*layout);
+  // The servers' map must have the fragments they said (or, from servers that do not say, this
+  // region's own count): P, plus the critical one.
   const uint32_t frags = config_.fragment_count();
   uint32_t highest = 0;
   for (const auto& sh : shards_) {
@@ -167,6 +180,23 @@ uint64_t RegionSync::connect(uint64_t resume_at) {
       config_.region, links_.size(), shards_.size(), frags, first, shards_.size() - unpulled,
       startup_bytes_pulled_, unpulled);
   return first;
+}
+
+std::string RegionSync::FragmentLayout::describe() const {
+  return fmt::format("{} fragment(s){}", fragments,
+                     critical ? " plus the critical tensors' own" : "");
+}
+
+void RegionSync::adopt(const FragmentLayout& layout) {
+  GT_REQUIRE(layout.fragments <= 1024,
+             "server of region {}: its hello says {} fragments, at most 1024", layout.server,
+             layout.fragments);
+  const FragmentLayout ours{config_.fragments, config_.critical_fragment, ""};
+  if (layout.fragments == ours.fragments && layout.critical == ours.critical) return;
+  spdlog::warn("region {}: the servers cut {}, this worker's config {}: following the servers",
+               config_.region, layout.describe(), ours.describe());
+  config_.fragments = layout.fragments;
+  config_.critical_fragment = layout.critical;
 }
 
 uint64_t RegionSync::pull_at_start(const std::vector<bool>& take) {

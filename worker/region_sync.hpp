@@ -93,7 +93,8 @@ struct SyncConfig {
   // most one partial chunk per tensor. Off: one segment per run of tensors of one class.
   bool tensor_segments = false;
   uint32_t staleness_bound = 0;
-  uint32_t fragments = 1;  // streaming fragments (worker.fragments)
+  // Streaming fragments (worker.fragments); connect() replaces it with the servers' count.
+  uint32_t fragments = 1;
   // worker.stream_critical false with fragments > 1: the servers put the critical tensors in a
   // fragment of their own, index `fragments` (WorkerConfig::critical_fragment()).
   bool critical_fragment = false;
@@ -170,6 +171,9 @@ class RegionSync {
   // snapshot of round resume_at - 1 goes on from there; a server that counts fewer rounds for it,
   // having merged some of its shards late or restored an older checkpoint, is mapped through
   // round_shift, and a delta against its values carries what it lost).
+  // The servers' streaming layout (fragments, the critical fragment), which their hellos name,
+  // becomes this region's: config().fragments and critical_fragment follow it (logged where the
+  // config said otherwise); servers that disagree with each other are an InputError.
   uint64_t connect(uint64_t resume_at = 0);
 
   // One round: pushes local - base, pulls the new values into base. Returns what it measured.
@@ -251,6 +255,16 @@ class RegionSync {
     std::chrono::milliseconds left() const;
   };
 
+  // The streaming layout a server's hello names (wire::HelloReply::fragments).
+  struct FragmentLayout {
+    uint32_t fragments;
+    bool critical;       // plus the critical tensors' own fragment
+    std::string server;  // the region of the server that said it
+    std::string describe() const;
+  };
+  // connect(): takes the servers' layout as this region's (config().fragments and
+  // critical_fragment), logging where it differs from the config.
+  void adopt(const FragmentLayout& layout);
   void build_segments(LeaderShard& shard) const;
   // A client for server `s`: over config.streams_per_server connections, or, with auto (0), as
   // many as choose_streams() finds for its link.

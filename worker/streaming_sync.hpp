@@ -51,6 +51,9 @@ struct StreamingConfig {
   uint32_t local_steps = 1;  // H
   uint32_t fragments = 1;    // P (must match the RegionSync's)
   uint32_t delay = 0;        // steps from a fragment's push to its merge; 0: blocking, <= H
+  // worker.fragment_delay as written (nullopt: the default, merge_delay()), so that the delay
+  // follows P when the servers' fragment count replaces the config's (LeaderSession::connect).
+  std::optional<uint32_t> written_delay;
   OverlapMode mode = OverlapMode::off;  // the merge rule when delay > 0
   OuterStepConfig outer;                // the servers' outer optimizer (eager / delayed)
   uint32_t regions = 1;                 // R

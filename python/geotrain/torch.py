@@ -124,14 +124,19 @@ class OuterSync:
                 self._connect(s, region, metrics)
             except Exception as e:  # the other ranks are told below, then it is raised
                 failure = e
-        if self._group_size > 1:  # every rank follows the leader's schedule from its round
-            first = torch.tensor([self.round if failure is None else -1], dtype=torch.int64)
+        if self._group_size > 1:
+            # Every rank follows the leader's schedule: its first round, and the fragment count
+            # and delay the servers' hellos set (they replace the config's where they differ).
+            first = torch.tensor([self.round if failure is None else -1, self.fragments,
+                                  self._delay], dtype=torch.int64)
             dist.broadcast(first, src=_global_rank(self._group, 0), group=self._group)
-            if int(first.item()) < 0 and failure is None:
+            if int(first[0].item()) < 0 and failure is None:
                 raise RuntimeError(f"OuterSync: the leader of region '{region}' (rank 0 of the "
                                    "process group) could not connect to the servers; its "
                                    "exception says why")
-            self.round = int(first.item())
+            self.round = int(first[0].item())
+            self.fragments = int(first[1].item())
+            self._delay = int(first[2].item())
         if failure is not None:
             raise failure
         self._first_step = (self.round - 1) * self.local_steps  # global steps before this run
@@ -147,7 +152,8 @@ class OuterSync:
             s["servers"], s["critical_codec"], s["noncritical_codec"],
             int(s["staleness_bound"]), s["overlap"], int(s["timeout_ms"]),
             local_steps=self.local_steps, fragments=int(s["fragments"]),
-            fragment_delay=self._delay, outer_lr=float(outer["lr"]),
+            fragment_delay=(None if s["fragment_delay"] is None else int(s["fragment_delay"])),
+            outer_lr=float(outer["lr"]),
             outer_momentum=float(outer["momentum"]),
             outer_nesterov=bool(outer["nesterov"]),
             keys_dir=s["keys_dir"] if s["curve"] else None,
@@ -158,6 +164,9 @@ class OuterSync:
             socket_buffer_kib=int(s.get("socket_buffer_kib", 0)))
         self._gather()
         self.round = int(leader.connect(self._flat_np))
+        # The servers' fragment count (their hellos), and the delay that follows from it.
+        self.fragments = int(leader.fragments)
+        self._delay = int(leader.fragment_delay)
         leader.copy_base(self._flat_np)
         self._scatter()
         self._leader = leader
@@ -170,7 +179,7 @@ class OuterSync:
                 "rounds": self.rounds, "critical_codec": s["critical_codec"],
                 "noncritical_codec": s["noncritical_codec"],
                 "overlap": s["overlap"] != "false", "overlap_mode": s["overlap"],
-                "fragments": int(s["fragments"]), "fragment_delay": self._delay,
+                "fragments": self.fragments, "fragment_delay": self._delay,
                 "stream_critical": bool(s["stream_critical"]),
                 "staleness_bound": int(s["staleness_bound"]), "frontend": "python"})
 

@@ -424,12 +424,7 @@ OverlapMode overlap_from_py(const py::object& overlap) {
 // (WorkerConfig::merge_delay): every rank of a Python region needs it for the schedule.
 uint32_t merge_delay(uint32_t local_steps, uint32_t fragments, const py::object& overlap,
                      std::optional<uint32_t> fragment_delay) {
-  worker::WorkerConfig w;
-  w.local_steps = local_steps;
-  w.fragments = fragments;
-  w.overlap_mode = overlap_from_py(overlap);
-  w.fragment_delay = fragment_delay;
-  return w.merge_delay();
+  return worker::merge_delay(overlap_from_py(overlap), local_steps, fragments, fragment_delay);
 }
 
 // A RegionSync from the Python arguments (documented on the class): they become the worker's
@@ -583,8 +578,9 @@ one flat float32 array in the table's order. Usually used through geotrain.torch
              socket_buffer_kib: SO_SNDBUF/SO_RCVBUF, 0: the OS default
   staleness_bound: rounds this region may run ahead of the slowest (server.staleness_bound)
   local_steps: H; overlap: False/True/"false"/"true"/"eager"/"delayed" (worker.overlap)
-  fragments: P (worker.fragments, must match the servers'); fragment_delay: steps from a
-             fragment's push to its merge (None: H / P with overlap, 0 without)
+  fragments: P (worker.fragments; connect() takes the servers' count instead where they say
+             another, see the `fragments` property); fragment_delay: steps from a fragment's
+             push to its merge (None: H / P with overlap, 0 without, following that P)
   outer_lr, outer_momentum, outer_nesterov: the servers' outer optimizer (server.optimizer),
              which the eager and delayed merges predict
   keys_dir   CURVE: the folder `geotrain keygen` wrote (security.keys_dir); this region's client

@@ -31,7 +31,8 @@ struct Cluster {
   std::string server_extra;                                       // more keys under server:
   std::string worker_yaml;                                        // keys under worker:
   std::string data = fmt::format("  data_dir: \"{}\"\n", kData);  // the data lines under worker:
-  std::string top_yaml;  // more top-level sections (e.g. security:)
+  std::string top_yaml;                  // more top-level sections (e.g. security:)
+  std::vector<std::string> worker_args;  // more arguments for every worker (e.g. --set ...)
 };
 
 struct Outcome {
@@ -77,11 +78,13 @@ inline Outcome run_cluster(const Cluster& c, const std::filesystem::path& dir,
         std::vector<std::string>{"server", "--config", config.string(), "--region", r},
         dir / ("server-" + r + ".log")));
   for (const auto& r : c.regions)
-    for (uint32_t k = 0; k < c.workers; ++k)
-      workers.push_back(std::make_unique<test::Process>(
-          std::vector<std::string>{"worker", "--config", config.string(), "--region", r, "--rank",
-                                   std::to_string(k)},
-          dir / fmt::format("worker-{}-{}.log", r, k)));
+    for (uint32_t k = 0; k < c.workers; ++k) {
+      std::vector<std::string> args{"worker", "--config", config.string(),  "--region",
+                                    r,        "--rank",   std::to_string(k)};
+      args.insert(args.end(), c.worker_args.begin(), c.worker_args.end());
+      workers.push_back(
+          std::make_unique<test::Process>(args, dir / fmt::format("worker-{}-{}.log", r, k)));
+    }
   Outcome out;
   for (auto& w : workers) {
     auto code = w->wait(timeout);

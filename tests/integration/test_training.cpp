@@ -200,3 +200,36 @@ TEST_CASE("a worker whose model differs from the servers' is refused by table ha
   server.terminate();
   CHECK(server.wait(20s).value_or(-1) == 0);
 }
+
+TEST_CASE(
+    "workers whose config says another fragment count follow the servers': every rank of the "
+    "region takes the leader's schedule") {
+  test::TempDir dir("layout");
+  Cluster c;
+  c.regions = {"a", "b"};
+  c.workers = 2;
+  c.model = R"({arch: "784-32-10", critical: ["*"]})";
+  // The servers read P = 2 from the file; the workers are told P = 1.
+  c.worker_yaml =
+      "  batch_size: 16\n  local_steps: 2\n  rounds: 3\n  lr: 0.05\n  fragments: 2\n"
+      "  eval_every: 0\n  seed: 3\n";
+  c.worker_args = {"--set", "worker.fragments=1"};
+  require_success(run_cluster(c, dir.path()));
+  for (const char* region : {"a", "b"}) {
+    const auto start =
+        events(dir.path() / fmt::format("worker-{}-0.metrics.jsonl", region), "start");
+    const auto connect =
+        events(dir.path() / fmt::format("worker-{}-0.metrics.jsonl", region), "connect");
+    REQUIRE(start.size() == 1);
+    REQUIRE(connect.size() == 1);
+    CHECK(start[0]["fragments"] == 1);    // the config
+    CHECK(connect[0]["fragments"] == 2);  // the servers'
+  }
+  // The leader logged where its config and the servers differ.
+  std::ifstream log(dir.path() / "worker-a-0.log");
+  const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  CHECK(text.find("the servers cut 2 fragment(s), this worker's config 1 fragment(s): following "
+                  "the servers") != std::string::npos);
+  // Both regions end on the global model (the flush), the ranks of each in step with their leader.
+  CHECK(read_params(dir.path() / "params-a.f32") == read_params(dir.path() / "params-b.f32"));
+}

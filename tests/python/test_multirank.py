@@ -15,6 +15,7 @@ import gc
 import json
 import multiprocessing
 import os
+import re
 import socket
 import tempfile
 import time
@@ -155,9 +156,10 @@ class MultiRank(unittest.TestCase):
                 results[key] = json.load(f)
         return results
 
-    def run_regions(self, tmp, worker_extra=""):
+    def run_regions(self, tmp, worker_extra="", ranks_fragments=None):
         """`geotrain serve` for regions a and b (netsim between them), then 2 ranks per region.
-        Checks what holds in every mode and returns the results."""
+        Checks what holds in every mode and returns the results. With ranks_fragments, the
+        ranks read a copy of the config whose worker.fragments says that instead."""
         torch = _support.import_torch()
         from geotrain.deployment import config_for_model, serve
         base = os.path.join(tmp, "base.yaml")
@@ -174,7 +176,14 @@ class MultiRank(unittest.TestCase):
         servers = serve(config, out=os.path.join(tmp, "runs"), binary=BINARY, stdout=log)
         self.addCleanup(servers.stop)
         t1 = time.monotonic()
-        results = self.launch(tmp, servers.config, ("a", "b"))
+        ranks_config = servers.config
+        if ranks_fragments is not None:
+            with open(servers.config) as f:
+                text = f.read()
+            ranks_config = os.path.join(tmp, "ranks.yaml")
+            with open(ranks_config, "w") as f:
+                f.write(re.sub(r"(?m)^(\s+fragments:) \d+", rf"\1 {ranks_fragments}", text))
+        results = self.launch(tmp, ranks_config, ("a", "b"))
         t2 = time.monotonic()
         for key, r in results.items():
             self.assertNotIn("error", r, key)
@@ -221,6 +230,19 @@ class MultiRank(unittest.TestCase):
         with tempfile.TemporaryDirectory() as tmp:
             self.run_regions(tmp, "  overlap: true\n  fragments: 2\n")
         print(f"2 regions x 2 ranks, overlap and 2 fragments: {time.monotonic() - t0:.1f} s")
+
+    def test_ranks_whose_config_says_another_fragment_count_follow_the_servers(self):
+        # The servers cut 2 fragments; the ranks' config says 1. The leader takes the servers'
+        # count from their hello and its group follows it: bit-identical ranks after every step
+        # (run_regions), which a rank on the config's schedule would break.
+        with tempfile.TemporaryDirectory() as tmp:
+            self.run_regions(tmp, "  overlap: true\n  fragments: 2\n", ranks_fragments=1)
+            runs = os.path.join(tmp, "runs")
+            (run_dir,) = [os.path.join(runs, d) for d in os.listdir(runs)]
+            with open(os.path.join(run_dir, "worker-a-0.metrics.jsonl")) as f:
+                start = [json.loads(line) for line in f if '"start"' in line][0]
+            self.assertEqual(start["fragments"], 2)
+            self.assertEqual(start["fragment_delay"], 2)  # H / P, following the servers' P
 
     def test_critical_tensors_kept_out_of_streaming_stay_synchronous(self):
         # worker.stream_critical: false: the critical 0.weight is a fragment of its own,

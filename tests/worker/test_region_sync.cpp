@@ -9,6 +9,7 @@
 
 #include "compression/factory.hpp"
 #include "server/param_server.hpp"
+#include "worker/leader_session.hpp"
 #include "worker/region_sync.hpp"
 #include "worker/streaming_sync.hpp"
 
@@ -553,18 +554,39 @@ TEST_CASE("critical tensors kept out of streaming are exchanged every round, wit
     for (size_t i = 0; i < n; ++i) REQUIRE(lb[i] == la[i]);
 }
 
-TEST_CASE("a leader that keeps critical tensors out of streaming refuses servers that do not") {
-  const auto dir = temp_dir("critical-mismatch");
+TEST_CASE(
+    "a leader follows the servers' streaming layout, and its schedule's default delay with it") {
+  const auto dir = temp_dir("layout");
   auto config = two_region_config(dir, 0, "fp32");
   config.fragments = 2;  // stream_critical stays true: no critical fragment at the servers
   config.chunk = 256;
-  Deployment d(config, "critical-mismatch");
-  auto c = d.sync("a", "fp32", "fp32", 0);
-  c.fragments = 2;
-  c.critical_fragment = true;
+  Deployment d(config, "layout");
   const ParamTable table = d.table();  // RegionSync keeps a reference
-  worker::RegionSync a(table, c, d.context());
-  CHECK_THROWS_WITH_AS(a.connect(), doctest::Contains("worker.stream_critical"), InputError);
+  SUBCASE("RegionSync") {
+    auto c = d.sync("a", "fp32", "fp32", 0);
+    c.fragments = 1;             // the worker's config says no streaming ...
+    c.critical_fragment = true;  // ... and, inconsistently, a critical fragment
+    worker::RegionSync a(table, c, d.context());
+    a.connect();
+    CHECK(a.config().fragments == 2);  // the servers' hellos decide
+    CHECK_FALSE(a.config().critical_fragment);
+    CHECK(a.fragment_ranges(0).at(0).offset == 0);
+    CHECK(a.fragment_ranges(1).at(0).offset == 1536);
+    CHECK(a.next_round(1) == 1);
+  }
+  SUBCASE("LeaderSession: a default delay follows P (H / P); a written one stays") {
+    for (const std::optional<uint32_t> written :
+         {std::optional<uint32_t>{}, std::optional<uint32_t>{3}}) {
+      auto sc = streaming_config(4, 4, worker::OverlapMode::eager, 1);  // H = 4, P = 1: delay H
+      sc.written_delay = written;
+      if (written) sc.delay = *written;
+      worker::LeaderSession session(table, d.sync("a", "fp32", "fp32", 0), sc, d.context());
+      session.connect();
+      CHECK(session.streaming_config().fragments == 2);
+      CHECK(session.streaming_config().delay == (written ? 3u : 2u));
+      session.goodbye(100ms);
+    }
+  }
 }
 
 TEST_CASE(
@@ -892,4 +914,24 @@ server:
   CHECK(error[0] > 0.5);
   CHECK(bytes[1] > bytes[0]);
   CHECK(bytes[1] - bytes[0] <= 2 * (compression::kHeaderBytes + 4));  // a header and a scale more
+}
+
+TEST_CASE("a leader refuses servers that name different streaming layouts") {
+  zmq::context_t context;
+  const ParamTable table({{"w", 64}}, {});
+  const wire::PullReply pull{0, 1, 0, true, {{0, 32, 1, 40 + 32 * 4}}};
+  wire::HelloReply two{"a", {{0, 0, 32, false, 0}}, 1, 100, {}, 2, false};
+  wire::HelloReply three{"b", {{1, 32, 32, false, 1}}, 1, 100, {}, 3, false};
+  LyingServer sa(context, "layout-a", two, pull), sb(context, "layout-b", three, pull);
+  worker::SyncConfig c;
+  c.region = "a";
+  c.servers = {{"a", sa.endpoint()}, {"b", sb.endpoint()}};
+  c.critical_codec = c.noncritical_codec = "fp32";
+  c.timeout = 5s;
+  worker::RegionSync leader(table, c, context);
+  CHECK_THROWS_WITH_AS(leader.connect(),
+                       doctest::Contains("the servers disagree on the streaming layout: the "
+                                         "server of region a cuts 2 fragment(s), the server of "
+                                         "region b cuts 3 fragment(s)"),
+                       InputError);
 }
