@@ -26,6 +26,7 @@
 #include "worker/streaming_sync.hpp"
 #include "worker/training_data.hpp"
 #include "worker/worker_checkpoint.hpp"
+#include "worker/worker_events.hpp"
 #include "worker/worker_metrics.hpp"
 
 namespace geotrain::worker {
@@ -122,55 +123,6 @@ void write_region_parameters(const std::filesystem::path& run_dir, const std::st
   std::ofstream out(file, std::ios::binary | std::ios::trunc);
   out.write(reinterpret_cast<const char*>(own.data()), std::streamsize(own.size() * sizeof(float)));
   GT_REQUIRE(out.good(), "cannot write the final parameters to '{}'", file.string());
-}
-
-// The `start` event: what this worker runs.
-nlohmann::json start_fields(const WorkerConfig& c, const std::string& region, uint32_t rank,
-                            uint32_t world, const models::Model& model, size_t parameters,
-                            const TrainerOptions& options) {
-  return {{f::region, region},
-          {f::rank, rank},
-          {f::world, world},
-          {f::model, model.kind()},
-          {f::parameters, parameters},
-          {f::workers_per_region, c.workers_per_region},
-          {f::device, c.device},
-          {f::optimizer, optimizer_kind_name(c.optimizer.kind)},
-          {f::lr, c.lr},
-          {f::batch_size, c.batch_size},
-          {f::local_steps, c.local_steps},
-          {f::rounds, c.rounds},
-          {f::critical_codec, c.critical_codec.text()},
-          {f::noncritical_codec, c.noncritical_codec.text()},
-          {f::overlap, c.overlap},
-          {f::overlap_mode, std::string(overlap_mode_name(c.overlap_mode))},
-          {f::fragments, c.fragments},
-          {f::fragment_delay, c.merge_delay()},
-          {f::stream_critical, c.stream_critical},
-          {f::shard_wait_ms, c.shard_wait.count()},
-          // 0: auto (each server's count is in the log: worker/region_sync.cpp)
-          {f::streams_per_server, c.streams_per_server},
-          {f::staleness_bound, c.staleness_bound},
-          {f::resume, options.resume},
-          {f::generation, options.generation}};
-}
-
-// An `eval` event as the metrics contract names it: test_* for classifiers, val_* for LMs.
-// tokens: training tokens of all regions up to this step (samples for a classifier), the x axis
-// on which runs of different batch sizes and H compare.
-nlohmann::json eval_fields(const std::string& region, const Evaluation& e, uint64_t round,
-                           uint64_t step, uint64_t tokens_per_step) {
-  nlohmann::json j{
-      {f::region, region}, {f::round, round}, {f::step, step}, {f::tokens, step * tokens_per_step}};
-  if (e.bits_per_byte) {
-    j[f::val_loss] = e.loss;
-    j[f::val_bpb] = *e.bits_per_byte;
-    j[f::val_accuracy] = e.accuracy;
-  } else {
-    j[f::test_accuracy] = e.accuracy;
-    j[f::test_loss] = e.loss;
-  }
-  return j;
 }
 
 // One run of a worker, in the order Trainer::run calls it: the constructor builds what every
@@ -282,7 +234,8 @@ WorkerRun::WorkerRun(const WorkerConfig& config, const std::string& region, uint
   log_.emplace(worker_metrics_path(config_.run_dir, region_, rank_));
   if (config_.metrics_port > 0 || config_.metrics_port_auto) serve_metrics();
   log_->write(events::name::start,
-              start_fields(config_, region_, rank_, world_, *model_, params_.size(), options_));
+              start_event(config_, region_, rank_, world_, model_->kind(), params_.size(),
+                          options_.resume, options_.generation));
   if (exporter_)
     log_->write(events::name::metrics_endpoint,
                 {{f::region, region_}, {f::rank, rank_}, {f::url, exporter_->url()}});
@@ -474,8 +427,8 @@ void WorkerRun::end_round(uint64_t round) {
   log_->write(events::name::round, fields);
   if (config_.eval_every > 0 && round % config_.eval_every == 0 && round < config_.rounds) {
     engine_->to_host(params_);
-    log_->write(events::name::eval, eval_fields(region_, data_->evaluate(*backend_, params_), round,
-                                                result_.steps, tokens_per_step()));
+    log_->write(events::name::eval, eval_event(region_, data_->evaluate(*backend_, params_), round,
+                                               result_.steps, tokens_per_step()));
   }
 }
 
@@ -535,8 +488,8 @@ TrainResult WorkerRun::finish(uint64_t next_round) {
                       {f::skipped_steps, result_.skipped_steps}};
   if (leader_) {
     final_model->evaluate(*data_, *backend_, params_);
-    log_->write(events::name::eval, eval_fields(region_, final_model->own_evaluation(),
-                                                next_round - 1, result_.steps, tokens_per_step()));
+    log_->write(events::name::eval, eval_event(region_, final_model->own_evaluation(),
+                                               next_round - 1, result_.steps, tokens_per_step()));
     final_model->report(done, result_);
     write_region_parameters(config_.run_dir, region_, final_model->own_parameters());
   }

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/metrics_events.hpp"
+#include "worker/optimizer.hpp"
 
 namespace geotrain::worker {
 
@@ -54,6 +55,51 @@ nlohmann::json report_fields(const RoundReport& r) {
           {f::released_round, r.released_round},
           {f::deferred_shards, r.deferred.size()},  // worker.shard_wait_ms: still on the WAN
           {f::late_shards, r.late_shards}};         // deferred earlier, merged in this exchange
+}
+
+nlohmann::json start_event(const WorkerConfig& c, const std::string& region, uint32_t rank,
+                           uint32_t world, const std::string& model, size_t parameters, bool resume,
+                           uint64_t generation) {
+  return {{f::region, region},
+          {f::rank, rank},
+          {f::world, world},
+          {f::model, model},
+          {f::parameters, parameters},
+          {f::workers_per_region, c.workers_per_region},
+          {f::device, c.device},
+          {f::optimizer, optimizer_kind_name(c.optimizer.kind)},
+          {f::lr, c.lr},
+          {f::batch_size, c.batch_size},
+          {f::local_steps, c.local_steps},
+          {f::rounds, c.rounds},
+          {f::critical_codec, c.critical_codec.text()},
+          {f::noncritical_codec, c.noncritical_codec.text()},
+          {f::overlap, c.overlap},
+          {f::overlap_mode, std::string(overlap_mode_name(c.overlap_mode))},
+          {f::fragments, c.fragments},
+          {f::fragment_delay, c.merge_delay()},
+          {f::stream_critical, c.stream_critical},
+          {f::shard_wait_ms, c.shard_wait.count()},
+          // 0: auto (each server's count is in the log: worker/region_sync.cpp)
+          {f::streams_per_server, c.streams_per_server},
+          {f::staleness_bound, c.staleness_bound},
+          {f::resume, resume},
+          {f::generation, generation}};
+}
+
+nlohmann::json eval_event(const std::string& region, const Evaluation& e, uint64_t round,
+                          uint64_t step, uint64_t tokens_per_step) {
+  nlohmann::json j{
+      {f::region, region}, {f::round, round}, {f::step, step}, {f::tokens, step * tokens_per_step}};
+  if (e.bits_per_byte) {
+    j[f::val_loss] = e.loss;
+    j[f::val_bpb] = *e.bits_per_byte;
+    j[f::val_accuracy] = e.accuracy;
+  } else {
+    j[f::test_accuracy] = e.accuracy;
+    j[f::test_loss] = e.loss;
+  }
+  return j;
 }
 
 }  // namespace geotrain::worker
