@@ -8,11 +8,12 @@
 #include "core/deployment_keys.hpp"
 #include "core/error.hpp"
 #include "core/yaml_reader.hpp"
+#include "worker/fragment_schedule.hpp"
 
 namespace geotrain::worker {
 
 uint32_t WorkerConfig::merge_delay() const {
-  return worker::merge_delay(overlap_mode, local_steps, fragments, fragment_delay);
+  return FragmentSchedule::merge_delay(overlap_mode, local_steps, fragments, fragment_delay);
 }
 
 uint32_t WorkerConfig::region_index(std::string_view name) const {

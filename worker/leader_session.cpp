@@ -22,7 +22,8 @@ uint64_t LeaderSession::connect(uint64_t resume_round) {
   auto& sc = streaming_config_;
   if (sc.fragments != sync_->config().fragments) {
     sc.fragments = sync_->config().fragments;
-    sc.delay = merge_delay(sc.mode, sc.local_steps, sc.fragments, sc.written_delay);
+    sc.delay =
+        FragmentSchedule::merge_delay(sc.mode, sc.local_steps, sc.fragments, sc.written_delay);
     GT_REQUIRE(sc.fragments <= sc.local_steps,
                "region {}: the servers cut {} fragments, more than worker.local_steps = {} (each "
                "fragment needs its own step in the round)",

@@ -34,6 +34,8 @@ class LeaderSession {
   RegionSync& sync() { return *sync_; }
   const RegionSync& sync() const { return *sync_; }
   const StreamingConfig& streaming_config() const { return streaming_config_; }
+  // The fragment schedule this region follows (after connect(): with the servers' count).
+  FragmentSchedule schedule() const { return streaming_config_.schedule(); }
 
   // RegionSync::connect(resume_round), then the schedule, with the servers' fragment count (their
   // hellos say it; streaming_config().fragments and .delay follow it when the config said

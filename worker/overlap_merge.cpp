@@ -13,13 +13,6 @@ OverlapMode parse_overlap_mode(std::string_view text) {
   return OverlapMode::off;
 }
 
-uint32_t merge_delay(OverlapMode mode, uint32_t local_steps, uint32_t fragments,
-                     std::optional<uint32_t> written) {
-  if (written) return *written;
-  if (mode == OverlapMode::off) return 0;
-  return local_steps / fragments;  // one round late without fragments
-}
-
 std::string_view overlap_mode_name(OverlapMode mode) {
   switch (mode) {
     case OverlapMode::off:

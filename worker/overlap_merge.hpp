@@ -24,7 +24,6 @@
 #pragma once
 
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -39,11 +38,6 @@ enum class OverlapMode { off, carry, eager, delayed };
 // "false"/"true"/"eager"/"delayed" (worker.overlap); InputError otherwise.
 OverlapMode parse_overlap_mode(std::string_view text);
 std::string_view overlap_mode_name(OverlapMode mode);  // false | true | eager | delayed
-
-// Steps from a fragment's push to its merge: `written` (worker.fragment_delay) when given; else
-// 0 without overlap, and H / P with it (one round late without fragments).
-uint32_t merge_delay(OverlapMode mode, uint32_t local_steps, uint32_t fragments,
-                     std::optional<uint32_t> written);
 
 // The servers' outer optimizer, as the worker models it (server.optimizer).
 using OuterStepConfig = OuterStep;  // core/outer_step.hpp

@@ -19,21 +19,6 @@ std::vector<ElementRange> without(const std::vector<ElementRange>& ranges,
 
 }  // namespace
 
-bool StreamingSync::due(uint64_t step, uint32_t fragment, uint32_t fragments,
-                        uint32_t local_steps) {
-  const uint64_t lag = uint64_t{fragments - 1 - fragment} * local_steps / fragments;
-  return step > 0 && (step + lag) % local_steps == 0;
-}
-
-bool StreamingSync::changes_params_after(uint64_t step, uint32_t fragments, uint32_t local_steps,
-                                         uint32_t delay) {
-  for (uint32_t p = 0; p < fragments; ++p)
-    if (due(step, p, fragments, local_steps) ||
-        (delay > 0 && step > delay && due(step - delay, p, fragments, local_steps)))
-      return true;
-  return false;
-}
-
 StreamingSync::StreamingSync(RegionSync& sync, StreamingConfig config)
     : sync_(sync), config_(config) {
   GT_REQUIRE(config_.local_steps >= 1, "streaming: local_steps is 0");
@@ -194,7 +179,7 @@ std::vector<RoundReport> StreamingSync::after_step(uint64_t step, FloatSpan para
                                   : run_blocking(config_.fragments, params));
   }
   for (uint32_t p = 0; p < config_.fragments; ++p) {
-    if (!due(step, p, config_.fragments, config_.local_steps)) continue;
+    if (!config_.schedule().due(step, p)) continue;
     last_start_[p] = step;
     if (!background()) {
       merged.push_back(run_blocking(p, params));

@@ -42,6 +42,7 @@
 #include <thread>
 #include <vector>
 
+#include "worker/fragment_schedule.hpp"
 #include "worker/overlap_merge.hpp"
 #include "worker/region_sync.hpp"
 
@@ -54,6 +55,7 @@ struct StreamingConfig {
   // worker.fragment_delay as written (nullopt: the default, merge_delay()), so that the delay
   // follows P when the servers' fragment count replaces the config's (LeaderSession::connect).
   std::optional<uint32_t> written_delay;
+  FragmentSchedule schedule() const { return {local_steps, fragments, delay}; }
   OverlapMode mode = OverlapMode::off;  // the merge rule when delay > 0
   OuterStepConfig outer;                // the servers' outer optimizer (eager / delayed)
   uint32_t regions = 1;                 // R
@@ -75,13 +77,6 @@ class StreamingSync {
 
   // The end of training after step `last_step`: see above. Returns the reports merged.
   std::vector<RoundReport> finish(uint64_t last_step, FloatSpan params);
-
-  // Fragment p's offset in the schedule, and whether it is due after step k.
-  static bool due(uint64_t step, uint32_t fragment, uint32_t fragments, uint32_t local_steps);
-  // Whether the leader's exchanges change the parameters after step k: a fragment is due, or
-  // a merge `delay` steps after one (when a region's other ranks take the leader's broadcast).
-  static bool changes_params_after(uint64_t step, uint32_t fragments, uint32_t local_steps,
-                                   uint32_t delay);
 
   bool background() const { return config_.delay > 0; }
 

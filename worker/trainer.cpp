@@ -162,8 +162,8 @@ class WorkerRun {
 
   const WorkerConfig& config_;
   // The fragment schedule every rank of the region follows: the config's until start(), then
-  // the servers' count as the leader learned it from their hellos (LeaderSession::connect).
-  uint32_t fragments_, merge_delay_;
+  // the leader's, whose fragment count the servers' hellos set (LeaderSession::connect).
+  FragmentSchedule schedule_;
   const std::string& region_;
   const uint32_t region_index_, rank_;
   zmq::context_t& context_;
@@ -203,8 +203,7 @@ class WorkerRun {
 WorkerRun::WorkerRun(const WorkerConfig& config, const std::string& region, uint32_t region_index,
                      uint32_t rank, zmq::context_t& context, TrainerOptions options)
     : config_(config),
-      fragments_(config.fragments),
-      merge_delay_(config.merge_delay()),
+      schedule_{config.local_steps, config.fragments, config.merge_delay()},
       region_(region),
       region_index_(region_index),
       rank_(rank),
@@ -314,8 +313,8 @@ uint64_t WorkerRun::connect_leader(std::stop_token stop) {
   log_->write(events::name::connect, {{f::region, region_},
                                       {f::next_round, next},
                                       {f::startup_bytes_pulled, sync.startup_bytes_pulled()},
-                                      {f::fragments, session_->streaming_config().fragments},
-                                      {f::fragment_delay, session_->streaming_config().delay}});
+                                      {f::fragments, session_->schedule().fragments},
+                                      {f::fragment_delay, session_->schedule().delay}});
   if (options_.resume)
     log_->write(events::name::resume, resume_leader(resumed_, next, sync, params_, region_));
   std::copy(sync.base().begin(), sync.base().end(), params_.begin());
@@ -325,18 +324,19 @@ uint64_t WorkerRun::connect_leader(std::stop_token stop) {
 uint64_t WorkerRun::start(std::stop_token stop) {
   // The leader tells its region the round it trains first and the schedule (floats: exact for
   // counts below 2^24).
-  std::vector<float> start{1.0f, static_cast<float>(fragments_), static_cast<float>(merge_delay_)};
+  std::vector<float> start{1.0f, static_cast<float>(schedule_.fragments),
+                           static_cast<float>(schedule_.delay)};
   if (leader_) {
     start[0] = static_cast<float>(connect_leader(std::move(stop)));
-    start[1] = static_cast<float>(session_->streaming_config().fragments);
-    start[2] = static_cast<float>(session_->streaming_config().delay);
+    start[1] = static_cast<float>(session_->schedule().fragments);
+    start[2] = static_cast<float>(session_->schedule().delay);
   }
   if (comm_) {
     comm_->broadcast(start, 0);
     comm_->broadcast(params_, 0);
   }
-  fragments_ = static_cast<uint32_t>(start[1]);
-  merge_delay_ = static_cast<uint32_t>(start[2]);
+  schedule_.fragments = static_cast<uint32_t>(start[1]);
+  schedule_.delay = static_cast<uint32_t>(start[2]);
   engine_->to_device(params_);
   const auto first = static_cast<uint64_t>(start[0]);
   // A resumed worker trains round t on round t's data, at round t's schedule step.
@@ -392,8 +392,7 @@ void WorkerRun::local_step(uint64_t round, uint32_t h) {
   // The exchanges due after this step (every fragment's push, and the merges `delay` steps
   // later); every rank knows the schedule, so all take part in the broadcast that follows.
   const uint64_t global_step = (round - 1) * config_.local_steps + h + 1;
-  const bool exchanged = StreamingSync::changes_params_after(global_step, fragments_,
-                                                             config_.local_steps, merge_delay_);
+  const bool exchanged = schedule_.changes_after(global_step);
   if (leader_) {
     if (exchanged) engine_->to_host(params_);
     t0 = Clock::now();

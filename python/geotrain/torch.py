@@ -94,9 +94,11 @@ class OuterSync:
         self.rounds = int(s["rounds"])
         self.total_steps = self.local_steps * self.rounds
         self._check_table(s["tensors"])
-        self.fragments = int(s["fragments"])
         self.curve = s["curve"]  # every server link is CURVE (keys from s["keys_dir"])
-        self._delay = self._merge_delay(s)  # steps from a fragment's push to its merge
+        # When each fragment is pushed and merged: the config's until the leader has connected,
+        # then the leader's (the servers' fragment count, from their hellos).
+        self._schedule = _core.FragmentSchedule(self.local_steps, int(s["fragments"]),
+                                                self._merge_delay(s))
 
         self._group = process_group
         distributed = dist.is_available() and dist.is_initialized()
@@ -128,15 +130,15 @@ class OuterSync:
             # Every rank follows the leader's schedule: its first round, and the fragment count
             # and delay the servers' hellos set (they replace the config's where they differ).
             first = torch.tensor([self.round if failure is None else -1, self.fragments,
-                                  self._delay], dtype=torch.int64)
+                                  self._schedule.delay], dtype=torch.int64)
             dist.broadcast(first, src=_global_rank(self._group, 0), group=self._group)
             if int(first[0].item()) < 0 and failure is None:
                 raise RuntimeError(f"OuterSync: the leader of region '{region}' (rank 0 of the "
                                    "process group) could not connect to the servers; its "
                                    "exception says why")
             self.round = int(first[0].item())
-            self.fragments = int(first[1].item())
-            self._delay = int(first[2].item())
+            self._schedule = _core.FragmentSchedule(self.local_steps, int(first[1].item()),
+                                                    int(first[2].item()))
         if failure is not None:
             raise failure
         self._first_step = (self.round - 1) * self.local_steps  # global steps before this run
@@ -165,8 +167,7 @@ class OuterSync:
         self._gather()
         self.round = int(leader.connect(self._flat_np))
         # The servers' fragment count (their hellos), and the delay that follows from it.
-        self.fragments = int(leader.fragments)
-        self._delay = int(leader.fragment_delay)
+        self._schedule = leader.schedule
         leader.copy_base(self._flat_np)
         self._scatter()
         self._leader = leader
@@ -179,7 +180,7 @@ class OuterSync:
                 "rounds": self.rounds, "critical_codec": s["critical_codec"],
                 "noncritical_codec": s["noncritical_codec"],
                 "overlap": s["overlap"] != "false", "overlap_mode": s["overlap"],
-                "fragments": self.fragments, "fragment_delay": self._delay,
+                "fragments": self.fragments, "fragment_delay": self._schedule.delay,
                 "stream_critical": bool(s["stream_critical"]),
                 "staleness_bound": int(s["staleness_bound"]), "frontend": "python"})
 
@@ -242,6 +243,11 @@ class OuterSync:
             # a schedule [{"until_round": N, "codec": SPEC}, ..., {"codec": SPEC}] is checked
             # by RegionSync's constructor, naming the phase
         return s
+
+    @property
+    def fragments(self):
+        """P, the streaming fragments this region follows (the servers' count once connected)."""
+        return self._schedule.fragments
 
     @staticmethod
     def _merge_delay(s):
@@ -330,7 +336,7 @@ class OuterSync:
             event.update({k: float(v) for k, v in fields.items()})
             self._log.write("step", event)
         global_step = self._first_step + self.steps  # (round - 1) * H + h + 1
-        changes = _core.changes_after(global_step, self.fragments, self.local_steps, self._delay)
+        changes = self._schedule.changes_after(global_step)
         if self._leader is not None:
             t0 = time.monotonic()
             if changes:

@@ -424,7 +424,8 @@ OverlapMode overlap_from_py(const py::object& overlap) {
 // (WorkerConfig::merge_delay): every rank of a Python region needs it for the schedule.
 uint32_t merge_delay(uint32_t local_steps, uint32_t fragments, const py::object& overlap,
                      std::optional<uint32_t> fragment_delay) {
-  return worker::merge_delay(overlap_from_py(overlap), local_steps, fragments, fragment_delay);
+  return worker::FragmentSchedule::merge_delay(overlap_from_py(overlap), local_steps, fragments,
+                                               fragment_delay);
 }
 
 // A RegionSync from the Python arguments (documented on the class): they become the worker's
@@ -550,10 +551,36 @@ void bind_leader_helpers(py::module_& m) {
   m.def("merge_delay", &merge_delay, py::arg("local_steps"), py::arg("fragments"),
         py::arg("overlap"), py::arg("fragment_delay") = py::none(),
         "steps from a fragment's push to its merge, as the native worker computes it");
-  m.def("changes_after", &StreamingSync::changes_params_after, py::arg("step"),
-        py::arg("fragments"), py::arg("local_steps"), py::arg("delay"),
-        "whether a leader's exchanges change the parameters after local step `step` (a fragment "
-        "due, or merged `delay` steps after one): when a region's other ranks take a broadcast");
+  using worker::FragmentSchedule;
+  py::class_<FragmentSchedule>(m, "FragmentSchedule",
+                               "when each streaming fragment is exchanged and merged "
+                               "(worker/fragment_schedule.hpp): H local steps, P fragments, a "
+                               "merge `delay` steps after each push")
+      .def(py::init([](uint32_t local_steps, uint32_t fragments, uint32_t delay) {
+             if (local_steps < 1 || fragments < 1 || fragments > local_steps || delay > local_steps)
+               throw py::value_error(fmt::format(
+                   "local_steps {}, fragments {}, delay {}: allowed 1 <= fragments <= local_steps "
+                   "and delay <= local_steps",
+                   local_steps, fragments, delay));
+             return FragmentSchedule{local_steps, fragments, delay};
+           }),
+           py::arg("local_steps"), py::arg("fragments"), py::arg("delay"))
+      .def_readonly("local_steps", &FragmentSchedule::local_steps)
+      .def_readonly("fragments", &FragmentSchedule::fragments)
+      .def_readonly("delay", &FragmentSchedule::delay)
+      .def("due", &FragmentSchedule::due, py::arg("step"), py::arg("fragment"),
+           "whether fragment `fragment` is pushed after local step `step` (1-based)")
+      .def("changes_after", &FragmentSchedule::changes_after, py::arg("step"),
+           "whether a leader's exchanges change the parameters after local step `step` (a "
+           "fragment due, or merged `delay` steps after one): when a region's other ranks take "
+           "a broadcast");
+  m.def(
+      "changes_after",
+      [](uint64_t step, uint32_t fragments, uint32_t local_steps, uint32_t delay) {
+        return FragmentSchedule{local_steps, fragments, delay}.changes_after(step);
+      },
+      py::arg("step"), py::arg("fragments"), py::arg("local_steps"), py::arg("delay"),
+      "FragmentSchedule(local_steps, fragments, delay).changes_after(step)");
 }
 
 }  // namespace
@@ -631,6 +658,9 @@ connect() raises HandshakeError (a ConnectionError) when a server refuses the co
                              [](const RegionLeader& l) { return l.streaming().fragments; })
       .def_property_readonly("fragment_delay",
                              [](const RegionLeader& l) { return l.streaming().delay; })
+      .def_property_readonly(
+          "schedule", [](const RegionLeader& l) { return l.streaming().schedule(); },
+          "the FragmentSchedule this region follows (after connect(): with the servers' count)")
       .def_property_readonly("layout_hash",
                              [](const RegionLeader& l) { return l.table().layout_hash(); })
       .def_property_readonly("size",

@@ -187,5 +187,17 @@ class TwoRegions(unittest.TestCase):
                 OuterSync(tiny_model(), config=servers.config, region="c")
 
 
+class Schedule(unittest.TestCase):
+    def test_the_fragment_schedule_is_the_native_one(self):
+        # H = 8, P = 4, a merge 2 steps after each push (pushes at 2, 4, 6, 8).
+        s = geotrain._core.FragmentSchedule(8, 4, 2)
+        self.assertEqual([k for k in range(1, 9) if s.due(k, 0)], [2])
+        self.assertEqual([k for k in range(1, 11) if s.changes_after(k)], [2, 4, 6, 8, 10])
+        self.assertEqual(geotrain._core.changes_after(6, 4, 8, 2), s.changes_after(6))
+        self.assertEqual(geotrain._core.merge_delay(8, 4, "eager"), 2)
+        with self.assertRaisesRegex(ValueError, "fragments <= local_steps"):
+            geotrain._core.FragmentSchedule(2, 4, 0)
+
+
 if __name__ == "__main__":
     unittest.main()

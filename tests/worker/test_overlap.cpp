@@ -181,11 +181,28 @@ TEST_CASE("fragment p of P syncs every H steps, staggered by H / P, the last at 
   std::vector<std::vector<uint64_t>> due(4);
   for (uint64_t k = 1; k <= 16; ++k)
     for (uint32_t p = 0; p < 4; ++p)
-      if (StreamingSync::due(k, p, 4, 8)) due[p].push_back(k);
+      if (FragmentSchedule{8, 4, 0}.due(k, p)) due[p].push_back(k);
   CHECK(due[0] == std::vector<uint64_t>{2, 10});
   CHECK(due[1] == std::vector<uint64_t>{4, 12});
   CHECK(due[2] == std::vector<uint64_t>{6, 14});
   CHECK(due[3] == std::vector<uint64_t>{8, 16});
   // One fragment: every round boundary, as the synchronous path.
-  for (uint64_t k = 1; k <= 9; ++k) CHECK(StreamingSync::due(k, 0, 1, 3) == (k % 3 == 0));
+  for (uint64_t k = 1; k <= 9; ++k) CHECK(FragmentSchedule{3, 1, 0}.due(k, 0) == (k % 3 == 0));
+}
+
+TEST_CASE("the parameters change after a fragment's push and after its merge, delay steps later") {
+  // H = 8, P = 4, delay 1: pushes at 2, 4, 6, 8, merges one step later.
+  const FragmentSchedule s{8, 4, 1};
+  std::vector<uint64_t> changes;
+  for (uint64_t k = 1; k <= 10; ++k)
+    if (s.changes_after(k)) changes.push_back(k);
+  CHECK(changes == std::vector<uint64_t>{2, 3, 4, 5, 6, 7, 8, 9, 10});
+  // One fragment merged a round late (carry): after every boundary only.
+  const FragmentSchedule carry{4, 1, 4};
+  for (uint64_t k = 1; k <= 12; ++k) CHECK(carry.changes_after(k) == (k % 4 == 0));
+  // The default delay: 0 without overlap, H / P with it; a written one wins.
+  CHECK(FragmentSchedule::merge_delay(OverlapMode::off, 8, 4, std::nullopt) == 0);
+  CHECK(FragmentSchedule::merge_delay(OverlapMode::eager, 8, 4, std::nullopt) == 2);
+  CHECK(FragmentSchedule::merge_delay(OverlapMode::carry, 8, 1, std::nullopt) == 8);
+  CHECK(FragmentSchedule::merge_delay(OverlapMode::eager, 8, 4, 3u) == 3);
 }
