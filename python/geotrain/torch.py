@@ -71,6 +71,7 @@ class OuterSync:
     overlap (False/True/"eager"/"delayed"),
     fragments, fragment_delay, stream_critical, outer ({lr, momentum, nesterov}:
     server.optimizer), timeout_ms, streams_per_server (0: auto), link_mbps, socket_buffer_kib,
+    error_feedback ({decay}: worker.error_feedback), shard_wait_ms,
     run_dir; keys_dir (CURVE with this region's keys, the folder `geotrain keygen` wrote) and
     curve (False: no CURVE), which default to the config's security section.
     process_group  the region's torch.distributed group (default: the default group when one is
@@ -163,7 +164,9 @@ class OuterSync:
             chunk_align=str(s.get("chunk_align", "segment")),
             streams_per_server=int(s.get("streams_per_server", 0)),
             link_mbps=float(s.get("link_mbps", 1000.0)),
-            socket_buffer_kib=int(s.get("socket_buffer_kib", 0)))
+            socket_buffer_kib=int(s.get("socket_buffer_kib", 0)),
+            error_feedback_decay=float(s.get("error_feedback", {}).get("decay", 1.0)),
+            shard_wait_ms=int(s.get("shard_wait_ms", 0)))
         self._gather()
         self.round = int(leader.connect(self._flat_np))
         # The servers' fragment count (their hellos), and the delay that follows from it.
@@ -212,7 +215,8 @@ class OuterSync:
                  "staleness_bound", "overlap", "fragments", "fragment_delay", "stream_critical",
                  "outer",
                  "timeout_ms", "run_dir", "model_name", "curve", "keys_dir",
-                 "streams_per_server", "link_mbps", "socket_buffer_kib"}
+                 "streams_per_server", "link_mbps", "socket_buffer_kib", "error_feedback",
+                 "shard_wait_ms"}
         # CURVE: the config's security section, unless keys_dir= / curve= say otherwise
         # (keys_dir alone turns it on; curve=False turns it off).
         s["curve"] = bool(s["security"]["curve"])

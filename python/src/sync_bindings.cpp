@@ -189,6 +189,7 @@ class RegionLeader {
   const ParamTable& table() const { return table_; }
   uint64_t next_round() const { return session_->sync().next_round(); }
   const StreamingConfig& streaming() const { return session_->streaming_config(); }
+  const SyncConfig& sync_config() const { return session_->sync().config(); }
   // The region leaves (RegionSync::goodbye): best effort, at most `wait_ms` per server.
   void goodbye(int64_t wait_ms) {
     py::gil_scoped_release nogil;
@@ -310,6 +311,9 @@ py::dict leader_settings(const std::string& yaml_text, const std::string& source
   d["critical_codec"] = schedule_to_py(c.critical_codec);
   d["noncritical_codec"] = schedule_to_py(c.noncritical_codec);
   d["chunk_align"] = c.tensor_segments ? "tensor" : "segment";  // worker.chunk_align
+  py::dict feedback;                                            // worker.error_feedback
+  feedback["decay"] = c.error_feedback_decay;
+  d["error_feedback"] = feedback;
   d["staleness_bound"] = c.staleness_bound;
   d["overlap"] = std::string(worker::overlap_mode_name(c.overlap_mode));  // false|true|eager|...
   d["fragments"] = c.fragments;
@@ -439,7 +443,7 @@ std::unique_ptr<RegionLeader> make_region_leader(
     std::optional<uint32_t> fragment_delay, float outer_lr, float outer_momentum,
     bool outer_nesterov, const py::object& keys_dir, bool stream_critical,
     const std::string& chunk_align, uint32_t streams_per_server, double link_mbps,
-    uint32_t socket_buffer_kib) {
+    uint32_t socket_buffer_kib, float error_feedback_decay, int64_t shard_wait_ms) {
   if (streams_per_server > 64)
     throw py::value_error(fmt::format(
         "streams_per_server is {}, allowed: 1..64, or 0 for auto (worker.streams_per_server)",
@@ -452,6 +456,14 @@ std::unique_ptr<RegionLeader> make_region_leader(
                                       local_steps, fragments));
   if (timeout_ms < 1)
     throw py::value_error(fmt::format("timeout_ms is {}, must be positive", timeout_ms));
+  if (!(error_feedback_decay > 0.0f && error_feedback_decay <= 1.0f))
+    throw py::value_error(
+        fmt::format("error_feedback_decay is {}, allowed: (0, 1] (worker.error_feedback.decay)",
+                    error_feedback_decay));
+  if (shard_wait_ms < 0)
+    throw py::value_error(fmt::format(
+        "shard_wait_ms is {}, must be 0 (never defer) or positive (worker.shard_wait_ms)",
+        shard_wait_ms));
   std::vector<TensorSpec> specs;
   for (const auto& [name, size] : tensors) specs.push_back({name, size});
   // The arguments as the worker's config: the endpoints given are the ones this
@@ -469,6 +481,8 @@ std::unique_ptr<RegionLeader> make_region_leader(
   w.streams_per_server = streams_per_server;
   w.link_mbps = link_mbps;
   w.socket_buffer_kib = socket_buffer_kib;
+  w.error_feedback_decay = error_feedback_decay;
+  w.shard_wait = std::chrono::milliseconds(shard_wait_ms);
   w.overlap_mode = overlap_from_py(overlap);
   w.overlap = w.overlap_mode != OverlapMode::off;
   w.local_steps = local_steps;
@@ -603,6 +617,10 @@ one flat float32 array in the table's order. Usually used through geotrain.torch
   streams_per_server: connections to each server, messages striped over them; 0: auto, from
              the measured round trip, link_mbps and the TCP window (worker.streams_per_server);
              socket_buffer_kib: SO_SNDBUF/SO_RCVBUF, 0: the OS default
+  error_feedback_decay: the uplink residual's decay, e <- decay * e + delta before encoding
+             (worker.error_feedback.decay; 1: none); shard_wait_ms: with overlap, how long an
+             exchange waits for a server before its shards are deferred (worker.shard_wait_ms;
+             0: never)
   staleness_bound: rounds this region may run ahead of the slowest (server.staleness_bound)
   local_steps: H; overlap: False/True/"false"/"true"/"eager"/"delayed" (worker.overlap)
   fragments: P (worker.fragments; connect() takes the servers' count instead where they say
@@ -624,7 +642,8 @@ connect() raises HandshakeError (a ConnectionError) when a server refuses the co
            py::arg("outer_nesterov") = false, py::arg("keys_dir") = py::none(),
            py::arg("stream_critical") = true, py::arg("chunk_align") = "segment",
            py::arg("streams_per_server") = 0, py::arg("link_mbps") = 1000.0,
-           py::arg("socket_buffer_kib") = 0)
+           py::arg("socket_buffer_kib") = 0, py::arg("error_feedback_decay") = 1.0f,
+           py::arg("shard_wait_ms") = 0)
       .def("connect", &RegionLeader::connect, py::arg("origin") = py::none(),
            "register with every server and pull the global values; origin: the common initial "
            "parameters (the servers hold the sum of deltas from it). Returns the next round")
@@ -658,6 +677,11 @@ connect() raises HandshakeError (a ConnectionError) when a server refuses the co
                              [](const RegionLeader& l) { return l.streaming().fragments; })
       .def_property_readonly("fragment_delay",
                              [](const RegionLeader& l) { return l.streaming().delay; })
+      .def_property_readonly(
+          "error_feedback_decay",
+          [](const RegionLeader& l) { return l.sync_config().error_feedback_decay; })
+      .def_property_readonly(
+          "shard_wait_ms", [](const RegionLeader& l) { return l.sync_config().shard_wait.count(); })
       .def_property_readonly(
           "schedule", [](const RegionLeader& l) { return l.streaming().schedule(); },
           "the FragmentSchedule this region follows (after connect(): with the servers' count)")

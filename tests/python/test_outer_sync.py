@@ -136,6 +136,29 @@ class TwoRegions(unittest.TestCase):
             self.assertTrue(os.path.exists(os.path.join(servers.run_dir, "report.md")))
             self.assertTrue(os.path.exists(os.path.join(servers.run_dir, "params-a.f32")))
 
+    def test_a_python_leader_takes_error_feedback_and_shard_wait_from_the_config(self):
+        # worker.error_feedback.decay and worker.shard_wait_ms shape the leader's sync as in the
+        # native worker: from the config, and from OuterSync's arguments over it.
+        with tempfile.TemporaryDirectory() as tmp:
+            servers = self.start(tmp)
+            with open(servers.config) as f:
+                text = f.read()
+            config = os.path.join(tmp, "leader.yaml")
+            with open(config, "w") as f:
+                f.write(text.replace("worker:\n", "worker:\n  error_feedback: {decay: 0.7}\n"
+                                     "  shard_wait_ms: 300\n", 1))
+            for options, decay, wait in (({}, 0.7, 300),
+                                         ({"error_feedback": {"decay": 0.5},
+                                           "shard_wait_ms": 0}, 0.5, 0)):
+                sync = OuterSync(tiny_model(), config=config, region="a", metrics=False,
+                                 **options)
+                self.assertAlmostEqual(sync._leader.error_feedback_decay, decay, places=6)
+                self.assertEqual(sync._leader.shard_wait_ms, wait)
+                sync.close()
+            with self.assertRaisesRegex(ValueError, "error_feedback_decay is 1.5"):
+                OuterSync(tiny_model(), config=config, region="a", metrics=False,
+                          error_feedback={"decay": 1.5})
+
     def test_the_run_ends_with_one_global_model_written_by_the_first_region(self):
         with tempfile.TemporaryDirectory() as tmp:
             # 1 bit both ways: the regions' parameters differ until the flush pulls the global
