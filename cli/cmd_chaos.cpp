@@ -55,7 +55,7 @@ int run_chaos_command(const ChaosArgs& a) {
   }
   // The worker's and server's parsers check the config before anything starts (as `run` does).
   o.run.validate = check_launch_config;
-  o.run.overrides = launcher::parse_overrides(a.sets);
+  o.run.overrides = parse_overrides(a.sets);
   if (a.json) o.run.redraw = false;  // progress stays on stderr, in plain blocks
   if (!a.out.empty()) o.out_dir = a.out;
   o.kill_every_s = launcher::parse_duration(a.kill_every, "--kill-every");

@@ -18,7 +18,7 @@
 #include "cli/config_text.hpp"
 #include "cli/signal_watcher.hpp"
 #include "core/error.hpp"
-#include "launcher/run/config_overrides.hpp"
+#include "core/config_overrides.hpp"
 #include "launcher/run/launcher.hpp"
 #include "launcher/run/run_folder.hpp"
 #include "launcher/run/wan_profile.hpp"
@@ -85,7 +85,7 @@ int run_run(const RunArgs& args) {
                                               : fs::path(args.config);
   if (!o.resume) require_config_file(o.config);
   if (!args.out.empty()) o.out_dir = args.out;
-  o.overrides = launcher::parse_overrides(args.sets);
+  o.overrides = parse_overrides(args.sets);
   if (!args.wan.empty()) {
     for (const auto& ov : o.overrides)
       GT_REQUIRE(ov.key != "run.wan_profile", "--wan {} and {}: give one of them", args.wan,
@@ -109,7 +109,7 @@ int run_sweep(const RunArgs& args) {
   o.run = launch_options(!args.no_plots);
   o.sweep_file = args.config;
   if (!args.out.empty()) o.out_dir = args.out;
-  o.overrides = launcher::parse_overrides(args.sets);
+  o.overrides = parse_overrides(args.sets);
   if (!args.no_plots) o.plot_script = shipped_file("scripts/plot_sweep.py");
   std::stop_source stop;
   SignalWatcher watcher([&stop](int) { stop.request_stop(); });

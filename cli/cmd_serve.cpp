@@ -14,7 +14,7 @@
 #include "cli/config_text.hpp"
 #include "cli/signal_watcher.hpp"
 #include "core/error.hpp"
-#include "launcher/run/config_overrides.hpp"
+#include "core/config_overrides.hpp"
 #include "launcher/run/launcher.hpp"
 
 namespace geotrain::cli {
@@ -43,7 +43,7 @@ int run_serve(const ServeArgs& args) {
   }
   o.validate = check_launch_config;
   o.config = args.config;
-  o.overrides = launcher::parse_overrides(args.set);
+  o.overrides = parse_overrides(args.set);
   o.overrides.push_back({"worker.external", "true", "geotrain serve"});
   if (!args.out.empty()) o.out_dir = args.out;
   std::stop_source stop;

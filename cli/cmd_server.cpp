@@ -13,7 +13,7 @@
 #include "cli/signal_watcher.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
-#include "launcher/run/config_overrides.hpp"
+#include "core/config_overrides.hpp"
 #include "launcher/run/run_settings.hpp"
 #include "server/config.hpp"
 #include "server/param_server.hpp"
@@ -29,11 +29,11 @@ struct ServerArgs {
 };
 
 int run_server(const ServerArgs& args) {
-  const auto overrides = launcher::parse_overrides(args.sets);
-  const auto source = launcher::describe_source(args.config, overrides);
+  const auto overrides = parse_overrides(args.sets);
+  const auto source = describe_source(args.config, overrides);
   auto config = server::parse_server_config(
       resolved_config_text(
-          launcher::apply_overrides(launcher::read_text_file(args.config), overrides, source),
+          apply_overrides(launcher::read_text_file(args.config), overrides, source),
           source),
       source);
   uint32_t region = 0;

@@ -19,7 +19,7 @@
 #include "cli/signal_watcher.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
-#include "launcher/run/config_overrides.hpp"
+#include "core/config_overrides.hpp"
 #include "launcher/run/run_settings.hpp"
 #include "worker/config.hpp"
 #include "worker/trainer.hpp"
@@ -38,11 +38,11 @@ struct WorkerArgs {
 };
 
 int run_worker(const WorkerArgs& args) {
-  const auto overrides = launcher::parse_overrides(args.sets);
-  const auto source = launcher::describe_source(args.config, overrides);
+  const auto overrides = parse_overrides(args.sets);
+  const auto source = describe_source(args.config, overrides);
   auto config = worker::parse_worker_config(
       resolved_config_text(
-          launcher::apply_overrides(launcher::read_text_file(args.config), overrides, source),
+          apply_overrides(launcher::read_text_file(args.config), overrides, source),
           source),
       source);
   if (!args.run_dir.empty()) config.run_dir = args.run_dir;

@@ -24,7 +24,7 @@ std::filesystem::path shipped_file(const std::filesystem::path& relative);
 std::string resolved_config_text(const std::filesystem::path& file);
 
 // The same for config text already read (`source` names it in messages), e.g. a config with
-// `--set` overrides applied (launcher/run/config_overrides.hpp).
+// `--set` overrides applied (core/config_overrides.hpp).
 std::string resolved_config_text(const std::string& text, const std::string& source);
 
 // What `geotrain run`, `chaos` and `serve` check before they start anything: the worker's and

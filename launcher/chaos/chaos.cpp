@@ -14,7 +14,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "launcher/chaos/chaos_observer.hpp"
-#include "launcher/run/config_overrides.hpp"
+#include "core/config_overrides.hpp"
 #include "launcher/run/run_folder.hpp"
 #include "launcher/run/run_settings.hpp"
 

@@ -15,7 +15,7 @@
 #include <string_view>
 #include <vector>
 
-#include "launcher/run/config_overrides.hpp"
+#include "core/config_overrides.hpp"
 
 namespace geotrain::launcher {
 

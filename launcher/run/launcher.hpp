@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include "launcher/run/config_overrides.hpp"
+#include "core/config_overrides.hpp"
 
 namespace geotrain::launcher {
 

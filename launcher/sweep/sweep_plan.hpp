@@ -38,7 +38,7 @@
 #include <utility>
 #include <vector>
 
-#include "launcher/run/config_overrides.hpp"
+#include "core/config_overrides.hpp"
 
 namespace geotrain::launcher {
 

@@ -23,6 +23,7 @@ client with its region's keys; a server that refuses the handshake raises
 geotrain.HandshakeError (a ConnectionError) at construction, naming the server and the reason.
 """
 
+import json
 import os
 import time
 
@@ -52,6 +53,21 @@ def _global_rank(group, rank):
         return rank
     get = getattr(dist, "get_global_rank", None) or dist.distributed_c10d._get_global_rank
     return get(group, rank)
+
+
+# OuterSync's keyword arguments and the config keys they set (None: Python's own).
+_OVERRIDE_KEYS = {
+    "local_steps": "worker.local_steps", "rounds": "worker.rounds", "critical": "model.critical",
+    "critical_codec": "worker.critical_codec", "noncritical_codec": "worker.noncritical_codec",
+    "chunk_align": "worker.chunk_align", "staleness_bound": "server.staleness_bound",
+    "overlap": "worker.overlap", "fragments": "worker.fragments",
+    "fragment_delay": "worker.fragment_delay", "stream_critical": "worker.stream_critical",
+    "outer": "server.optimizer", "timeout_ms": "worker.timeout_ms", "run_dir": "worker.run_dir",
+    "curve": "security.curve", "keys_dir": "security.keys_dir",
+    "streams_per_server": "worker.streams_per_server", "link_mbps": "worker.link_mbps",
+    "socket_buffer_kib": "worker.socket_buffer_kib", "error_feedback": "worker.error_feedback",
+    "shard_wait_ms": "worker.shard_wait_ms", "model_name": None,
+}
 
 
 class OuterSync:
@@ -149,24 +165,10 @@ class OuterSync:
         """The leader's side of construction: the RegionSync (CURVE keys read here), the
         connection (every server's handshake checked first), the global values, and then the
         `start` event (so a leader that was refused leaves nothing in the run's metrics)."""
-        outer = {"lr": 1.0, "momentum": 0.0, "nesterov": False, **s["outer"]}
-        leader = _core.RegionSync(
-            [(n, int(p.numel())) for n, p in self._named], s["critical"], region,
-            s["servers"], s["critical_codec"], s["noncritical_codec"],
-            int(s["staleness_bound"]), s["overlap"], int(s["timeout_ms"]),
-            local_steps=self.local_steps, fragments=int(s["fragments"]),
-            fragment_delay=(None if s["fragment_delay"] is None else int(s["fragment_delay"])),
-            outer_lr=float(outer["lr"]),
-            outer_momentum=float(outer["momentum"]),
-            outer_nesterov=bool(outer["nesterov"]),
-            keys_dir=s["keys_dir"] if s["curve"] else None,
-            stream_critical=bool(s["stream_critical"]),
-            chunk_align=str(s.get("chunk_align", "segment")),
-            streams_per_server=int(s.get("streams_per_server", 0)),
-            link_mbps=float(s.get("link_mbps", 1000.0)),
-            socket_buffer_kib=int(s.get("socket_buffer_kib", 0)),
-            error_feedback_decay=float(s.get("error_feedback", {}).get("decay", 1.0)),
-            shard_wait_ms=int(s.get("shard_wait_ms", 0)))
+        # Planned from the config text (with this OuterSync's arguments applied to it) by the
+        # parser and planner the native worker uses: every key that shapes a leader reaches it.
+        leader = _core.RegionSync.from_config(
+            [(n, int(p.numel())) for n, p in self._named], s["config_text"], s["source"], region)
         self._gather()
         self.round = int(leader.connect(self._flat_np))
         # The servers' fragment count (their hellos), and the delay that follows from it.
@@ -190,62 +192,56 @@ class OuterSync:
     # -- settings -------------------------------------------------------------------------
 
     def _settings(self, config, region, servers, overrides):
+        """What the leader of `region` runs: the config's text (or, with servers= alone, one
+        made here) with the keyword arguments applied as `--set` overrides, read by the native
+        worker's parser (leader_settings). Keeps the text, which the leader is planned from."""
         if region is None:
             raise ValueError("OuterSync: region is required (one of the config's regions)")
+        for key in overrides:
+            if key not in _OVERRIDE_KEYS:
+                raise TypeError(f"OuterSync: unknown argument '{key}' "
+                                f"(allowed: {', '.join(sorted(_OVERRIDE_KEYS))})")
         if config is not None:
             with open(config, encoding="utf-8") as f:
-                s = dict(_core.leader_settings(f.read(), str(config), region))
+                text, source = f.read(), str(config)
         else:
             if not servers:
                 raise ValueError("OuterSync: pass config=... or servers={region: endpoint}")
-            s = dict(region=region, regions=list(servers), tensors=[], critical=[],
-                     critical_codec="fp32", noncritical_codec="fp32", staleness_bound=0,
-                     overlap="false", fragments=1, fragment_delay=None, stream_critical=True,
-                     outer=dict(lr=1.0, momentum=0.0, nesterov=False), local_steps=1, rounds=1,
-                     timeout_ms=120000, run_dir=os.path.join("runs", "python"),
-                     security=dict(curve=False, keys_dir=None))
             if region not in servers:
                 raise ValueError(f"OuterSync: region '{region}' is not in servers "
                                  f"(allowed: {', '.join(servers)})")
+            # This model's table, workers of your own, a single round of one step unless the
+            # arguments say more, and the timeout and run folder the Python API documents.
+            table = [{"name": n, "size": int(p.numel())} for n, p in self._named]
+            text = json.dumps({"regions": list(servers), "model": {"tensors": table}, "worker": {
+                "external": True, "local_steps": 1, "rounds": 1, "timeout_ms": 120000,
+                "run_dir": os.path.join("runs", "python")}})
+            source = "OuterSync(servers=...)"
+        sets = []
+        if servers:  # the endpoints this region dials (routes already applied)
+            sets += [f"regions={json.dumps(list(servers))}",
+                     f"server.endpoints={json.dumps(dict(servers))}"]
+        given = {k: v for k, v in overrides.items() if v is not None}
+        if "keys_dir" in given and "curve" not in given:
+            given["curve"] = True  # keys_dir alone turns CURVE on
+        if "keys_dir" in given:
+            given["keys_dir"] = os.fspath(given["keys_dir"])
+        for key, value in given.items():
+            path = _OVERRIDE_KEYS[key]
+            if path is not None:
+                sets.append(f"{path}={json.dumps(value)}")
+        text, source = _core.with_overrides(text, sets, source)
+        s = dict(_core.leader_settings(text, source, region))
+        s["config_text"], s["source"] = text, source
+        if "model_name" in given:
+            s["model_name"] = given["model_name"]
         if servers:
             s["servers"] = list(servers.items())
-            s["regions"] = list(servers)
-        known = {"local_steps", "rounds", "critical", "critical_codec", "noncritical_codec",
-                 "chunk_align",
-                 "staleness_bound", "overlap", "fragments", "fragment_delay", "stream_critical",
-                 "outer",
-                 "timeout_ms", "run_dir", "model_name", "curve", "keys_dir",
-                 "streams_per_server", "link_mbps", "socket_buffer_kib", "error_feedback",
-                 "shard_wait_ms"}
-        # CURVE: the config's security section, unless keys_dir= / curve= say otherwise
-        # (keys_dir alone turns it on; curve=False turns it off).
         s["curve"] = bool(s["security"]["curve"])
         s["keys_dir"] = s["security"]["keys_dir"]
-        for key, value in overrides.items():
-            if key not in known:
-                raise TypeError(f"OuterSync: unknown argument '{key}' "
-                                f"(allowed: {', '.join(sorted(known))})")
-            if value is not None:
-                s[key] = value
-        if overrides.get("keys_dir") is not None and overrides.get("curve") is None:
-            s["curve"] = True
-        s["curve"] = bool(s["curve"])
         if s["curve"] and not s["keys_dir"]:
             raise ValueError("OuterSync: CURVE is on but no keys_dir is given (the folder "
                              "`geotrain keygen` wrote: keys_dir=... or security.keys_dir)")
-        if s["keys_dir"] is not None:
-            s["keys_dir"] = os.fspath(s["keys_dir"])
-        if isinstance(s["overlap"], bool):
-            s["overlap"] = "true" if s["overlap"] else "false"
-        s["overlap"] = str(s["overlap"])
-        if s["overlap"] not in ("false", "true", "eager", "delayed"):
-            raise ValueError(f"OuterSync: overlap is '{s['overlap']}' (allowed: False, True, "
-                             "'eager', 'delayed')")
-        for key in ("critical_codec", "noncritical_codec"):
-            if isinstance(s[key], str):
-                _core.Codec(s[key])  # a bad spec fails here, naming what is allowed
-            # a schedule [{"until_round": N, "codec": SPEC}, ..., {"codec": SPEC}] is checked
-            # by RegionSync's constructor, naming the phase
         return s
 
     @property

@@ -24,6 +24,7 @@
 #include <stdexcept>
 
 #include "buffers.hpp"
+#include "core/config_overrides.hpp"
 #include "core/deployment_keys.hpp"
 #include "core/error.hpp"
 #include "core/metrics_events_check.hpp"
@@ -502,6 +503,29 @@ std::unique_ptr<RegionLeader> make_region_leader(
   return std::make_unique<RegionLeader>(specs, critical, std::move(plan), w.security);
 }
 
+// A RegionSync planned from a deployment config's text exactly as the native worker plans its
+// leader (parse_worker_config, then leader_plan): OuterSync's path, so that every key that shapes
+// the leader reaches it without a copy here. `tensors` is the Python model's table; the critical
+// globs are the config's model.critical.
+std::unique_ptr<RegionLeader> region_leader_from_config(
+    const std::vector<std::pair<std::string, uint64_t>>& tensors, const std::string& yaml_text,
+    const std::string& source, const std::string& region) {
+  const auto w = worker::parse_worker_config(yaml_text, source);
+  std::vector<TensorSpec> specs;
+  for (const auto& [name, size] : tensors) specs.push_back({name, size});
+  auto plan = leader_plan(w, region);  // InputError naming the regions, or a key file
+  return std::make_unique<RegionLeader>(specs, w.model.critical, std::move(plan), w.security);
+}
+
+// `yaml_text` with `section.key=value` overrides applied (core/config_overrides.hpp), and the
+// source that names them in errors: "<source> (with --set worker.lr=0.2)".
+std::pair<std::string, std::string> with_overrides(const std::string& yaml_text,
+                                                   const std::vector<std::string>& sets,
+                                                   const std::string& source) {
+  const auto overrides = parse_overrides(sets);
+  return {apply_overrides(yaml_text, overrides, source), describe_source(source, overrides)};
+}
+
 // The schema of core/metrics_events.json, from the generated names.
 py::dict metrics_events() {
   py::dict out;
@@ -562,6 +586,11 @@ void bind_leader_helpers(py::module_& m) {
       },
       py::arg("event"), py::arg("keys"), py::arg("strict") = true,
       "what is wrong with an event of these field names against the schema ('' when nothing)");
+  m.def("with_overrides", &with_overrides, py::arg("yaml_text"), py::arg("sets"),
+        py::arg("source"),
+        "(text, source): the config text with `section.key=value` overrides applied (the value "
+        "is YAML; JSON is YAML), as `geotrain run --set` applies them, and the source that names "
+        "them in errors");
   m.def("merge_delay", &merge_delay, py::arg("local_steps"), py::arg("fragments"),
         py::arg("overlap"), py::arg("fragment_delay") = py::none(),
         "steps from a fragment's push to its merge, as the native worker computes it");
@@ -633,6 +662,11 @@ one flat float32 array in the table's order. Usually used through geotrain.torch
 connect() raises HandshakeError (a ConnectionError) when a server refuses the connection
 (no keys, wrong keys, CURVE on one side only), naming the server and the reason.
 )doc")
+      .def_static("from_config", &region_leader_from_config, py::arg("tensors"),
+                  py::arg("yaml_text"), py::arg("source"), py::arg("region"),
+                  "the leader of `region` planned from a deployment config's text as the native "
+                  "worker plans its own (every worker and shared key read by the same parser); "
+                  "`tensors` [(name, size)] is the model's table")
       .def(py::init(&make_region_leader), py::arg("tensors"), py::arg("critical"),
            py::arg("region"), py::arg("servers"), py::arg("critical_codec") = "fp32",
            py::arg("noncritical_codec") = "fp32", py::arg("staleness_bound") = 0,

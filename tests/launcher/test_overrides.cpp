@@ -10,7 +10,7 @@
 #include <functional>
 
 #include "core/error.hpp"
-#include "launcher/run/config_overrides.hpp"
+#include "core/config_overrides.hpp"
 #include "launcher/run/deployment.hpp"
 #include "launcher/run/launcher.hpp"
 #include "launcher/run/port_allocator.hpp"

@@ -155,7 +155,9 @@ class TwoRegions(unittest.TestCase):
                 self.assertAlmostEqual(sync._leader.error_feedback_decay, decay, places=6)
                 self.assertEqual(sync._leader.shard_wait_ms, wait)
                 sync.close()
-            with self.assertRaisesRegex(ValueError, "error_feedback_decay is 1.5"):
+            # Checked by the config parser, naming the key and the override.
+            with self.assertRaisesRegex(ValueError, r"with --set worker.error_feedback=.*"
+                                        "worker.error_feedback.decay is 1.5"):
                 OuterSync(tiny_model(), config=config, region="a", metrics=False,
                           error_feedback={"decay": 1.5})
 

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-namespace geotrain::launcher {
+namespace geotrain {
 
 struct ConfigOverride {
   std::string key;     // dotted path: "worker.optimizer.lr", "regions"
@@ -49,4 +49,4 @@ std::string apply_overrides(const std::string& yaml_text,
 // name config errors give the source.
 std::string describe_source(const std::string& file, const std::vector<ConfigOverride>& overrides);
 
-}  // namespace geotrain::launcher
+}  // namespace geotrain

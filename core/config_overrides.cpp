@@ -1,11 +1,11 @@
-#include "launcher/run/config_overrides.hpp"
+#include "core/config_overrides.hpp"
 
 #include <functional>
 
 #include "core/error.hpp"
 #include "core/yaml_reader.hpp"
 
-namespace geotrain::launcher {
+namespace geotrain {
 
 namespace {
 std::vector<std::string> split_key(const std::string& key) {
@@ -103,4 +103,4 @@ std::string describe_source(const std::string& file, const std::vector<ConfigOve
   return fmt::format("{} (with {})", file, with);
 }
 
-}  // namespace geotrain::launcher
+}  // namespace geotrain
