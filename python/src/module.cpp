@@ -12,6 +12,7 @@ namespace geotrain::python {
 namespace py = pybind11;
 void bind_codecs(py::module_& m);
 void bind_sync(py::module_& m);
+void bind_run(py::module_& m);
 }  // namespace geotrain::python
 
 PYBIND11_MODULE(_core, m) {
@@ -30,4 +31,5 @@ PYBIND11_MODULE(_core, m) {
   });
   geotrain::python::bind_codecs(m);
   geotrain::python::bind_sync(m);
+  geotrain::python::bind_run(m);
 }
