@@ -13,8 +13,8 @@
 #include "cli/commands.hpp"
 #include "cli/config_text.hpp"
 #include "cli/signal_watcher.hpp"
-#include "core/error.hpp"
 #include "core/config_overrides.hpp"
+#include "core/error.hpp"
 #include "launcher/run/launcher.hpp"
 
 namespace geotrain::cli {

@@ -11,9 +11,9 @@
 #include "cli/config_text.hpp"
 #include "cli/launch_env.hpp"
 #include "cli/signal_watcher.hpp"
+#include "core/config_overrides.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
-#include "core/config_overrides.hpp"
 #include "launcher/run/run_settings.hpp"
 #include "server/config.hpp"
 #include "server/param_server.hpp"
@@ -33,8 +33,7 @@ int run_server(const ServerArgs& args) {
   const auto source = describe_source(args.config, overrides);
   auto config = server::parse_server_config(
       resolved_config_text(
-          apply_overrides(launcher::read_text_file(args.config), overrides, source),
-          source),
+          apply_overrides(launcher::read_text_file(args.config), overrides, source), source),
       source);
   uint32_t region = 0;
   if (!args.region.empty()) {

@@ -17,9 +17,9 @@
 #include "cli/config_text.hpp"
 #include "cli/launch_env.hpp"
 #include "cli/signal_watcher.hpp"
+#include "core/config_overrides.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
-#include "core/config_overrides.hpp"
 #include "launcher/run/run_settings.hpp"
 #include "worker/config.hpp"
 #include "worker/trainer.hpp"
@@ -42,8 +42,7 @@ int run_worker(const WorkerArgs& args) {
   const auto source = describe_source(args.config, overrides);
   auto config = worker::parse_worker_config(
       resolved_config_text(
-          apply_overrides(launcher::read_text_file(args.config), overrides, source),
-          source),
+          apply_overrides(launcher::read_text_file(args.config), overrides, source), source),
       source);
   if (!args.run_dir.empty()) config.run_dir = args.run_dir;
 

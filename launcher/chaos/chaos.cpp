@@ -11,10 +11,10 @@
 #include <map>
 #include <thread>
 
+#include "core/config_overrides.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "launcher/chaos/chaos_observer.hpp"
-#include "core/config_overrides.hpp"
 #include "launcher/run/run_folder.hpp"
 #include "launcher/run/run_settings.hpp"
 

@@ -9,8 +9,8 @@
 #include <fstream>
 #include <functional>
 
-#include "core/error.hpp"
 #include "core/config_overrides.hpp"
+#include "core/error.hpp"
 #include "launcher/run/deployment.hpp"
 #include "launcher/run/launcher.hpp"
 #include "launcher/run/port_allocator.hpp"
