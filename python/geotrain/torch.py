@@ -235,8 +235,6 @@ class OuterSync:
         s["config_text"], s["source"] = text, source
         if "model_name" in given:
             s["model_name"] = given["model_name"]
-        if servers:
-            s["servers"] = list(servers.items())
         s["curve"] = bool(s["security"]["curve"])
         s["keys_dir"] = s["security"]["keys_dir"]
         if s["curve"] and not s["keys_dir"]:
