@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "bench/codec_bench.hpp"
+#include "bench/leader_bench.hpp"
 #include "bench/server_bench.hpp"
 #include "bench/train_bench.hpp"
 #include "bench/wan_bench.hpp"
@@ -33,6 +34,22 @@ void add_bench_command(CLI::App& app, CommandList& commands) {
   codecs->add_flag("--no-cpu", codec_opts->skip_cpu, "measure the CUDA path only")
       ->excludes(no_gpu);
   commands.emplace_back(codecs, [codec_opts] { return bench::run_codec_bench(*codec_opts); });
+
+  auto leader_opts = std::make_shared<bench::LeaderBenchOptions>();
+  auto* leader = bench->add_subcommand(
+      "leader", "a region leader's push and pull on the host and on the device (CUDA)");
+  leader->add_option("--elements", leader_opts->elements, "parameters in the table")
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{1024}, uint64_t{1} << 31));
+  leader->add_option("--segments", leader_opts->segments, "payloads per push")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 4096u));
+  leader->add_option("--codecs", leader_opts->codecs, "codec specs")->capture_default_str();
+  leader->add_option("--repeat", leader_opts->repeats, "rounds per codec (best is kept)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
+  leader->add_flag("--json", leader_opts->json, "print one JSON document instead of a table");
+  commands.emplace_back(leader, [leader_opts] { return bench::run_leader_bench(*leader_opts); });
 
   add_netsim_bench_command(*bench, commands);
 

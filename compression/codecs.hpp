@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "compression/codec.hpp"
 #include "kernels/codec_cpu.hpp"
@@ -41,6 +42,16 @@ struct TopkOptions {
   // chunk) per chunk) and values quantised to this many bits (the qtopk payload).
   uint32_t bits = 0;
   uint32_t chunk = kDefaultChunk;  // selection chunk (bits != 0 only), as for int8
+};
+
+// A codec spec (compression/factory.hpp) as typed settings: what make_codec builds from, and what
+// code that encodes elsewhere (compression/device_feedback.hpp) reads its parameters from.
+struct CodecSettings {
+  CodecId id = CodecId::fp32;  // the codec before any zstd stage (qtopk for topk with bits)
+  QuantOptions quant;          // int8, int4: all of it; onebit, fp4: chunk
+  OnebitScale onebit_scale = OnebitScale::mean;
+  TopkOptions topk;               // topk, qtopk
+  std::optional<int> zstd_level;  // a zstd stage after the codec, at this level
 };
 
 std::unique_ptr<Codec> make_fp32_codec();

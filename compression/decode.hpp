@@ -22,6 +22,16 @@ void decode_zstd(const PayloadHeader& h, ConstByteSpan body, FloatSpan y, bool a
 
 void require_chunk(uint32_t chunk, std::string_view what);
 
+// The dense codecs (fp32, fp16, bf16, int8, int4, fp4, onebit): whether a codec has per-chunk
+// scales, the exact body size for n elements, and the checks of a parsed dense payload's own
+// fields (after them every bit pattern of the body is a valid encoding).
+bool is_chunked(CodecId id);
+uint64_t dense_body_bytes(CodecId id, uint64_t n, uint32_t chunk);
+void check_dense(const PayloadHeader& h);
+// What every decoder checks beyond parse_header: the codec (when `expected`), the format
+// version and the element count.
+void check_parsed(const PayloadHeader& h, size_t y_size, std::optional<CodecId> expected);
+
 // The topk codec with quantised values (options.bits != 0); make_topk_codec picks it.
 std::unique_ptr<Codec> make_qtopk_codec(const TopkOptions& options);
 

@@ -9,9 +9,10 @@
 #include "kernels/codec_cpu.hpp"
 
 namespace geotrain::compression {
-namespace {
 
 namespace kc = geotrain::kernels;
+
+namespace detail {
 
 bool is_chunked(CodecId id) {
   return id == CodecId::int8 || id == CodecId::int4 || id == CodecId::fp4 || id == CodecId::onebit;
@@ -38,6 +39,13 @@ uint64_t dense_body_bytes(CodecId id, uint64_t n, uint32_t chunk) {
   }
   return 0;
 }
+
+}  // namespace detail
+
+namespace {
+
+using detail::dense_body_bytes;
+using detail::is_chunked;
 
 class DenseCodec final : public Codec {
  public:
@@ -173,8 +181,6 @@ void require_chunk(uint32_t chunk, std::string_view what) {
              kMaxChunk);
 }
 
-namespace {
-// The dense codecs' own fields; after this every bit pattern of the body is a valid encoding.
 void check_dense(const PayloadHeader& h) {
   const std::string name = codec_name(h.codec);
   if (is_chunked(h.codec))
@@ -202,6 +208,7 @@ void check_parsed(const PayloadHeader& h, size_t y_size, std::optional<CodecId> 
              name, h.elements, y_size);
 }
 
+namespace {
 void decode_parsed(const PayloadHeader& h, ConstByteSpan body, FloatSpan y, bool add) {
   switch (h.codec) {
     case CodecId::fp32:

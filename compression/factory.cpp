@@ -92,37 +92,43 @@ std::string_view take_choice(const Options& o, std::string_view key,
   return it->second;
 }
 
-std::unique_ptr<Codec> make_base(std::string_view text, std::string_view whole) {
+// The settings of the codec before any '+': its name and options, checked for form here (the
+// codec's constructor checks their values).
+CodecSettings parse_base(std::string_view text, std::string_view whole) {
   const Options o = split_options(text, whole);
+  CodecSettings s;
   if (o.codec == "fp32" || o.codec == "fp16" || o.codec == "bf16") {
     allow_only(o, {}, whole);
-    return o.codec == "fp32"   ? make_fp32_codec()
-           : o.codec == "fp16" ? make_fp16_codec()
-                               : make_bf16_codec();
+    s.id = o.codec == "fp32" ? CodecId::fp32 : o.codec == "fp16" ? CodecId::fp16 : CodecId::bf16;
+    return s;
   }
   if (o.codec == "int8" || o.codec == "int4") {
     allow_only(o, {"chunk", "stochastic", "seed"}, whole);
-    QuantOptions q;
-    q.chunk = parse_number<uint32_t>(o, "chunk", kDefaultChunk, whole);
-    q.stochastic = take_flag(o, "stochastic", whole);
-    q.seed = parse_number<uint64_t>(o, "seed", 0, whole);
-    GT_REQUIRE(q.stochastic || !o.values.contains("seed"),
+    s.id = o.codec == "int8" ? CodecId::int8 : CodecId::int4;
+    s.quant.chunk = parse_number<uint32_t>(o, "chunk", kDefaultChunk, whole);
+    s.quant.stochastic = take_flag(o, "stochastic", whole);
+    s.quant.seed = parse_number<uint64_t>(o, "seed", 0, whole);
+    GT_REQUIRE(s.quant.stochastic || !o.values.contains("seed"),
                "codec spec '{}': seed only applies with stochastic rounding", whole);
-    return o.codec == "int8" ? make_int8_codec(q) : make_int4_codec(q);
+    return s;
   }
   if (o.codec == "onebit") {
     allow_only(o, {"chunk", "scale"}, whole);
-    const uint32_t chunk = parse_number<uint32_t>(o, "chunk", kDefaultChunk, whole);
+    s.id = CodecId::onebit;
+    s.quant.chunk = parse_number<uint32_t>(o, "chunk", kDefaultChunk, whole);
     const bool rms = take_choice(o, "scale", {"mean", "rms"}, "mean", whole) == "rms";
-    return make_onebit_codec(chunk, rms ? OnebitScale::rms : OnebitScale::mean);
+    s.onebit_scale = rms ? OnebitScale::rms : OnebitScale::mean;
+    return s;
   }
   if (o.codec == "fp4") {
     allow_only(o, {"chunk"}, whole);
-    return make_fp4_codec(parse_number<uint32_t>(o, "chunk", kDefaultChunk, whole));
+    s.id = CodecId::fp4;
+    s.quant.chunk = parse_number<uint32_t>(o, "chunk", kDefaultChunk, whole);
+    return s;
   }
   if (o.codec == "topk") {
     allow_only(o, {"ratio", "sample", "bits", "chunk"}, whole);
-    TopkOptions t;
+    TopkOptions& t = s.topk;
     t.ratio = parse_number<double>(o, "ratio", t.ratio, whole);
     t.sample = parse_number<uint32_t>(o, "sample", t.sample, whole);
     t.bits = parse_number<uint32_t>(o, "bits", 0, whole);
@@ -138,29 +144,70 @@ std::unique_ptr<Codec> make_base(std::string_view text, std::string_view whole) 
                "codec spec '{}': sample does not apply to topk with bits (each chunk is selected "
                "exactly)",
                whole);
-    return make_topk_codec(t);
+    s.id = quantised ? CodecId::qtopk : CodecId::topk;
+    return s;
   }
   GT_REQUIRE(false,
              "codec spec '{}': unknown codec '{}' (allowed: fp32, fp16, bf16, int8, int4, fp4, "
              "onebit, topk)",
              whole, o.codec);
+  return s;
+}
+
+std::unique_ptr<Codec> make_base(const CodecSettings& s) {
+  switch (s.id) {
+    case CodecId::fp32:
+      return make_fp32_codec();
+    case CodecId::fp16:
+      return make_fp16_codec();
+    case CodecId::bf16:
+      return make_bf16_codec();
+    case CodecId::int8:
+      return make_int8_codec(s.quant);
+    case CodecId::int4:
+      return make_int4_codec(s.quant);
+    case CodecId::onebit:
+      return make_onebit_codec(s.quant.chunk, s.onebit_scale);
+    case CodecId::fp4:
+      return make_fp4_codec(s.quant.chunk);
+    case CodecId::topk:
+    case CodecId::qtopk:
+      return make_topk_codec(s.topk);
+    case CodecId::zstd:
+      break;
+  }
+  GT_ASSERT(false, "codec settings name {}, not a base codec", codec_name(s.id));
   return nullptr;
 }
 
 }  // namespace
 
-std::unique_ptr<Codec> make_codec(std::string_view spec) {
+CodecSettings parse_codec_spec(std::string_view spec) {
   GT_REQUIRE(!spec.empty(),
              "codec spec is empty (allowed: fp32, fp16, bf16, int8, int4, fp4, onebit, topk)");
   const size_t plus = spec.find('+');
-  auto codec = make_base(spec.substr(0, plus), spec);
-  if (plus == std::string_view::npos) return codec;
-  const std::string_view stage = spec.substr(plus + 1);
-  const Options o = split_options(stage, spec);
-  GT_REQUIRE(o.codec == "zstd", "codec spec '{}': unknown stage '{}' after '+' (allowed: zstd)",
-             spec, o.codec);
-  allow_only(o, {"level"}, spec);
-  return make_zstd_stage(std::move(codec), parse_number<int>(o, "level", 3, spec));
+  CodecSettings s = parse_base(spec.substr(0, plus), spec);
+  if (plus != std::string_view::npos) {
+    const std::string_view stage = spec.substr(plus + 1);
+    const Options o = split_options(stage, spec);
+    GT_REQUIRE(o.codec == "zstd", "codec spec '{}': unknown stage '{}' after '+' (allowed: zstd)",
+               spec, o.codec);
+    allow_only(o, {"level"}, spec);
+    s.zstd_level = parse_number<int>(o, "level", 3, spec);
+  }
+  make_codec(s);  // the values: each codec's constructor checks its own
+  return s;
+}
+
+std::unique_ptr<Codec> make_codec(const CodecSettings& settings) {
+  auto codec = make_base(settings);
+  if (!settings.zstd_level) return codec;
+  return make_zstd_stage(std::move(codec), *settings.zstd_level);
+}
+
+std::unique_ptr<Codec> make_codec(std::string_view spec) {
+  // parse_codec_spec built it once to check it; building it again is cheap.
+  return make_codec(parse_codec_spec(spec));
 }
 
 std::vector<std::string> standard_codec_specs() {

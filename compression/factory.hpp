@@ -19,10 +19,16 @@
 #include <vector>
 
 #include "compression/codec.hpp"
+#include "compression/codecs.hpp"
 
 namespace geotrain::compression {
 
 std::unique_ptr<Codec> make_codec(std::string_view spec);
+
+// The spec's settings, checked as make_codec checks them (the same errors), and the codec they
+// describe. make_codec(spec) is make_codec(parse_codec_spec(spec)).
+CodecSettings parse_codec_spec(std::string_view spec);
+std::unique_ptr<Codec> make_codec(const CodecSettings& settings);
 
 // Every codec with default settings, and a few variants: the set `geotrain bench codecs` runs.
 std::vector<std::string> standard_codec_specs();

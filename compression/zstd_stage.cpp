@@ -6,15 +6,13 @@
 
 #include "compression/codecs.hpp"
 #include "compression/decode.hpp"
+#include "compression/zstd_pack.hpp"
 #include "core/check_zstd.hpp"
 #include "core/error.hpp"
 
 namespace geotrain::compression {
 namespace {
 
-struct CCtxDeleter {
-  void operator()(ZSTD_CCtx* c) const { ZSTD_freeCCtx(c); }
-};
 struct DCtxDeleter {
   void operator()(ZSTD_DCtx* d) const { ZSTD_freeDCtx(d); }
 };
@@ -25,18 +23,11 @@ uint64_t max_inner_payload(uint64_t n) { return kHeaderBytes + 14 * n + 64; }
 
 class ZstdStage final : public Codec {
  public:
-  ZstdStage(std::unique_ptr<Codec> inner, int level) : inner_(std::move(inner)), level_(level) {
+  ZstdStage(std::unique_ptr<Codec> inner, int level)
+      : inner_(std::move(inner)), level_(level), packer_(level) {
     GT_ASSERT(inner_ != nullptr, "zstd stage without an inner codec");
     GT_REQUIRE(inner_->id() != CodecId::zstd, "zstd: cannot stack two zstd stages ('{}')",
                inner_->spec());
-    GT_REQUIRE(level_ >= 1 && level_ <= 19, "zstd: level {} is invalid: must be in [1, 19]",
-               level_);
-    cctx_.reset(ZSTD_createCCtx());
-    GT_ASSERT(cctx_ != nullptr, "ZSTD_createCCtx failed");
-    GT_ZSTD_CHECK(ZSTD_CCtx_setParameter(cctx_.get(), ZSTD_c_compressionLevel, level_));
-    // The frame states its size (decoders bound memory by it) and carries its own checksum.
-    GT_ZSTD_CHECK(ZSTD_CCtx_setParameter(cctx_.get(), ZSTD_c_contentSizeFlag, 1));
-    GT_ZSTD_CHECK(ZSTD_CCtx_setParameter(cctx_.get(), ZSTD_c_checksumFlag, 1));
   }
 
   CodecId id() const override { return CodecId::zstd; }
@@ -67,26 +58,45 @@ class ZstdStage final : public Codec {
   }
 
  private:
-  void compress(size_t n, Bytes& out) {
-    out.resize(kHeaderBytes + ZSTD_compressBound(inner_payload_.size()));
-    const size_t packed = GT_ZSTD_CHECK(
-        ZSTD_compress2(cctx_.get(), out.data() + kHeaderBytes, out.size() - kHeaderBytes,
-                       inner_payload_.data(), inner_payload_.size()));
-    out.resize(kHeaderBytes + packed);
-    PayloadHeader h;
-    h.codec = CodecId::zstd;
-    h.aux = static_cast<uint8_t>(inner_->id());
-    h.elements = n;
-    write_header(h, out);
-  }
+  void compress(size_t n, Bytes& out) { packer_.pack(inner_payload_, n, inner_->id(), out); }
 
   std::unique_ptr<Codec> inner_;
   int level_;
-  std::unique_ptr<ZSTD_CCtx, CCtxDeleter> cctx_;
+  detail::ZstdPacker packer_;
   Bytes inner_payload_;
 };
 
 }  // namespace
+
+namespace detail {
+
+void ZstdPacker::FreeContext::operator()(ZSTD_CCtx* c) const { ZSTD_freeCCtx(c); }
+
+ZstdPacker::ZstdPacker(int level) {
+  GT_REQUIRE(level >= 1 && level <= 19, "zstd: level {} is invalid: must be in [1, 19]", level);
+  cctx_.reset(ZSTD_createCCtx());
+  GT_ASSERT(cctx_ != nullptr, "ZSTD_createCCtx failed");
+  GT_ZSTD_CHECK(ZSTD_CCtx_setParameter(cctx_.get(), ZSTD_c_compressionLevel, level));
+  // The frame states its size (decoders bound memory by it) and carries its own checksum.
+  GT_ZSTD_CHECK(ZSTD_CCtx_setParameter(cctx_.get(), ZSTD_c_contentSizeFlag, 1));
+  GT_ZSTD_CHECK(ZSTD_CCtx_setParameter(cctx_.get(), ZSTD_c_checksumFlag, 1));
+}
+
+void ZstdPacker::pack(ConstByteSpan inner_payload, uint64_t n, CodecId inner, Bytes& out) {
+  out.resize(kHeaderBytes + ZSTD_compressBound(inner_payload.size()));
+  const size_t packed =
+      GT_ZSTD_CHECK(ZSTD_compress2(cctx_.get(), out.data() + kHeaderBytes,
+                                   out.size() - kHeaderBytes, inner_payload.data(),
+                                   inner_payload.size()));
+  out.resize(kHeaderBytes + packed);
+  PayloadHeader h;
+  h.codec = CodecId::zstd;
+  h.aux = static_cast<uint8_t>(inner);
+  h.elements = n;
+  write_header(h, out);
+}
+
+}  // namespace detail
 
 std::unique_ptr<Codec> make_zstd_stage(std::unique_ptr<Codec> inner, int level) {
   return std::make_unique<ZstdStage>(std::move(inner), level);

@@ -417,6 +417,21 @@ void onebit_decode(const float* scales, const uint32_t* bits, size_t n, uint32_t
   GT_CUDA_CHECK_LAUNCH();
 }
 
+namespace {
+__global__ void subtract_kernel(const float* __restrict__ a, const float* __restrict__ b, size_t n,
+                                float* __restrict__ d) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x)
+    d[i] = a[i] - b[i];
+}
+}  // namespace
+
+void subtract(const float* a, const float* b, size_t n, float* d, cudaStream_t stream) {
+  if (n == 0) return;
+  subtract_kernel<<<grid_for(n), kThreads, 0, stream>>>(a, b, n, d);
+  GT_CUDA_CHECK_LAUNCH();
+}
+
 int device_count() {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) {

@@ -54,6 +54,9 @@ void onebit_encode(const float* g, float* residual, size_t n, uint32_t chunk, fl
 void onebit_decode(const float* scales, const uint32_t* bits, size_t n, uint32_t chunk, float* y,
                    bool add, cudaStream_t stream);
 
+// d = a - b (the leader's delta, local - base: the same IEEE subtraction as the host's loop).
+void subtract(const float* a, const float* b, size_t n, float* d, cudaStream_t stream);
+
 // Number of CUDA devices visible; 0 when there is no driver or no device (never throws).
 int device_count();
 

@@ -28,7 +28,7 @@
 #include <string>
 #include <vector>
 
-#include "models/device_buffer.hpp"
+#include "core/device_buffer.hpp"
 #include "models/device_model.hpp"
 #include "models/gpt.hpp"
 

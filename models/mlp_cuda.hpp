@@ -14,7 +14,7 @@
 
 #include <vector>
 
-#include "models/device_buffer.hpp"
+#include "core/device_buffer.hpp"
 #include "models/device_model.hpp"
 #include "models/mlp.hpp"
 

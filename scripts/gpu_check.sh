@@ -12,6 +12,12 @@
 #   train  geotrain bench train: GPT-2 124M, T 1024, bf16, device-resident
 #   torch  the PyTorch side of the same step: eager, then torch.compile (one JSON line each)
 #   util   3 regions x 1 GPU worker of the 37M-parameter MLP on global-3: compute utilization
+#   leader geotrain bench leader: the leader's push and pull on the host and on the device (GPT-2
+#          124M's parameter count; one segment, then 150 as tensor-aligned chunks make)
+#   gptutil 3 regions x 1 GPU worker of GPT-2 124M (bf16, AdamW, onebit both ways, eager overlap,
+#          H = 100) on global-3: compute utilization and every leader's round (compute, wait,
+#          push, pull) from events.jsonl; the KJV text at $GT_KJV (default
+#          /usr/share/datasets/kjv.txt)
 # Each part's log goes to $OUT/<part>.log (at most 8 files come back); the last lines printed are
 # a short table. Every step has its own timeout so that one hang does not cost the call.
 set -u
@@ -81,7 +87,33 @@ for p in $parts; do
           "$out"/runs/*mlp37m-$overlap/summary.json 2>&1 | tee -a "$out/util.log"
       done
       rm -rf "$out/runs" ;;
-    *) echo "gpu_check: unknown part '$p' (tests, train, torch, bench, profile, codecprof, sanitize, util)" >&2; exit 2 ;;
+    leader)
+      part leader 100 "$bin" bench leader --repeat 5
+      part leader 100 "$bin" bench leader --repeat 3 --segments 150 ;;
+    gptutil)
+      part gptutil 240 "$bin" run configs/lm-demo.yaml --no-plots --out "$out/runs" \
+        --set model.preset=gpt2-124m --set worker.device=cuda --set worker.precision=bf16 \
+        --set worker.workers_per_region=1 --set worker.batch_size=8 \
+        --set worker.local_steps=100 --set worker.rounds=3 --set worker.eval_every=0 \
+        --set worker.fragments=1 --set worker.fragment_delay=100 \
+        --set "worker.optimizer={kind: adamw, beta1: 0.9, beta2: 0.95, weight_decay: 0.1}" \
+        --set worker.critical_codec=onebit --set worker.noncritical_codec=onebit \
+        --set server.downlink_codec=onebit --set "worker.data.path=${GT_KJV:-/usr/share/datasets/kjv.txt}" \
+        --set run.name=gpt2-util
+      python3 - "$out"/runs/*gpt2-util <<'PY' 2>&1 | tee -a "$out/gptutil.log"
+import glob, json, sys
+run = sys.argv[1]
+s = json.load(open(run + "/summary.json"))
+print({k: s.get(k) for k in ("status", "rounds", "wall_seconds", "compute_utilization")})
+for path in sorted(glob.glob(run + "/worker-*.metrics.jsonl")):
+    for line in open(path):
+        e = json.loads(line)
+        if e.get("event") == "round":
+            print({k: e.get(k) for k in ("region", "round", "compute_s", "comm_s", "wait_s",
+                                         "push_s", "pull_s", "gate_wait_s", "merged_round")})
+PY
+      rm -rf "$out/runs" ;;
+    *) echo "gpu_check: unknown part '$p' (tests, train, torch, bench, profile, codecprof, sanitize, util, leader, gptutil)" >&2; exit 2 ;;
   esac
 done
 

@@ -8,7 +8,7 @@
 #include "core/check_cuda.hpp"
 #include "core/error.hpp"
 #include "kernels/optim_cuda.cuh"
-#include "models/device_buffer.hpp"
+#include "core/device_buffer.hpp"
 #include "models/device_model.hpp"
 #include "worker/bucketed_allreduce.hpp"
 #include "worker/nccl_communicator.hpp"
@@ -16,7 +16,7 @@
 namespace geotrain::worker {
 namespace {
 
-using models::DeviceBuffer;
+using geotrain::DeviceBuffer;
 
 // Host-span collectives over an NcclCommunicator: each call copies the span to a device
 // staging buffer, runs the collective there, and copies the result back. For small or

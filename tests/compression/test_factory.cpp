@@ -111,3 +111,31 @@ TEST_CASE("onebit's scale option parses, round-trips, and a bad value names what
   CHECK_THROWS_WITH_AS(make_codec("int8:scale=rms"),
                        doctest::Contains("unknown option 'scale' for int8"), InputError);
 }
+
+TEST_CASE("parse_codec_spec: typed settings that build the same codec, and the same errors") {
+  for (const auto& spec : standard_codec_specs()) {
+    CAPTURE(spec);
+    CHECK(make_codec(parse_codec_spec(spec))->spec() == make_codec(spec)->spec());
+  }
+  const CodecSettings s = parse_codec_spec("int4:chunk=256,stochastic,seed=9+zstd:level=5");
+  CHECK(s.id == CodecId::int4);
+  CHECK(s.quant.chunk == 256);
+  CHECK(s.quant.stochastic);
+  CHECK(s.quant.seed == 9);
+  CHECK(s.zstd_level == 5);
+  const CodecSettings q = parse_codec_spec("topk:ratio=0.02,bits=2,chunk=512");
+  CHECK(q.id == CodecId::qtopk);
+  CHECK(q.topk.bits == 2);
+  CHECK(q.topk.chunk == 512);
+  CHECK(q.topk.ratio == doctest::Approx(0.02));
+  CHECK_FALSE(q.zstd_level.has_value());
+  CHECK(parse_codec_spec("onebit:scale=rms").onebit_scale == OnebitScale::rms);
+  CHECK(parse_codec_spec("topk").id == CodecId::topk);
+  // The values are checked as make_codec checks them: a level the settings could hold is refused.
+  CHECK_THROWS_WITH_AS(parse_codec_spec("onebit+zstd:level=0"),
+                       doctest::Contains("level 0 is invalid"), InputError);
+  CHECK_THROWS_WITH_AS(parse_codec_spec("int8:chunk=48"), doctest::Contains("chunk 48 is invalid"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(parse_codec_spec("topk:ratio=1.5"),
+                       doctest::Contains("ratio 1.5 is invalid"), InputError);
+}

@@ -19,7 +19,7 @@
 #include "kernels/ops/embedding.hpp"
 #include "kernels/ops/gelu.hpp"
 #include "kernels/ops/layernorm.hpp"
-#include "models/device_buffer.hpp"
+#include "core/device_buffer.hpp"
 #include "models/gpt.hpp"
 #include "models/gpt_cuda.hpp"
 

@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "models/device_buffer.hpp"
+#include "core/device_buffer.hpp"
 #include "models/gpt.hpp"
 #include "models/mlp.hpp"
 #include "models/model_spec.hpp"
@@ -30,7 +30,7 @@
 
 using namespace geotrain;
 using namespace geotrain::worker;
-using models::DeviceBuffer;
+using geotrain::DeviceBuffer;
 
 namespace {
 

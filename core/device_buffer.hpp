@@ -12,7 +12,7 @@
 #include "core/check_cuda.hpp"
 #include "core/error.hpp"
 
-namespace geotrain::models {
+namespace geotrain {
 
 template <typename T>
 class DeviceBuffer {
@@ -56,4 +56,4 @@ class DeviceBuffer {
   size_t n_ = 0;
 };
 
-}  // namespace geotrain::models
+}  // namespace geotrain
