@@ -14,10 +14,10 @@
 #   util   3 regions x 1 GPU worker of the 37M-parameter MLP on global-3: compute utilization
 #   leader geotrain bench leader: the leader's push and pull on the host and on the device (GPT-2
 #          124M's parameter count; one segment, then 150 as tensor-aligned chunks make)
-#   gptutil 3 regions x 1 GPU worker of GPT-2 124M (bf16, AdamW, onebit both ways, eager overlap,
-#          H = 100) on global-3: compute utilization and every leader's round (compute, wait,
-#          push, pull) from events.jsonl; the KJV text at $GT_KJV (default
-#          /usr/share/datasets/kjv.txt)
+#   gptutil 3 regions x 1 GPU worker of GPT-2 124M (bf16, AdamW, onebit both ways, H = 100) on
+#          global-3: compute utilization and every leader's round (compute, wait, push, pull) from
+#          its metrics file; $GT_ROUNDS rounds (3), overlap $GT_OVERLAP (eager), the KJV text at
+#          $GT_KJV (/usr/share/datasets/kjv.txt)
 # Each part's log goes to $OUT/<part>.log (at most 8 files come back); the last lines printed are
 # a short table. Every step has its own timeout so that one hang does not cost the call.
 set -u
@@ -94,8 +94,8 @@ for p in $parts; do
       part gptutil 240 "$bin" run configs/lm-demo.yaml --no-plots --out "$out/runs" \
         --set model.preset=gpt2-124m --set worker.device=cuda --set worker.precision=bf16 \
         --set worker.workers_per_region=1 --set worker.batch_size=8 \
-        --set worker.local_steps=100 --set worker.rounds=3 --set worker.eval_every=0 \
-        --set worker.fragments=1 --set worker.fragment_delay=100 \
+        --set worker.local_steps=100 --set worker.rounds=${GT_ROUNDS:-3} --set worker.eval_every=0 \
+        --set worker.fragments=1 --set worker.overlap=${GT_OVERLAP:-eager} \
         --set "worker.optimizer={kind: adamw, beta1: 0.9, beta2: 0.95, weight_decay: 0.1}" \
         --set worker.critical_codec=onebit --set worker.noncritical_codec=onebit \
         --set server.downlink_codec=onebit --set "worker.data.path=${GT_KJV:-/usr/share/datasets/kjv.txt}" \

@@ -36,44 +36,16 @@ OuterStepModel::OuterStepModel(OuterStepConfig config, size_t elements) : config
 
 void OuterStepModel::observe(uint64_t offset, ConstFloatSpan change, FloatSpan gradient) {
   GT_ASSERT(gradient.size() == change.size(), "observe: {} vs {}", gradient.size(), change.size());
-  const float inv_lr = 1.0f / config_.lr, mu = config_.momentum;
-  const size_t n = change.size();
-  if (momentum_.empty()) {
-    for (size_t i = 0; i < n; ++i) gradient[i] = change[i] * inv_lr;
-    return;
-  }
-  GT_ASSERT(offset + n <= momentum_.size(), "observe: range past the table");
-  float* m = momentum_.data() + offset;
-  if (config_.nesterov) {
-    const float inv = 1.0f / (1.0f + mu), mu2 = mu * mu;
-    for (size_t i = 0; i < n; ++i) {
-      const float d = (change[i] * inv_lr - mu2 * m[i]) * inv;
-      gradient[i] = d;
-      m[i] = mu * m[i] + d;
-    }
-  } else {
-    for (size_t i = 0; i < n; ++i) {
-      const float m_new = change[i] * inv_lr;
-      gradient[i] = m_new - mu * m[i];
-      m[i] = m_new;
-    }
-  }
+  GT_ASSERT(momentum_.empty() || offset + change.size() <= momentum_.size(),
+            "observe: range past the table");
+  for (size_t i = 0; i < change.size(); ++i) gradient[i] = observe_at(offset + i, change[i]);
 }
 
 void OuterStepModel::predict(uint64_t offset, ConstFloatSpan d, FloatSpan out) const {
   GT_ASSERT(out.size() == d.size(), "predict: {} vs {}", out.size(), d.size());
-  const float lr = config_.lr, mu = config_.momentum;
-  const size_t n = d.size();
-  if (momentum_.empty()) {
-    for (size_t i = 0; i < n; ++i) out[i] = lr * d[i];
-    return;
-  }
-  GT_ASSERT(offset + n <= momentum_.size(), "predict: range past the table");
-  const float* m = momentum_.data() + offset;
-  for (size_t i = 0; i < n; ++i) {
-    const float m_new = mu * m[i] + d[i];
-    out[i] = config_.nesterov ? lr * (d[i] + mu * m_new) : lr * m_new;
-  }
+  GT_ASSERT(momentum_.empty() || offset + d.size() <= momentum_.size(),
+            "predict: range past the table");
+  for (size_t i = 0; i < d.size(); ++i) out[i] = predict_at(offset + i, d[i]);
 }
 
 OverlapMerge::OverlapMerge(OverlapMode mode, OuterStepConfig outer, uint32_t regions,
@@ -91,29 +63,34 @@ OverlapMerge::OverlapMerge(OverlapMode mode, OuterStepConfig outer, uint32_t reg
   }
 }
 
+// start() and merge() make one pass over their range each (the parameters of a large model are
+// hundreds of megabytes: every pass is time the region's steps wait for).
 void OverlapMerge::start(uint64_t offset, uint64_t n, FloatSpan x, FloatSpan push) {
   GT_ASSERT(
       offset + n <= global_.size() && x.size() == global_.size() && push.size() == global_.size(),
       "overlap start: range [{}, {}) of {}", offset, offset + n, global_.size());
   float* xr = x.data() + offset;
+  float* pr = push.data() + offset;
+  float* after = after_start_.data() + offset;
   const float* g = global_.data() + offset;
-  // The push is the local value itself: theta_g + q with q = x - theta_g.
-  std::copy(xr, xr + n, push.data() + offset);
-  if (mode_ != OverlapMode::carry) {
-    // d = q / R (+ the others' last share): the predicted average outer gradient.
-    scratch_.resize(n);
-    scratch2_.resize(n);
-    for (uint64_t i = 0; i < n; ++i) scratch_[i] = (xr[i] - g[i]) * inv_regions_;
-    if (mode_ == OverlapMode::delayed) {
-      for (uint64_t i = 0; i < n; ++i) {
-        last_push_[offset + i] = xr[i] - g[i];
-        scratch_[i] += others_[offset + i];
-      }
-    }
-    outer_.predict(offset, scratch_, scratch2_);
-    for (uint64_t i = 0; i < n; ++i) xr[i] = g[i] + scratch2_[i];
+  if (mode_ == OverlapMode::carry) {
+    // The push is the local value itself (theta_g + q with q = x - theta_g), and x stays.
+    std::copy(xr, xr + n, pr);
+    std::copy(xr, xr + n, after);
+    return;
   }
-  std::copy(xr, xr + n, after_start_.data() + offset);
+  const bool delayed = mode_ == OverlapMode::delayed;
+  for (uint64_t i = 0; i < n; ++i) {
+    pr[i] = xr[i];
+    // d = q / R (+ the others' last share): the predicted average outer gradient.
+    float d = (xr[i] - g[i]) * inv_regions_;
+    if (delayed) {
+      last_push_[offset + i] = xr[i] - g[i];
+      d += others_[offset + i];
+    }
+    xr[i] = g[i] + outer_.predict_at(offset + i, d);
+    after[i] = xr[i];
+  }
 }
 
 void OverlapMerge::merge(uint64_t offset, uint64_t n, FloatSpan x, ConstFloatSpan global) {
@@ -123,19 +100,17 @@ void OverlapMerge::merge(uint64_t offset, uint64_t n, FloatSpan x, ConstFloatSpa
   float* xr = x.data() + offset;
   const float* gn = global.data() + offset;
   float* g = global_.data() + offset;
-  if (mode_ != OverlapMode::carry) {
-    // What the servers did: recover the average outer gradient (and their momentum).
-    scratch_.resize(n);
-    scratch2_.resize(n);
-    for (uint64_t i = 0; i < n; ++i) scratch_[i] = gn[i] - g[i];
-    outer_.observe(offset, scratch_, scratch2_);
-    if (mode_ == OverlapMode::delayed)
-      for (uint64_t i = 0; i < n; ++i)
-        others_[offset + i] = scratch2_[i] - last_push_[offset + i] * inv_regions_;
-  }
   const float* a = after_start_.data() + offset;
-  for (uint64_t i = 0; i < n; ++i) xr[i] = gn[i] + (xr[i] - a[i]);
-  std::copy(gn, gn + n, g);
+  const bool observe = mode_ != OverlapMode::carry, delayed = mode_ == OverlapMode::delayed;
+  for (uint64_t i = 0; i < n; ++i) {
+    if (observe) {
+      // What the servers did: recover the average outer gradient (and their momentum).
+      const float d = outer_.observe_at(offset + i, gn[i] - g[i]);
+      if (delayed) others_[offset + i] = d - last_push_[offset + i] * inv_regions_;
+    }
+    xr[i] = gn[i] + (xr[i] - a[i]);
+    g[i] = gn[i];
+  }
 }
 
 void OverlapMerge::take_global(uint64_t offset, uint64_t n, ConstFloatSpan global) {

@@ -61,6 +61,29 @@ class OuterStepModel {
   // the current momentum estimate, into `out`. Does not change the estimate.
   void predict(uint64_t offset, ConstFloatSpan d, FloatSpan out) const;
 
+  // The same for element j of the table alone (observe and predict loop over these): the
+  // fused merge passes of OverlapMerge call them inside their own loop.
+  float observe_at(uint64_t j, float change) {
+    const float inv_lr = 1.0f / config_.lr, mu = config_.momentum;
+    if (momentum_.empty()) return change * inv_lr;
+    float& m = momentum_[j];
+    if (config_.nesterov) {
+      const float d = (change * inv_lr - mu * mu * m) * (1.0f / (1.0f + mu));
+      m = mu * m + d;
+      return d;
+    }
+    const float m_new = change * inv_lr;
+    const float d = m_new - mu * m;
+    m = m_new;
+    return d;
+  }
+  float predict_at(uint64_t j, float d) const {
+    const float lr = config_.lr, mu = config_.momentum;
+    if (momentum_.empty()) return lr * d;
+    const float m_new = mu * momentum_[j] + d;
+    return config_.nesterov ? lr * (d + mu * m_new) : lr * m_new;
+  }
+
   const OuterStepConfig& config() const { return config_; }
 
  private:
@@ -96,7 +119,6 @@ class OverlapMerge {
   std::vector<float> after_start_;  // x right after the last start (progress since = x - this)
   std::vector<float> last_push_;    // delayed: q of the last merged round
   std::vector<float> others_;       // delayed: the other regions' share of the last merged round
-  std::vector<float> scratch_, scratch2_;
 };
 
 }  // namespace geotrain::worker

@@ -52,6 +52,24 @@ StreamingSync::~StreamingSync() {
   }
 }
 
+std::shared_ptr<StreamingSync::Job> StreamingSync::new_job(uint32_t fragment, size_t elements) {
+  auto job = std::make_shared<Job>();
+  job->fragment = fragment;
+  for (auto* buffer : {&job->push, &job->base}) {
+    if (!spare_.empty()) {
+      *buffer = std::move(spare_.back());
+      spare_.pop_back();
+    }
+    buffer->resize(elements);
+  }
+  return job;
+}
+
+void StreamingSync::finished(Job& job) {
+  spare_.push_back(std::move(job.push));
+  spare_.push_back(std::move(job.base));
+}
+
 void StreamingSync::copy_ranges(uint32_t fragment, ConstFloatSpan from, FloatSpan to) const {
   for (const auto& r : ranges_[fragment])
     std::copy(from.begin() + r.offset, from.begin() + r.end(), to.begin() + r.offset);
@@ -139,11 +157,8 @@ RoundReport StreamingSync::run_blocking(uint32_t fragment, FloatSpan params) {
 RoundReport StreamingSync::run_queued(uint32_t fragment, FloatSpan params) {
   // Behind the exchanges already queued, in the order every region queues them: taking the
   // connection ahead of them could wait for another region's exchange that waits for ours.
-  auto job = std::make_shared<Job>();
-  job->fragment = fragment;
+  auto job = new_job(fragment, params.size());
   job->defer = false;  // it takes the global values at once
-  job->push.resize(params.size());
-  job->base.resize(params.size());
   copy_ranges(fragment, params, job->push);
   {
     std::lock_guard lock(mutex_);
@@ -158,7 +173,9 @@ RoundReport StreamingSync::run_queued(uint32_t fragment, FloatSpan params) {
   GT_ASSERT(job->report.has_value(), "exchange finished without a report");
   copy_ranges(fragment, job->base, params);
   for (const auto& r : ranges_[fragment]) merge_->take_global(r.offset, r.count, job->base);
-  return *job->report;
+  const RoundReport report = *job->report;
+  finished(*job);
+  return report;
 }
 
 std::vector<RoundReport> StreamingSync::after_step(uint64_t step, FloatSpan params) {
@@ -170,6 +187,7 @@ std::vector<RoundReport> StreamingSync::after_step(uint64_t step, FloatSpan para
   // pushes (delay == H).
   while (!in_flight_.empty() && in_flight_.front()->merge_at <= step) {
     merged.push_back(wait_and_merge(*in_flight_.front(), params));
+    finished(*in_flight_.front());
     in_flight_.pop_front();
   }
   // The critical fragment: every round boundary, blocking, before the streamed fragments due now.
@@ -185,11 +203,8 @@ std::vector<RoundReport> StreamingSync::after_step(uint64_t step, FloatSpan para
       merged.push_back(run_blocking(p, params));
       continue;
     }
-    auto job = std::make_shared<Job>();
-    job->fragment = p;
+    auto job = new_job(p, params.size());
     job->merge_at = step + config_.delay;
-    job->push.resize(params.size());
-    job->base.resize(params.size());
     for (const auto& r : without(ranges_[p], deferred_[p]))
       merge_->start(r.offset, r.count, params, job->push);
     in_flight_.push_back(job);
@@ -212,6 +227,7 @@ std::vector<RoundReport> StreamingSync::finish(uint64_t last_step, FloatSpan par
   std::vector<RoundReport> merged;
   while (!in_flight_.empty()) {
     merged.push_back(wait_and_merge(*in_flight_.front(), params));
+    finished(*in_flight_.front());
     in_flight_.pop_front();
   }
   // Deferred shards: waited for and merged; their progress since is pushed below.

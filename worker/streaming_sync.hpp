@@ -103,6 +103,12 @@ class StreamingSync {
   // values (the critical fragment while other fragments stream).
   RoundReport run_queued(uint32_t fragment, FloatSpan params);
   void copy_ranges(uint32_t fragment, ConstFloatSpan from, FloatSpan to) const;
+  // A job with its two full-table buffers, spare ones when there are (a large model's are
+  // hundreds of megabytes: allocating and zeroing them at every start was time the steps waited
+  // for); finished() gives a merged job's buffers back. Only the fragment's ranges of a buffer
+  // are ever written or read, so what a spare held before does not matter.
+  std::shared_ptr<Job> new_job(uint32_t fragment, size_t elements);
+  void finished(Job& job);
 
   RegionSync& sync_;
   StreamingConfig config_;
@@ -117,6 +123,7 @@ class StreamingSync {
   std::mutex mutex_;       // the queue and the jobs' results
   std::condition_variable_any wake_;
   std::deque<std::shared_ptr<Job>> queue_;  // for the thread, oldest first
+  std::vector<std::vector<float>> spare_;   // merged jobs' buffers (the caller's thread only)
   std::jthread thread_;
 };
 
