@@ -11,6 +11,8 @@
 // one (or in a build without CUDA) it says so and exits 0. Prints a table or one JSON document.
 #pragma once
 
+#include <fmt/core.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -26,5 +28,14 @@ struct LeaderBenchOptions {
 };
 
 int run_leader_bench(const LeaderBenchOptions& options);
+
+// What the bench prints when it cannot run (no CUDA in the build, or no device): why, and exit 0.
+inline int leader_bench_unavailable(const char* note, bool json) {
+  if (json)
+    fmt::print("{{\"cuda_device\": null, \"cuda_note\": \"{}\"}}\n", note);
+  else
+    fmt::print("geotrain bench leader: {}\n", note);
+  return 0;
+}
 
 }  // namespace geotrain::bench

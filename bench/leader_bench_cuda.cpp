@@ -73,8 +73,8 @@ LeaderResult measure(const std::string& spec, const LeaderBenchOptions& o,
     // The pull: the payloads pushed stand in for the server's reply (the same codec and sizes).
     const double host_pull = seconds([&] {
       for (size_t s = 0; s < segments.size(); ++s)
-        cx::decode_add_payload(host_payloads[s], FloatSpan(host_base).subspan(
-                                                     segments[s].offset, segments[s].count));
+        cx::decode_add_payload(host_payloads[s],
+                               FloatSpan(host_base).subspan(segments[s].offset, segments[s].count));
       d_params.upload(local);  // the trainer's to_device after the merge
     });
     const double device_pull = seconds([&] {
@@ -94,14 +94,9 @@ LeaderResult measure(const std::string& spec, const LeaderBenchOptions& o,
 }  // namespace
 
 int run_leader_bench(const LeaderBenchOptions& o) {
-  if (kernels::cuda::device_count() == 0) {
-    const char* note = "no CUDA device present: the CUDA path was built but not run";
-    if (o.json)
-      fmt::print("{{\"cuda_device\": null, \"cuda_note\": \"{}\"}}\n", note);
-    else
-      fmt::print("geotrain bench leader: {}\n", note);
-    return 0;
-  }
+  if (kernels::cuda::device_count() == 0)
+    return leader_bench_unavailable("no CUDA device present: the CUDA path was built but not run",
+                                    o.json);
   cudaDeviceProp prop{};
   GT_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   const uint64_t n = o.elements;
@@ -121,8 +116,8 @@ int run_leader_bench(const LeaderBenchOptions& o) {
 
   std::vector<LeaderResult> results;
   for (const auto& spec : o.codecs) {
-    if (!o.json) spdlog::info("leader push and pull: {} ({} elements, {} segments)", spec, n,
-                              o.segments);
+    if (!o.json)
+      spdlog::info("leader push and pull: {} ({} elements, {} segments)", spec, n, o.segments);
     results.push_back(measure(spec, o, segments, d_local, base));
   }
   bool identical = true;
@@ -146,14 +141,14 @@ int run_leader_bench(const LeaderBenchOptions& o) {
     fmt::print("geotrain bench leader: {} elements in {} segments, best of {}, {} on {}\n", n,
                o.segments, o.repeats, prop.name, cpu_name());
     fmt::print("{:<22} {:>12} {:>10} {:>10} {:>8} {:>10} {:>10} {:>8} {:>9}\n", "codec",
-               "payload MB", "host push", "dev push", "x", "host pull", "dev pull", "x",
-               "same");
+               "payload MB", "host push", "dev push", "x", "host pull", "dev pull", "x", "same");
     for (const auto& r : results)
-      fmt::print("{:<22} {:>12.2f} {:>9.1f}ms {:>8.1f}ms {:>8.1f} {:>8.1f}ms {:>8.1f}ms {:>8.1f} "
-                 "{:>9}\n",
-                 r.codec, static_cast<double>(r.payload_bytes) / 1e6, r.host_push_s * 1e3, r.device_push_s * 1e3,
-                 r.host_push_s / r.device_push_s, r.host_pull_s * 1e3, r.device_pull_s * 1e3,
-                 r.host_pull_s / r.device_pull_s, r.identical ? "yes" : "NO");
+      fmt::print(
+          "{:<22} {:>12.2f} {:>9.1f}ms {:>8.1f}ms {:>8.1f} {:>8.1f}ms {:>8.1f}ms {:>8.1f} "
+          "{:>9}\n",
+          r.codec, static_cast<double>(r.payload_bytes) / 1e6, r.host_push_s * 1e3,
+          r.device_push_s * 1e3, r.host_push_s / r.device_push_s, r.host_pull_s * 1e3,
+          r.device_pull_s * 1e3, r.host_pull_s / r.device_pull_s, r.identical ? "yes" : "NO");
   }
   return identical ? 0 : 1;
 }

@@ -53,8 +53,8 @@ DeviceFeedback::~DeviceFeedback() = default;
 
 void DeviceFeedback::set_codec(std::string_view codec_spec) {
   CodecSettings settings = parse_codec_spec(codec_spec);
-  auto zstd = settings.zstd_level ? std::make_unique<detail::ZstdPacker>(*settings.zstd_level)
-                                  : nullptr;
+  auto zstd =
+      settings.zstd_level ? std::make_unique<detail::ZstdPacker>(*settings.zstd_level) : nullptr;
   spec_ = std::string(codec_spec);
   settings_ = settings;
   zstd_ = std::move(zstd);
@@ -65,8 +65,7 @@ float* DeviceFeedback::residual_for(uint64_t stream, size_t n) {
   auto it = residuals_.find(stream);
   if (it == residuals_.end()) {
     it = residuals_.emplace(stream, DeviceBuffer<float>(n)).first;
-    if (n > 0)
-      GT_CUDA_CHECK(cudaMemsetAsync(it->second.get(), 0, n * sizeof(float), cuda_stream_));
+    if (n > 0) GT_CUDA_CHECK(cudaMemsetAsync(it->second.get(), 0, n * sizeof(float), cuda_stream_));
   }
   GT_REQUIRE(it->second.size() == n,
              "error feedback: stream {} has {} elements, but {} were given (its length is fixed by "
@@ -82,8 +81,8 @@ void DeviceFeedback::encode(uint64_t stream, const float* g, size_t n, Bytes& ou
   const size_t body_bytes = encode_body(g, residual, n);
   std::byte* staged = staging_.reserve(body_bytes);
   if (body_bytes > 0)
-    GT_CUDA_CHECK(cudaMemcpyAsync(staged, body_.get(), body_bytes, cudaMemcpyDeviceToHost,
-                                  cuda_stream_));
+    GT_CUDA_CHECK(
+        cudaMemcpyAsync(staged, body_.get(), body_bytes, cudaMemcpyDeviceToHost, cuda_stream_));
   GT_CUDA_CHECK(cudaStreamSynchronize(cuda_stream_));
   write_payload(n, body_bytes, out);
   if (settings_.quant.stochastic) ++nonce_;
@@ -128,8 +127,8 @@ size_t DeviceFeedback::encode_body(const float* g, float* e, size_t n) {
       kc::cuda::bf16_encode(g, e, n, reinterpret_cast<uint16_t*>(body), cs, beta);
       break;
     case CodecId::int8:
-      kc::cuda::int8_encode(g, e, n, chunk, rounding, scales, reinterpret_cast<int8_t*>(packed),
-                            cs, beta);
+      kc::cuda::int8_encode(g, e, n, chunk, rounding, scales, reinterpret_cast<int8_t*>(packed), cs,
+                            beta);
       break;
     case CodecId::int4:
       kc::cuda::int4_encode(g, e, n, chunk, rounding, scales, reinterpret_cast<uint8_t*>(packed),
@@ -243,8 +242,8 @@ void DeviceDecoder::run(ConstByteSpan payload, float* y, size_t n, bool add) {
                            cs);
       break;
     case CodecId::onebit:
-      kc::cuda::onebit_decode(scales, reinterpret_cast<const uint32_t*>(packed), n, h.chunk, y,
-                              add, cs);
+      kc::cuda::onebit_decode(scales, reinterpret_cast<const uint32_t*>(packed), n, h.chunk, y, add,
+                              cs);
       break;
     default:
       GT_ASSERT(false, "{} is not a dense codec", codec_name(h.codec));

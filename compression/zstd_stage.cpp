@@ -84,10 +84,9 @@ ZstdPacker::ZstdPacker(int level) {
 
 void ZstdPacker::pack(ConstByteSpan inner_payload, uint64_t n, CodecId inner, Bytes& out) {
   out.resize(kHeaderBytes + ZSTD_compressBound(inner_payload.size()));
-  const size_t packed =
-      GT_ZSTD_CHECK(ZSTD_compress2(cctx_.get(), out.data() + kHeaderBytes,
-                                   out.size() - kHeaderBytes, inner_payload.data(),
-                                   inner_payload.size()));
+  const size_t packed = GT_ZSTD_CHECK(ZSTD_compress2(cctx_.get(), out.data() + kHeaderBytes,
+                                                     out.size() - kHeaderBytes,
+                                                     inner_payload.data(), inner_payload.size()));
   out.resize(kHeaderBytes + packed);
   PayloadHeader h;
   h.codec = CodecId::zstd;

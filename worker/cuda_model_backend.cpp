@@ -6,9 +6,9 @@
 #include <vector>
 
 #include "core/check_cuda.hpp"
+#include "core/device_buffer.hpp"
 #include "core/error.hpp"
 #include "kernels/optim_cuda.cuh"
-#include "core/device_buffer.hpp"
 #include "models/device_model.hpp"
 #include "worker/bucketed_allreduce.hpp"
 #include "worker/nccl_communicator.hpp"

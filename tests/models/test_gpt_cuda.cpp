@@ -13,13 +13,13 @@
 #include <random>
 #include <vector>
 
+#include "core/device_buffer.hpp"
 #include "kernels/gpt_cuda.cuh"
 #include "kernels/ops/attention.hpp"
 #include "kernels/ops/cross_entropy.hpp"
 #include "kernels/ops/embedding.hpp"
 #include "kernels/ops/gelu.hpp"
 #include "kernels/ops/layernorm.hpp"
-#include "core/device_buffer.hpp"
 #include "models/gpt.hpp"
 #include "models/gpt_cuda.hpp"
 

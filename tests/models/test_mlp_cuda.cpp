@@ -7,9 +7,9 @@
 #include <random>
 #include <vector>
 
+#include "core/device_buffer.hpp"
 #include "core/error.hpp"
 #include "kernels/model_cuda.cuh"
-#include "core/device_buffer.hpp"
 #include "models/device_model.hpp"
 #include "models/mlp.hpp"
 #include "models/mlp_cuda.hpp"

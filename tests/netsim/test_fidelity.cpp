@@ -24,12 +24,22 @@ TEST_CASE("the round trip through a link is twice its one-way delay, within 5% o
 }
 
 TEST_CASE("a bandwidth limit does not add to the round trip of a small message") {
+  // Against the same delay without a limit, measured alongside: a loaded machine (CI's two cores
+  // running other suites) slows both alike, and the first test holds the delay itself.
   auto echo = make_echo_server();
-  OneLink link(echo->endpoint(), props(10, 100));
-  const double rtt =
-      closest_of(3, 20, 1.0, [&] { return median(measure_rtts_ms(link.via(), 15)); });
+  OneLink limited(echo->endpoint(), props(10, 100));
+  OneLink unlimited(echo->endpoint(), props(10));
+  double added = 0, rtt = 0, reference = 0;
+  for (int round = 0; round < 3; ++round) {
+    rtt = median(measure_rtts_ms(limited.via(), 15));
+    reference = median(measure_rtts_ms(unlimited.via(), 15));
+    added = rtt - reference;
+    if (added <= 1.0) break;
+  }
   CAPTURE(rtt);
-  CHECK(std::abs(rtt - 20) <= 1.0);
+  CAPTURE(reference);
+  CHECK(added <= 1.0);
+  CHECK(rtt >= 20.0);  // the delay is there, both ways
 }
 
 TEST_CASE(
