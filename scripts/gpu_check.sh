@@ -95,7 +95,7 @@ for p in $parts; do
         --set model.preset=gpt2-124m --set worker.device=cuda --set worker.precision=bf16 \
         --set worker.workers_per_region=1 --set worker.batch_size=8 \
         --set worker.local_steps=100 --set worker.rounds=${GT_ROUNDS:-3} --set worker.eval_every=0 \
-        --set worker.fragments=1 --set worker.overlap=${GT_OVERLAP:-eager} \
+        --set worker.fragments=1 --set worker.overlap=${GT_OVERLAP:-eager} --set worker.fragment_delay=${GT_DELAY:-100} \
         --set "worker.optimizer={kind: adamw, beta1: 0.9, beta2: 0.95, weight_decay: 0.1}" \
         --set worker.critical_codec=onebit --set worker.noncritical_codec=onebit \
         --set server.downlink_codec=onebit --set "worker.data.path=${GT_KJV:-/usr/share/datasets/kjv.txt}" \
