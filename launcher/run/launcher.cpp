@@ -165,13 +165,19 @@ PreparedRun prepare_run(const LaunchOptions& o) {
   return r;
 }
 
-// Starts the servers and netsim, each healthy before the workers start, then the workers (or
-// announces the endpoints to external leaders). Returns why it failed, empty when all started.
+// Starts the servers, together (each sets up its own shards: seconds for a large model), then
+// netsim once they accept connections, then the workers once netsim does (or announces the
+// endpoints to external leaders). Returns why it failed, empty when all started.
 std::string start_processes(const LaunchOptions& o, const PreparedRun& r, Fleet& fleet,
                             Clock::time_point t0, std::stop_token stop) {
   const auto deadline = t0 + seconds(r.settings.startup_timeout_s);
+  std::vector<Running*> servers;
+  for (const auto& spec : r.plan.processes)
+    if (spec.role == ProcessRole::server) servers.push_back(&fleet.start(spec));
+  for (Running* server : servers)
+    if (auto failure = wait_healthy(*server, deadline, stop); !failure.empty()) return failure;
   for (const auto& spec : r.plan.processes) {
-    if (spec.role == ProcessRole::worker) continue;
+    if (spec.role != ProcessRole::netsim) continue;
     auto failure = wait_healthy(fleet.start(spec), deadline, stop);
     if (!failure.empty()) return failure;
   }
