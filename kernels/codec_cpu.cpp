@@ -104,7 +104,7 @@ inline void quantize_chunk(const float* GT_RESTRICT x, size_t begin, size_t coun
 }  // namespace
 
 GT_CPU_CLONES void fp32_encode(const float* GT_RESTRICT g, float* GT_RESTRICT residual, size_t n,
-                 float* GT_RESTRICT out) {
+                               float* GT_RESTRICT out) {
   if (residual == nullptr) {
     if (n > 0) std::memcpy(out, g, n * sizeof(float));  // no null pointers, even for no bytes
     return;
@@ -115,7 +115,8 @@ GT_CPU_CLONES void fp32_encode(const float* GT_RESTRICT g, float* GT_RESTRICT re
   }
 }
 
-GT_CPU_CLONES void fp32_decode(const float* GT_RESTRICT in, size_t n, float* GT_RESTRICT y, bool add) {
+GT_CPU_CLONES void fp32_decode(const float* GT_RESTRICT in, size_t n, float* GT_RESTRICT y,
+                               bool add) {
   if (add) {
     for (size_t i = 0; i < n; ++i) y[i] += in[i];
   } else if (n > 0) {  // memcpy's pointers must not be null, even for no bytes
@@ -153,8 +154,9 @@ inline void quant_encode(const float* GT_RESTRICT g, float* GT_RESTRICT residual
 }
 }  // namespace
 
-GT_CPU_CLONES void int8_encode(const float* GT_RESTRICT g, float* GT_RESTRICT residual, size_t n, uint32_t chunk,
-                 Rounding rounding, float* GT_RESTRICT scales, int8_t* GT_RESTRICT q) {
+GT_CPU_CLONES void int8_encode(const float* GT_RESTRICT g, float* GT_RESTRICT residual, size_t n,
+                               uint32_t chunk, Rounding rounding, float* GT_RESTRICT scales,
+                               int8_t* GT_RESTRICT q) {
   constexpr float kLevels = 127.0f;
   quant_encode(g, residual, n, chunk, kLevels, scales,
                [&](const float* x, float* res, size_t begin, size_t count, float inv, float scale) {
@@ -166,8 +168,8 @@ GT_CPU_CLONES void int8_encode(const float* GT_RESTRICT g, float* GT_RESTRICT re
                });
 }
 
-GT_CPU_CLONES void int8_decode(const float* GT_RESTRICT scales, const int8_t* GT_RESTRICT q, size_t n,
-                 uint32_t chunk, float* GT_RESTRICT y, bool add) {
+GT_CPU_CLONES void int8_decode(const float* GT_RESTRICT scales, const int8_t* GT_RESTRICT q,
+                               size_t n, uint32_t chunk, float* GT_RESTRICT y, bool add) {
   for (size_t c = 0, begin = 0; begin < n; ++c, begin += chunk) {
     const size_t count = std::min<size_t>(chunk, n - begin);
     const float scale = scales[c];
@@ -189,8 +191,9 @@ inline int int4_nibble(const uint8_t* packed, size_t i) {
 }
 }  // namespace
 
-GT_CPU_CLONES void int4_encode(const float* GT_RESTRICT g, float* GT_RESTRICT residual, size_t n, uint32_t chunk,
-                 Rounding rounding, float* GT_RESTRICT scales, uint8_t* GT_RESTRICT packed) {
+GT_CPU_CLONES void int4_encode(const float* GT_RESTRICT g, float* GT_RESTRICT residual, size_t n,
+                               uint32_t chunk, Rounding rounding, float* GT_RESTRICT scales,
+                               uint8_t* GT_RESTRICT packed) {
   constexpr float kLevels = 7.0f;
   // chunk is even (a multiple of 32), so a byte never straddles two chunks.
   quant_encode(
@@ -211,8 +214,8 @@ GT_CPU_CLONES void int4_encode(const float* GT_RESTRICT g, float* GT_RESTRICT re
       });
 }
 
-GT_CPU_CLONES void int4_decode(const float* GT_RESTRICT scales, const uint8_t* GT_RESTRICT packed, size_t n,
-                 uint32_t chunk, float* GT_RESTRICT y, bool add) {
+GT_CPU_CLONES void int4_decode(const float* GT_RESTRICT scales, const uint8_t* GT_RESTRICT packed,
+                               size_t n, uint32_t chunk, float* GT_RESTRICT y, bool add) {
   for (size_t c = 0, begin = 0; begin < n; ++c, begin += chunk) {
     const size_t count = std::min<size_t>(chunk, n - begin);
     const float scale = scales[c];
@@ -239,8 +242,9 @@ GT_CPU_CLONES void int4_decode(const float* GT_RESTRICT scales, const uint8_t* G
   }
 }
 
-GT_CPU_CLONES void fp4_encode(const float* GT_RESTRICT g, float* GT_RESTRICT residual, size_t n, uint32_t chunk,
-                float* GT_RESTRICT scales, uint8_t* GT_RESTRICT packed) {
+GT_CPU_CLONES void fp4_encode(const float* GT_RESTRICT g, float* GT_RESTRICT residual, size_t n,
+                              uint32_t chunk, float* GT_RESTRICT scales,
+                              uint8_t* GT_RESTRICT packed) {
   // chunk is even (a multiple of 32), so a byte never straddles two chunks.
   quant_encode(g, residual, n, chunk, kFp4Max, scales,
                [&](const float* x, float* res, size_t begin, size_t count, float inv, float scale) {
@@ -260,8 +264,8 @@ GT_CPU_CLONES void fp4_encode(const float* GT_RESTRICT g, float* GT_RESTRICT res
                });
 }
 
-GT_CPU_CLONES void fp4_decode(const float* GT_RESTRICT scales, const uint8_t* GT_RESTRICT packed, size_t n,
-                uint32_t chunk, float* GT_RESTRICT y, bool add) {
+GT_CPU_CLONES void fp4_decode(const float* GT_RESTRICT scales, const uint8_t* GT_RESTRICT packed,
+                              size_t n, uint32_t chunk, float* GT_RESTRICT y, bool add) {
   for (size_t c = 0, begin = 0; begin < n; ++c, begin += chunk) {
     const size_t count = std::min<size_t>(chunk, n - begin);
     // The chunk's 16 decoded values (fp4_value itself, so the CUDA decoder agrees), then lookups.
@@ -289,8 +293,8 @@ GT_CPU_CLONES void fp4_decode(const float* GT_RESTRICT scales, const uint8_t* GT
 }
 
 GT_CPU_CLONES void onebit_encode(const float* GT_RESTRICT g, float* GT_RESTRICT residual, size_t n,
-                   uint32_t chunk, float* GT_RESTRICT scales, uint32_t* GT_RESTRICT bits,
-                   OnebitScale scale_kind) {
+                                 uint32_t chunk, float* GT_RESTRICT scales,
+                                 uint32_t* GT_RESTRICT bits, OnebitScale scale_kind) {
   for (size_t c = 0, begin = 0; begin < n; ++c, begin += chunk) {
     const size_t count = std::min<size_t>(chunk, n - begin);
     float* res = residual ? residual + begin : nullptr;
@@ -315,8 +319,8 @@ GT_CPU_CLONES void onebit_encode(const float* GT_RESTRICT g, float* GT_RESTRICT 
   }
 }
 
-GT_CPU_CLONES void onebit_decode(const float* GT_RESTRICT scales, const uint32_t* GT_RESTRICT bits, size_t n,
-                   uint32_t chunk, float* GT_RESTRICT y, bool add) {
+GT_CPU_CLONES void onebit_decode(const float* GT_RESTRICT scales, const uint32_t* GT_RESTRICT bits,
+                                 size_t n, uint32_t chunk, float* GT_RESTRICT y, bool add) {
   for (size_t c = 0, begin = 0; begin < n; ++c, begin += chunk) {
     const size_t count = std::min<size_t>(chunk, n - begin);
     const float scale = scales[c];
