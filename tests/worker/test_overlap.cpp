@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "core/error.hpp"
@@ -165,6 +166,64 @@ TEST_CASE("the outer step model recovers the servers' Nesterov momentum from the
     model.observe(0, change, recovered);
     CHECK(recovered[0] == doctest::Approx(d[0]).epsilon(1e-5));
     CHECK(recovered[1] == doctest::Approx(d[1]).epsilon(1e-5));
+  }
+}
+
+TEST_CASE("a start and a merge in one pass equal the outer step model's span steps, bit for bit") {
+  // The reference is the rule in passes over the whole range, as the header states it (the
+  // OuterStepModel's span calls); OverlapMerge fuses them into one pass per start and merge.
+  const size_t n = 5'003;
+  const uint32_t regions = 3;
+  for (OverlapMode mode : {OverlapMode::carry, OverlapMode::eager, OverlapMode::delayed}) {
+    for (float momentum : {0.0f, 0.9f}) {
+      for (bool nesterov : {false, true}) {
+        CAPTURE(overlap_mode_name(mode));
+        CAPTURE(momentum);
+        CAPTURE(nesterov);
+        const OuterStepConfig outer{0.7f, momentum, nesterov};
+        std::vector<float> g0(n);
+        for (size_t i = 0; i < n; ++i) g0[i] = std::sin(0.37f * static_cast<float>(i));
+        OverlapMerge merge(mode, outer, regions, g0);
+        OuterStepModel model(outer, mode == OverlapMode::carry ? 0 : n);
+        std::vector<float> global = g0, after(n), last(n, 0.0f), others(n, 0.0f), d(n), step(n);
+        std::vector<float> x(n), want_x(n), push(n), returned(n);
+        for (int round = 1; round <= 4; ++round) {
+          for (size_t i = 0; i < n; ++i)
+            x[i] = global[i] + 0.01f * std::cos(static_cast<float>(i) * static_cast<float>(round));
+          want_x = x;
+          merge.start(0, n, x, push);
+          CHECK(push == want_x);  // the push is the local values
+          if (mode != OverlapMode::carry) {
+            for (size_t i = 0; i < n; ++i) {
+              last[i] = want_x[i] - global[i];
+              d[i] = (want_x[i] - global[i]) * (1.0f / static_cast<float>(regions));
+              if (mode == OverlapMode::delayed) d[i] += others[i];
+            }
+            model.predict(0, d, step);
+            for (size_t i = 0; i < n; ++i) want_x[i] = global[i] + step[i];
+          }
+          CHECK(std::memcmp(x.data(), want_x.data(), 4 * n) == 0);
+          after = want_x;
+          for (size_t i = 0; i < n; ++i) {
+            x[i] += 0.001f * static_cast<float>(round);  // progress while the exchange is out
+            returned[i] =
+                global[i] + 0.02f * std::sin(static_cast<float>(i) + static_cast<float>(round));
+          }
+          want_x = x;
+          merge.merge(0, n, x, returned);
+          if (mode != OverlapMode::carry) {
+            for (size_t i = 0; i < n; ++i) step[i] = returned[i] - global[i];
+            model.observe(0, step, d);
+            if (mode == OverlapMode::delayed)
+              for (size_t i = 0; i < n; ++i)
+                others[i] = d[i] - last[i] * (1.0f / static_cast<float>(regions));
+          }
+          for (size_t i = 0; i < n; ++i) want_x[i] = returned[i] + (want_x[i] - after[i]);
+          CHECK(std::memcmp(x.data(), want_x.data(), 4 * n) == 0);
+          global = returned;
+        }
+      }
+    }
   }
 }
 
