@@ -13,13 +13,13 @@
 
 namespace geotrain::cli {
 
-void add_bench_command(CLI::App& app, CommandList& commands) {
-  auto* bench = app.add_subcommand("bench", "run a benchmark");
-  bench->require_subcommand(1);
+namespace {
 
+// `bench codecs`: bench/codec_bench.hpp.
+void add_codecs_bench(CLI::App& bench, CommandList& commands) {
   auto codec_opts = std::make_shared<bench::CodecBenchOptions>();
   auto* codecs =
-      bench->add_subcommand("codecs", "encode/decode throughput of every codec vs memcpy");
+      bench.add_subcommand("codecs", "encode/decode throughput of every codec vs memcpy");
   codecs->add_option("--elements", codec_opts->elements, "fp32 elements per buffer")
       ->capture_default_str()
       ->check(CLI::Range(std::size_t{1024}, std::size_t{1} << 31));
@@ -34,9 +34,12 @@ void add_bench_command(CLI::App& app, CommandList& commands) {
   codecs->add_flag("--no-cpu", codec_opts->skip_cpu, "measure the CUDA path only")
       ->excludes(no_gpu);
   commands.emplace_back(codecs, [codec_opts] { return bench::run_codec_bench(*codec_opts); });
+}
 
+// `bench leader`: bench/leader_bench.hpp.
+void add_leader_bench(CLI::App& bench, CommandList& commands) {
   auto leader_opts = std::make_shared<bench::LeaderBenchOptions>();
-  auto* leader = bench->add_subcommand(
+  auto* leader = bench.add_subcommand(
       "leader", "a region leader's push and pull on the host and on the device (CUDA)");
   leader->add_option("--elements", leader_opts->elements, "parameters in the table")
       ->capture_default_str()
@@ -50,11 +53,12 @@ void add_bench_command(CLI::App& app, CommandList& commands) {
       ->check(CLI::Range(1, 1000));
   leader->add_flag("--json", leader_opts->json, "print one JSON document instead of a table");
   commands.emplace_back(leader, [leader_opts] { return bench::run_leader_bench(*leader_opts); });
+}
 
-  add_netsim_bench_command(*bench, commands);
-
+// `bench server`: bench/server_bench.hpp.
+void add_server_bench(CLI::App& bench, CommandList& commands) {
   auto server_opts = std::make_shared<bench::ServerBenchOptions>();
-  auto* server = bench->add_subcommand(
+  auto* server = bench.add_subcommand(
       "server",
       "push+pull round trips against a ParamServer vs raw ZeroMQ DEALER/ROUTER, same bytes");
   server->add_option("--sizes", server_opts->sizes, "shard sizes in fp32 bytes")
@@ -76,9 +80,12 @@ void add_bench_command(CLI::App& app, CommandList& commands) {
                    "then a soak of this many seconds of load with RSS at its start and end")
       ->check(CLI::Range(0.0, 86400.0));
   commands.emplace_back(server, [server_opts] { return bench::run_server_bench(*server_opts); });
+}
 
+// `bench wan`: bench/wan_bench.hpp.
+void add_wan_bench(CLI::App& bench, CommandList& commands) {
   auto wan_opts = std::make_shared<bench::WanBenchOptions>();
-  auto* wan = bench->add_subcommand(
+  auto* wan = bench.add_subcommand(
       "wan", "one leader's push and pull across an emulated WAN link, by streams and CURVE");
   wan->add_option("--profile", wan_opts->profile, "WAN profile: a name in configs/wan or a path")
       ->capture_default_str();
@@ -106,9 +113,12 @@ void add_bench_command(CLI::App& app, CommandList& commands) {
       ->check(CLI::Range(0, 1 << 20));
   wan->add_flag("--json", wan_opts->json, "print one JSON document instead of a table");
   commands.emplace_back(wan, [wan_opts] { return bench::run_wan_bench(*wan_opts); });
+}
 
+// `bench train`: bench/train_bench.hpp.
+void add_train_bench(CLI::App& bench, CommandList& commands) {
   auto train_opts = std::make_shared<bench::TrainBenchOptions>();
-  auto* train = bench->add_subcommand(
+  auto* train = bench.add_subcommand(
       "train",
       "one worker's training step (CPU or GPU): tokens/s, forward+backward vs AdamW, FLOPs, MFU");
   train
@@ -135,6 +145,19 @@ void add_bench_command(CLI::App& app, CommandList& commands) {
       ->check(CLI::Range(0, 1000));
   train->add_flag("--json", train_opts->json, "print one JSON document instead of a table");
   commands.emplace_back(train, [train_opts] { return bench::run_train_bench(*train_opts); });
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app, CommandList& commands) {
+  auto* bench = app.add_subcommand("bench", "run a benchmark");
+  bench->require_subcommand(1);
+  add_codecs_bench(*bench, commands);
+  add_leader_bench(*bench, commands);
+  add_netsim_bench_command(*bench, commands);
+  add_server_bench(*bench, commands);
+  add_wan_bench(*bench, commands);
+  add_train_bench(*bench, commands);
 }
 
 }  // namespace geotrain::cli

@@ -182,7 +182,10 @@ std::unique_ptr<Codec> make_base(const CodecSettings& s) {
 
 }  // namespace
 
-CodecSettings parse_codec_spec(std::string_view spec) {
+namespace {
+
+// The spec's settings, checked for form only (make_codec's constructors check the values).
+CodecSettings parse_form(std::string_view spec) {
   GT_REQUIRE(!spec.empty(),
              "codec spec is empty (allowed: fp32, fp16, bf16, int8, int4, fp4, onebit, topk)");
   const size_t plus = spec.find('+');
@@ -195,6 +198,13 @@ CodecSettings parse_codec_spec(std::string_view spec) {
     allow_only(o, {"level"}, spec);
     s.zstd_level = parse_number<int>(o, "level", 3, spec);
   }
+  return s;
+}
+
+}  // namespace
+
+CodecSettings parse_codec_spec(std::string_view spec) {
+  CodecSettings s = parse_form(spec);
   make_codec(s);  // the values: each codec's constructor checks its own
   return s;
 }
@@ -205,10 +215,7 @@ std::unique_ptr<Codec> make_codec(const CodecSettings& settings) {
   return make_zstd_stage(std::move(codec), *settings.zstd_level);
 }
 
-std::unique_ptr<Codec> make_codec(std::string_view spec) {
-  // parse_codec_spec built it once to check it; building it again is cheap.
-  return make_codec(parse_codec_spec(spec));
-}
+std::unique_ptr<Codec> make_codec(std::string_view spec) { return make_codec(parse_form(spec)); }
 
 std::vector<std::string> standard_codec_specs() {
   return {"fp32",
