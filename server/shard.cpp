@@ -192,7 +192,7 @@ void Shard::commit_staged() {
     pending.pushed[st.region] = true;
     if (!pending.first_push) pending.first_push = st.meta.at;
   }
-  pending.deltas.push_back({st.region, st.round, st.meta.tokens, std::move(st.kept)});
+  pending.deltas.push_back({st.region, st.round, st.meta.tokens, std::move(st.kept), {}});
   if (splits_momentum()) std::swap(pending.accumulator, accumulator_next_);
   if (st.next) commit(std::move(st.next));
   gate_.set_clock(st.region, st.round);

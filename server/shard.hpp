@@ -213,7 +213,9 @@ class Shard {
   // not part of it). Kept until release_flush(); once that released
   // (the region was not counted then: declared dead, or back too late) it is dropped and false
   // returned, so that every region that pulls after the release gets the same values. A region
-  // flushes a shard once (the caller refuses a second flush).
+  // flushes a shard once (the caller refuses a second flush). With an fp32 downlink the region
+  // holds the values as they are now (it has pulled every round it pushed): kept with the
+  // flush, since rounds the others still push may be released before the flush is.
   bool add_flush(size_t region, ConstFloatSpan delta, uint64_t tokens);
   bool flushed(size_t region) const { return region < flushed_.size() && flushed_[region]; }
   bool flush_released() const { return flush_released_; }
@@ -282,9 +284,12 @@ class Shard {
     uint64_t round = 0;
     uint64_t tokens = 0;
     std::vector<float> delta;
+    // A flush over an fp32 downlink: the values when it came, which the region held then (its
+    // copy is not kept otherwise); empty when none.
+    std::vector<float> held;
   };
   // Adds to a region's flush what its copy differs from the values by, over lr (a lossy
-  // downlink's sent values less its residual; nothing for an fp32 downlink).
+  // downlink's sent values less its residual; an fp32 downlink's values at the flush).
   void add_held_offset(Contribution& c) const;
   struct PendingRound {
     std::vector<bool> pushed;  // per region: pushed this round in time (late deltas do not count)

@@ -4,8 +4,11 @@
 //
 // What a region holds. With a lossy downlink a region's copy is the values it was last sent less
 // its downlink residual (error feedback: whatever the downlink has not delivered yet); with an
-// fp32 downlink it is the values it last pulled. The final model is the (merge-weighted) mean of
-// those copies plus lr times the mean of the regions' unsent progress:
+// fp32 downlink it is the values it last pulled, which are the values when its flush comes (it
+// has pulled every round it pushed, and pulls nothing more until the release); they are kept
+// with the flush, since a round that regions still push may be released in between (one that
+// merged a deferred shard later than the others is a push ahead there). The final model is the
+// (merge-weighted) mean of those copies plus lr times the mean of the regions' unsent progress:
 //   theta' = mean_r(sent_r - e_r) + lr * mean_r(x_r),
 // computed as one merge of x_r + (sent_r - e_r - theta) / lr. Neither residual is added: the
 // uplink residual is not pushed at all (worker/region_sync_flush.cpp), the downlink's is taken
@@ -32,23 +35,30 @@ bool Shard::add_flush(size_t region, ConstFloatSpan delta, uint64_t tokens) {
   GT_ASSERT(!flushed_.at(region), "region {} flushed shard {} twice", region, range_.id);
   flushed_[region] = true;
   if (flush_released_) return false;
-  flushes_.push_back({region, 0, tokens, std::vector<float>(delta.begin(), delta.end())});
+  Contribution c{region, 0, tokens, std::vector<float>(delta.begin(), delta.end()), {}};
+  if (!base_.at(region)) {
+    const auto theta = values();
+    c.held.assign(theta.begin(), theta.end());
+  }
+  flushes_.push_back(std::move(c));
   return true;
 }
 
 void Shard::add_held_offset(Contribution& c) const {
-  const auto& sent = base_.at(c.region);
-  if (!sent) return;  // an fp32 downlink: the region holds the values
-  const auto e = downlink_residual(c.region);
+  const auto& kept = base_.at(c.region);
+  // An fp32 downlink: what the region held at its flush, with no residual.
+  const ConstFloatSpan sent = kept ? ConstFloatSpan(*kept) : ConstFloatSpan(c.held);
+  if (sent.empty()) return;
+  const auto e = kept ? downlink_residual(c.region) : ConstFloatSpan{};
   const auto theta = values();
   const float inv_lr = 1.0f / settings_.optimizer.lr;
   bool behind = false;
   for (size_t i = 0; i < theta.size() && !behind; ++i)
-    behind = (*sent)[i] != theta[i] || (!e.empty() && e[i] != 0.0f);
+    behind = sent[i] != theta[i] || (!e.empty() && e[i] != 0.0f);
   if (!behind) return;
   if (c.delta.empty()) c.delta.assign(theta.size(), 0.0f);
   for (size_t i = 0; i < theta.size(); ++i)
-    c.delta[i] += ((*sent)[i] - (e.empty() ? 0.0f : e[i]) - theta[i]) * inv_lr;
+    c.delta[i] += (sent[i] - (e.empty() ? 0.0f : e[i]) - theta[i]) * inv_lr;
 }
 
 size_t Shard::release_flush(const std::vector<bool>& live) {

@@ -40,12 +40,12 @@ std::filesystem::path global_model_path(const std::filesystem::path& run_dir) {
 FinalModel::FinalModel(ConstFloatSpan own, std::string region)
     : own_(own.begin(), own.end()), region_(std::move(region)) {}
 
-void FinalModel::flush(RegionSync& sync, FloatSpan params, MetricsLog& log) {
+void FinalModel::flush(LeaderSession& session, FloatSpan params, MetricsLog& log) {
   const auto t0 = std::chrono::steady_clock::now();
   nlohmann::json j{{f::region, region_}};
   try {
-    const auto r = sync.flush(params);
-    const auto base = sync.base();
+    const auto r = session.flush(params);
+    const auto base = session.sync().base();
     std::copy(base.begin(), base.end(), params.begin());
     global_ = true;
     j[f::bytes_pushed] = r.bytes_pushed;

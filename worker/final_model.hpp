@@ -4,7 +4,7 @@
 // part of its deltas (uplink) and of the servers' changes (downlink). FinalModel keeps the
 // region's own final parameters, then
 //   1. flush(): pushes the progress the region did not push yet (not its residuals) and pulls
-//      the global values in full fp32 (RegionSync::flush), once every live region has flushed:
+//      the global values in full fp32 (LeaderSession::flush), once every live region has flushed:
 //      the global model, the mean of what the regions hold, the same in every region that flushed;
 //      logs the `flush` event (its bytes count in the run's WAN bytes);
 //   2. write(): the first region's leader writes it as <run_dir>/model.safetensors, in the
@@ -32,8 +32,8 @@
 #include "core/span.hpp"
 #include "models/model.hpp"
 #include "models/model_spec.hpp"
+#include "worker/leader_session.hpp"
 #include "worker/metrics_log.hpp"
-#include "worker/region_sync.hpp"
 #include "worker/trainer.hpp"
 #include "worker/training_data.hpp"
 
@@ -49,7 +49,7 @@ class FinalModel {
 
   // Flushes and pulls the global model into `params` (which hold the region's own parameters
   // until then); logs the `flush` event. Once.
-  void flush(RegionSync& sync, FloatSpan params, MetricsLog& log);
+  void flush(LeaderSession& session, FloatSpan params, MetricsLog& log);
   // The flush was not done (a stopped run); `why` is reported.
   void skip(std::string why) { error_ = std::move(why); }
   bool global() const { return global_; }

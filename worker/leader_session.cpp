@@ -34,17 +34,20 @@ uint64_t LeaderSession::connect(uint64_t resume_round) {
 }
 
 std::vector<RoundReport> LeaderSession::after_step(uint64_t step, FloatSpan local) {
-  GT_ASSERT(streaming_ != nullptr, "after_step before connect, or after finish");
+  GT_ASSERT(streaming_ != nullptr && !finished_, "after_step before connect, or after finish");
   auto reports = streaming_->after_step(step, local);
   merged_.insert(merged_.end(), reports.begin(), reports.end());
   return reports;
 }
 
-std::vector<RoundReport> LeaderSession::finish(uint64_t last_step, FloatSpan local) {
-  GT_ASSERT(streaming_ != nullptr, "finish before connect, or twice");
-  auto reports = streaming_->finish(last_step, local);
+std::vector<RoundReport> LeaderSession::finish(uint64_t last_step, FloatSpan local, RunEnd end) {
+  GT_ASSERT(streaming_ != nullptr && !finished_, "finish before connect, or twice");
+  auto reports = streaming_->finish(last_step, local, end);
   merged_.insert(merged_.end(), reports.begin(), reports.end());
-  streaming_.reset();  // nothing may run in the background from here on
+  finished_ = true;
+  // Nothing runs in the background from here on but the heartbeat; the flush merges the
+  // deferred shards left to it by the StreamingSync's rule.
+  if (end == RunEnd::no_flush) streaming_.reset();
   return reports;
 }
 
@@ -60,8 +63,10 @@ std::map<std::string, std::vector<float>> LeaderSession::residuals() {
 }
 
 FlushReport LeaderSession::flush(FloatSpan local) {
+  if (!streaming_) return sync_->flush(local);
+  const auto report = streaming_->flush(local);
   streaming_.reset();
-  return sync_->flush(local);
+  return report;
 }
 
 void LeaderSession::goodbye(std::chrono::milliseconds wait) {

@@ -49,8 +49,10 @@ class LeaderSession {
   // take_round_fields() too.
   std::vector<RoundReport> after_step(uint64_t step, FloatSpan local);
   // The end of training: what is in flight is merged (StreamingSync::finish); nothing runs in
-  // the background afterwards.
-  std::vector<RoundReport> finish(uint64_t last_step, FloatSpan local);
+  // the background afterwards but the heartbeat. With RunEnd::flush, flush() must follow: it
+  // merges the deferred shards finish() left to it.
+  std::vector<RoundReport> finish(uint64_t last_step, FloatSpan local,
+                                  RunEnd end = RunEnd::no_flush);
   // The round event's exchange fields (worker_events.hpp) of every exchange merged since the
   // last call; an empty object when none.
   nlohmann::json take_round_fields();
@@ -71,6 +73,7 @@ class LeaderSession {
   StreamingConfig streaming_config_;
   std::unique_ptr<StreamingSync> streaming_;
   std::vector<RoundReport> merged_;  // merged since the last take_round_fields()
+  bool finished_ = false;            // finish() was called
 };
 
 }  // namespace geotrain::worker

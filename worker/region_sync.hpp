@@ -40,7 +40,8 @@
 // round_shift. A stopped or partitioned server thus delays a third of the model, not every
 // region's round (docs/training.md, "Deferred shards"). A deferred shard whose server lost this
 // region (it restarted, or declared the region dead) is pulled in full instead: the region's
-// progress in that push is dropped. settle() waits for every deferred shard (end of training).
+// progress in that push is dropped. settle() waits for every deferred shard (the end of a run
+// without the flush); flush() sends them after the other shards' flushes (the end of a run).
 //
 // Parts: each shard's phase in the exchange is one value (LeaderShard, worker/leader_shard.hpp:
 // idle, pushing, pushed, pulling, deferred, deferred_lost, merged, needs_resync) moved by its
@@ -193,6 +194,8 @@ class RegionSync {
   std::vector<ElementRange> take_ready(uint32_t fragment);
   // Waits (up to config.timeout per server) for every deferred shard and merges it into base;
   // returns their ranges. Their progress since is pushed by the next exchange of their fragment.
+  // A region whose deferred push is one ahead of another region's at that server waits here
+  // until that region pushes again, flushes or leaves: at the end of a run, flush() instead.
   std::vector<ElementRange> settle();
   // Shards deferred now.
   size_t deferred_shards() const;
@@ -212,12 +215,16 @@ class RegionSync {
   // dropped, not sent. Then pulls every shard in full, each held by its server until every live
   // region has flushed it, into base(): base() is then the global model (the mean of what the
   // regions hold, plus their progress), the same in every region that flushed, bit for bit. Call
-  // once, after the last exchange (settle()d, nothing in the background), before goodbye(); no
-  // exchange after it. Blocks up to config.timeout per reply. A server that does not answer, loses
-  // this region again, refuses, or is of a build without the flush is an exception naming it
-  // (SystemError, InputError); base() may then hold some shards' final values and not others', and
-  // the caller reports the global model missing.
-  FlushReport flush(ConstFloatSpan local);
+  // once, after the last exchange (nothing in the background), before goodbye(); no exchange
+  // after it. Deferred shards are flushed last, each once its replies have come and
+  // `merge_settled` has taken its range into `local` (the caller's merge rule, as after
+  // take_ready()); without deferred shards `merge_settled` is not called (and may be empty). Blocks
+  // up to config.timeout per reply. A server that does not answer, loses this region again,
+  // refuses, or is of a build without the flush is an exception naming it (SystemError,
+  // InputError); base() may then hold some shards' final values and not others', and the caller
+  // reports the global model missing.
+  using MergeSettled = std::function<void(const ElementRange&)>;
+  FlushReport flush(FloatSpan local, const MergeSettled& merge_settled = {});
 
   ConstFloatSpan base() const { return base_; }
   uint64_t next_round(uint32_t fragment = 0) const { return rounds_.at(fragment); }
@@ -304,6 +311,12 @@ class RegionSync {
             uint64_t& released);
   // The server answered `unregistered`: its requests are gone, its shards need full pulls.
   void lose(size_t server, const std::string& why);
+  // flush(): the deferred shards, each flushed once its replies have come and merge_settled
+  // has merged it (polling every server for kFlushPoll at a time), within config.timeout.
+  void flush_deferred(FloatSpan local, const MergeSettled& merge_settled, FlushReport& report);
+  static constexpr std::chrono::milliseconds kFlushPoll{20};
+  // flush(): the flush pushes of the shards in `which`, sent, then their answers awaited.
+  void flush_shards(const std::vector<bool>& which, ConstFloatSpan local, FlushReport& report);
   // flush(): shard i's flush push (what it owes, fp32); returns its request id.
   uint64_t send_flush(size_t shard_index, ConstFloatSpan local, FlushReport& report);
   // flush(): rejoins and pulls in full, before the flush, the servers that lost this region.

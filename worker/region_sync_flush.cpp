@@ -29,12 +29,12 @@ bool all_zero(ConstFloatSpan x) {
 }
 }  // namespace
 
-FlushReport RegionSync::flush(ConstFloatSpan local) {
+FlushReport RegionSync::flush(FloatSpan local, const MergeSettled& merge_settled) {
   GT_REQUIRE(local.size() == base_.size(), "region {}: {} local parameters, the table has {}",
              config_.region, local.size(), base_.size());
   GT_ASSERT(!shards_.empty(), "flush() before connect()");
-  for (const auto& sh : shards_)
-    GT_ASSERT(!sh.deferred(), "region {}: flush() with shard {} deferred", config_.region, sh.id);
+  GT_ASSERT(merge_settled || deferred_shards() == 0,
+            "region {}: flush() with deferred shards needs their merge", config_.region);
   for (const auto& link : links_)
     if (!link.offers_flush())
       flush_failed(config_.region, link.region(),
@@ -44,18 +44,10 @@ FlushReport RegionSync::flush(ConstFloatSpan local) {
 
   FlushReport report;
   const auto t0 = Clock::now();
-  std::vector<std::vector<uint64_t>> ids(links_.size());
-  for (size_t i = 0; i < shards_.size(); ++i)
-    ids[shards_[i].server].push_back(send_flush(i, local, report));
-  for (size_t s = 0; s < links_.size(); ++s) {
-    if (ids[s].empty()) continue;
-    try {
-      auto replies = links_[s].collect(ids[s], config_.timeout, "flush", waiting(s, true));
-      for (const auto& [id, reply] : replies) body_as<wire::PushReply>(reply, links_[s].region());
-    } catch (const ServerLost& e) {
-      flush_failed(config_.region, links_[s].region(), e.what());
-    }
-  }
+  std::vector<bool> first(shards_.size());
+  for (size_t i = 0; i < shards_.size(); ++i) first[i] = !shards_[i].deferred();
+  flush_shards(first, local, report);
+  flush_deferred(local, merge_settled, report);
   report.push_seconds = seconds_since(t0);
   // The uplink residuals are left out of the final model: dropped.
   for (const auto& sh : shards_)
@@ -71,6 +63,65 @@ FlushReport RegionSync::flush(ConstFloatSpan local) {
       config_.region, report.segments_owed, report.bytes_pushed, report.bytes_pulled,
       report.push_seconds + report.pull_seconds);
   return report;
+}
+
+void RegionSync::flush_deferred(FloatSpan local, const MergeSettled& merge_settled,
+                                FlushReport& report) {
+  // Deferred shards go last, each as soon as its replies have come. A deferred push may wait at
+  // its server for a round that another region, a push behind there (it merged the shard an
+  // exchange later), never pushes: that region's flush of the shard takes it out of the shard's
+  // rounds and so releases the round. Waiting for every deferred shard before flushing any could
+  // wait for each other's last push, two regions each a push ahead on a shard of their own
+  // (docs/training.md, "Deferred shards").
+  const auto deadline = Clock::now() + config_.timeout;
+  while (deferred_shards() > 0) {
+    std::vector<bool> ready(shards_.size());
+    for (size_t s = 0; s < links_.size(); ++s) {
+      std::vector<bool> mine(shards_.size()), merged(shards_.size());
+      bool any = false;
+      for (size_t i = 0; i < shards_.size(); ++i) {
+        mine[i] = shards_[i].server == s && shards_[i].in_flight();
+        any = any || mine[i];
+      }
+      try {
+        if (any) take_deferred(s, kFlushPoll, mine, merged);
+      } catch (const ServerLost& e) {
+        flush_failed(config_.region, links_[s].region(), e.what());
+      }
+      for (size_t i = 0; i < shards_.size(); ++i) {
+        auto& sh = shards_[i];
+        if (sh.server != s || sh.phase() != ShardPhase::merged) continue;  // also a full pull's
+        hand_back_merged(sh);
+        merge_settled({sh.offset, sh.count});
+        ready[i] = true;
+      }
+    }
+    flush_shards(ready, local, report);
+    for (const auto& sh : shards_)
+      if (sh.deferred() && !sh.in_flight() && sh.phase() != ShardPhase::merged)
+        flush_failed(config_.region, links_[sh.server].region(),
+                     "it lost this region with a deferred shard on the WAN");
+    if (deferred_shards() > 0 && Clock::now() >= deadline)
+      throw SystemError("wire", "flush", __FILE__, __LINE__,
+                        fmt::format("region {}: {} deferred shard(s) not answered within {} ms",
+                                    config_.region, deferred_shards(), config_.timeout.count()));
+  }
+}
+
+void RegionSync::flush_shards(const std::vector<bool>& which, ConstFloatSpan local,
+                              FlushReport& report) {
+  std::vector<std::vector<uint64_t>> ids(links_.size());
+  for (size_t i = 0; i < shards_.size(); ++i)
+    if (which[i]) ids[shards_[i].server].push_back(send_flush(i, local, report));
+  for (size_t s = 0; s < links_.size(); ++s) {
+    if (ids[s].empty()) continue;
+    try {
+      auto replies = links_[s].collect(ids[s], config_.timeout, "flush", waiting(s, true));
+      for (const auto& [id, reply] : replies) body_as<wire::PushReply>(reply, links_[s].region());
+    } catch (const ServerLost& e) {
+      flush_failed(config_.region, links_[s].region(), e.what());
+    }
+  }
 }
 
 void RegionSync::resync_before_flush() {

@@ -223,27 +223,49 @@ std::map<std::string, std::vector<float>> StreamingSync::residuals() {
   return sync_.residuals();
 }
 
-std::vector<RoundReport> StreamingSync::finish(uint64_t last_step, FloatSpan params) {
+std::vector<RoundReport> StreamingSync::finish(uint64_t last_step, FloatSpan params, RunEnd end) {
   std::vector<RoundReport> merged;
   while (!in_flight_.empty()) {
     merged.push_back(wait_and_merge(*in_flight_.front(), params));
     finished(*in_flight_.front());
     in_flight_.pop_front();
   }
-  // Deferred shards: waited for and merged; their progress since is pushed below.
   if (merge_) {
     std::lock_guard in_use(sync_mutex_);
-    const auto settled = sync_.settle();
-    for (const auto& r : settled) merge_->merge(r.offset, r.count, params, sync_.base());
-    for (uint32_t p = 0; p < ranges_.size(); ++p) {
-      if (without(ranges_[p], settled).size() < ranges_[p].size()) last_start_[p] = 0;
-      deferred_[p].clear();
+    if (end == RunEnd::flush) {
+      // The deferred shards whose replies have come are merged; the others are left to the
+      // flush, which sends them last (RegionSync::flush): waiting for them here could wait for a
+      // push that another region, finishing too, never makes.
+      for (uint32_t p = 0; p < ranges_.size(); ++p)
+        for (const auto& r : sync_.take_ready(p)) {
+          merge_->merge(r.offset, r.count, params, sync_.base());
+          std::erase(deferred_[p], r);
+          last_start_[p] = 0;
+        }
+    } else {
+      // Deferred shards: waited for and merged; their progress since is pushed below.
+      const auto settled = sync_.settle();
+      for (const auto& r : settled) merge_->merge(r.offset, r.count, params, sync_.base());
+      for (uint32_t p = 0; p < ranges_.size(); ++p) {
+        if (without(ranges_[p], settled).size() < ranges_[p].size()) last_start_[p] = 0;
+        deferred_[p].clear();
+      }
     }
   }
-  // Progress not pushed yet (fragments due before the last step): one more exchange each.
+  // Progress not pushed yet (fragments due before the last step): one more exchange each; a
+  // fragment with shards still deferred leaves it to the flush.
   for (uint32_t p = 0; p < ranges_.size(); ++p)
-    if (last_start_[p] < last_step) merged.push_back(run_blocking(p, params));
+    if (last_start_[p] < last_step && deferred_[p].empty())
+      merged.push_back(run_blocking(p, params));
   return merged;
+}
+
+FlushReport StreamingSync::flush(FloatSpan params) {
+  std::lock_guard in_use(sync_mutex_);
+  if (!merge_) return sync_.flush(params);  // nothing is ever deferred
+  return sync_.flush(params, [&](const ElementRange& r) {
+    merge_->merge(r.offset, r.count, params, sync_.base());
+  });
 }
 
 }  // namespace geotrain::worker

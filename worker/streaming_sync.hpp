@@ -19,7 +19,8 @@
 // fragment brings their result, then merged by the same rule (the progress since their start is
 // kept). At the end, finish() merges what is in flight, waits for deferred shards (settle) and
 // exchanges, blocking, every fragment whose last push is older than the last step or that had
-// deferred shards, so that every region ends on the global values.
+// deferred shards, so that every region ends on the global values. A run that flushes leaves
+// the deferred shards to flush() instead (RegionSync::flush sends them last).
 //
 // Owns its thread (joined on destruction) and per-exchange buffers; borrows the RegionSync,
 // which nobody else may use while this object lives. The thread keeps the servers' heartbeats
@@ -61,6 +62,10 @@ struct StreamingConfig {
   uint32_t regions = 1;                 // R
 };
 
+// How a run ends after StreamingSync::finish(): with the flush (the global model), or without it
+// (a run stopped before its last round; the Python API's finish() without flush()).
+enum class RunEnd { flush, no_flush };
+
 class StreamingSync {
  public:
   // `sync` must be connected; its base() is where every region starts. InputError for a delay
@@ -75,8 +80,14 @@ class StreamingSync {
   // fragments due. May change `params`. Returns the reports of the exchanges merged.
   std::vector<RoundReport> after_step(uint64_t step, FloatSpan params);
 
-  // The end of training after step `last_step`: see above. Returns the reports merged.
-  std::vector<RoundReport> finish(uint64_t last_step, FloatSpan params);
+  // The end of training after step `last_step`: see above. Returns the reports merged. With
+  // RunEnd::flush, deferred shards whose replies have not come are left to flush() (which must
+  // follow): they are merged there, after this region's other shards are flushed.
+  std::vector<RoundReport> finish(uint64_t last_step, FloatSpan params,
+                                  RunEnd end = RunEnd::no_flush);
+  // After finish(..., RunEnd::flush): RegionSync::flush, the deferred shards merged by the
+  // overlap rule once they settle. base() is then the global model.
+  FlushReport flush(FloatSpan params);
 
   bool background() const { return config_.delay > 0; }
 

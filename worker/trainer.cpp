@@ -458,7 +458,9 @@ TrainResult WorkerRun::finish(uint64_t next_round) {
     // Overlap and streaming: take in what is still in flight, push the fragments' last
     // progress, and give every worker the result.
     const auto t0 = Clock::now();
-    auto reps = session_->finish((next_round - 1) * config_.local_steps, params_);
+    const bool last = next_round > config_.rounds;  // else a stopped run: no global model
+    auto reps = session_->finish((next_round - 1) * config_.local_steps, params_,
+                                 last ? RunEnd::flush : RunEnd::no_flush);
     if (!reps.empty()) {
       nlohmann::json j{{f::region, region_}, {f::round, reps.back().round},
                        {f::steps, 0},        {f::compute_s, 0.0},
@@ -469,8 +471,8 @@ TrainResult WorkerRun::finish(uint64_t next_round) {
     // One global model out of the regions' views (worker/final_model.hpp); not for a stopped
     // run, whose snapshots hold the residuals.
     final_model.emplace(params_, region_);
-    if (next_round > config_.rounds)
-      final_model->flush(session_->sync(), params_, *log_);
+    if (last)
+      final_model->flush(*session_, params_, *log_);
     else
       final_model->skip("the run stopped before its last round");
     // Training is over for this region: the servers stop counting it now rather than after

@@ -400,8 +400,9 @@ class OuterSync:
         if self._leader is not None:
             t0 = time.monotonic()
             self._gather()
+            flush = self.round > self.rounds
             reports = self._merged + self._leader.finish(self._first_step + self.steps,
-                                                         self._flat_np)
+                                                         self._flat_np, flush_follows=flush)
             self._merged = []
             self._scatter()
             if reports:
@@ -412,7 +413,7 @@ class OuterSync:
                          "compute_s": 0.0, "comm_s": 0.0, "wait_s": time.monotonic() - t0}
                 event.update(fields)
                 self._log.write("round", event)
-            if self.round > self.rounds:
+            if flush:
                 global_model, global_error = self._flush()
             else:
                 global_error = "the run stopped before its last round"

@@ -134,13 +134,14 @@ class RegionLeader {
     return report_list(reports);
   }
 
-  py::list finish(uint64_t last_step, const py::handle& local) {
+  py::list finish(uint64_t last_step, const py::handle& local, bool flush_follows) {
     require_training();
     auto v = float_view(local, true, "local");
     std::vector<RoundReport> reports;
     {
       py::gil_scoped_release nogil;
-      reports = session_->finish(last_step, v.span);
+      reports = session_->finish(last_step, v.span,
+                                 flush_follows ? worker::RunEnd::flush : worker::RunEnd::no_flush);
     }
     finished_ = true;
     return report_list(reports);
@@ -466,8 +467,12 @@ connect() raises HandshakeError (a ConnectionError) when a server refuses the co
            "the flat parameters: merges the exchanges due, starts the fragments due; returns "
            "the merged exchanges' reports (a list of dicts, often empty)")
       .def("finish", &RegionLeader::finish, py::arg("last_step"), py::arg("local"),
+           py::arg("flush_follows") = false,
            "the end of training after `last_step`: merges what is in flight and exchanges every "
-           "fragment pushed before the last step; returns the reports merged")
+           "fragment pushed before the last step; returns the reports merged. With "
+           "flush_follows, deferred shards still on the WAN are left to flush(), which must "
+           "follow (it sends them last, so that two regions never wait for each other's last "
+           "push)")
       .def("take_round_fields", &RegionLeader::take_round_fields,
            "the round event's exchange fields (bytes, seconds, staleness, merged_round, ...) of "
            "every exchange merged since the last call, as the native trainer writes them; {} when "

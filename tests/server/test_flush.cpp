@@ -75,6 +75,29 @@ TEST_CASE("with a lossy downlink the flush lands on the mean of what the regions
   for (size_t i = 0; i < 4; ++i) CHECK(shard.values()[i] == doctest::Approx(want[i]));
 }
 
+TEST_CASE(
+    "with an fp32 downlink a region holds the values of its flush, whatever is released after") {
+  // Region 1 flushes at round 1's values; region 0, one push ahead on the shard (it merged a
+  // deferred push a round earlier), has its round 2 released alone once region 1 no longer
+  // counts, pulls it and flushes. The final model is the mean of what each held plus its
+  // progress: round 2 moved region 0's copy only.
+  auto shard = tiny_shard(2, {1.0f, 0.0f, false}, 1);
+  const std::vector<bool> both{true, true}, only_0{true, false};
+  for (size_t r = 0; r < 2; ++r) shard.apply_push(r, 1, std::vector<float>{2, 2, 2, 2}, both);
+  shard.release_ready(both);
+  REQUIRE(shard.values()[0] == 2.0f);
+  shard.apply_push(0, 2, std::vector<float>{4, 0, 0, 0}, both);
+  CHECK(shard.add_flush(1, std::vector<float>{0, 1, 0, 0}, 0));  // holds 2 everywhere
+  shard.release_ready(only_0);  // region 1 flushed: round 2 is region 0's alone
+  REQUIRE(shard.released_round() == 2);
+  REQUIRE(shard.values()[0] == 6.0f);
+  CHECK(shard.add_flush(0, std::vector<float>{0, 0, 2, 0}, 0));  // holds 6, 2, 2, 2
+  CHECK(shard.release_flush(both) == 2);
+  // mean(6, 2) + mean(0, 0); mean(2, 2) + mean(0, 1); mean(2, 2) + mean(2, 0); 2.
+  const std::vector<float> want{4.0f, 2.5f, 3.0f, 2.0f};
+  for (size_t i = 0; i < 4; ++i) CHECK(shard.values()[i] == doctest::Approx(want[i]));
+}
+
 TEST_CASE("a flush that owes nothing anywhere makes no version; a dead region is not waited for") {
   auto shard = tiny_shard(3);
   const std::vector<bool> live{true, true, false};

@@ -142,8 +142,9 @@ struct Leaders {
   // Region r's flush, in the background, with its parameters at the global values it holds.
   std::future<worker::FlushReport> flush_async(size_t r) {
     std::vector<float> local(all[r]->base().begin(), all[r]->base().end());
-    return std::async(std::launch::async,
-                      [this, r, local = std::move(local)] { return all[r]->flush(local); });
+    return std::async(std::launch::async, [this, r, local = std::move(local)]() mutable {
+      return all[r]->flush(local);
+    });
   }
   std::vector<std::unique_ptr<worker::RegionSync>> all;
 };
@@ -343,7 +344,7 @@ TEST_CASE("a flush to a server that never answers fails with its name, within th
   worker::RegionSync a(table, config, d.context());
   a.connect();
   d.pause();  // every server stops reading
-  const std::vector<float> local(n, 1.0f);
+  std::vector<float> local(n, 1.0f);
   const auto t0 = std::chrono::steady_clock::now();
   try {
     a.flush(local);

@@ -10,6 +10,7 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <barrier>
 #include <cmath>
 #include <thread>
 
@@ -22,8 +23,9 @@ using namespace std::chrono_literals;
 
 namespace {
 
-server::ServerConfig config_in(const std::filesystem::path& dir) {
+server::ServerConfig config_in(const std::filesystem::path& dir, uint32_t fragments) {
   return server::parse_server_config(fmt::format(R"(
+worker: {{fragments: {}}}
 regions: [a, b]
 model:
   tensors: [{{name: crit.w, size: 1024}}, {{name: free.w, size: 2048}}]
@@ -35,7 +37,7 @@ server:
   checkpoint: {{every: 1, keep: 2}}
   run_dir: "{}"
 )",
-                                                 dir.string()));
+                                                 fragments, dir.string()));
 }
 
 // Region r's leader on the two servers, fp32 codecs both ways.
@@ -69,10 +71,10 @@ RunningServer start_server(const server::ServerConfig& config, uint32_t region,
 
 // Both regions' servers over loopback TCP, with their run folder `geotrain-<name>-<pid>`.
 struct TwoServers {
-  explicit TwoServers(const std::string& name)
+  explicit TwoServers(const std::string& name, uint32_t fragments = 1)
       : dir(std::filesystem::temp_directory_path() /
             fmt::format("geotrain-{}-{}", name, ::getpid())),
-        config((std::filesystem::remove_all(dir), config_in(dir))) {
+        config((std::filesystem::remove_all(dir), config_in(dir, fragments))) {
     for (uint32_t r = 0; r < 2; ++r)
       servers.push_back(start_server(config, r, context, "tcp://127.0.0.1:0"));
   }
@@ -158,6 +160,12 @@ TEST_CASE(
   constexpr int kRounds = 60;
   std::atomic<int> rounds_done[2] = {0, 0};
   std::atomic<bool> stopped{false};
+  // Read once per round for both regions (the barrier's completion), so that they merge their
+  // deferred shards in the same round: a region that merged a round earlier would be a push ahead
+  // at that server, and its last push would wait for one the other never makes (a run's end
+  // takes care of that: the flush, tested below; settle() does not).
+  bool server_stopped = false;
+  std::barrier round_start(2, [&]() noexcept { server_stopped = stopped.load(); });
   int while_stopped[2] = {0, 0}, deferring[2] = {0, 0}, late[2] = {0, 0};
   std::vector<std::vector<float>> final_base(2);
   std::vector<std::string> errors(2);
@@ -178,9 +186,14 @@ TEST_CASE(
         std::vector<float> local(sync.base().begin(), sync.base().end());
         std::vector<ElementRange> deferred;
         for (int round = 0; round < kRounds; ++round) {
-          for (const auto& range : sync.take_ready(0)) {
-            deferred.erase(std::find(deferred.begin(), deferred.end(), range));
-            ++late[r];
+          round_start.arrive_and_wait();
+          // With the server running, every deferred shard's replies come: wait for them.
+          for (int polls = 0; !server_stopped && !deferred.empty() && polls < 2000; ++polls) {
+            for (const auto& range : sync.take_ready(0)) {
+              deferred.erase(std::find(deferred.begin(), deferred.end(), range));
+              ++late[r];
+            }
+            if (!deferred.empty()) std::this_thread::sleep_for(5ms);
           }
           for (const auto& range : sync.fragment_ranges(0)) {
             if (std::find(deferred.begin(), deferred.end(), range) != deferred.end()) continue;
@@ -198,19 +211,20 @@ TEST_CASE(
         final_base[r].assign(sync.base().begin(), sync.base().end());
       } catch (const std::exception& e) {
         errors[r] = e.what();
+        round_start.arrive_and_drop();  // the other region goes on alone
       }
     });
 
   // Region b's server stops for 0.6 s after round 4, as under SIGSTOP: its loop does not run,
   // requests wait in its socket, and then it goes on with them.
   while (rounds_done[0] < 4 || rounds_done[1] < 4) std::this_thread::sleep_for(1ms);
+  stopped = true;
   servers[1].thread.request_stop();
   servers[1].thread.join();
-  stopped = true;
   std::this_thread::sleep_for(600ms);
-  stopped = false;
   auto* b = servers[1].server.get();
   servers[1].thread = std::jthread([b](std::stop_token st) { b->run(st); });
+  stopped = false;
   leaders.clear();  // joins
 
   for (int r = 0; r < 2; ++r) {
@@ -272,6 +286,132 @@ TEST_CASE(
   for (size_t i = 0; i < again[0].size(); ++i)
     wrong +=
         again[0][i] != again[1][i] || std::fabs(again[0][i] - final_base[0][i] - 0.015f) > 1e-5f;
+  CHECK(wrong == 0);
+}
+
+TEST_CASE(
+    "at the end, two regions each a push ahead on a deferred shard of its own flush without "
+    "waiting for each other") {
+  // Two fragments, each cut into a shard per server: A0, B0 (fragment 0), A1, B1 (fragment 1).
+  // Region a's server stops; both regions defer A0 and A1. When it runs again, region a merges
+  // A0 (not A1) and region b merges A1 (not A0), as two regions whose replies came at different
+  // moments would; their next exchanges push A0 once more in region a and A1 once more in b, and
+  // wait there for the other's push, which never comes: the run ends. settle() would wait for
+  // each other's push until the timeout; the flush sends the deferred shards last, each once it
+  // has merged, so region b's flush of A0 releases region a's extra round there, and a's flush of
+  // A1 releases b's.
+  TwoServers two("flush-deferred", 2);
+  const auto& config = two.config;
+  auto& servers = two.servers;
+  const ParamTable table(config.tensors, config.critical);
+  std::barrier step(3);      // the two leaders and this thread
+  std::barrier fragment(2);  // the two leaders, between fragments: each fragment's exchanges
+                             // start together, or one region's wait for A0 would run into the
+                             // other's shard_wait for B1
+  std::vector<std::vector<float>> final_base(2);
+  std::vector<std::string> errors(2);
+  std::vector<ElementRange> a_shard(2);  // per fragment: the range of region a's server's shard
+  std::vector<std::jthread> leaders;
+  for (int r = 0; r < 2; ++r)
+    leaders.emplace_back([&, r] {
+      try {
+        zmq::context_t context;
+        auto c =
+            leader_config(config, r, servers[0].server->endpoint(), servers[1].server->endpoint());
+        c.shard_wait = 150ms;
+        c.timeout = 5s;  // what settle() would wait out
+        worker::RegionSync sync(table, c, context);
+        sync.connect();
+        auto expect = [](bool ok, const char* what) {  // (REQUIRE is for the test's thread)
+          if (!ok) throw std::runtime_error(what);
+        };
+        expect(sync.config().fragments == 2, "two fragments");
+        const float progress = 0.01f * static_cast<float>(r + 1);
+        std::vector<float> local(sync.base().begin(), sync.base().end());
+        auto start = [&](const ElementRange& range) {  // a shard trains again from base
+          for (uint64_t i = range.offset; i < range.end(); ++i)
+            local[i] = sync.base()[i] + progress;
+        };
+        auto exchange_both = [&] {
+          std::vector<std::vector<ElementRange>> deferred(2);
+          for (uint32_t p = 0; p < 2; ++p) {
+            fragment.arrive_and_wait();
+            deferred[p] = sync.exchange(local, p, /*defer=*/true).deferred;
+          }
+          fragment.arrive_and_wait();  // (the other region's flush would release a round)
+          return deferred;
+        };
+        for (uint32_t p = 0; p < 2; ++p)
+          for (const auto& range : sync.fragment_ranges(p)) start(range);
+        exchange_both();  // round 1: nothing deferred
+        for (uint32_t p = 0; p < 2; ++p)
+          for (const auto& range : sync.fragment_ranges(p)) start(range);
+        step.arrive_and_wait();  // (region a's server stops)
+        step.arrive_and_wait();
+        const auto deferred = exchange_both();  // round 2: A0 and A1 deferred
+        for (uint32_t p = 0; p < 2; ++p) {
+          expect(deferred[p].size() == 1, "one shard of each fragment deferred");
+          if (r == 0) a_shard[p] = deferred[p][0];
+          // The shard that is not deferred trains on.
+          for (const auto& range : sync.fragment_ranges(p))
+            if (range != deferred[p][0]) start(range);
+        }
+        step.arrive_and_wait();  // (it runs again)
+        step.arrive_and_wait();
+        // Region a merges fragment 0's deferred shard, region b fragment 1's, once they came.
+        const uint32_t mine = static_cast<uint32_t>(r);
+        std::vector<ElementRange> merged;
+        for (int polls = 0; merged.empty() && polls < 2000; ++polls) {
+          merged = sync.take_ready(mine);
+          if (merged.empty()) std::this_thread::sleep_for(5ms);
+        }
+        expect(merged.size() == 1, "the deferred shard merged");
+        start(merged[0]);
+        // Round 3: the merged shard is pushed once more than in the other region, and deferred.
+        const auto last = exchange_both();
+        CHECK(last[mine].size() == 1);
+        CHECK(sync.deferred_shards() == 2);
+        // The end of the run: no progress since the last exchanges (local = base), and a
+        // deferred shard's push carried all of its progress.
+        std::copy(sync.base().begin(), sync.base().end(), local.begin());
+        sync.flush(local, [&](const ElementRange& range) {
+          std::copy(sync.base().begin() + range.offset, sync.base().begin() + range.end(),
+                    local.begin() + range.offset);
+        });
+        CHECK(sync.deferred_shards() == 0);
+        final_base[r].assign(sync.base().begin(), sync.base().end());
+        sync.goodbye(1s);
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+        step.arrive_and_drop();  // the others go on
+        fragment.arrive_and_drop();
+      }
+    });
+  step.arrive_and_wait();
+  servers[0].thread.request_stop();
+  servers[0].thread.join();
+  step.arrive_and_wait();
+  step.arrive_and_wait();  // both deferred A0 and A1
+  auto* a = servers[0].server.get();
+  servers[0].thread = std::jthread([a](std::stop_token st) { a->run(st); });
+  step.arrive_and_drop();
+  leaders.clear();  // joins
+
+  for (int r = 0; r < 2; ++r) {
+    INFO("region " << config.regions[r] << ": " << errors[r]);
+    REQUIRE(errors[r].empty());
+  }
+  CHECK(final_base[0] == final_base[1]);
+  // Plain averaging: every round both regions pushed moves a value by 0.015. B0 and B1: rounds
+  // 1-3. A0: rounds 1-2 both (0.03), then round 3 region a's alone (+0.01) in region a's copy:
+  // the final model is the mean of the copies, 0.035. A1: 0.03, and b's alone (+0.02): 0.04.
+  size_t wrong = 0;
+  for (uint64_t i = 0; i < table.total_elements(); ++i) {
+    float want = 0.045f;
+    if (a_shard[0].offset <= i && i < a_shard[0].end()) want = 0.035f;
+    if (a_shard[1].offset <= i && i < a_shard[1].end()) want = 0.04f;
+    wrong += std::fabs(final_base[0][i] - want) > 1e-5f;
+  }
   CHECK(wrong == 0);
 }
 

@@ -750,6 +750,76 @@ TEST_CASE(
   CHECK(wrong == 0);
 }
 
+TEST_CASE(
+    "a run that flushes leaves a shard still deferred at its end to the flush, which merges it "
+    "and sends it last") {
+  // As above, but the run ends with the flush while server b is still stopped, and region b,
+  // waiting for it, has not pushed round 2: both of a's shards are deferred at finish(), and the
+  // flush merges them once server b runs again. Server a's: round 2 averages a's 10 and b's 3
+  // (8.5), nothing trained since. Server b's: round 1 (2) plus the 10 trained since its start
+  // (12), flushed as 12 - 2; region b's round 2 there waits for a push region a never makes, and
+  // a's flush of the shard releases it (b's 3 alone: 5). The global model is the mean of what the
+  // regions held plus their progress, (2 + 5) / 2 + (10 + 0) / 2 = 8.5: the same as when the
+  // shards were merged in time.
+  const auto dir = temp_dir("defer-flush");
+  Deployment d(two_region_config(dir, 0, "fp32"), "defer-flush");
+  const ParamTable table = d.table();
+  auto ca = Leaders::config(d, "a", 1), cb = Leaders::config(d, "b", 1);
+  ca.shard_wait = 100ms;
+  worker::RegionSync a(table, ca, d.context()), b(table, cb, d.context());
+  a.connect();
+  b.connect();
+  const size_t n = table.total_elements();
+  const ElementRange on_b = a.fragment_ranges(0).at(1);
+
+  d.pause(1);
+  worker::StreamingSync sa(a, streaming_config(1, 1, worker::OverlapMode::carry));
+  std::vector<float> x(n, 1.0f);
+  CHECK(sa.after_step(1, x).empty());
+  std::string b_error;
+  std::vector<float> b_final;
+  std::jthread region_b([&] {
+    try {
+      std::vector<float> local(n, 3.0f);
+      b.exchange(local);
+      for (float delta : {3.0f, 0.0f}) {
+        for (size_t i = 0; i < n; ++i) local[i] = b.base()[i] + delta;
+        b.exchange(local);
+      }
+      std::copy(b.base().begin(), b.base().end(), local.begin());
+      b.flush(local);
+      b_final.assign(b.base().begin(), b.base().end());
+      b.goodbye(2s);
+    } catch (const std::exception& e) {
+      b_error = e.what();
+    }
+  });
+  for (float& v : x) v += 10.0f;
+  std::this_thread::sleep_for(300ms);
+  REQUIRE(sa.after_step(2, x).size() == 1);
+  sa.finish(2, x, worker::RunEnd::flush);  // server b still stopped: nothing can be merged
+  CHECK(a.deferred_shards() == 2);
+  auto on_b_or = [&](size_t i, float in_b, float elsewhere) {
+    return i >= on_b.offset && i < on_b.end() ? in_b : elsewhere;
+  };
+  size_t wrong = 0;
+  for (size_t i = 0; i < n; ++i) wrong += x[i] != on_b_or(i, 11.0f, 12.0f);
+  CHECK(wrong == 0);
+  d.resume(1);
+  sa.flush(x);
+  CHECK(a.deferred_shards() == 0);
+  a.goodbye(2s);
+  region_b.join();
+  REQUIRE(b_error.empty());
+  REQUIRE(b_final.size() == n);
+  wrong = 0;
+  for (size_t i = 0; i < n; ++i) wrong += a.base()[i] != 8.5f || b_final[i] != 8.5f;
+  CHECK(wrong == 0);
+  // The deferred shards were merged into x before their flushes (not left at start + progress).
+  for (size_t i = 0; i < n; ++i) wrong += x[i] != on_b_or(i, 12.0f, 8.5f);
+  CHECK(wrong == 0);
+}
+
 namespace {
 
 // The payload bytes `spec` makes of n elements (the dense codecs' size depends on n alone).
