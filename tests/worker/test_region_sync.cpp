@@ -686,6 +686,48 @@ TEST_CASE(
   }
 }
 
+namespace {
+// Two regions, one shard per server (shard 1 is server b's, `on_b`): region a with shard_wait
+// 100 ms, b without; both connected, then server b stops (as under SIGSTOP) until d.resume(1).
+struct ServerBStops {
+  explicit ServerBStops(const std::string& name)
+      : d(two_region_config(temp_dir(name), 0, "fp32"), name),
+        table(d.table()),
+        a(table, waiting_100ms(Leaders::config(d, "a", 1)), d.context()),
+        b(table, Leaders::config(d, "b", 1), d.context()),
+        n(table.total_elements()) {
+    a.connect();
+    b.connect();
+    const auto ranges = a.fragment_ranges(0);
+    REQUIRE(ranges.size() == 2);
+    on_b = ranges[1];
+    d.pause(1);
+  }
+  static worker::SyncConfig waiting_100ms(worker::SyncConfig c) {
+    c.shard_wait = 100ms;
+    return c;
+  }
+  // Region b's three rounds, blocking (the first waits for server b): 3, then +3, then +0.
+  std::vector<float> b_rounds() {
+    std::vector<float> local(n, 3.0f);
+    b.exchange(local);
+    for (float delta : {3.0f, 0.0f}) {
+      for (size_t i = 0; i < n; ++i) local[i] = b.base()[i] + delta;
+      b.exchange(local);
+    }
+    return local;
+  }
+  float on_b_or(size_t i, float in_b, float elsewhere) const {
+    return i >= on_b.offset && i < on_b.end() ? in_b : elsewhere;
+  }
+  Deployment d;
+  const ParamTable table;
+  worker::RegionSync a, b;
+  const size_t n;
+  ElementRange on_b;
+};
+}  // namespace
+
 TEST_CASE(
     "a stopped server's shards are deferred, merged late, and nothing the region trained is "
     "lost") {
@@ -693,32 +735,17 @@ TEST_CASE(
   // during a's first two rounds. The values must be those of the same rounds without the stop:
   // round 1 averages a's 1 and b's 3 (2); a trains on by 10 meanwhile (12 after the merge);
   // round 2 averages a's 10 and b's 3 (8.5); the last rounds add nothing.
-  const auto dir = temp_dir("defer");
-  Deployment d(two_region_config(dir, 0, "fp32"), "defer");
-  const ParamTable table = d.table();
-  auto ca = Leaders::config(d, "a", 1), cb = Leaders::config(d, "b", 1);
-  ca.shard_wait = 100ms;
-  worker::RegionSync a(table, ca, d.context()), b(table, cb, d.context());
-  a.connect();
-  b.connect();
-  const size_t n = table.total_elements();
-  const auto ranges = a.fragment_ranges(0);
-  REQUIRE(ranges.size() == 2);  // one shard per server; shard 1 is server b's
-  const ElementRange on_b = ranges[1];
-
-  d.pause(1);
+  ServerBStops s("defer");
+  auto& d = s.d;
+  auto &a = s.a, &b = s.b;
+  const size_t n = s.n;
   worker::StreamingSync sa(a, streaming_config(1, 1, worker::OverlapMode::carry));
   std::vector<float> x(n, 1.0f);
   CHECK(sa.after_step(1, x).empty());
   std::string b_error;
   std::jthread region_b([&] {
     try {
-      std::vector<float> local(n, 3.0f);
-      b.exchange(local);  // round 1: waits for server b
-      for (float delta : {3.0f, 0.0f}) {
-        for (size_t i = 0; i < n; ++i) local[i] = b.base()[i] + delta;
-        b.exchange(local);
-      }
+      s.b_rounds();
     } catch (const std::exception& e) {
       b_error = e.what();
     }
@@ -727,10 +754,9 @@ TEST_CASE(
   std::this_thread::sleep_for(300ms);
   auto merged = sa.after_step(2, x);  // round 1: server a's shard merged, server b's deferred
   REQUIRE(merged.size() == 1);
-  CHECK(merged[0].deferred == std::vector<ElementRange>{on_b});
+  CHECK(merged[0].deferred == std::vector<ElementRange>{s.on_b});
   size_t wrong = 0;
-  for (size_t i = 0; i < n; ++i)
-    wrong += x[i] != (i >= on_b.offset && i < on_b.end() ? 11.0f : 12.0f);
+  for (size_t i = 0; i < n; ++i) wrong += x[i] != s.on_b_or(i, 11.0f, 12.0f);
   CHECK(wrong == 0);
   CHECK(a.deferred_shards() == 1);
 
@@ -761,18 +787,10 @@ TEST_CASE(
   // a's flush of the shard releases it (b's 3 alone: 5). The global model is the mean of what the
   // regions held plus their progress, (2 + 5) / 2 + (10 + 0) / 2 = 8.5: the same as when the
   // shards were merged in time.
-  const auto dir = temp_dir("defer-flush");
-  Deployment d(two_region_config(dir, 0, "fp32"), "defer-flush");
-  const ParamTable table = d.table();
-  auto ca = Leaders::config(d, "a", 1), cb = Leaders::config(d, "b", 1);
-  ca.shard_wait = 100ms;
-  worker::RegionSync a(table, ca, d.context()), b(table, cb, d.context());
-  a.connect();
-  b.connect();
-  const size_t n = table.total_elements();
-  const ElementRange on_b = a.fragment_ranges(0).at(1);
-
-  d.pause(1);
+  ServerBStops s("defer-flush");
+  auto& d = s.d;
+  auto &a = s.a, &b = s.b;
+  const size_t n = s.n;
   worker::StreamingSync sa(a, streaming_config(1, 1, worker::OverlapMode::carry));
   std::vector<float> x(n, 1.0f);
   CHECK(sa.after_step(1, x).empty());
@@ -780,12 +798,7 @@ TEST_CASE(
   std::vector<float> b_final;
   std::jthread region_b([&] {
     try {
-      std::vector<float> local(n, 3.0f);
-      b.exchange(local);
-      for (float delta : {3.0f, 0.0f}) {
-        for (size_t i = 0; i < n; ++i) local[i] = b.base()[i] + delta;
-        b.exchange(local);
-      }
+      auto local = s.b_rounds();
       std::copy(b.base().begin(), b.base().end(), local.begin());
       b.flush(local);
       b_final.assign(b.base().begin(), b.base().end());
@@ -799,11 +812,8 @@ TEST_CASE(
   REQUIRE(sa.after_step(2, x).size() == 1);
   sa.finish(2, x, worker::RunEnd::flush);  // server b still stopped: nothing can be merged
   CHECK(a.deferred_shards() == 2);
-  auto on_b_or = [&](size_t i, float in_b, float elsewhere) {
-    return i >= on_b.offset && i < on_b.end() ? in_b : elsewhere;
-  };
   size_t wrong = 0;
-  for (size_t i = 0; i < n; ++i) wrong += x[i] != on_b_or(i, 11.0f, 12.0f);
+  for (size_t i = 0; i < n; ++i) wrong += x[i] != s.on_b_or(i, 11.0f, 12.0f);
   CHECK(wrong == 0);
   d.resume(1);
   sa.flush(x);
@@ -816,7 +826,7 @@ TEST_CASE(
   for (size_t i = 0; i < n; ++i) wrong += a.base()[i] != 8.5f || b_final[i] != 8.5f;
   CHECK(wrong == 0);
   // The deferred shards were merged into x before their flushes (not left at start + progress).
-  for (size_t i = 0; i < n; ++i) wrong += x[i] != on_b_or(i, 12.0f, 8.5f);
+  for (size_t i = 0; i < n; ++i) wrong += x[i] != s.on_b_or(i, 12.0f, 8.5f);
   CHECK(wrong == 0);
 }
 
