@@ -6,7 +6,9 @@
 // (Non-critical tensors, applied on arrival, come back only approximately: docs/run.md.)
 // Then a server that stops for a while (its loop does not run, as under SIGSTOP) with
 // SyncConfig::shard_wait: the leaders defer its shards, go on with the other server's, and merge
-// them late, every region the same rounds; and the config rules for worker.shard_wait_ms.
+// them late, every region the same rounds; regions that merged them in different rounds, each a
+// push ahead on a shard, end their run with the flush without waiting for each other; and the
+// config rules for worker.shard_wait_ms.
 #include <doctest/doctest.h>
 
 #include <atomic>
