@@ -284,9 +284,10 @@ class Shard {
     uint64_t round = 0;
     uint64_t tokens = 0;
     std::vector<float> delta;
-    // A flush over an fp32 downlink: the values when it came, which the region held then (its
-    // copy is not kept otherwise); empty when none.
-    std::vector<float> held;
+    // A flush over an fp32 downlink: the version of the values when it came, which the region
+    // held then (its copy is not kept otherwise; versions are never written once published, so
+    // this is no copy); null when none.
+    std::shared_ptr<ValueBuffer> held;
   };
   // Adds to a region's flush what its copy differs from the values by, over lr (a lossy
   // downlink's sent values less its residual; an fp32 downlink's values at the flush).

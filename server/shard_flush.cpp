@@ -36,19 +36,16 @@ bool Shard::add_flush(size_t region, ConstFloatSpan delta, uint64_t tokens) {
   flushed_[region] = true;
   if (flush_released_) return false;
   Contribution c{region, 0, tokens, std::vector<float>(delta.begin(), delta.end()), {}};
-  if (!base_.at(region)) {
-    const auto theta = values();
-    c.held.assign(theta.begin(), theta.end());
-  }
+  if (!base_.at(region)) c.held = values_;
   flushes_.push_back(std::move(c));
   return true;
 }
 
 void Shard::add_held_offset(Contribution& c) const {
   const auto& kept = base_.at(c.region);
-  // An fp32 downlink: what the region held at its flush, with no residual.
-  const ConstFloatSpan sent = kept ? ConstFloatSpan(*kept) : ConstFloatSpan(c.held);
-  if (sent.empty()) return;
+  // An fp32 downlink: the version the region held at its flush, with no residual.
+  if (!kept && (!c.held || c.held == values_)) return;
+  const ConstFloatSpan sent = kept ? ConstFloatSpan(*kept) : c.held->values();
   const auto e = kept ? downlink_residual(c.region) : ConstFloatSpan{};
   const auto theta = values();
   const float inv_lr = 1.0f / settings_.optimizer.lr;
