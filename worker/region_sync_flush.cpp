@@ -97,6 +97,8 @@ void RegionSync::flush_deferred(FloatSpan local, const MergeSettled& merge_settl
       }
     }
     flush_shards(ready, local, report);
+    // A server found lost meanwhile (the heartbeats sent while another server is awaited): what
+    // it had of this region's flush is gone with it.
     for (const auto& sh : shards_)
       if (sh.deferred() && !sh.in_flight() && sh.phase() != ShardPhase::merged)
         flush_failed(config_.region, links_[sh.server].region(),
