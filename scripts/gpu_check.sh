@@ -14,10 +14,13 @@
 #   util   3 regions x 1 GPU worker of the 37M-parameter MLP on global-3: compute utilization
 #   leader geotrain bench leader: the leader's push and pull on the host and on the device (GPT-2
 #          124M's parameter count; one segment, then 150 as tensor-aligned chunks make)
+#   samerun one region, one GPU worker of the demo's MLP, 6 rounds, with the leader's overlap rule
+#          on the device and on the host (worker.leader_on_device): the two runs' final parameters
+#          must be the same bits (their sha256 are printed, and the part fails when they differ)
 #   gptutil 3 regions x 1 GPU worker of GPT-2 124M (bf16, AdamW, onebit both ways, H = 100) on
 #          global-3: compute utilization and every leader's round (compute, wait, push, pull) from
 #          its metrics file; $GT_ROUNDS rounds (3), overlap $GT_OVERLAP (eager), the KJV text at
-#          $GT_KJV (/usr/share/datasets/kjv.txt)
+#          $GT_KJV (/usr/share/datasets/kjv.txt), worker.leader_on_device $GT_LEADER_ON_DEVICE (true)
 # Each part's log goes to $OUT/<part>.log (at most 8 files come back); the last lines printed are
 # a short table. Every step has its own timeout so that one hang does not cost the call.
 set -u
@@ -87,6 +90,18 @@ for p in $parts; do
           "$out"/runs/*mlp37m-$overlap/summary.json 2>&1 | tee -a "$out/util.log"
       done
       rm -rf "$out/runs" ;;
+    samerun)
+      for dev in true false; do
+        part samerun 120 "$bin" run configs/demo.yaml --no-plots --out "$out/runs" \
+          --set "regions=[us-east]" --set worker.device=cuda --set worker.workers_per_region=1 \
+          --set worker.rounds=6 --set worker.eval_every=0 --set worker.leader_on_device=$dev \
+          --set run.name=same-$dev
+      done
+      grep -h "overlap rule runs" "$out"/runs/*same-true/worker-*.log | tee -a "$out/samerun.log"
+      sha256sum "$out"/runs/*same-*/params-us-east.f32 | tee -a "$out/samerun.log"
+      n=$(sha256sum "$out"/runs/*same-*/params-us-east.f32 | awk '{print $1}' | sort -u | wc -l)
+      summary+=("samerun: $n distinct final parameter files (1: the same bits)")
+      rm -rf "$out/runs" ;;
     leader)
       part leader 100 "$bin" bench leader --repeat 5
       part leader 100 "$bin" bench leader --repeat 3 --segments 150 ;;
@@ -99,21 +114,31 @@ for p in $parts; do
         --set "worker.optimizer={kind: adamw, beta1: 0.9, beta2: 0.95, weight_decay: 0.1}" \
         --set worker.critical_codec=onebit --set worker.noncritical_codec=onebit \
         --set server.downlink_codec=onebit --set "worker.data.path=${GT_KJV:-/usr/share/datasets/kjv.txt}" \
-        --set run.name=gpt2-util
+        --set worker.leader_on_device=${GT_LEADER_ON_DEVICE:-true} --set run.name=gpt2-util
       python3 - "$out"/runs/*gpt2-util <<'PY' 2>&1 | tee -a "$out/gptutil.log"
 import glob, json, sys
 run = sys.argv[1]
 s = json.load(open(run + "/summary.json"))
 print({k: s.get(k) for k in ("status", "rounds", "wall_seconds", "compute_utilization")})
+# Per round: its wall time (from the previous round event), and what is neither compute, comm nor
+# the leader's wait (the host mirror's copies at the exchange, the data, the log): the round
+# boundary's cost beside wait_s.
 for path in sorted(glob.glob(run + "/worker-*.metrics.jsonl")):
+    last = None
     for line in open(path):
         e = json.loads(line)
         if e.get("event") == "round":
-            print({k: e.get(k) for k in ("region", "round", "compute_s", "comm_s", "wait_s",
-                                         "push_s", "pull_s", "gate_wait_s", "merged_round")})
+            row = {k: e.get(k) for k in ("region", "round", "compute_s", "comm_s", "wait_s",
+                                         "push_s", "pull_s", "gate_wait_s", "merged_round")}
+            if last is not None and e.get("steps"):
+                wall = e["time"] - last
+                row["wall_s"] = round(wall, 3)
+                row["other_s"] = round(wall - e["compute_s"] - e["comm_s"] - e["wait_s"], 3)
+            last = e["time"]
+            print(row)
 PY
       rm -rf "$out/runs" ;;
-    *) echo "gpu_check: unknown part '$p' (tests, train, torch, bench, profile, codecprof, sanitize, util, leader, gptutil)" >&2; exit 2 ;;
+    *) echo "gpu_check: unknown part '$p' (tests, train, torch, bench, profile, codecprof, sanitize, util, samerun, leader, gptutil)" >&2; exit 2 ;;
   esac
 done
 

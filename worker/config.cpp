@@ -208,6 +208,7 @@ void parse_region_maps(const YamlReader& in, const YAML::Node& w, WorkerConfig& 
 const std::set<std::string> kWorkerKeys{"workers_per_region",
                                         "device",
                                         "precision",
+                                        "leader_on_device",
                                         "data_dir",
                                         "data",
                                         "batch_size",
@@ -254,6 +255,7 @@ void parse_device_and_data(const YamlReader& in, const YAML::Node& w, WorkerConf
   const auto& source = in.source();
   if (auto n = w["device"]) c.device = in.choice(n, "worker.device", {"cpu", "cuda"});
   if (auto n = w["precision"]) c.precision = in.choice(n, "worker.precision", {"fp32", "bf16"});
+  if (auto n = w["leader_on_device"]) c.leader_on_device = in.boolean(n, "worker.leader_on_device");
   GT_REQUIRE(c.precision == "fp32" || c.device == "cuda",
              "{}: worker.precision bf16 needs worker.device cuda (the CPU trains in fp32)", source);
   GT_REQUIRE(c.precision == "fp32" || c.model.kind == "gpt",

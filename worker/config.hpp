@@ -64,6 +64,9 @@ struct WorkerConfig {
   std::string device = "cpu";  // cpu | cuda
   // fp32 | bf16 (bf16 mixed precision: a GPT on cuda only; models/gpt_cuda.hpp).
   std::string precision = "fp32";
+  // device: cuda with overlap: the leader's parameters stay on the GPU at its exchanges, and the
+  // overlap rule runs there (worker/leader_params.hpp); false: on the host mirror.
+  bool leader_on_device = true;
   DataConfig data;
   uint32_t batch_size = 64;  // per worker, per micro-batch
   uint32_t accumulation_steps = 1;

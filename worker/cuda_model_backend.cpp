@@ -11,6 +11,7 @@
 #include "kernels/optim_cuda.cuh"
 #include "models/device_model.hpp"
 #include "worker/bucketed_allreduce.hpp"
+#include "worker/device_leader_params.hpp"
 #include "worker/nccl_communicator.hpp"
 
 namespace geotrain::worker {
@@ -171,6 +172,14 @@ class CudaModelBackend final : public ModelBackend, public ResidentTraining {
                                   cudaMemcpyHostToDevice, stream_));
     model_->refresh_weights(d_params_.get());
     GT_CUDA_CHECK(cudaStreamSynchronize(stream_));  // pageable: the host span may change after
+  }
+
+  std::unique_ptr<LeaderParams> leader_params(OverlapMode mode, OuterStepConfig outer,
+                                              uint32_t regions, ConstFloatSpan global) override {
+    GT_CUDA_CHECK(cudaSetDevice(device_));
+    return std::make_unique<DeviceLeaderParams>(
+        d_params_.get(), parameters_, stream_, [this] { model_->refresh_weights(d_params_.get()); },
+        mode, outer, regions, global);
   }
 
   void download_parameters(FloatSpan host) override {

@@ -59,6 +59,9 @@ class LeaderSession {
 
   // Whether exchanges run on their own thread (overlap or a fragment delay).
   bool background() const { return streaming_ && streaming_->background(); }
+  // Whether the parameters are on a device (StreamingConfig::device_params, with background
+  // exchanges): after_step() then takes an empty span, and finish() brings them to the host.
+  bool params_on_device() const { return streaming_ && streaming_->params_on_device(); }
   // The uplink residuals for a snapshot (StreamingSync::residuals; not with background
   // exchanges; after finish(), the RegionSync's).
   std::map<std::string, std::vector<float>> residuals();

@@ -1,5 +1,8 @@
 #include "worker/overlap_merge.hpp"
 
+#include <algorithm>
+#include <utility>
+
 #include "core/error.hpp"
 
 namespace geotrain::worker {
@@ -31,6 +34,10 @@ OuterStepModel::OuterStepModel(OuterStepConfig config, size_t elements) : config
   GT_REQUIRE(config_.lr > 0, "outer step: lr is {}, must be positive", config_.lr);
   GT_REQUIRE(config_.momentum >= 0 && config_.momentum < 1,
              "outer step: momentum is {}, must be in [0, 1)", config_.momentum);
+  rule_.nesterov = config_.nesterov;
+  rule_.lr = config_.lr;
+  rule_.inv_lr = 1.0f / config_.lr;
+  rule_.mu = config_.momentum;
   if (config_.momentum > 0) momentum_.assign(elements, 0.0f);
 }
 
@@ -48,19 +55,58 @@ void OuterStepModel::predict(uint64_t offset, ConstFloatSpan d, FloatSpan out) c
   for (size_t i = 0; i < d.size(); ++i) out[i] = predict_at(offset + i, d[i]);
 }
 
+kernels::OverlapRule OverlapMerge::rule_for(OverlapMode mode, OuterStepConfig outer,
+                                            uint32_t regions) {
+  GT_REQUIRE(regions >= 1, "overlap: regions is 0");
+  GT_ASSERT(mode != OverlapMode::off, "OverlapMerge without overlap");
+  kernels::OverlapRule rule;
+  rule.carry = mode == OverlapMode::carry;
+  rule.delayed = mode == OverlapMode::delayed;
+  rule.nesterov = outer.nesterov;
+  rule.lr = outer.lr;
+  rule.inv_lr = 1.0f / outer.lr;
+  rule.mu = outer.momentum;
+  rule.inv_regions = 1.0f / static_cast<float>(regions);
+  return rule;
+}
+
 OverlapMerge::OverlapMerge(OverlapMode mode, OuterStepConfig outer, uint32_t regions,
                            ConstFloatSpan global)
     : mode_(mode),
       outer_(outer, mode == OverlapMode::carry ? 0 : global.size()),
-      inv_regions_(1.0f / static_cast<float>(regions)),
+      rule_(rule_for(mode, outer, regions)),
       global_(global.begin(), global.end()),
       after_start_(global.begin(), global.end()) {
-  GT_REQUIRE(regions >= 1, "overlap: regions is 0");
-  GT_ASSERT(mode != OverlapMode::off, "OverlapMerge without overlap");
-  if (mode == OverlapMode::delayed) {
+  if (keeps_others(mode)) {
     last_push_.assign(global.size(), 0.0f);
     others_.assign(global.size(), 0.0f);
   }
+}
+
+OverlapMerge::OverlapMerge(OverlapMode mode, OuterStepConfig outer, uint32_t regions,
+                           OverlapState state)
+    : mode_(mode),
+      outer_(outer, 0),
+      rule_(rule_for(mode, outer, regions)),
+      global_(std::move(state.global)),
+      after_start_(std::move(state.after_start)),
+      last_push_(std::move(state.last_push)),
+      others_(std::move(state.others)) {
+  const size_t n = global_.size();
+  const auto want = [&](bool kept) { return kept ? n : size_t{0}; };
+  GT_REQUIRE(after_start_.size() == n &&
+                 state.momentum.size() == want(keeps_momentum(mode, outer)) &&
+                 last_push_.size() == want(keeps_others(mode)) &&
+                 others_.size() == want(keeps_others(mode)),
+             "overlap: the rule's state does not fit a table of {} parameters in mode {}", n,
+             overlap_mode_name(mode));
+  outer_.momentum() = std::move(state.momentum);
+}
+
+kernels::OverlapArrays OverlapMerge::arrays() {
+  auto data = [](std::vector<float>& v) { return v.empty() ? nullptr : v.data(); };
+  return {data(global_), data(after_start_), data(outer_.momentum()), data(last_push_),
+          data(others_)};
 }
 
 // start() and merge() make one pass over their range each (the parameters of a large model are
@@ -69,48 +115,18 @@ void OverlapMerge::start(uint64_t offset, uint64_t n, FloatSpan x, FloatSpan pus
   GT_ASSERT(
       offset + n <= global_.size() && x.size() == global_.size() && push.size() == global_.size(),
       "overlap start: range [{}, {}) of {}", offset, offset + n, global_.size());
-  float* xr = x.data() + offset;
-  float* pr = push.data() + offset;
-  float* after = after_start_.data() + offset;
-  const float* g = global_.data() + offset;
-  if (mode_ == OverlapMode::carry) {
-    // The push is the local value itself (theta_g + q with q = x - theta_g), and x stays.
-    std::copy(xr, xr + n, pr);
-    std::copy(xr, xr + n, after);
-    return;
-  }
-  const bool delayed = mode_ == OverlapMode::delayed;
-  for (uint64_t i = 0; i < n; ++i) {
-    pr[i] = xr[i];
-    // d = q / R (+ the others' last share): the predicted average outer gradient.
-    float d = (xr[i] - g[i]) * inv_regions_;
-    if (delayed) {
-      last_push_[offset + i] = xr[i] - g[i];
-      d += others_[offset + i];
-    }
-    xr[i] = g[i] + outer_.predict_at(offset + i, d);
-    after[i] = xr[i];
-  }
+  const auto a = arrays();
+  for (uint64_t j = offset; j < offset + n; ++j)
+    kernels::overlap_start_at(rule_, a, j, x[j], push[j]);
 }
 
 void OverlapMerge::merge(uint64_t offset, uint64_t n, FloatSpan x, ConstFloatSpan global) {
   GT_ASSERT(
       offset + n <= global_.size() && x.size() == global_.size() && global.size() == global_.size(),
       "overlap merge: range [{}, {}) of {}", offset, offset + n, global_.size());
-  float* xr = x.data() + offset;
-  const float* gn = global.data() + offset;
-  float* g = global_.data() + offset;
-  const float* a = after_start_.data() + offset;
-  const bool observe = mode_ != OverlapMode::carry, delayed = mode_ == OverlapMode::delayed;
-  for (uint64_t i = 0; i < n; ++i) {
-    if (observe) {
-      // What the servers did: recover the average outer gradient (and their momentum).
-      const float d = outer_.observe_at(offset + i, gn[i] - g[i]);
-      if (delayed) others_[offset + i] = d - last_push_[offset + i] * inv_regions_;
-    }
-    xr[i] = gn[i] + (xr[i] - a[i]);
-    g[i] = gn[i];
-  }
+  const auto a = arrays();
+  for (uint64_t j = offset; j < offset + n; ++j)
+    kernels::overlap_merge_at(rule_, a, j, x[j], global[j]);
 }
 
 void OverlapMerge::take_global(uint64_t offset, uint64_t n, ConstFloatSpan global) {

@@ -30,6 +30,7 @@
 
 #include "core/outer_step.hpp"
 #include "core/span.hpp"
+#include "kernels/overlap_math.hpp"
 
 namespace geotrain::worker {
 
@@ -61,34 +62,29 @@ class OuterStepModel {
   // the current momentum estimate, into `out`. Does not change the estimate.
   void predict(uint64_t offset, ConstFloatSpan d, FloatSpan out) const;
 
-  // The same for element j of the table alone (observe and predict loop over these): the
-  // fused merge passes of OverlapMerge call them inside their own loop.
+  // The same for element j of the table alone (kernels/overlap_math.hpp, which OverlapMerge's
+  // passes and their CUDA twins share).
   float observe_at(uint64_t j, float change) {
-    const float inv_lr = 1.0f / config_.lr, mu = config_.momentum;
-    if (momentum_.empty()) return change * inv_lr;
-    float& m = momentum_[j];
-    if (config_.nesterov) {
-      const float d = (change * inv_lr - mu * mu * m) * (1.0f / (1.0f + mu));
-      m = mu * m + d;
-      return d;
-    }
-    const float m_new = change * inv_lr;
-    const float d = m_new - mu * m;
-    m = m_new;
-    return d;
+    return kernels::outer_observe(rule_, momentum_.empty() ? nullptr : &momentum_[j], change);
   }
   float predict_at(uint64_t j, float d) const {
-    const float lr = config_.lr, mu = config_.momentum;
-    if (momentum_.empty()) return lr * d;
-    const float m_new = mu * momentum_[j] + d;
-    return config_.nesterov ? lr * (d + mu * m_new) : lr * m_new;
+    return kernels::outer_predict(rule_, momentum_.empty() ? nullptr : &momentum_[j], d);
   }
 
   const OuterStepConfig& config() const { return config_; }
+  // The momentum estimate (empty without momentum), for moving it to or from a device.
+  std::vector<float>& momentum() { return momentum_; }
 
  private:
   OuterStepConfig config_;
+  kernels::OverlapRule rule_;    // config_ as the shared arithmetic takes it
   std::vector<float> momentum_;  // empty without momentum
+};
+
+// The rule's arrays (OverlapMerge's, below), whole-table, as they move between the host and a
+// device (worker/leader_params.hpp); empty where the mode keeps none.
+struct OverlapState {
+  std::vector<float> global, after_start, momentum, last_push, others;
 };
 
 // The merge rule for one region, over the whole flat table; every call names the range of one
@@ -97,6 +93,17 @@ class OverlapMerge {
  public:
   // `global`: the global values the region starts from (after connect()); `regions`: R.
   OverlapMerge(OverlapMode mode, OuterStepConfig outer, uint32_t regions, ConstFloatSpan global);
+  // The rule with the arrays `state` holds (taken from a device: the sizes of a rule made from
+  // the global values; InputError otherwise).
+  OverlapMerge(OverlapMode mode, OuterStepConfig outer, uint32_t regions, OverlapState state);
+
+  // The scalar switches and constants of the rule for `mode` (as the CUDA twin takes them), and
+  // which of OverlapState's arrays it keeps beside global and after_start.
+  static kernels::OverlapRule rule_for(OverlapMode mode, OuterStepConfig outer, uint32_t regions);
+  static bool keeps_momentum(OverlapMode mode, OuterStepConfig outer) {
+    return mode != OverlapMode::carry && outer.momentum > 0;
+  }
+  static bool keeps_others(OverlapMode mode) { return mode == OverlapMode::delayed; }
 
   // START of an exchange on [offset, offset + n): x holds the local parameters. Writes the
   // values to push (theta_g + q) into `push` on the range and sets x to theta_g + proxy(q).
@@ -112,9 +119,11 @@ class OverlapMerge {
   OverlapMode mode() const { return mode_; }
 
  private:
+  kernels::OverlapArrays arrays();
+
   OverlapMode mode_;
   OuterStepModel outer_;
-  float inv_regions_;
+  kernels::OverlapRule rule_;
   std::vector<float> global_;       // theta_g as last merged
   std::vector<float> after_start_;  // x right after the last start (progress since = x - this)
   std::vector<float> last_push_;    // delayed: q of the last merged round

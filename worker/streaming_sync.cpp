@@ -39,9 +39,11 @@ StreamingSync::StreamingSync(RegionSync& sync, StreamingConfig config)
     ranges_.push_back(sync_.fragment_ranges(p));
   last_start_.assign(ranges_.size(), 0);
   deferred_.resize(ranges_.size());
-  if (background())
-    merge_ =
-        std::make_unique<OverlapMerge>(config_.mode, config_.outer, config_.regions, sync_.base());
+  if (background() && config_.device_params)
+    device_ = config_.device_params(config_.mode, config_.outer, config_.regions, sync_.base());
+  else if (background())
+    host_ = HostLeaderParams(
+        std::make_unique<OverlapMerge>(config_.mode, config_.outer, config_.regions, sync_.base()));
   thread_ = std::jthread([this](std::stop_token stop) { loop(stop); });
 }
 
@@ -52,15 +54,17 @@ StreamingSync::~StreamingSync() {
   }
 }
 
-std::shared_ptr<StreamingSync::Job> StreamingSync::new_job(uint32_t fragment, size_t elements) {
+std::shared_ptr<StreamingSync::Job> StreamingSync::new_job(uint32_t fragment) {
   auto job = std::make_shared<Job>();
   job->fragment = fragment;
   for (auto* buffer : {&job->push, &job->base}) {
     if (!spare_.empty()) {
       *buffer = std::move(spare_.back());
       spare_.pop_back();
+    } else {
+      LeaderParams& owner = device_ ? static_cast<LeaderParams&>(*device_) : host_;
+      *buffer = owner.host_table(sync_.base().size());
     }
-    buffer->resize(elements);
   }
   return job;
 }
@@ -113,7 +117,20 @@ void StreamingSync::loop(std::stop_token stop) {
   }
 }
 
-RoundReport StreamingSync::wait_and_merge(Job& job, FloatSpan params) {
+LeaderParams& StreamingSync::local(FloatSpan params) {
+  if (device_) {
+    GT_REQUIRE(params.empty(), "streaming: the parameters are on the device, {} host values given",
+               params.size());
+    return *device_;
+  }
+  GT_REQUIRE(params.size() == sync_.base().size(),
+             "streaming: {} local parameters, the table has {}", params.size(),
+             sync_.base().size());
+  host_.bind(params);
+  return host_;
+}
+
+RoundReport StreamingSync::wait_and_merge(Job& job, LeaderParams& params) {
   {
     std::unique_lock lock(mutex_);
     wake_.wait(lock, [&] { return job.done; });
@@ -131,7 +148,7 @@ RoundReport StreamingSync::wait_and_merge(Job& job, FloatSpan params) {
       const auto ready = sync_.take_ready(job.fragment);
       for (const auto& r : ready) {
         std::copy(sync_.base().begin() + r.offset, sync_.base().begin() + r.end(),
-                  job.base.begin() + r.offset);
+                  job.base.span().begin() + r.offset);
         if (auto it = std::find(deferred.begin(), deferred.end(), r); it != deferred.end())
           deferred.erase(it);
       }
@@ -140,26 +157,25 @@ RoundReport StreamingSync::wait_and_merge(Job& job, FloatSpan params) {
       if (!ready.empty()) last_start_[job.fragment] = 0;
     }
   }
-  for (const auto& r : without(ranges_[job.fragment], deferred))
-    merge_->merge(r.offset, r.count, params, job.base);
+  for (const auto& r : without(ranges_[job.fragment], deferred)) params.merge(r, job.base);
   return *job.report;
 }
 
-RoundReport StreamingSync::run_blocking(uint32_t fragment, FloatSpan params) {
+RoundReport StreamingSync::run_blocking(uint32_t fragment) {
+  GT_ASSERT(!device_, "a blocking exchange of parameters on the device");
   std::lock_guard in_use(sync_mutex_);
-  RoundReport report = sync_.exchange(params, fragment);
-  copy_ranges(fragment, sync_.base(), params);
-  if (merge_)  // (the final exchanges of an overlapped run)
-    for (const auto& r : ranges_[fragment]) merge_->take_global(r.offset, r.count, sync_.base());
+  RoundReport report = sync_.exchange(host_.span(), fragment);
+  // (with a rule: the final exchanges of an overlapped run; the next start measures from here)
+  for (const auto& r : ranges_[fragment]) host_.take_global(r, sync_.base());
   return report;
 }
 
-RoundReport StreamingSync::run_queued(uint32_t fragment, FloatSpan params) {
+RoundReport StreamingSync::run_queued(uint32_t fragment, LeaderParams& params) {
   // Behind the exchanges already queued, in the order every region queues them: taking the
   // connection ahead of them could wait for another region's exchange that waits for ours.
-  auto job = new_job(fragment, params.size());
+  auto job = new_job(fragment);
   job->defer = false;  // it takes the global values at once
-  copy_ranges(fragment, params, job->push);
+  for (const auto& r : ranges_[fragment]) params.read(r, job->push);
   {
     std::lock_guard lock(mutex_);
     queue_.push_back(job);
@@ -171,17 +187,14 @@ RoundReport StreamingSync::run_queued(uint32_t fragment, FloatSpan params) {
     if (job->error) std::rethrow_exception(job->error);
   }
   GT_ASSERT(job->report.has_value(), "exchange finished without a report");
-  copy_ranges(fragment, job->base, params);
-  for (const auto& r : ranges_[fragment]) merge_->take_global(r.offset, r.count, job->base);
+  for (const auto& r : ranges_[fragment]) params.take_global(r, job->base);
   const RoundReport report = *job->report;
   finished(*job);
   return report;
 }
 
-std::vector<RoundReport> StreamingSync::after_step(uint64_t step, FloatSpan params) {
-  GT_REQUIRE(params.size() == sync_.base().size(),
-             "streaming: {} local parameters, the table has {}", params.size(),
-             sync_.base().size());
+std::vector<RoundReport> StreamingSync::after_step(uint64_t step, FloatSpan host_params) {
+  LeaderParams& params = local(host_params);
   std::vector<RoundReport> merged;
   // Merges first: a fragment due again at this step must take its last result in before it
   // pushes (delay == H).
@@ -194,19 +207,18 @@ std::vector<RoundReport> StreamingSync::after_step(uint64_t step, FloatSpan para
   if (sync_.config().critical_fragment && step % config_.local_steps == 0) {
     last_start_[config_.fragments] = step;
     merged.push_back(background() ? run_queued(config_.fragments, params)
-                                  : run_blocking(config_.fragments, params));
+                                  : run_blocking(config_.fragments));
   }
   for (uint32_t p = 0; p < config_.fragments; ++p) {
     if (!config_.schedule().due(step, p)) continue;
     last_start_[p] = step;
     if (!background()) {
-      merged.push_back(run_blocking(p, params));
+      merged.push_back(run_blocking(p));
       continue;
     }
-    auto job = new_job(p, params.size());
+    auto job = new_job(p);
     job->merge_at = step + config_.delay;
-    for (const auto& r : without(ranges_[p], deferred_[p]))
-      merge_->start(r.offset, r.count, params, job->push);
+    for (const auto& r : without(ranges_[p], deferred_[p])) params.start(r, job->push);
     in_flight_.push_back(job);
     {
       std::lock_guard lock(mutex_);
@@ -214,6 +226,7 @@ std::vector<RoundReport> StreamingSync::after_step(uint64_t step, FloatSpan para
     }
     wake_.notify_all();
   }
+  params.commit();
   return merged;
 }
 
@@ -224,13 +237,23 @@ std::map<std::string, std::vector<float>> StreamingSync::residuals() {
 }
 
 std::vector<RoundReport> StreamingSync::finish(uint64_t last_step, FloatSpan params, RunEnd end) {
+  // From here on the parameters are the host's: the few exchanges left, the flush and the final
+  // model read them there.
+  if (device_) {
+    GT_REQUIRE(params.size() == sync_.base().size(),
+               "streaming: {} local parameters to finish with, the table has {}", params.size(),
+               sync_.base().size());
+    host_ = HostLeaderParams(device_->to_host(params));
+    device_.reset();
+  }
+  host_.bind(params);
   std::vector<RoundReport> merged;
   while (!in_flight_.empty()) {
-    merged.push_back(wait_and_merge(*in_flight_.front(), params));
+    merged.push_back(wait_and_merge(*in_flight_.front(), host_));
     finished(*in_flight_.front());
     in_flight_.pop_front();
   }
-  if (merge_) {
+  if (auto* rule = host_.rule()) {
     std::lock_guard in_use(sync_mutex_);
     if (end == RunEnd::flush) {
       // The deferred shards whose replies have come are merged; the others are left to the
@@ -238,14 +261,14 @@ std::vector<RoundReport> StreamingSync::finish(uint64_t last_step, FloatSpan par
       // push that another region, finishing too, never makes.
       for (uint32_t p = 0; p < ranges_.size(); ++p)
         for (const auto& r : sync_.take_ready(p)) {
-          merge_->merge(r.offset, r.count, params, sync_.base());
+          rule->merge(r.offset, r.count, params, sync_.base());
           std::erase(deferred_[p], r);
           last_start_[p] = 0;
         }
     } else {
       // Deferred shards: waited for and merged; their progress since is pushed below.
       const auto settled = sync_.settle();
-      for (const auto& r : settled) merge_->merge(r.offset, r.count, params, sync_.base());
+      for (const auto& r : settled) rule->merge(r.offset, r.count, params, sync_.base());
       for (uint32_t p = 0; p < ranges_.size(); ++p) {
         if (without(ranges_[p], settled).size() < ranges_[p].size()) last_start_[p] = 0;
         deferred_[p].clear();
@@ -255,17 +278,17 @@ std::vector<RoundReport> StreamingSync::finish(uint64_t last_step, FloatSpan par
   // Progress not pushed yet (fragments due before the last step): one more exchange each; a
   // fragment with shards still deferred leaves it to the flush.
   for (uint32_t p = 0; p < ranges_.size(); ++p)
-    if (last_start_[p] < last_step && deferred_[p].empty())
-      merged.push_back(run_blocking(p, params));
+    if (last_start_[p] < last_step && deferred_[p].empty()) merged.push_back(run_blocking(p));
   return merged;
 }
 
 FlushReport StreamingSync::flush(FloatSpan params) {
+  GT_ASSERT(!device_, "flush before finish");
   std::lock_guard in_use(sync_mutex_);
-  if (!merge_) return sync_.flush(params);  // nothing is ever deferred
-  return sync_.flush(params, [&](const ElementRange& r) {
-    merge_->merge(r.offset, r.count, params, sync_.base());
-  });
+  auto* rule = host_.rule();
+  if (rule == nullptr) return sync_.flush(params);  // nothing is ever deferred
+  return sync_.flush(
+      params, [&](const ElementRange& r) { rule->merge(r.offset, r.count, params, sync_.base()); });
 }
 
 }  // namespace geotrain::worker

@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "worker/fragment_schedule.hpp"
+#include "worker/leader_params.hpp"
 #include "worker/overlap_merge.hpp"
 #include "worker/region_sync.hpp"
 
@@ -60,6 +61,10 @@ struct StreamingConfig {
   OverlapMode mode = OverlapMode::off;  // the merge rule when delay > 0
   OuterStepConfig outer;                // the servers' outer optimizer (eager / delayed)
   uint32_t regions = 1;                 // R
+  // Parameters on a device (worker/leader_params.hpp): when set, and the exchanges run in the
+  // background, the parameters and the overlap rule live where this makes them, and callers
+  // pass an empty span until finish() (which takes them to the host). Empty: on the host.
+  MakeLeaderParams device_params;
 };
 
 // How a run ends after StreamingSync::finish(): with the flush (the global model), or without it
@@ -77,12 +82,14 @@ class StreamingSync {
 
   // After local step `step` (1-based over the whole run: (round - 1) * H + h + 1): merges the
   // exchanges due at this step (waiting for them if they are still on the WAN), then starts the
-  // fragments due. May change `params`. Returns the reports of the exchanges merged.
+  // fragments due. May change `params`: empty when params_on_device(), whose are changed
+  // instead. Returns the reports of the exchanges merged.
   std::vector<RoundReport> after_step(uint64_t step, FloatSpan params);
 
   // The end of training after step `last_step`: see above. Returns the reports merged. With
   // RunEnd::flush, deferred shards whose replies have not come are left to flush() (which must
-  // follow): they are merged there, after this region's other shards are flushed.
+  // follow): they are merged there, after this region's other shards are flushed. With the
+  // parameters on a device, they come to `params` first (a full table), and stay on the host.
   std::vector<RoundReport> finish(uint64_t last_step, FloatSpan params,
                                   RunEnd end = RunEnd::no_flush);
   // After finish(..., RunEnd::flush): RegionSync::flush, the deferred shards merged by the
@@ -90,6 +97,9 @@ class StreamingSync {
   FlushReport flush(FloatSpan params);
 
   bool background() const { return config_.delay > 0; }
+  // The parameters and the overlap rule are on a device (StreamingConfig::device_params), until
+  // finish().
+  bool params_on_device() const { return device_ != nullptr; }
 
   // The RegionSync's uplink residuals, read between exchanges (not while a heartbeat is out).
   // Without overlap only: a background exchange may be changing them (GT_ASSERT).
@@ -98,27 +108,31 @@ class StreamingSync {
  private:
   struct Job {
     uint32_t fragment = 0;
-    uint64_t merge_at = 0;    // the step after which it is merged
-    bool defer = true;        // its shards may be deferred (not the blocking critical fragment)
-    std::vector<float> push;  // the values pushed (only the fragment's ranges are read)
-    std::vector<float> base;  // the global values after the exchange (the fragment's ranges)
+    uint64_t merge_at = 0;  // the step after which it is merged
+    bool defer = true;      // its shards may be deferred (not the blocking critical fragment)
+    HostTable push;         // the values pushed (only the fragment's ranges are read)
+    HostTable base;         // the global values after the exchange (the fragment's ranges)
     std::optional<RoundReport> report;
     std::exception_ptr error;
     bool done = false;
   };
 
   void loop(std::stop_token stop);
-  RoundReport wait_and_merge(Job& job, FloatSpan params);
-  RoundReport run_blocking(uint32_t fragment, FloatSpan params);
+  // The parameters a call works on: the device's, or the host's bound to `params`.
+  LeaderParams& local(FloatSpan params);
+  RoundReport wait_and_merge(Job& job, LeaderParams& params);
+  // A blocking exchange of the host parameters (without overlap, and finish()'s last exchanges).
+  RoundReport run_blocking(uint32_t fragment);
   // A blocking exchange on the background thread, behind the queued ones, taking the global
   // values (the critical fragment while other fragments stream).
-  RoundReport run_queued(uint32_t fragment, FloatSpan params);
+  RoundReport run_queued(uint32_t fragment, LeaderParams& params);
   void copy_ranges(uint32_t fragment, ConstFloatSpan from, FloatSpan to) const;
   // A job with its two full-table buffers, spare ones when there are (a large model's are
   // hundreds of megabytes: allocating and zeroing them at every start was time the steps waited
   // for); finished() gives a merged job's buffers back. Only the fragment's ranges of a buffer
   // are ever written or read, so what a spare held before does not matter.
-  std::shared_ptr<Job> new_job(uint32_t fragment, size_t elements);
+  // New buffers come from the parameters' LeaderParams (HostTable: page-locked for a device).
+  std::shared_ptr<Job> new_job(uint32_t fragment);
   void finished(Job& job);
 
   RegionSync& sync_;
@@ -128,13 +142,14 @@ class StreamingSync {
   // Per fragment: the ranges of its deferred shards (RegionSync) after its last merged exchange;
   // neither merged nor started until an exchange merges them.
   std::vector<std::vector<ElementRange>> deferred_;
-  std::unique_ptr<OverlapMerge> merge_;         // delay > 0
+  HostLeaderParams host_;                 // the overlap rule when delay > 0 (on the host)
+  std::unique_ptr<LeaderParams> device_;  // the parameters and rule on a device, until finish()
   std::deque<std::shared_ptr<Job>> in_flight_;  // started, not merged; oldest first
   std::mutex sync_mutex_;  // held while sync_ is used: an exchange, or the idle heartbeat
   std::mutex mutex_;       // the queue and the jobs' results
   std::condition_variable_any wake_;
   std::deque<std::shared_ptr<Job>> queue_;  // for the thread, oldest first
-  std::vector<std::vector<float>> spare_;   // merged jobs' buffers (the caller's thread only)
+  std::vector<HostTable> spare_;            // merged jobs' buffers (the caller's thread only)
   std::jthread thread_;
 };
 

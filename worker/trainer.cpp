@@ -194,6 +194,9 @@ class WorkerRun {
   std::unique_ptr<MetricsExporter> exporter_;
   // Across regions (the leader): the exchange with every region's server, for the whole run.
   std::unique_ptr<LeaderSession> session_;
+  // The leader's parameters are the device's at its exchanges (StreamingSync::params_on_device):
+  // params_ is refreshed only for an evaluation, a snapshot, a broadcast and the end.
+  bool params_on_device_ = false;
 
   std::chrono::milliseconds delay_{0};  // worker.step_delay_ms: an artificially slow region
   TrainResult result_;
@@ -300,9 +303,15 @@ uint64_t WorkerRun::connect_leader(std::stop_token stop) {
   // The samples one round's delta stands for (the servers' token-weighted merge).
   const uint64_t tokens_per_round = uint64_t{config_.local_steps} * config_.batch_size *
                                     config_.accumulation_steps * config_.workers_per_region;
-  session_ = std::make_unique<LeaderSession>(table_,
-                                             leader_sync_config(config_, region_, tokens_per_round),
-                                             leader_streaming_config(config_), context_);
+  auto streaming = leader_streaming_config(config_);
+  // Device-resident training: the overlap rule runs beside the parameters on the device.
+  if (auto* device = backend_->resident(); device != nullptr && config_.leader_on_device)
+    streaming.device_params = [device](OverlapMode mode, OuterStepConfig outer, uint32_t regions,
+                                       ConstFloatSpan global) {
+      return device->leader_params(mode, outer, regions, global);
+    };
+  session_ = std::make_unique<LeaderSession>(
+      table_, leader_sync_config(config_, region_, tokens_per_round), streaming, context_);
   RegionSync& sync = session_->sync();
   // The origin is the seed's initialisation, whatever a snapshot holds: the parameters
   // themselves unless a snapshot replaced them (initialising again costs seconds on a large
@@ -320,6 +329,10 @@ uint64_t WorkerRun::connect_leader(std::stop_token stop) {
   if (options_.resume)
     log_->write(events::name::resume, resume_leader(resumed_, next, sync, params_, region_));
   std::copy(sync.base().begin(), sync.base().end(), params_.begin());
+  params_on_device_ = session_->params_on_device();
+  if (params_on_device_)
+    spdlog::info("worker {}-{}: the overlap rule runs beside the parameters on the device", region_,
+                 rank_);
   return next;
 }
 
@@ -396,14 +409,17 @@ void WorkerRun::local_step(uint64_t round, uint32_t h) {
   const uint64_t global_step = (round - 1) * config_.local_steps + h + 1;
   const bool exchanged = schedule_.changes_after(global_step);
   if (leader_) {
-    if (exchanged) engine_->to_host(params_);
+    if (exchanged && !params_on_device_) engine_->to_host(params_);
     t0 = Clock::now();
-    session_->after_step(global_step, params_);
+    session_->after_step(global_step, params_on_device_ ? FloatSpan{} : FloatSpan(params_));
     round_wait_ += since(t0);
   }
   if (!exchanged) return;
+  // The leader's parameters changed on the device: its region's other workers take them through
+  // the host mirror.
+  if (params_on_device_ && comm_) engine_->to_host(params_);
   if (comm_) comm_->broadcast(params_, 0);
-  engine_->to_device(params_);
+  if (!params_on_device_) engine_->to_device(params_);
 }
 
 void WorkerRun::train_round(uint64_t round, std::stop_token stop) {

@@ -341,6 +341,86 @@ TEST_CASE("eager overlap moves the region by its own share at once, then takes t
   for (size_t i = 0; i < n; ++i) REQUIRE(local[i] == 12.0f);
 }
 
+namespace {
+
+// What StreamingSync asked of ElsewhereParams (which it destroys at finish()).
+struct ElsewhereCounts {
+  int tables = 0, commits = 0, handed = 0;
+};
+
+// Parameters kept away from the caller's span, as a device keeps them (worker/leader_params.hpp):
+// its own copy, and the host's rule over it.
+class ElsewhereParams final : public worker::LeaderParams {
+ public:
+  ElsewhereParams(worker::OverlapMode mode, worker::OuterStepConfig outer, uint32_t regions,
+                  ConstFloatSpan global, ElsewhereCounts& counts)
+      : x(global.begin(), global.end()),
+        counts_(counts),
+        inner_(std::make_unique<worker::OverlapMerge>(mode, outer, regions, global)) {
+    inner_.bind(x);
+  }
+  worker::HostTable host_table(size_t n) override {
+    ++counts_.tables;
+    return LeaderParams::host_table(n);
+  }
+  void start(const ElementRange& r, FloatSpan push) override { inner_.start(r, push); }
+  void merge(const ElementRange& r, ConstFloatSpan global) override { inner_.merge(r, global); }
+  void take_global(const ElementRange& r, ConstFloatSpan global) override {
+    inner_.take_global(r, global);
+  }
+  void read(const ElementRange& r, FloatSpan to) override { inner_.read(r, to); }
+  void commit() override { ++counts_.commits; }
+  std::unique_ptr<worker::OverlapMerge> to_host(FloatSpan to) override {
+    ++counts_.handed;
+    return inner_.to_host(to);
+  }
+
+  std::vector<float> x;
+
+ private:
+  ElsewhereCounts& counts_;
+  worker::HostLeaderParams inner_;
+};
+
+}  // namespace
+
+TEST_CASE(
+    "parameters kept on a device take the overlap rule there and come to the host at the end") {
+  const auto dir = temp_dir("elsewhere");
+  Deployment d(two_region_config(dir, 0, "fp32"), "elsewhere");
+  const ParamTable table = d.table();
+  Leaders leaders(d, table);
+  const size_t n = table.total_elements();
+  ElsewhereParams* params = nullptr;  // valid until finish()
+  ElsewhereCounts counts;
+  auto config = streaming_config(1, 1, worker::OverlapMode::eager);
+  config.device_params = [&](worker::OverlapMode mode, worker::OuterStepConfig outer,
+                             uint32_t regions, ConstFloatSpan global) {
+    auto made = std::make_unique<ElsewhereParams>(mode, outer, regions, global, counts);
+    params = made.get();
+    return made;
+  };
+  worker::StreamingSync eager(leaders.a, config);
+  REQUIRE(params != nullptr);
+  CHECK(eager.params_on_device());
+  std::vector<float> local(n, 1.0f);
+  // The caller's span is not where the parameters are: refused by name.
+  CHECK_THROWS_WITH_AS(eager.after_step(1, local), doctest::Contains("on the device"), InputError);
+  std::fill(params->x.begin(), params->x.end(), 1.0f);  // trained "on the device"
+  CHECK(eager.after_step(1, {}).empty());
+  for (size_t i = 0; i < n; ++i) REQUIRE(params->x[i] == 0.5f);  // theta_g + q / R, in place
+  CHECK(counts.tables == 2);   // the job's two buffers come from the device's allocator
+  CHECK(counts.commits == 1);  // once per after_step that ran
+  for (float& v : params->x) v += 10.0f;
+  std::vector<float> local_b(n, 3.0f);
+  leaders.b.exchange(local_b);
+  eager.finish(1, local);  // the parameters come to `local`, and the merge runs there
+  CHECK(counts.handed == 1);
+  CHECK_FALSE(eager.params_on_device());
+  // base_new = 2, after start = 0.5, local = 10.5: merged = 2 + 10 = 12, as on the host
+  for (size_t i = 0; i < n; ++i) REQUIRE(local[i] == 12.0f);
+}
+
 TEST_CASE("with one fragment and no overlap, streaming is the synchronous exchange, bit for bit") {
   const auto dir = temp_dir("stream-sync");
   Deployment d(two_region_config(dir, 0, "fp32"), "stream-sync");
