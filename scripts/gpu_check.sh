@@ -128,7 +128,7 @@ for path in sorted(glob.glob(run + "/worker-*.metrics.jsonl")):
     for line in open(path):
         e = json.loads(line)
         if e.get("event") == "round":
-            row = {k: e.get(k) for k in ("region", "round", "compute_s", "comm_s", "wait_s",
+            row = {k: e.get(k) for k in ("region", "round", "compute_s", "comm_s", "wait_s", "merge_wait_s",
                                          "push_s", "pull_s", "gate_wait_s", "merged_round")}
             if last is not None and e.get("steps"):
                 wall = e["time"] - last

@@ -129,6 +129,9 @@ struct RoundReport {
   uint32_t max_staleness = 0;   // the largest staleness a server reported for our pushes
   uint64_t gate_wait_us = 0;    // the longest time a push waited at a server's gate
   uint64_t released_round = 0;  // the oldest round released among the pulled shards
+  // StreamingSync: how long the caller's thread waited for this exchange to come back (a
+  // background one at its merge, a blocking one throughout); 0 from RegionSync itself.
+  double merge_wait_seconds = 0;
   // Deferred shards: the ranges of this fragment whose exchange is still in flight after this
   // exchange (base unchanged there: keep them local, merge them later), and how many shards
   // deferred earlier were merged (StreamingSync counts those take_ready() merged).

@@ -1,12 +1,15 @@
 #include "worker/streaming_sync.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <utility>
 
 #include "core/error.hpp"
 
 namespace geotrain::worker {
 namespace {
+
+using Clock = std::chrono::steady_clock;  // seconds_since: worker/reply_wait.hpp
 
 // A fragment's shard ranges but those in `shards` (whole shards: RegionSync's deferred ones).
 std::vector<ElementRange> without(const std::vector<ElementRange>& ranges,
@@ -131,12 +134,14 @@ LeaderParams& StreamingSync::local(FloatSpan params) {
 }
 
 RoundReport StreamingSync::wait_and_merge(Job& job, LeaderParams& params) {
+  const auto t0 = Clock::now();
   {
     std::unique_lock lock(mutex_);
     wake_.wait(lock, [&] { return job.done; });
     if (job.error) std::rethrow_exception(job.error);
   }
   GT_ASSERT(job.report.has_value(), "exchange finished without a report");
+  job.report->merge_wait_seconds = seconds_since(t0);
   // Deferred shards keep their local values (and their start) until their replies come; those
   // that have come by now are merged here and started again with the fragment (take_ready).
   // Not while another fragment's exchange holds the connection: they wait for a later merge.
@@ -163,8 +168,10 @@ RoundReport StreamingSync::wait_and_merge(Job& job, LeaderParams& params) {
 
 RoundReport StreamingSync::run_blocking(uint32_t fragment) {
   GT_ASSERT(!device_, "a blocking exchange of parameters on the device");
+  const auto t0 = Clock::now();
   std::lock_guard in_use(sync_mutex_);
   RoundReport report = sync_.exchange(host_.span(), fragment);
+  report.merge_wait_seconds = seconds_since(t0);
   // (with a rule: the final exchanges of an overlapped run; the next start measures from here)
   for (const auto& r : ranges_[fragment]) host_.take_global(r, sync_.base());
   return report;
@@ -176,6 +183,7 @@ RoundReport StreamingSync::run_queued(uint32_t fragment, LeaderParams& params) {
   auto job = new_job(fragment);
   job->defer = false;  // it takes the global values at once
   for (const auto& r : ranges_[fragment]) params.read(r, job->push);
+  const auto t0 = Clock::now();
   {
     std::lock_guard lock(mutex_);
     queue_.push_back(job);
@@ -187,6 +195,7 @@ RoundReport StreamingSync::run_queued(uint32_t fragment, LeaderParams& params) {
     if (job->error) std::rethrow_exception(job->error);
   }
   GT_ASSERT(job->report.has_value(), "exchange finished without a report");
+  job->report->merge_wait_seconds = seconds_since(t0);
   for (const auto& r : ranges_[fragment]) params.take_global(r, job->base);
   const RoundReport report = *job->report;
   finished(*job);

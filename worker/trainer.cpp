@@ -22,6 +22,7 @@
 #include "worker/region_sync.hpp"
 #include "worker/sampler.hpp"  // global_rank
 #include "worker/server_store.hpp"
+#include "worker/snapshot_writer.hpp"
 #include "worker/step_engine.hpp"
 #include "worker/streaming_sync.hpp"
 #include "worker/training_data.hpp"
@@ -155,6 +156,8 @@ class WorkerRun {
   void local_step(uint64_t round, uint32_t h);
   void end_round(uint64_t round);
   void write_snapshot(uint64_t round);
+  // The `checkpoint` events of the snapshots written since the last call.
+  void log_snapshots();
   uint64_t tokens_per_step() const {
     return uint64_t{config_.batch_size} * config_.accumulation_steps * world_ *
            data_->tokens_per_sample();
@@ -185,6 +188,7 @@ class WorkerRun {
   std::unique_ptr<Communicator> comm_;  // host spans, whatever the device
   // Snapshots of this worker's state, and the one it resumes from (--resume).
   WorkerCheckpointStore snapshots_;
+  SnapshotWriter snapshot_writer_{snapshots_};  // writes them while training goes on
   uint64_t identity_;
   std::optional<WorkerCheckpointState> resumed_;
   std::optional<MetricsLog> log_;  // opened once set up, so that its times start there
@@ -431,6 +435,7 @@ void WorkerRun::train_round(uint64_t round, std::stop_token stop) {
   if (config_.checkpoint.every > 0 &&
       (round % config_.checkpoint.every == 0 || round == config_.rounds || stop.stop_requested()))
     write_snapshot(round);
+  log_snapshots();
   ++result_.rounds;
 }
 
@@ -461,10 +466,15 @@ void WorkerRun::write_snapshot(uint64_t round) {
   s.rank = rank_;
   s.seed = config_.seed;
   s.identity = identity_;
-  const auto folder = snapshots_.write(s);
-  log_->write(
-      events::name::checkpoint,
-      {{f::region, region_}, {f::rank, rank_}, {f::round, round}, {f::path, folder.string()}});
+  snapshot_writer_.submit(std::move(s));
+}
+
+void WorkerRun::log_snapshots() {
+  for (const auto& w : snapshot_writer_.written())
+    log_->write(events::name::checkpoint, {{f::region, region_},
+                                           {f::rank, rank_},
+                                           {f::round, w.round},
+                                           {f::path, w.folder.string()}});
 }
 
 TrainResult WorkerRun::finish(uint64_t next_round) {
@@ -512,6 +522,8 @@ TrainResult WorkerRun::finish(uint64_t next_round) {
     final_model->report(done, result_);
     write_region_parameters(config_.run_dir, region_, final_model->own_parameters());
   }
+  snapshot_writer_.wait();  // the last snapshot is on disk before the worker says it is done
+  log_snapshots();
   result_.wall_seconds = since(start_);
   done[f::wall_s] = result_.wall_seconds;
   log_->write(events::name::done, done);

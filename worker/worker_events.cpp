@@ -12,7 +12,7 @@ namespace f = events::field;
 nlohmann::json exchange_fields(const std::vector<RoundReport>& reports) {
   nlohmann::json j = nlohmann::json::object();
   if (reports.empty()) return j;
-  double push = 0, pull = 0, gate = 0;
+  double push = 0, pull = 0, gate = 0, merge_wait = 0;
   uint64_t pushed = 0, pulled = 0, largest = 0, deferred = 0, late = 0;
   uint32_t staleness = 0;
   for (const auto& r : reports) {
@@ -21,11 +21,13 @@ nlohmann::json exchange_fields(const std::vector<RoundReport>& reports) {
     largest = std::max(largest, r.bytes_pushed + r.bytes_pulled);
     push += r.push_seconds;
     pull += r.pull_seconds;
+    merge_wait += r.merge_wait_seconds;
     pushed += r.bytes_pushed;
     pulled += r.bytes_pulled;
     staleness = std::max(staleness, r.max_staleness);
     gate = std::max(gate, double(r.gate_wait_us) / 1e6);
   }
+  j[f::merge_wait_s] = merge_wait;
   j[f::push_s] = push;
   j[f::pull_s] = pull;
   j[f::bytes_pushed] = pushed;
@@ -50,6 +52,7 @@ nlohmann::json report_fields(const RoundReport& r) {
           {f::bytes_pulled, r.bytes_pulled},
           {f::push_s, r.push_seconds},
           {f::pull_s, r.pull_seconds},
+          {f::merge_wait_s, r.merge_wait_seconds},
           {f::staleness, r.max_staleness},
           {f::gate_wait_s, double(r.gate_wait_us) / 1e6},
           {f::released_round, r.released_round},

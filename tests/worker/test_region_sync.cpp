@@ -314,10 +314,16 @@ TEST_CASE("overlap: the exchange runs in the background and merges one round lat
   for (float& v : local) v += 10.0f;  // a keeps training while round 1 is on the wire
 
   std::vector<float> local_b(n, 3.0f);  // b's delta 3: the average is 2
-  b.exchange(local_b);
+  // b pushes 300 ms from now: a's merge waits for it, and says so.
+  auto pushed_b = std::async(std::launch::async, [&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    b.exchange(local_b);
+  });
   auto reports = overlapped.finish(1, local);
+  pushed_b.get();
   REQUIRE(reports.size() == 1);
   CHECK(reports[0].round == 1);
+  CHECK(reports[0].merge_wait_seconds >= 0.25);
   // base_new = 2, snapshot = 1, local = 11: merged = 2 + (11 - 1) = 12
   for (size_t i = 0; i < n; ++i) REQUIRE(local[i] == 12.0f);
 }

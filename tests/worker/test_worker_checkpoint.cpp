@@ -6,13 +6,16 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "core/error.hpp"
 #include "tests/temp_dir.hpp"
 #include "worker/config.hpp"
+#include "worker/snapshot_writer.hpp"
 #include "worker/worker_checkpoint.hpp"
 
 using geotrain::InputError;
+using geotrain::worker::SnapshotWriter;
 using geotrain::worker::WorkerCheckpointState;
 using geotrain::worker::WorkerCheckpointStore;
 namespace fs = std::filesystem;
@@ -89,6 +92,35 @@ TEST_CASE("only the newest `keep` worker snapshots are kept, and the newest is r
   CHECK_THROWS_WITH_AS(store.load_round(2, kIdentity),
                        doctest::Contains(store.folder(2).string().c_str()), InputError);
   CHECK_THROWS_AS(WorkerCheckpointStore(tmp.path(), 0), InputError);
+}
+
+TEST_CASE("snapshots written in the background reach the disk in round order, each reported once") {
+  geotrain::test::TempDir tmp("worker-ckpt-background");
+  const WorkerCheckpointStore store(tmp.path(), 2);
+  SnapshotWriter writer(store);
+  for (uint64_t r = 1; r <= 3; ++r) writer.submit(sample_state(r));
+  writer.wait();
+  const auto written = writer.written();
+  REQUIRE(written.size() == 3);
+  for (uint64_t r = 1; r <= 3; ++r) {
+    CHECK(written[r - 1].round == r);
+    CHECK(written[r - 1].folder == store.folder(r));
+  }
+  CHECK(writer.written().empty());
+  // Pruned as the store does it (keep 2), and the newest reads back whole.
+  CHECK(store.list() == std::vector<fs::path>{store.folder(3), store.folder(2)});
+  CHECK(store.load_round(3, kIdentity).params == sample_state(3).params);
+}
+
+TEST_CASE("a snapshot written in the background that fails is rethrown by the next wait") {
+  geotrain::test::TempDir tmp("worker-ckpt-background-fails");
+  std::ofstream(tmp.path() / "not-a-folder") << "x";  // the store's folder is a file
+  const WorkerCheckpointStore store(tmp.path() / "not-a-folder", 2);
+  SnapshotWriter writer(store);
+  writer.submit(sample_state(1));
+  CHECK_THROWS(writer.wait());
+  writer.wait();  // reported once
+  CHECK(writer.written().empty());
 }
 
 TEST_CASE("a truncated worker snapshot is refused with an error naming its file") {

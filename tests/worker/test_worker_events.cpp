@@ -40,6 +40,7 @@ TEST_CASE("exchange_fields sums bytes and seconds, takes the worst staleness and
   a.bytes_pulled = 50;
   a.push_seconds = 0.25;
   a.pull_seconds = 0.5;
+  a.merge_wait_seconds = 0.125;
   a.max_staleness = 2;
   a.gate_wait_us = 1500;
   a.released_round = 6;
@@ -48,6 +49,7 @@ TEST_CASE("exchange_fields sums bytes and seconds, takes the worst staleness and
   b.bytes_pushed = 300;
   b.bytes_pulled = 20;
   b.push_seconds = 0.75;
+  b.merge_wait_seconds = 0.25;
   b.max_staleness = 1;
   b.gate_wait_us = 500;
   b.released_round = 7;
@@ -57,6 +59,7 @@ TEST_CASE("exchange_fields sums bytes and seconds, takes the worst staleness and
   CHECK(j["bytes_pulled"] == 70);
   CHECK(j["push_s"].get<double>() == 1.0);
   CHECK(j["pull_s"].get<double>() == 0.5);
+  CHECK(j["merge_wait_s"].get<double>() == 0.375);
   CHECK(j["staleness"] == 2);
   CHECK(j["gate_wait_s"].get<double>() == 0.0015);
   CHECK(j["merged_round"] == 8);
@@ -70,4 +73,5 @@ TEST_CASE("exchange_fields sums bytes and seconds, takes the worst staleness and
   const auto r = report_fields(b);
   CHECK(r["round"] == 8);
   CHECK(r["late_shards"] == 3);
+  CHECK(r["merge_wait_s"].get<double>() == 0.25);
 }
