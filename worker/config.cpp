@@ -281,6 +281,14 @@ void parse_schedule(const YamlReader& in, const YAML::Node& w, WorkerConfig& c) 
                   ? LrDecay::kCosine
                   : LrDecay::kConstant;
   if (auto n = w["scale_lr"]) c.scale_lr = in.boolean(n, "worker.scale_lr");
+  // The schedule's own checks (LrSchedule::validate), here too so that `geotrain run` refuses the
+  // config before it starts a process.
+  GT_REQUIRE(c.min_lr <= c.lr, "{}: worker.min_lr is {}, must be at most worker.lr = {}",
+             in.source(), c.min_lr, c.lr);
+  GT_REQUIRE(c.decay != LrDecay::kCosine || c.total_steps() > c.warmup_steps,
+             "{}: worker.lr_decay cosine needs more steps than worker.warmup_steps = {}: the run "
+             "has rounds x local_steps = {} x {} = {}",
+             in.source(), c.warmup_steps, c.rounds, c.local_steps, c.total_steps());
 }
 
 }  // namespace

@@ -44,6 +44,11 @@ std::optional<uint64_t> server_round(const fs::path& metrics) {
   return oldest;
 }
 
+// geotrain's exit for bad input (a configuration value, a file it cannot do without: main.cpp's
+// InputError): a process that exits so would meet the same input when restarted.
+constexpr int kInputErrorExit = 2;
+bool input_error(int status) { return status == kInputErrorExit; }
+
 // The extra arguments of a restarted worker group.
 std::vector<std::string> resume_args(uint32_t generation) {
   return {"--resume", "--generation", std::to_string(generation)};
@@ -79,12 +84,17 @@ bool Supervisor::poll() {
 std::string Supervisor::restarts_used_up(const Running& p, int status) const {
   const auto why = failure_message(p, status);
   if (!settings_.restart.enabled()) return why;
+  if (input_error(status))
+    return fmt::format(
+        "not restarted: exit {} is an input error, which a restart would meet "
+        "again: {}",
+        kInputErrorExit, why);
   return fmt::format("run.restart.max_restarts = {} used up: {}", settings_.restart.max_restarts,
                      why);
 }
 
 void Supervisor::on_death(Running& p, int st) {
-  const bool again = p.restarts < settings_.restart.max_restarts;
+  const bool again = p.restarts < settings_.restart.max_restarts && !input_error(st);
   p.fault = faults_.fault(now_s(), p.spec.name, to_string(p.spec.role), p.spec.region,
                           describe_status(st), again, again ? p.restarts + 1 : p.restarts);
   if (!again) {
@@ -124,8 +134,8 @@ void Supervisor::on_worker_death(Running& first_seen, int first_status) {
   }
   Running& p = *dead;
   auto& rr = recovery_[p.spec.region];
-  const bool again =
-      rr.restarts < settings_.restart.max_restarts && !leader_finished(p.spec.region);
+  const bool again = rr.restarts < settings_.restart.max_restarts &&
+                     !leader_finished(p.spec.region) && !input_error(st);
   rr.fault = faults_.fault(now_s(), p.spec.name, "worker", p.spec.region, describe_status(st),
                            again, again ? rr.restarts + 1 : rr.restarts);
   if (!again) {

@@ -29,7 +29,8 @@ struct Output {
   std::string text;
 };
 
-// mode: ok | fail (worker eu-west/1 exits 3 after a message) | hang (workers sleep)
+// mode: ok | fail (worker eu-west/1 exits 3 after a message) | badinput (the same, exit 2: an
+// input error) | hang (workers sleep)
 void write_fake_binary(const fs::path& file, const std::string& mode) {
   std::ofstream f(file);
   f << "#!/bin/sh\n"
@@ -42,6 +43,8 @@ void write_fake_binary(const fs::path& file, const std::string& mode) {
        "if [ $mode = hang ]; then exec sleep 60; fi\n"
        "if [ $mode = fail ] && [ $region = eu-west ] && [ $rank = 1 ]; then echo 'worker "
        "eu-west/1: cannot load data'; exit 3; fi\n"
+       "if [ $mode = badinput ] && [ $region = eu-west ] && [ $rank = 1 ]; then echo 'worker "
+       "eu-west/1: worker.data.path cannot be read'; exit 2; fi\n"
        "e() { echo \"{\\\"region\\\":\\\"$region\\\",\\\"rank\\\":$rank,$1}\" >> \"$out\"; }\n"
        "e '\"event\":\"start\",\"time\":0,\"rounds\":3'\n"
        "for r in 0 1 2; do\n"
@@ -149,6 +152,22 @@ TEST_CASE("a failing worker fails the run, shows its log, stops everything and k
   CHECK(s["failure"].get<std::string>().find("worker-eu-west-1 failed (exit 3)") !=
         std::string::npos);
   CHECK(read(r.run_dir / "worker-eu-west-1.log").find("cannot load data") != std::string::npos);
+  CHECK(processes_mentioning(r.run_dir.string()) == 0);
+}
+
+TEST_CASE("a worker that exits with an input error is not restarted: the run fails at once") {
+  geotrain::test::TempDir tmp("launcher-badinput");
+  std::stop_source stop;
+  const auto r = run_deployment(options(tmp.path(), "badinput"), stop.get_token());
+  CHECK(r.exit_code == 1);
+  const auto s = nlohmann::json::parse(read(r.run_dir / "summary.json"));
+  const auto failure = s["failure"].get<std::string>();
+  CHECK_MESSAGE(failure.find("not restarted: exit 2 is an input error") != std::string::npos,
+                failure);
+  // Started once: its message once in its log, and no restart marker.
+  const auto log = read(r.run_dir / "worker-eu-west-1.log");
+  CHECK(log.find("worker.data.path cannot be read") != std::string::npos);
+  CHECK(log.find("restarting") == std::string::npos);
   CHECK(processes_mentioning(r.run_dir.string()) == 0);
 }
 

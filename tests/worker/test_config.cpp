@@ -51,6 +51,24 @@ TEST_CASE("the worker's sections parse into their fields, and their errors name 
       doctest::Contains("worker.checkpoint must be a mapping"), InputError);
 }
 
+TEST_CASE("a learning-rate schedule the worker would refuse is refused when the config is read") {
+  const auto parse = [](const std::string& worker) {
+    return worker::parse_worker_config("regions: [a]\nmodel: {arch: 784-10}\nworker: " + worker,
+                                       "w.yaml");
+  };
+  CHECK_THROWS_WITH_AS(
+      parse("{rounds: 1, local_steps: 1, warmup_steps: 20, lr_decay: cosine}\n"),
+      doctest::Contains("w.yaml: worker.lr_decay cosine needs more steps than "
+                        "worker.warmup_steps = 20: the run has rounds x local_steps = 1 x 1 = 1"),
+      InputError);
+  CHECK_THROWS_WITH_AS(parse("{lr: 0.1, min_lr: 0.2}\n"),
+                       doctest::Contains("worker.min_lr is 0.2, must be at most worker.lr = 0.1"),
+                       InputError);
+  CHECK(parse("{rounds: 3, local_steps: 8, warmup_steps: 20, lr_decay: cosine}\n").warmup_steps ==
+        20);
+  CHECK(parse("{rounds: 1, local_steps: 1, warmup_steps: 20}\n").warmup_steps == 20);  // constant
+}
+
 TEST_CASE("worker.overlap takes true, false, eager or delayed, not yaml-cpp's other booleans") {
   const auto parse = [](const std::string& value) {
     return worker::parse_worker_config(
