@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <memory>
 
 #include "core/error.hpp"
 
@@ -22,9 +23,10 @@ namespace {
 }
 }  // namespace
 
-void write_file_synced(const fs::path& path, std::string_view bytes) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail_errno("open", path);
+namespace {
+
+// Writes all of `bytes` to fd (the file at `path`); closes fd and throws on an error.
+void write_all(int fd, std::string_view bytes, const fs::path& path) {
   size_t done = 0;
   while (done < bytes.size()) {
     ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
@@ -37,6 +39,9 @@ void write_file_synced(const fs::path& path, std::string_view bytes) {
     }
     done += static_cast<size_t>(n);
   }
+}
+
+void sync_and_close(int fd, const fs::path& path) {
   if (::fsync(fd) != 0) {
     const int saved = errno;
     ::close(fd);
@@ -44,6 +49,34 @@ void write_file_synced(const fs::path& path, std::string_view bytes) {
     fail_errno("fsync", path);
   }
   ::close(fd);
+}
+
+int create_file(const fs::path& path) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail_errno("open", path);
+  return fd;
+}
+
+}  // namespace
+
+void write_file_synced(const fs::path& path, std::string_view bytes) {
+  const int fd = create_file(path);
+  write_all(fd, bytes, path);
+  sync_and_close(fd, path);
+}
+
+uint64_t write_parts_synced(const fs::path& path, std::span<const std::string_view> parts) {
+  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> hash(XXH3_createState(),
+                                                                &XXH3_freeState);
+  GT_ASSERT(hash != nullptr, "XXH3_createState failed");
+  XXH3_64bits_reset(hash.get());
+  const int fd = create_file(path);
+  for (const auto part : parts) {
+    XXH3_64bits_update(hash.get(), part.data(), part.size());
+    write_all(fd, part, path);
+  }
+  sync_and_close(fd, path);
+  return XXH3_64bits_digest(hash.get());
 }
 
 void fsync_dir(const fs::path& dir) {

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -17,6 +18,10 @@ namespace geotrain {
 
 // Writes `bytes` to `path` (created or truncated) and fsyncs it.
 void write_file_synced(const std::filesystem::path& path, std::string_view bytes);
+// The same for a file made of `parts`, one after the other, without gathering them in memory
+// first (a snapshot's sections are gigabytes); returns checksum_xxh3 of the whole file.
+uint64_t write_parts_synced(const std::filesystem::path& path,
+                            std::span<const std::string_view> parts);
 // fsync of a folder, so that the names created or renamed in it are durable.
 void fsync_dir(const std::filesystem::path& dir);
 // Replaces `final_dir` (if any) by `tmp_dir`, which must hold everything already synced, and

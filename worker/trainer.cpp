@@ -509,6 +509,11 @@ TrainResult WorkerRun::finish(uint64_t next_round) {
                          next_round - 1);
   }
   if (comm_) comm_->broadcast(params_, 0);
+  // The last snapshot is on disk before the evaluation, whose activations are the run's largest
+  // allocation (the state in flight is the parameters and optimizer state again), and before the
+  // worker says it is done.
+  snapshot_writer_.wait();
+  log_snapshots();
 
   nlohmann::json done{{f::region, region_},
                       {f::rank, rank_},
@@ -522,8 +527,6 @@ TrainResult WorkerRun::finish(uint64_t next_round) {
     final_model->report(done, result_);
     write_region_parameters(config_.run_dir, region_, final_model->own_parameters());
   }
-  snapshot_writer_.wait();  // the last snapshot is on disk before the worker says it is done
-  log_snapshots();
   result_.wall_seconds = since(start_);
   done[f::wall_s] = result_.wall_seconds;
   log_->write(events::name::done, done);

@@ -66,7 +66,7 @@ class TrainingData {
   std::unique_ptr<TextWindows> windows_;
   Batch validation_;  // (eval_windows, seq_len + 1)
   uint64_t next_micro_batch_ = 0;
-  uint32_t eval_chunk_ = 64;
+  uint32_t eval_chunk_ = 1;  // validation windows per model call (the training batch)
 };
 
 }  // namespace geotrain::worker

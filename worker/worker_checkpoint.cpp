@@ -93,20 +93,19 @@ fs::path WorkerCheckpointStore::write(const WorkerCheckpointState& state) const 
   fs::remove_all(tmp);
   fs::create_directories(tmp);
 
+  // state.bin: the header, then each section's values straight from the state (no copy of the
+  // whole file in memory: GPT-2 124M's with AdamW is 1.5 GB).
   const auto sections = sections_of(state);
-  size_t floats = 0;
-  for (const auto& [_, v] : sections) floats += v->size();
-  std::string bytes(sizeof(FileHeader) + floats * sizeof(float), '\0');
   const FileHeader h{kMagic, kFormat, state.round};
-  std::memcpy(bytes.data(), &h, sizeof h);
-  size_t at = sizeof h;
+  std::vector<std::string_view> parts{{reinterpret_cast<const char*>(&h), sizeof h}};
+  size_t file_bytes = sizeof h;
   json section_list = json::array();
   for (const auto& [name, v] : sections) {
-    if (!v->empty()) std::memcpy(bytes.data() + at, v->data(), v->size() * sizeof(float));
-    at += v->size() * sizeof(float);
+    parts.emplace_back(reinterpret_cast<const char*>(v->data()), v->size() * sizeof(float));
+    file_bytes += v->size() * sizeof(float);
     section_list.push_back({{"name", name}, {"count", v->size()}});
   }
-  write_file_synced(tmp / kStateFile, bytes);
+  const uint64_t checksum = write_parts_synced(tmp / kStateFile, parts);
   const json manifest{
       {"format", kFormat},
       {"kind", "worker"},
@@ -121,9 +120,7 @@ fs::path WorkerCheckpointStore::write(const WorkerCheckpointState& state) const 
       {"guard_skipped", state.guard_skipped},
       {"guard_losses", state.guard_losses},
       {"sections", section_list},
-      {"files",
-       json::array(
-           {{{"name", kStateFile}, {"bytes", bytes.size()}, {"xxh3", checksum_xxh3(bytes)}}})}};
+      {"files", json::array({{{"name", kStateFile}, {"bytes", file_bytes}, {"xxh3", checksum}}})}};
   write_file_synced(tmp / "manifest.json", manifest.dump(2) + "\n");
   commit_folder(tmp, final_dir);
   const auto all = list();
