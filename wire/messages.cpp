@@ -81,6 +81,7 @@ void build(schema::Header::Builder h, const Body& body) {
               shards[static_cast<unsigned>(i)].setCount(m.shards[i].count);
               shards[static_cast<unsigned>(i)].setZeroValues(m.shards[i].zero_values);
               shards[static_cast<unsigned>(i)].setFragment(m.shards[i].fragment);
+              shards[static_cast<unsigned>(i)].setFlushed(m.shards[i].flushed);
             }
             b.setNextRound(m.next_round);
             b.setHeartbeatMs(m.heartbeat_ms);
@@ -166,8 +167,8 @@ Body read(schema::Header::Reader h, uint64_t request_id) {
                    r.getFragments(),
                    r.getCriticalFragment()};
       for (auto s : r.getShards())
-        m.shards.push_back(
-            {s.getId(), s.getOffset(), s.getCount(), s.getZeroValues(), s.getFragment()});
+        m.shards.push_back({s.getId(), s.getOffset(), s.getCount(), s.getZeroValues(),
+                            s.getFragment(), s.getFlushed()});
       return m;
     }
     case schema::Header::HEARTBEAT:

@@ -82,6 +82,9 @@ struct ShardInfo {
   bool zero_values = false;
   // The streaming fragment the shard belongs to (server/shard_map.hpp): 0 without streaming.
   uint32_t fragment = 0;
+  // This region flushed the shard before this hello (a leader restarted after the end of its
+  // run): it pushes no more rounds there; its final pull is answered (docs/protocol.md).
+  bool flushed = false;
 };
 struct HelloReply {
   std::string server_region;

@@ -31,6 +31,8 @@ struct ShardInfo {
                          # region's downlink starts from them: it needs no full pull
   fragment @4 :UInt32;   # the streaming fragment it belongs to (0 without streaming; with
                          # worker.stream_critical false, fragment P holds the critical tensors)
+  flushed @5 :Bool;      # this region flushed the shard (the end of its run) before this hello:
+                         # it pushes no more rounds there, and its final pull is answered
 }
 
 struct HelloReply {

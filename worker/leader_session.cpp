@@ -42,6 +42,13 @@ std::vector<RoundReport> LeaderSession::after_step(uint64_t step, FloatSpan loca
 
 std::vector<RoundReport> LeaderSession::finish(uint64_t last_step, FloatSpan local, RunEnd end) {
   GT_ASSERT(streaming_ != nullptr && !finished_, "finish before connect, or twice");
+  if (sync_->flushed_before_connect()) {
+    // The region's run ended before this leader started (it was restarted after its flush):
+    // nothing is in flight or owed, and flush() only pulls the global model.
+    finished_ = true;
+    streaming_.reset();
+    return {};
+  }
   auto reports = streaming_->finish(last_step, local, end);
   merged_.insert(merged_.end(), reports.begin(), reports.end());
   finished_ = true;

@@ -50,7 +50,8 @@ class LeaderSession {
   std::vector<RoundReport> after_step(uint64_t step, FloatSpan local);
   // The end of training: what is in flight is merged (StreamingSync::finish); nothing runs in
   // the background afterwards but the heartbeat. With RunEnd::flush, flush() must follow: it
-  // merges the deferred shards finish() left to it.
+  // merges the deferred shards finish() left to it. Nothing to do for a region that had flushed
+  // before connect() (RegionSync::flushed_before_connect).
   std::vector<RoundReport> finish(uint64_t last_step, FloatSpan local,
                                   RunEnd end = RunEnd::no_flush);
   // The round event's exchange fields (worker_events.hpp) of every exchange merged since the

@@ -58,6 +58,9 @@ struct LeaderShard {
   // restarted from an older checkpoint, or after the shard was merged late).
   int64_t round_shift = 0;
   bool zero_start = false;  // hello: its values are still zero, so connect() pulls nothing
+  // hello: this region flushed the shard before connect() (a leader restarted after its run's
+  // end): flush() does not push it again, and only pulls the global values.
+  bool flushed_before = false;
 
   ShardPhase phase() const { return phase_; }
   // The requests of this exchange, or of a deferred one, still unanswered.

@@ -29,6 +29,11 @@ bool all_zero(ConstFloatSpan x) {
 }
 }  // namespace
 
+bool RegionSync::flushed_before_connect() const {
+  return !shards_.empty() && std::all_of(shards_.begin(), shards_.end(),
+                                         [](const auto& sh) { return sh.flushed_before; });
+}
+
 FlushReport RegionSync::flush(FloatSpan local, const MergeSettled& merge_settled) {
   GT_REQUIRE(local.size() == base_.size(), "region {}: {} local parameters, the table has {}",
              config_.region, local.size(), base_.size());
@@ -45,7 +50,10 @@ FlushReport RegionSync::flush(FloatSpan local, const MergeSettled& merge_settled
   FlushReport report;
   const auto t0 = Clock::now();
   std::vector<bool> first(shards_.size());
-  for (size_t i = 0; i < shards_.size(); ++i) first[i] = !shards_[i].deferred();
+  // A shard this region flushed before connect() (its leader restarted after the end of its run)
+  // owes nothing more: its server refuses a second flush and answers the final pull.
+  for (size_t i = 0; i < shards_.size(); ++i)
+    first[i] = !shards_[i].deferred() && !shards_[i].flushed_before;
   flush_shards(first, local, report);
   flush_deferred(local, merge_settled, report);
   report.push_seconds = seconds_since(t0);

@@ -347,6 +347,13 @@ uint64_t WorkerRun::start(std::stop_token stop) {
                            static_cast<float>(schedule_.delay)};
   if (leader_) {
     start[0] = static_cast<float>(connect_leader(std::move(stop)));
+    // Restarted after the region's flush (killed during its final evaluation, say): the run's
+    // rounds are over; the end pulls the global model again and evaluates it.
+    if (session_->sync().flushed_before_connect()) {
+      spdlog::warn("worker {}-{}: the servers say this region flushed already: no more rounds",
+                   region_, rank_);
+      start[0] = static_cast<float>(config_.rounds + 1);
+    }
     start[1] = static_cast<float>(session_->schedule().fragments);
     start[2] = static_cast<float>(session_->schedule().delay);
   }

@@ -184,6 +184,12 @@ void Supervisor::on_worker_event(const nlohmann::json& e) {
     spdlog::warn("run: {}", describe_fault(faults_.faults()[rr.fault]));
     rr.resumed_at = round;
     rr.phase = RegionRecovery::Phase::recovering;
+  } else if (kind == "done" && rr.phase == RegionRecovery::Phase::recovering) {
+    // Restarted after its last round (killed after its flush, during the final evaluation): it
+    // trained nothing more and is done.
+    faults_.recovered(rr.fault, now_s(), 0);
+    spdlog::info("run: {}", describe_fault(faults_.faults()[rr.fault]));
+    rr.phase = RegionRecovery::Phase::running;
   } else if (kind == "round" && e.value("steps", 0) > 0) {
     rr.last_round = round;
     if (rr.phase == RegionRecovery::Phase::recovering && round >= rr.resumed_at) {

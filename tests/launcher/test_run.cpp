@@ -30,7 +30,9 @@ struct Output {
 };
 
 // mode: ok | fail (worker eu-west/1 exits 3 after a message) | badinput (the same, exit 2: an
-// input error) | hang (workers sleep)
+// input error) | hang (workers sleep) | afterflush (eu-west's leader dies by SIGKILL after its
+// last round, before `done`; restarted, its region says it resumed after its last round and is
+// done at once, as a leader restarted after its flush does)
 void write_fake_binary(const fs::path& file, const std::string& mode) {
   std::ofstream f(file);
   f << "#!/bin/sh\n"
@@ -46,6 +48,11 @@ void write_fake_binary(const fs::path& file, const std::string& mode) {
        "if [ $mode = badinput ] && [ $region = eu-west ] && [ $rank = 1 ]; then echo 'worker "
        "eu-west/1: worker.data.path cannot be read'; exit 2; fi\n"
        "e() { echo \"{\\\"region\\\":\\\"$region\\\",\\\"rank\\\":$rank,$1}\" >> \"$out\"; }\n"
+       "if [ $mode = afterflush ] && [ $region = eu-west ]; then case \"$*\" in *--resume*)\n"
+       "  if [ $rank = 0 ]; then e "
+       "'\"event\":\"resume\",\"time\":0,\"round\":4,\"checkpoint_round\":3'; fi\n"
+       "  e '\"event\":\"done\",\"time\":1,\"rounds\":0,\"steps\":0,\"wall_s\":1'\n"
+       "  exit 0;; esac; fi\n"
        "e '\"event\":\"start\",\"time\":0,\"rounds\":3'\n"
        "for r in 0 1 2; do\n"
        "  e "
@@ -62,6 +69,7 @@ void write_fake_binary(const fs::path& file, const std::string& mode) {
        "  fi\n"
        "done\n"
        "sleep 0.3\n"
+       "if [ $mode = afterflush ] && [ $region = eu-west ] && [ $rank = 0 ]; then kill -9 $$; fi\n"
        "e "
        "'\"event\":\"done\",\"time\":1,\"rounds\":3,\"steps\":3,\"wall_s\":1,\"final_test_"
        "accuracy\":0.9'\n";
@@ -168,6 +176,29 @@ TEST_CASE("a worker that exits with an input error is not restarted: the run fai
   const auto log = read(r.run_dir / "worker-eu-west-1.log");
   CHECK(log.find("worker.data.path cannot be read") != std::string::npos);
   CHECK(log.find("restarting") == std::string::npos);
+  CHECK(processes_mentioning(r.run_dir.string()) == 0);
+}
+
+TEST_CASE("a leader killed after its last round is restarted, is done at once, and the run ends") {
+  geotrain::test::TempDir tmp("launcher-afterflush");
+  std::stop_source stop;
+  std::jthread watchdog([&stop] {  // a launcher waiting for rounds that never come hangs
+    for (int i = 0; i < 600 && !stop.stop_requested(); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    stop.request_stop();
+  });
+  const auto r = run_deployment(options(tmp.path(), "afterflush"), stop.get_token());
+  stop.request_stop();
+  CHECK(r.exit_code == 0);
+  CHECK(r.status == "completed");
+  const auto s = nlohmann::json::parse(read(r.run_dir / "summary.json"));
+  INFO(s.dump(2));
+  CHECK(s["restarts"] == 1);
+  REQUIRE(s["faults"].size() == 1);
+  CHECK(s["faults"][0]["process"] == "worker-eu-west-0");
+  CHECK(s["faults"][0]["restarted"] == true);
+  CHECK(s["faults"][0]["rounds_lost"] == 0);
+  CHECK(s["faults"][0]["recovery_seconds"].is_number());  // it counts as recovered
   CHECK(processes_mentioning(r.run_dir.string()) == 0);
 }
 

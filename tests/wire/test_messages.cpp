@@ -8,7 +8,13 @@ using namespace geotrain::wire;
 TEST_CASE("every message type survives encode and decode with its fields") {
   std::vector<Body> bodies = {
       Hello{"us-east", kProtocolVersion, 0x1234567890abcdefull, {"ef-downlink", "full-pull"}},
-      HelloReply{"eu-west", {{1, 1024, 2048, true}, {2, 3072, 100}}, 17, 500, {"kv"}, 4, true},
+      HelloReply{"eu-west",
+                 {{1, 1024, 2048, true}, {2, 3072, 100, false, 0, true}},
+                 17,
+                 500,
+                 {"kv"},
+                 4,
+                 true},
       Heartbeat{},
       Push{3, 9, 41, {{0, 1024, 6, 168}, {1024, 5, 1, 60}}, 32768},
       PushReply{3, 9, 2, 1500},
@@ -42,6 +48,8 @@ TEST_CASE("every message type survives encode and decode with its fields") {
   CHECK(hello_reply.shards[0].count == 2048);
   CHECK(hello_reply.shards[0].zero_values);   // still zero: the leader needs no full pull
   CHECK(!hello_reply.shards[1].zero_values);  // absent (an older server) reads false: pull it
+  CHECK(!hello_reply.shards[0].flushed);      // absent reads false: the region trains on
+  CHECK(hello_reply.shards[1].flushed);       // this region flushed it before the hello
   CHECK(hello_reply.fragments == 4);          // the servers' streaming layout
   CHECK(hello_reply.critical_fragment);
   // An older server's reply has no layout: 0 fragments, which the leader reads as "not said".

@@ -290,6 +290,36 @@ TEST_CASE("with outer lr 0.5 and momentum the flush applies lr times the mean an
   for (const auto& l : leaders.all) CHECK(same_bits(l->base(), values));
 }
 
+TEST_CASE("a leader restarted after its region flushed pulls the global model and pushes nothing") {
+  Regions d("restarted", "");
+  const ParamTable table = d.table();
+  const size_t n = table.total_elements();
+  Leaders leaders(d, table, "fp32");
+  leaders.round();
+  leaders.each([&](size_t r) {
+    const auto base = leaders.all[r]->base();
+    std::vector<float> local(base.begin(), base.end());
+    const auto step = step_of(r, n);
+    for (size_t i = 0; i < n; ++i) local[i] += step[i];
+    return leaders.all[r]->flush(local).segments_owed;
+  });
+  const std::vector<float> global(leaders.all[0]->base().begin(), leaders.all[0]->base().end());
+  CHECK_FALSE(leaders.all[0]->flushed_before_connect());
+  // Region a's leader dies after its flush (during its final evaluation, say) and starts again.
+  worker::RegionSync again(table, d.sync("a", "fp32"), d.context());
+  again.connect();
+  CHECK(again.flushed_before_connect());
+  const auto versions = d.versions();
+  std::vector<float> local(n, 123.0f);  // whatever it holds now is not pushed
+  const auto report = again.flush(local);
+  CHECK(report.segments_owed == 0);
+  CHECK(report.bytes_pushed == 0);
+  CHECK(report.bytes_pulled == d.fp32_bytes_of_all_shards());
+  CHECK(same_bits(again.base(), global));
+  d.pause();
+  CHECK(d.versions() == versions);  // the servers' values did not move
+}
+
 TEST_CASE("the flush waits for every live region, and not for one that said goodbye") {
   Regions d("goodbye", "");
   const ParamTable table = d.table();
