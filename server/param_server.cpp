@@ -143,7 +143,7 @@ bool ParamServer::step(std::chrono::milliseconds timeout) {
   }
   const auto waited_from = std::chrono::steady_clock::now();
   auto env = channel_->receive(timeout);
-  excuse_own_stall(waited_from, timeout);
+  excuse_own_stall(waited_from, timeout, "did not run");
   // Parked requests are retried only when something they may wait for can have changed: a
   // message applied, a region declared dead, a quorum's grace window. Not after a refusal or
   // another parked request, so that peers filling the parked list do not make every message
@@ -160,6 +160,11 @@ bool ParamServer::step(std::chrono::milliseconds timeout) {
       if (busy) reply_error(peer, 0, ErrorCode::busy, *busy);
     }
   }
+  // This message's work (a round's release, the downlink's encoding: seconds for a large model
+  // on a busy machine) is time in which the server read nobody's messages either: excused before
+  // the sweep weighs the regions' silence, not at the next tick, after it has marked them dead.
+  excuse_own_stall(std::chrono::steady_clock::now(), std::chrono::milliseconds(0),
+                   "was busy with one message");
   changed = sweep() || changed;
   if (config_.shard.consistency.is_quorum()) {
     release_rounds();  // grace windows that expired
@@ -512,7 +517,7 @@ bool ParamServer::sweep() {
 }
 
 void ParamServer::excuse_own_stall(std::chrono::steady_clock::time_point waited_from,
-                                   std::chrono::milliseconds timeout) {
+                                   std::chrono::milliseconds timeout, const char* what) {
   const auto now = std::chrono::steady_clock::now();
   const auto since = last_receive_end_.value_or(waited_from);
   last_receive_end_ = now;
@@ -523,9 +528,9 @@ void ParamServer::excuse_own_stall(std::chrono::steady_clock::time_point waited_
   if (stalled <= options_.excuse_stalls_over) return;
   membership_.excuse(stalled, options_.clock());
   spdlog::warn(
-      "server did not run for {:.1f} s (stopped, or starved of CPU): the regions' silence in that "
-      "time is not counted towards server.dead_after_ms",
-      static_cast<double>(stalled.count()) / 1000.0);
+      "server {} for {:.1f} s (stopped, starved of CPU, or a long piece of work): the regions' "
+      "silence in that time is not counted towards server.dead_after_ms",
+      what, static_cast<double>(stalled.count()) / 1000.0);
   metrics_.event("stall", {{"seconds", static_cast<double>(stalled.count()) / 1000.0}});
 }
 

@@ -120,9 +120,12 @@ class ParamServer {
   void release_rounds();
   bool sweep();  // true when a region was declared dead
   // options_.excuse_stalls_over: `waited_from` is when this tick's receive began, `timeout` what
-  // it asked for; a tick (with the previous tick's work) that overran by more is excused.
+  // it asked for; a tick (with the previous tick's work) that overran by more is excused. Called
+  // again after the tick's message with a timeout of 0, so that its work is excused before the
+  // sweep.
+  // `what` names it in the log ("did not run", "was busy with one message").
   void excuse_own_stall(std::chrono::steady_clock::time_point waited_from,
-                        std::chrono::milliseconds timeout);
+                        std::chrono::milliseconds timeout, const char* what);
   void retry_parked();
   void forget_parked(const std::string& peer, const std::string& why);
   std::vector<bool> live() const { return membership_.live(); }
