@@ -129,6 +129,16 @@ struct Leaders {
     for (auto& fu : futures) out.push_back(fu.get());
     return out;
   }
+  // Every region flushes one step of progress not pushed (its step_of) and pulls the global model.
+  void flush_one_step() {
+    each([&](size_t r) {
+      const auto base = all[r]->base();
+      std::vector<float> local(base.begin(), base.end());
+      const auto step = step_of(r, local.size());
+      for (size_t i = 0; i < local.size(); ++i) local[i] += step[i];
+      return all[r]->flush(local).segments_owed;
+    });
+  }
   // A synchronous round: every region moves its copy by its step and exchanges it.
   void round() {
     each([&](size_t r) {
@@ -268,13 +278,7 @@ TEST_CASE("with outer lr 0.5 and momentum the flush applies lr times the mean an
   const auto values_before = d.values(n), momentum_before = d.momentum(n);
   d.resume();
   // fp32 leaves no residual: what the flush owes is the progress not pushed, one step each.
-  leaders.each([&](size_t r) {
-    const auto base = leaders.all[r]->base();
-    std::vector<float> local(base.begin(), base.end());
-    const auto step = step_of(r, n);
-    for (size_t i = 0; i < n; ++i) local[i] += step[i];
-    return leaders.all[r]->flush(local).segments_owed;
-  });
+  leaders.flush_one_step();
   d.pause();
   const auto values = d.values(n);
   CHECK(same_bits(d.momentum(n), momentum_before));
@@ -296,13 +300,7 @@ TEST_CASE("a leader restarted after its region flushed pulls the global model an
   const size_t n = table.total_elements();
   Leaders leaders(d, table, "fp32");
   leaders.round();
-  leaders.each([&](size_t r) {
-    const auto base = leaders.all[r]->base();
-    std::vector<float> local(base.begin(), base.end());
-    const auto step = step_of(r, n);
-    for (size_t i = 0; i < n; ++i) local[i] += step[i];
-    return leaders.all[r]->flush(local).segments_owed;
-  });
+  leaders.flush_one_step();
   const std::vector<float> global(leaders.all[0]->base().begin(), leaders.all[0]->base().end());
   CHECK_FALSE(leaders.all[0]->flushed_before_connect());
   // Region a's leader dies after its flush (during its final evaluation, say) and starts again.
