@@ -80,6 +80,12 @@ struct TwoServers {
     for (uint32_t r = 0; r < 2; ++r)
       servers.push_back(start_server(config, r, context, "tcp://127.0.0.1:0"));
   }
+  // Region r's leader config with worker.shard_wait_ms 150: a stopped server's shards deferred.
+  worker::SyncConfig deferring_leader(int r) const {
+    auto c = leader_config(config, r, servers[0].server->endpoint(), servers[1].server->endpoint());
+    c.shard_wait = 150ms;
+    return c;
+  }
   ~TwoServers() {
     for (auto& s : servers) s.thread.request_stop();
     servers.clear();
@@ -176,9 +182,7 @@ TEST_CASE(
     leaders.emplace_back([&, r] {
       try {
         zmq::context_t context;
-        auto c =
-            leader_config(config, r, servers[0].server->endpoint(), servers[1].server->endpoint());
-        c.shard_wait = 150ms;
+        auto c = two.deferring_leader(r);
         worker::RegionSync sync(table, c, context);
         sync.connect();
         // As an overlapped region does: every round merges the deferred shards whose replies
@@ -318,9 +322,7 @@ TEST_CASE(
     leaders.emplace_back([&, r] {
       try {
         zmq::context_t context;
-        auto c =
-            leader_config(config, r, servers[0].server->endpoint(), servers[1].server->endpoint());
-        c.shard_wait = 150ms;
+        auto c = two.deferring_leader(r);
         c.timeout = 5s;  // what settle() would wait out
         worker::RegionSync sync(table, c, context);
         sync.connect();

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <future>
 #include <thread>
 
@@ -806,11 +807,23 @@ struct ServerBStops {
   float on_b_or(size_t i, float in_b, float elsewhere) const {
     return i >= on_b.offset && i < on_b.end() ? in_b : elsewhere;
   }
+  // Region b's part, on a thread of its own; its error, if any, in b_error once joined.
+  void start_b(std::function<void()> body) {
+    region_b = std::jthread([this, body = std::move(body)] {
+      try {
+        body();
+      } catch (const std::exception& e) {
+        b_error = e.what();
+      }
+    });
+  }
   Deployment d;
   const ParamTable table;
   worker::RegionSync a, b;
   const size_t n;
   ElementRange on_b;
+  std::string b_error;
+  std::jthread region_b;
 };
 }  // namespace
 
@@ -828,14 +841,7 @@ TEST_CASE(
   worker::StreamingSync sa(a, streaming_config(1, 1, worker::OverlapMode::carry));
   std::vector<float> x(n, 1.0f);
   CHECK(sa.after_step(1, x).empty());
-  std::string b_error;
-  std::jthread region_b([&] {
-    try {
-      s.b_rounds();
-    } catch (const std::exception& e) {
-      b_error = e.what();
-    }
-  });
+  s.start_b([&] { s.b_rounds(); });
   for (float& v : x) v += 10.0f;
   std::this_thread::sleep_for(300ms);
   auto merged = sa.after_step(2, x);  // round 1: server a's shard merged, server b's deferred
@@ -850,8 +856,8 @@ TEST_CASE(
   sa.finish(2, x);  // settles server b's shard, then pushes what is left
   CHECK(a.deferred_shards() == 0);
   a.goodbye(2s);
-  region_b.join();
-  REQUIRE(b_error.empty());
+  s.region_b.join();
+  REQUIRE(s.b_error.empty());
   wrong = 0;
   for (size_t i = 0; i < n; ++i) {
     if (x[i] != 8.5f || b.base()[i] != 8.5f) {
@@ -880,18 +886,13 @@ TEST_CASE(
   worker::StreamingSync sa(a, streaming_config(1, 1, worker::OverlapMode::carry));
   std::vector<float> x(n, 1.0f);
   CHECK(sa.after_step(1, x).empty());
-  std::string b_error;
   std::vector<float> b_final;
-  std::jthread region_b([&] {
-    try {
-      auto local = s.b_rounds();
-      std::copy(b.base().begin(), b.base().end(), local.begin());
-      b.flush(local);
-      b_final.assign(b.base().begin(), b.base().end());
-      b.goodbye(2s);
-    } catch (const std::exception& e) {
-      b_error = e.what();
-    }
+  s.start_b([&] {
+    auto local = s.b_rounds();
+    std::copy(b.base().begin(), b.base().end(), local.begin());
+    b.flush(local);
+    b_final.assign(b.base().begin(), b.base().end());
+    b.goodbye(2s);
   });
   for (float& v : x) v += 10.0f;
   std::this_thread::sleep_for(300ms);
@@ -905,8 +906,8 @@ TEST_CASE(
   sa.flush(x);
   CHECK(a.deferred_shards() == 0);
   a.goodbye(2s);
-  region_b.join();
-  REQUIRE(b_error.empty());
+  s.region_b.join();
+  REQUIRE(s.b_error.empty());
   REQUIRE(b_final.size() == n);
   wrong = 0;
   for (size_t i = 0; i < n; ++i) wrong += a.base()[i] != 8.5f || b_final[i] != 8.5f;
