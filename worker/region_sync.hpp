@@ -202,9 +202,11 @@ class RegionSync {
   std::vector<ElementRange> settle();
   // Shards deferred now.
   size_t deferred_shards() const;
-  // Every shard's server said at connect() that this region had flushed it already: the region's
-  // run ended before this leader started (it was restarted after its flush). Such a region
-  // trains no more rounds: its servers refuse its pushes; flush() only pulls the global model.
+  // A shard's server said at connect() that this region had flushed it already: the region's run
+  // ended before this leader started (it was restarted during or after its flush, which starts
+  // only after its last round). Such a region trains no more rounds: those servers refuse its
+  // pushes; flush() flushes the shards still owed (if the leader died between its flush's
+  // messages) and pulls the global model.
   bool flushed_before_connect() const;
 
   // Sends a heartbeat to servers not contacted within config.heartbeat. Cheap; call between steps.

@@ -30,8 +30,8 @@ bool all_zero(ConstFloatSpan x) {
 }  // namespace
 
 bool RegionSync::flushed_before_connect() const {
-  return !shards_.empty() && std::all_of(shards_.begin(), shards_.end(),
-                                         [](const auto& sh) { return sh.flushed_before; });
+  return std::any_of(shards_.begin(), shards_.end(),
+                     [](const auto& sh) { return sh.flushed_before; });
 }
 
 FlushReport RegionSync::flush(FloatSpan local, const MergeSettled& merge_settled) {

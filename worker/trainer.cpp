@@ -347,8 +347,9 @@ uint64_t WorkerRun::start(std::stop_token stop) {
                            static_cast<float>(schedule_.delay)};
   if (leader_) {
     start[0] = static_cast<float>(connect_leader(std::move(stop)));
-    // Restarted after the region's flush (killed during its final evaluation, say): the run's
-    // rounds are over; the end pulls the global model again and evaluates it.
+    // Restarted during or after the region's flush (killed during its final evaluation, say):
+    // the run's rounds are over; the end flushes what is still owed, pulls the global model
+    // again and evaluates it.
     if (session_->sync().flushed_before_connect()) {
       spdlog::warn("worker {}-{}: the servers say this region flushed already: no more rounds",
                    region_, rank_);

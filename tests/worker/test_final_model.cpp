@@ -11,6 +11,9 @@
 
 #include "compression/payload.hpp"
 #include "server/param_server.hpp"
+#include "wire/channel.hpp"
+#include "wire/client.hpp"
+#include "worker/leader_session.hpp"
 #include "worker/region_sync.hpp"
 
 using namespace geotrain;
@@ -316,6 +319,61 @@ TEST_CASE("a leader restarted after its region flushed pulls the global model an
   CHECK(same_bits(again.base(), global));
   d.pause();
   CHECK(d.versions() == versions);  // the servers' values did not move
+}
+
+// Region `region`'s leader as far as its flush of every shard at the server of region `server`
+// (owing nothing), where it dies: killed between its flush's messages to two servers.
+void flush_at_one_server(Regions& d, const std::string& region, uint32_t server, uint64_t round) {
+  const auto config = d.sync(region, "fp32");
+  wire::Client client(wire::connect_dealer(d.context(), config.servers.at(server).endpoint));
+  auto hello =
+      client.call(wire::Hello{region, wire::kProtocolVersion, d.table().layout_hash(), {}});
+  REQUIRE(hello.has_value());
+  REQUIRE(std::holds_alternative<wire::HelloReply>(hello->header.body));
+  for (const auto& info : std::get<wire::HelloReply>(hello->header.body).shards) {
+    auto reply = client.call(wire::Push{info.id, round, 0, {}, 0, true});
+    REQUIRE(reply.has_value());
+    REQUIRE(std::holds_alternative<wire::PushReply>(reply->header.body));
+  }
+}
+
+TEST_CASE(
+    "a leader killed during its flush, restarted, trains no more rounds: it flushes the shards "
+    "still owed and pulls the global model") {
+  Regions d("halfflushed", "");
+  const ParamTable table = d.table();
+  const size_t n = table.total_elements();
+  Leaders leaders(d, table, "fp32");
+  leaders.round();
+  // Region a's leader flushes at the server of a, then dies before it reaches b's and c's.
+  leaders.all[0].reset();
+  flush_at_one_server(d, "a", 0, 2);
+  worker::StreamingConfig streaming;
+  streaming.local_steps = 4;
+  streaming.regions = 3;
+  worker::LeaderSession again(table, d.sync("a", "fp32"), streaming, d.context());
+  again.connect(2);
+  CHECK(again.sync().flushed_before_connect());
+  const auto versions_before = d.versions();
+  // b and c flush as usual; the restarted a ends its run without a round: what finish() and
+  // flush() push goes only to the shards it still owes.
+  auto others = std::async(std::launch::async, [&] {
+    return leaders.each([&](size_t r) {
+      if (r == 0) return uint64_t{0};
+      std::vector<float> local(leaders.all[r]->base().begin(), leaders.all[r]->base().end());
+      return leaders.all[r]->flush(local).bytes_pulled;
+    });
+  });
+  std::vector<float> local(again.sync().base().begin(), again.sync().base().end());
+  CHECK(again.finish(4, local, worker::RunEnd::flush).empty());
+  const auto report = again.flush(local);
+  others.get();
+  CHECK(report.bytes_pulled == d.fp32_bytes_of_all_shards());
+  d.pause();
+  const auto values = d.values(n);
+  CHECK(same_bits(again.sync().base(), values));
+  for (size_t r = 1; r < 3; ++r) CHECK(same_bits(leaders.all[r]->base(), values));
+  CHECK(d.versions() == versions_before);  // fp32: nobody owed anything, no version made
 }
 
 TEST_CASE("the flush waits for every live region, and not for one that said goodbye") {
