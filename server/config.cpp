@@ -129,6 +129,7 @@ void parse_server(const Ctx& c, const YAML::Node& s, ServerConfig& cfg) {
               "downlink_codec",
               "heartbeat_ms",
               "dead_after_ms",
+              "join_within_ms",
               "max_message_bytes",
               "high_water_mark",
               "checkpoint",
@@ -162,6 +163,9 @@ void parse_server(const Ctx& c, const YAML::Node& s, ServerConfig& cfg) {
   if (auto n = s["dead_after_ms"])
     cfg.dead_after =
         std::chrono::milliseconds(get<int64_t>(c, n, "server.dead_after_ms", 1, 86400000));
+  if (auto n = s["join_within_ms"])
+    cfg.join_within =
+        std::chrono::milliseconds(get<int64_t>(c, n, "server.join_within_ms", 1, 86400000));
   if (auto n = s["wait_for_all_regions"])
     cfg.wait_for_all_regions = get_bool(c, n, "server.wait_for_all_regions");
   if (auto n = s["max_message_bytes"])

@@ -49,8 +49,12 @@ struct ServerConfig {
   ShardSettings shard;
   std::chrono::milliseconds heartbeat{1000};
   std::chrono::milliseconds dead_after{10000};
+  // server.join_within_ms: how long after the server's start a region may take to say its first
+  // hello (a worker's start-up: a large model's initialisation and data take longer than
+  // dead_after). The larger of it and dead_after applies.
+  std::chrono::milliseconds join_within{120000};
   // Count every configured region from the start (a region that never registers is declared dead
-  // after dead_after); false: a region counts only once it has registered.
+  // after join_within); false: a region counts only once it has registered.
   bool wait_for_all_regions = true;
   int64_t max_message_bytes = int64_t{256} << 20;
   int high_water_mark = 64;

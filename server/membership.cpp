@@ -9,8 +9,11 @@
 namespace geotrain::server {
 
 Membership::Membership(std::vector<std::string> regions, std::chrono::milliseconds dead_after,
-                       bool wait_for_all, TimePoint start)
-    : names_(std::move(regions)), dead_after_(dead_after), regions_(names_.size()) {
+                       bool wait_for_all, TimePoint start, std::chrono::milliseconds join_within)
+    : names_(std::move(regions)),
+      dead_after_(dead_after),
+      join_within_(std::max(dead_after, join_within)),
+      regions_(names_.size()) {
   for (auto& st : regions_) {
     st.counted = wait_for_all;
     st.last_seen = start;
@@ -50,11 +53,12 @@ std::vector<Membership::Death> Membership::expire(TimePoint now) {
   std::vector<Death> out;
   for (uint32_t r = 0; r < regions_.size(); ++r) {
     auto& st = regions_[r];
-    if (!st.counted || now - st.last_seen <= dead_after_) continue;
+    if (!st.counted || now - st.last_seen <= (st.ever_joined ? dead_after_ : join_within_))
+      continue;
     out.push_back(drop(r, st.ever_joined
                               ? fmt::format("silent for more than {} ms", dead_after_.count())
                               : fmt::format("never registered within {} ms of the server's start",
-                                            dead_after_.count())));
+                                            join_within_.count())));
   }
   return out;
 }

@@ -4,9 +4,10 @@
 // A region is *counted* (it holds back synchronous rounds and the staleness gate) while it is
 // registered and not silent for more than dead_after. With wait_for_all set, every configured
 // region is counted from the start, registered or not, so the first region to arrive cannot run
-// ahead of the others; a region that never registers is declared dead after dead_after of
-// silence counted from the server's start, exactly like a region that stopped talking. Without
-// it, a region counts only from its first hello. A dead region counts again once it says hello.
+// ahead of the others; a region that never registers is declared dead after join_within (or
+// dead_after, if longer) counted from the server's start: a worker's start-up may take longer
+// than the silence that marks a running region dead. Without it, a region counts only from its
+// first hello. A dead region counts again once it says hello.
 //
 // Owns the routing id (peer) of each registered region. Plain value type: nothing blocks, not
 // thread-safe (the server loop owns it). Times come from the caller (the server's clock).
@@ -26,7 +27,8 @@ using TimePoint = std::chrono::steady_clock::time_point;
 class Membership {
  public:
   Membership(std::vector<std::string> regions, std::chrono::milliseconds dead_after,
-             bool wait_for_all, TimePoint start);
+             bool wait_for_all, TimePoint start,
+             std::chrono::milliseconds join_within = std::chrono::milliseconds(0));
 
   struct Joined {
     bool rejoined = false;                // the region had registered before
@@ -48,7 +50,8 @@ class Membership {
   // The server itself did not run for `stalled` (SIGSTOP, starvation) before `now`: that time
   // is not the regions' silence. Moves every region's last_seen on by it, never past `now`.
   void excuse(std::chrono::milliseconds stalled, TimePoint now);
-  // Declares dead every counted region silent for more than dead_after at `now`.
+  // Declares dead every counted region silent for more than dead_after at `now` (one that never
+  // registered: join_within, if longer).
   std::vector<Death> expire(TimePoint now);
   // Region r said goodbye: it is no longer counted and its peer is forgotten, as for a death (a
   // later hello counts it again).
@@ -71,6 +74,7 @@ class Membership {
   };
   std::vector<std::string> names_;
   std::chrono::milliseconds dead_after_;
+  std::chrono::milliseconds join_within_;  // at least dead_after_
   std::vector<RegionState> regions_;
   std::map<std::string, uint32_t> peers_;  // routing id -> region
 };

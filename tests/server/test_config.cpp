@@ -64,10 +64,13 @@ TEST_CASE("start-up and per-region downlink keys parse, and their errors name th
   auto cfg = server::parse_server_config(std::string(kBase) + R"(
 server:
   wait_for_all_regions: false
+  join_within_ms: 300000
   downlink_codec: int8
   downlink_codecs: {eu: onebit}
 )");
   CHECK_FALSE(cfg.wait_for_all_regions);
+  CHECK(cfg.join_within == std::chrono::milliseconds(300000));
+  CHECK(server::parse_server_config(kBase).join_within == std::chrono::milliseconds(120000));
   CHECK(cfg.shard.downlink_schedule(0) == compression::CodecSchedule("int8"));
   CHECK(cfg.shard.downlink_schedule(1) == compression::CodecSchedule("onebit"));
   CHECK(server::parse_server_config(kBase).wait_for_all_regions);
@@ -80,6 +83,8 @@ server:
                        doctest::Contains("server.downlink_codecs.eu"), InputError);
   CHECK_THROWS_WITH_AS(bad("  wait_for_all_regions: maybe\n"),
                        doctest::Contains("server.wait_for_all_regions"), InputError);
+  CHECK_THROWS_WITH_AS(bad("  join_within_ms: 0\n"), doctest::Contains("server.join_within_ms"),
+                       InputError);
 }
 
 TEST_CASE("downlink codecs take schedules by round, per region too, with errors naming the phase") {

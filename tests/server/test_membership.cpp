@@ -8,7 +8,8 @@ using namespace geotrain::test;
 TEST_CASE("a region marked dead stops blocking synchronous rounds, and rejoins with full values") {
   TempDir tmp("dead");
   const auto& dir = tmp.path();
-  Cluster cluster(small_config(dir, 0));  // dead_after_ms: 1000 on the manual clock
+  // dead_after_ms: 1000 on the manual clock; c, which never registers, is dead after as long.
+  Cluster cluster(small_config(dir, 0, "  join_within_ms: 1000"));
   auto a = cluster.client(), b = cluster.client();
   hello(a, "a", cluster.table_hash());
   hello(b, "b", cluster.table_hash());
@@ -128,12 +129,12 @@ TEST_CASE("a region's workers use the key-value store without registering, withi
 }
 
 TEST_CASE(
-    "regions that have not registered yet hold back rounds and the gate until declared dead by "
-    "silence") {
+    "regions that have not registered yet hold back rounds and the gate until declared dead "
+    "after join_within_ms") {
   TempDir tmp("startup");
   const auto& dir = tmp.path();
-  Cluster cluster(
-      small_config(dir, 0));  // wait_for_all_regions defaults to true; dead_after_ms: 1000
+  // wait_for_all_regions defaults to true; dead_after_ms: 1000
+  Cluster cluster(small_config(dir, 0, "  join_within_ms: 1500"));
   auto a = cluster.client(), b = cluster.client();
   hello(a, "a", cluster.table_hash());
   hello(b, "b", cluster.table_hash());
@@ -156,7 +157,14 @@ TEST_CASE(
   as<wire::Ack>(expect_reply(a, wire::Heartbeat{}));
   cluster.clock().set(900);
   as<wire::Ack>(expect_reply(b, wire::Heartbeat{}));
-  cluster.clock().set(1200);  // c: 1200 ms since the server started without a word: dead
+  // c: 1200 ms since the server started without a word, longer than dead_after_ms, within
+  // join_within_ms: still awaited (its workers may still be starting).
+  cluster.clock().set(1200);
+  as<wire::Ack>(expect_reply(a, wire::Heartbeat{}));
+  as<wire::Ack>(expect_reply(b, wire::Heartbeat{}));
+  CHECK_FALSE(a.receive(100ms).has_value());
+  CHECK(stats(a)["regions"]["c"]["live"] == true);
+  cluster.clock().set(1600);  // past join_within_ms: dead
   std::optional<wire::Reply> r;
   while (!(r = a.receive(20s)) || r->header.request_id != *waiting) REQUIRE(r);
   CHECK(as<wire::PullReply>(*r).round == 1);
@@ -188,6 +196,26 @@ TEST_CASE("with wait_for_all_regions: false only registered regions hold back ro
   CHECK(p.values[0] == 2.0f);
   CHECK(p.values[kCrit] ==
         2.0f);  // two counted regions: each non-critical delta applied as delta / 2
+}
+
+TEST_CASE("a region's first hello may take join_within, a registered region's silence dead_after") {
+  using namespace std::chrono_literals;
+  const geotrain::server::TimePoint t0{};
+  geotrain::server::Membership m({"a", "b"}, 10s, /*wait_for_all=*/true, t0, 60s);
+  m.join("peer-a", 0, t0 + 1s);
+  auto deaths = m.expire(t0 + 11s + 1ms);  // a: silent 10 s after its hello; b: not joined yet
+  REQUIRE(deaths.size() == 1);
+  CHECK(deaths[0].region == 0);
+  CHECK(deaths[0].why == "silent for more than 10000 ms");
+  CHECK(m.expire(t0 + 60s).empty());
+  deaths = m.expire(t0 + 60s + 1ms);
+  REQUIRE(deaths.size() == 1);
+  CHECK(deaths[0].region == 1);
+  CHECK(deaths[0].why == "never registered within 60000 ms of the server's start");
+  // A join_within shorter than dead_after gives way to it.
+  geotrain::server::Membership n({"a"}, 10s, true, t0, 1s);
+  CHECK(n.expire(t0 + 10s).empty());
+  CHECK(n.expire(t0 + 10s + 1ms).size() == 1);
 }
 
 TEST_CASE("time the server itself did not run (SIGSTOP) is not counted as a region's silence") {
