@@ -231,8 +231,10 @@ std::string build_report(const fs::path& run_dir, const json& s) {
       !s["regions_marked_dead"].empty()) {
     md +=
         "\n## Regions marked dead by a server\n\nA server stops waiting for a region it "
-        "has not heard from within `server.dead_after_ms`; its rounds go on without it until it "
-        "rejoins (docs/server.md).\n\n| server | region | at (s) | why |\n|---|---|---|---|\n";
+        "has not heard from within `server.dead_after_ms` (or whose first hello has not come "
+        "within `server.join_within_ms` of the server's start); its rounds go on without it "
+        "until it rejoins (docs/server.md).\n\n| server | region | at (s) | why "
+        "|\n|---|---|---|---|\n";
     for (const auto& d : s["regions_marked_dead"])
       md += fmt::format("| {} | {} | {} | {} |\n", fmt_value(d["server"]), fmt_value(d["region"]),
                         fmt_value(d["at_s"]), fmt_value(d["why"]));
