@@ -1,5 +1,7 @@
 #include "worker/step_engine.hpp"
 
+#include "worker/worker_checkpoint.hpp"
+
 namespace geotrain::worker {
 namespace {
 
@@ -13,6 +15,12 @@ class HostStepEngine final : public StepEngine {
   void reduce_gradient() override { backend_.reduce_gradient(step_.grad()); }
   StepReport apply(FloatSpan params, uint32_t reduced_over) override {
     return step_.apply(params, reduced_over);
+  }
+  void capture(ConstFloatSpan params, WorkerCheckpointState& state) override {
+    const auto& opt = step_.optimizer();
+    state.params.assign(params.begin(), params.end());
+    state.optimizer_m.assign(opt.first_moment().begin(), opt.first_moment().end());
+    state.optimizer_v.assign(opt.second_moment().begin(), opt.second_moment().end());
   }
 
  private:
@@ -42,11 +50,13 @@ class ResidentStepEngine final : public StepEngine {
 
   void to_host(FloatSpan params) override { device_.download_parameters(params); }
   void to_device(ConstFloatSpan params) override { device_.upload_parameters(params); }
-  void optimizer_to_host() override {
-    auto& opt = step_.optimizer();
-    std::vector<float> m(opt.first_moment().size()), v(opt.second_moment().size());
-    device_.download_optimizer_state(m, v);
-    opt.restore(m, v, opt.steps());
+  void capture(ConstFloatSpan params, WorkerCheckpointState& state) override {
+    const auto& opt = step_.optimizer();
+    state.params.resize(params.size());
+    state.optimizer_m.resize(opt.first_moment().size());
+    state.optimizer_v.resize(opt.second_moment().size());
+    device_.download_parameters(state.params);
+    device_.download_optimizer_state(state.optimizer_m, state.optimizer_v);
   }
   void optimizer_to_device() override {
     device_.upload_optimizer_state(step_.optimizer().first_moment(),

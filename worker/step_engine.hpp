@@ -6,8 +6,9 @@
 //  - device-resident (ModelBackend::resident(), `worker.device: cuda`): parameters, gradient
 //    and optimizer state stay on the device; LocalStep only decides (guard, clipping,
 //    schedule) and the device applies. The host parameters are then a mirror: to_host() before
-//    they are read (exchanges, evaluations, snapshots), to_device() after they are written (a
-//    broadcast, a merge, a resume). Both are no-ops on the host.
+//    they are read (exchanges, evaluations), to_device() after they are written (a broadcast, a
+//    merge, a resume). Both are no-ops on the host. A snapshot's copy comes straight from the
+//    device (capture()).
 // Borrows the backend and the LocalStep, which must outlive it. Not thread-safe.
 #pragma once
 
@@ -19,6 +20,8 @@
 #include "worker/model_backend.hpp"
 
 namespace geotrain::worker {
+
+struct WorkerCheckpointState;
 
 class StepEngine {
  public:
@@ -34,9 +37,12 @@ class StepEngine {
   // The host mirror (no-ops on the host).
   virtual void to_host(FloatSpan params) { (void)params; }
   virtual void to_device(ConstFloatSpan params) { (void)params; }
-  // The device's optimizer state into LocalStep's optimizer (before a snapshot reads it), and
-  // LocalStep's (restored from a snapshot) onto the device.
-  virtual void optimizer_to_host() {}
+  // A snapshot's own copy of the parameters and the optimizer's moments as they are now, into
+  // `state` (params, optimizer_m, optimizer_v; sized here): from `params` and LocalStep's
+  // optimizer on the host; from the device, straight into `state`, when resident (the host
+  // mirror and LocalStep's moments are left as they are).
+  virtual void capture(ConstFloatSpan params, WorkerCheckpointState& state) = 0;
+  // LocalStep's optimizer state (restored from a snapshot) onto the device.
   virtual void optimizer_to_device() {}
 };
 

@@ -463,13 +463,12 @@ void WorkerRun::end_round(uint64_t round) {
 }
 
 void WorkerRun::write_snapshot(uint64_t round) {
-  engine_->to_host(params_);
-  engine_->optimizer_to_host();
   // A background exchange owns the RegionSync now: its residuals are not read (with overlap, a
   // snapshot holds none, docs/run.md).
   std::map<std::string, std::vector<float>> residuals;
   if (leader_ && !session_->background()) residuals = session_->residuals();
-  auto s = capture_worker_state(*step_, params_, round, data_->position(), std::move(residuals));
+  auto s = capture_worker_state(*step_, round, data_->position(), std::move(residuals));
+  engine_->capture(params_, s);
   s.region = region_;
   s.rank = rank_;
   s.seed = config_.seed;

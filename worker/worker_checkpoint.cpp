@@ -265,18 +265,14 @@ std::optional<WorkerCheckpointState> WorkerCheckpointStore::restore_latest(
   return std::nullopt;
 }
 
-WorkerCheckpointState capture_worker_state(const LocalStep& step, ConstFloatSpan params,
-                                           uint64_t round, uint64_t micro_batches,
+WorkerCheckpointState capture_worker_state(const LocalStep& step, uint64_t round,
+                                           uint64_t micro_batches,
                                            std::map<std::string, std::vector<float>> residuals) {
   WorkerCheckpointState s;
   s.round = round;
   s.steps = step.steps();
   s.micro_batches = micro_batches;
-  s.params.assign(params.begin(), params.end());
-  const auto& opt = step.optimizer();
-  s.optimizer_m.assign(opt.first_moment().begin(), opt.first_moment().end());
-  s.optimizer_v.assign(opt.second_moment().begin(), opt.second_moment().end());
-  s.optimizer_steps = opt.steps();
+  s.optimizer_steps = step.optimizer().steps();
   s.guard_losses = step.guard().losses();
   s.guard_skipped = step.guard().skipped();
   s.residuals = std::move(residuals);

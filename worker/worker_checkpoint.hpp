@@ -94,12 +94,13 @@ std::filesystem::path worker_checkpoint_dir(const std::filesystem::path& run_dir
 // and data kind. A snapshot of another identity is refused on load.
 uint64_t worker_identity(const WorkerConfig& config, uint64_t layout_hash);
 
-// A worker's state at the end of `round` as a snapshot holds it: the parameters, `step`'s
-// optimizer, guard and schedule position, the data position; `residuals`: the leader's uplink
-// residuals (empty on other ranks, and on a leader whose exchange runs in the background).
-// region, rank, seed and identity are left for the caller.
-WorkerCheckpointState capture_worker_state(const LocalStep& step, ConstFloatSpan params,
-                                           uint64_t round, uint64_t micro_batches,
+// A worker's state at the end of `round` as a snapshot holds it: `step`'s optimizer step count,
+// guard and schedule position, the data position; `residuals`: the leader's uplink residuals
+// (empty on other ranks, and on a leader whose exchange runs in the background). The parameters
+// and the optimizer's moments are StepEngine::capture's (worker/step_engine.hpp): they may be on
+// a device. region, rank, seed and identity are left for the caller.
+WorkerCheckpointState capture_worker_state(const LocalStep& step, uint64_t round,
+                                           uint64_t micro_batches,
                                            std::map<std::string, std::vector<float>> residuals);
 // A snapshot's optimizer and guard state back into `step`, its parameters into `params`
 // (InputError naming `folder` when the sizes differ). The schedule position is not restored:

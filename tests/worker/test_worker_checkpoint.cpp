@@ -11,7 +11,9 @@
 #include "core/error.hpp"
 #include "tests/temp_dir.hpp"
 #include "worker/config.hpp"
+#include "worker/leader_params.hpp"
 #include "worker/snapshot_writer.hpp"
+#include "worker/step_engine.hpp"
 #include "worker/worker_checkpoint.hpp"
 
 using geotrain::InputError;
@@ -43,6 +45,67 @@ WorkerCheckpointState sample_state(uint64_t round) {
   s.residuals["noncritical.0"] = {1e-30f};
   return s;
 }
+
+// A device-resident backend whose "device" is host memory: the parameters and moments it holds,
+// and how often each was downloaded. Training calls are not expected here.
+class FakeResident final : public geotrain::worker::ModelBackend,
+                           public geotrain::worker::ResidentTraining {
+ public:
+  std::vector<float> params, m, v;
+  int parameter_downloads = 0, optimizer_downloads = 0;
+  bool on_device = true;  // false: resident() says this backend trains on the host
+
+  ResidentTraining* resident() override { return on_device ? this : nullptr; }
+  void prepare_optimizer(const geotrain::worker::OptimizerConfig&,
+                         const std::vector<uint8_t>&) override {}
+  void upload_parameters(geotrain::ConstFloatSpan host) override {
+    params.assign(host.begin(), host.end());
+  }
+  void download_parameters(geotrain::FloatSpan host) override {
+    REQUIRE(host.size() == params.size());
+    std::copy(params.begin(), params.end(), host.begin());
+    ++parameter_downloads;
+  }
+  void upload_optimizer_state(geotrain::ConstFloatSpan m_in,
+                              geotrain::ConstFloatSpan v_in) override {
+    m.assign(m_in.begin(), m_in.end());
+    v.assign(v_in.begin(), v_in.end());
+  }
+  void download_optimizer_state(geotrain::FloatSpan m_out, geotrain::FloatSpan v_out) override {
+    REQUIRE(m_out.size() == m.size());
+    REQUIRE(v_out.size() == v.size());
+    std::copy(m.begin(), m.end(), m_out.begin());
+    std::copy(v.begin(), v.end(), v_out.begin());
+    ++optimizer_downloads;
+  }
+  geotrain::models::BatchResult accumulate(const geotrain::worker::Batch&, bool) override {
+    FAIL("not expected");
+    return {};
+  }
+  double reduce_gradient_norm_sq() override { return 0; }
+  void apply_step(const geotrain::worker::ResidentStep&) override { FAIL("not expected"); }
+  std::unique_ptr<geotrain::worker::LeaderParams> leader_params(geotrain::worker::OverlapMode,
+                                                                geotrain::worker::OuterStepConfig,
+                                                                uint32_t,
+                                                                geotrain::ConstFloatSpan) override {
+    return nullptr;
+  }
+  std::unique_ptr<geotrain::worker::Communicator> connect_region(
+      gloo::rendezvous::Store&, int, int, const geotrain::worker::RegionOptions&) override {
+    return nullptr;
+  }
+  geotrain::models::BatchResult forward_backward(geotrain::ConstFloatSpan,
+                                                 const geotrain::worker::Batch&,
+                                                 geotrain::FloatSpan, bool) override {
+    FAIL("not expected");
+    return {};
+  }
+  void reduce_gradient(geotrain::FloatSpan) override {}
+  geotrain::models::BatchResult evaluate(geotrain::ConstFloatSpan,
+                                         const geotrain::models::BatchView&) override {
+    return {};
+  }
+};
 
 void overwrite_byte(const fs::path& file, size_t at) {
   std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
@@ -121,6 +184,49 @@ TEST_CASE("a snapshot written in the background that fails is rethrown by the ne
   CHECK_THROWS(writer.wait());
   writer.wait();  // reported once
   CHECK(writer.written().empty());
+}
+
+TEST_CASE(
+    "a snapshot's parameters and AdamW moments come from the device when training is resident, "
+    "from the host otherwise") {
+  using namespace geotrain::worker;
+  constexpr size_t n = 6;
+  LocalStepConfig config;
+  config.optimizer.kind = OptimizerKind::kAdamW;
+  LocalStep step(config, n);
+  // The host's copies (the mirror, LocalStep's moments) differ from the device's.
+  const std::vector<float> host_params(n, 1.0f), host_m(n, 2.0f), host_v(n, 3.0f);
+  step.optimizer().restore(host_m, host_v, 5);
+  FakeResident device;
+  device.params = {0.5f, -1.5f, 2.5f, 1e-7f, -0.0f, 7.0f};
+  device.m.assign(n, -0.25f);
+  device.v.assign(n, 4e-9f);
+
+  auto resident = make_step_engine(device, step, config.optimizer, {});
+  auto state = capture_worker_state(step, 3, 24, {});
+  resident->capture(host_params, state);
+  CHECK(state.params == device.params);
+  CHECK(state.optimizer_m == device.m);
+  CHECK(state.optimizer_v == device.v);
+  CHECK(state.optimizer_steps == 5);
+  CHECK(state.round == 3);
+  CHECK(state.micro_batches == 24);
+  CHECK(device.parameter_downloads == 1);
+  CHECK(device.optimizer_downloads == 1);
+  // Straight into the snapshot: LocalStep's host moments are not rewritten on the way.
+  CHECK(std::vector<float>(step.optimizer().first_moment().begin(),
+                           step.optimizer().first_moment().end()) == host_m);
+
+  // The same backend, not resident: the host's copies, and nothing downloaded.
+  device.on_device = false;
+  auto host = make_step_engine(device, step, config.optimizer, {});
+  auto on_host = capture_worker_state(step, 3, 24, {});
+  host->capture(host_params, on_host);
+  CHECK(on_host.params == host_params);
+  CHECK(on_host.optimizer_m == host_m);
+  CHECK(on_host.optimizer_v == host_v);
+  CHECK(device.parameter_downloads == 1);
+  CHECK(device.optimizer_downloads == 1);
 }
 
 TEST_CASE("a truncated worker snapshot is refused with an error naming its file") {
