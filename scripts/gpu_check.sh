@@ -18,9 +18,10 @@
 #          on the device and on the host (worker.leader_on_device): the two runs' final parameters
 #          must be the same bits (their sha256 are printed, and the part fails when they differ)
 #   gptutil 3 regions x 1 GPU worker of GPT-2 124M (bf16, AdamW, onebit both ways, H = 100) on
-#          global-3: compute utilization and every leader's round (compute, wait, push, pull) from
-#          its metrics file; $GT_ROUNDS rounds (3), overlap $GT_OVERLAP (eager), the KJV text at
-#          $GT_KJV (/usr/share/datasets/kjv.txt), worker.leader_on_device $GT_LEADER_ON_DEVICE (true)
+#          global-3: compute utilization and every leader's round (compute, wait and its parts:
+#          the exchange's, the boundary's start, merge and commit; push, pull) from its metrics
+#          file; $GT_ROUNDS rounds (3), overlap $GT_OVERLAP (eager), the KJV text at $GT_KJV
+#          (/usr/share/datasets/kjv.txt), worker.leader_on_device $GT_LEADER_ON_DEVICE (true)
 # Each part's log goes to $OUT/<part>.log (at most 8 files come back); the last lines printed are
 # a short table. Every step has its own timeout so that one hang does not cost the call.
 set -u
@@ -129,6 +130,7 @@ for path in sorted(glob.glob(run + "/worker-*.metrics.jsonl")):
         e = json.loads(line)
         if e.get("event") == "round":
             row = {k: e.get(k) for k in ("region", "round", "compute_s", "comm_s", "wait_s", "merge_wait_s",
+                                         "boundary_start_s", "boundary_merge_s", "boundary_commit_s",
                                          "push_s", "pull_s", "gate_wait_s", "merged_round")}
             if last is not None and e.get("steps"):
                 wall = e["time"] - last

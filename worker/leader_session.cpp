@@ -1,6 +1,7 @@
 #include "worker/leader_session.hpp"
 
 #include "core/error.hpp"
+#include "core/metrics_events.hpp"
 #include "worker/worker_events.hpp"
 
 namespace geotrain::worker {
@@ -61,6 +62,12 @@ std::vector<RoundReport> LeaderSession::finish(uint64_t last_step, FloatSpan loc
 nlohmann::json LeaderSession::take_round_fields() {
   auto fields = exchange_fields(merged_);
   merged_.clear();
+  if (streaming_) {
+    const auto times = streaming_->take_boundary_times();
+    fields[events::field::boundary_start_s] = times.start;
+    fields[events::field::boundary_merge_s] = times.merge;
+    fields[events::field::boundary_commit_s] = times.commit;
+  }
   return fields;
 }
 

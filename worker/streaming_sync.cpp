@@ -142,6 +142,7 @@ RoundReport StreamingSync::wait_and_merge(Job& job, LeaderParams& params) {
   }
   GT_ASSERT(job.report.has_value(), "exchange finished without a report");
   job.report->merge_wait_seconds = seconds_since(t0);
+  const auto t1 = Clock::now();
   // Deferred shards keep their local values (and their start) until their replies come; those
   // that have come by now are merged here and started again with the fragment (take_ready).
   // Not while another fragment's exchange holds the connection: they wait for a later merge.
@@ -163,6 +164,7 @@ RoundReport StreamingSync::wait_and_merge(Job& job, LeaderParams& params) {
     }
   }
   for (const auto& r : without(ranges_[job.fragment], deferred)) params.merge(r, job.base);
+  boundary_.merge += seconds_since(t1);
   return *job.report;
 }
 
@@ -173,7 +175,9 @@ RoundReport StreamingSync::run_blocking(uint32_t fragment) {
   RoundReport report = sync_.exchange(host_.span(), fragment);
   report.merge_wait_seconds = seconds_since(t0);
   // (with a rule: the final exchanges of an overlapped run; the next start measures from here)
+  const auto t1 = Clock::now();
   for (const auto& r : ranges_[fragment]) host_.take_global(r, sync_.base());
+  boundary_.merge += seconds_since(t1);
   return report;
 }
 
@@ -182,7 +186,9 @@ RoundReport StreamingSync::run_queued(uint32_t fragment, LeaderParams& params) {
   // connection ahead of them could wait for another region's exchange that waits for ours.
   auto job = new_job(fragment);
   job->defer = false;  // it takes the global values at once
+  const auto t_read = Clock::now();
   for (const auto& r : ranges_[fragment]) params.read(r, job->push);
+  boundary_.start += seconds_since(t_read);
   const auto t0 = Clock::now();
   {
     std::lock_guard lock(mutex_);
@@ -196,7 +202,9 @@ RoundReport StreamingSync::run_queued(uint32_t fragment, LeaderParams& params) {
   }
   GT_ASSERT(job->report.has_value(), "exchange finished without a report");
   job->report->merge_wait_seconds = seconds_since(t0);
+  const auto t1 = Clock::now();
   for (const auto& r : ranges_[fragment]) params.take_global(r, job->base);
+  boundary_.merge += seconds_since(t1);
   const RoundReport report = *job->report;
   finished(*job);
   return report;
@@ -227,7 +235,9 @@ std::vector<RoundReport> StreamingSync::after_step(uint64_t step, FloatSpan host
     }
     auto job = new_job(p);
     job->merge_at = step + config_.delay;
+    const auto t0 = Clock::now();
     for (const auto& r : without(ranges_[p], deferred_[p])) params.start(r, job->push);
+    boundary_.start += seconds_since(t0);
     in_flight_.push_back(job);
     {
       std::lock_guard lock(mutex_);
@@ -235,7 +245,9 @@ std::vector<RoundReport> StreamingSync::after_step(uint64_t step, FloatSpan host
     }
     wake_.notify_all();
   }
+  const auto t0 = Clock::now();
   params.commit();
+  boundary_.commit += seconds_since(t0);
   return merged;
 }
 

@@ -41,6 +41,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "worker/fragment_schedule.hpp"
@@ -96,6 +97,16 @@ class StreamingSync {
   // overlap rule once they settle. base() is then the global model.
   FlushReport flush(FloatSpan params);
 
+  // The leader's own work at its boundaries since the last call, in seconds (the waits for
+  // exchanges to come back are RoundReport::merge_wait_seconds): `start`, reading the parameters
+  // into pushes (the overlap rule's start pass and its copies); `merge`, taking results into the
+  // parameters; `commit`, the end of a boundary's work (on a device: its weights refreshed, its
+  // stream synchronised). On the host or the device alike, so that the two compare.
+  struct BoundaryTimes {
+    double start = 0, merge = 0, commit = 0;
+  };
+  BoundaryTimes take_boundary_times() { return std::exchange(boundary_, BoundaryTimes{}); }
+
   bool background() const { return config_.delay > 0; }
   // The parameters and the overlap rule are on a device (StreamingConfig::device_params), until
   // finish().
@@ -144,6 +155,7 @@ class StreamingSync {
   std::vector<std::vector<ElementRange>> deferred_;
   HostLeaderParams host_;                 // the overlap rule when delay > 0 (on the host)
   std::unique_ptr<LeaderParams> device_;  // the parameters and rule on a device, until finish()
+  BoundaryTimes boundary_;                // since take_boundary_times() (the caller's thread)
   std::deque<std::shared_ptr<Job>> in_flight_;  // started, not merged; oldest first
   std::mutex sync_mutex_;  // held while sync_ is used: an exchange, or the idle heartbeat
   std::mutex mutex_;       // the queue and the jobs' results

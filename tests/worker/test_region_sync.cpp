@@ -353,6 +353,8 @@ namespace {
 // What StreamingSync asked of ElsewhereParams (which it destroys at finish()).
 struct ElsewhereCounts {
   int tables = 0, commits = 0, handed = 0;
+  // How long each call takes, as a busy device's would.
+  std::chrono::milliseconds start_takes{0}, merge_takes{0}, commit_takes{0};
 };
 
 // Parameters kept away from the caller's span, as a device keeps them (worker/leader_params.hpp):
@@ -370,13 +372,22 @@ class ElsewhereParams final : public worker::LeaderParams {
     ++counts_.tables;
     return LeaderParams::host_table(n);
   }
-  void start(const ElementRange& r, FloatSpan push) override { inner_.start(r, push); }
-  void merge(const ElementRange& r, ConstFloatSpan global) override { inner_.merge(r, global); }
+  void start(const ElementRange& r, FloatSpan push) override {
+    std::this_thread::sleep_for(counts_.start_takes);
+    inner_.start(r, push);
+  }
+  void merge(const ElementRange& r, ConstFloatSpan global) override {
+    std::this_thread::sleep_for(counts_.merge_takes);
+    inner_.merge(r, global);
+  }
   void take_global(const ElementRange& r, ConstFloatSpan global) override {
     inner_.take_global(r, global);
   }
   void read(const ElementRange& r, FloatSpan to) override { inner_.read(r, to); }
-  void commit() override { ++counts_.commits; }
+  void commit() override {
+    std::this_thread::sleep_for(counts_.commit_takes);
+    ++counts_.commits;
+  }
   std::unique_ptr<worker::OverlapMerge> to_host(FloatSpan to) override {
     ++counts_.handed;
     return inner_.to_host(to);
@@ -426,6 +437,56 @@ TEST_CASE(
   CHECK_FALSE(eager.params_on_device());
   // base_new = 2, after start = 0.5, local = 10.5: merged = 2 + 10 = 12, as on the host
   for (size_t i = 0; i < n; ++i) REQUIRE(local[i] == 12.0f);
+}
+
+TEST_CASE("the leader's own work at a boundary is timed apart from its wait for the exchange") {
+  using namespace std::chrono_literals;
+  const auto dir = temp_dir("boundary-times");
+  Deployment d(two_region_config(dir, 0, "fp32"), "boundary-times");
+  const ParamTable table = d.table();
+  Leaders leaders(d, table);
+  const size_t n = table.total_elements();
+  ElsewhereCounts counts;
+  counts.start_takes = 30ms;
+  counts.merge_takes = 20ms;
+  counts.commit_takes = 10ms;
+  auto config = streaming_config(1, 1, worker::OverlapMode::eager);
+  config.device_params = [&](worker::OverlapMode mode, worker::OuterStepConfig outer,
+                             uint32_t regions, ConstFloatSpan global) {
+    return std::make_unique<ElsewhereParams>(mode, outer, regions, global, counts);
+  };
+  worker::StreamingSync eager(leaders.a, config);
+  // Step 1 starts round 1's exchange: a start and a commit, nothing merged.
+  CHECK(eager.after_step(1, {}).empty());
+  auto t = eager.take_boundary_times();
+  CHECK(t.start >= 0.030);
+  CHECK(t.merge == 0.0);
+  CHECK(t.commit >= 0.010);
+  // Region b pushes round 1 only after a while: step 2's merge waits for it, and that wait is
+  // the report's, not the merge's.
+  auto b_round = [&] {
+    std::vector<float> local_b(n, 3.0f);
+    leaders.b.exchange(local_b);
+  };
+  auto late_b = std::async(std::launch::async, [&] {
+    std::this_thread::sleep_for(300ms);
+    b_round();
+  });
+  const auto merged = eager.after_step(2, {});
+  late_b.get();
+  REQUIRE(merged.size() == 1);
+  CHECK(merged[0].merge_wait_seconds >= 0.2);
+  t = eager.take_boundary_times();
+  CHECK(t.merge >= 0.020);
+  CHECK(t.merge < merged[0].merge_wait_seconds);
+  CHECK(t.start >= 0.030);
+  CHECK(t.commit >= 0.010);
+  // Taken: the next call starts from zero.
+  t = eager.take_boundary_times();
+  CHECK(t.start + t.merge + t.commit == 0.0);
+  b_round();  // round 2, which a started at step 2
+  std::vector<float> local(n);
+  eager.finish(2, local);
 }
 
 TEST_CASE("with one fragment and no overlap, streaming is the synchronous exchange, bit for bit") {
