@@ -53,6 +53,7 @@ void FinalModel::flush(LeaderSession& session, FloatSpan params, MetricsLog& log
     j[f::push_s] = r.push_seconds;
     j[f::pull_s] = r.pull_seconds;
     j[f::segments_owed] = r.segments_owed;
+    j[f::rejoins] = r.rejoins;
   } catch (const Stopped&) {
     throw;  // the worker is stopping: no global model, and no more waiting for one
   } catch (const std::exception& e) {

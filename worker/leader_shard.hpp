@@ -61,6 +61,9 @@ struct LeaderShard {
   // hello: this region flushed the shard before connect() (a leader restarted after its run's
   // end): flush() does not push it again, and only pulls the global values.
   bool flushed_before = false;
+  // Its server holds this region's flush of it (said by a hello, or a flush answered): flush()
+  // does not push it again. A server restarted from its checkpoint holds none.
+  bool flush_held = false;
 
   ShardPhase phase() const { return phase_; }
   // The requests of this exchange, or of a deferred one, still unanswered.

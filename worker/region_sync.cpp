@@ -127,7 +127,7 @@ uint64_t RegionSync::connect(uint64_t resume_at) {
       shard.count = info.count;
       shard.server = s;
       shard.zero_start = info.zero_values;
-      shard.flushed_before = info.flushed;
+      shard.flushed_before = shard.flush_held = info.flushed;
       shard.fragment = info.fragment;
       build_segments(shard);
       shards_.push_back(std::move(shard));

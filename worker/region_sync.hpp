@@ -146,6 +146,9 @@ struct FlushReport {
   double push_seconds = 0;     // first flush sent -> last flush answered
   double pull_seconds = 0;     // first final pull sent -> last answered (the wait for the others)
   uint32_t segments_owed = 0;  // segments that owed something (pushed)
+  // Servers that lost this region during the flush (a restart from a checkpoint): rejoined, and
+  // what they no longer held flushed again; the bytes and seconds above include those attempts.
+  uint32_t rejoins = 0;
 };
 
 class RegionSync {
@@ -228,10 +231,12 @@ class RegionSync {
   // after it. Deferred shards are flushed last, each once its replies have come and
   // `merge_settled` has taken its range into `local` (the caller's merge rule, as after
   // take_ready()); without deferred shards `merge_settled` is not called (and may be empty). Blocks
-  // up to config.timeout per reply. A server that does not answer, loses this region again,
-  // refuses, or is of a build without the flush is an exception naming it (SystemError,
-  // InputError); base() may then hold some shards' final values and not others', and the caller
-  // reports the global model missing.
+  // up to config.timeout per reply. A server that loses this region during the flush (restarted
+  // from its checkpoint, or declared the region dead) is rejoined, its shards pulled in full, and
+  // those it holds no flush of flushed again, up to kMaxRejoinAttempts times. A server that does
+  // not answer, keeps losing this region, refuses, or is of a build without the flush is an
+  // exception naming it (SystemError, InputError); base() may then hold some shards' final
+  // values and not others', and the caller reports the global model missing.
   using MergeSettled = std::function<void(const ElementRange&)>;
   FlushReport flush(FloatSpan local, const MergeSettled& merge_settled = {});
 
@@ -320,6 +325,10 @@ class RegionSync {
             uint64_t& released);
   // The server answered `unregistered`: its requests are gone, its shards need full pulls.
   void lose(size_t server, const std::string& why);
+  // flush(): one attempt at the flush and the final pulls; FlushServerLost when a server lost
+  // this region meanwhile (flush() rejoins it and calls this again).
+  struct FlushServerLost;
+  void flush_and_pull(FloatSpan local, const MergeSettled& merge_settled, FlushReport& report);
   // flush(): the deferred shards, each flushed once its replies have come and merge_settled
   // has merged it (polling every server for kFlushPoll at a time), within config.timeout.
   void flush_deferred(FloatSpan local, const MergeSettled& merge_settled, FlushReport& report);

@@ -5,6 +5,8 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <optional>
+#include <stdexcept>
 
 #include "compression/codecs.hpp"
 #include "compression/payload.hpp"
@@ -19,8 +21,6 @@ bool all_zero(ConstFloatSpan x) {
   return std::all_of(x.begin(), x.end(), [](float v) { return v == 0.0f; });
 }
 
-// A server that lost this region during the flush: its flush state is gone with it (a restart),
-// or it counts the region again from a hello; either way this region's flush did not reach it.
 [[noreturn]] void flush_failed(const std::string& region, const std::string& server,
                                const std::string& why) {
   throw SystemError("wire", "flush", __FILE__, __LINE__,
@@ -28,6 +28,14 @@ bool all_zero(ConstFloatSpan x) {
                                 region, server, why));
 }
 }  // namespace
+
+// A server lost this region during the flush (it restarted from its checkpoint, or declared the
+// region dead): what was in flight there is gone. flush() rejoins it and goes on: the shards it
+// does not hold a flush of are flushed again.
+struct RegionSync::FlushServerLost : std::runtime_error {
+  FlushServerLost(size_t s, const std::string& why) : std::runtime_error(why), server(s) {}
+  size_t server;
+};
 
 bool RegionSync::flushed_before_connect() const {
   return std::any_of(shards_.begin(), shards_.end(),
@@ -44,33 +52,54 @@ FlushReport RegionSync::flush(FloatSpan local, const MergeSettled& merge_settled
     if (!link.offers_flush())
       flush_failed(config_.region, link.region(),
                    "it does not offer the flush (a build from before it)");
-  resync_before_flush();
   delta_.resize(base_.size());
 
   FlushReport report;
   const auto t0 = Clock::now();
-  std::vector<bool> first(shards_.size());
-  // A shard this region flushed before connect() (its leader restarted after the end of its run)
-  // owes nothing more: its server refuses a second flush and answers the final pull.
-  for (size_t i = 0; i < shards_.size(); ++i)
-    first[i] = !shards_[i].deferred() && !shards_[i].flushed_before;
-  flush_shards(first, local, report);
-  flush_deferred(local, merge_settled, report);
-  report.push_seconds = seconds_since(t0);
+  for (uint32_t attempt = 0;; ++attempt) {
+    try {
+      flush_and_pull(local, merge_settled, report);
+      break;
+    } catch (const FlushServerLost& e) {
+      if (attempt + 1 >= kMaxRejoinAttempts)
+        flush_failed(config_.region, links_[e.server].region(),
+                     fmt::format("lost this region {} times: {}", attempt + 1, e.what()));
+      spdlog::warn(
+          "region {}: the server of region {} lost this region during the flush ({}); rejoining "
+          "it to flush again what it does not hold",
+          config_.region, links_[e.server].region(), e.what());
+      lose(e.server, e.what());
+      ++report.rejoins;
+    }
+  }
   // The uplink residuals are left out of the final model: dropped.
   for (const auto& sh : shards_)
     for (const auto& seg : sh.segments)
       (seg.critical ? critical_ef_ : noncritical_ef_).reset(seg.stream);
-
-  const auto t1 = Clock::now();
-  pull_final(report);
-  report.pull_seconds = seconds_since(t1);
   spdlog::info(
       "region {}: flushed {} segment(s) ({} bytes) and pulled the global model ({} bytes) in "
       "{:.2f} s",
       config_.region, report.segments_owed, report.bytes_pushed, report.bytes_pulled,
-      report.push_seconds + report.pull_seconds);
+      seconds_since(t0));
   return report;
+}
+
+void RegionSync::flush_and_pull(FloatSpan local, const MergeSettled& merge_settled,
+                                FlushReport& report) {
+  const auto t0 = Clock::now();
+  resync_before_flush();
+  // A shard its server holds a flush of (this leader's, or its predecessor's before a restart
+  // after the end of the run) owes nothing more: its server refuses a second flush and answers
+  // the final pull.
+  std::vector<bool> first(shards_.size());
+  for (size_t i = 0; i < shards_.size(); ++i)
+    first[i] = !shards_[i].deferred() && !shards_[i].flush_held;
+  flush_shards(first, local, report);
+  flush_deferred(local, merge_settled, report);
+  report.push_seconds += seconds_since(t0);
+  const auto t1 = Clock::now();
+  pull_final(report);
+  report.pull_seconds += seconds_since(t1);
 }
 
 void RegionSync::flush_deferred(FloatSpan local, const MergeSettled& merge_settled,
@@ -94,12 +123,17 @@ void RegionSync::flush_deferred(FloatSpan local, const MergeSettled& merge_settl
       try {
         if (any) take_deferred(s, kFlushPoll, mine, merged);
       } catch (const ServerLost& e) {
-        flush_failed(config_.region, links_[s].region(), e.what());
+        throw FlushServerLost(s, e.what());
       }
       for (size_t i = 0; i < shards_.size(); ++i) {
         auto& sh = shards_[i];
-        if (sh.server != s || sh.phase() != ShardPhase::merged) continue;  // also a full pull's
-        hand_back_merged(sh);
+        if (sh.server != s || sh.phase() != ShardPhase::merged) continue;
+        // Merged by its replies, or by the full pull after a rejoin, which mapped its rounds
+        // onto the server's count already (resync()).
+        if (merged[i])
+          hand_back_merged(sh);
+        else
+          sh.hand_back();
         merge_settled({sh.offset, sh.count});
         ready[i] = true;
       }
@@ -109,8 +143,7 @@ void RegionSync::flush_deferred(FloatSpan local, const MergeSettled& merge_settl
     // it had of this region's flush is gone with it.
     for (const auto& sh : shards_)
       if (sh.deferred() && !sh.in_flight() && sh.phase() != ShardPhase::merged)
-        flush_failed(config_.region, links_[sh.server].region(),
-                     "it lost this region with a deferred shard on the WAN");
+        throw FlushServerLost(sh.server, "it lost this region with a deferred shard on the WAN");
     if (deferred_shards() > 0 && Clock::now() >= deadline)
       throw SystemError("wire", "flush", __FILE__, __LINE__,
                         fmt::format("region {}: {} deferred shard(s) not answered within {} ms",
@@ -123,15 +156,22 @@ void RegionSync::flush_shards(const std::vector<bool>& which, ConstFloatSpan loc
   std::vector<std::vector<uint64_t>> ids(links_.size());
   for (size_t i = 0; i < shards_.size(); ++i)
     if (which[i]) ids[shards_[i].server].push_back(send_flush(i, local, report));
+  // Every server's answers are taken before a lost one is reported: the flushes the others
+  // hold must not be sent again.
+  std::optional<FlushServerLost> lost;
   for (size_t s = 0; s < links_.size(); ++s) {
     if (ids[s].empty()) continue;
     try {
       auto replies = links_[s].collect(ids[s], config_.timeout, "flush", waiting(s, true));
       for (const auto& [id, reply] : replies) body_as<wire::PushReply>(reply, links_[s].region());
     } catch (const ServerLost& e) {
-      flush_failed(config_.region, links_[s].region(), e.what());
+      if (!lost) lost.emplace(s, e.what());
+      continue;
     }
+    for (size_t i = 0; i < shards_.size(); ++i)
+      if (which[i] && shards_[i].server == s) shards_[i].flush_held = true;
   }
+  if (lost) throw *lost;
 }
 
 void RegionSync::resync_before_flush() {
@@ -147,7 +187,7 @@ void RegionSync::resync_before_flush() {
       std::vector<bool> wanted(shards_.size(), true);
       resync(s, wanted, nullptr, released);
     } catch (const ServerLost& e) {
-      flush_failed(config_.region, links_[s].region(), e.what());
+      throw FlushServerLost(s, e.what());
     }
   }
 }
@@ -199,12 +239,14 @@ void RegionSync::pull_final(FlushReport& report) {
           pulled[i] = true;
         }
       } catch (const ServerLost& e) {
-        flush_failed(config_.region, links_[s].region(), e.what());
+        // A restarted server no longer holds this region's flush: flush() flushes it again.
+        report.bytes_pulled += pulled_bytes.bytes_pulled;
+        throw FlushServerLost(s, e.what());
       }
     }
     if (!any) break;
   }
-  report.bytes_pulled = pulled_bytes.bytes_pulled;
+  report.bytes_pulled += pulled_bytes.bytes_pulled;
 }
 
 }  // namespace geotrain::worker

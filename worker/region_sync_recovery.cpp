@@ -156,8 +156,14 @@ void RegionSync::settle_server(size_t s, std::vector<ElementRange>& out) {
 
 void RegionSync::rejoin(size_t s) {
   const auto t0 = Clock::now();
-  links_[s].rejoin(wire::Hello{config_.region, wire::kProtocolVersion, layout_.layout_hash(), {}},
-                   config_.timeout, config_.heartbeat, [this, s] { heartbeat_others(s); });
+  const auto hello = links_[s].rejoin(
+      wire::Hello{config_.region, wire::kProtocolVersion, layout_.layout_hash(), {}},
+      config_.timeout, config_.heartbeat, [this, s] { heartbeat_others(s); });
+  // What it holds of this region's flush: nothing after a restart from its checkpoint, all of
+  // it when it only declared the region dead (a partition during the flush).
+  for (const auto& info : hello.shards)
+    for (auto& sh : shards_)
+      if (sh.server == s && sh.id == info.id) sh.flush_held = info.flushed;
   ++rejoins_;
   spdlog::warn("region {}: rejoined the server of region {} after {:.2f} s", config_.region,
                links_[s].region(), seconds_since(t0));

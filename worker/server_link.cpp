@@ -92,9 +92,9 @@ void ServerLink::lose() {
   probe_.reset();
 }
 
-void ServerLink::rejoin(const wire::Hello& hello, std::chrono::milliseconds timeout,
-                        std::chrono::milliseconds heartbeat,
-                        const std::function<void()>& while_waiting) {
+wire::HelloReply ServerLink::rejoin(const wire::Hello& hello, std::chrono::milliseconds timeout,
+                                    std::chrono::milliseconds heartbeat,
+                                    const std::function<void()>& while_waiting) {
   const auto t0 = Clock::now();
   const auto deadline = t0 + timeout;
   std::vector<uint64_t> ids;
@@ -121,9 +121,10 @@ void ServerLink::rejoin(const wire::Hello& hello, std::chrono::milliseconds time
     throw InputError(fmt::format("region {}: the server of region {} refused the hello: {} ({})",
                                  hello.region, region_, e->message,
                                  wire::error_code_name(e->code)));
-  body_as<wire::HelloReply>(*answer, region_);
+  auto reply = body_as<wire::HelloReply>(*answer, region_);
   lost_ = false;
   heard_from();
+  return reply;
 }
 
 }  // namespace geotrain::worker

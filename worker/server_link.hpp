@@ -94,9 +94,10 @@ class ServerLink {
   // Hello (`hello`), re-sent after every `heartbeat` without an answer (one sent while the
   // server was down may have died with the old connection), until answered or `timeout`
   // (SystemError); `while_waiting` runs at every send. InputError when the server refuses it.
-  // The link is no longer lost afterwards.
-  void rejoin(const wire::Hello& hello, std::chrono::milliseconds timeout,
-              std::chrono::milliseconds heartbeat, const std::function<void()>& while_waiting);
+  // The link is no longer lost afterwards. Returns the server's answer.
+  wire::HelloReply rejoin(const wire::Hello& hello, std::chrono::milliseconds timeout,
+                          std::chrono::milliseconds heartbeat,
+                          const std::function<void()>& while_waiting);
 
   // Contact: when the server last answered or was sent a heartbeat.
   void heard_from() { last_contact_ = Clock::now(); }

@@ -158,6 +158,74 @@ TEST_CASE("leaders rejoin a server restarted from its checkpoint and re-push the
 }
 
 TEST_CASE(
+    "a server restarted from its checkpoint during the flush: every region rejoins it, flushes "
+    "again what it lost, and ends with the same global model") {
+  TwoServers two("flush-restart");
+  const auto& config = two.config;
+  auto& servers = two.servers;
+  const std::string a_endpoint = servers[0].server->endpoint();
+  const std::string b_endpoint = servers[1].server->endpoint();
+
+  const ParamTable table(config.tensors, config.critical);
+  constexpr int kRounds = 3;
+  std::atomic<int> rounds_done[2] = {0, 0};
+  std::atomic<bool> a_flushing{false}, b_may_flush{false};
+  std::vector<std::vector<float>> final_base(2);
+  std::vector<uint64_t> rejoins(2);
+  std::vector<std::string> errors(2);
+  std::vector<std::jthread> leaders;
+  for (int r = 0; r < 2; ++r)
+    leaders.emplace_back([&, r] {
+      try {
+        zmq::context_t context;
+        worker::RegionSync sync(table, leader_config(config, r, a_endpoint, b_endpoint), context);
+        sync.connect();
+        // Each round and at the flush, region a moves every parameter by 0.01, b by 0.02.
+        const float step = 0.01f * static_cast<float>(r + 1);
+        std::vector<float> local(table.total_elements());
+        for (int round = 0; round < kRounds; ++round) {
+          for (size_t i = 0; i < local.size(); ++i) local[i] = sync.base()[i] + step;
+          sync.exchange(local);
+          rounds_done[r] = round + 1;
+        }
+        for (size_t i = 0; i < local.size(); ++i) local[i] = sync.base()[i] + step;
+        if (r == 0) a_flushing = true;
+        while (r == 1 && !b_may_flush) std::this_thread::sleep_for(1ms);
+        rejoins[r] = sync.flush(local).rejoins;
+        final_base[r].assign(sync.base().begin(), sync.base().end());
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+
+  // Region a flushes to both servers and waits at its final pulls for b; then region b's server
+  // dies (what it held of a's flush with it) and comes back on the same address from its
+  // checkpoint of the last round; then b flushes.
+  while (!a_flushing || rounds_done[1] < kRounds) std::this_thread::sleep_for(1ms);
+  std::this_thread::sleep_for(300ms);
+  servers[1].thread.request_stop();
+  servers[1].thread.join();
+  servers[1].server.reset();
+  std::this_thread::sleep_for(300ms);
+  servers[1] = start_server(config, 1, two.context, b_endpoint);
+  b_may_flush = true;
+  leaders.clear();  // joins
+
+  for (int r = 0; r < 2; ++r) {
+    INFO("region " << config.regions[r] << ": " << errors[r]);
+    REQUIRE(errors[r].empty());
+    CHECK(rejoins[r] >= 1);
+    REQUIRE(final_base[r].size() == table.total_elements());
+    // kRounds rounds and the flush each average 0.01 and 0.02.
+    size_t wrong = 0;
+    for (size_t i = 0; i < final_base[r].size(); ++i)
+      wrong += std::fabs(final_base[r][i] - 0.015f * (kRounds + 1)) > 1e-4f ||
+               final_base[r][i] != final_base[0][i];
+    CHECK(wrong == 0);
+  }
+}
+
+TEST_CASE(
     "with shard_wait, a stopped server's shards are deferred while the other server's go "
     "on, and every region merges them when it resumes") {
   TwoServers two("defer");
