@@ -50,6 +50,10 @@ class Membership {
   // The server itself did not run for `stalled` (SIGSTOP, starvation) before `now`: that time
   // is not the regions' silence. Moves every region's last_seen on by it, never past `now`.
   void excuse(std::chrono::milliseconds stalled, TimePoint now);
+  // The server restored a checkpoint: the regions were running before it restarted, so a
+  // region's first hello is due within dead_after like any silence, not join_within (a region
+  // that ended meanwhile would otherwise hold the others' final pulls for join_within).
+  void regions_were_running() { join_within_ = dead_after_; }
   // Declares dead every counted region silent for more than dead_after at `now` (one that never
   // registered: join_within, if longer).
   std::vector<Death> expire(TimePoint now);

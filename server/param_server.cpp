@@ -117,6 +117,7 @@ void ParamServer::restore() {
     shards_[i].restore(s.version, s.released_round, s.values, s.momentum);
   }
   last_checkpoint_round_ = state->round;
+  membership_.regions_were_running();
   spdlog::info("restored checkpoint of round {} from {}", state->round,
                checkpoints_.dir().string());
   metrics_.event("restore", {{"round", state->round}});

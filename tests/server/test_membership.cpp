@@ -181,6 +181,40 @@ TEST_CASE(
   CHECK(stats(a)["regions"]["c"]["live"] == false);
 }
 
+TEST_CASE(
+    "a server restored from its checkpoint declares a region that does not come back dead after "
+    "dead_after_ms, not join_within_ms") {
+  TempDir tmp("restored-join");
+  {
+    // Regions a and b release round 1, which is checkpointed.
+    Cluster first(
+        small_config(tmp.path(), 0, std::string(kOnlyRegistered) + "\n  checkpoint: {every: 1}"));
+    auto a = first.client(), b = first.client();
+    hello(a, "a", first.table_hash());
+    hello(b, "b", first.table_hash());
+    push(a, 1, filled(kShard, 1.0f));
+    push(b, 1, filled(kShard, 1.0f));
+    REQUIRE(stats(a)["shards"][0]["released_round"] == 1);
+  }
+  // Restarted (every region counted, join_within_ms 60 s): a comes back, b and c do not.
+  Cluster again(small_config(tmp.path(), 0, "  join_within_ms: 60000"));
+  auto a = again.client();
+  hello(a, "a", again.table_hash());
+  REQUIRE(stats(a)["shards"][0]["released_round"] == 1);
+  again.clock().set(900);
+  as<wire::Ack>(expect_reply(a, wire::Heartbeat{}));
+  CHECK(stats(a)["regions"]["b"]["live"] == true);
+  again.clock().set(1200);  // past dead_after_ms (1000), far within join_within_ms
+  as<wire::Ack>(expect_reply(a, wire::Heartbeat{}));
+  auto st = stats(a);
+  for (int tick = 0; tick < 100 && st["regions"]["b"]["live"] == true; ++tick) {
+    std::this_thread::sleep_for(5ms);  // the server's next sweep
+    st = stats(a);
+  }
+  CHECK(st["regions"]["b"]["live"] == false);
+  CHECK(st["regions"]["c"]["live"] == false);
+}
+
 TEST_CASE("with wait_for_all_regions: false only registered regions hold back rounds") {
   TempDir tmp("startup-off");
   Cluster cluster(small_config(tmp.path(), 0, kOnlyRegistered));
@@ -216,6 +250,12 @@ TEST_CASE("a region's first hello may take join_within, a registered region's si
   geotrain::server::Membership n({"a"}, 10s, true, t0, 1s);
   CHECK(n.expire(t0 + 10s).empty());
   CHECK(n.expire(t0 + 10s + 1ms).size() == 1);
+  // A server restored from its checkpoint: the regions were running, dead_after applies.
+  geotrain::server::Membership restored({"a"}, 10s, true, t0, 60s);
+  restored.regions_were_running();
+  deaths = restored.expire(t0 + 10s + 1ms);
+  REQUIRE(deaths.size() == 1);
+  CHECK(deaths[0].why == "never registered within 10000 ms of the server's start");
 }
 
 TEST_CASE("time the server itself did not run (SIGSTOP) is not counted as a region's silence") {
