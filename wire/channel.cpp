@@ -1,7 +1,12 @@
 #include "wire/channel.hpp"
 
+#include <fmt/format.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 
 #include "core/check_zmq.hpp"
@@ -83,9 +88,37 @@ ZmqChannel::ZmqChannel(zmq::context_t& context, zmq::socket_type type, const std
     GT_ZMQ_CHECK(zmq_getsockopt(s, ZMQ_LAST_ENDPOINT, last, &len));
     endpoint_ = last;
   } else {
+    if (options.monitor_endpoint.empty()) {
+      // Its own monitor: connections that break (disconnects()).
+      static std::atomic<uint64_t> monitors{0};
+      const auto at =
+          fmt::format("inproc://geotrain-dealer-monitor-{}-{}", ::getpid(), monitors.fetch_add(1));
+      GT_ZMQ_CHECK(zmq_socket_monitor(s, at.c_str(), ZMQ_EVENT_DISCONNECTED));
+      monitor_ = zmq::socket_t(context, zmq::socket_type::pair);
+      monitor_.set(zmq::sockopt::linger, 0);
+      monitor_.connect(at);
+    }
     GT_ZMQ_CHECK(zmq_connect(s, endpoint.c_str()));
     endpoint_ = endpoint;
   }
+}
+
+uint64_t ZmqChannel::disconnects() {
+  if (!monitor_) return disconnects_;
+  // Each event is two frames: 6 bytes (the event, a value), then the endpoint.
+  for (;;) {
+    zmq::message_t event;
+    if (zmq_msg_recv(event.handle(), monitor_.handle(), ZMQ_DONTWAIT) < 0) break;
+    uint16_t id = 0;
+    if (event.size() >= sizeof id) std::memcpy(&id, event.data(), sizeof id);
+    while (event.more()) {
+      zmq::message_t rest;
+      if (zmq_msg_recv(rest.handle(), monitor_.handle(), 0) < 0) break;
+      event = std::move(rest);
+    }
+    if (id == ZMQ_EVENT_DISCONNECTED) ++disconnects_;
+  }
+  return disconnects_;
 }
 
 bool ZmqChannel::send(Envelope&& message) {

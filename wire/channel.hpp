@@ -84,6 +84,10 @@ class Channel {
   // max_frames frames is drained and returned as its first max_frames + 1 frames, so the
   // receiver can refuse it by frame count.
   virtual std::optional<Envelope> receive(std::chrono::milliseconds timeout) = 0;
+  // DEALER channels: how many of their connections broke since they were made (the peer's end
+  // reset, or a proxy between them restarted). ZeroMQ reconnects them by itself, but what was
+  // on the wire in them is gone: a request sent before may never be answered. 0 for others.
+  virtual uint64_t disconnects() { return 0; }
 };
 
 // The socket buffer the kernel grants for a request of `requested` bytes (0: the default), for

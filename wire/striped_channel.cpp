@@ -99,6 +99,12 @@ bool StripedDealer::send(Envelope&& message) {
   return true;
 }
 
+uint64_t StripedDealer::disconnects() {
+  uint64_t n = 0;
+  for (auto& lane : lanes_) n += lane->disconnects();
+  return n;
+}
+
 std::optional<Envelope> StripedDealer::receive(std::chrono::milliseconds timeout) {
   const auto deadline = Clock::now() + timeout;
   std::vector<zmq_pollitem_t> items(lanes_.size());

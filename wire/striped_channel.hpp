@@ -38,6 +38,7 @@ class StripedDealer final : public Channel {
   // is aborted: the server drops what it got of it).
   bool send(Envelope&& message) override;
   std::optional<Envelope> receive(std::chrono::milliseconds timeout) override;
+  uint64_t disconnects() override;  // over every lane
 
  private:
   void take(uint16_t lane, Envelope&& chunk);

@@ -17,12 +17,16 @@ class ZmqChannel final : public Channel {
   std::string endpoint() const override { return endpoint_; }
   bool send(Envelope&& message) override;
   std::optional<Envelope> receive(std::chrono::milliseconds timeout) override;
+  uint64_t disconnects() override;
 
   // For zmq_poll over several channels.
   void* handle() { return socket_.handle(); }
 
  private:
   zmq::socket_t socket_;
+  // A DEALER's own socket monitor (ZMQ_EVENT_DISCONNECTED), read by disconnects().
+  zmq::socket_t monitor_;
+  uint64_t disconnects_ = 0;
   bool router_;
   ChannelOptions options_;
   std::string endpoint_;

@@ -158,7 +158,7 @@ void RegionSync::rejoin(size_t s) {
   const auto t0 = Clock::now();
   const auto hello = links_[s].rejoin(
       wire::Hello{config_.region, wire::kProtocolVersion, layout_.layout_hash(), {}},
-      config_.timeout, config_.heartbeat, [this, s] { heartbeat_others(s); });
+      config_.timeout, config_.heartbeat, [this, s] { heartbeat_others(s); }, stop_);
   // What it holds of this region's flush: nothing after a restart from its checkpoint, all of
   // it when it only declared the region dead (a partition during the flush).
   for (const auto& info : hello.shards)

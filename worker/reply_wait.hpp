@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <stop_token>
 #include <string>
@@ -55,6 +56,10 @@ struct ReplyWait {
   bool partial = false;
   // A stop requested while the wait has lasted kStopGrace throws Stopped (checked every 100 ms).
   std::stop_token stop;
+  // The connection's count of broken connections (wire::Channel::disconnects()) when the
+  // requests awaited were sent on live ones: a higher count throws ServerLost, for what was in
+  // them may be gone (a reset, a restarted netsim) while the server still counts this region.
+  std::optional<uint64_t> disconnects_seen;
 };
 
 // Replies of one server, by request id; throws SystemError when they do not all come within

@@ -62,6 +62,7 @@ std::map<uint64_t, wire::Reply> ServerLink::collect(const std::vector<uint64_t>&
   how.parked_ids.assign(in_flight_.begin(), in_flight_.end());
   if (probe_) how.parked_ids.push_back(*probe_);
   how.parked = &parked_;
+  how.disconnects_seen = seen_disconnects_;
   auto replies = worker::collect(*client_, region_, ids, timeout, what, how);
   if (!replies.empty()) heard_from();
   return replies;
@@ -94,13 +95,16 @@ void ServerLink::lose() {
 
 wire::HelloReply ServerLink::rejoin(const wire::Hello& hello, std::chrono::milliseconds timeout,
                                     std::chrono::milliseconds heartbeat,
-                                    const std::function<void()>& while_waiting) {
+                                    const std::function<void()>& while_waiting,
+                                    std::stop_token stop) {
   const auto t0 = Clock::now();
   const auto deadline = t0 + timeout;
   std::vector<uint64_t> ids;
   std::optional<wire::Reply> answer;
   for (auto next_send = t0; !answer;) {
     const auto now = Clock::now();
+    if (stop.stop_requested() && now - t0 >= kStopGrace)
+      throw Stopped(fmt::format("stopped while rejoining the server of region {}", region_));
     if (now >= deadline)
       throw SystemError("wire", "hello (rejoin)", __FILE__, __LINE__,
                         fmt::format("region {}: the server of region {} did not answer a hello "
@@ -111,9 +115,11 @@ wire::HelloReply ServerLink::rejoin(const wire::Hello& hello, std::chrono::milli
       if (while_waiting) while_waiting();
       next_send = now + heartbeat;
     }
-    auto reply = client_->receive(std::max(
-        std::chrono::duration_cast<std::chrono::milliseconds>(std::min(next_send, deadline) - now),
-        std::chrono::milliseconds(1)));
+    auto until = std::min(next_send, deadline);
+    if (stop.stop_possible()) until = std::min(until, now + std::chrono::milliseconds(100));
+    auto reply = client_->receive(
+        std::max(std::chrono::duration_cast<std::chrono::milliseconds>(until - now),
+                 std::chrono::milliseconds(1)));
     if (reply && std::find(ids.begin(), ids.end(), reply->header.request_id) != ids.end())
       answer = std::move(reply);
   }
@@ -123,6 +129,8 @@ wire::HelloReply ServerLink::rejoin(const wire::Hello& hello, std::chrono::milli
                                  wire::error_code_name(e->code)));
   auto reply = body_as<wire::HelloReply>(*answer, region_);
   lost_ = false;
+  // Registered again over the connections as they are now: what broke before is accounted for.
+  seen_disconnects_ = client_->channel().disconnects();
   heard_from();
   return reply;
 }

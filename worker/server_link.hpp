@@ -55,7 +55,10 @@ class ServerLink {
   const std::string& region() const { return region_; }
   // Whether a connection is attached (connect() attaches one to every link).
   bool open() const { return client_ != nullptr; }
-  void attach(std::unique_ptr<wire::Client> client) { client_ = std::move(client); }
+  void attach(std::unique_ptr<wire::Client> client) {
+    client_ = std::move(client);
+    seen_disconnects_ = client_->channel().disconnects();
+  }
 
   // Sends a request; SystemError naming the server when its send queue is full.
   uint64_t send(wire::Body body, std::vector<zmq::message_t> frames = {});
@@ -94,10 +97,11 @@ class ServerLink {
   // Hello (`hello`), re-sent after every `heartbeat` without an answer (one sent while the
   // server was down may have died with the old connection), until answered or `timeout`
   // (SystemError); `while_waiting` runs at every send. InputError when the server refuses it.
-  // The link is no longer lost afterwards. Returns the server's answer.
+  // The link is no longer lost afterwards. Returns the server's answer. A stop requested on
+  // `stop` while the wait has lasted kStopGrace throws Stopped.
   wire::HelloReply rejoin(const wire::Hello& hello, std::chrono::milliseconds timeout,
                           std::chrono::milliseconds heartbeat,
-                          const std::function<void()>& while_waiting);
+                          const std::function<void()>& while_waiting, std::stop_token stop = {});
 
   // Contact: when the server last answered or was sent a heartbeat.
   void heard_from() { last_contact_ = Clock::now(); }
@@ -114,6 +118,7 @@ class ServerLink {
   std::unique_ptr<wire::Client> client_;
   Clock::time_point last_contact_{};
   bool lost_ = false;
+  uint64_t seen_disconnects_ = 0;  // the channel's disconnects() when last in step (attach, rejoin)
   bool flush_ = false;
   std::set<uint64_t> in_flight_;
   std::map<uint64_t, wire::Reply> parked_;

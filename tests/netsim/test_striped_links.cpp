@@ -68,6 +68,8 @@ TEST_CASE("striped over a link that is reset, later requests are answered whole 
   CHECK(answered > 3);
   CHECK(answered_late > 0);                   // after the reset, the lanes came back
   CHECK(proxy.stats()[0].bytes_dropped > 0);  // the reset did cut data in flight
+  // The channel saw its connections break (each lane reconnected once at least).
+  CHECK(client.channel().disconnects() >= 4);
 }
 
 }  // namespace geotrain::netsim::test

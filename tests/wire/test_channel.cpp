@@ -1,5 +1,7 @@
 #include <doctest/doctest.h>
 
+#include <thread>
+
 #include "core/error.hpp"
 #include "wire/channel.hpp"
 #include "wire/client.hpp"
@@ -173,4 +175,27 @@ TEST_CASE("a socket buffer asked for is what the kernel grants: capped at its ma
   Client client(connect_dealer(ctx, router->endpoint(), o));
   REQUIRE(client.send(Heartbeat{}));
   CHECK(router->receive(20s));
+}
+
+TEST_CASE("a DEALER counts the connections that broke; a ROUTER and inproc count none") {
+  using namespace std::chrono_literals;
+  zmq::context_t ctx;
+  auto router = wire::bind_router(ctx, "tcp://127.0.0.1:0");
+  const auto at = router->endpoint();
+  auto dealer = wire::connect_dealer(ctx, at);
+  // A round trip: the connection is up.
+  wire::Envelope hello{{}, {}};
+  hello.frames.emplace_back(std::string("hi"));
+  REQUIRE(dealer->send(std::move(hello)));
+  REQUIRE(router->receive(5s).has_value());
+  CHECK(dealer->disconnects() == 0);
+  router.reset();  // the server's end goes away
+  uint64_t seen = 0;
+  for (int i = 0; i < 500 && seen == 0; ++i) {
+    std::this_thread::sleep_for(10ms);
+    seen = dealer->disconnects();
+  }
+  CHECK(seen == 1);
+  auto local = wire::bind_router(ctx, "inproc://disconnects");
+  CHECK(local->disconnects() == 0);
 }
