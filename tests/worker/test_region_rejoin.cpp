@@ -11,9 +11,11 @@
 // config rules for worker.shard_wait_ms.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <barrier>
 #include <cmath>
+#include <functional>
 #include <thread>
 
 #include "server/param_server.hpp"
@@ -71,6 +73,12 @@ RunningServer start_server(const server::ServerConfig& config, uint32_t region,
   return s;
 }
 
+// Values of `x` more than 1e-4 away from `want`.
+size_t count_off(ConstFloatSpan x, float want) {
+  return static_cast<size_t>(
+      std::count_if(x.begin(), x.end(), [&](float v) { return std::fabs(v - want) > 1e-4f; }));
+}
+
 // Both regions' servers over loopback TCP, with their run folder `geotrain-<name>-<pid>`.
 struct TwoServers {
   explicit TwoServers(const std::string& name, uint32_t fragments = 1)
@@ -85,6 +93,59 @@ struct TwoServers {
     auto c = leader_config(config, r, servers[0].server->endpoint(), servers[1].server->endpoint());
     c.shard_wait = 150ms;
     return c;
+  }
+  // Server s stops taking messages (its loop ends; they wait in its socket), as under SIGSTOP.
+  void stop_loop(uint32_t s) {
+    servers[s].thread.request_stop();
+    servers[s].thread.join();
+  }
+  // Server s dies (in-flight requests are lost with it) and, `down` later, comes back on the same
+  // address, restoring its newest checkpoint.
+  void restart(uint32_t s, std::chrono::milliseconds down = {}) {
+    const std::string endpoint = servers[s].server->endpoint();
+    if (servers[s].thread.joinable()) stop_loop(s);
+    servers[s].server.reset();
+    std::this_thread::sleep_for(down);
+    // The old socket is closed by ZeroMQ's I/O thread, a moment later: until then its port is
+    // taken.
+    for (int attempt = 0;; ++attempt) {
+      try {
+        servers[s] = start_server(config, s, context, endpoint);
+        return;
+      } catch (const std::exception& e) {
+        REQUIRE_MESSAGE(attempt < 200, "server ", s, " could not come back: ", e.what());
+        std::this_thread::sleep_for(std::chrono::milliseconds(25));
+      }
+    }
+  }
+  // The two leaders at once, each on its own thread with its own ZeroMQ context and a RegionSync
+  // connected with config_of(r), handed to body(r, sync); `meanwhile` runs on this thread before
+  // they are joined. Returns what each threw (empty: nothing); on_error(r) runs on its thread.
+  std::vector<std::string> run_leaders(const std::function<worker::SyncConfig(int)>& config_of,
+                                       const std::function<void(int, worker::RegionSync&)>& body,
+                                       const std::function<void()>& meanwhile,
+                                       const std::function<void(int)>& on_error = {}) {
+    const ParamTable table(config.tensors, config.critical);
+    std::vector<std::string> errors(2);
+    std::vector<std::jthread> leaders;
+    for (int r = 0; r < 2; ++r)
+      leaders.emplace_back([&, r] {
+        try {
+          zmq::context_t leader_context;
+          worker::RegionSync sync(table, config_of(r), leader_context);
+          sync.connect();
+          body(r, sync);
+        } catch (const std::exception& e) {
+          errors[r] = e.what();
+          if (on_error) on_error(r);
+        }
+      });
+    meanwhile();
+    leaders.clear();  // joins
+    return errors;
+  }
+  worker::SyncConfig leader(int r) const {
+    return leader_config(config, r, servers[0].server->endpoint(), servers[1].server->endpoint());
   }
   ~TwoServers() {
     for (auto& s : servers) s.thread.request_stop();
@@ -101,59 +162,41 @@ struct TwoServers {
 
 TEST_CASE("leaders rejoin a server restarted from its checkpoint and re-push the lost rounds") {
   TwoServers two("rejoin");
-  const auto& config = two.config;
-  auto& servers = two.servers;
-  const std::string b_endpoint = servers[1].server->endpoint();
-
-  const ParamTable table(config.tensors, config.critical);
   constexpr int kRounds = 12;
   std::atomic<int> rounds_done[2] = {0, 0};
   std::vector<std::vector<float>> final_base(2);
   std::vector<uint64_t> rejoins(2);
-  std::vector<std::string> errors(2);
-  std::vector<std::jthread> leaders;
-  for (int r = 0; r < 2; ++r)
-    leaders.emplace_back([&, r] {
-      try {
-        zmq::context_t context;
-        const auto c = leader_config(config, r, servers[0].server->endpoint(), b_endpoint);
-        worker::RegionSync sync(table, c, context);
-        sync.connect();
-        // Each round, region a moves every parameter by 0.01 and region b by 0.02.
-        const float step = 0.01f * static_cast<float>(r + 1);
-        std::vector<float> local(table.total_elements());
-        for (int round = 0; round < kRounds; ++round) {
-          for (size_t i = 0; i < local.size(); ++i) local[i] = sync.base()[i] + step;
-          std::this_thread::sleep_for(20ms);
-          sync.exchange(local);
-          rounds_done[r] = round + 1;
-        }
-        final_base[r].assign(sync.base().begin(), sync.base().end());
-        rejoins[r] = sync.rejoins();
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
-    });
-
-  // Region b's server dies after round 4 (its loop stops and it is gone: in-flight requests are
-  // lost), and comes back on the same address 300 ms later, restoring its newest checkpoint.
-  while (rounds_done[0] < 4 || rounds_done[1] < 4) std::this_thread::sleep_for(1ms);
-  servers[1].thread.request_stop();
-  servers[1].thread.join();
-  servers[1].server.reset();
-  std::this_thread::sleep_for(300ms);
-  servers[1] = start_server(config, 1, two.context, b_endpoint);
-  leaders.clear();  // joins
+  const auto errors =
+      two.run_leaders([&](int r) { return two.leader(r); },
+                      [&](int r, worker::RegionSync& sync) {
+                        // Each round, region a moves every parameter by 0.01 and region b by 0.02.
+                        const float step = 0.01f * static_cast<float>(r + 1);
+                        std::vector<float> local(sync.base().size());
+                        for (int round = 0; round < kRounds; ++round) {
+                          for (size_t i = 0; i < local.size(); ++i)
+                            local[i] = sync.base()[i] + step;
+                          std::this_thread::sleep_for(20ms);
+                          sync.exchange(local);
+                          rounds_done[r] = round + 1;
+                        }
+                        final_base[r].assign(sync.base().begin(), sync.base().end());
+                        rejoins[r] = sync.rejoins();
+                      },
+                      [&] {
+                        // Region b's server dies after round 4 (in-flight requests are lost), and
+                        // comes back on the same address 300 ms later, restoring its newest
+                        // checkpoint.
+                        while (rounds_done[0] < 4 || rounds_done[1] < 4)
+                          std::this_thread::sleep_for(1ms);
+                        two.restart(1, 300ms);
+                      });
 
   for (int r = 0; r < 2; ++r) {
-    INFO("region " << config.regions[r] << ": " << errors[r]);
+    INFO("region " << two.config.regions[r] << ": " << errors[r]);
     REQUIRE(errors[r].empty());
     CHECK(rejoins[r] >= 1);
-    REQUIRE(final_base[r].size() == table.total_elements());
     // Every round averages 0.01 and 0.02: 12 rounds move every parameter by 0.18.
-    size_t wrong = 0;
-    for (float v : final_base[r]) wrong += std::fabs(v - 0.015f * kRounds) > 1e-4f;
-    CHECK(wrong == 0);
+    CHECK(count_off(final_base[r], 0.015f * kRounds) == 0);
   }
 }
 
@@ -161,67 +204,49 @@ TEST_CASE(
     "a server restarted from its checkpoint during the flush: every region rejoins it, flushes "
     "again what it lost, and ends with the same global model") {
   TwoServers two("flush-restart");
-  const auto& config = two.config;
-  auto& servers = two.servers;
-  const std::string a_endpoint = servers[0].server->endpoint();
-  const std::string b_endpoint = servers[1].server->endpoint();
-
-  const ParamTable table(config.tensors, config.critical);
   constexpr int kRounds = 3;
   std::atomic<int> rounds_done[2] = {0, 0};
   std::atomic<bool> a_flushing{false}, b_may_flush{false};
   std::vector<std::vector<float>> final_base(2);
   std::vector<uint64_t> rejoins(2);
-  std::vector<std::string> errors(2);
-  std::vector<std::jthread> leaders;
-  for (int r = 0; r < 2; ++r)
-    leaders.emplace_back([&, r] {
-      try {
-        zmq::context_t context;
-        worker::RegionSync sync(table, leader_config(config, r, a_endpoint, b_endpoint), context);
-        sync.connect();
-        // Each round and at the flush, region a moves every parameter by 0.01, b by 0.02.
-        const float step = 0.01f * static_cast<float>(r + 1);
-        std::vector<float> local(table.total_elements());
-        for (int round = 0; round < kRounds; ++round) {
-          for (size_t i = 0; i < local.size(); ++i) local[i] = sync.base()[i] + step;
-          sync.exchange(local);
-          rounds_done[r] = round + 1;
-        }
-        for (size_t i = 0; i < local.size(); ++i) local[i] = sync.base()[i] + step;
-        if (r == 0) a_flushing = true;
-        while (r == 1 && !b_may_flush) std::this_thread::sleep_for(1ms);
-        rejoins[r] = sync.flush(local).rejoins;
-        final_base[r].assign(sync.base().begin(), sync.base().end());
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
-    });
-
-  // Region a flushes to both servers and waits at its final pulls for b; then region b's server
-  // dies (what it held of a's flush with it) and comes back on the same address from its
-  // checkpoint of the last round; then b flushes.
-  while (!a_flushing || rounds_done[1] < kRounds) std::this_thread::sleep_for(1ms);
-  std::this_thread::sleep_for(300ms);
-  servers[1].thread.request_stop();
-  servers[1].thread.join();
-  servers[1].server.reset();
-  std::this_thread::sleep_for(300ms);
-  servers[1] = start_server(config, 1, two.context, b_endpoint);
-  b_may_flush = true;
-  leaders.clear();  // joins
+  const auto errors =
+      two.run_leaders([&](int r) { return two.leader(r); },
+                      [&](int r, worker::RegionSync& sync) {
+                        // Each round and at the flush, region a moves every parameter by 0.01, b by
+                        // 0.02.
+                        const float step = 0.01f * static_cast<float>(r + 1);
+                        std::vector<float> local(sync.base().size());
+                        for (int round = 0; round < kRounds; ++round) {
+                          for (size_t i = 0; i < local.size(); ++i)
+                            local[i] = sync.base()[i] + step;
+                          sync.exchange(local);
+                          rounds_done[r] = round + 1;
+                        }
+                        for (size_t i = 0; i < local.size(); ++i) local[i] = sync.base()[i] + step;
+                        if (r == 0) a_flushing = true;
+                        while (r == 1 && !b_may_flush) std::this_thread::sleep_for(1ms);
+                        rejoins[r] = sync.flush(local).rejoins;
+                        final_base[r].assign(sync.base().begin(), sync.base().end());
+                      },
+                      [&] {
+                        // Region a flushes to both servers and waits at its final pulls for b; then
+                        // region b's server dies (what it held of a's flush with it) and comes back
+                        // on the same address from its checkpoint of the last round; then b
+                        // flushes.
+                        while (!a_flushing || rounds_done[1] < kRounds)
+                          std::this_thread::sleep_for(1ms);
+                        std::this_thread::sleep_for(300ms);
+                        two.restart(1, 300ms);
+                        b_may_flush = true;
+                      });
 
   for (int r = 0; r < 2; ++r) {
-    INFO("region " << config.regions[r] << ": " << errors[r]);
+    INFO("region " << two.config.regions[r] << ": " << errors[r]);
     REQUIRE(errors[r].empty());
     CHECK(rejoins[r] >= 1);
-    REQUIRE(final_base[r].size() == table.total_elements());
-    // kRounds rounds and the flush each average 0.01 and 0.02.
-    size_t wrong = 0;
-    for (size_t i = 0; i < final_base[r].size(); ++i)
-      wrong += std::fabs(final_base[r][i] - 0.015f * (kRounds + 1)) > 1e-4f ||
-               final_base[r][i] != final_base[0][i];
-    CHECK(wrong == 0);
+    // kRounds rounds and the flush each average 0.01 and 0.02, the same in both regions.
+    CHECK(count_off(final_base[r], 0.015f * (kRounds + 1)) == 0);
+    CHECK(final_base[r] == final_base[0]);
   }
 }
 
@@ -229,65 +254,58 @@ TEST_CASE(
     "a deferred shard whose server restarted before the flush is pulled in full and flushed at "
     "the round the restarted server counts") {
   TwoServers two("flush-deferred-restart");
-  const auto& config = two.config;
   auto& servers = two.servers;
-  const std::string a_endpoint = servers[0].server->endpoint();
-  const std::string b_endpoint = servers[1].server->endpoint();
-  const ParamTable table(config.tensors, config.critical);
   constexpr int kRounds = 3;
   std::barrier round_start(3);  // the two leaders and this thread
   std::atomic<int> rounds_done[2] = {0, 0};
   std::atomic<bool> restarted{false};
   std::vector<std::vector<float>> final_base(2);
   std::vector<std::vector<ElementRange>> deferred(2);
-  std::vector<std::string> errors(2);
-  std::vector<std::jthread> leaders;
-  for (int r = 0; r < 2; ++r)
-    leaders.emplace_back([&, r] {
-      try {
-        zmq::context_t context;
-        worker::RegionSync sync(table, two.deferring_leader(r), context);
-        sync.connect();
-        const float step = 0.01f * static_cast<float>(r + 1);
-        std::vector<float> local(table.total_elements());
-        for (int round = 0; round < kRounds; ++round) {
-          round_start.arrive_and_wait();
-          for (size_t i = 0; i < local.size(); ++i) local[i] = sync.base()[i] + step;
-          deferred[r] = sync.exchange(local, std::nullopt, /*defer=*/true).deferred;
-          rounds_done[r] = round + 1;
-        }
-        round_start.arrive_and_wait();  // the last round is over
-        while (!restarted) std::this_thread::sleep_for(1ms);
-        // No progress after the last round: a shard merged at the flush takes the global values.
-        std::copy(sync.base().begin(), sync.base().end(), local.begin());
-        sync.flush(local, [&](const ElementRange& range) {
-          for (uint64_t i = range.offset; i < range.end(); ++i) local[i] = sync.base()[i];
-        });
-        final_base[r].assign(sync.base().begin(), sync.base().end());
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-        round_start.arrive_and_drop();
-      }
-    });
-  // Region b's server stops before the last round (its shards are deferred in it), then dies and
-  // comes back from its checkpoint of round kRounds - 1; the regions flush after that.
-  for (int round = 0; round < kRounds - 1; ++round) round_start.arrive_and_wait();
-  while (rounds_done[0] < kRounds - 1 || rounds_done[1] < kRounds - 1)
-    std::this_thread::sleep_for(1ms);
-  servers[1].thread.request_stop();
-  servers[1].thread.join();
-  round_start.arrive_and_wait();  // the last round starts
-  round_start.arrive_and_wait();  // and is over, b's shards deferred
-  servers[1].server.reset();
-  servers[1] = start_server(config, 1, two.context, b_endpoint);
-  restarted = true;
-  leaders.clear();
+  const auto errors =
+      two.run_leaders([&](int r) { return two.deferring_leader(r); },
+                      [&](int r, worker::RegionSync& sync) {
+                        const float step = 0.01f * static_cast<float>(r + 1);
+                        std::vector<float> local(sync.base().size());
+                        for (int round = 0; round < kRounds; ++round) {
+                          round_start.arrive_and_wait();
+                          for (size_t i = 0; i < local.size(); ++i)
+                            local[i] = sync.base()[i] + step;
+                          deferred[r] = sync.exchange(local, std::nullopt, /*defer=*/true).deferred;
+                          rounds_done[r] = round + 1;
+                        }
+                        round_start.arrive_and_wait();  // the last round is over
+                        while (!restarted) std::this_thread::sleep_for(1ms);
+                        // No progress after the last round: a shard merged at the flush takes the
+                        // global values.
+                        std::copy(sync.base().begin(), sync.base().end(), local.begin());
+                        sync.flush(local, [&](const ElementRange& range) {
+                          for (uint64_t i = range.offset; i < range.end(); ++i)
+                            local[i] = sync.base()[i];
+                        });
+                        final_base[r].assign(sync.base().begin(), sync.base().end());
+                      },
+                      [&] {
+                        // Region b's server stops before the last round (its shards are deferred in
+                        // it), then dies and comes back from its checkpoint of round kRounds - 1;
+                        // then the regions flush.
+                        for (int round = 0; round < kRounds - 1; ++round)
+                          round_start.arrive_and_wait();
+                        while (rounds_done[0] < kRounds - 1 || rounds_done[1] < kRounds - 1)
+                          std::this_thread::sleep_for(1ms);
+                        two.stop_loop(1);
+                        round_start.arrive_and_wait();  // the last round starts
+                        round_start.arrive_and_wait();  // and is over, b's shards deferred
+                        two.restart(1);
+                        restarted = true;
+                      },
+                      [&](int) { round_start.arrive_and_drop(); });
 
   for (int r = 0; r < 2; ++r) {
-    INFO("region " << config.regions[r] << ": " << errors[r]);
+    INFO("region " << two.config.regions[r] << ": " << errors[r]);
     REQUIRE(errors[r].empty());
     CHECK_FALSE(deferred[r].empty());
-    REQUIRE(final_base[r].size() == table.total_elements());
+    REQUIRE(final_base[r].size() ==
+            ParamTable(two.config.tensors, two.config.critical).total_elements());
   }
   // Server a's shards: every round, 0.015 each; server b's: the last round was lost with it.
   size_t wrong = 0;
@@ -369,8 +387,7 @@ TEST_CASE(
   // requests wait in its socket, and then it goes on with them.
   while (rounds_done[0] < 4 || rounds_done[1] < 4) std::this_thread::sleep_for(1ms);
   stopped = true;
-  servers[1].thread.request_stop();
-  servers[1].thread.join();
+  two.stop_loop(1);
   std::this_thread::sleep_for(600ms);
   auto* b = servers[1].server.get();
   servers[1].thread = std::jthread([b](std::stop_token st) { b->run(st); });
