@@ -171,6 +171,7 @@ class RegionLeader {
     d["push_s"] = r.push_seconds;
     d["pull_s"] = r.pull_seconds;
     d["segments_owed"] = r.segments_owed;
+    d["rejoins"] = r.rejoins;
     return d;
   }
 
