@@ -79,6 +79,24 @@ size_t count_off(ConstFloatSpan x, float want) {
       std::count_if(x.begin(), x.end(), [&](float v) { return std::fabs(v - want) > 1e-4f; }));
 }
 
+// Region r's step in every round: a moves every parameter by 0.01, b by 0.02.
+float step_of(int r) { return 0.01f * static_cast<float>(r + 1); }
+
+// `rounds` synchronous rounds of region r, each its step from the global values then the
+// exchange (after `pause`); `done` counts them. Returns its local parameters, a step ahead.
+std::vector<float> step_rounds(worker::RegionSync& sync, int r, int rounds, std::atomic<int>& done,
+                               std::chrono::milliseconds pause = {}) {
+  std::vector<float> local(sync.base().size());
+  for (int round = 0; round < rounds; ++round) {
+    for (size_t i = 0; i < local.size(); ++i) local[i] = sync.base()[i] + step_of(r);
+    std::this_thread::sleep_for(pause);
+    sync.exchange(local);
+    done = round + 1;
+  }
+  for (size_t i = 0; i < local.size(); ++i) local[i] = sync.base()[i] + step_of(r);
+  return local;
+}
+
 // Both regions' servers over loopback TCP, with their run folder `geotrain-<name>-<pid>`.
 struct TwoServers {
   explicit TwoServers(const std::string& name, uint32_t fragments = 1)
@@ -166,30 +184,18 @@ TEST_CASE("leaders rejoin a server restarted from its checkpoint and re-push the
   std::atomic<int> rounds_done[2] = {0, 0};
   std::vector<std::vector<float>> final_base(2);
   std::vector<uint64_t> rejoins(2);
-  const auto errors =
-      two.run_leaders([&](int r) { return two.leader(r); },
-                      [&](int r, worker::RegionSync& sync) {
-                        // Each round, region a moves every parameter by 0.01 and region b by 0.02.
-                        const float step = 0.01f * static_cast<float>(r + 1);
-                        std::vector<float> local(sync.base().size());
-                        for (int round = 0; round < kRounds; ++round) {
-                          for (size_t i = 0; i < local.size(); ++i)
-                            local[i] = sync.base()[i] + step;
-                          std::this_thread::sleep_for(20ms);
-                          sync.exchange(local);
-                          rounds_done[r] = round + 1;
-                        }
-                        final_base[r].assign(sync.base().begin(), sync.base().end());
-                        rejoins[r] = sync.rejoins();
-                      },
-                      [&] {
-                        // Region b's server dies after round 4 (in-flight requests are lost), and
-                        // comes back on the same address 300 ms later, restoring its newest
-                        // checkpoint.
-                        while (rounds_done[0] < 4 || rounds_done[1] < 4)
-                          std::this_thread::sleep_for(1ms);
-                        two.restart(1, 300ms);
-                      });
+  const auto leader = [&](int r) { return two.leader(r); };
+  const auto train = [&](int r, worker::RegionSync& sync) {
+    step_rounds(sync, r, kRounds, rounds_done[r], 20ms);
+    final_base[r].assign(sync.base().begin(), sync.base().end());
+    rejoins[r] = sync.rejoins();
+  };
+  const auto errors = two.run_leaders(leader, train, [&] {
+    // Region b's server dies after round 4 (in-flight requests are lost), and comes back on the
+    // same address 300 ms later, restoring its newest checkpoint.
+    while (rounds_done[0] < 4 || rounds_done[1] < 4) std::this_thread::sleep_for(1ms);
+    two.restart(1, 300ms);
+  });
 
   for (int r = 0; r < 2; ++r) {
     INFO("region " << two.config.regions[r] << ": " << errors[r]);
@@ -209,36 +215,24 @@ TEST_CASE(
   std::atomic<bool> a_flushing{false}, b_may_flush{false};
   std::vector<std::vector<float>> final_base(2);
   std::vector<uint64_t> rejoins(2);
-  const auto errors =
-      two.run_leaders([&](int r) { return two.leader(r); },
-                      [&](int r, worker::RegionSync& sync) {
-                        // Each round and at the flush, region a moves every parameter by 0.01, b by
-                        // 0.02.
-                        const float step = 0.01f * static_cast<float>(r + 1);
-                        std::vector<float> local(sync.base().size());
-                        for (int round = 0; round < kRounds; ++round) {
-                          for (size_t i = 0; i < local.size(); ++i)
-                            local[i] = sync.base()[i] + step;
-                          sync.exchange(local);
-                          rounds_done[r] = round + 1;
-                        }
-                        for (size_t i = 0; i < local.size(); ++i) local[i] = sync.base()[i] + step;
-                        if (r == 0) a_flushing = true;
-                        while (r == 1 && !b_may_flush) std::this_thread::sleep_for(1ms);
-                        rejoins[r] = sync.flush(local).rejoins;
-                        final_base[r].assign(sync.base().begin(), sync.base().end());
-                      },
-                      [&] {
-                        // Region a flushes to both servers and waits at its final pulls for b; then
-                        // region b's server dies (what it held of a's flush with it) and comes back
-                        // on the same address from its checkpoint of the last round; then b
-                        // flushes.
-                        while (!a_flushing || rounds_done[1] < kRounds)
-                          std::this_thread::sleep_for(1ms);
-                        std::this_thread::sleep_for(300ms);
-                        two.restart(1, 300ms);
-                        b_may_flush = true;
-                      });
+  const auto leader = [&](int r) { return two.leader(r); };
+  const auto train_and_flush = [&](int r, worker::RegionSync& sync) {
+    // The flush owes one more step.
+    auto local = step_rounds(sync, r, kRounds, rounds_done[r]);
+    if (r == 0) a_flushing = true;
+    while (r == 1 && !b_may_flush) std::this_thread::sleep_for(1ms);
+    rejoins[r] = sync.flush(local).rejoins;
+    final_base[r].assign(sync.base().begin(), sync.base().end());
+  };
+  const auto errors = two.run_leaders(leader, train_and_flush, [&] {
+    // Region a flushes to both servers and waits at its final pulls for b; then region b's
+    // server dies (what it held of a's flush with it) and comes back on the same address from
+    // its checkpoint of the last round; then b flushes.
+    while (!a_flushing || rounds_done[1] < kRounds) std::this_thread::sleep_for(1ms);
+    std::this_thread::sleep_for(300ms);
+    two.restart(1, 300ms);
+    b_may_flush = true;
+  });
 
   for (int r = 0; r < 2; ++r) {
     INFO("region " << two.config.regions[r] << ": " << errors[r]);
