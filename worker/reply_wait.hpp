@@ -19,8 +19,9 @@
 namespace geotrain::worker {
 
 // The server no longer knows this region: it restarted (from a checkpoint), a new connection
-// replaced ours (netsim restarted), or it declared the region dead. Thrown by collect(); the
-// caller rejoins that server and retries the round's shards there.
+// replaced ours (netsim restarted), or it declared the region dead; or one of our connections to
+// it broke while replies were awaited (ReplyWait::disconnects_seen), so they may never come.
+// Thrown by collect(); the caller rejoins that server and retries the round's shards there.
 class ServerLost : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
