@@ -4,8 +4,8 @@
 //   fp32     identity (lossless), 32 bits/element
 //   fp16     IEEE half, round to nearest even, 16 bits/element
 //   bf16     bfloat16, round to nearest even, 16 bits/element
-//   int8     per-chunk absmax scale, 8 + 32/chunk bits/element
-//   int4     per-chunk absmax scale, 4 + 32/chunk bits/element
+//   int8     per-chunk absmax scale (or a step of some RMS), 8 + 32/chunk bits/element
+//   int4     per-chunk absmax scale (or a step of some RMS), 4 + 32/chunk bits/element
 //   onebit   sign + per-chunk mean |x| (the MSE-optimal scale for the sign pattern), 1 + 32/chunk;
 //            or with OnebitScale::rms, sqrt(mean x^2) (keeps the chunk's L2 norm), same payload
 //   fp4      E2M1 (OCP MX FP4) with a per-chunk scale absmax/6, 4 + 32/chunk bits/element
@@ -25,6 +25,9 @@
 namespace geotrain::compression {
 
 inline constexpr uint32_t kDefaultChunk = 1024;
+// The range of QuantOptions::step (besides 0), in multiples of the chunk's RMS.
+inline constexpr float kMinStep = 1.0f / 64;
+inline constexpr float kMaxStep = 16.0f;
 
 // onebit's per-chunk scale: mean |x| or sqrt(mean x^2) (kernels/codec_cpu.hpp says why).
 using OnebitScale = kernels::OnebitScale;
@@ -33,6 +36,9 @@ struct QuantOptions {
   uint32_t chunk = kDefaultChunk;  // multiple of 32, in [32, 2^20]
   bool stochastic = false;         // unbiased stochastic rounding instead of round-to-nearest
   uint64_t seed = 0;               // seed of the counter-based RNG (stochastic only)
+  // int8, int4: 0 scales each chunk by its absmax (nothing clips); > 0 makes the quantisation
+  // step this many times the chunk's RMS, clipping past +-levels steps (kernels/codec_cpu.hpp).
+  float step = 0.0f;
 };
 
 struct TopkOptions {

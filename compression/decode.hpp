@@ -21,6 +21,8 @@ void decode_qtopk(const PayloadHeader& h, ConstByteSpan body, FloatSpan y, bool 
 void decode_zstd(const PayloadHeader& h, ConstByteSpan body, FloatSpan y, bool add);
 
 void require_chunk(uint32_t chunk, std::string_view what);
+// QuantOptions::step: 0, or within [kMinStep, kMaxStep].
+void require_step(float step, std::string_view what);
 
 // The dense codecs (fp32, fp16, bf16, int8, int4, fp4, onebit): whether a codec has per-chunk
 // scales, the exact body size for n elements, and the checks of a parsed dense payload's own

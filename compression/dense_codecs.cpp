@@ -1,5 +1,6 @@
 // fp32, fp16, bf16, int8, int4, fp4 and onebit: codecs whose body size depends only on the element
 // count and chunk. Packing is done by kernels/codec_cpu; this file owns layout and validation.
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -57,6 +58,10 @@ class DenseCodec final : public Codec {
       detail::require_chunk(options_.chunk, codec_name(id_));
     else
       options_.chunk = 0;
+    GT_ASSERT(id_ == CodecId::int8 || id_ == CodecId::int4 || options_.step == 0.0f,
+              "{}: a quantisation step was given to a codec without integer levels",
+              codec_name(id_));
+    detail::require_step(options_.step, codec_name(id_));
   }
 
   CodecId id() const override { return id_; }
@@ -66,6 +71,7 @@ class DenseCodec final : public Codec {
     std::string s = codec_name(id_);
     if (is_chunked(id_)) s += fmt::format(":chunk={}", options_.chunk);
     if (options_.stochastic) s += fmt::format(",stochastic,seed={}", options_.seed);
+    if (options_.step > 0.0f) s += fmt::format(",step={}", options_.step);
     if (onebit_scale_ == OnebitScale::rms) s += ",scale=rms";  // mean, the default, is left out
     return s;
   }
@@ -117,11 +123,11 @@ class DenseCodec final : public Codec {
         break;
       case CodecId::int8:
         kc::cpu::int8_encode(g, residual, n, chunk, rounding, scales,
-                             reinterpret_cast<int8_t*>(packed));
+                             reinterpret_cast<int8_t*>(packed), options_.step);
         break;
       case CodecId::int4:
         kc::cpu::int4_encode(g, residual, n, chunk, rounding, scales,
-                             reinterpret_cast<uint8_t*>(packed));
+                             reinterpret_cast<uint8_t*>(packed), options_.step);
         break;
       case CodecId::fp4:
         kc::cpu::fp4_encode(g, residual, n, chunk, scales, reinterpret_cast<uint8_t*>(packed));
@@ -167,10 +173,10 @@ std::unique_ptr<Codec> make_int4_codec(QuantOptions o) {
   return std::make_unique<DenseCodec>(CodecId::int4, o);
 }
 std::unique_ptr<Codec> make_fp4_codec(uint32_t chunk) {
-  return std::make_unique<DenseCodec>(CodecId::fp4, QuantOptions{chunk, false, 0});
+  return std::make_unique<DenseCodec>(CodecId::fp4, QuantOptions{.chunk = chunk});
 }
 std::unique_ptr<Codec> make_onebit_codec(uint32_t chunk, OnebitScale scale) {
-  return std::make_unique<DenseCodec>(CodecId::onebit, QuantOptions{chunk, false, 0}, scale);
+  return std::make_unique<DenseCodec>(CodecId::onebit, QuantOptions{.chunk = chunk}, scale);
 }
 
 namespace detail {
@@ -179,6 +185,12 @@ void require_chunk(uint32_t chunk, std::string_view what) {
   GT_REQUIRE(chunk >= 32 && chunk <= kMaxChunk && chunk % 32 == 0,
              "{}: chunk {} is invalid: must be a multiple of 32 in [32, {}]", what, chunk,
              kMaxChunk);
+}
+
+void require_step(float step, std::string_view what) {
+  GT_REQUIRE(step == 0.0f || (std::isfinite(step) && step >= kMinStep && step <= kMaxStep),
+             "{}: step {} is invalid: must be in [{}, {}] (a multiple of the chunk's RMS)", what,
+             step, kMinStep, kMaxStep);
 }
 
 void check_dense(const PayloadHeader& h) {

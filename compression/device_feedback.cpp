@@ -53,6 +53,10 @@ DeviceFeedback::~DeviceFeedback() = default;
 
 void DeviceFeedback::set_codec(std::string_view codec_spec) {
   CodecSettings settings = parse_codec_spec(codec_spec);
+  GT_REQUIRE(settings.quant.step == 0.0f,
+             "codec spec '{}': step is not available on the device (its kernels scale by the "
+             "absmax); encode on the host",
+             codec_spec);
   auto zstd =
       settings.zstd_level ? std::make_unique<detail::ZstdPacker>(*settings.zstd_level) : nullptr;
   spec_ = std::string(codec_spec);

@@ -103,11 +103,16 @@ CodecSettings parse_base(std::string_view text, std::string_view whole) {
     return s;
   }
   if (o.codec == "int8" || o.codec == "int4") {
-    allow_only(o, {"chunk", "stochastic", "seed"}, whole);
+    allow_only(o, {"chunk", "stochastic", "seed", "step"}, whole);
     s.id = o.codec == "int8" ? CodecId::int8 : CodecId::int4;
     s.quant.chunk = parse_number<uint32_t>(o, "chunk", kDefaultChunk, whole);
     s.quant.stochastic = take_flag(o, "stochastic", whole);
     s.quant.seed = parse_number<uint64_t>(o, "seed", 0, whole);
+    s.quant.step = parse_number<float>(o, "step", 0.0f, whole);
+    GT_REQUIRE(!o.values.contains("step") || s.quant.step > 0.0f,
+               "codec spec '{}': step={} is invalid: must be in [{}, {}] (a multiple of the "
+               "chunk's RMS; leave it out for the absmax scale)",
+               whole, o.values.find("step")->second, kMinStep, kMaxStep);
     GT_REQUIRE(s.quant.stochastic || !o.values.contains("seed"),
                "codec spec '{}': seed only applies with stochastic rounding", whole);
     return s;

@@ -142,23 +142,29 @@ namespace {
 // packs the chunk (and updates its residual) given x, its offset, count, 1/scale and scale.
 template <typename Pack>
 inline void quant_encode(const float* GT_RESTRICT g, float* GT_RESTRICT residual, size_t n,
-                         uint32_t chunk, float levels, float* GT_RESTRICT scales, Pack pack) {
+                         uint32_t chunk, float levels, float step, float* GT_RESTRICT scales,
+                         Pack pack) {
   for (size_t c = 0, begin = 0; begin < n; ++c, begin += chunk) {
     const size_t count = std::min<size_t>(chunk, n - begin);
     float* res = residual ? residual + begin : nullptr;
     const float* x = feedback_input(g + begin, res, count);
-    const float absmax = chunk_absmax(x, count);
-    scales[c] = quant_scale(absmax, levels);
-    pack(x, res, begin, count, quant_inv(absmax, levels), scales[c]);
+    if (step > 0.0f) {  // the step from the RMS; values past +-levels steps clip
+      scales[c] = step * onebit_scale(x, count, OnebitScale::rms);
+      pack(x, res, begin, count, scales[c] > 0.0f ? 1.0f / scales[c] : 0.0f, scales[c]);
+    } else {
+      const float absmax = chunk_absmax(x, count);
+      scales[c] = quant_scale(absmax, levels);
+      pack(x, res, begin, count, quant_inv(absmax, levels), scales[c]);
+    }
   }
 }
 }  // namespace
 
 GT_CPU_CLONES void int8_encode(const float* GT_RESTRICT g, float* GT_RESTRICT residual, size_t n,
                                uint32_t chunk, Rounding rounding, float* GT_RESTRICT scales,
-                               int8_t* GT_RESTRICT q) {
+                               int8_t* GT_RESTRICT q, float step) {
   constexpr float kLevels = 127.0f;
-  quant_encode(g, residual, n, chunk, kLevels, scales,
+  quant_encode(g, residual, n, chunk, kLevels, step, scales,
                [&](const float* x, float* res, size_t begin, size_t count, float inv, float scale) {
                  int8_t* out = q + begin;
                  quantize_chunk(x, begin, count, inv, kLevels, rounding, out);
@@ -193,11 +199,11 @@ inline int int4_nibble(const uint8_t* packed, size_t i) {
 
 GT_CPU_CLONES void int4_encode(const float* GT_RESTRICT g, float* GT_RESTRICT residual, size_t n,
                                uint32_t chunk, Rounding rounding, float* GT_RESTRICT scales,
-                               uint8_t* GT_RESTRICT packed) {
+                               uint8_t* GT_RESTRICT packed, float step) {
   constexpr float kLevels = 7.0f;
   // chunk is even (a multiple of 32), so a byte never straddles two chunks.
   quant_encode(
-      g, residual, n, chunk, kLevels, scales,
+      g, residual, n, chunk, kLevels, step, scales,
       [&](const float* x, float* res, size_t begin, size_t count, float inv, float scale) {
         int8_t values[1024];
         for (size_t part = 0; part < count; part += sizeof values) {
@@ -246,7 +252,7 @@ GT_CPU_CLONES void fp4_encode(const float* GT_RESTRICT g, float* GT_RESTRICT res
                               uint32_t chunk, float* GT_RESTRICT scales,
                               uint8_t* GT_RESTRICT packed) {
   // chunk is even (a multiple of 32), so a byte never straddles two chunks.
-  quant_encode(g, residual, n, chunk, kFp4Max, scales,
+  quant_encode(g, residual, n, chunk, kFp4Max, 0.0f, scales,
                [&](const float* x, float* res, size_t begin, size_t count, float inv, float scale) {
                  uint8_t* out = packed + begin / 2;
                  for (size_t i = 0; i < count / 2; ++i)

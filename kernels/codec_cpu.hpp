@@ -48,16 +48,23 @@ void fp16_decode(const uint16_t* in, size_t n, float* y, bool add);
 void bf16_encode(const float* g, float* residual, size_t n, uint16_t* out);
 void bf16_decode(const uint16_t* in, size_t n, float* y, bool add);
 
-// int8: scales (chunk_count) fp32 = absmax/127, q (n) int8.
+// int8 and int4 take the chunk's quantisation step from its absmax (step == 0: scale =
+// absmax/levels, nothing clips) or from its RMS (step > 0: scale = step * sqrt(mean x^2), the
+// canonical lane sum as onebit's rms; values beyond +-levels steps clip to +-levels). A step of
+// about 2 RMS sends most elements as 0 and +-1, which an entropy stage (zstd) packs into 1-1.5
+// bits: an entropy-coded scalar quantiser. The body's layout is the same either way; the CUDA twins
+// have step == 0 only.
+//
+// int8: scales (chunk_count) fp32 = absmax/127 (or the step), q (n) int8.
 void int8_encode(const float* g, float* residual, size_t n, uint32_t chunk, Rounding rounding,
-                 float* scales, int8_t* q);
+                 float* scales, int8_t* q, float step = 0.0f);
 void int8_decode(const float* scales, const int8_t* q, size_t n, uint32_t chunk, float* y,
                  bool add);
 
-// int4: scales (chunk_count) fp32 = absmax/7, packed (int4_byte_count): element 2i in the low
-// nibble of byte i, 2i+1 in the high nibble, two's complement in [-7, 7].
+// int4: scales (chunk_count) fp32 = absmax/7 (or the step), packed (int4_byte_count): element 2i
+// in the low nibble of byte i, 2i+1 in the high nibble, two's complement in [-7, 7].
 void int4_encode(const float* g, float* residual, size_t n, uint32_t chunk, Rounding rounding,
-                 float* scales, uint8_t* packed);
+                 float* scales, uint8_t* packed, float step = 0.0f);
 void int4_decode(const float* scales, const uint8_t* packed, size_t n, uint32_t chunk, float* y,
                  bool add);
 

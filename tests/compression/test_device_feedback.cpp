@@ -176,3 +176,8 @@ TEST_CASE("subtract: the host's local - base, bit for bit") {
   for (size_t i = 0; i < a.size(); ++i) want[i] = a[i] - b[i];
   CHECK(same_bits(to_host(dd), want));
 }
+
+TEST_CASE("DeviceFeedback refuses a codec with an RMS step, which its kernels do not have") {
+  CHECK_THROWS_WITH_AS(DeviceFeedback("int4:step=2+zstd"),
+                       doctest::Contains("step is not available on the device"), InputError);
+}

@@ -112,6 +112,29 @@ TEST_CASE("onebit's scale option parses, round-trips, and a bad value names what
                        doctest::Contains("unknown option 'scale' for int8"), InputError);
 }
 
+TEST_CASE("int8 and int4 take step=K, a quantisation step of K times the chunk's RMS") {
+  CHECK(make_codec("int4:step=2")->spec() == "int4:chunk=1024,step=2");
+  CHECK(make_codec("int8:chunk=4096,step=0.5+zstd:level=9")->spec() ==
+        "int8:chunk=4096,step=0.5+zstd:level=9");
+  CHECK(parse_codec_spec("int4:step=1.75").quant.step == 1.75f);
+  CHECK(parse_codec_spec("int4").quant.step == 0.0f);
+  CHECK_THROWS_WITH_AS(make_codec("int4:step=0"),
+                       doctest::Contains("codec spec 'int4:step=0': step=0 is invalid: must be in "
+                                         "[0.015625, 16]"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(make_codec("int4:step=100"),
+                       doctest::Contains("int4: step 100 is invalid: must be in [0.015625, 16]"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(make_codec("int8:step=-1"), doctest::Contains("step=-1 is invalid"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(make_codec("int8:step=two"),
+                       doctest::Contains("step=two is not a valid number"), InputError);
+  CHECK_THROWS_WITH_AS(make_codec("onebit:step=2"),
+                       doctest::Contains("unknown option 'step' for onebit"), InputError);
+  CHECK_THROWS_WITH_AS(make_codec("fp4:step=2"), doctest::Contains("unknown option 'step' for fp4"),
+                       InputError);
+}
+
 TEST_CASE("parse_codec_spec: typed settings that build the same codec, and the same errors") {
   for (const auto& spec : standard_codec_specs()) {
     CAPTURE(spec);
