@@ -212,7 +212,9 @@ def plot_round_split(regions, run_dir):
     for ax, name in zip(axes[:, 0], names):
         rounds = [e for e in regions[name] if e.get("event") == "round"]
         x = [int(e.get("round", i)) for i, e in enumerate(rounds)]
-        parts = [("compute", "compute_s", "tab:blue"), ("communication (AllReduce)", "comm_s", "tab:orange"),
+        parts = [("compute (forward, backward)", "compute_s", "tab:blue"),
+                 ("optimizer step", "optimizer_s", "tab:green"),
+                 ("communication (AllReduce)", "comm_s", "tab:orange"),
                  ("waiting (WAN exchange)", "wait_s", "tab:red")]
         bottom = [0.0] * len(rounds)
         for label, key, color in parts:

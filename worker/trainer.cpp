@@ -204,7 +204,7 @@ class WorkerRun {
 
   std::chrono::milliseconds delay_{0};  // worker.step_delay_ms: an artificially slow region
   TrainResult result_;
-  double round_compute_ = 0, round_comm_ = 0, round_wait_ = 0;
+  double round_compute_ = 0, round_comm_ = 0, round_optimizer_ = 0, round_wait_ = 0;
 };
 
 WorkerRun::WorkerRun(const WorkerConfig& config, const std::string& region, uint32_t region_index,
@@ -401,11 +401,17 @@ void WorkerRun::local_step(uint64_t round, uint32_t h) {
     step_->set_loss(double(loss[0]) / per_region_);
   }
   comm_s += since(t0);
+  // The optimizer's step as this thread sees it: on the host all of it (Muon's orthogonalisation
+  // is a third of a CPU LM step); on the device-resident path its kernels are queued, and their
+  // time shows in the next forward pass's compute_s, which waits for them.
+  t0 = Clock::now();
   const StepReport report = engine_->apply(params_, comm_ ? per_region_ : 1);
+  const double optimizer_s = since(t0);
   ++result_.steps;
   if (report.verdict != Verdict::kAccept) ++result_.skipped_steps;
   round_compute_ += compute;
   round_comm_ += comm_s;
+  round_optimizer_ += optimizer_s;
   log_->write(events::name::step, {{f::region, region_},
                                    {f::rank, rank_},
                                    {f::round, round},
@@ -415,6 +421,7 @@ void WorkerRun::local_step(uint64_t round, uint32_t h) {
                                    {f::grad_norm, report.grad_norm},
                                    {f::compute_s, compute},
                                    {f::comm_s, comm_s},
+                                   {f::optimizer_s, optimizer_s},
                                    {f::skipped, report.verdict != Verdict::kAccept}});
   // The exchanges due after this step (every fragment's push, and the merges `delay` steps
   // later); every rank knows the schedule, so all take part in the broadcast that follows.
@@ -435,7 +442,7 @@ void WorkerRun::local_step(uint64_t round, uint32_t h) {
 }
 
 void WorkerRun::train_round(uint64_t round, std::stop_token stop) {
-  round_compute_ = round_comm_ = round_wait_ = 0;
+  round_compute_ = round_comm_ = round_optimizer_ = round_wait_ = 0;
   for (uint32_t h = 0; h < config_.local_steps; ++h) local_step(round, h);
   end_round(round);
   // worker.checkpoint: every N rounds, at the last round and when stopped, so that --resume
@@ -452,7 +459,8 @@ void WorkerRun::end_round(uint64_t round) {
   if (!leader_) return;
   nlohmann::json fields{
       {f::region, region_},           {f::round, round},        {f::steps, config_.local_steps},
-      {f::compute_s, round_compute_}, {f::comm_s, round_comm_}, {f::wait_s, round_wait_}};
+      {f::compute_s, round_compute_}, {f::comm_s, round_comm_}, {f::optimizer_s, round_optimizer_},
+      {f::wait_s, round_wait_}};
   fields.update(session_->take_round_fields());
   log_->write(events::name::round, fields);
   if (config_.eval_every > 0 && round % config_.eval_every == 0 && round < config_.rounds) {
@@ -495,9 +503,10 @@ TrainResult WorkerRun::finish(uint64_t next_round) {
     auto reps = session_->finish((next_round - 1) * config_.local_steps, params_,
                                  last ? RunEnd::flush : RunEnd::no_flush);
     if (!reps.empty()) {
-      nlohmann::json j{{f::region, region_}, {f::round, reps.back().round},
-                       {f::steps, 0},        {f::compute_s, 0.0},
-                       {f::comm_s, 0.0},     {f::wait_s, since(t0)}};
+      nlohmann::json j{{f::region, region_},  {f::round, reps.back().round},
+                       {f::steps, 0},         {f::compute_s, 0.0},
+                       {f::comm_s, 0.0},      {f::optimizer_s, 0.0},
+                       {f::wait_s, since(t0)}};
       j.update(session_->take_round_fields());
       log_->write(events::name::round, j);
     }

@@ -38,6 +38,7 @@ void WorkerMetrics::add(const nlohmann::json& e) {
     if (e.value(f::skipped, false)) ++skipped_;
     compute_s_ += number(e, f::compute_s).value_or(0);
     comm_s_ += number(e, f::comm_s).value_or(0);
+    optimizer_s_ += number(e, f::optimizer_s).value_or(0);
     if (auto l = number(e, f::loss)) loss_ = l;
   } else if (kind == events::name::round) {
     if (number(e, f::steps).value_or(1) > 0) ++rounds_;  // the overlap's drain is no round
@@ -82,6 +83,8 @@ std::string WorkerMetrics::render() const {
   counter("geotrain_worker_compute_seconds_total", "Forward and backward time.", compute_s_);
   counter("geotrain_worker_allreduce_seconds_total",
           "Time in the region's AllReduce and loss reduction.", comm_s_);
+  counter("geotrain_worker_optimizer_seconds_total",
+          "Time in the optimizer's step (on a GPU: queuing its kernels).", optimizer_s_);
   const double alive =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   gauge("geotrain_worker_compute_utilization",

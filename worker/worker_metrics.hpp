@@ -46,7 +46,7 @@ class WorkerMetrics {
   const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   std::string model_, device_;
   uint64_t steps_ = 0, skipped_ = 0, rounds_ = 0;
-  double compute_s_ = 0, comm_s_ = 0, wait_s_ = 0, pushed_ = 0, pulled_ = 0;
+  double compute_s_ = 0, comm_s_ = 0, optimizer_s_ = 0, wait_s_ = 0, pushed_ = 0, pulled_ = 0;
   std::optional<double> loss_, staleness_, test_accuracy_, val_bpb_, val_loss_;
 };
 

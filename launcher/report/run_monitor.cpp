@@ -55,6 +55,8 @@ void RunMonitor::add(const nlohmann::json& e, double clock_offset) {
     ++worker.steps;
     worker.compute_s += number_or(e, f::compute_s, 0);
     worker.comm_s += number_or(e, f::comm_s, 0);
+    if (auto o = number(e, f::optimizer_s))
+      worker.optimizer_s = worker.optimizer_s.value_or(0) + *o;
     if (leader) {
       region.step = static_cast<uint64_t>(number_or(e, f::step, static_cast<double>(region.step)));
       region.round = std::max(region.round, static_cast<uint64_t>(number_or(e, f::round, 0)));

@@ -23,11 +23,12 @@
 namespace geotrain::launcher {
 
 struct WorkerState {
-  uint64_t steps = 0;            // step events (the `done` count when there is one)
-  double compute_s = 0;          // sum of step compute_s
-  double comm_s = 0;             // sum of step comm_s
-  double last_time = 0;          // newest event time
-  std::optional<double> wall_s;  // from `done`
+  uint64_t steps = 0;                 // step events (the `done` count when there is one)
+  double compute_s = 0;               // sum of step compute_s
+  double comm_s = 0;                  // sum of step comm_s
+  std::optional<double> optimizer_s;  // sum of step optimizer_s (none: no step event has it)
+  double last_time = 0;               // newest event time
+  std::optional<double> wall_s;       // from `done`
   bool done = false;
 };
 

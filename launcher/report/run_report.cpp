@@ -183,7 +183,11 @@ std::string build_report(const fs::path& run_dir, const json& s) {
                       human_bytes(s["wan_wire_bytes_total"].get<double>()));
   md += fmt::format("| rounds | {} |\n| steps per worker | {} |\n", fmt_value(s["rounds"]),
                     fmt_value(s["steps"]));
-  md += fmt::format("| compute utilization | {} |\n", pct(s["compute_utilization"]));
+  md += fmt::format("| compute utilization (forward and backward) | {} |\n",
+                    pct(s["compute_utilization"]));
+  if (s.contains("optimizer_utilization") && s["optimizer_utilization"].is_number())
+    md += fmt::format("| the optimizer's step, of the same time | {} |\n",
+                      pct(s["optimizer_utilization"]));
   md += fmt::format("| mean staleness | {} |\n", fmt_value(s["mean_staleness"]));
   const std::string reached_at =
       s.contains("time_to_target_seconds") && s["time_to_target_seconds"].is_number()

@@ -297,9 +297,11 @@ json build_summary(const fs::path& run_dir, const SummaryInputs& in) {
   }
   uint64_t steps = 0;
   double compute = 0, worker_wall = 0, slowest = 0;
+  std::optional<double> optimizer;  // none when no worker's steps report it
   for (const auto& [_, w] : monitor.workers()) {
     steps = std::max(steps, w.steps);
     compute += w.compute_s;
+    if (w.optimizer_s) optimizer = optimizer.value_or(0) + *w.optimizer_s;
     const double wall = w.wall_s.value_or(w.last_time);
     worker_wall += wall;
     slowest = std::max(slowest, wall);
@@ -328,6 +330,8 @@ json build_summary(const fs::path& run_dir, const SummaryInputs& in) {
   s["skipped_steps"] = skipped_steps;  // the anomaly guard's, summed over regions' leaders
   s["compute_utilization"] =
       worker_wall > 0 ? json(std::min(1.0, compute / worker_wall)) : json(nullptr);
+  s["optimizer_utilization"] =
+      worker_wall > 0 && optimizer ? json(std::min(1.0, *optimizer / worker_wall)) : json(nullptr);
   s["mean_staleness"] = round_events > 0 ? json(staleness_sum / round_events) : json(nullptr);
   if (in.target_accuracy) s["target_accuracy"] = *in.target_accuracy;
   if (in.target_val_bpb) s["target_val_bpb"] = *in.target_val_bpb;

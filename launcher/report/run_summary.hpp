@@ -14,12 +14,13 @@
 // wan_wire_bytes_total (bytes netsim carried, both directions, framing
 // included, when netsim.jsonl exists), rounds (most rounds any region finished), steps
 // (most local steps any worker took), compute_utilization (forward+backward time over wall
-// time, summed over workers), mean_staleness (over all round events), target_accuracy or
-// target_val_bpb with time_to_target_seconds (when a target is set: the time by which every
-// region's leader had evaluated at or above the accuracy, or at or below the bpb; null if one
-// never did), and per_region details (region_* of each region's own parameters, final_* of the
-// global model as its leader evaluated it, flush_bytes), and codec_phases (the rounds cut where a
-// codec schedule switches, each span with first_round, last_round (null: to the end), its
+// time, summed over workers), optimizer_utilization (the optimizer's step time over the same
+// wall time; null when the steps do not report it), mean_staleness (over all round events),
+// target_accuracy or target_val_bpb with time_to_target_seconds (when a target is set: the time by
+// which every region's leader had evaluated at or above the accuracy, or at or below the bpb; null
+// if one never did), and per_region details (region_* of each region's own parameters, final_* of
+// the global model as its leader evaluated it, flush_bytes), and codec_phases (the rounds cut where
+// a codec schedule switches, each span with first_round, last_round (null: to the end), its
 // critical, non-critical and downlink codecs, rounds, bytes_pushed, bytes_pulled and wan_bytes of
 // the round exchanges in it; the flush is in no span, so the spans' wan_bytes plus the regions'
 // flush_bytes are wan_bytes_total).

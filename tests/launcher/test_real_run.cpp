@@ -129,6 +129,9 @@ TEST_CASE("geotrain run trains 2 regions through netsim and leaves summary, repo
   CHECK(s["rounds"] == 6);
   CHECK(s["steps"] == 24);
   CHECK(s["compute_utilization"].get<double>() > 0);
+  // The workers' steps time their optimizer step (Adam on the host: some, not all of the time).
+  CHECK(s["optimizer_utilization"].get<double>() > 0);
+  CHECK(s["optimizer_utilization"].get<double>() < 1);
   CHECK(s["mean_staleness"].is_number());
   CHECK(s["time_to_target_seconds"].is_number());
   check_global_model(dir, s);

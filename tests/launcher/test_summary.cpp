@@ -22,7 +22,8 @@ namespace fs = std::filesystem;
 namespace {
 // Two regions x 2 workers, 4 rounds of 2 steps; each step computes 0.1 s, each round event
 // pushes 1000 and pulls 500 bytes; staleness alternates 0, 1; accuracy 0.5 + 0.1 * round.
-// Region "b" is one round slower to reach each accuracy (its evals come 1 s later).
+// Region "b" is one round slower to reach each accuracy (its evals come 1 s later). Region "a"'s
+// steps report an optimizer step of 0.05 s, "b"'s none (as a build before optimizer_s).
 void write_synthetic_run(const fs::path& dir) {
   for (std::string region : {"a", "b"}) {
     const double lag = region == "b" ? 1.0 : 0.0;
@@ -41,15 +42,15 @@ void write_synthetic_run(const fs::path& dir) {
             {"parameters", 1000}});
       int step = 0;
       for (int round = 0; round < 4; ++round) {
-        for (int k = 0; k < 2; ++k, ++step)
-          line({{"event", "step"},
-                {"time", round + 0.1 * k},
-                {"round", round},
-                {"step", step},
-                {"loss", 2.0 - 0.2 * step},
-                {"compute_s", 0.1},
-                {"comm_s", 0.05},
-                {"skipped", region == "b" && (step == 3 || step == 5)}});
+        for (int k = 0; k < 2; ++k, ++step) {
+          json e{
+              {"event", "step"},          {"time", round + 0.1 * k},
+              {"round", round},           {"step", step},
+              {"loss", 2.0 - 0.2 * step}, {"compute_s", 0.1},
+              {"comm_s", 0.05},           {"skipped", region == "b" && (step == 3 || step == 5)}};
+          if (region == "a") e["optimizer_s"] = 0.05;
+          line(e);
+        }
         if (rank != 0) continue;
         line({{"event", "round"},
               {"time", round + 0.5},
@@ -108,6 +109,8 @@ TEST_CASE("the summary has every documented field with its closed-form value") {
   CHECK(s["per_region"]["b"]["skipped_steps"] == 2);
   // 4 workers x 8 steps x 0.1 s compute over 4 workers x 4 s.
   CHECK(s["compute_utilization"].get<double>() == doctest::Approx(0.2));
+  // Region a's 2 workers x 8 steps x 0.05 s over the same 16 s (b's steps report none).
+  CHECK(s["optimizer_utilization"].get<double>() == doctest::Approx(0.05));
   CHECK(s["mean_staleness"].get<double>() == doctest::Approx(0.5));
   // 0.7 is reached at round 2: a at 2.6 s, b at 3.6 s; every region by 3.6 s.
   CHECK(s["time_to_target_seconds"].get<double>() == doctest::Approx(3.6));
@@ -184,6 +187,7 @@ TEST_CASE(
   const auto s = write_summary_and_report(tmp.path(), in);
   CHECK(s["final_test_accuracy"].is_null());
   CHECK(s["mean_staleness"].is_null());
+  CHECK(s["optimizer_utilization"].is_null());  // no step reported it
   CHECK(s["rounds"] == 0);
   CHECK(fs::file_size(tmp.path() / "summary.json") > 0);
   std::ifstream r(tmp.path() / "report.md");

@@ -93,6 +93,7 @@ class WorkerMetrics(unittest.TestCase):
             # batch_size samples per step, per worker.
             self.assertEqual(value(samples, "geotrain_worker_samples_total", **who), 16 * steps)
             self.assertGreater(value(samples, "geotrain_worker_compute_seconds_total", **who), 0)
+            self.assertGreater(value(samples, "geotrain_worker_optimizer_seconds_total", **who), 0)
             self.assertTrue(0 < value(samples, "geotrain_worker_compute_utilization", **who) <= 1)
             self.assertEqual(value(samples, "geotrain_worker_info", model="mlp", device="cpu",
                                    **who), 1)
