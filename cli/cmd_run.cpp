@@ -1,9 +1,9 @@
 // `geotrain run [CONFIG] [--out DIR] [--wan PROFILE] [--set KEY=VALUE]...`: launches a whole
 // deployment on this machine (launcher/), with configs/demo.yaml when no CONFIG is given;
-// `geotrain sweep SWEEP.yaml [--out DIR] [--set KEY=VALUE]...`: a grid of such runs, one after
-// another, with a results table; `geotrain compare RUN... [--out DIR]`: existing run folders in
-// one table and plot (launcher/sweep/compare.hpp). SIGINT/SIGTERM become a stop
-// request (SignalWatcher); the launcher itself runs on the main thread, which its children's
+// `geotrain sweep SWEEP.yaml [--out DIR] [--set KEY=VALUE]... [--dry-run]`: a grid of such runs,
+// one after another, with a results table; `geotrain compare RUN... [--out DIR]`: existing run
+// folders in one table and plot (launcher/sweep/compare.hpp). SIGINT/SIGTERM become a stop request
+// (SignalWatcher); the launcher itself runs on the main thread, which its children's
 // PR_SET_PDEATHSIG is tied to.
 #include <CLI/CLI.hpp>
 #include <yaml-cpp/yaml.h>
@@ -37,6 +37,7 @@ struct RunArgs {
   std::vector<std::string> sets;  // --set section.key=value
   std::string wan;                // --wan PROFILE (run only)
   std::string resume;             // --resume RUN_DIR (run only)
+  bool dry_run = false;           // --dry-run (sweep only)
 };
 
 struct CompareArgs {
@@ -110,6 +111,7 @@ int run_sweep(const RunArgs& args) {
   o.sweep_file = args.config;
   if (!args.out.empty()) o.out_dir = args.out;
   o.overrides = parse_overrides(args.sets);
+  o.dry_run = args.dry_run;
   if (!args.no_plots) o.plot_script = shipped_file("scripts/plot_sweep.py");
   std::stop_source stop;
   SignalWatcher watcher([&stop](int) { stop.request_stop(); });
@@ -160,6 +162,9 @@ void add_run_command(CLI::App& app, CommandList& commands) {
                     "parent folder of the sweep folder (default: the sweep's out_dir)");
   sweep->add_flag("--no-plots", sweep_args->no_plots, "skip the matplotlib plots");
   add_set_option(*sweep, sweep_args->sets, "applied to the base config of every point");
+  sweep->add_flag("--dry-run", sweep_args->dry_run,
+                  "write the sweep folder's configs and check each point's as a run would; list "
+                  "the points, completed or to run; run nothing");
   commands.emplace_back(sweep, [sweep_args] { return run_sweep(*sweep_args); });
 
   auto compare_args = std::make_shared<CompareArgs>();

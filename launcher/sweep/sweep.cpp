@@ -36,6 +36,31 @@ void write_results(const fs::path& dir, const SweepPlan& plan, const std::vector
   write_text_file(dir / "results.csv", results_csv(plan, rows));
   write_text_file(dir / "results.md", results_markdown(plan, rows));
 }
+
+// --dry-run: every point's config checked as its run would check it (the run section, then the
+// caller's validation of the whole config), then one line per point.
+int check_points(const SweepPlan& plan, const fs::path& dir, const SweepOptions& o) {
+  for (const auto& p : plan.points) {
+    const auto file = dir / "configs" / (p.label + ".yaml");
+    (void)parse_run_settings(p.config_yaml, file.string(), file.parent_path(), p.label,
+                             o.run.project_configs);
+    if (o.run.validate) o.run.validate(p.config_yaml, file.string());
+  }
+  size_t completed = 0;
+  for (const auto& p : plan.points) {
+    const auto found = find_run(dir / "runs" / p.label);
+    const bool done = found && found->second.value("status", "") == "completed";
+    completed += done ? 1 : 0;
+    std::fprintf(o.run.progress, "  %s: %s\n", p.label.c_str(),
+                 done ? ("completed, " + found->first.filename().string()).c_str() : "to run");
+  }
+  std::fprintf(o.run.progress,
+               "sweep %s (dry run): %zu point(s), %zu completed, %zu to run; every config "
+               "checked; configs in %s\n",
+               plan.name.c_str(), plan.points.size(), completed, plan.points.size() - completed,
+               (dir / "configs").string().c_str());
+  return 0;
+}
 }  // namespace
 
 int run_sweep(const SweepOptions& o, std::stop_token stop) {
@@ -50,6 +75,7 @@ int run_sweep(const SweepOptions& o, std::stop_token stop) {
     rows.push_back({&p, json(nullptr), {}});
     write_text_file(dir / "configs" / (p.label + ".yaml"), p.config_yaml);
   }
+  if (o.dry_run) return check_points(plan, dir, o);
   spdlog::info("sweep {}: {} point(s), folder {}", plan.name, plan.points.size(), dir.string());
 
   const auto t0 = std::chrono::steady_clock::now();

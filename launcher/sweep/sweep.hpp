@@ -27,9 +27,13 @@ struct SweepOptions {
   // `--set`: applied to the base config of every point (run.overrides is not used: the points'
   // configs already hold them). Recorded as a comment at the top of the folder's sweep.yaml.
   std::vector<ConfigOverride> overrides;
+  // `--dry-run`: write the folder's sweep.yaml and configs, check every point's config as a run
+  // would (run.validate too), list the points with what the folder holds for each; run nothing.
+  bool dry_run = false;
 };
 
-// 0 when every point completed, 1 when one failed, 130 when interrupted.
+// 0 when every point completed (a dry run: when every config passed), 1 when one failed, 130
+// when interrupted. A point's config that fails its check is an InputError naming its file.
 int run_sweep(const SweepOptions& options, std::stop_token stop);
 
 }  // namespace geotrain::launcher

@@ -166,6 +166,17 @@ std::size_t find_baseline(const std::string& baseline, const SweepPlan& plan,
   return static_cast<std::size_t>(at - plan.points.begin());
 }
 
+// One key of a point (or of the sweep's `set`) into `config`: `wan` and a run.wan_profile name or
+// path as the profile file `wan_file` finds, any other dotted key as it is.
+template <typename WanFile>
+void set_point_key(YAML::Node& config, const std::string& key, const YAML::Node& value,
+                   const WanFile& wan_file, const std::string& source) {
+  if (key == "wan" || (key == "run.wan_profile" && value.IsScalar()))
+    set_path(config, "run.wan_profile", YAML::Node(wan_file(value, key).string()), source);
+  else
+    set_path(config, key, value, source);
+}
+
 // A point's config as the run reads it (config_yaml), and its setup (the config without run.name
 // and run.wan_profile, which the seeds table groups by); refused when YAML cannot write it or
 // what it wrote does not read back.
@@ -211,7 +222,7 @@ SweepPlan parse_sweep(const std::string& text, const std::string& source, const 
   const YamlReader in{source};
   const YAML::Node root = parse_yaml(text, source);  // a key written twice is an error
   GT_REQUIRE(root.IsMap(), "{}: a sweep must be a mapping", source);
-  in.check_keys(root, "", {"name", "base", "out_dir", "grid", "points", "baseline"});
+  in.check_keys(root, "", {"name", "base", "out_dir", "set", "grid", "points", "baseline"});
   SweepPlan plan;
   plan.name = root["name"] ? in.string(root["name"], "name") : default_name;
   if (root["out_dir"]) plan.out_dir = in.string(root["out_dir"], "out_dir");
@@ -248,8 +259,16 @@ SweepPlan parse_sweep(const std::string& text, const std::string& source, const 
   if (auto b = root["baseline"])
     plan.baseline = find_baseline(in.string(b, "baseline"), plan, source);
 
-  const YAML::Node base_config =
-      apply_overrides(parse_yaml(base_text, base.string()), overrides, source);
+  // The base, then the sweep's own `set` (every point's), then --set, then each point's keys.
+  YAML::Node base_config = parse_yaml(base_text, base.string());
+  if (auto shared = root["set"]) {
+    GT_REQUIRE(shared.IsMap() && shared.size() > 0,
+               "{}: set must map dotted config keys to values (set for every point)", source);
+    for (const auto& kv : shared)
+      set_point_key(base_config, kv.first.as<std::string>(), YAML::Clone(kv.second), wan_file,
+                    source);
+  }
+  base_config = apply_overrides(base_config, overrides, source);
   std::map<std::string, std::string> profile_names;  // a WAN profile file -> its name
   for (std::size_t i = 0; i < raw.size(); ++i) {
     const auto& values = raw[i].second;
@@ -261,11 +280,7 @@ SweepPlan parse_sweep(const std::string& text, const std::string& source, const 
       // by the next point. Sharing also merged the document's node memory into the config, and
       // each later config every earlier one's, which made planning quadratic (found by
       // fuzz_sweep_config: 4,096 points took 4 minutes, 5 s with the clone, ASan build).
-      YAML::Node v = YAML::Clone(value);
-      if (key == "wan" || (key == "run.wan_profile" && v.IsScalar()))
-        set_path(config, "run.wan_profile", YAML::Node(wan_file(v, key).string()), source);
-      else
-        set_path(config, key, v, source);
+      set_point_key(config, key, YAML::Clone(value), wan_file, source);
     }
     set_path(config, "run.name", YAML::Node(point.label), source);
     // The base's own profile (the points' are absolute by now): a name or a path, found as

@@ -4,6 +4,7 @@
 //   name: seeds-table                # sweep folder name (default: the file's stem)
 //   base: ../demo.yaml               # the config every point starts from (relative to this file)
 //   out_dir: runs/sweeps             # parent of the sweep folder (default: runs/sweeps)
+//   set: {worker.rounds: 320}        # dotted keys every point sets (not varied: no label part)
 //   grid:                            # cartesian product over dotted config keys, in this order
 //     worker.critical_codec: [fp32, onebit]
 //     server.staleness_bound: [0, 2]
@@ -17,9 +18,10 @@
 // folder, the sweep's ../wan/, or `project_configs`/wan; launcher/run/wan_profile.hpp). A point's
 // run.wan_profile is found the same way; the base's, as `geotrain run` finds it. When a sweep has a
 // point on a profile named `lan` and a point with the same config on another profile, results
-// report `wan_over_lan` for the latter (wan_over_lan()). `overrides` (`geotrain sweep --set`) are
-// applied to the base before the points' keys; a key that the sweep itself varies cannot be
-// overridden.
+// report `wan_over_lan` for the latter (wan_over_lan()). A point's config is the base, then the
+// sweep's `set` (`wan` there too), then `overrides` (`geotrain sweep --set`), then the point's own
+// keys: --set changes what `set` says, a point's key what either says; a key that the grid or the
+// points vary cannot be overridden.
 //
 // A point's label is given, or made from its values ("critical_codec=fp32,staleness_bound=0").
 // Each point's config is the base with the point's keys set; run.name becomes the label and a

@@ -309,6 +309,39 @@ TEST_CASE("a two-point sweep runs both points, writes the results, and resumes w
   CHECK(count_runs() == 2);
   CHECK(read(dir / "results.csv") == csv);
 
+  // --dry-run: the points listed with what the folder holds, every config checked, nothing run.
+  const auto listed = [&](SweepOptions d) {
+    d.dry_run = true;
+    const auto file = tmp.path() / "dry-run.txt";
+    d.run.progress = std::fopen(file.c_str(), "w");
+    REQUIRE(d.run.progress != nullptr);
+    const int code = run_sweep(d, stop.get_token());
+    std::fclose(d.run.progress);
+    CHECK(code == 0);
+    return read(file);
+  };
+  auto text = listed(o);
+  CHECK(text.find("  critical_codec=onebit: completed, ") != std::string::npos);
+  CHECK(text.find("2 point(s), 2 completed, 0 to run") != std::string::npos);
+  CHECK(count_runs() == 2);
+  std::ofstream(tmp.path() / "three.yaml")
+      << "name: two\nbase: base.yaml\ngrid: {worker.critical_codec: [fp32, onebit, int8]}\n";
+  o.sweep_file = tmp.path() / "three.yaml";
+  text = listed(o);
+  CHECK(text.find("  critical_codec=int8: to run") != std::string::npos);
+  CHECK(text.find("3 point(s), 2 completed, 1 to run") != std::string::npos);
+  CHECK(fs::exists(dir / "configs" / "critical_codec=int8.yaml"));
+  CHECK_FALSE(fs::exists(dir / "runs" / "critical_codec=int8"));
+  // A point whose config its run would refuse is named, before anything runs.
+  std::ofstream(tmp.path() / "bad.yaml")
+      << "name: two\nbase: base.yaml\npoints: [{label: slow, set: {run.timeout_s: -1}}]\n";
+  o.sweep_file = tmp.path() / "bad.yaml";
+  o.dry_run = true;
+  CHECK_THROWS_WITH_AS(run_sweep(o, stop.get_token()),
+                       doctest::Contains("configs/slow.yaml: run.timeout_s is -1"), InputError);
+  o.dry_run = false;
+  o.sweep_file = tmp.path() / "two.yaml";
+
   // The comparison plots draw from results.csv and the runs' metrics.
   ChildProcess plot("/usr/bin/python3",
                     {GEOTRAIN_SOURCE_DIR "/scripts/plot_sweep.py", dir.string()},
@@ -319,6 +352,36 @@ TEST_CASE("a two-point sweep runs both points, writes the results, and resumes w
   for (const char* png :
        {"sweep_accuracy_vs_time.png", "sweep_accuracy_vs_wan_bytes.png", "sweep_bars.png"})
     CHECK_MESSAGE((fs::exists(dir / png) && fs::file_size(dir / png) > 1000), png);
+}
+
+TEST_CASE("the sweep's set reaches every point; --set and a point's own key change it") {
+  test::TempDir tmp("sweep-shared");
+  write_base(tmp.path());
+  const auto plan = parse_sweep(
+      "base: base.yaml\nset: {worker.critical_codec: onebit, worker.local_steps: 4, wan: lan}\n"
+      "grid: {worker.seed: [1, 2]}\npoints: [{label: own, set: {worker.local_steps: 8}}]\n",
+      "s.yaml", tmp.path(), "s", parse_overrides({"worker.critical_codec=int8"}),
+      fs::path(GEOTRAIN_SOURCE_DIR) / "configs");
+  REQUIRE(plan.points.size() == 3);
+  // Only the varied keys make labels and columns.
+  CHECK(plan.points[0].label == "seed=1");
+  CHECK(plan.keys == std::vector<std::string>{"worker.seed", "worker.local_steps"});
+  for (size_t i = 0; i < 3; ++i) {
+    const auto c = YAML::Load(plan.points[i].config_yaml);
+    CHECK(c["worker"]["critical_codec"].as<std::string>() == "int8");  // --set over set
+    CHECK(c["worker"]["local_steps"].as<int>() == (i == 2 ? 8 : 4));   // the point's own key
+    CHECK(c["server"]["heartbeat_ms"].as<int>() == 200);               // the base's
+    CHECK(plan.points[i].wan_profile == "lan");                        // set's wan, found by name
+  }
+  CHECK(YAML::Load(plan.points[1].config_yaml)["worker"]["seed"].as<int>() == 2);
+  CHECK_THROWS_WITH_AS(parse_sweep("base: base.yaml\nset: [worker.seed]\ngrid: {worker.lr: [1]}\n",
+                                   "s.yaml", tmp.path(), "s"),
+                       doctest::Contains("s.yaml: set must map dotted config keys to values"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(
+      parse_sweep("base: base.yaml\nset: {wan: mars}\ngrid: {worker.lr: [1]}\n", "s.yaml",
+                  tmp.path(), "s", {}, fs::path(GEOTRAIN_SOURCE_DIR) / "configs"),
+      doctest::Contains("s.yaml: wan is 'mars': no such WAN profile"), InputError);
 }
 
 TEST_CASE("every sweep shipped in configs/sweeps loads, each point setting the keys it names") {
