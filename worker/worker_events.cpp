@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/metrics_events.hpp"
+#include "kernels/ops/threads.hpp"  // blas_config
 #include "worker/optimizer.hpp"
 
 namespace geotrain::worker {
@@ -87,7 +88,10 @@ nlohmann::json start_event(const WorkerConfig& c, const std::string& region, uin
           {f::streams_per_server, c.streams_per_server},
           {f::staleness_bound, c.staleness_bound},
           {f::resume, resume},
-          {f::generation, generation}};
+          {f::generation, generation},
+          // The CPU's BLAS kernels: part of a run's arithmetic (docs/experiments.md, "Reproducing
+          // a figure").
+          {f::blas, kernels::cpu::blas_config()}};
 }
 
 nlohmann::json eval_event(const std::string& region, const Evaluation& e, uint64_t round,

@@ -135,6 +135,11 @@ void parallel_for(size_t tasks, const std::function<void(size_t)>& task) {
   for (size_t i = 0; i < tasks; ++i) task(i);
 }
 
+std::string blas_config() {
+  const char* config = openblas_get_config();
+  return config != nullptr ? config : "OpenBLAS";
+}
+
 BlasSingleThreaded::BlasSingleThreaded() : saved_(openblas_get_num_threads()) {
   if (saved_ != 1) openblas_set_num_threads(1);
 }

@@ -25,6 +25,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <string>
 
 namespace geotrain::kernels::cpu {
 
@@ -38,6 +39,11 @@ int threads();
 // pool is busy (another thread's loop, or a task calling parallel_for) the tasks run on the caller,
 // in order.
 void parallel_for(size_t tasks, const std::function<void(size_t task)>& task);
+
+// The BLAS library and the kernels it chose for this CPU, as OpenBLAS says
+// ("OpenBLAS 0.3.21 ... DYNAMIC_ARCH ... Cooperlake ..."): each kernel set sums in its own order,
+// so runs on two CPUs differ in their bits unless OPENBLAS_CORETYPE names the same set on both.
+std::string blas_config();
 
 // RAII: OpenBLAS runs single-threaded in its callers' threads for this scope, then gets back the
 // thread count it had. For ops that call cblas_* from inside parallel_for tasks.

@@ -132,6 +132,11 @@ std::string settings_table(const fs::path& run_dir, const YAML::Node& config, bo
     }
     md += fmt::format("| `{}` | {} |\n", key, v);
   }
+  // The first region's leader's BLAS and the kernels it chose for its CPU: part of the run's
+  // arithmetic (docs/experiments.md, "Reproducing a figure").
+  if (start.contains("blas") && start["blas"].is_string())
+    md += fmt::format("| BLAS (the first region's leader) | {} |\n",
+                      start["blas"].get<std::string>());
   return md;
 }
 }  // namespace

@@ -142,6 +142,10 @@ TEST_CASE("geotrain run trains 2 regions through netsim and leaves summary, repo
     CHECK_MESSAGE(fs::exists(dir / f), f);
     if (fs::exists(dir / f)) CHECK_MESSAGE(fs::file_size(dir / f) > 0, f);
   }
+  // The workers' BLAS and its kernels for this CPU, from the leader's start event.
+  std::ifstream report(dir / "report.md");
+  const std::string md((std::istreambuf_iterator<char>(report)), {});
+  CHECK(md.find("| BLAS (the first region's leader) | OpenBLAS ") != std::string::npos);
 }
 
 TEST_CASE("geotrain sweep runs a real two-point sweep and writes the results table and plots") {

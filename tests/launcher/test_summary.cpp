@@ -39,7 +39,8 @@ void write_synthetic_run(const fs::path& dir) {
             {"world", 2},
             {"rounds", 4},
             {"local_steps", 2},
-            {"parameters", 1000}});
+            {"parameters", 1000},
+            {"blas", "OpenBLAS 0.3.21 DYNAMIC_ARCH Haswell"}});
       int step = 0;
       for (int round = 0; round < 4; ++round) {
         for (int k = 0; k < 2; ++k, ++step) {
@@ -214,6 +215,10 @@ TEST_CASE("the report shows settings from config.yaml and the results") {
   CHECK(report.find("| `server.downlink_codec` | fp32 (default) |") != std::string::npos);
   CHECK(report.find("| `worker.lr` | (default) |") != std::string::npos);
   CHECK(report.find("| final test accuracy | 85.00% |") != std::string::npos);
+  CHECK(report.find("| the optimizer's step, of the same time | 5.00% |") != std::string::npos);
+  CHECK(
+      report.find("| BLAS (the first region's leader) | OpenBLAS 0.3.21 DYNAMIC_ARCH Haswell |") !=
+      std::string::npos);
   CHECK(report.find("| time to 70.00% (run clock, between evaluations) | 3.6 s |") !=
         std::string::npos);
   CHECK(report.find("| b | 90.00% | 4 |") != std::string::npos);
