@@ -38,6 +38,7 @@ struct RunArgs {
   std::string wan;                // --wan PROFILE (run only)
   std::string resume;             // --resume RUN_DIR (run only)
   bool dry_run = false;           // --dry-run (sweep only)
+  uint32_t jobs = 1;              // --jobs N (sweep only)
 };
 
 struct CompareArgs {
@@ -112,6 +113,7 @@ int run_sweep(const RunArgs& args) {
   if (!args.out.empty()) o.out_dir = args.out;
   o.overrides = parse_overrides(args.sets);
   o.dry_run = args.dry_run;
+  o.jobs = args.jobs;
   if (!args.no_plots) o.plot_script = shipped_file("scripts/plot_sweep.py");
   std::stop_source stop;
   SignalWatcher watcher([&stop](int) { stop.request_stop(); });
@@ -165,6 +167,12 @@ void add_run_command(CLI::App& app, CommandList& commands) {
   sweep->add_flag("--dry-run", sweep_args->dry_run,
                   "write the sweep folder's configs and check each point's as a run would; list "
                   "the points, completed or to run; run nothing");
+  sweep
+      ->add_option("--jobs", sweep_args->jobs,
+                   "run up to N points at once, each with its progress in runs/<label>/"
+                   "progress.log (default 1; points that share the cores share their wall time)")
+      ->check(CLI::Range(1, 256))
+      ->type_name("N");
   commands.emplace_back(sweep, [sweep_args] { return run_sweep(*sweep_args); });
 
   auto compare_args = std::make_shared<CompareArgs>();

@@ -1,7 +1,12 @@
 #include "launcher/sweep/sweep.hpp"
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <mutex>
+#include <thread>
 
+#include "core/error.hpp"
 #include "core/log.hpp"
 #include "launcher/report/jsonl_tail.hpp"
 #include "launcher/run/child_process.hpp"
@@ -61,9 +66,109 @@ int check_points(const SweepPlan& plan, const fs::path& dir, const SweepOptions&
                (dir / "configs").string().c_str());
   return 0;
 }
+
+// What the points still to run share: the plan, its folder, the options, the rows of the results
+// and the clock the estimates start from. `mutex` guards rows and the results files.
+struct SweepRun {
+  const SweepPlan& plan;
+  const fs::path& dir;
+  const SweepOptions& o;
+  std::vector<SweepRow>& rows;
+  std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+  std::mutex mutex;
+  int finished = 0;  // points run so far
+
+  double elapsed() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  // ", about N s left" once a point has finished: the wall time per finished point so far, times
+  // the points without a summary (with several at a time, that time is already divided).
+  std::string estimate() const {
+    if (finished == 0) return "";
+    std::size_t left = 0;
+    for (const auto& r : rows) left += r.summary.is_null() ? 1 : 0;
+    return fmt::format(", about {:.0f} s left", elapsed() / finished * static_cast<double>(left));
+  }
+  // Point i's deployment, its progress to `progress`; its row and the results files updated.
+  // Returns run_deployment's exit code.
+  int run_point(std::size_t i, std::FILE* progress, std::stop_token stop) {
+    const auto& p = plan.points[i];
+    const auto point_runs = dir / "runs" / p.label;
+    LaunchOptions run = o.run;
+    run.overrides.clear();  // already in the point's config
+    run.config = dir / "configs" / (p.label + ".yaml");
+    run.out_dir = point_runs;
+    if (progress != o.run.progress) {
+      run.progress = progress;
+      run.redraw = false;
+    }
+    const auto result = run_deployment(run, stop);
+    std::lock_guard lock(mutex);
+    ++finished;
+    rows[i].run_dir = result.run_dir;
+    if (auto s = find_run(point_runs)) rows[i].summary = s->second;
+    write_results(dir, plan, rows);
+    return result.exit_code;
+  }
+};
+
+// One point after another on this thread, each showing its progress as `geotrain run` does.
+int run_one_at_a_time(SweepRun& s, const std::vector<std::size_t>& pending, std::stop_token stop) {
+  int exit_code = 0;
+  for (const std::size_t i : pending) {
+    spdlog::info("sweep {}: point {}/{} '{}' ({:.0f} s so far{})", s.plan.name, i + 1,
+                 s.plan.points.size(), s.plan.points[i].label, s.elapsed(), s.estimate());
+    const int code = s.run_point(i, s.o.run.progress, stop);
+    if (code == 130 || stop.stop_requested()) return 130;
+    if (code != 0) exit_code = 1;
+  }
+  return exit_code;
+}
+
+// --jobs N: up to N points at once, each deployment on a thread of its own (its children's
+// PR_SET_PDEATHSIG follows that thread, which lives until they are stopped) with its progress in
+// runs/<label>/progress.log; a line here when each starts and ends.
+int run_several_at_once(SweepRun& s, const std::vector<std::size_t>& pending,
+                        std::stop_token stop) {
+  std::size_t next = 0;
+  int exit_code = 0;
+  bool interrupted = false;
+  const auto work = [&] {
+    for (;;) {
+      std::size_t i = 0;
+      {
+        std::lock_guard lock(s.mutex);
+        if (next == pending.size() || interrupted || stop.stop_requested()) return;
+        i = pending[next++];
+      }
+      const auto& p = s.plan.points[i];
+      const auto log = s.dir / "runs" / p.label / "progress.log";
+      fs::create_directories(log.parent_path());
+      std::FILE* progress = std::fopen(log.c_str(), "a");
+      spdlog::info("sweep {}: point {}/{} '{}' started ({:.0f} s so far); progress in {}",
+                   s.plan.name, i + 1, s.plan.points.size(), p.label, s.elapsed(), log.string());
+      const int code = s.run_point(i, progress != nullptr ? progress : s.o.run.progress, stop);
+      if (progress != nullptr) std::fclose(progress);
+      std::lock_guard lock(s.mutex);
+      spdlog::info("sweep {}: point {}/{} '{}' {} ({:.0f} s so far{})", s.plan.name, i + 1,
+                   s.plan.points.size(), p.label,
+                   code == 0 ? "completed" : fmt::format("failed (exit {})", code), s.elapsed(),
+                   s.estimate());
+      if (code == 130) interrupted = true;
+      if (code != 0) exit_code = 1;
+    }
+  };
+  {
+    std::vector<std::jthread> threads;
+    for (std::size_t t = 0; t < std::min<std::size_t>(s.o.jobs, pending.size()); ++t)
+      threads.emplace_back(work);
+  }  // joined
+  return interrupted || stop.stop_requested() ? 130 : exit_code;
+}
 }  // namespace
 
 int run_sweep(const SweepOptions& o, std::stop_token stop) {
+  GT_REQUIRE(o.jobs >= 1, "sweep: --jobs is {}, must be at least 1", o.jobs);
   const auto plan = load_sweep(o.sweep_file, o.overrides, o.run.project_configs);
   const auto dir = (o.out_dir ? *o.out_dir : plan.out_dir) / plan.name;
   fs::create_directories(dir / "configs");
@@ -76,45 +181,28 @@ int run_sweep(const SweepOptions& o, std::stop_token stop) {
     write_text_file(dir / "configs" / (p.label + ".yaml"), p.config_yaml);
   }
   if (o.dry_run) return check_points(plan, dir, o);
-  spdlog::info("sweep {}: {} point(s), folder {}", plan.name, plan.points.size(), dir.string());
+  spdlog::info("sweep {}: {} point(s), folder {}{}", plan.name, plan.points.size(), dir.string(),
+               o.jobs > 1 ? fmt::format(", up to {} at a time", o.jobs) : "");
 
-  const auto t0 = std::chrono::steady_clock::now();
-  int ran = 0, exit_code = 0;
+  std::vector<std::size_t> pending;
   for (std::size_t i = 0; i < plan.points.size(); ++i) {
     const auto& p = plan.points[i];
-    const auto point_runs = dir / "runs" / p.label;
-    if (auto done = find_run(point_runs); done && done->second.value("status", "") == "completed") {
+    if (auto done = find_run(dir / "runs" / p.label);
+        done && done->second.value("status", "") == "completed") {
       rows[i].summary = done->second;
       rows[i].run_dir = done->first;
       spdlog::info("sweep {}: point {}/{} '{}' already complete ({}), skipped", plan.name, i + 1,
                    plan.points.size(), p.label, done->first.filename().string());
-      continue;
+    } else {
+      pending.push_back(i);
     }
-    const double elapsed =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::string eta;
-    if (ran > 0) {
-      std::size_t left = 0;
-      for (std::size_t j = i; j < plan.points.size(); ++j)
-        left += rows[j].summary.is_null() ? 1 : 0;
-      eta = fmt::format(", about {:.0f} s left", elapsed / ran * static_cast<double>(left));
-    }
-    spdlog::info("sweep {}: point {}/{} '{}' ({:.0f} s so far{})", plan.name, i + 1,
-                 plan.points.size(), p.label, elapsed, eta);
-    LaunchOptions run = o.run;
-    run.overrides.clear();  // already in the point's config
-    run.config = dir / "configs" / (p.label + ".yaml");
-    run.out_dir = point_runs;
-    const auto result = run_deployment(run, stop);
-    ++ran;
-    rows[i].run_dir = result.run_dir;
-    if (auto s = find_run(point_runs)) rows[i].summary = s->second;
-    write_results(dir, plan, rows);
-    if (result.exit_code == 130 || stop.stop_requested()) {
-      spdlog::warn("sweep {}: interrupted; rerun the same command to resume", plan.name);
-      return 130;
-    }
-    if (result.exit_code != 0) exit_code = 1;
+  }
+  SweepRun s{plan, dir, o, rows};
+  const int exit_code = o.jobs > 1 && pending.size() > 1 ? run_several_at_once(s, pending, stop)
+                                                         : run_one_at_a_time(s, pending, stop);
+  if (exit_code == 130) {
+    spdlog::warn("sweep {}: interrupted; rerun the same command to resume", plan.name);
+    return 130;
   }
   write_results(dir, plan, rows);
   if (!o.plot_script.empty() && fs::exists(o.run.python) && fs::exists(o.plot_script)) {

@@ -6,10 +6,11 @@
 // `results.md`, `sweep_*.png`. Resumable: a point whose runs/<label>/ already holds a run with
 // `status: completed` in its summary.json is not run again. The results are rewritten after
 // every point, so an interrupted sweep keeps a table of what finished. A failed point is
-// recorded and the sweep goes on; a stop request (Ctrl-C) ends the sweep.
-// Blocks for the whole sweep; call from the main thread (see launcher.hpp).
+// recorded and the sweep goes on; a stop request (Ctrl-C) ends the sweep, stopping every point
+// that runs. Blocks for the whole sweep; call from the main thread (see launcher.hpp).
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <optional>
 #include <stop_token>
@@ -30,6 +31,10 @@ struct SweepOptions {
   // `--dry-run`: write the folder's sweep.yaml and configs, check every point's config as a run
   // would (run.validate too), list the points with what the folder holds for each; run nothing.
   bool dry_run = false;
+  // `--jobs N`: up to N points at once, each on a thread of its own with its progress in
+  // runs/<label>/progress.log (1: one after another, the progress shown as `geotrain run` shows
+  // it). Points that share a machine share its cores: their wall times are not a quiet run's.
+  uint32_t jobs = 1;
 };
 
 // 0 when every point completed (a dry run: when every config passed), 1 when one failed, 130

@@ -5,6 +5,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <fstream>
+#include <thread>
 
 #include "core/error.hpp"
 #include "launcher/run/child_process.hpp"
@@ -352,6 +353,72 @@ TEST_CASE("a two-point sweep runs both points, writes the results, and resumes w
   for (const char* png :
        {"sweep_accuracy_vs_time.png", "sweep_accuracy_vs_wan_bytes.png", "sweep_bars.png"})
     CHECK_MESSAGE((fs::exists(dir / png) && fs::file_size(dir / png) > 1000), png);
+}
+
+TEST_CASE("--jobs runs points at once, each with its progress log, and resumes as before") {
+  test::TempDir tmp("sweep-jobs");
+  write_base(tmp.path());
+  // Each scripted worker notes its start, sleeps, notes its end (in one file for the whole sweep),
+  // then reports accuracy 0.9 and one round.
+  const auto order = tmp.path() / "order.txt";
+  std::ofstream(tmp.path() / "fake-geotrain")
+      << "#!/bin/sh\n"
+         "if [ \"$1\" != worker ]; then exec " GEOTRAIN_BINARY
+         " \"$@\"; fi\n"
+         "region=$5; out=\"$(dirname \"$3\")/worker-$region-0.metrics.jsonl\"\n"
+         "echo start >> "
+      << order.string()
+      << "\n"
+         "sleep 2\n"
+         "echo end >> "
+      << order.string()
+      << "\n"
+         "echo \"{\\\"event\\\":\\\"done\\\",\\\"region\\\":\\\"$region\\\",\\\"rank\\\":0,"
+         "\\\"time\\\":0.2,\\\"rounds\\\":1,\\\"steps\\\":1,\\\"wall_s\\\":0.2,"
+         "\\\"final_test_accuracy\\\":0.9}\" >> \"$out\"\n";
+  fs::permissions(tmp.path() / "fake-geotrain", fs::perms::owner_all);
+  std::ofstream(tmp.path() / "three.yaml") << "base: base.yaml\ngrid: {worker.seed: [1, 2, 3]}\n";
+  SweepOptions o;
+  o.sweep_file = tmp.path() / "three.yaml";
+  o.out_dir = tmp.path() / "out";
+  o.run.binary = (tmp.path() / "fake-geotrain").string();
+  o.run.redraw = false;
+  o.jobs = 3;
+  std::stop_source stop;
+  CHECK(run_sweep(o, stop.get_token()) == 0);
+  const auto dir = tmp.path() / "out" / "three";
+  const auto csv = read(dir / "results.csv");
+  for (const char* label : {"seed=1", "seed=2", "seed=3"}) {
+    CAPTURE(label);
+    CHECK(csv.find(std::string(label) + ",") != std::string::npos);
+    CHECK(read(dir / "runs" / label / "progress.log").find("completed") != std::string::npos);
+  }
+  CHECK(csv.find(",failed") == std::string::npos);
+  // Two workers a point: more than two running at once means points overlapped.
+  int running = 0, most = 0, lines = 0;
+  std::ifstream in(order);
+  for (std::string line; std::getline(in, line); ++lines) {
+    running += line == "start" ? 1 : -1;
+    most = std::max(most, running);
+  }
+  CHECK(lines == 12);
+  CHECK(most > 2);
+  // Resumed with --jobs: nothing left to run.
+  const auto before = read(order);
+  CHECK(run_sweep(o, stop.get_token()) == 0);
+  CHECK(read(order) == before);
+
+  // A stop request ends every point that runs, and the sweep says it was interrupted.
+  o.out_dir = tmp.path() / "stopped";
+  std::stop_source stopper;
+  std::jthread stop_soon([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    stopper.request_stop();
+  });
+  CHECK(run_sweep(o, stopper.get_token()) == 130);
+  const auto stopped = read(tmp.path() / "stopped" / "three" / "results.csv");
+  CHECK(stopped.find("seed=1,") != std::string::npos);  // the rows of the points that ran
+  CHECK(stopped.find(",completed,") == std::string::npos);
 }
 
 TEST_CASE("the sweep's set reaches every point; --set and a point's own key change it") {
