@@ -20,7 +20,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from plot_sweep import metric_curve  # noqa: E402
+from plot_sweep import metric_curve, metric_of  # noqa: E402
 
 
 def main(argv):
@@ -30,13 +30,7 @@ def main(argv):
     out_dir = argv[1]
     with open(os.path.join(out_dir, "compare.csv"), encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
-    lm = any(r.get("final_val_bpb") for r in rows)
-    if lm:
-        field, scale = "val_bpb", 1.0
-        ylabel = "validation bits per byte, mean over regions (lower is better)"
-    else:
-        field, scale = "test_accuracy", 100.0
-        ylabel = "test accuracy, mean over regions (%)"
+    field, scale, ylabel, title = metric_of(rows)
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
     for r in rows:
         if not r.get("run_dir") or not os.path.isdir(r["run_dir"]):
@@ -49,7 +43,6 @@ def main(argv):
     for ax in axes:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    title = "validation bpb per run" if lm else "accuracy per run"
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(os.path.join(out_dir, "compare.png"), dpi=100, metadata={"Title": title})

@@ -35,6 +35,15 @@ from plot_run import bytes_at, read_events, wan_curve  # noqa: E402
 from seed_table import configuration  # noqa: E402
 
 
+def metric_of(rows):
+    """The metric a table's runs are judged on: (event field, scale, y label, what one plot is).
+    A language model's rows have final_val_bpb values (the results' last columns)."""
+    if any(r.get("final_val_bpb") for r in rows):
+        return ("val_bpb", 1.0, "validation bits per byte, mean over regions (lower is better)",
+                "validation bpb per run")
+    return "test_accuracy", 100.0, "test accuracy, mean over regions (%)", "accuracy per run"
+
+
 def metric_curve(run_dir, field, scale):
     """(times, WAN bytes of all regions so far, mean over regions of `field` x scale) at each
     evaluation."""
@@ -101,14 +110,8 @@ def main(argv):
     sweep_dir = argv[1]
     with open(os.path.join(sweep_dir, "results.csv"), encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
-    # A language-model sweep has final_val_bpb values (results.csv's last columns).
-    lm = any(r.get("final_val_bpb") for r in rows)
-    if lm:
-        field, scale = "val_bpb", 1.0
-        ylabel, title = "validation bits per byte, mean over regions (lower is better)", "validation bpb per run"
-    else:
-        field, scale = "test_accuracy", 100.0
-        ylabel, title = "test accuracy, mean over regions (%)", "accuracy per run"
+    field, scale, ylabel, title = metric_of(rows)
+    lm = field == "val_bpb"
     for use_bytes in (False, True):
         fig, ax = plt.subplots(figsize=(8, 4.5))
         for r in rows:
