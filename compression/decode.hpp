@@ -34,6 +34,24 @@ void check_dense(const PayloadHeader& h);
 // version and the element count.
 void check_parsed(const PayloadHeader& h, size_t y_size, std::optional<CodecId> expected);
 
+// A codec whose two encodes are one pass, encode_into (residual null: no error feedback, else
+// it is updated in the same pass), and whose payloads decode through decode_checked, refusing
+// another codec's: the dense codecs and topk with quantised values.
+class OnePassCodec : public Codec {
+ public:
+  void encode(ConstFloatSpan x, Bytes& out) final { encode_into(x.data(), nullptr, x.size(), out); }
+  bool encode_with_feedback(ConstFloatSpan g, FloatSpan residual, Bytes& out) final;
+  void decode(ConstByteSpan payload, FloatSpan y) const final {
+    decode_checked(payload, y, false, id());
+  }
+  void decode_add(ConstByteSpan payload, FloatSpan y) const final {
+    decode_checked(payload, y, true, id());
+  }
+
+ protected:
+  virtual void encode_into(const float* g, float* residual, size_t n, Bytes& out) = 0;
+};
+
 // The topk codec with quantised values (options.bits != 0); make_topk_codec picks it.
 std::unique_ptr<Codec> make_qtopk_codec(const TopkOptions& options);
 

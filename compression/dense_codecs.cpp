@@ -41,6 +41,13 @@ uint64_t dense_body_bytes(CodecId id, uint64_t n, uint32_t chunk) {
   return 0;
 }
 
+bool OnePassCodec::encode_with_feedback(ConstFloatSpan g, FloatSpan residual, Bytes& out) {
+  GT_REQUIRE(g.size() == residual.size(), "{}: input has {} elements but the residual has {}",
+             spec(), g.size(), residual.size());
+  encode_into(g.data(), residual.data(), g.size(), out);
+  return true;
+}
+
 }  // namespace detail
 
 namespace {
@@ -48,7 +55,7 @@ namespace {
 using detail::dense_body_bytes;
 using detail::is_chunked;
 
-class DenseCodec final : public Codec {
+class DenseCodec final : public detail::OnePassCodec {
  public:
   DenseCodec(CodecId id, QuantOptions options, OnebitScale onebit_scale = OnebitScale::mean)
       : id_(id), options_(options), onebit_scale_(onebit_scale) {
@@ -80,26 +87,8 @@ class DenseCodec final : public Codec {
     return kHeaderBytes + dense_body_bytes(id_, n, options_.chunk);
   }
 
-  void encode(ConstFloatSpan x, Bytes& out) override {
-    encode_into(x.data(), nullptr, x.size(), out);
-  }
-
-  bool encode_with_feedback(ConstFloatSpan g, FloatSpan residual, Bytes& out) override {
-    GT_REQUIRE(g.size() == residual.size(), "{}: input has {} elements but the residual has {}",
-               spec(), g.size(), residual.size());
-    encode_into(g.data(), residual.data(), g.size(), out);
-    return true;
-  }
-
-  void decode(ConstByteSpan payload, FloatSpan y) const override {
-    detail::decode_checked(payload, y, false, id_);
-  }
-  void decode_add(ConstByteSpan payload, FloatSpan y) const override {
-    detail::decode_checked(payload, y, true, id_);
-  }
-
  private:
-  void encode_into(const float* g, float* residual, size_t n, Bytes& out) {
+  void encode_into(const float* g, float* residual, size_t n, Bytes& out) override {
     GT_REQUIRE(n <= kMaxElements, "{}: {} elements exceed the payload limit {}", spec(), n,
                kMaxElements);
     const uint32_t chunk = options_.chunk;

@@ -25,7 +25,7 @@ constexpr uint32_t kAuxKMask = 0x00ffffffu;
 
 bool valid_bits(uint32_t bits) { return bits == 2 || bits == 4 || bits == 8; }
 
-class QtopkCodec final : public Codec {
+class QtopkCodec final : public detail::OnePassCodec {
  public:
   explicit QtopkCodec(const TopkOptions& options) : options_(options) {
     GT_REQUIRE(options_.ratio > 0.0 && options_.ratio <= 1.0,
@@ -46,28 +46,10 @@ class QtopkCodec final : public Codec {
     return kHeaderBytes + layout(n).body_bytes();
   }
 
-  void encode(ConstFloatSpan x, Bytes& out) override {
-    encode_into(x.data(), nullptr, x.size(), out);
-  }
-
-  bool encode_with_feedback(ConstFloatSpan g, FloatSpan residual, Bytes& out) override {
-    GT_REQUIRE(g.size() == residual.size(), "{}: input has {} elements but the residual has {}",
-               spec(), g.size(), residual.size());
-    encode_into(g.data(), residual.data(), g.size(), out);
-    return true;
-  }
-
-  void decode(ConstByteSpan payload, FloatSpan y) const override {
-    detail::decode_checked(payload, y, false, CodecId::qtopk);
-  }
-  void decode_add(ConstByteSpan payload, FloatSpan y) const override {
-    detail::decode_checked(payload, y, true, CodecId::qtopk);
-  }
-
  private:
   kc::QtopkLayout layout(uint64_t n) const { return {n, options_.chunk, k_, options_.bits}; }
 
-  void encode_into(const float* g, float* residual, size_t n, Bytes& out) {
+  void encode_into(const float* g, float* residual, size_t n, Bytes& out) override {
     GT_REQUIRE(n <= kMaxElements, "{}: {} elements exceed the payload limit {}", spec(), n,
                kMaxElements);
     const kc::QtopkLayout l = layout(n);
