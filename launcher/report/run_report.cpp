@@ -139,22 +139,10 @@ std::string settings_table(const fs::path& run_dir, const YAML::Node& config, bo
                       start["blas"].get<std::string>());
   return md;
 }
-}  // namespace
 
-std::string build_report(const fs::path& run_dir, const json& s) {
-  YAML::Node config;
-  try {
-    if (fs::exists(run_dir / "config.yaml"))
-      config = YAML::LoadFile((run_dir / "config.yaml").string());
-  } catch (const YAML::Exception&) {
-  }
-  std::string md = fmt::format("# Run {}\n\nStatus: **{}**", run_dir.filename().string(),
-                               s.value("status", "?"));
-  if (s.contains("failure")) md += fmt::format(" ({})", s["failure"].get<std::string>());
-  // A language model is evaluated on validation bits per byte (lower is better), a classifier
-  // on test accuracy: each report shows its own model's keys and metrics.
-  const bool lm = is_language_model(s) || (config && config_value(config, "model.kind") == "gpt");
-  md += settings_table(run_dir, config, lm);
+// The Results section: the final figure, time, bytes, utilization, staleness, time to target.
+std::string results_table(const json& s, bool lm) {
+  std::string md;
   md += "\n## Results\n\n| result | value |\n|---|---|\n";
   const auto pct = pct_text;
   if (lm) {
@@ -206,22 +194,12 @@ std::string build_report(const fs::path& run_dir, const json& s) {
   if (s.contains("target_val_bpb"))
     md += fmt::format("| time to {} bpb (run clock, between evaluations) | {} |\n",
                       bpb_text(s["target_val_bpb"]), reached_at);
-  md += fmt::format(
-      "\n## Per region (each region's own parameters)\n\n"
-      "| region | {} | rounds | WAN payload | mean staleness | waiting (s) |\n"
-      "|---|---|---|---|---|---|\n",
-      lm ? "validation bpb" : "accuracy");
-  // Each region's own parameters (the final figures of folders from before the global model).
-  const auto own = [](const json& r, const char* key) {
-    const auto v = r.value(std::string("region_") + key, json(nullptr));
-    return v.is_null() ? r.value(std::string("final_") + key, json(nullptr)) : v;
-  };
-  for (const auto& [name, r] : s["per_region"].items())
-    md += fmt::format("| {} | {} | {} | {} | {} | {} |\n", name,
-                      lm ? bpb_text(own(r, "val_bpb")) : pct(own(r, "test_accuracy")),
-                      fmt_value(r["rounds"]), human_bytes(r.value("wan_bytes", 0.0)),
-                      fmt_value(r["mean_staleness"]), fmt_value(r["wait_seconds"]));
-  md += codec_phase_table(s);
+  return md;
+}
+
+// The faults and restarts, and the regions a server marked dead (empty when there were none).
+std::string incidents_tables(const json& s) {
+  std::string md;
   if (s.contains("faults") && s["faults"].is_array() && !s["faults"].empty()) {
     md += fmt::format(
         "\n## Faults and restarts\n\n{} restart(s).\n\n| process | what | at (s) | restarted "
@@ -248,6 +226,43 @@ std::string build_report(const fs::path& run_dir, const json& s) {
       md += fmt::format("| {} | {} | {} | {} |\n", fmt_value(d["server"]), fmt_value(d["region"]),
                         fmt_value(d["at_s"]), fmt_value(d["why"]));
   }
+  return md;
+}
+
+}  // namespace
+
+std::string build_report(const fs::path& run_dir, const json& s) {
+  YAML::Node config;
+  try {
+    if (fs::exists(run_dir / "config.yaml"))
+      config = YAML::LoadFile((run_dir / "config.yaml").string());
+  } catch (const YAML::Exception&) {
+  }
+  std::string md = fmt::format("# Run {}\n\nStatus: **{}**", run_dir.filename().string(),
+                               s.value("status", "?"));
+  if (s.contains("failure")) md += fmt::format(" ({})", s["failure"].get<std::string>());
+  // A language model is evaluated on validation bits per byte (lower is better), a classifier
+  // on test accuracy: each report shows its own model's keys and metrics.
+  const bool lm = is_language_model(s) || (config && config_value(config, "model.kind") == "gpt");
+  md += settings_table(run_dir, config, lm);
+  md += results_table(s, lm);
+  md += fmt::format(
+      "\n## Per region (each region's own parameters)\n\n"
+      "| region | {} | rounds | WAN payload | mean staleness | waiting (s) |\n"
+      "|---|---|---|---|---|---|\n",
+      lm ? "validation bpb" : "accuracy");
+  // Each region's own parameters (the final figures of folders from before the global model).
+  const auto own = [](const json& r, const char* key) {
+    const auto v = r.value(std::string("region_") + key, json(nullptr));
+    return v.is_null() ? r.value(std::string("final_") + key, json(nullptr)) : v;
+  };
+  for (const auto& [name, r] : s["per_region"].items())
+    md += fmt::format("| {} | {} | {} | {} | {} | {} |\n", name,
+                      lm ? bpb_text(own(r, "val_bpb")) : pct_text(own(r, "test_accuracy")),
+                      fmt_value(r["rounds"]), human_bytes(r.value("wan_bytes", 0.0)),
+                      fmt_value(r["mean_staleness"]), fmt_value(r["wait_seconds"]));
+  md += codec_phase_table(s);
+  md += incidents_tables(s);
   bool heading = false;
   for (const char* png : {"loss_accuracy_vs_time.png", "loss_accuracy_vs_wan_bytes.png",
                           "staleness_histogram.png", "round_time_split.png"}) {

@@ -203,6 +203,32 @@ json regions_marked_dead(const fs::path& run_dir,
   }
   return out;
 }
+
+// One region's entry of per_region: final_* of the global model when the region had it, else
+// its own figures (acc, bpb, loss: its final ones, else its newest evaluation).
+json region_summary(const RegionState& r, std::optional<double> acc, std::optional<double> bpb,
+                    std::optional<double> loss) {
+  const bool global = r.final_accuracy || r.final_val_bpb;
+  return {
+      {"final_test_accuracy", opt(global ? r.final_accuracy : acc)},
+      {"final_val_bpb", opt(global ? r.final_val_bpb : bpb)},
+      {"final_val_loss", opt(global ? r.final_val_loss : loss)},
+      {"region_test_accuracy", opt(acc)},
+      {"region_val_bpb", opt(bpb)},
+      {"region_val_loss", opt(loss)},
+      {"global_model", r.global_model ? json(*r.global_model) : json(nullptr)},
+      {"flush_bytes", r.flush_bytes},
+      {"skipped_steps", r.skipped_steps},
+      {"rounds", r.rounds_done},
+      {"wan_bytes", r.wan_bytes()},
+      {"bytes_pushed", r.bytes_pushed},
+      {"bytes_pulled", r.bytes_pulled},
+      {"mean_staleness",
+       r.staleness_n ? json(r.staleness_sum / static_cast<double>(r.staleness_n)) : json(nullptr)},
+      {"wait_seconds", r.wait_s},
+      {"time_to_target_seconds", opt(r.time_to_target)}};
+}
+
 }  // namespace
 
 RunMonitor read_run_metrics(const fs::path& run_dir, const RunTarget& target) {
@@ -275,25 +301,7 @@ json build_summary(const fs::path& run_dir, const SummaryInputs& in) {
       time_to_target = std::max(time_to_target, *r.time_to_target);
     else
       all_reached = false;
-    const bool global = r.final_accuracy || r.final_val_bpb;
-    per_region[name] = {{"final_test_accuracy", opt(global ? r.final_accuracy : acc)},
-                        {"final_val_bpb", opt(global ? r.final_val_bpb : bpb)},
-                        {"final_val_loss", opt(global ? r.final_val_loss : loss)},
-                        {"region_test_accuracy", opt(acc)},
-                        {"region_val_bpb", opt(bpb)},
-                        {"region_val_loss", opt(loss)},
-                        {"global_model", r.global_model ? json(*r.global_model) : json(nullptr)},
-                        {"flush_bytes", r.flush_bytes},
-                        {"skipped_steps", r.skipped_steps},
-                        {"rounds", r.rounds_done},
-                        {"wan_bytes", r.wan_bytes()},
-                        {"bytes_pushed", r.bytes_pushed},
-                        {"bytes_pulled", r.bytes_pulled},
-                        {"mean_staleness",
-                         r.staleness_n ? json(r.staleness_sum / static_cast<double>(r.staleness_n))
-                                       : json(nullptr)},
-                        {"wait_seconds", r.wait_s},
-                        {"time_to_target_seconds", opt(r.time_to_target)}};
+    per_region[name] = region_summary(r, acc, bpb, loss);
   }
   uint64_t steps = 0;
   double compute = 0, worker_wall = 0, slowest = 0;
