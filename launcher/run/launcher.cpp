@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <map>
+#include <memory>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -77,7 +78,7 @@ std::string wait_healthy(Running& p, Clock::time_point deadline, const std::stop
   for (;;) {
     if (auto st = p.child.poll()) return failure_message(p, *st);
     bool up = true;
-    for (auto port : p.spec.health_ports) up = up && port_listening(port);
+    for (auto port : p.spec.health_ports) up = up && port_listening(port, p.child.pid());
     if (up) return "";
     if (stop.stop_requested()) return "interrupted";
     if (Clock::now() > deadline)
@@ -117,6 +118,9 @@ struct PreparedRun {
   RunSettings settings;
   fs::path run_dir;
   Deployment plan;
+  // The plan's ports, reserved in this process for the run's life (another deployment of this
+  // process, `geotrain sweep --jobs`, gets others).
+  std::unique_ptr<PortAllocator> ports;
 };
 
 PreparedRun prepare_run(const LaunchOptions& o) {
@@ -143,8 +147,8 @@ PreparedRun prepare_run(const LaunchOptions& o) {
   else if (o.resume)
     spdlog::warn("run: resuming {}, in part: {}", r.run_dir.string(), sources.describe());
   {
-    PortAllocator ports(r.settings.base_port);
-    r.plan = plan_deployment(text, source, r.settings, r.run_dir, ports);
+    r.ports = std::make_unique<PortAllocator>(r.settings.base_port);
+    r.plan = plan_deployment(text, source, r.settings, r.run_dir, *r.ports);
     if (r.plan.keys_to_generate) {
       wire::KeyDirectory::generate(*r.plan.keys_to_generate, r.settings.regions,
                                    /*force=*/false);
@@ -153,7 +157,8 @@ PreparedRun prepare_run(const LaunchOptions& o) {
     write_text_file(r.run_dir / "config.yaml", r.plan.config_yaml);
     if (r.plan.netsim_yaml) write_text_file(r.run_dir / "netsim.yaml", *r.plan.netsim_yaml);
     if (o.validate) o.validate(r.plan.config_yaml, (r.run_dir / "config.yaml").string());
-  }  // probe sockets closed: the children bind the ports now
+    r.ports->release();  // probe sockets closed: the children bind the ports now
+  }
   spdlog::info("run: {} region(s) x {} worker(s), run folder {}", r.settings.regions.size(),
                r.settings.workers_per_region, r.run_dir.string());
   if (!r.plan.metrics_ports.empty()) {  // server.metrics_port: where Prometheus scrapes

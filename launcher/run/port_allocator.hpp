@@ -3,10 +3,16 @@
 // With a base port, ports are tried upwards from it; otherwise the kernel picks ephemeral ones.
 // Every port handed out is checked by binding it, and the probe sockets stay open (so no port
 // is handed out twice) until release() or destruction; a child then binds the port for real.
-// There is a short window between release() and the child's bind in which another program
-// could take the port: the launcher then fails at the health check, naming the process.
-// Owns the probe sockets (RAII). Not thread-safe; calls do not block.
+// The ports also stay reserved in this process until the allocator is destroyed, so a
+// deployment that keeps its allocator for its life shares no port with another deployment of
+// the same process (`geotrain sweep --jobs`), whose allocator skips them. There is still a short
+// window between release() and the child's bind in which another program could take the port:
+// the health check (port_listening with the child's pid) then fails, naming the process.
+// Owns the probe sockets and the reservation (RAII). One allocator is not thread-safe; several
+// may be used from several threads. Calls do not block.
 #pragma once
+
+#include <sys/types.h>
 
 #include <cstdint>
 #include <string>
@@ -21,15 +27,22 @@ class PortAllocator {
   PortAllocator(const PortAllocator&) = delete;
   PortAllocator& operator=(const PortAllocator&) = delete;
 
-  // A port free on `host` right now; SystemError when none can be found.
+  // A port free on `host` right now and held by no other allocator of this process; SystemError
+  // when none can be found.
   uint16_t allocate();
-  // Closes the probe sockets, so that children can bind the ports.
+  // Closes the probe sockets, so that children can bind the ports. They stay reserved in this
+  // process until destruction.
   void release();
 
  private:
+  // `port` (just bound by a probe) for this allocator, unless another allocator of this process
+  // holds it; true when taken.
+  bool reserve(uint16_t port);
+
   uint16_t next_;
   std::string host_;
   std::vector<int> probes_;
+  std::vector<uint16_t> reserved_;  // every port handed out, until destruction
 };
 
 // True when a TCP connection to host:port is accepted within `timeout_ms`.
@@ -39,5 +52,8 @@ bool port_accepts(const std::string& host, uint16_t port, int timeout_ms = 200);
 // from /proc/net/tcp{,6}: a readiness check that opens no connection, so a server's log shows no
 // handshake cut short by it and netsim opens no upstream connection for it.
 bool port_listening(uint16_t port);
+// The same, and the listening socket is one of process `pid`'s (its /proc/<pid>/fd): a child's
+// health check that another program listening on the child's port cannot pass.
+bool port_listening(uint16_t port, pid_t pid);
 
 }  // namespace geotrain::launcher

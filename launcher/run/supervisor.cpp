@@ -221,7 +221,7 @@ void Supervisor::supervise(Running& p, std::optional<int> st) {
       return;
     case Phase::starting: {
       bool up = true;
-      for (auto port : p.spec.health_ports) up = up && port_listening(port);
+      for (auto port : p.spec.health_ports) up = up && port_listening(port, p.child.pid());
       if (!up) {
         if (Clock::now() > p.phase_until)
           failure_ = fmt::format(

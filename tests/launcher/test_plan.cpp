@@ -4,9 +4,12 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
+#include <csignal>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -133,6 +136,57 @@ TEST_CASE("a listening port is seen without connecting to it") {
   CHECK(::poll(&p, 1, 0) == 0);
   ::close(fd);
   CHECK_FALSE(port_listening(port));
+}
+
+TEST_CASE("two allocators of one process never hand out the same port while both live") {
+  // `geotrain sweep --jobs`: deployments on threads of one process, each releasing its probes to
+  // its children while the next one allocates.
+  std::optional<PortAllocator> first(std::in_place, uint16_t{23300});
+  const uint16_t port = first->allocate();
+  first->release();  // free in the kernel now, still this deployment's
+  {
+    PortAllocator second(port);
+    CHECK(second.allocate() != port);
+  }
+  std::set<uint16_t> a, b;
+  PortAllocator kernel_a(0), kernel_b(0);
+  for (int i = 0; i < 64; ++i) a.insert(kernel_a.allocate());
+  kernel_a.release();
+  for (int i = 0; i < 64; ++i) b.insert(kernel_b.allocate());
+  for (uint16_t p : b) CHECK_MESSAGE(!a.contains(p), p);
+  first.reset();  // the deployment ended: its port may be handed out again
+  PortAllocator third(port);
+  CHECK(third.allocate() == port);
+}
+
+TEST_CASE("a port is a process's only while a socket of that process listens on it") {
+  // A child made before the socket, so that it does not inherit it.
+  const pid_t other = ::fork();
+  REQUIRE(other >= 0);
+  if (other == 0) {
+    ::pause();
+    ::_exit(0);
+  }
+  PortAllocator ports(0);
+  const uint16_t port = ports.allocate();
+  ports.release();
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0);
+  CHECK_FALSE(port_listening(port, ::getpid()));  // bound is not listening
+  REQUIRE(::listen(fd, 4) == 0);
+  CHECK(port_listening(port, ::getpid()));
+  CHECK(port_listening(port));
+  CHECK_FALSE(port_listening(port, other));  // listening, but not the other process's socket
+  ::close(fd);
+  CHECK_FALSE(port_listening(port, ::getpid()));
+  ::kill(other, SIGKILL);
+  ::waitpid(other, nullptr, 0);
+  CHECK_FALSE(port_listening(port, other));  // gone
 }
 
 TEST_CASE("the plan routes every inter-region connection through netsim and nothing else") {
