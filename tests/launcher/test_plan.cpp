@@ -44,6 +44,18 @@ std::string error_of(const std::string& yaml) {
   }
   return "";
 }
+
+// A TCP socket bound to 127.0.0.1:port, not listening yet.
+int bound_socket(uint16_t port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0);
+  return fd;
+}
 }  // namespace
 
 TEST_CASE("run settings are read from the run section, with the config's regions and workers") {
@@ -121,13 +133,7 @@ TEST_CASE("a listening port is seen without connecting to it") {
   const uint16_t port = ports.allocate();
   ports.release();
   CHECK_FALSE(port_listening(port));
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  REQUIRE(fd >= 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0);
+  const int fd = bound_socket(port);
   CHECK_FALSE(port_listening(port));  // bound is not listening
   REQUIRE(::listen(fd, 4) == 0);
   CHECK(port_listening(port));
@@ -170,13 +176,7 @@ TEST_CASE("a port is a process's only while a socket of that process listens on 
   PortAllocator ports(0);
   const uint16_t port = ports.allocate();
   ports.release();
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  REQUIRE(fd >= 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0);
+  const int fd = bound_socket(port);
   CHECK_FALSE(port_listening(port, ::getpid()));  // bound is not listening
   REQUIRE(::listen(fd, 4) == 0);
   CHECK(port_listening(port, ::getpid()));
