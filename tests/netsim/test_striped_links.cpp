@@ -66,9 +66,11 @@ TEST_CASE("striped over a link that is reset, later requests are answered whole 
   echo.join();
   CAPTURE(lost);
   CHECK(answered > 3);
-  CHECK(answered_late > 0);                   // after the reset, the lanes came back
-  CHECK(proxy.stats()[0].bytes_dropped > 0);  // the reset did cut data in flight
-  // The channel saw its connections break (each lane reconnected once at least).
+  CHECK(answered_late > 0);  // after the reset, the lanes came back
+  // The reset cut the connections: the channel saw them break (each lane reconnected once at
+  // least). Whether it also dropped bytes queued in netsim depends on where in a call 0.6 s
+  // falls (once 0 in a clean-clone run), so that counter is checked where a transfer is always
+  // in flight (test_faults, "a reset cuts open connections ...").
   CHECK(client.channel().disconnects() >= 4);
 }
 
