@@ -77,9 +77,7 @@ bool external_leaders_left(const RunMonitor& monitor, const std::vector<std::str
 std::string wait_healthy(Running& p, Clock::time_point deadline, const std::stop_token& stop) {
   for (;;) {
     if (auto st = p.child.poll()) return failure_message(p, *st);
-    bool up = true;
-    for (auto port : p.spec.health_ports) up = up && port_listening(port, p.child.pid());
-    if (up) return "";
+    if (ports_listening(p.spec.health_ports, p.child.pid())) return "";
     if (stop.stop_requested()) return "interrupted";
     if (Clock::now() > deadline)
       return fmt::format(

@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -159,8 +160,6 @@ std::vector<std::string> listeners(uint16_t port) {
 }
 }  // namespace
 
-bool port_listening(uint16_t port) { return !listeners(port).empty(); }
-
 bool port_listening(uint16_t port, pid_t pid) {
   const auto inodes = listeners(port);
   if (inodes.empty()) return false;
@@ -175,6 +174,11 @@ bool port_listening(uint16_t port, pid_t pid) {
       if (target == "socket:[" + inode + "]") return true;
   }
   return false;
+}
+
+bool ports_listening(const std::vector<uint16_t>& ports, pid_t pid) {
+  return std::all_of(ports.begin(), ports.end(),
+                     [pid](uint16_t port) { return port_listening(port, pid); });
 }
 
 }  // namespace geotrain::launcher

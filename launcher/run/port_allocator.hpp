@@ -48,12 +48,12 @@ class PortAllocator {
 // True when a TCP connection to host:port is accepted within `timeout_ms`.
 bool port_accepts(const std::string& host, uint16_t port, int timeout_ms = 200);
 
-// True when a TCP socket of this host listens on `port` (any local address, IPv4 or IPv6), read
-// from /proc/net/tcp{,6}: a readiness check that opens no connection, so a server's log shows no
-// handshake cut short by it and netsim opens no upstream connection for it.
-bool port_listening(uint16_t port);
-// The same, and the listening socket is one of process `pid`'s (its /proc/<pid>/fd): a child's
-// health check that another program listening on the child's port cannot pass.
+// True when a TCP socket of process `pid` listens on `port` (any local address, IPv4 or IPv6):
+// the socket's inode from /proc/net/tcp{,6}, found among /proc/<pid>/fd. A readiness check that
+// opens no connection (a server's log shows no handshake cut short by it, netsim opens no
+// upstream connection for it), and that another program listening on the port cannot pass.
 bool port_listening(uint16_t port, pid_t pid);
+// A child's health: process `pid` listens on every one of `ports`.
+bool ports_listening(const std::vector<uint16_t>& ports, pid_t pid);
 
 }  // namespace geotrain::launcher

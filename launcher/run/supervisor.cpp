@@ -220,9 +220,7 @@ void Supervisor::supervise(Running& p, std::optional<int> st) {
       p.phase_until = Clock::now() + seconds(settings_.startup_timeout_s);
       return;
     case Phase::starting: {
-      bool up = true;
-      for (auto port : p.spec.health_ports) up = up && port_listening(port, p.child.pid());
-      if (!up) {
+      if (!ports_listening(p.spec.health_ports, p.child.pid())) {
         if (Clock::now() > p.phase_until)
           failure_ = fmt::format(
               "{} did not accept connections within run.startup_timeout_s = {} s of its "

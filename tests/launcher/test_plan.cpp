@@ -124,7 +124,7 @@ TEST_CASE("allocated ports are distinct and bindable, from a base port or from t
     ports.release();
     // Released ports accept nothing (nobody listens), and a fresh allocator may hand them out.
     CHECK_FALSE(port_accepts("127.0.0.1", *seen.begin(), 50));
-    CHECK_FALSE(port_listening(*seen.begin()));
+    CHECK_FALSE(port_listening(*seen.begin(), ::getpid()));
   }
 }
 
@@ -132,16 +132,16 @@ TEST_CASE("a listening port is seen without connecting to it") {
   PortAllocator ports(0);
   const uint16_t port = ports.allocate();
   ports.release();
-  CHECK_FALSE(port_listening(port));
+  CHECK_FALSE(port_listening(port, ::getpid()));
   const int fd = bound_socket(port);
-  CHECK_FALSE(port_listening(port));  // bound is not listening
+  CHECK_FALSE(port_listening(port, ::getpid()));  // bound is not listening
   REQUIRE(::listen(fd, 4) == 0);
-  CHECK(port_listening(port));
+  CHECK(port_listening(port, ::getpid()));
   // Nothing connected: a connection would be waiting to be accepted.
   pollfd p{fd, POLLIN, 0};
   CHECK(::poll(&p, 1, 0) == 0);
   ::close(fd);
-  CHECK_FALSE(port_listening(port));
+  CHECK_FALSE(port_listening(port, ::getpid()));
 }
 
 TEST_CASE("two allocators of one process never hand out the same port while both live") {
@@ -180,7 +180,8 @@ TEST_CASE("a port is a process's only while a socket of that process listens on 
   CHECK_FALSE(port_listening(port, ::getpid()));  // bound is not listening
   REQUIRE(::listen(fd, 4) == 0);
   CHECK(port_listening(port, ::getpid()));
-  CHECK(port_listening(port));
+  CHECK(ports_listening({port}, ::getpid()));
+  CHECK_FALSE(ports_listening({port, ports.allocate()}, ::getpid()));  // not on every port
   CHECK_FALSE(port_listening(port, other));  // listening, but not the other process's socket
   ::close(fd);
   CHECK_FALSE(port_listening(port, ::getpid()));
