@@ -4,11 +4,13 @@
 // and the body, 12 + bits/8 bytes per element, against the copy's 8 (read + write).
 #include <cmath>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "bench/codec_bench_cuda.hpp"
 #include "compression/codecs.hpp"
+#include "compression/payload.hpp"
 #include "core/check_cuda.hpp"
 #include "kernels/codec_cuda.cuh"
 #include "kernels/qtopk_cuda.cuh"
@@ -68,6 +70,140 @@ double rel_error(const std::vector<float>& a, const std::vector<float>& ref) {
   return std::sqrt(num / den);
 }
 
+// The device buffers of one bench: the gradient g, the residual e, a copy target, the decoded y
+// and the body (scales, then the packed codes, for the chunked codecs).
+struct Buffers {
+  size_t n;
+  Buffer g, e, copy, y, body;
+  explicit Buffers(size_t n)
+      : n(n), g(4 * n), e(4 * n), copy(4 * n), y(4 * n), body(4 * n + 4 * n / 32 + 64) {}
+  float* scales() { return body.as<float>(); }
+  std::byte* packed(uint32_t chunk) { return body.as<std::byte>() + 4 * kc::chunk_count(n, chunk); }
+};
+
+// One codec's kernels. `encode` takes the residual (nullptr: no error feedback); `after_encode`,
+// when set, prepares the decode from the body just written and returns the bits per element
+// (top-k: its size depends on the data).
+struct Case {
+  std::string name;
+  double bits;
+  std::function<void(float*)> encode;
+  std::function<void()> decode;
+  std::function<double()> after_encode;
+};
+
+std::vector<Case> dense_cases(Buffers& b, uint32_t chunk) {
+  const size_t n = b.n;
+  float* g = b.g.as<float>();
+  float* y = b.y.as<float>();
+  float* scales = b.scales();
+  std::byte* packed = b.packed(chunk);
+  auto* p8 = reinterpret_cast<uint8_t*>(packed);
+  auto* s8 = reinterpret_cast<int8_t*>(packed);
+  auto* p32 = reinterpret_cast<uint32_t*>(packed);
+  auto* h16 = b.body.as<uint16_t>();
+  float* f32 = b.body.as<float>();
+  const kc::Rounding nearest{};
+  const double scale_bits = 32.0 / chunk;
+  return {
+      {"fp32", 32, [=](float* e) { kc::cuda::fp32_encode(g, e, n, f32, 0); },
+       [=] { kc::cuda::fp32_decode(f32, n, y, false, 0); }},
+      {"fp16", 16, [=](float* e) { kc::cuda::fp16_encode(g, e, n, h16, 0); },
+       [=] { kc::cuda::fp16_decode(h16, n, y, false, 0); }},
+      {"bf16", 16, [=](float* e) { kc::cuda::bf16_encode(g, e, n, h16, 0); },
+       [=] { kc::cuda::bf16_decode(h16, n, y, false, 0); }},
+      {"int8", 8 + scale_bits,
+       [=](float* e) { kc::cuda::int8_encode(g, e, n, chunk, nearest, scales, s8, 0); },
+       [=] { kc::cuda::int8_decode(scales, s8, n, chunk, y, false, 0); }},
+      {"int4", 4 + scale_bits,
+       [=](float* e) { kc::cuda::int4_encode(g, e, n, chunk, nearest, scales, p8, 0); },
+       [=] { kc::cuda::int4_decode(scales, p8, n, chunk, y, false, 0); }},
+      {"fp4", 4 + scale_bits,
+       [=](float* e) { kc::cuda::fp4_encode(g, e, n, chunk, scales, p8, 0); },
+       [=] { kc::cuda::fp4_decode(scales, p8, n, chunk, y, false, 0); }},
+      {"onebit", 1 + scale_bits,
+       [=](float* e) { kc::cuda::onebit_encode(g, e, n, chunk, scales, p32, 0); },
+       [=] { kc::cuda::onebit_decode(scales, p32, n, chunk, y, false, 0); }},
+  };
+}
+
+// top-k at 1%: the body's length depends on the data, and the decode scatters indices that the
+// host parsed from the last body, as a receiver does (compression::topk_indices).
+Case topk_case(Buffers& b, Buffer& indices, uint64_t k) {
+  const size_t n = b.n;
+  auto body_bytes = std::make_shared<size_t>(0);
+  return {"topk:ratio=0.01", 0,
+          [&b, n, k, body_bytes](float* e) {
+            *body_bytes =
+                kc::cuda::topk_encode(b.g.as<float>(), e, n, k, 4096, b.body.as<std::byte>(), 0);
+          },
+          [&b, &indices, n, k] {
+            kc::cuda::topk_decode(b.body.as<float>(), indices.as<uint32_t>(), k, n, b.y.as<float>(),
+                                  false, 0);
+          },
+          [&b, &indices, n, k, body_bytes] {
+            std::vector<std::byte> body(*body_bytes);
+            GT_CUDA_CHECK(cudaMemcpy(body.data(), b.body.ptr, body.size(), cudaMemcpyDeviceToHost));
+            const std::vector<uint64_t> wide = compression::topk_indices(body, k, n);
+            const std::vector<uint32_t> index(wide.begin(), wide.end());
+            GT_CUDA_CHECK(cudaMemcpy(indices.ptr, index.data(), 4 * k, cudaMemcpyHostToDevice));
+            return 8.0 * double(body.size() + compression::kHeaderBytes) / double(n);
+          }};
+}
+
+// top-k with 2-bit values at 2% per chunk: a fixed layout, decoded on the device.
+Case qtopk_case(Buffers& b, uint32_t chunk) {
+  const kc::QtopkLayout layout{b.n, chunk, uint32_t(compression::topk_count(chunk, 0.02)), 2};
+  float* g = b.g.as<float>();
+  float* y = b.y.as<float>();
+  float* scales = b.scales();
+  auto* values = b.body.as<uint8_t>() + layout.values_offset();
+  auto* indices = b.body.as<uint8_t>() + layout.indices_offset();
+  const double bits = 8.0 * double(layout.body_bytes() + compression::kHeaderBytes) / double(b.n);
+  return {"topk:ratio=0.02,bits=2", bits,
+          [=](float* e) { kc::cuda::qtopk_encode(g, e, layout, scales, values, indices, 0); },
+          [=] { kc::cuda::qtopk_decode(layout, scales, values, indices, y, false, 0); }};
+}
+
+// One row: the case's encode (with or without error feedback) and decode timed, its error
+// against g (with EF: the residual left after the repeats, per encode), and the bandwidths
+// against the device copy of the same buffer (`copy_s`).
+CodecResult measure(Case& c, bool ef, Buffers& b, const std::vector<float>& g, Events& ev,
+                    int repeats, double copy_s) {
+  const size_t n = b.n;
+  GT_CUDA_CHECK(cudaMemset(b.e.ptr, 0, 4 * n));
+  CodecResult r;
+  r.name = c.name;
+  r.path = "cuda";
+  r.data = "gaussian";
+  r.error_feedback = ef;
+  const double enc_s = ev.best_seconds(repeats, [&] { c.encode(ef ? b.e.as<float>() : nullptr); });
+  // After the encode: top-k's size is known only from the body it wrote (issue 11: the row
+  // without EF used to report the 0 it started from).
+  if (c.after_encode) c.bits = c.after_encode();
+  r.bits_per_element = c.bits;
+  const double dec_s = ev.best_seconds(repeats, [&] { c.decode(); });
+  if (ef) {
+    std::vector<float> e(n);
+    GT_CUDA_CHECK(cudaMemcpy(e.data(), b.e.ptr, 4 * n, cudaMemcpyDeviceToHost));
+    double en = 0, gn = 0;
+    for (size_t i = 0; i < n; ++i) en += double(e[i]) * e[i], gn += double(g[i]) * g[i];
+    r.rel_error = std::sqrt(en / gn) / (repeats + 1);
+  } else {
+    std::vector<float> y(n);
+    GT_CUDA_CHECK(cudaMemcpy(y.data(), b.y.ptr, 4 * n, cudaMemcpyDeviceToHost));
+    r.rel_error = rel_error(y, g);
+  }
+  r.encode_gbps = 4.0 * double(n) / enc_s / 1e9;
+  r.decode_gbps = 4.0 * double(n) / dec_s / 1e9;
+  r.encode_vs_memcpy = enc_s / copy_s;
+  r.decode_vs_memcpy = dec_s / copy_s;
+  // bytes moved per element: read g (+ read and write e), write the body
+  const double moved = double(n) * ((ef ? 12.0 : 4.0) + c.bits / 8.0);
+  r.encode_bandwidth_vs_copy = (moved / enc_s) / (8.0 * double(n) / copy_s);
+  return r;
+}
+
 }  // namespace
 
 CudaBenchReport run_cuda_codec_bench(std::size_t n, int repeats) {
@@ -82,152 +218,23 @@ CudaBenchReport run_cuda_codec_bench(std::size_t n, int repeats) {
 
   std::vector<float> g(n);
   fill_gradient_like(g, "gaussian", 42);
-  Buffer dg(4 * n), de(4 * n), dcopy(4 * n), dy(4 * n), dbody(4 * n + 4 * n / 32 + 64);
-  GT_CUDA_CHECK(cudaMemcpy(dg.ptr, g.data(), 4 * n, cudaMemcpyHostToDevice));
+  Buffers b(n);
+  GT_CUDA_CHECK(cudaMemcpy(b.g.ptr, g.data(), 4 * n, cudaMemcpyHostToDevice));
   Events ev;
   const double copy_s = ev.best_seconds(repeats, [&] {
-    GT_CUDA_CHECK(cudaMemcpyAsync(dcopy.ptr, dg.ptr, 4 * n, cudaMemcpyDeviceToDevice));
+    GT_CUDA_CHECK(cudaMemcpyAsync(b.copy.ptr, b.g.ptr, 4 * n, cudaMemcpyDeviceToDevice));
   });
   report.copy_gbps = 4.0 * double(n) / copy_s / 1e9;
 
   const uint32_t chunk = compression::kDefaultChunk;
-  const size_t nc = kc::chunk_count(n, chunk);
-  float* scales = dbody.as<float>();
-  std::byte* packed = dbody.as<std::byte>() + 4 * nc;
-  struct Case {
-    std::string name;
-    double bits;
-    std::function<void(float*)> encode;  // residual or nullptr
-    std::function<void()> decode;
-  };
-  const kc::Rounding nearest{};
-  std::vector<Case> cases = {
-      {"fp32", 32,
-       [&](float* e) { kc::cuda::fp32_encode(dg.as<float>(), e, n, dbody.as<float>(), 0); },
-       [&] { kc::cuda::fp32_decode(dbody.as<float>(), n, dy.as<float>(), false, 0); }},
-      {"fp16", 16,
-       [&](float* e) { kc::cuda::fp16_encode(dg.as<float>(), e, n, dbody.as<uint16_t>(), 0); },
-       [&] { kc::cuda::fp16_decode(dbody.as<uint16_t>(), n, dy.as<float>(), false, 0); }},
-      {"bf16", 16,
-       [&](float* e) { kc::cuda::bf16_encode(dg.as<float>(), e, n, dbody.as<uint16_t>(), 0); },
-       [&] { kc::cuda::bf16_decode(dbody.as<uint16_t>(), n, dy.as<float>(), false, 0); }},
-      {"int8", 8 + 32.0 / chunk,
-       [&](float* e) {
-         kc::cuda::int8_encode(dg.as<float>(), e, n, chunk, nearest, scales,
-                               reinterpret_cast<int8_t*>(packed), 0);
-       },
-       [&] {
-         kc::cuda::int8_decode(scales, reinterpret_cast<int8_t*>(packed), n, chunk, dy.as<float>(),
-                               false, 0);
-       }},
-      {"int4", 4 + 32.0 / chunk,
-       [&](float* e) {
-         kc::cuda::int4_encode(dg.as<float>(), e, n, chunk, nearest, scales,
-                               reinterpret_cast<uint8_t*>(packed), 0);
-       },
-       [&] {
-         kc::cuda::int4_decode(scales, reinterpret_cast<uint8_t*>(packed), n, chunk, dy.as<float>(),
-                               false, 0);
-       }},
-      {"fp4", 4 + 32.0 / chunk,
-       [&](float* e) {
-         kc::cuda::fp4_encode(dg.as<float>(), e, n, chunk, scales,
-                              reinterpret_cast<uint8_t*>(packed), 0);
-       },
-       [&] {
-         kc::cuda::fp4_decode(scales, reinterpret_cast<uint8_t*>(packed), n, chunk, dy.as<float>(),
-                              false, 0);
-       }},
-      {"onebit", 1 + 32.0 / chunk,
-       [&](float* e) {
-         kc::cuda::onebit_encode(dg.as<float>(), e, n, chunk, scales,
-                                 reinterpret_cast<uint32_t*>(packed), 0);
-       },
-       [&] {
-         kc::cuda::onebit_decode(scales, reinterpret_cast<uint32_t*>(packed), n, chunk,
-                                 dy.as<float>(), false, 0);
-       }},
-  };
-
-  // topk at 1%: the body length is data-dependent; decode scatters host-parsed indices.
   const uint64_t k = compression::topk_count(n, 0.01);
-  size_t topk_body = 0;
-  Buffer dindex(4 * k);
-  cases.push_back({"topk:ratio=0.01", 0,
-                   [&](float* e) {
-                     topk_body = kc::cuda::topk_encode(dg.as<float>(), e, n, k, 4096,
-                                                       dbody.as<std::byte>(), 0);
-                   },
-                   [&] {
-                     kc::cuda::topk_decode(dbody.as<float>(), dindex.as<uint32_t>(), k, n,
-                                           dy.as<float>(), false, 0);
-                   }});
-
-  // topk with 2-bit values at 2% per chunk: a fixed layout, decoded on the device.
-  const kc::QtopkLayout qlayout{n, chunk, uint32_t(compression::topk_count(chunk, 0.02)), 2};
-  auto* qvalues = dbody.as<uint8_t>() + qlayout.values_offset();
-  auto* qindices = dbody.as<uint8_t>() + qlayout.indices_offset();
-  cases.push_back(
-      {"topk:ratio=0.02,bits=2", 8.0 * double(qlayout.body_bytes() + 40) / double(n),
-       [&](float* e) {
-         kc::cuda::qtopk_encode(dg.as<float>(), e, qlayout, scales, qvalues, qindices, 0);
-       },
-       [&] {
-         kc::cuda::qtopk_decode(qlayout, scales, qvalues, qindices, dy.as<float>(), false, 0);
-       }});
-
-  std::vector<float> y(n);
+  Buffer topk_indices(4 * k);
+  std::vector<Case> cases = dense_cases(b, chunk);
+  cases.push_back(topk_case(b, topk_indices, k));
+  cases.push_back(qtopk_case(b, chunk));
   for (auto& c : cases) {
-    for (bool ef : {false, true}) {
-      GT_CUDA_CHECK(cudaMemset(de.ptr, 0, 4 * n));
-      CodecResult r;
-      r.name = c.name;
-      r.path = "cuda";
-      r.data = "gaussian";
-      r.error_feedback = ef;
-      const double enc_s =
-          ev.best_seconds(repeats, [&] { c.encode(ef ? de.as<float>() : nullptr); });
-      if (c.name.rfind("topk", 0) == 0) {
-        // Parse the varints of the last body on the host, as the receiving decoder would.
-        std::vector<uint8_t> body(topk_body);
-        GT_CUDA_CHECK(cudaMemcpy(body.data(), dbody.ptr, topk_body, cudaMemcpyDeviceToHost));
-        std::vector<uint32_t> index(k);
-        size_t p = 4 * k;
-        uint32_t prev = 0;
-        for (uint64_t j = 0; j < k; ++j) {
-          uint32_t v = 0;
-          for (unsigned shift = 0;; shift += 7) {
-            v |= uint32_t(body[p] & 0x7f) << shift;
-            if (!(body[p++] & 0x80)) break;
-          }
-          index[j] = prev = (j == 0 ? v : prev + v);
-        }
-        GT_CUDA_CHECK(cudaMemcpy(dindex.ptr, index.data(), 4 * k, cudaMemcpyHostToDevice));
-        c.bits = 8.0 * double(topk_body + 40) / double(n);
-      }
-      // After the encode: topk's size is only known from the body it wrote (issue 11: the row
-      // without EF used to report the 0 it started from).
-      r.bits_per_element = c.bits;
-      const double dec_s = ev.best_seconds(repeats, [&] { c.decode(); });
-      GT_CUDA_CHECK(cudaMemcpy(y.data(), dy.ptr, 4 * n, cudaMemcpyDeviceToHost));
-      if (ef) {
-        std::vector<float> e(n);
-        GT_CUDA_CHECK(cudaMemcpy(e.data(), de.ptr, 4 * n, cudaMemcpyDeviceToHost));
-        double en = 0, gn = 0;
-        for (size_t i = 0; i < n; ++i) en += double(e[i]) * e[i], gn += double(g[i]) * g[i];
-        r.rel_error = std::sqrt(en / gn) / (repeats + 1);
-      } else {
-        r.rel_error = rel_error(y, g);
-      }
-      r.encode_gbps = 4.0 * double(n) / enc_s / 1e9;
-      r.decode_gbps = 4.0 * double(n) / dec_s / 1e9;
-      r.encode_vs_memcpy = enc_s / copy_s;
-      r.decode_vs_memcpy = dec_s / copy_s;
-      // bytes moved per element: read g (+ read and write e), write the body
-      const double moved = double(n) * ((ef ? 12.0 : 4.0) + c.bits / 8.0);
-      r.encode_bandwidth_vs_copy = (moved / enc_s) / (8.0 * double(n) / copy_s);
-      report.results.push_back(r);
-    }
+    for (bool ef : {false, true})
+      report.results.push_back(measure(c, ef, b, g, ev, repeats, copy_s));
   }
   report.ran = true;
   report.note.clear();

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "compression/codec.hpp"
 #include "kernels/codec_cpu.hpp"
@@ -75,5 +76,10 @@ std::unique_ptr<Codec> make_zstd_stage(std::unique_ptr<Codec> inner, int level =
 
 // k that topk keeps out of n entries.
 uint64_t topk_count(uint64_t n, double ratio);
+
+// The k indices of a topk body (k fp32 values, then the varints), each checked as decode checks
+// it: none truncated, repeated or past n, nothing after the last. For a receiver that scatters
+// the values itself (on a device); decode() calls it. Throws InputError naming what is wrong.
+std::vector<uint64_t> topk_indices(ConstByteSpan body, uint64_t k, uint64_t n);
 
 }  // namespace geotrain::compression

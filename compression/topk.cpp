@@ -171,17 +171,11 @@ std::unique_ptr<Codec> make_topk_codec(TopkOptions options) {
   return std::make_unique<TopkCodec>(options);
 }
 
-namespace detail {
-
-void decode_topk(const PayloadHeader& h, ConstByteSpan body, FloatSpan y, bool add) {
-  const uint64_t n = h.elements;
-  const uint64_t k = h.aux;
-  GT_REQUIRE(h.chunk == 0, "codec payload: topk: chunk field is {}, must be 0", h.chunk);
+std::vector<uint64_t> topk_indices(ConstByteSpan body, uint64_t k, uint64_t n) {
   GT_REQUIRE(k <= n, "codec payload: topk: k = {} exceeds the element count {}", k, n);
   GT_REQUIRE(4 * k <= body.size(), "codec payload: topk: body of {} bytes cannot hold {} values",
              body.size(), k);
-  // Parse and check every index before touching y. k <= body size, so this allocation is
-  // bounded by the message, not by what the header claims.
+  // k <= body size, so this allocation is bounded by the message, not by what the header claims.
   std::vector<uint64_t> index(k);
   const auto* p = reinterpret_cast<const uint8_t*>(body.data()) + 4 * k;
   const auto* end = reinterpret_cast<const uint8_t*>(body.data()) + body.size();
@@ -203,6 +197,16 @@ void decode_topk(const PayloadHeader& h, ConstByteSpan body, FloatSpan y, bool a
     index[j] = prev = i;
   }
   GT_REQUIRE(p == end, "codec payload: topk: {} trailing bytes after the last index", end - p);
+  return index;
+}
+
+namespace detail {
+
+void decode_topk(const PayloadHeader& h, ConstByteSpan body, FloatSpan y, bool add) {
+  const uint64_t n = h.elements;
+  const uint64_t k = h.aux;
+  GT_REQUIRE(h.chunk == 0, "codec payload: topk: chunk field is {}, must be 0", h.chunk);
+  const std::vector<uint64_t> index = topk_indices(body, k, n);  // before touching y
 
   if (!add) std::fill(y.begin(), y.end(), 0.0f);
   const std::byte* values = body.data();

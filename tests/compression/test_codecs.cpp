@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <set>
 
 #include "compression/codecs.hpp"
 #include "compression/factory.hpp"
+#include "core/error.hpp"
 #include "kernels/codec_math.hpp"
 #include "test_util.hpp"
 
@@ -260,6 +262,33 @@ TEST_CASE("topk with ties picks the lowest indices among equal magnitudes") {
   std::vector<float> x(100, 1.0f);
   auto y = roundtrip(*make_topk_codec({0.1, 64}), x);
   for (size_t i = 0; i < 100; ++i) CHECK(y[i] == (i < 10 ? 1.0f : 0.0f));
+}
+
+TEST_CASE("topk_indices reads a body's indices: the k largest |x|, ascending") {
+  // A receiver that scatters on a device parses the indices on the host (bench codecs): they
+  // must be those of the k largest magnitudes (ties: the lower index), each with its value.
+  auto x = test::heavy_tailed(20'000, 8);
+  Bytes payload;
+  make_topk_codec({0.01, 4096})->encode(x, payload);
+  const uint64_t k = topk_count(x.size(), 0.01);
+  const auto body = payload_body(payload);
+  const std::vector<uint64_t> index = topk_indices(body, k, x.size());
+
+  std::vector<uint64_t> expected(x.size());
+  std::iota(expected.begin(), expected.end(), 0);
+  std::stable_sort(expected.begin(), expected.end(),
+                   [&](uint64_t a, uint64_t b) { return std::fabs(x[a]) > std::fabs(x[b]); });
+  expected.resize(k);
+  std::sort(expected.begin(), expected.end());
+  REQUIRE(index == expected);
+  for (uint64_t j = 0; j < k; ++j) {
+    float v;
+    std::memcpy(&v, body.data() + 4 * j, 4);
+    REQUIRE(v == x[index[j]]);
+  }
+  // A body cut inside its varints names what is wrong.
+  CHECK_THROWS_WITH_AS(topk_indices(body.first(body.size() - 1), k, x.size()),
+                       doctest::Contains("is truncated"), InputError);
 }
 
 TEST_CASE("every codec is deterministic: same input, same bytes") {
