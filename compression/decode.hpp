@@ -3,6 +3,7 @@
 #pragma once
 
 #include <optional>
+#include <vector>
 
 #include "compression/codecs.hpp"
 #include "compression/payload.hpp"
@@ -19,6 +20,10 @@ void decode_dense(const PayloadHeader& h, ConstByteSpan body, FloatSpan y, bool 
 void decode_topk(const PayloadHeader& h, ConstByteSpan body, FloatSpan y, bool add);
 void decode_qtopk(const PayloadHeader& h, ConstByteSpan body, FloatSpan y, bool add);
 void decode_zstd(const PayloadHeader& h, ConstByteSpan body, FloatSpan y, bool add);
+
+// Wire buffers need not be aligned: `body`'s data where floats can be read from it, or, when it
+// is not aligned for them, an aligned copy made in `copy`.
+const std::byte* float_aligned(ConstByteSpan body, std::vector<float>& copy);
 
 void require_chunk(uint32_t chunk, std::string_view what);
 // QuantOptions::step: 0, or within [kMinStep, kMaxStep].

@@ -235,19 +235,21 @@ void decode_parsed(const PayloadHeader& h, ConstByteSpan body, FloatSpan y, bool
 }
 }  // namespace
 
+const std::byte* float_aligned(ConstByteSpan body, std::vector<float>& copy) {
+  const std::byte* data = body.data();
+  // Not for an empty body: memcpy into an empty vector's null data() is undefined (found by
+  // fuzz/codec_decode.cpp under UBSan; fuzz/codec_zstd.cpp found it in qtopk's copy of this).
+  if (body.empty() || reinterpret_cast<uintptr_t>(data) % alignof(float) == 0) return data;
+  copy.resize((body.size() + 3) / 4);
+  std::memcpy(copy.data(), data, body.size());
+  return reinterpret_cast<const std::byte*>(copy.data());
+}
+
 void decode_dense(const PayloadHeader& h, ConstByteSpan body, FloatSpan y, bool add) {
   check_dense(h);
   const uint64_t n = h.elements;
-  // Wire buffers need not be aligned; decode from an aligned copy when they are not.
   std::vector<float> aligned;
-  const std::byte* data = body.data();
-  // Not for an empty body: memcpy into an empty vector's null data() is undefined (found by
-  // fuzz/codec_decode.cpp under UBSan).
-  if (!body.empty() && reinterpret_cast<uintptr_t>(data) % alignof(float) != 0) {
-    aligned.resize((body.size() + 3) / 4);
-    std::memcpy(aligned.data(), data, body.size());
-    data = reinterpret_cast<const std::byte*>(aligned.data());
-  }
+  const std::byte* data = float_aligned(body, aligned);
   const size_t nc = is_chunked(h.codec) ? kc::chunk_count(n, h.chunk) : 0;
   const auto* scales = reinterpret_cast<const float*>(data);
   const std::byte* packed = data + 4 * nc;

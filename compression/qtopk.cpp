@@ -95,16 +95,8 @@ void decode_qtopk(const PayloadHeader& h, ConstByteSpan body, FloatSpan y, bool 
              "codec payload: qtopk: body is {} bytes, but {} elements in chunks of {} with k = {} "
              "and {}-bit values need {}",
              body.size(), h.elements, h.chunk, k, bits, l.body_bytes());
-  // Wire buffers need not be aligned; decode from an aligned copy when they are not.
   std::vector<float> aligned;
-  const std::byte* data = body.data();
-  // Not for an empty body: memcpy into an empty vector's null data() is undefined (found by
-  // fuzz/codec_zstd.cpp under UBSan).
-  if (!body.empty() && reinterpret_cast<uintptr_t>(data) % alignof(float) != 0) {
-    aligned.resize((body.size() + 3) / 4);
-    std::memcpy(aligned.data(), data, body.size());
-    data = reinterpret_cast<const std::byte*>(aligned.data());
-  }
+  const std::byte* data = float_aligned(body, aligned);
   const auto* scales = reinterpret_cast<const float*>(data);
   const auto* values = reinterpret_cast<const uint8_t*>(data + l.values_offset());
   const auto* indices = reinterpret_cast<const uint8_t*>(data + l.indices_offset());

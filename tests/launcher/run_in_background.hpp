@@ -61,4 +61,12 @@ inline std::optional<int> pid_of(const std::filesystem::path& run, const std::st
   return pid;
 }
 
+// Rounds the leader of `region` has finished so far (its metrics' round events with steps).
+inline int rounds_done(const std::filesystem::path& run, const std::string& region) {
+  int n = 0;
+  for (const auto& e : launcher::read_jsonl(run / ("worker-" + region + "-0.metrics.jsonl")))
+    if (e.value("event", "") == "round" && e.value("steps", 0) > 0) ++n;
+  return n;
+}
+
 }  // namespace geotrain::test

@@ -34,14 +34,8 @@ namespace {
 using geotrain::test::Background;
 using geotrain::test::Finished;
 using geotrain::test::pid_of;
+using geotrain::test::rounds_done;
 using geotrain::test::run_folder;
-
-int rounds_done(const fs::path& run, const std::string& region) {
-  int n = 0;
-  for (const auto& e : read_jsonl(run / ("worker-" + region + "-0.metrics.jsonl")))
-    if (e.value("event", "") == "round" && e.value("steps", 0) > 0) ++n;
-  return n;
-}
 
 // The longest wait_s of a leader's rounds: how long its exchange was held up.
 double longest_wait(const fs::path& run, const std::string& region) {

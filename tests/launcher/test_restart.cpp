@@ -34,16 +34,8 @@ namespace {
 using geotrain::test::Background;
 using geotrain::test::Finished;
 using geotrain::test::pid_of;
+using geotrain::test::rounds_done;
 using geotrain::test::run_folder;
-
-// Rounds the leader of `region` has finished so far.
-int rounds_done(const fs::path& run, const std::string& region) {
-  int n = 0;
-  for (const auto& e :
-       geotrain::launcher::read_jsonl(run / ("worker-" + region + "-0.metrics.jsonl")))
-    if (e.value("event", "") == "round" && e.value("steps", 0) > 0) ++n;
-  return n;
-}
 
 std::string config_text() {
   return "regions: [us-east, eu-west]\n"
