@@ -197,7 +197,7 @@ int run_sweep(const SweepOptions& o, std::stop_token stop) {
       pending.push_back(i);
     }
   }
-  SweepRun s{plan, dir, o, rows};
+  SweepRun s{plan, dir, o, rows, std::chrono::steady_clock::now(), {}, 0};
   const int exit_code = o.jobs > 1 && pending.size() > 1 ? run_several_at_once(s, pending, stop)
                                                          : run_one_at_a_time(s, pending, stop);
   if (exit_code == 130) {

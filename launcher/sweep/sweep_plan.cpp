@@ -138,8 +138,10 @@ void label_points(const RawPoints& raw, SweepPlan& plan, const std::string& sour
     }
     std::string name = label;
     if (name.empty()) {
-      for (const auto& [key, value] : point.values)
-        name += (name.empty() ? "" : ",") + key.substr(key.rfind('.') + 1) + "=" + value;
+      for (const auto& [key, value] : point.values) {
+        if (!name.empty()) name += ',';
+        name.append(key, key.rfind('.') + 1).append("=").append(value);
+      }
       if (name.empty()) name = "base";
     }
     point.label = sanitize(name);
