@@ -238,7 +238,7 @@ void decode_parsed(const PayloadHeader& h, ConstByteSpan body, FloatSpan y, bool
 const std::byte* float_aligned(ConstByteSpan body, std::vector<float>& copy) {
   const std::byte* data = body.data();
   // Not for an empty body: memcpy into an empty vector's null data() is undefined (found by
-  // fuzz/codec_decode.cpp under UBSan; fuzz/codec_zstd.cpp found it in qtopk's copy of this).
+  // fuzz/codec_decode.cpp and fuzz/codec_zstd.cpp under UBSan).
   if (body.empty() || reinterpret_cast<uintptr_t>(data) % alignof(float) == 0) return data;
   copy.resize((body.size() + 3) / 4);
   std::memcpy(copy.data(), data, body.size());
