@@ -256,10 +256,11 @@ bool WanProxy::Impl::flush_spliced(Connection& c, int p) {
 void WanProxy::Impl::arm_pipe(Connection& c, int p) {
   Pipe& pipe = c.pipes[p];
   std::optional<TimePoint> next;
-  if (!pipe.queue.empty() && !pipe.blocked && !(p == 0 && c.connecting)) {
-    next = c.link->partitioned ? std::max(c.link->partition_end, pipe.queue.front().deliver_at)
-                               : pipe.queue.front().deliver_at;
-  }
+  // A partitioned link's queues wait for the heal, which delivers every connection of the link
+  // (on_fault) and arms what is due later. A timer at the heal's own time would fire before it
+  // and re-arm for that time again, over and over.
+  if (!pipe.queue.empty() && !pipe.blocked && !(p == 0 && c.connecting) && !c.link->partitioned)
+    next = pipe.queue.front().deliver_at;
   if (!pipe.acks.empty())
     next = next ? std::min(*next, pipe.acks.front().first) : pipe.acks.front().first;
   if (!next || (pipe.armed && *pipe.armed <= *next)) return;

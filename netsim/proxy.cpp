@@ -147,7 +147,7 @@ void WanProxy::Impl::run() {
       on_socket_event(*it->second, static_cast<int>(token & 1), events[i].events);
     }
     const auto now = Clock::now();
-    while (!timers.empty() && timers.top().at <= now) {
+    while (!timers.empty() && timers.top().at <= now && !stopping.load(std::memory_order_relaxed)) {
       const Timer t = timers.top();
       timers.pop();
       switch (t.kind) {

@@ -106,7 +106,8 @@ struct Timer {
   uint64_t conn = 0;      // pipe
   int pipe = 0;           // pipe
   std::size_t index = 0;  // fault event
-  bool operator>(const Timer& o) const { return at > o.at; }
+  uint64_t seq = 0;       // set by schedule(): timers due at the same time fire in that order
+  bool operator>(const Timer& o) const { return at != o.at ? at > o.at : seq > o.seq; }
 };
 
 struct WanProxy::Impl {
@@ -121,7 +122,12 @@ struct WanProxy::Impl {
   void on_accept(std::size_t link_index);
   void on_fault(std::size_t index);
   void on_stats();
-  void schedule(const Timer& t) { timers.push(t); }
+  // First in, first out among timers due at the same time: one that is re-armed for the time
+  // it fired at goes behind the others due then, so none of them waits for ever.
+  void schedule(Timer t) {
+    t.seq = next_timer_seq++;
+    timers.push(t);
+  }
 
   // pipe.cpp: moving bytes
   void on_socket_event(Connection& c, int side, uint32_t events);
@@ -143,6 +149,7 @@ struct WanProxy::Impl {
   std::unordered_map<uint64_t, std::unique_ptr<Connection>> connections;
   uint64_t next_id = 1;
   std::priority_queue<Timer, std::vector<Timer>, std::greater<>> timers;
+  uint64_t next_timer_seq = 0;
   std::vector<FaultEvent> fault_events;
   std::vector<char> scratch;
   TimePoint started{};

@@ -117,6 +117,51 @@ TEST_CASE("no byte arrives while a link is partitioned") {
   CHECK(std::string(back, sizeof back) == std::string(msg, sizeof msg));
 }
 
+TEST_CASE("after a partition, every connection's backlog is delivered at the heal") {
+  // Connections that send during a partition wait for the heal, all due at the same instant as
+  // the heal itself; statistics timers before it reorder the proxy's timer queue. The proxy
+  // must heal and deliver them all, whatever order equal-time timers come out in.
+  auto echo = make_echo_server();
+  const double t0 = 0.1, t1 = 0.45;
+  ProxyOptions options;
+  options.stats_interval_s = 0.05;
+  options.log_stats = false;
+  WanProxy proxy({link_to(echo->endpoint(), props(0), {fault(FaultKind::partition, t0, t1)})},
+                 options);
+  proxy.start();
+  const double start = now_s();
+  constexpr int kConnections = 6;
+  std::vector<Fd> fds;
+  for (int i = 0; i < kConnections; ++i) {
+    fds.push_back(connect_tcp(proxy.listen_endpoint(0)));
+    timeval tv{2, 0};  // a proxy that never delivers fails the checks below
+    ::setsockopt(fds.back().get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  }
+  char msg[16] = "ping during cut", back[16];
+  for (int i = 0; i < kConnections; ++i) {  // one at a time, between statistics reports
+    std::this_thread::sleep_until(std::chrono::steady_clock::time_point(
+        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+            std::chrono::duration<double>(start + t0 + 0.03 + 0.05 * i))));
+    send_all(fds[i].get(), msg, sizeof msg);
+  }
+  int echoed = 0;
+  double last = 0;
+  for (auto& fd : fds) {
+    bool got = false;
+    try {
+      got = recv_all(fd.get(), back, sizeof back);
+    } catch (const SystemError&) {  // timed out
+    }
+    if (!got) continue;
+    echoed += std::string(back, sizeof back) == std::string(msg, sizeof msg);
+    last = now_s() - start;
+  }
+  CAPTURE(last);
+  CHECK(echoed == kConnections);
+  CHECK(last >= t1);
+  CHECK(last <= t1 + 0.3);
+}
+
 TEST_CASE(
     "with faults_origin_unix_s, a netsim started late keeps the schedule: a partition under way "
     "lasts until its end, and one already over never happens") {
