@@ -1,6 +1,7 @@
 // server/parked_requests: the bounds on waiting requests and the order of retries, without a
 // server around it (tests/server/test_security.cpp drives the bounds through one).
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include <set>
 
@@ -25,13 +26,13 @@ TEST_CASE(
   const std::set<std::string> regions{"leader-a", "leader-b"};
   const auto registered = [&](const std::string& p) { return regions.count(p) > 0; };
   for (size_t i = 0; i < server::kMaxParkedPerPeer; ++i)
-    CHECK_FALSE(parked.park(from("leader-a", "r" + std::to_string(i)), t0, registered));
+    CHECK_FALSE(parked.park(from("leader-a", fmt::format("r{}", i)), t0, registered));
   const auto busy = parked.park(from("leader-a", "one more"), t0, registered);
   REQUIRE(busy.has_value());
   CHECK(*busy == "4 requests already wait at this server, limit 4");
   // Unregistered peers (many connections of a key-value client) fill their shared bound ...
   size_t n = 0;
-  while (!parked.park(from("kv-" + std::to_string(n), "get"), t0, registered)) ++n;
+  while (!parked.park(from(fmt::format("kv-{}", n), "get"), t0, registered)) ++n;
   CHECK(n == server::kMaxParkedUnregistered);
   // ... and a region's requests are not refused for theirs.
   CHECK_FALSE(parked.park(from("leader-b", "push"), t0, registered));

@@ -1,6 +1,7 @@
 // server/rendezvous_store: the workers' key-value exchange, its limits and its errors, without a
 // server around it (tests/server/test_membership.cpp and test_security.cpp drive it through one).
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 
@@ -58,7 +59,7 @@ TEST_CASE("the store refuses what breaks its limits, naming them, and changes no
   CHECK(what.find("kvSet carries payload frames, expected none") != std::string::npos);
   CHECK(kv.size() == 0);
   for (size_t i = 0; i < server::kMaxKvEntries; ++i)
-    kv.set(wire::KvSet{"k" + std::to_string(i), bytes("v")}, {}, 11);
+    kv.set(wire::KvSet{fmt::format("k{}", i), bytes("v")}, {}, 11);
   std::tie(code, what) = refusal([&] { kv.set(wire::KvSet{"one more", bytes("v")}, {}, 12); });
   CHECK(what.find("key-value store is full (4096 keys)") != std::string::npos);
   kv.set(wire::KvSet{"k0", bytes("w")}, {}, 13);  // a key it has may still change

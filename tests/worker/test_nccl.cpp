@@ -6,6 +6,7 @@
 // max(1e-3, |cpu|)), as in tests/models/test_mlp_cuda.cpp: fp32 both ways, different summation
 // orders, default cuBLAS math (no TF32).
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 #include <gloo/rendezvous/hash_store.h>
 #include <gloo/rendezvous/prefix_store.h>
 
@@ -60,8 +61,8 @@ models::ModelSpec mlp_spec(const models::MlpConfig& config) {
   models::ModelSpec spec;
   spec.kind = "mlp";
   spec.arch = std::to_string(config.inputs);
-  for (size_t h : config.hidden) spec.arch += "-" + std::to_string(h);
-  spec.arch += "-" + std::to_string(config.classes);
+  for (size_t h : config.hidden) spec.arch += fmt::format("-{}", h);
+  spec.arch += fmt::format("-{}", config.classes);
   return spec;
 }
 
