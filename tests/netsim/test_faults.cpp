@@ -159,7 +159,7 @@ TEST_CASE("after a partition, every connection's backlog is delivered at the hea
   CAPTURE(last);
   CHECK(echoed == kConnections);
   CHECK(last >= t1);
-  CHECK(last <= t1 + 0.3);
+  CHECK(last <= t1 + 1.0);  // at the heal; the slack is for a loaded machine
 }
 
 TEST_CASE(
