@@ -249,14 +249,15 @@ void WanProxy::Impl::on_fault(std::size_t index) {
   switch (e.action) {
     case FaultAction::partition_on: {
       link.partitioned = true;
-      link.partition_end = faults_origin + std::chrono::duration_cast<Clock::duration>(
-                                               std::chrono::duration<double>(*e.fault.until_s));
+      const TimePoint partition_end =
+          faults_origin + std::chrono::duration_cast<Clock::duration>(
+                              std::chrono::duration<double>(*e.fault.until_s));
       // The link pauses: what is on its way resumes where it was once the partition ends, and
       // the backlog leaves at the link's rate (a burst at the end would overrun the rate).
-      const auto pause = link.partition_end - now;
+      const auto pause = partition_end - now;
       if (pause <= Clock::duration::zero()) break;
       for (auto& lane : link.lanes)
-        if (lane.bucket) lane.bucket->pause(now, link.partition_end);
+        if (lane.bucket) lane.bucket->pause(now, partition_end);
       for_each_conn([&](Connection& c) {
         for (Pipe& pipe : c.pipes) {
           for (Chunk& chunk : pipe.queue)

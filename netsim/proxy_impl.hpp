@@ -47,7 +47,6 @@ struct Link {
   uint16_t port = 0;
   std::array<Lane, 2> lanes;
   bool partitioned = false;
-  TimePoint partition_end{};
   bool blackhole = false;
   std::unordered_set<uint64_t> connections;
   std::atomic<uint64_t> open{0}, total{0}, dropped{0};
