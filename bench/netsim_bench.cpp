@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <memory>
+#include <vector>
 
 #include "core/log.hpp"
 #include "netsim/config.hpp"
@@ -21,22 +23,67 @@ namespace {
 
 using netsim::LinkProperties;
 
+// A started proxy with one link from -> to, listening on 127.0.0.1 (ephemeral port).
+std::unique_ptr<netsim::WanProxy> start_proxy(const std::string& from, const std::string& to,
+                                              const netsim::Endpoint& target,
+                                              const LinkProperties& props, uint64_t seed) {
+  netsim::LinkConfig l;
+  l.from = from;
+  l.to = to;
+  l.target = target;
+  l.properties = props;
+  netsim::ProxyOptions opts;
+  opts.seed = seed;
+  auto proxy = std::make_unique<netsim::WanProxy>(std::vector{l}, opts);
+  proxy->start();
+  return proxy;
+}
+
+// The proxy's own cost on a zero-delay link (the splice path): round trips and a bulk transfer
+// through it against the same without it. The direct and proxied runs alternate, so load from
+// other processes hits both alike; the figures are medians over the rounds and the ratios are to
+// the direct figures of this run (absolute rates move with the machine and its load: on two
+// cores the proxy's extra thread competes with the sender and the sink).
+nlohmann::json measure_proxy_cost(const NetsimBenchOptions& o) {
+  auto echo = netsim::make_echo_server();
+  netsim::PatternSink sink(9, /*verify=*/false);
+  auto echo_link = start_proxy("direct", "proxied", echo->endpoint(), {}, 1);
+  auto bulk_link = start_proxy("direct", "proxied", sink.endpoint(), {}, 1);
+  const auto bytes = static_cast<uint64_t>(std::clamp(o.seconds, 0.25, 2.0) * (uint64_t{1} << 30));
+  netsim::measure_rtts_ms(echo_link->listen_endpoint(0), 200);  // warm-up
+  std::vector<double> rtt_direct, rtt_proxied, gbs_direct, gbs_proxied, rtt_ratio, gbs_ratio;
+  for (int round = 0; round < 3; ++round) {
+    rtt_direct.push_back(1e3 * netsim::median(netsim::measure_rtts_ms(echo->endpoint(), 300)));
+    rtt_proxied.push_back(
+        1e3 * netsim::median(netsim::measure_rtts_ms(echo_link->listen_endpoint(0), 300)));
+    rtt_ratio.push_back(rtt_proxied.back() / rtt_direct.back());
+    const auto d = netsim::bulk_transfer(sink.endpoint(), sink, bytes, 1, 9, 60);
+    const auto p = netsim::bulk_transfer(bulk_link->listen_endpoint(0), sink, bytes, 1, 9, 60);
+    gbs_direct.push_back(d.steady_mbps / 8e3);
+    gbs_proxied.push_back(p.steady_mbps / 8e3);
+    gbs_ratio.push_back(gbs_proxied.back() / gbs_direct.back());
+  }
+  const double direct_us = netsim::median(rtt_direct), proxied_us = netsim::median(rtt_proxied);
+  return {{"rounds", 3},
+          {"bytes", bytes},
+          {"rtt_us",
+           {{"direct", direct_us},
+            {"proxied", proxied_us},
+            {"added", proxied_us - direct_us},
+            {"ratio", netsim::median(rtt_ratio)}}},
+          {"forwarding_gbs",
+           {{"direct", netsim::median(gbs_direct)},
+            {"proxied", netsim::median(gbs_proxied)},
+            {"ratio", netsim::median(gbs_ratio)}}}};
+}
+
 nlohmann::json measure_link(const std::string& from, const std::string& to, const LinkProperties& p,
                             const NetsimBenchOptions& o, uint64_t seed) {
   LinkProperties used = p;
   if (used.bandwidth_mbps > o.max_mbps || used.bandwidth_mbps == 0)
     used.bandwidth_mbps = p.bandwidth_mbps == 0 ? 0 : o.max_mbps;
   auto make = [&](const netsim::Endpoint& target, const LinkProperties& props) {
-    netsim::LinkConfig l;  // listens on 127.0.0.1, ephemeral port
-    l.from = from;
-    l.to = to;
-    l.target = target;
-    l.properties = props;
-    netsim::ProxyOptions opts;
-    opts.seed = seed;
-    auto proxy = std::make_unique<netsim::WanProxy>(std::vector{l}, opts);
-    proxy->start();
-    return proxy;
+    return start_proxy(from, to, target, props, seed);
   };
   nlohmann::json out{{"link", from + "->" + to}};
   const double rtt_want = 2 * p.delay_ms;
@@ -109,6 +156,20 @@ int run_netsim_bench(const NetsimBenchOptions& options) {
       {"bench", "netsim"}, {"seconds", options.seconds}, {"max_mbps", options.max_mbps}};
   nlohmann::json results = nlohmann::json::array();
   uint64_t seed = 1;
+  if (options.proxy_cost) {
+    doc["proxy"] = measure_proxy_cost(options);
+    if (!options.json) {
+      const auto& rtt = doc["proxy"]["rtt_us"];
+      const auto& fwd = doc["proxy"]["forwarding_gbs"];
+      std::printf(
+          "proxy, zero delay: round trip %.0f us direct, %.0f us proxied (+%.0f us, %.2fx); "
+          "forwarding %.2f GB/s direct, %.2f GB/s proxied (%.2fx)\n\n",
+          rtt["direct"].get<double>(), rtt["proxied"].get<double>(), rtt["added"].get<double>(),
+          rtt["ratio"].get<double>(), fwd["direct"].get<double>(), fwd["proxied"].get<double>(),
+          fwd["ratio"].get<double>());
+      std::fflush(stdout);
+    }
+  }
   if (!options.json) {
     std::printf("%-14s %-28s %9s %9s | %9s %9s %9s | %9s %9s\n", "profile", "link", "rtt_cfg",
                 "rtt_meas", "mbps_test", "mbps_meas", "flows", "win_exp", "win_meas");

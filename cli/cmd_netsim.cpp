@@ -62,12 +62,15 @@ void add_netsim_bench_command(CLI::App& bench, CommandList& commands) {
                   "profile names in --profiles-dir (default: all standard ones)");
   cmd->add_option("--profiles-dir", opts->profiles_dir,
                   "folder of WAN profiles (default: the source tree's configs/wan)");
-  cmd->add_option("--seconds", opts->seconds, "duration of each bulk measurement")
+  cmd->add_option("--seconds", opts->seconds,
+                  "duration of each bulk measurement (and GiB of the proxy-cost transfer, 0.25..2)")
       ->capture_default_str()
       ->check(CLI::Range(0.2, 60.0));
   cmd->add_option("--max-mbps", opts->max_mbps, "measure faster links at this rate")
       ->capture_default_str()
       ->check(CLI::Range(1.0, 10000.0));
+  cmd->add_flag("!--no-proxy-cost", opts->proxy_cost,
+                "skip the proxy's own cost (round trip and forwarding rate against direct)");
   cmd->add_flag("--json", opts->json, "print one JSON document instead of a table");
   commands.emplace_back(cmd, [opts] { return bench::run_netsim_bench(*opts); });
 }

@@ -37,7 +37,7 @@ ConfigOverride parse_override(const std::string& argument) {
   for (const auto& part : split_key(o.key))
     GT_REQUIRE(!part.empty() && part.find_first_of(" \t:[]{}") == std::string::npos,
                "--set '{}': key '{}' is not a dotted config key (section.key, e.g. "
-               "worker.optimizer.lr)",
+               "worker.optimizer.momentum)",
                argument, o.key);
   GT_REQUIRE(!o.value.empty(), "--set '{}': the value after '=' is empty", argument);
   return o;

@@ -142,8 +142,7 @@ class YamlReader {
   // then reads its own sections strictly and leaves the others to their owners.
   YAML::Node load_deployment_config(std::string_view text) const {
     YAML::Node root = load_mapping(text);
-    check_keys(root, "",
-               {"regions", "model", "server", "worker", "netsim", "run", "sweep", "security"});
+    check_keys(root, "", {"regions", "model", "server", "worker", "netsim", "run", "security"});
     return root;
   }
 

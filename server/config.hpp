@@ -7,9 +7,10 @@
 //   server: { endpoints: {us-east: "tcp://127.0.0.1:7101", ...}, staleness_bound: 2, ... }
 //
 // Keys of `server` and their defaults are listed in docs/server.md. Unknown keys in `model` and
-// `server` are errors; top-level sections other processes own (worker, netsim, run, sweep) are
-// ignored here. Every error names the key, the value and what is allowed (InputError).
-// Plain struct; parsing does not block beyond reading the file.
+// `server` are errors; of the worker section only `fragments` and `stream_critical` are read
+// here (they decide the shard map); the rest of it, netsim and run are other processes' own. Every
+// error names the key, the value and what is allowed (InputError). Plain struct; parsing does not
+// block beyond reading the file.
 #pragma once
 
 #include <chrono>

@@ -128,10 +128,16 @@ void parse_guard(const YamlReader& in, const YAML::Node& g, WorkerConfig& c) {
   if (auto n = g["k_sigma"])
     c.guard.k_sigma = in.number<double>(n, "worker.anomaly_guard.k_sigma", 0.1, 1000);
   if (auto n = g["min_samples"])
-    c.guard.min_samples = in.number<size_t>(n, "worker.anomaly_guard.min_samples", 1, 100000);
+    c.guard.min_samples = in.number<size_t>(n, "worker.anomaly_guard.min_samples", 2, 100000);
   if (auto n = g["max_consecutive_skips"])
     c.guard.max_consecutive_skips =
         in.number<size_t>(n, "worker.anomaly_guard.max_consecutive_skips", 0, 100000);
+  // A spread needs two samples, and the window must hold min_samples of them (AnomalyGuard's
+  // preconditions, checked here so that `geotrain run` refuses the config before it starts).
+  GT_REQUIRE(c.guard.min_samples <= c.guard.window,
+             "{}: worker.anomaly_guard.min_samples is {}, more than its window ({}): the guard "
+             "would never judge a step",
+             in.source(), c.guard.min_samples, c.guard.window);
 }
 
 // worker.checkpoint: {every, keep, dir}.

@@ -124,6 +124,38 @@ TEST_CASE("geotrain bench server --json reports server and raw ZeroMQ throughput
   }
 }
 
+TEST_CASE("geotrain bench netsim --json reports the proxy's cost against the direct path") {
+  auto r = run("--log-level warn bench netsim --profiles scarce --seconds 0.2 --json");
+  REQUIRE(r.code == 0);
+  auto doc = nlohmann::json::parse(r.out);
+  REQUIRE(doc.contains("proxy"));
+  const auto& rtt = doc["proxy"]["rtt_us"];
+  const auto& fwd = doc["proxy"]["forwarding_gbs"];
+  for (const char* key : {"direct", "proxied", "ratio"}) {
+    REQUIRE(rtt.contains(key));
+    REQUIRE(fwd.contains(key));
+    CHECK(rtt[key].get<double>() > 0);
+    CHECK(fwd[key].get<double>() > 0);
+  }
+  CHECK(rtt["added"].get<double>() ==
+        doctest::Approx(rtt["proxied"].get<double>() - rtt["direct"].get<double>()));
+  CHECK(doc["proxy"]["bytes"].get<uint64_t>() == uint64_t{1} << 28);  // at least a quarter GiB
+  // scarce has one pair of regions, a link each way: 5 ms one way (10 ms round trip).
+  REQUIRE(doc["links"].size() == 2);
+  for (const auto& link : doc["links"]) {
+    CHECK(link["profile"] == "scarce");
+    CHECK(link["rtt_ms"]["configured"].get<double>() == 10.0);
+    CHECK(link["rtt_ms"]["measured"].get<double>() >= 10.0);  // a delay is never short
+    CHECK(link["bandwidth_mbps"]["intact"].get<bool>());
+  }
+
+  auto without =
+      run("--log-level warn bench netsim --profiles scarce --seconds 0.2 --json "
+          "--no-proxy-cost");
+  REQUIRE(without.code == 0);
+  CHECK_FALSE(nlohmann::json::parse(without.out).contains("proxy"));
+}
+
 TEST_CASE(
     "geotrain server serves hello, push, pull and shutdown over loopback tcp, exits 0 and writes "
     "its metrics") {

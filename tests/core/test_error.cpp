@@ -71,6 +71,15 @@ TEST_CASE("GT_ASSERT aborts on a broken invariant") {
   CHECK(calls == 1);
 }
 
+TEST_CASE("a deployment config holds its sections only: a sweep section is an unknown key") {
+  // A sweep file names a deployment config as its base; its keys are its own, and a `sweep`
+  // section in the deployment config itself was once accepted and read by nothing.
+  const YamlReader in{"cfg.yaml"};
+  CHECK(in.load_deployment_config("regions: [a]\nworker: {rounds: 2}\n")["worker"].IsMap());
+  CHECK_THROWS_WITH_AS(in.load_deployment_config("regions: [a]\nsweep: {grid: {}}\n"),
+                       doctest::Contains("unknown key 'sweep'"), InputError);
+}
+
 // Regression (fuzz/corpus/*_config/crash-complex-key.yaml): a complex YAML key reached
 // yaml-cpp's string conversion and escaped every config loader as YAML::TypedBadConversion.
 TEST_CASE("a config key that is not a plain name is refused with an InputError naming it") {

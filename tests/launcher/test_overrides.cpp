@@ -69,11 +69,11 @@ TEST_CASE("--set arguments split at the first '=' into a dotted key and a YAML v
 TEST_CASE("overrides set nested keys, lists and mappings, creating sections on the way") {
   const auto text = apply_overrides(
       kThreeRegions,
-      parse_overrides({"worker.optimizer.lr=0.01", "regions=[a,b]", "server.optimizer={lr: 0.7}",
-                       "worker.lr=0.2", "worker.lr=0.3"}),
+      parse_overrides({"worker.optimizer.momentum=0.01", "regions=[a,b]",
+                       "server.optimizer={lr: 0.7}", "worker.lr=0.2", "worker.lr=0.3"}),
       "t.yaml");
   const auto c = YAML::Load(text);
-  CHECK(c["worker"]["optimizer"]["lr"].as<double>() == doctest::Approx(0.01));
+  CHECK(c["worker"]["optimizer"]["momentum"].as<double>() == doctest::Approx(0.01));
   CHECK(c["worker"]["optimizer"]["kind"].as<std::string>() == "sgd");  // siblings are kept
   REQUIRE(c["regions"].IsSequence());
   CHECK(c["regions"].size() == 2);
@@ -243,7 +243,7 @@ TEST_CASE("a run with --wan lan and --set overrides records them in the run fold
   o.binary = (tmp.path() / "fake-geotrain").string();
   o.redraw = false;
   o.grace_s = 5;
-  o.overrides = parse_overrides({"worker.optimizer.lr=0.05", "run.name=three-lan"});
+  o.overrides = parse_overrides({"worker.optimizer.momentum=0.05", "run.name=three-lan"});
   o.overrides.push_back(wan_override("lan"));
   std::string validated_source;
   o.validate = [&](const std::string&, const std::string& source) {
@@ -252,10 +252,10 @@ TEST_CASE("a run with --wan lan and --set overrides records them in the run fold
   std::stop_source stop;
   const auto r = run_deployment(o, stop.get_token());
   CHECK(r.exit_code == 0);
-  CHECK(validated_source.find("--set worker.optimizer.lr=0.05") != std::string::npos);
+  CHECK(validated_source.find("--set worker.optimizer.momentum=0.05") != std::string::npos);
   CHECK(r.run_dir.filename().string().ends_with("-three-lan"));
   const auto config = YAML::LoadFile((r.run_dir / "config.yaml").string());
-  CHECK(config["worker"]["optimizer"]["lr"].as<double>() == doctest::Approx(0.05));
+  CHECK(config["worker"]["optimizer"]["momentum"].as<double>() == doctest::Approx(0.05));
   CHECK(fs::path(config["run"]["wan_profile"].as<std::string>()).filename() == "lan.yaml");
   const auto netsim = YAML::LoadFile((r.run_dir / "netsim.yaml").string());
   CHECK(fs::path(netsim["profile"].as<std::string>()).filename() == "lan.yaml");

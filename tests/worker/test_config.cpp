@@ -100,6 +100,23 @@ TEST_CASE("worker.streams_per_server is 1..64 or auto (the default), with link_m
                        doctest::Contains("worker.streams_per_server"), InputError);
 }
 
+TEST_CASE("an anomaly guard that could never judge a step is refused when the config is read") {
+  const auto parse = [](const std::string& guard) {
+    return worker::parse_worker_config(
+        "regions: [a]\nmodel: {arch: 784-10}\nworker: {anomaly_guard: {" + guard + "}}\n",
+        "w.yaml");
+  };
+  CHECK(parse("window: 10, min_samples: 10").guard.min_samples == 10);
+  CHECK(parse("min_samples: 2").guard.min_samples == 2);
+  // One sample has no spread: the guard itself refuses it, so the config must too.
+  CHECK_THROWS_WITH_AS(parse("min_samples: 1"),
+                       doctest::Contains("worker.anomaly_guard.min_samples"), InputError);
+  CHECK_THROWS_WITH_AS(parse("window: 8, min_samples: 9"),
+                       doctest::Contains("min_samples is 9, more than its window (8)"), InputError);
+  CHECK_THROWS_WITH_AS(parse("min_samples: 60"),  // the default window is 50
+                       doctest::Contains("more than its window (50)"), InputError);
+}
+
 TEST_CASE("servers and workers read the shared protocol settings from one file alike") {
   const std::string text =
       "regions: [a, b]\n"
