@@ -106,7 +106,9 @@ void add_chaos_command(CLI::App& app, CommandList& commands) {
       ->type_name("RUN_DIR");
   cmd->add_option("--reference-duration", a->reference_duration,
                   "the reference run's window (default: --duration)");
-  cmd->add_option("--seed", a->seed, "fault schedule and target choice")->capture_default_str();
+  cmd->add_option("--seed", a->seed, "fault schedule and target choice")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--mix", a->mix, "relative weights kill:stop:partition")->capture_default_str();
   cmd->add_option("--kill", a->kill,
                   "kinds of process to SIGKILL (server, netsim, leader, worker); default: all")

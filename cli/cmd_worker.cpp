@@ -109,7 +109,8 @@ void add_worker_command(CLI::App& app, CommandList& commands) {
                 "of the region has; none: start fresh");
   cmd->add_option("--generation", args->generation,
                   "restarts of this region's worker group so far: keeps each restart's "
-                  "rendezvous at the server apart (every rank of a group gives the same)");
+                  "rendezvous at the server apart (every rank of a group gives the same)")
+      ->check(CLI::NonNegativeNumber);
   commands.emplace_back(cmd, [args] { return run_worker(*args); });
 }
 

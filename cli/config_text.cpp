@@ -12,6 +12,7 @@
 #include "models/model_spec.hpp"
 #include "server/config.hpp"
 #include "worker/config.hpp"
+#include "worker/model_backend.hpp"
 
 namespace geotrain::cli {
 
@@ -45,10 +46,10 @@ std::string resolved_config_text(const std::filesystem::path& file) {
 }
 
 std::string resolved_config_text(const std::string& text, const std::string& source) {
-  YAML::Node root = parse_yaml(text, source);  // a key written twice is an error here too
+  const YamlReader in(source);
+  YAML::Node root = in.load_mapping(text);  // a key written twice is an error here too
   auto model = root["model"];
   if (!model || !model.IsMap()) return text;
-  const YamlReader in(source);
   if (model["tensors"] || (!model["arch"] && !model["kind"] && !model["preset"])) {
     // Given as tensors (or not at all): nothing to expand; the globs still have to match.
     if (model["tensors"] && model["critical"])
@@ -90,8 +91,18 @@ std::string as_children_read_it(const std::string& text, const std::string& sour
 
 void check_launch_config(const std::string& text, const std::string& source) {
   const auto children = as_children_read_it(text, source);
-  (void)worker::parse_worker_config(children, source);
+  const auto worker = worker::parse_worker_config(children, source);
   (void)server::parse_server_config(resolved_config_text(children, source), source);
+  // The launcher starts every worker on this machine: a device it cannot have (worker.device:
+  // cuda in a build without CUDA, or on a machine without a GPU) is refused before anything
+  // starts, with the worker's own message.
+  if (!worker.external) {
+    try {
+      worker::require_device_available(worker.device);
+    } catch (const InputError& e) {
+      throw InputError(fmt::format("{}: {}", source, e.what()));
+    }
+  }
 }
 
 }  // namespace geotrain::cli

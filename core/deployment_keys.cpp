@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <set>
 
+#include "core/endpoint.hpp"
+
 namespace geotrain {
 
 std::vector<std::string> read_regions(const YamlReader& in, const YAML::Node& root) {
@@ -27,6 +29,7 @@ std::map<std::string, std::string> read_endpoints(const YamlReader& in, const YA
   for (const auto& kv : endpoints) {
     const auto region = kv.first.as<std::string>();
     out[region] = in.string(kv.second, "server.endpoints." + region);
+    require_endpoint(out[region], in.source() + ": server.endpoints." + region);
   }
   return out;
 }

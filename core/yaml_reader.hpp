@@ -94,15 +94,23 @@ class DuplicateKeyCheck : public YAML::EventHandler {
 // naming `source` when the text is not YAML.
 inline YAML::Node parse_yaml(std::string_view text, const std::string& source) {
   YAML::Node root;
+  bool second_document = false;
   try {
     root = YAML::Load(std::string(text));
     std::istringstream in{std::string(text)};
     YAML::Parser parser(in);
     detail::DuplicateKeyCheck check(source);
     parser.HandleNextDocument(check);
+    // YAML::Load reads the first document only: the keys of a second one would be dropped
+    // without a word.
+    second_document = parser.HandleNextDocument(check);
   } catch (const YAML::Exception& e) {
     GT_REQUIRE(false, "{}: not valid YAML: {}", source, e.what());
   }
+  GT_REQUIRE(!second_document,
+             "{}: holds more than one YAML document (a '---' after the first); only the first "
+             "would be read",
+             source);
   return root;
 }
 

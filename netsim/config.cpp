@@ -255,6 +255,7 @@ NetsimConfig parse_netsim_config(const std::string& yaml_text, const std::string
   root.require_map({"profile", "seed", "stats", "faults_origin_unix_s", "links"});
   NetsimConfig cfg;
   const Field prof = root.child("profile");
+  if (!prof.present()) prof.fail("a WAN profile file path or an inline profile mapping");
   if (prof.node.IsScalar()) {
     std::filesystem::path p = prof.string();
     if (p.is_relative()) p = base_dir / p;

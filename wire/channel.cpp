@@ -10,28 +10,17 @@
 #include <fstream>
 
 #include "core/check_zmq.hpp"
+#include "core/endpoint.hpp"
 #include "core/error.hpp"
 #include "wire/striped_channel.hpp"
 #include "wire/zmq_channel.hpp"
 
 namespace geotrain::wire {
 
-namespace {
-
-void check_endpoint(const std::string& endpoint) {
-  const bool ok = endpoint.starts_with("tcp://") || endpoint.starts_with("inproc://") ||
-                  endpoint.starts_with("ipc://");
-  GT_REQUIRE(ok && endpoint.find("://") + 3 < endpoint.size(),
-             "endpoint '{}' is not allowed: use tcp://host:port, inproc://name or ipc://path",
-             endpoint);
-}
-
-}  // namespace
-
 ZmqChannel::ZmqChannel(zmq::context_t& context, zmq::socket_type type, const std::string& endpoint,
                        const ChannelOptions& options)
     : socket_(context, type), router_(type == zmq::socket_type::router), options_(options) {
-  check_endpoint(endpoint);
+  require_endpoint(endpoint);
   void* s = socket_.handle();
   int sndhwm = options.send_hwm, rcvhwm = options.receive_hwm;
   int linger = static_cast<int>(options.linger.count());

@@ -7,6 +7,8 @@
 
 #include <cstring>
 #include <fstream>
+#include <set>
+#include <system_error>
 
 #include "core/error.hpp"
 
@@ -94,9 +96,12 @@ std::vector<std::filesystem::path> KeyDirectory::generate(const std::filesystem:
                                                           const std::vector<std::string>& regions,
                                                           bool force) {
   GT_REQUIRE(!regions.empty(), "keygen: no regions given");
-  for (const auto& r : regions)
+  std::set<std::string> seen;
+  for (const auto& r : regions) {
     GT_REQUIRE(!r.empty() && r.find('/') == std::string::npos && r != "." && r != "..",
                "keygen: '{}' cannot name a region's key files", r);
+    GT_REQUIRE(seen.insert(r).second, "keygen: region '{}' is named twice", r);
+  }
   const KeyDirectory keys(dir);
   std::vector<std::filesystem::path> files;
   for (const auto& r : regions)
@@ -107,7 +112,9 @@ std::vector<std::filesystem::path> KeyDirectory::generate(const std::filesystem:
       GT_REQUIRE(!std::filesystem::exists(f),
                  "keygen: '{}' exists; refusing to overwrite keys (use --force to replace them)",
                  f.string());
-  std::filesystem::create_directories(dir);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  GT_REQUIRE(!ec, "keygen: cannot create the key folder '{}': {}", dir.string(), ec.message());
   std::filesystem::permissions(dir, std::filesystem::perms::owner_all,
                                std::filesystem::perm_options::add);
   for (const auto& r : regions)

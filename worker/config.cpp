@@ -6,6 +6,7 @@
 
 #include "compression/error_feedback.hpp"
 #include "core/deployment_keys.hpp"
+#include "core/endpoint.hpp"
 #include "core/error.hpp"
 #include "core/yaml_reader.hpp"
 #include "worker/fragment_schedule.hpp"
@@ -204,7 +205,9 @@ void parse_region_maps(const YamlReader& in, const YAML::Node& w, WorkerConfig& 
       for (const auto& to : from.second) {
         const auto b = to.first.as<std::string>();
         c.region_index(b);
-        c.routes[a][b] = in.string(to.second, fmt::format("worker.routes.{}.{}", a, b));
+        const auto key = fmt::format("worker.routes.{}.{}", a, b);
+        c.routes[a][b] = in.string(to.second, key);
+        require_endpoint(c.routes[a][b], source + ": " + key);
       }
     }
   }

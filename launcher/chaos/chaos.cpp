@@ -259,6 +259,16 @@ ChaosResult run_chaos(const ChaosOptions& o, std::stop_token stop) {
   const auto settings = parse_run_settings(text, source, o.run.config.parent_path(),
                                            o.run.config.stem().string(), o.run.project_configs);
   if (o.run.validate) o.run.validate(text, source);
+  if (o.reference) {  // a given reference is read now: a folder without a rate starts nothing
+    GT_REQUIRE(fs::is_directory(*o.reference),
+               "chaos: --reference '{}' is not a run folder: no such directory",
+               o.reference->string());
+    const auto rate = window_rate(folder_timeline(*o.reference), std::nullopt);
+    GT_REQUIRE(rate && rate->rounds_per_s() > 0,
+               "chaos: --reference '{}' has no rounds to take a rate from (its leaders' "
+               "worker-<region>-0.metrics.jsonl)",
+               o.reference->string());
+  }
 
   ChaosResult out;
   out.dir = create_run_folder(o.out_dir.value_or(settings.out_dir), "chaos-" + settings.name,

@@ -258,6 +258,32 @@ RunMonitor read_run_metrics(const fs::path& run_dir, const RunTarget& target) {
   return monitor;
 }
 
+namespace {
+void drop_nulls(nlohmann::json& j) {
+  if (j.is_object()) {
+    for (auto it = j.begin(); it != j.end();) {
+      if (it->is_null()) {
+        it = j.erase(it);
+      } else {
+        drop_nulls(*it);
+        ++it;
+      }
+    }
+  } else if (j.is_array()) {
+    for (auto& e : j) drop_nulls(e);
+  }
+}
+}  // namespace
+
+std::optional<nlohmann::json> read_summary(const std::filesystem::path& run_dir) {
+  std::ifstream in(run_dir / "summary.json");
+  if (!in) return std::nullopt;
+  auto summary = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!summary.is_object()) return std::nullopt;
+  drop_nulls(summary);
+  return summary;
+}
+
 bool is_language_model(const json& s) {
   return s.is_object() && (s.value("model", "") == "gpt" ||
                            (s.contains("final_val_bpb") && s["final_val_bpb"].is_number()));

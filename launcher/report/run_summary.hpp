@@ -53,6 +53,11 @@ RunMonitor read_run_metrics(const std::filesystem::path& run_dir, const RunTarge
 RunMonitor read_run_metrics(const std::filesystem::path& run_dir,
                             std::optional<double> target_accuracy);
 
+// A finished run's summary.json, for the readers of run folders (compare, a sweep's results):
+// nullopt when it is missing or not a JSON object. A null value reads as an absent key at any
+// depth (a summary edited by hand or written by another tool may hold them: "not measured").
+std::optional<nlohmann::json> read_summary(const std::filesystem::path& run_dir);
+
 // Whether a summary is of a language-model run (model "gpt", or a final_val_bpb).
 bool is_language_model(const nlohmann::json& summary);
 

@@ -17,12 +17,17 @@ std::string run_folder_name(const std::string& name, std::chrono::system_clock::
   return std::string(stamp) + "-" + name;
 }
 
+void create_output_folder(const std::filesystem::path& dir, const std::string& what) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  GT_REQUIRE(!ec, "cannot create {} '{}': {}", what, dir.string(), ec.message());
+}
+
 std::filesystem::path create_run_folder(const std::filesystem::path& out_dir,
                                         const std::string& name,
                                         std::chrono::system_clock::time_point when) {
+  create_output_folder(out_dir, "the output folder");
   std::error_code ec;
-  std::filesystem::create_directories(out_dir, ec);
-  GT_REQUIRE(!ec, "cannot create the output folder '{}': {}", out_dir.string(), ec.message());
   const auto base = run_folder_name(name, when);
   for (int i = 1; i < 1000; ++i) {
     const auto dir = out_dir / (i == 1 ? base : base + "-" + std::to_string(i));

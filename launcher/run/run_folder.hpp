@@ -13,6 +13,10 @@ namespace geotrain::launcher {
 // The folder name for a run named `name` started at `when` (local time).
 std::string run_folder_name(const std::string& name, std::chrono::system_clock::time_point when);
 
+// Creates `dir` and its parents (nothing when it exists); an InputError naming `what`, the
+// folder and the reason when it cannot be (a file in the way, no permission).
+void create_output_folder(const std::filesystem::path& dir, const std::string& what);
+
 // Creates out_dir (and parents) and a new, empty run folder in it; returns its path.
 // SystemError-free: InputError naming the folder when it cannot be created.
 std::filesystem::path create_run_folder(const std::filesystem::path& out_dir,

@@ -138,9 +138,10 @@ Comparison load_comparison(const std::vector<fs::path>& run_dirs) {
                dir.string());
     ComparedRun r;
     r.dir = dir;
-    r.summary = json::parse(read_text_file(dir / "summary.json"), nullptr, false);
-    GT_REQUIRE(r.summary.is_object(), "compare: '{}': summary.json is not a JSON object",
+    auto summary = read_summary(dir);
+    GT_REQUIRE(summary.has_value(), "compare: '{}': summary.json is not a JSON object",
                dir.string());
+    r.summary = std::move(*summary);
     const auto config = read_config(dir);
     r.settings = read_settings(config, dir);
     r.label = run_name(config, dir);
@@ -243,7 +244,7 @@ std::string comparison_markdown(const Comparison& c) {
 
 int run_compare(const CompareOptions& o) {
   const auto c = load_comparison(o.runs);
-  fs::create_directories(o.out_dir);
+  create_output_folder(o.out_dir, "the comparison's folder");
   const auto md = comparison_markdown(c);
   write_text_file(o.out_dir / "compare.md", md);
   write_text_file(o.out_dir / "compare.csv", comparison_csv(c));

@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <exception>
 #include <mutex>
 #include <thread>
 
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "launcher/report/jsonl_tail.hpp"
+#include "launcher/report/run_summary.hpp"
 #include "launcher/run/child_process.hpp"
 #include "launcher/run/run_folder.hpp"
 #include "launcher/run/run_settings.hpp"
@@ -29,10 +31,10 @@ std::optional<std::pair<fs::path, json>> find_run(const fs::path& point_runs) {
   std::sort(dirs.rbegin(), dirs.rend());
   std::optional<std::pair<fs::path, json>> newest;
   for (const auto& d : dirs) {
-    auto s = json::parse(read_text_file(d / "summary.json"), nullptr, false);
-    if (s.is_discarded()) continue;
-    if (s.value("status", "") == "completed") return std::pair{d, s};
-    if (!newest) newest = std::pair{d, s};
+    auto s = read_summary(d);
+    if (!s) continue;
+    if (s->value("status", "") == "completed") return std::pair{d, *s};
+    if (!newest) newest = std::pair{d, *s};
   }
   return newest;
 }
@@ -42,15 +44,20 @@ void write_results(const fs::path& dir, const SweepPlan& plan, const std::vector
   write_text_file(dir / "results.md", results_markdown(plan, rows));
 }
 
-// --dry-run: every point's config checked as its run would check it (the run section, then the
-// caller's validation of the whole config), then one line per point.
-int check_points(const SweepPlan& plan, const fs::path& dir, const SweepOptions& o) {
+// Every point's config checked as its run would check it (the run section, then the caller's
+// validation of the whole config), before anything is written or run: a typo in the last point
+// stops the sweep before the first one trains. Throws InputError naming the point's config.
+void check_points(const SweepPlan& plan, const fs::path& dir, const SweepOptions& o) {
   for (const auto& p : plan.points) {
     const auto file = dir / "configs" / (p.label + ".yaml");
     (void)parse_run_settings(p.config_yaml, file.string(), file.parent_path(), p.label,
                              o.run.project_configs);
     if (o.run.validate) o.run.validate(p.config_yaml, file.string());
   }
+}
+
+// --dry-run: one line per point, after check_points.
+int list_points(const SweepPlan& plan, const fs::path& dir, const SweepOptions& o) {
   size_t completed = 0;
   for (const auto& p : plan.points) {
     const auto found = find_run(dir / "runs" / p.label);
@@ -133,36 +140,45 @@ int run_several_at_once(SweepRun& s, const std::vector<std::size_t>& pending,
   std::size_t next = 0;
   int exit_code = 0;
   bool interrupted = false;
+  std::exception_ptr failure;  // the first point that threw; the others finish, none start
   const auto work = [&] {
-    for (;;) {
-      std::size_t i = 0;
-      {
+    for (;;) try {
+        std::size_t i = 0;
+        {
+          std::lock_guard lock(s.mutex);
+          if (next == pending.size() || interrupted || stop.stop_requested()) return;
+          i = pending[next++];
+        }
+        const auto& p = s.plan.points[i];
+        const auto log = s.dir / "runs" / p.label / "progress.log";
+        fs::create_directories(log.parent_path());
+        std::FILE* progress = std::fopen(log.c_str(), "a");
+        spdlog::info("sweep {}: point {}/{} '{}' started ({:.0f} s so far); progress in {}",
+                     s.plan.name, i + 1, s.plan.points.size(), p.label, s.elapsed(), log.string());
+        const int code = s.run_point(i, progress != nullptr ? progress : s.o.run.progress, stop);
+        if (progress != nullptr) std::fclose(progress);
         std::lock_guard lock(s.mutex);
-        if (next == pending.size() || interrupted || stop.stop_requested()) return;
-        i = pending[next++];
+        spdlog::info("sweep {}: point {}/{} '{}' {} ({:.0f} s so far{})", s.plan.name, i + 1,
+                     s.plan.points.size(), p.label,
+                     code == 0 ? "completed" : fmt::format("failed (exit {})", code), s.elapsed(),
+                     s.estimate());
+        if (code == 130) interrupted = true;
+        if (code != 0) exit_code = 1;
+      } catch (...) {
+        // An exception must not escape a std::thread (it would terminate the process): the first
+        // is rethrown on the sweep's thread once the points under way have ended.
+        std::lock_guard lock(s.mutex);
+        if (!failure) failure = std::current_exception();
+        interrupted = true;
+        return;
       }
-      const auto& p = s.plan.points[i];
-      const auto log = s.dir / "runs" / p.label / "progress.log";
-      fs::create_directories(log.parent_path());
-      std::FILE* progress = std::fopen(log.c_str(), "a");
-      spdlog::info("sweep {}: point {}/{} '{}' started ({:.0f} s so far); progress in {}",
-                   s.plan.name, i + 1, s.plan.points.size(), p.label, s.elapsed(), log.string());
-      const int code = s.run_point(i, progress != nullptr ? progress : s.o.run.progress, stop);
-      if (progress != nullptr) std::fclose(progress);
-      std::lock_guard lock(s.mutex);
-      spdlog::info("sweep {}: point {}/{} '{}' {} ({:.0f} s so far{})", s.plan.name, i + 1,
-                   s.plan.points.size(), p.label,
-                   code == 0 ? "completed" : fmt::format("failed (exit {})", code), s.elapsed(),
-                   s.estimate());
-      if (code == 130) interrupted = true;
-      if (code != 0) exit_code = 1;
-    }
   };
   {
     std::vector<std::jthread> threads;
     for (std::size_t t = 0; t < std::min<std::size_t>(s.o.jobs, pending.size()); ++t)
       threads.emplace_back(work);
   }  // joined
+  if (failure) std::rethrow_exception(failure);
   return interrupted || stop.stop_requested() ? 130 : exit_code;
 }
 }  // namespace
@@ -171,7 +187,8 @@ int run_sweep(const SweepOptions& o, std::stop_token stop) {
   GT_REQUIRE(o.jobs >= 1, "sweep: --jobs is {}, must be at least 1", o.jobs);
   const auto plan = load_sweep(o.sweep_file, o.overrides, o.run.project_configs);
   const auto dir = (o.out_dir ? *o.out_dir : plan.out_dir) / plan.name;
-  fs::create_directories(dir / "configs");
+  check_points(plan, dir, o);
+  create_output_folder(dir / "configs", "the sweep's folder");
   std::string note;
   for (const auto& ov : o.overrides) note += "# run with " + ov.origin + "\n";
   write_text_file(dir / "sweep.yaml", note + read_text_file(o.sweep_file));
@@ -180,7 +197,7 @@ int run_sweep(const SweepOptions& o, std::stop_token stop) {
     rows.push_back({&p, json(nullptr), {}});
     write_text_file(dir / "configs" / (p.label + ".yaml"), p.config_yaml);
   }
-  if (o.dry_run) return check_points(plan, dir, o);
+  if (o.dry_run) return list_points(plan, dir, o);
   spdlog::info("sweep {}: {} point(s), folder {}{}", plan.name, plan.points.size(), dir.string(),
                o.jobs > 1 ? fmt::format(", up to {} at a time", o.jobs) : "");
 

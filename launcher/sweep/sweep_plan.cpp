@@ -145,6 +145,8 @@ void label_points(const RawPoints& raw, SweepPlan& plan, const std::string& sour
       if (name.empty()) name = "base";
     }
     point.label = sanitize(name);
+    GT_REQUIRE(point.label != "." && point.label != "..",
+               "{}: a point's label is '{}', which cannot name its folder", source, point.label);
     GT_REQUIRE(labels.insert(point.label).second, "{}: two points have the label '{}'", source,
                point.label.substr(0, 200));
     plan.points.push_back(std::move(point));
@@ -227,6 +229,11 @@ SweepPlan parse_sweep(const std::string& text, const std::string& source, const 
   in.check_keys(root, "", {"name", "base", "out_dir", "set", "grid", "points", "baseline"});
   SweepPlan plan;
   plan.name = root["name"] ? in.string(root["name"], "name") : default_name;
+  // The name is the sweep's folder under out_dir: one folder, never a path out of it.
+  GT_REQUIRE(!plan.name.empty() && plan.name.find('/') == std::string::npos && plan.name != "." &&
+                 plan.name != "..",
+             "{}: name is '{}', allowed: a folder name (no '/', not empty, '.' or '..')", source,
+             plan.name.substr(0, 200));
   if (root["out_dir"]) plan.out_dir = in.string(root["out_dir"], "out_dir");
   GT_REQUIRE(root["base"], "{}: key 'base' is missing (the config every point starts from)",
              source);

@@ -157,6 +157,68 @@ TEST_CASE("geotrain bench netsim --json reports the proxy's cost against the dir
 }
 
 TEST_CASE(
+    "bad input to server, keygen, chaos and compare is refused with exit 2, writing nothing") {
+  namespace fs = std::filesystem;
+  geotrain::test::TempDir tmp("cli-bad-input");
+  const auto run_dir = tmp.path() / "server-run";
+  const auto config = tmp.path() / "server.yaml";
+  std::ofstream(config) << "regions: [a]\nmodel:\n  tensors: [{name: w, size: 2048}]\nserver:\n"
+                           "  run_dir: \"" +
+                               run_dir.string() + "\"\n";
+  // A port past 65535 used to be wrapped by the socket into another port, after the metrics log
+  // was written; a region without an endpoint was found after it too.
+  auto r =
+      run("server --config " + config.string() + " --region a --endpoint tcp://127.0.0.1:99999");
+  CHECK(r.code == 2);
+  CHECK(r.out.find("--endpoint 'tcp://127.0.0.1:99999' has port '99999'") != std::string::npos);
+  r = run("server --config " + config.string() + " --region a");
+  CHECK(r.code == 2);
+  CHECK(r.out.find("server.endpoints has no entry for region 'a'") != std::string::npos);
+  CHECK_FALSE(fs::exists(run_dir));
+  // A config that is not a mapping, named as such (not yaml-cpp's words).
+  std::ofstream(tmp.path() / "scalar.yaml") << "just a string\n";
+  r = run("server --config " + (tmp.path() / "scalar.yaml").string() + " --region a");
+  CHECK(r.code == 2);
+  CHECK(r.out.find("scalar.yaml: the config must be a mapping") != std::string::npos);
+
+  r = run("keygen --out " + (tmp.path() / "keys").string() + " --regions a,b,a");
+  CHECK(r.code == 2);
+  CHECK(r.out.find("region 'a' is named twice") != std::string::npos);
+  CHECK_FALSE(fs::exists(tmp.path() / "keys"));
+
+  r = run("chaos --config " + config.string() + " --seed -1 --out " + (tmp.path() / "c").string());
+  CHECK(r.code == 2);
+  CHECK(r.out.find("--seed") != std::string::npos);
+  CHECK_FALSE(fs::exists(tmp.path() / "c"));
+  // A reference folder that is not there used to be found only after the chaos run.
+  std::ofstream(tmp.path() / "mlp.yaml") << "regions: [a]\nmodel: {arch: 784-10}\n";
+  r = run("chaos --config " + (tmp.path() / "mlp.yaml").string() + " --reference " +
+          (tmp.path() / "no-such-run").string() + " --out " + (tmp.path() / "c").string());
+  CHECK(r.code == 2);
+  CHECK(r.out.find("no-such-run' is not a run folder") != std::string::npos);
+  CHECK_FALSE(fs::exists(tmp.path() / "c"));
+
+  // compare: a null in a summary reads as a value not measured, not as a type error; an output
+  // folder that is a file is named.
+  for (const char* name : {"one", "two"}) {
+    fs::create_directories(tmp.path() / name);
+    std::ofstream(tmp.path() / name / "config.yaml") << "regions: [a]\nmodel: {arch: 784-10}\n";
+  }
+  std::ofstream(tmp.path() / "one" / "summary.json")
+      << R"({"status": "completed", "model": "mlp", "final_test_accuracy": 0.88})";
+  std::ofstream(tmp.path() / "two" / "summary.json")
+      << R"({"status": null, "model": null, "final_test_accuracy": null, "wall_seconds": null})";
+  const std::string runs = (tmp.path() / "one").string() + " " + (tmp.path() / "two").string();
+  r = run("compare " + runs + " --no-plots --out " + (tmp.path() / "cmp").string());
+  CHECK_MESSAGE(r.code == 0, r.out);
+  CHECK(r.out.find("88.00") != std::string::npos);
+  std::ofstream(tmp.path() / "afile") << "x";
+  r = run("compare " + runs + " --no-plots --out " + (tmp.path() / "afile").string());
+  CHECK(r.code == 2);
+  CHECK(r.out.find("cannot create the comparison's folder") != std::string::npos);
+}
+
+TEST_CASE(
     "geotrain server serves hello, push, pull and shutdown over loopback tcp, exits 0 and writes "
     "its metrics") {
   using namespace geotrain;

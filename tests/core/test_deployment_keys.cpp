@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/deployment_keys.hpp"
+#include "core/endpoint.hpp"
 #include "core/error.hpp"
 
 using namespace geotrain;
@@ -39,6 +40,30 @@ TEST_CASE("server.endpoints: configured regions only") {
                        doctest::Contains("server.endpoints.mars"), InputError);
   CHECK_THROWS_WITH_AS(read_endpoints(in, yaml("[tcp://h:1]"), regions),
                        doctest::Contains("must map region names to endpoints"), InputError);
+}
+
+TEST_CASE("an endpoint is tcp://host:port with a port of 0 to 65535 or *, inproc:// or ipc://") {
+  for (const char* ok : {"tcp://127.0.0.1:7101", "tcp://*:0", "tcp://host:65535", "tcp://h:*",
+                         "tcp://[::1]:80", "inproc://server-a", "ipc:///tmp/a.sock"}) {
+    CAPTURE(ok);
+    CHECK_NOTHROW(require_endpoint(ok, "server.endpoints.a"));
+  }
+  // A port past 65535 used to reach the socket, which wrapped it into another port.
+  CHECK_THROWS_WITH_AS(
+      require_endpoint("tcp://127.0.0.1:99999", "server.endpoints.a"),
+      doctest::Contains(
+          "server.endpoints.a 'tcp://127.0.0.1:99999' has port '99999', allowed: 0 to 65535 or *"),
+      InputError);
+  for (const char* bad : {"tcp://h:-1", "tcp://h:80x", "tcp://h:1234567", "tcp://h:", "tcp://h",
+                          "tcp://:80", "udp://h:1", "tcp://", "h:80", ""}) {
+    CAPTURE(bad);
+    CHECK_THROWS_AS(require_endpoint(bad), InputError);
+  }
+  // In a config, the key and the file are named.
+  const YamlReader in{"deploy.yaml"};
+  CHECK_THROWS_WITH_AS(read_endpoints(in, yaml("{a: tcp://h:70000}"), {"a"}),
+                       doctest::Contains("deploy.yaml: server.endpoints.a 'tcp://h:70000'"),
+                       InputError);
 }
 
 TEST_CASE("model.tensors: {name, size} entries; the model section's keys are one list") {

@@ -1,5 +1,8 @@
 #include <doctest/doctest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <csignal>
 #include <string>
 
 #include "core/check_zmq.hpp"
@@ -64,11 +67,34 @@ TEST_CASE("log levels parse, and an unknown level is an input error naming it") 
                        InputError);
 }
 
-TEST_CASE("GT_ASSERT aborts on a broken invariant") {
-  // Death tests need a child process; here we only check that a true condition passes through.
+TEST_CASE("GT_ASSERT aborts on a broken invariant, naming it, and lets a true one pass") {
   int calls = 0;
   GT_ASSERT(++calls == 1, "evaluated once");
   CHECK(calls == 1);
+  // The broken one in a child process: it must die of SIGABRT, saying what broke and where.
+  int out[2];
+  REQUIRE(::pipe(out) == 0);
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    std::signal(SIGABRT, SIG_DFL);  // the test framework's crash handler would report and exit
+    ::dup2(out[1], STDERR_FILENO);
+    ::close(out[0]);
+    GT_ASSERT(calls == 2, "calls is {}", calls);
+    ::_exit(0);  // not reached when the assertion aborts
+  }
+  ::close(out[1]);
+  std::string said;
+  char buffer[512];
+  for (ssize_t n; (n = ::read(out[0], buffer, sizeof buffer)) > 0;) said.append(buffer, n);
+  ::close(out[0]);
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  CHECK(WIFSIGNALED(status));
+  CHECK(WTERMSIG(status) == SIGABRT);
+  CHECK(said.find("calls == 2") != std::string::npos);
+  CHECK(said.find("calls is 1") != std::string::npos);
+  CHECK(said.find("test_error.cpp") != std::string::npos);
 }
 
 TEST_CASE("a deployment config holds its sections only: a sweep section is an unknown key") {
@@ -78,6 +104,11 @@ TEST_CASE("a deployment config holds its sections only: a sweep section is an un
   CHECK(in.load_deployment_config("regions: [a]\nworker: {rounds: 2}\n")["worker"].IsMap());
   CHECK_THROWS_WITH_AS(in.load_deployment_config("regions: [a]\nsweep: {grid: {}}\n"),
                        doctest::Contains("unknown key 'sweep'"), InputError);
+  // A second YAML document would be dropped without a word: refused, as a key written twice is.
+  CHECK(in.load_deployment_config("---\nregions: [a]\n...\n")["regions"].IsSequence());
+  CHECK_THROWS_WITH_AS(in.load_deployment_config("regions: [a]\n---\nregions: [b]\n"),
+                       doctest::Contains("cfg.yaml: holds more than one YAML document"),
+                       InputError);
 }
 
 // Regression (fuzz/corpus/*_config/crash-complex-key.yaml): a complex YAML key reached

@@ -229,14 +229,19 @@ TEST_CASE("the plan routes every inter-region connection through netsim and noth
   REQUIRE(d.netsim_yaml);
   const auto n = netsim::parse_netsim_config(*d.netsim_yaml, "netsim.yaml", tmp.path());
   REQUIRE(n.links.size() == 6);
+  int transatlantic = 0;
   for (const auto& l : n.links) {
     bool matched = false;
     for (const auto& r : d.routes)
       matched |= r.from == l.from && r.to == l.to && r.listen_port == l.listen.port &&
                  l.target.port == d.server_ports.at(l.to);
     CHECK_MESSAGE(matched, l.name());
-    if (l.name() == "us-east->eu-west") CHECK(l.properties.delay_ms == doctest::Approx(40));
+    if (l.name() == "us-east->eu-west") {
+      ++transatlantic;
+      CHECK(l.properties.delay_ms == doctest::Approx(40));
+    }
   }
+  CHECK(transatlantic == 1);
   CHECK(n.options.stats_jsonl == tmp.path() / "netsim.jsonl");
 
   // Processes: servers, then netsim, then 2 workers per region, each with the resolved config.
@@ -264,14 +269,18 @@ TEST_CASE("netsim overrides in the config reach the generated links, and bad one
   const auto d = plan_deployment(yaml, "t.yaml", s, tmp.path(), ports);
   const auto n = netsim::parse_netsim_config(*d.netsim_yaml, "netsim.yaml", tmp.path());
   CHECK(n.options.seed == 7);
+  REQUIRE(n.links.size() == 6);
+  int overridden = 0;
   for (const auto& l : n.links) {
     if (l.name() == "us-east->eu-west") {
+      ++overridden;
       CHECK(l.properties.delay_ms == doctest::Approx(5));
       CHECK(l.faults.size() == 1);
     } else {
       CHECK(l.faults.empty());
     }
   }
+  CHECK(overridden == 1);
   CHECK_FALSE(YAML::Load(d.config_yaml)["netsim"]);
 
   const std::string bad =

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 #include <yaml-cpp/yaml.h>
 
+#include <atomic>
 #include <fstream>
 #include <thread>
 
@@ -419,6 +420,54 @@ TEST_CASE("--jobs runs points at once, each with its progress log, and resumes a
   const auto stopped = read(tmp.path() / "stopped" / "three" / "results.csv");
   CHECK(stopped.find("seed=1,") != std::string::npos);  // the rows of the points that ran
   CHECK(stopped.find(",completed,") == std::string::npos);
+}
+
+TEST_CASE("a sweep checks every point before it writes or runs anything, with --jobs too") {
+  test::TempDir tmp("sweep-check");
+  write_base(tmp.path());
+  // The last point's config is one its run would refuse: found before the first point runs.
+  std::ofstream(tmp.path() / "late.yaml")
+      << "base: base.yaml\npoints: [{label: good, set: {worker.seed: 1}},\n"
+         "         {label: slow, set: {run.timeout_s: -1}}]\n";
+  SweepOptions o;
+  o.sweep_file = tmp.path() / "late.yaml";
+  o.out_dir = tmp.path() / "out";
+  o.run.binary = (tmp.path() / "no-such-geotrain").string();  // nothing may start
+  o.run.redraw = false;
+  std::stop_source stop;
+  for (int jobs : {1, 2}) {
+    CAPTURE(jobs);
+    o.jobs = jobs;
+    CHECK_THROWS_WITH_AS(run_sweep(o, stop.get_token()),
+                         doctest::Contains("configs/slow.yaml: run.timeout_s is -1"), InputError);
+    CHECK_FALSE(fs::exists(tmp.path() / "out"));  // no folder, no config, no run
+  }
+
+  // An error that only comes when a point's turn comes (here the run's own check, refusing from
+  // its third call: the first two are the sweep's check of both points) ends the sweep with that
+  // error. With --jobs the points run on threads of their own, where an exception that escaped
+  // used to terminate the process.
+  std::ofstream(tmp.path() / "two.yaml") << "base: base.yaml\ngrid: {worker.seed: [1, 2]}\n";
+  o.sweep_file = tmp.path() / "two.yaml";
+  std::atomic<int> checks = 0;
+  o.run.validate = [&checks](const std::string&, const std::string& source) {
+    if (++checks > 2) throw InputError(source + ": refused when its turn came");
+  };
+  o.jobs = 2;
+  CHECK_THROWS_WITH_AS(run_sweep(o, stop.get_token()),
+                       doctest::Contains("refused when its turn came"), InputError);
+  CHECK(checks >= 3);
+
+  // A name is the sweep's folder: never a path out of the output folder.
+  for (const char* name : {"../escape", "/tmp/elsewhere", "\"\"", ".."}) {
+    CAPTURE(name);
+    std::ofstream(tmp.path() / "named.yaml")
+        << "name: " << name << "\nbase: base.yaml\ngrid: {worker.seed: [1]}\n";
+    o.sweep_file = tmp.path() / "named.yaml";
+    CHECK_THROWS_WITH_AS(run_sweep(o, stop.get_token()),
+                         doctest::Contains("allowed: a folder name"), InputError);
+  }
+  CHECK_FALSE(fs::exists(tmp.path() / "escape"));
 }
 
 TEST_CASE("the sweep's set reaches every point; --set and a point's own key change it") {

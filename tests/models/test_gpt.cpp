@@ -258,35 +258,11 @@ TEST_CASE("bad input is an InputError naming the value, and the gradient is unto
                        InputError);
 }
 
-// Not part of the suite (skipped): training throughput of gpt-tiny, batch 8, at 1 and 2 threads.
-// Run: test_models --no-skip -tc="gpt-tiny training throughput*"
-TEST_CASE("gpt-tiny training throughput at 1 and 2 threads" * doctest::skip()) {
-  ThreadsGuard reset;
-  const GptConfig c = gpt_preset("gpt-tiny");
-  Gpt model(c);
-  std::vector<float> params(model.parameter_count()), grad(params.size(), 0.0f);
-  model.init(params, 1);
-  const size_t B = 8;
-  const std::vector<int32_t> tokens = random_tokens(c, B, 2);
-  for (int threads : {1, 2}) {
-    kernels::cpu::set_threads(threads);
-    model.forward_backward(params, view(tokens, B), grad);  // warm-up, scratch
-    const int steps = 20;
-    const auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < steps; ++i) model.forward_backward(params, view(tokens, B), grad);
-    const double s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    MESSAGE(threads, " thread(s): ", 1e3 * s / steps, " ms/step, ",
-            double(steps * B * c.seq_len) / s, " tokens/s");
-  }
-}
-
 TEST_CASE("tensor shapes multiply out to the tensor sizes, weights (out, in), for GPT and MLP") {
   const geotrain::models::Gpt gpt(geotrain::models::gpt_preset("gpt-tiny"));
   const geotrain::models::Mlp mlp(geotrain::models::MlpConfig{784, {32}, 10});
-  for (const geotrain::models::Model* m :
-       {static_cast<const geotrain::models::Model*>(&gpt),
-        static_cast<const geotrain::models::Model*>(&mlp)}) {
+  for (const geotrain::models::Model* m : {static_cast<const geotrain::models::Model*>(&gpt),
+                                           static_cast<const geotrain::models::Model*>(&mlp)}) {
     const auto specs = m->tensor_specs();
     const auto shapes = m->tensor_shapes();
     REQUIRE(shapes.size() == specs.size());

@@ -255,7 +255,7 @@ TEST_CASE("geotrain bench train --json reports the rate, the split and the FLOPs
   CHECK(doc["flops_per_token"].get<double>() == 6.0 * (64 * 32 + 32 + 32 * 10 + 10));
   for (const char* key : {"tokens_per_s", "step_ms", "forward_backward_ms", "gflops"})
     CHECK(doc[key].get<double>() > 0);
-  CHECK(doc["optimizer_ms"].get<double>() >= 0);
+  CHECK(doc["optimizer_ms"].get<double>() > 0);  // an SGD step over 2,410 parameters
   CHECK(doc["flops_formula"].is_string());
   CHECK(doc["device_kind"] == "cpu");
   CHECK(doc["precision"] == "fp32");

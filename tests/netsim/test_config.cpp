@@ -89,6 +89,10 @@ TEST_CASE("config errors name the key, the value and what is allowed") {
   e = error_of("profile: " + std::string(300, 'x') + ".yaml\n" + link + "}]");
   CHECK(e.find("profile") != std::string::npos);
   CHECK(e.find("cannot be looked up") != std::string::npos);
+  // Without a profile: named as missing (it was yaml-cpp's "invalid node" before).
+  e = error_of(link + "}]");
+  CHECK(e.find("profile is missing: a WAN profile file path or an inline profile mapping") !=
+        std::string::npos);
 }
 
 TEST_CASE("a netsim config refuses a key written twice and yes for true, and suggests a near key") {

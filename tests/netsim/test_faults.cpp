@@ -75,7 +75,8 @@ TEST_CASE("after a partition, a rate-limited link's backlog leaves at the link's
 
 TEST_CASE("a zero-delay link forwards exactly, also across a partition") {
   PatternSink sink(23);
-  const double t0 = 0.05, t1 = 0.35;
+  // A partition long enough that both samples below fall inside it even on a loaded machine.
+  const double t0 = 0.05, t1 = 1.05;
   OneLink link(sink.endpoint(), props(0), {fault(FaultKind::partition, t0, t1)});
   const double start = now_s();
   auto transfer = std::async(std::launch::async, [&] {
@@ -90,14 +91,15 @@ TEST_CASE("a zero-delay link forwards exactly, also across a partition") {
     return std::pair{now_s() - start, link.proxy.stats()[0].forward.bytes};
   };
   const auto [ta, bytes_a] = sample_at(t0 + 0.03);
-  const auto [tb, bytes_b] = sample_at(t1 - 0.05);
+  const auto [tb, bytes_b] = sample_at(t1 - 0.3);
   const auto r = transfer.get();
   CHECK(r.intact);
   CHECK(r.bytes == uint64_t{512} << 20);
   CAPTURE(ta);
   CAPTURE(tb);
-  if (tb < t1 - 0.005) CHECK(bytes_a == bytes_b);  // both samples fell inside the partition
-  CHECK(r.arrivals.back().first - start > t1);     // the transfer really spanned it
+  REQUIRE(tb < t1 - 0.005);  // both samples fell inside the partition
+  CHECK(bytes_a == bytes_b);
+  CHECK(r.arrivals.back().first - start > t1);  // the transfer really spanned it
 }
 
 TEST_CASE("no byte arrives while a link is partitioned") {

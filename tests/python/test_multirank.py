@@ -191,6 +191,7 @@ class MultiRank(unittest.TestCase):
             r0, r1 = results[(region, 0)], results[(region, 1)]
             self.assertEqual(len(r0["rounds"]), 5)
             self.assertEqual(len(r0["steps"]), 20)
+            self.assertEqual(len(r1["steps"]), 20)
             # Bit-identical inside the region after every step (so after every broadcast the
             # leader's exchanges called for, and no step where one was missed) and at the end.
             for step, (p0, p1) in enumerate(zip(r0["steps"], r1["steps"])):

@@ -198,6 +198,7 @@ class TwoRegions(unittest.TestCase):
             # Round 1's exchange runs behind round 2's steps and is merged at round 2's end:
             # local = base_new + (local - snapshot). Region a: +2 (round 2) on top of +4 global.
             for region, expected in (("a", [2.0, 6.0]), ("b", [6.0, 10.0])):
+                self.assertEqual(len(results[region]), 3, region)  # three round boundaries
                 for got, want in zip(results[region][:2], expected):
                     for value in got:
                         self.assertAlmostEqual(value, want, places=4, msg=region)

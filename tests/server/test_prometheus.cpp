@@ -2,6 +2,10 @@
 // (the HTTP side is tests/python/test_metrics_endpoint.py, with prometheus_client's parser).
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cmath>
 
 #include "core/error.hpp"
 #include "server/config.hpp"
@@ -80,11 +84,22 @@ TEST_CASE("a stats snapshot renders as Prometheus counters, gauges and a stalene
 }
 
 TEST_CASE("this process's statistics are read from /proc") {
+  // Some CPU time first (about 0.1 s), so that the count has something to show.
+  volatile double sink = 0;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+  while (std::chrono::steady_clock::now() < until)
+    for (int i = 0; i < 1000; ++i) sink = sink + std::sqrt(static_cast<double>(i));
   const auto p = wire::read_process_stats();
+  rusage self{};
+  REQUIRE(::getrusage(RUSAGE_SELF, &self) == 0);
+  const double rusage_s = static_cast<double>(self.ru_utime.tv_sec + self.ru_stime.tv_sec) +
+                          1e-6 * static_cast<double>(self.ru_utime.tv_usec + self.ru_stime.tv_usec);
   REQUIRE(p.resident_bytes);
   CHECK(*p.resident_bytes > 0);
   REQUIRE(p.cpu_seconds);
-  CHECK(*p.cpu_seconds >= 0);
+  // user + system time from /proc/self/stat (clock ticks) against the kernel's getrusage.
+  CHECK(*p.cpu_seconds > 0.05);
+  CHECK(*p.cpu_seconds == doctest::Approx(rusage_s).epsilon(0.2));
   REQUIRE(p.open_fds);
   CHECK(*p.open_fds >= 3);
 }
