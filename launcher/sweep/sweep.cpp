@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -132,6 +133,10 @@ int run_one_at_a_time(SweepRun& s, const std::vector<std::size_t>& pending, std:
   return exit_code;
 }
 
+struct CloseFile {
+  void operator()(std::FILE* f) const { std::fclose(f); }
+};
+
 // --jobs N: up to N points at once, each deployment on a thread of its own (its children's
 // PR_SET_PDEATHSIG follows that thread, which lives until they are stopped) with its progress in
 // runs/<label>/progress.log; a line here when each starts and ends.
@@ -141,37 +146,41 @@ int run_several_at_once(SweepRun& s, const std::vector<std::size_t>& pending,
   int exit_code = 0;
   bool interrupted = false;
   std::exception_ptr failure;  // the first point that threw; the others finish, none start
+  const auto run_logged = [&](std::size_t i) {
+    const auto& p = s.plan.points[i];
+    const auto log = s.dir / "runs" / p.label / "progress.log";
+    create_output_folder(log.parent_path(), "the point's folder");
+    const std::unique_ptr<std::FILE, CloseFile> progress(std::fopen(log.c_str(), "a"));
+    spdlog::info("sweep {}: point {}/{} '{}' started ({:.0f} s so far); progress in {}",
+                 s.plan.name, i + 1, s.plan.points.size(), p.label, s.elapsed(), log.string());
+    const int code = s.run_point(i, progress ? progress.get() : s.o.run.progress, stop);
+    std::lock_guard lock(s.mutex);
+    spdlog::info("sweep {}: point {}/{} '{}' {} ({:.0f} s so far{})", s.plan.name, i + 1,
+                 s.plan.points.size(), p.label,
+                 code == 0 ? "completed" : fmt::format("failed (exit {})", code), s.elapsed(),
+                 s.estimate());
+    if (code == 130) interrupted = true;
+    if (code != 0) exit_code = 1;
+  };
   const auto work = [&] {
-    for (;;) try {
-        std::size_t i = 0;
-        {
-          std::lock_guard lock(s.mutex);
-          if (next == pending.size() || interrupted || stop.stop_requested()) return;
-          i = pending[next++];
-        }
-        const auto& p = s.plan.points[i];
-        const auto log = s.dir / "runs" / p.label / "progress.log";
-        fs::create_directories(log.parent_path());
-        std::FILE* progress = std::fopen(log.c_str(), "a");
-        spdlog::info("sweep {}: point {}/{} '{}' started ({:.0f} s so far); progress in {}",
-                     s.plan.name, i + 1, s.plan.points.size(), p.label, s.elapsed(), log.string());
-        const int code = s.run_point(i, progress != nullptr ? progress : s.o.run.progress, stop);
-        if (progress != nullptr) std::fclose(progress);
+    for (;;) {
+      std::size_t i = 0;
+      {
         std::lock_guard lock(s.mutex);
-        spdlog::info("sweep {}: point {}/{} '{}' {} ({:.0f} s so far{})", s.plan.name, i + 1,
-                     s.plan.points.size(), p.label,
-                     code == 0 ? "completed" : fmt::format("failed (exit {})", code), s.elapsed(),
-                     s.estimate());
-        if (code == 130) interrupted = true;
-        if (code != 0) exit_code = 1;
+        if (next == pending.size() || interrupted || stop.stop_requested()) return;
+        i = pending[next++];
+      }
+      try {
+        run_logged(i);
       } catch (...) {
-        // An exception must not escape a std::thread (it would terminate the process): the first
-        // is rethrown on the sweep's thread once the points under way have ended.
+        // An exception must not escape a std::thread (it would terminate the process): the
+        // first is rethrown on the sweep's thread once the points under way have ended.
         std::lock_guard lock(s.mutex);
         if (!failure) failure = std::current_exception();
         interrupted = true;
         return;
       }
+    }
   };
   {
     std::vector<std::jthread> threads;
