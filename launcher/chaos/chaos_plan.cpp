@@ -51,7 +51,11 @@ double parse_duration(const std::string& text, const std::string& what) {
              "{} is '{}': must be a positive duration such as 20s, 10m, 1.5h, 250ms or a number "
              "of seconds",
              what, text);
-  return value * scale;
+  const double seconds = value * scale;
+  // A bound, so that no sum of durations overflows to infinity (1e308h used to).
+  GT_REQUIRE(seconds <= 366 * 86400.0, "{} is '{}': longer than a year, the longest taken", what,
+             text);
+  return seconds;
 }
 
 const char* to_string(ChaosFault f) {

@@ -72,6 +72,13 @@ fs::path find_wan_profile(const std::string& value, const WanProfileSearch& sear
   }
   for (const auto& file : tried)
     if (is_file(file)) return file;
+  for (const auto& file : tried) {
+    std::error_code ec;
+    GT_REQUIRE(!fs::is_directory(file, ec),
+               "{} is '{}': {} is a folder, not a WAN profile file (its profiles are the .yaml "
+               "files in it)",
+               what, value, file.string());
+  }
 
   std::set<std::string> names;
   for (const auto& dir : search.name_dirs) add_profile_names(dir, names);

@@ -26,6 +26,9 @@ TEST_CASE("chaos durations read like 20s, 10m, 1.5h, 250ms or plain seconds") {
   CHECK(parse_duration("20s", "--kill-every") == 20);
   CHECK(parse_duration("10m", "--duration") == 600);
   CHECK(parse_duration("1.5h", "--duration") == 5400);
+  CHECK_THROWS_WITH_AS(parse_duration("1e308h", "--duration"),
+                       doctest::Contains("--duration is '1e308h': longer than a year"),
+                       geotrain::InputError);
   CHECK(parse_duration("250ms", "--stop-for") == doctest::Approx(0.25));
   CHECK(parse_duration("90", "--duration") == 90);
   for (const char* bad : {"", "s", "-3s", "0", "10 m", "10x", "nan"})

@@ -155,6 +155,12 @@ TEST_CASE("a WAN profile is found by name, by file name, or by path; an unknown 
         }).find("no such WAN profile") != std::string::npos);
   CHECK(error_of([&] { find_wan_profile("", search, "--wan"); }).find("--wan is empty") !=
         std::string::npos);
+  // A folder where a profile file is wanted is named as a folder, not as missing.
+  const auto wan_dir = (kConfigs / "wan").string();
+  CHECK(error_of([&] {
+          find_wan_profile(wan_dir, search, "--wan");
+        }).find("--wan is '" + wan_dir + "': " + wan_dir + " is a folder, not a WAN profile") !=
+        std::string::npos);
 }
 
 TEST_CASE("a copy of configs/demo.yaml made elsewhere finds its WAN profile, also by name") {
