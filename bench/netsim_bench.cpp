@@ -52,6 +52,7 @@ nlohmann::json measure_proxy_cost(const NetsimBenchOptions& o) {
   const auto bytes = static_cast<uint64_t>(std::clamp(o.seconds, 0.25, 2.0) * (uint64_t{1} << 30));
   netsim::measure_rtts_ms(echo_link->listen_endpoint(0), 200);  // warm-up
   std::vector<double> rtt_direct, rtt_proxied, gbs_direct, gbs_proxied, rtt_ratio, gbs_ratio;
+  bool complete = true;  // every transfer arrived whole within its time limit
   for (int round = 0; round < 3; ++round) {
     rtt_direct.push_back(1e3 * netsim::median(netsim::measure_rtts_ms(echo->endpoint(), 300)));
     rtt_proxied.push_back(
@@ -59,13 +60,16 @@ nlohmann::json measure_proxy_cost(const NetsimBenchOptions& o) {
     rtt_ratio.push_back(rtt_proxied.back() / rtt_direct.back());
     const auto d = netsim::bulk_transfer(sink.endpoint(), sink, bytes, 1, 9, 60);
     const auto p = netsim::bulk_transfer(bulk_link->listen_endpoint(0), sink, bytes, 1, 9, 60);
+    complete = complete && d.bytes == bytes && p.bytes == bytes;
     gbs_direct.push_back(d.steady_mbps / 8e3);
     gbs_proxied.push_back(p.steady_mbps / 8e3);
     gbs_ratio.push_back(gbs_proxied.back() / gbs_direct.back());
   }
   const double direct_us = netsim::median(rtt_direct), proxied_us = netsim::median(rtt_proxied);
+  if (!complete) spdlog::warn("bench netsim: a proxy-cost transfer did not complete in 60 s");
   return {{"rounds", 3},
           {"bytes", bytes},
+          {"complete", complete},
           {"rtt_us",
            {{"direct", direct_us},
             {"proxied", proxied_us},

@@ -140,6 +140,7 @@ TEST_CASE("geotrain bench netsim --json reports the proxy's cost against the dir
   CHECK(rtt["added"].get<double>() ==
         doctest::Approx(rtt["proxied"].get<double>() - rtt["direct"].get<double>()));
   CHECK(doc["proxy"]["bytes"].get<uint64_t>() == uint64_t{1} << 28);  // at least a quarter GiB
+  CHECK(doc["proxy"]["complete"].get<bool>());
   // scarce has one pair of regions, a link each way: 5 ms one way (10 ms round trip).
   REQUIRE(doc["links"].size() == 2);
   for (const auto& link : doc["links"]) {
