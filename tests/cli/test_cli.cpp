@@ -158,7 +158,8 @@ TEST_CASE("geotrain bench netsim --json reports the proxy's cost against the dir
 }
 
 TEST_CASE(
-    "bad input to server, keygen, chaos and compare is refused with exit 2, writing nothing") {
+    "bad input to server, keygen, chaos and compare is refused with exit 2, writing nothing; "
+    "compare reads a null in a summary as not measured") {
   namespace fs = std::filesystem;
   geotrain::test::TempDir tmp("cli-bad-input");
   const auto run_dir = tmp.path() / "server-run";
