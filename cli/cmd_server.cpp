@@ -12,7 +12,6 @@
 #include "cli/launch_env.hpp"
 #include "cli/signal_watcher.hpp"
 #include "core/config_overrides.hpp"
-#include "core/endpoint.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "launcher/run/run_settings.hpp"
@@ -53,16 +52,7 @@ int run_server(const ServerArgs& args) {
                  launch->rank);
   }
   server::ServerOptions options;
-  // Where it listens, checked before the server writes anything (its metrics log).
-  if (!args.endpoint.empty()) {
-    require_endpoint(args.endpoint, "--endpoint");
-    options.endpoint = args.endpoint;
-  } else {
-    GT_REQUIRE(config.endpoints.contains(config.regions[region]),
-               "{}: server.endpoints has no entry for region '{}' (where its server listens; or "
-               "give --endpoint)",
-               source, config.regions[region]);
-  }
+  if (!args.endpoint.empty()) options.endpoint = args.endpoint;
   // A SIGSTOP/SIGCONT (or a starved CPU) longer than a heartbeat period does not make the
   // regions look dead to this server (docs/server.md, "Partitions and stopped servers").
   options.excuse_stalls_over = config.heartbeat;

@@ -7,6 +7,7 @@
 
 #include "compression/codec.hpp"
 #include "compression/payload.hpp"
+#include "core/endpoint.hpp"
 #include "core/error.hpp"
 #include "server/prometheus_text.hpp"
 #include "server/shard_kernels.hpp"
@@ -28,6 +29,25 @@ std::filesystem::path under(const std::filesystem::path& base, const std::filesy
   return p.is_absolute() ? p : base / p;
 }
 
+// options.endpoint (`geotrain server --endpoint`), else server.endpoints[region]; InputError when
+// neither names a valid endpoint.
+std::string listen_endpoint(const ServerConfig& config, uint32_t region,
+                            const ServerOptions& options) {
+  GT_REQUIRE(region < config.regions.size(),
+             "server region index {} is outside the {} configured regions", region,
+             config.regions.size());
+  if (options.endpoint) {
+    require_endpoint(*options.endpoint, "the server's listen endpoint (--endpoint)");
+    return *options.endpoint;
+  }
+  const auto it = config.endpoints.find(config.regions[region]);
+  GT_REQUIRE(it != config.endpoints.end(),
+             "server.endpoints has no entry for region '{}' (where its server listens; or give "
+             "--endpoint)",
+             config.regions[region]);
+  return it->second;  // checked when the config was read
+}
+
 }  // namespace
 
 ParamServer::ParamServer(const ServerConfig& config, uint32_t region, zmq::context_t& context,
@@ -35,6 +55,7 @@ ParamServer::ParamServer(const ServerConfig& config, uint32_t region, zmq::conte
     : config_(config),
       region_(region),
       options_(std::move(options)),
+      listen_at_(listen_endpoint(config, region, options_)),
       table_(config.tensors, config.critical),
       map_(table_.total_elements(), static_cast<uint32_t>(config.regions.size()),
            config.shards_per_region, config.chunk, config.fragments,
@@ -48,9 +69,6 @@ ParamServer::ParamServer(const ServerConfig& config, uint32_t region, zmq::conte
                    ? std::optional(config.run_dir / fmt::format("server-{}.metrics.jsonl",
                                                                 config.regions.at(region)))
                    : std::nullopt) {
-  GT_REQUIRE(region < config.regions.size(),
-             "server region index {} is outside the {} configured regions", region,
-             config.regions.size());
   for (const auto& range : map_.owned_by(region))
     shards_.emplace_back(range, table_.critical_mask(range.offset, range.offset + range.count),
                          config.regions.size(), config.shard);
@@ -59,15 +77,6 @@ ParamServer::ParamServer(const ServerConfig& config, uint32_t region, zmq::conte
                   [](const Shard& s) { return s.range().count >= kSplitElements; })) {
     splitter_ = std::make_unique<PassSplitter>();
     for (auto& s : shards_) s.set_splitter(splitter_.get());
-  }
-  std::string endpoint;
-  if (options_.endpoint) {
-    endpoint = *options_.endpoint;
-  } else {
-    auto it = config.endpoints.find(config.regions[region]);
-    GT_REQUIRE(it != config.endpoints.end(), "server.endpoints has no entry for region '{}'",
-               config.regions[region]);
-    endpoint = it->second;
   }
   wire::ChannelOptions channel;
   channel.send_hwm = channel.receive_hwm = config.high_water_mark;
@@ -87,7 +96,7 @@ ParamServer::ParamServer(const ServerConfig& config, uint32_t region, zmq::conte
   // Restored before the port opens: once it accepts connections (what `geotrain run` waits for
   // after a restart), the checkpoint is in and its `restore` event written.
   restore();
-  channel_ = wire::bind_router(context, endpoint, channel);
+  channel_ = wire::bind_router(context, listen_at_, channel);
   if (auto m = config.metrics_ports.find(config.regions[region]); m != config.metrics_ports.end()) {
     metrics_endpoint_ =
         std::make_unique<wire::MetricsEndpoint>(context, config.metrics_host, m->second);

@@ -135,6 +135,8 @@ class ParamServer {
   ServerConfig config_;
   uint32_t region_;
   ServerOptions options_;
+  // Where the socket binds, resolved and checked before anything is written (the metrics log).
+  std::string listen_at_;
   ParamTable table_;
   ShardMap map_;
   std::vector<Shard> shards_;

@@ -172,13 +172,14 @@ struct Leg {
   std::vector<int> leftovers;
 };
 
-// The reference: measured now without faults, or read from a run folder.
+// The reference: measured now without faults, or `given` (read from o.reference's run folder).
 Leg reference_leg(const ChaosOptions& o, const CommonRun& common, const fs::path& dir,
-                  const std::vector<std::string>& kinds, const std::stop_token& stop) {
+                  const std::vector<std::string>& kinds, const std::optional<WindowRate>& given,
+                  const std::stop_token& stop) {
   Leg leg;
   leg.report = {{"source", o.reference ? "given" : "measured"}};
   if (o.reference) {
-    leg.rate = window_rate(folder_timeline(*o.reference), std::nullopt);
+    leg.rate = given;
     leg.report["run_dir"] = fs::absolute(*o.reference).string();
     leg.report["status"] = "given";
   } else {
@@ -259,12 +260,14 @@ ChaosResult run_chaos(const ChaosOptions& o, std::stop_token stop) {
   const auto settings = parse_run_settings(text, source, o.run.config.parent_path(),
                                            o.run.config.stem().string(), o.run.project_configs);
   if (o.run.validate) o.run.validate(text, source);
-  if (o.reference) {  // a given reference is read now: a folder without a rate starts nothing
+  // A reference folder is read now: one without a rate starts nothing.
+  std::optional<WindowRate> given;
+  if (o.reference) {
     GT_REQUIRE(fs::is_directory(*o.reference),
                "chaos: --reference '{}' is not a run folder: no such directory",
                o.reference->string());
-    const auto rate = window_rate(folder_timeline(*o.reference), std::nullopt);
-    GT_REQUIRE(rate && rate->rounds_per_s() > 0,
+    given = window_rate(folder_timeline(*o.reference), std::nullopt);
+    GT_REQUIRE(given && given->rounds_per_s() > 0,
                "chaos: --reference '{}' has no rounds to take a rate from (its leaders' "
                "worker-<region>-0.metrics.jsonl)",
                o.reference->string());
@@ -280,7 +283,7 @@ ChaosResult run_chaos(const ChaosOptions& o, std::stop_token stop) {
                          settings.restart.enabled() ? settings.restart.backoff_s : 1.0};
 
   json report = options_json(o, kinds);
-  const Leg ref = reference_leg(o, common, out.dir, kinds, stop);
+  const Leg ref = reference_leg(o, common, out.dir, kinds, given, stop);
   report["reference"] = ref.report;
   std::string failure = ref.failure;
   std::vector<int> leftovers = ref.leftovers;

@@ -172,7 +172,7 @@ TEST_CASE(
   auto r =
       run("server --config " + config.string() + " --region a --endpoint tcp://127.0.0.1:99999");
   CHECK(r.code == 2);
-  CHECK(r.out.find("--endpoint 'tcp://127.0.0.1:99999' has port '99999'") != std::string::npos);
+  CHECK(r.out.find("(--endpoint) 'tcp://127.0.0.1:99999' has port '99999'") != std::string::npos);
   r = run("server --config " + config.string() + " --region a");
   CHECK(r.code == 2);
   CHECK(r.out.find("server.endpoints has no entry for region 'a'") != std::string::npos);
