@@ -18,6 +18,7 @@
 #include "compression/factory.hpp"
 #include "core/check_zmq.hpp"
 #include "core/error.hpp"
+#include "netsim/probe.hpp"
 #include "server/param_server.hpp"
 #include "wire/client.hpp"
 #include "wire/security_config.hpp"
@@ -31,13 +32,6 @@ struct Timing {
   double median_s = 0;
   size_t count = 0;
 };
-
-double median(std::vector<double>& samples) {
-  std::nth_element(samples.begin(),
-                   samples.begin() + static_cast<std::ptrdiff_t>(samples.size() / 2),
-                   samples.end());
-  return samples[samples.size() / 2];
-}
 
 // Round trips of `a` and `b` in alternating turns of about kTurn each, until `seconds` have
 // passed and each has at least 5 timed: a change of load on the (shared) machine then hits both
@@ -68,7 +62,7 @@ std::pair<Timing, Timing> time_alternately(double seconds, A&& a, B&& b) {
     turn(a, sa);
     turn(b, sb);
   }
-  Timing ta{median(sa), sa.size()}, tb{median(sb), sb.size()};
+  Timing ta{netsim::median(sa), sa.size()}, tb{netsim::median(sb), sb.size()};
   return {ta, tb};
 }
 

@@ -13,6 +13,7 @@
 #include "compression/factory.hpp"
 #include "core/error.hpp"
 #include "netsim/config.hpp"
+#include "netsim/probe.hpp"
 #include "netsim/proxy.hpp"
 #include "wire/channel.hpp"
 #include "wire/client.hpp"
@@ -100,11 +101,6 @@ class Server {
   std::thread thread_;
 };
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
-}
-
 struct Measured {
   double push_s = 0, pull_s = 0;
 };
@@ -151,7 +147,7 @@ Measured measure(const Link& link, const WanBenchOptions& o, const Bytes& payloa
     pull.push_back(call({}));
   }
   proxy.stop();
-  return {median(push), median(pull)};
+  return {netsim::median(push), netsim::median(pull)};
 }
 
 }  // namespace

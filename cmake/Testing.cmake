@@ -1,4 +1,5 @@
-# geotrain_add_suite(NAME <name> LABEL <folder> SOURCES <...> LIBS <...> [GPU] [TIMEOUT s])
+# geotrain_add_suite(NAME <name> LABEL <folder> SOURCES <...> LIBS <...> [GPU] [OWN_MAIN] [NO_UNITY]
+#                    [TIMEOUT s])
 # One doctest executable per suite, registered as one ctest test labelled with its folder.
 # GPU suites also get the label `gpu`; they exit with 77 when no device is present, which
 # ctest reports as SKIPPED (SKIP_RETURN_CODE), never as a pass. OWN_MAIN suites bring their own
@@ -12,9 +13,15 @@ if(GEOTRAIN_HAVE_CUDA)
   target_include_directories(geotrain_gpu_test_main PRIVATE ${PROJECT_SOURCE_DIR})
 endif()
 
+#
+# NO_UNITY: the suite's files are compiled one by one even in a unity build (GEOTRAIN_UNITY_BUILD),
+# for suites whose files keep file-local helpers of the same names (GPU suites always are).
 function(geotrain_add_suite)
-  cmake_parse_arguments(S "GPU;OWN_MAIN" "NAME;LABEL;TIMEOUT" "SOURCES;LIBS" ${ARGN})
+  cmake_parse_arguments(S "GPU;OWN_MAIN;NO_UNITY" "NAME;LABEL;TIMEOUT" "SOURCES;LIBS" ${ARGN})
   add_executable(${S_NAME} ${S_SOURCES})
+  if(S_NO_UNITY OR S_GPU)  # GPU suites: small, and their files share helper names
+    set_target_properties(${S_NAME} PROPERTIES UNITY_BUILD OFF)
+  endif()
   if(S_GPU)
     target_link_libraries(${S_NAME} PRIVATE geotrain_gpu_test_main ${S_LIBS})
   elseif(S_OWN_MAIN)

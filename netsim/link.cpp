@@ -8,8 +8,6 @@
 namespace geotrain::netsim {
 
 namespace {
-double bytes_per_s(double mbps) { return mbps * 1e6 / 8; }
-
 void require_nonneg(const LinkConfig& l, const char* field, double v) {
   GT_REQUIRE(std::isfinite(v) && v >= 0, "link {}: {} is {}, must be a number >= 0", l.name(),
              field, v);
@@ -18,7 +16,7 @@ void require_nonneg(const LinkConfig& l, const char* field, double v) {
 
 double effective_burst_bytes(const LinkProperties& p) {
   if (p.burst_kib > 0) return p.burst_kib * 1024;
-  return std::max(16.0 * 1024, bytes_per_s(p.bandwidth_mbps) * 0.005);
+  return std::max(16.0 * 1024, bytes_per_s(p) * 0.005);
 }
 
 const char* to_string(FaultKind kind) {

@@ -26,6 +26,9 @@ struct LinkProperties {
   double window_kib = 0;      // per-connection bytes in flight (read .. acked); 0 = no limit
 };
 
+// A link's bandwidth in bytes per second (bandwidth_mbps is in megabits).
+inline double bytes_per_s(const LinkProperties& p) { return p.bandwidth_mbps * 1e6 / 8; }
+
 // Token-bucket depth actually used: burst_kib when set, else 5 ms worth of bandwidth, at least
 // 16 KiB. Only meaningful when bandwidth_mbps > 0.
 double effective_burst_bytes(const LinkProperties& p);

@@ -20,8 +20,6 @@ namespace {
 constexpr uint64_t kListenerBit = uint64_t{1} << 63;
 constexpr uint64_t kWakeToken = ~uint64_t{0};
 
-double bytes_per_s(double mbps) { return mbps * 1e6 / 8; }
-
 }  // namespace
 
 WanProxy::Impl::Impl(std::vector<LinkConfig> configs, ProxyOptions opts)
@@ -48,7 +46,7 @@ WanProxy::Impl::Impl(std::vector<LinkConfig> configs, ProxyOptions opts)
       link->lanes[lane].rng.seed(options.seed * 1000003 + i * 2 + lane);
       const auto& p = link->config.properties;
       if (p.bandwidth_mbps > 0)
-        link->lanes[lane].bucket.emplace(bytes_per_s(p.bandwidth_mbps), effective_burst_bytes(p),
+        link->lanes[lane].bucket.emplace(bytes_per_s(p), effective_burst_bytes(p),
                                          now);
     }
     ev.events = EPOLLIN;
@@ -291,9 +289,9 @@ void WanProxy::Impl::on_fault(std::size_t index) {
           if (p.bandwidth_mbps == 0) {
             lane.bucket.reset();
           } else if (lane.bucket) {
-            lane.bucket->set_rate(bytes_per_s(p.bandwidth_mbps), effective_burst_bytes(p), now);
+            lane.bucket->set_rate(bytes_per_s(p), effective_burst_bytes(p), now);
           } else {
-            lane.bucket.emplace(bytes_per_s(p.bandwidth_mbps), effective_burst_bytes(p), now);
+            lane.bucket.emplace(bytes_per_s(p), effective_burst_bytes(p), now);
           }
         }
       }

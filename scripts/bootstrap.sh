@@ -4,13 +4,16 @@
 # package and the corpus are present it does nothing (no apt-get update).
 #   bootstrap.sh run   what building the `geotrain` binary and running it needs (scripts/demo.sh):
 #                      the libraries it links, the data, matplotlib for the plots
-#   bootstrap.sh       everything (scripts/test.sh): the above plus doctest, PyTorch (the tests'
-#                      reference), pybind11, prometheus_client and clang (the fuzz targets)
+#   bootstrap.sh       everything the tests need (scripts/test.sh): the above plus doctest,
+#                      PyTorch (the tests' reference), pybind11 and prometheus_client
+#   bootstrap.sh fuzz  the above plus clang and its libFuzzer, for fuzzing campaigns (the CMake
+#                      preset `fuzz`, docs/fuzzing.md); the test command replays the corpora
+#                      without them
 # CUDA, cuBLAS and NCCL are not installed here; the build uses /usr/local/cuda when present.
 set -euo pipefail
 
 mode=${1:-all}
-case $mode in run | all) ;; *) echo "bootstrap: unknown mode '$mode' (run or all)" >&2; exit 2 ;; esac
+case $mode in run | all | fuzz) ;; *) echo "bootstrap: unknown mode '$mode' (run, all or fuzz)" >&2; exit 2 ;; esac
 
 packages=(
   build-essential cmake ninja-build pkg-config
@@ -23,15 +26,17 @@ packages=(
   python3 python3-matplotlib python3-numpy
   dataset-fashion-mnist bible-kjv bible-kjv-text
 )
-if [ "$mode" = all ]; then
+if [ "$mode" != run ]; then
   packages+=(
     git doctest-dev
     python3-torch python3-dev pybind11-dev
     python3-prometheus-client  # tests/python: the /metrics endpoints read by an independent parser
-    # The libFuzzer build of fuzz/ (docs/fuzzing.md): Debian's clang, and its compiler-rt, which
-    # holds libFuzzer and the sanitizer runtimes (clang only recommends it).
-    clang libclang-rt-dev
   )
+fi
+if [ "$mode" = fuzz ]; then
+  # The libFuzzer build of fuzz/ (docs/fuzzing.md): Debian's clang, and its compiler-rt, which
+  # holds libFuzzer and the sanitizer runtimes (clang only recommends it).
+  packages+=(clang libclang-rt-dev)
 fi
 corpus=/usr/local/share/geotrain/kjv.txt
 

@@ -3,16 +3,10 @@
 #include <numeric>
 
 #include "core/error.hpp"
+#include "core/splitmix64.hpp"
 
 namespace geotrain::worker {
 namespace {
-
-uint64_t splitmix64(uint64_t& state) {
-  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
 
 // Uniform in [0, bound) by rejection, so no modulo bias.
 uint64_t uniform_below(uint64_t& state, uint64_t bound) {

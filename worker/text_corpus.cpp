@@ -6,6 +6,7 @@
 #include <iterator>
 
 #include "core/error.hpp"
+#include "core/splitmix64.hpp"
 
 namespace geotrain::worker {
 namespace {
@@ -13,19 +14,10 @@ namespace {
 namespace fs = std::filesystem;
 __extension__ typedef unsigned __int128 uint128_t;  // GCC/Clang; __extension__ quiets -Wpedantic
 
-// splitmix64 (Vigna): the step of worker/sampler.cpp, and its finalizer alone as a bijective mix.
-uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-uint64_t splitmix64(uint64_t& state) { return mix64(state += 0x9e3779b97f4a7c15ull); }
-
 // Uniform in [0, bound) by Lemire's multiply-and-reject ("Fast random integer generation in an
 // interval", 2019): unbiased, and a division only in the rare case that may need a redraw.
-uint64_t uniform_below(uint64_t& state, uint64_t bound) {
-  GT_ASSERT(bound > 0, "uniform_below: empty range");
+uint64_t lemire_below(uint64_t& state, uint64_t bound) {
+  GT_ASSERT(bound > 0, "lemire_below: empty range");
   uint128_t m = static_cast<uint128_t>(splitmix64(state)) * bound;
   uint64_t low = static_cast<uint64_t>(m);
   if (low < bound) {
@@ -131,7 +123,7 @@ TextWindows::TextWindows(const TextCorpus& corpus, size_t window, uint32_t batch
 // every k starts its own splitmix64 stream; the first draw is almost always the only one.
 uint64_t TextWindows::start(uint64_t k) const {
   uint64_t state = mix64(mix64(seed_) ^ k);
-  return uniform_below(state, corpus_->train.size() - window_ + 1);
+  return lemire_below(state, corpus_->train.size() - window_ + 1);
 }
 
 Batch TextWindows::batch(uint64_t j) const {

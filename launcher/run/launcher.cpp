@@ -93,8 +93,9 @@ double display_refresh(const LaunchOptions& o, const RunSettings& s) {
   return tty ? std::min(0.5, s.progress_interval_s) : s.progress_interval_s;
 }
 
-void make_plots(const LaunchOptions& o, const fs::path& run_dir) {
-  if (o.plot_script.empty()) return;
+// Plots unless `--no-plots` (no script) or the config's `run.plots: false` says otherwise.
+void make_plots(const LaunchOptions& o, const RunSettings& s, const fs::path& run_dir) {
+  if (o.plot_script.empty() || !s.plots) return;
   if (!fs::exists(o.python) || !fs::exists(o.plot_script)) {
     spdlog::warn(
         "run: plots skipped: {} or {} is missing (scripts/bootstrap.sh installs "
@@ -321,7 +322,7 @@ RunResult run_deployment(const LaunchOptions& o, std::stop_token stop) {
   }
   const double wall = seconds_since(t0);
 
-  make_plots(o, run_dir);
+  make_plots(o, r.settings, run_dir);
   SummaryInputs in;
   in.target_accuracy = r.settings.target_accuracy;
   in.target_val_bpb = r.settings.target_val_bpb;

@@ -15,18 +15,9 @@
 
 using namespace geotrain;
 using namespace geotrain::compression;
+using geotrain::test::roundtrip;
 
 namespace {
-std::vector<float> roundtrip(Codec& codec, const std::vector<float>& x,
-                             Bytes* payload_out = nullptr) {
-  Bytes payload;
-  codec.encode(x, payload);
-  std::vector<float> y(x.size(), 123.0f);
-  codec.decode(payload, y);
-  if (payload_out) *payload_out = payload;
-  return y;
-}
-
 float chunk_absmax(const std::vector<float>& x, size_t begin, size_t count) {
   float m = 0;
   for (size_t i = begin; i < begin + count; ++i) m = std::max(m, std::fabs(x[i]));

@@ -12,6 +12,9 @@
 
 using namespace geotrain;
 using namespace geotrain::compression;
+using geotrain::test::encode;
+using geotrain::test::poke;
+using geotrain::test::reseal;
 
 namespace {
 
@@ -36,24 +39,6 @@ void expect_rejected(const Codec& codec, ConstByteSpan payload, size_t n,
   std::vector<float> acc(n, kSentinel);
   CHECK_THROWS_AS(codec.decode_add(payload, acc), InputError);
   for (float v : acc) REQUIRE(v == kSentinel);
-}
-
-template <typename T>
-void poke(Bytes& p, size_t offset, T value) {
-  std::memcpy(p.data() + offset, &value, sizeof value);
-}
-
-// Recomputes the checksum so that a deliberately wrong field passes the integrity check and
-// must be caught by the field's own validation.
-void reseal(Bytes& p) {
-  poke<uint64_t>(p, 24, p.size() - kHeaderBytes);
-  poke<uint64_t>(p, 32, payload_checksum(p));
-}
-
-Bytes encode(const std::string& spec, const std::vector<float>& x) {
-  Bytes p;
-  make_codec(spec)->encode(x, p);
-  return p;
 }
 
 }  // namespace

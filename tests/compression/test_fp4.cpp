@@ -13,17 +13,7 @@
 
 using namespace geotrain;
 using namespace geotrain::compression;
-
-namespace {
-std::vector<float> roundtrip(Codec& codec, const std::vector<float>& x, Bytes* payload = nullptr) {
-  Bytes p;
-  codec.encode(x, p);
-  std::vector<float> y(x.size(), 123.0f);
-  codec.decode(p, y);
-  if (payload) *payload = p;
-  return y;
-}
-}  // namespace
+using geotrain::test::roundtrip;
 
 TEST_CASE("the E2M1 magnitudes are 0, 0.5, 1, 1.5, 2, 3, 4, 6, in code order") {
   const float expected[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};

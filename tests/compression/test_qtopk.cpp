@@ -16,6 +16,9 @@
 
 using namespace geotrain;
 using namespace geotrain::compression;
+using geotrain::test::encode;
+using geotrain::test::poke;
+using geotrain::test::reseal;
 
 namespace {
 
@@ -23,22 +26,6 @@ std::vector<float> decoded(const Bytes& p, size_t n) {
   std::vector<float> y(n, 123.0f);
   decode_payload(p, y);
   return y;
-}
-
-Bytes encode(const std::string& spec, const std::vector<float>& x) {
-  Bytes p;
-  make_codec(spec)->encode(x, p);
-  return p;
-}
-
-template <typename T>
-void poke(Bytes& p, size_t offset, T value) {
-  std::memcpy(p.data() + offset, &value, sizeof value);
-}
-
-void reseal(Bytes& p) {
-  poke<uint64_t>(p, 24, p.size() - kHeaderBytes);
-  poke<uint64_t>(p, 32, payload_checksum(p));
 }
 
 void expect_rejected(const Bytes& p, size_t n, const std::string& needle) {

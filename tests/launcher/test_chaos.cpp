@@ -183,7 +183,7 @@ TEST_CASE("geotrain chaos refuses to kill what geotrain run does not restart") {
 }
 
 TEST_CASE(
-    "the short chaos run: kills, stops and partitions every ~8 s for 45 s; the run lasts its "
+    "the short chaos run: kills, stops and partitions every ~8 s for 40 s; the run lasts its "
     "window, goodput stays above a floor, and no process is left behind") {
   geotrain::test::TempDir tmp("chaos-short");
   const auto config = tmp.path() / "chaos.yaml";
@@ -199,7 +199,7 @@ TEST_CASE(
          "/configs/wan/lan.yaml, restart: {max_restarts: 1, backoff_s: 0.5}}\n";
   const auto out = tmp.path() / "runs";
   const auto r = run_geotrain("chaos --config " + config.string() +
-                              " --kill-every 8s --duration 45s --reference-duration 25s "
+                              " --kill-every 8s --duration 40s --reference-duration 15s "
                               "--stop-for 4s --partition-for 4s --first-fault 12s --seed 8 --json "
                               "--out " +
                               out.string());

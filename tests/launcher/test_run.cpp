@@ -77,7 +77,9 @@ void write_fake_binary(const fs::path& file, const std::string& mode) {
   fs::permissions(file, fs::perms::owner_all);
 }
 
-fs::path write_config(const fs::path& dir) {
+// `plots`: the run section's `plots` key; the rest is the same for every case. Restarts back off
+// 0.1 s (not 1 s): the cases that exhaust them test the path, not the pause.
+fs::path write_config(const fs::path& dir, bool plots) {
   const auto file = dir / "fake.yaml";
   std::ofstream f(file);
   f << "regions: [us-east, eu-west]\n"
@@ -87,7 +89,8 @@ fs::path write_config(const fs::path& dir) {
        "worker: {workers_per_region: 2}\n"
        "run: {name: fake, wan_profile: " GEOTRAIN_SOURCE_DIR
        "/configs/wan/us-eu.yaml, target_accuracy: 0.5,\n"
-       "      startup_timeout_s: 20, netsim_stats_interval_s: 0.1, plots: false}\n";
+       "      startup_timeout_s: 20, netsim_stats_interval_s: 0.1, plots: "
+    << (plots ? "true" : "false") << ",\n      restart: {backoff_s: 0.1}}\n";
   return file;
 }
 
@@ -102,10 +105,19 @@ int processes_mentioning(const std::string& needle) {
   return n;
 }
 
-LaunchOptions options(const fs::path& dir, const std::string& mode) {
+// A plot script that leaves `plotted` in the run folder it is given.
+fs::path write_fake_plot_script(const fs::path& dir) {
+  const auto file = dir / "fake-plot.sh";
+  std::ofstream(file) << "touch \"$1/plotted\"\n";
+  return file;
+}
+
+LaunchOptions options(const fs::path& dir, const std::string& mode, bool plots = false) {
   write_fake_binary(dir / "fake-geotrain", mode);
   LaunchOptions o;
-  o.config = write_config(dir);
+  o.config = write_config(dir, plots);
+  o.python = "/bin/sh";
+  o.plot_script = write_fake_plot_script(dir);
   o.out_dir = dir / "runs";
   o.binary = (dir / "fake-geotrain").string();
   o.redraw = false;
@@ -139,6 +151,7 @@ TEST_CASE("a run starts servers, netsim and workers, and leaves a complete run f
   CHECK(s["time_to_target_seconds"].is_number());
   CHECK(s["wall_seconds"].get<double>() > 0.3);
   CHECK(read(r.run_dir / "report.md").find("**completed**") != std::string::npos);
+  CHECK_FALSE(fs::exists(r.run_dir / "plotted"));  // run.plots: false
   CHECK(processes_mentioning(r.run_dir.string()) == 0);
   // The launcher's readiness checks open no connection: the servers (CURVE on this WAN profile)
   // log no handshake cut short.
@@ -152,7 +165,7 @@ TEST_CASE("a run starts servers, netsim and workers, and leaves a complete run f
 TEST_CASE("a failing worker fails the run, shows its log, stops everything and keeps the results") {
   geotrain::test::TempDir tmp("launcher-fail");
   std::stop_source stop;
-  const auto r = run_deployment(options(tmp.path(), "fail"), stop.get_token());
+  const auto r = run_deployment(options(tmp.path(), "fail", /*plots=*/true), stop.get_token());
   CHECK(r.exit_code == 1);
   CHECK(r.status == "failed");
   const auto s = nlohmann::json::parse(read(r.run_dir / "summary.json"));
@@ -160,6 +173,7 @@ TEST_CASE("a failing worker fails the run, shows its log, stops everything and k
   CHECK(s["failure"].get<std::string>().find("worker-eu-west-1 failed (exit 3)") !=
         std::string::npos);
   CHECK(read(r.run_dir / "worker-eu-west-1.log").find("cannot load data") != std::string::npos);
+  CHECK(fs::exists(r.run_dir / "plotted"));  // a failed run is still plotted
   CHECK(processes_mentioning(r.run_dir.string()) == 0);
 }
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "tests/temp_dir.hpp"
 #include "worker/batch_loader.hpp"
 #include "worker/idx_dataset.hpp"
 #include "worker/sampler.hpp"
@@ -24,20 +25,6 @@ using namespace geotrain::worker;
 
 namespace {
 
-// A fresh directory under the system temp dir, removed at the end of the test.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() /
-           ("geotrain_data_" + std::to_string(::getpid()) + "_" + std::to_string(counter()++));
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  static int& counter() {
-    static int c = 0;
-    return c;
-  }
-};
 
 void put_be32(std::vector<uint8_t>& b, uint32_t v) {
   for (int s = 24; s >= 0; s -= 8) b.push_back(static_cast<uint8_t>(v >> s));
@@ -87,9 +74,9 @@ std::string error_of(auto&& f) {
 }  // namespace
 
 TEST_CASE("IDX files written by the test read back with their shapes, pixels and labels") {
-  TempDir tmp;
-  write_split(tmp.path, "train", 25);
-  const Dataset d = load_fashion_mnist(tmp.path, Split::kTrain);
+  geotrain::test::TempDir tmp("data");
+  write_split(tmp.path(), "train", 25);
+  const Dataset d = load_fashion_mnist(tmp.path(), Split::kTrain);
   CHECK(d.count == 25);
   CHECK(d.features == 6);
   CHECK(d.classes == 10);
@@ -99,11 +86,11 @@ TEST_CASE("IDX files written by the test read back with their shapes, pixels and
 }
 
 TEST_CASE("a missing, truncated, non-gzip or wrongly tagged file is an InputError naming it") {
-  TempDir tmp;
-  const fs::path img = tmp.path / "train-images-idx3-ubyte.gz";
-  const fs::path lab = tmp.path / "train-labels-idx1-ubyte.gz";
+  geotrain::test::TempDir tmp("data");
+  const fs::path img = tmp.path() / "train-images-idx3-ubyte.gz";
+  const fs::path lab = tmp.path() / "train-labels-idx1-ubyte.gz";
 
-  std::string msg = error_of([&] { load_fashion_mnist(tmp.path, Split::kTrain); });
+  std::string msg = error_of([&] { load_fashion_mnist(tmp.path(), Split::kTrain); });
   CHECK(msg.find(img.string()) != std::string::npos);
   CHECK(msg.find("does not exist") != std::string::npos);
 
@@ -131,7 +118,7 @@ TEST_CASE("a missing, truncated, non-gzip or wrongly tagged file is an InputErro
   // Counts that disagree between the two files.
   write_gz(img, images_idx(10, 2, 3));
   write_gz(lab, labels_idx(9));
-  msg = error_of([&] { load_fashion_mnist(tmp.path, Split::kTrain); });
+  msg = error_of([&] { load_fashion_mnist(tmp.path(), Split::kTrain); });
   CHECK(msg.find("10 images") != std::string::npos);
   CHECK(msg.find("9 labels") != std::string::npos);
 }
@@ -184,9 +171,9 @@ TEST_CASE("sampler pads by wrapping around without drop_last and truncates with 
 }
 
 TEST_CASE("the loader delivers every epoch's batches in sampler order, then ends") {
-  TempDir tmp;
-  write_split(tmp.path, "t10k", 23);
-  const Dataset d = load_fashion_mnist(tmp.path, Split::kTest);
+  geotrain::test::TempDir tmp("data");
+  write_split(tmp.path(), "t10k", 23);
+  const Dataset d = load_fashion_mnist(tmp.path(), Split::kTest);
   DistributedSampler sampler({d.count, 1, 0, true, 11, false});
   BatchLoader loader(d, sampler, {.batch_size = 5, .prefetch = 2, .first_epoch = 4, .epochs = 2});
   CHECK(loader.batches_per_epoch() == 5);
@@ -209,9 +196,9 @@ TEST_CASE("the loader delivers every epoch's batches in sampler order, then ends
 }
 
 TEST_CASE("a loader destroyed while its queue is full stops and joins its thread") {
-  TempDir tmp;
-  write_split(tmp.path, "t10k", 50);
-  const Dataset d = load_fashion_mnist(tmp.path, Split::kTest);
+  geotrain::test::TempDir tmp("data");
+  write_split(tmp.path(), "t10k", 50);
+  const Dataset d = load_fashion_mnist(tmp.path(), Split::kTest);
   DistributedSampler sampler({d.count, 2, 1, true, 1, false});
   auto loader = std::make_unique<BatchLoader>(
       d, sampler, LoaderOptions{.batch_size = 2, .prefetch = 1, .epochs = 1000});

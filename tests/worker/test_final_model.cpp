@@ -116,9 +116,9 @@ std::vector<float> step_of(size_t r, size_t n) {
   return v;
 }
 
-// Leaders of a, b and c with `codec` for every tensor, connected.
-struct Leaders {
-  Leaders(Regions& d, const ParamTable& table, const std::string& codec) {
+// ThreeLeaders of a, b and c with `codec` for every tensor, connected.
+struct ThreeLeaders {
+  ThreeLeaders(Regions& d, const ParamTable& table, const std::string& codec) {
     for (const char* r : {"a", "b", "c"})
       all.push_back(std::make_unique<worker::RegionSync>(table, d.sync(r, codec), d.context()));
     for (auto& l : all) l->connect();
@@ -174,7 +174,7 @@ TEST_CASE(
   Regions d("onebit", "  downlink_codec: onebit");
   const ParamTable table = d.table();
   const size_t n = table.total_elements();
-  Leaders leaders(d, table, "onebit");
+  ThreeLeaders leaders(d, table, "onebit");
   const int rounds = 6;
   for (int t = 0; t < rounds; ++t) leaders.round();
   // Half a round of progress each region never pushed: the flush owes it.
@@ -221,7 +221,7 @@ TEST_CASE(
   Regions d("onebit", "  downlink_codec: onebit");
   const ParamTable table = d.table();
   const size_t n = table.total_elements();
-  Leaders leaders(d, table, "onebit");
+  ThreeLeaders leaders(d, table, "onebit");
   for (int t = 0; t < 4; ++t) leaders.round();
   std::vector<std::vector<float>> before;
   for (const auto& l : leaders.all) before.emplace_back(l->base().begin(), l->base().end());
@@ -249,7 +249,7 @@ TEST_CASE(
 TEST_CASE("after fp32 synchronous rounds at lr 1 the flush changes nothing and pushes nothing") {
   Regions d("fp32", "");
   const ParamTable table = d.table();
-  Leaders leaders(d, table, "fp32");
+  ThreeLeaders leaders(d, table, "fp32");
   for (int t = 0; t < 3; ++t) leaders.round();
   d.pause();
   const auto versions = d.versions();
@@ -275,7 +275,7 @@ TEST_CASE("with outer lr 0.5 and momentum the flush applies lr times the mean an
   Regions d("momentum", "  optimizer: {lr: 0.5, momentum: 0.9}");
   const ParamTable table = d.table();
   const size_t n = table.total_elements();
-  Leaders leaders(d, table, "fp32");
+  ThreeLeaders leaders(d, table, "fp32");
   for (int t = 0; t < 2; ++t) leaders.round();
   d.pause();
   const auto values_before = d.values(n), momentum_before = d.momentum(n);
@@ -301,7 +301,7 @@ TEST_CASE("a leader restarted after its region flushed pulls the global model an
   Regions d("restarted", "");
   const ParamTable table = d.table();
   const size_t n = table.total_elements();
-  Leaders leaders(d, table, "fp32");
+  ThreeLeaders leaders(d, table, "fp32");
   leaders.round();
   leaders.flush_one_step();
   const std::vector<float> global(leaders.all[0]->base().begin(), leaders.all[0]->base().end());
@@ -343,7 +343,7 @@ TEST_CASE(
   Regions d("halfflushed", "");
   const ParamTable table = d.table();
   const size_t n = table.total_elements();
-  Leaders leaders(d, table, "fp32");
+  ThreeLeaders leaders(d, table, "fp32");
   leaders.round();
   // Region a's leader flushes at the server of a, then dies before it reaches b's and c's.
   leaders.all[0].reset();
@@ -379,7 +379,7 @@ TEST_CASE(
 TEST_CASE("the flush waits for every live region, and not for one that said goodbye") {
   Regions d("goodbye", "");
   const ParamTable table = d.table();
-  Leaders leaders(d, table, "onebit");
+  ThreeLeaders leaders(d, table, "onebit");
   leaders.round();
   auto fa = leaders.flush_async(0);
   auto fb = leaders.flush_async(1);
@@ -398,7 +398,7 @@ TEST_CASE("regions that flushed do not hold back a round another region still pu
   Regions d("behind", "");
   const ParamTable table = d.table();
   const size_t n = table.total_elements();
-  Leaders leaders(d, table, "onebit");
+  ThreeLeaders leaders(d, table, "onebit");
   leaders.round();
   auto fa = leaders.flush_async(0);
   auto fb = leaders.flush_async(1);
