@@ -31,6 +31,7 @@ if [ "$mode" != run ]; then
     git doctest-dev
     python3-torch python3-dev pybind11-dev
     python3-prometheus-client  # tests/python: the /metrics endpoints read by an independent parser
+    iproute2                   # test_netns: regions on hosts of their own (network namespaces)
   )
 fi
 if [ "$mode" = fuzz ]; then
