@@ -13,7 +13,6 @@ if(GEOTRAIN_HAVE_CUDA)
   target_include_directories(geotrain_gpu_test_main PRIVATE ${PROJECT_SOURCE_DIR})
 endif()
 
-#
 # NO_UNITY: the suite's files are compiled one by one even in a unity build (GEOTRAIN_UNITY_BUILD),
 # for suites whose files keep file-local helpers of the same names (GPU suites always are).
 function(geotrain_add_suite)

@@ -46,8 +46,7 @@ WanProxy::Impl::Impl(std::vector<LinkConfig> configs, ProxyOptions opts)
       link->lanes[lane].rng.seed(options.seed * 1000003 + i * 2 + lane);
       const auto& p = link->config.properties;
       if (p.bandwidth_mbps > 0)
-        link->lanes[lane].bucket.emplace(bytes_per_s(p), effective_burst_bytes(p),
-                                         now);
+        link->lanes[lane].bucket.emplace(bytes_per_s(p), effective_burst_bytes(p), now);
     }
     ev.events = EPOLLIN;
     ev.data.u64 = kListenerBit | i;

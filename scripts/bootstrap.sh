@@ -5,7 +5,7 @@
 #   bootstrap.sh run   what building the `geotrain` binary and running it needs (scripts/demo.sh):
 #                      the libraries it links, the data, matplotlib for the plots
 #   bootstrap.sh       everything the tests need (scripts/test.sh): the above plus doctest,
-#                      PyTorch (the tests' reference), pybind11 and prometheus_client
+#                      PyTorch (the tests' reference), pybind11, prometheus_client and iproute2
 #   bootstrap.sh fuzz  the above plus clang and its libFuzzer, for fuzzing campaigns (the CMake
 #                      preset `fuzz`, docs/fuzzing.md); the test command replays the corpora
 #                      without them

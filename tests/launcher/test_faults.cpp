@@ -1,8 +1,8 @@
 // Partitions and SIGSTOP end to end (issue 13, section 2): `geotrain run` on 2 regions x 1
 // worker (a small MLP, synchronous rounds, netsim on the lan profile) while one link is
-// partitioned, or one server is stopped, for longer than server.dead_after_ms (6 s here). The run must
-// complete with no process exiting early and no restart; rounds wait during the fault and resume.
-// Partition: the cut-off server declares the region dead (it cannot tell a partition from a
+// partitioned, or one server is stopped, for longer than server.dead_after_ms (6 s here). The run
+// must complete with no process exiting early and no restart; rounds wait during the fault and
+// resume. Partition: the cut-off server declares the region dead (it cannot tell a partition from a
 // death) and the region rejoins when the link heals; the other server, which still hears it,
 // never does. SIGSTOP: nobody is declared dead at all (docs/server.md, "Partitions and stopped
 // servers"). CI runs a 10 s partition and a 9 s stop; the 60 s partition and 30 s stop are
@@ -134,8 +134,8 @@ TEST_CASE(
                                                     << s["wall_seconds"] << " s");
   CHECK(us > 0.53 * (kUntil - kAt));
   CHECK(eu > 0.53 * (kUntil - kAt));
-  // Until dead_after after the heal (netsim's clock starts with netsim): the end of the run can bring
-  // real deaths, of regions that finished their rounds while us-east did its last one (its
+  // Until dead_after after the heal (netsim's clock starts with netsim): the end of the run can
+  // bring real deaths, of regions that finished their rounds while us-east did its last one (its
   // rounds at eu-west's server are one ahead after the rejoin; docs/server.md).
   const double healed = started_at(*dir, "netsim") + kUntil + kDeadAfterS;
   // eu-west's server cannot hear us-east for 10 s: dead after 6 s, back after the heal.

@@ -25,7 +25,6 @@ using namespace geotrain::worker;
 
 namespace {
 
-
 void put_be32(std::vector<uint8_t>& b, uint32_t v) {
   for (int s = 24; s >= 0; s -= 8) b.push_back(static_cast<uint8_t>(v >> s));
 }
