@@ -25,6 +25,8 @@
 #include <typeinfo>
 #include <vector>
 
+#include "core/splitmix64.hpp"
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 
 namespace {
@@ -60,12 +62,7 @@ void on_signal(int sig) {
 // splitmix64: a small, well-mixed, reproducible generator.
 struct Rng {
   uint64_t state;
-  uint64_t next() {
-    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
+  uint64_t next() { return geotrain::splitmix64(state); }
   size_t below(size_t n) { return n == 0 ? 0 : static_cast<size_t>(next() % n); }
 };
 

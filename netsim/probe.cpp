@@ -7,22 +7,16 @@
 #include <cmath>
 #include <cstring>
 
-namespace geotrain::netsim {
+#include "core/splitmix64.hpp"
 
-namespace {
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-}  // namespace
+namespace geotrain::netsim {
 
 void fill_pattern(uint64_t seed, uint64_t offset, std::span<char> out) {
   std::size_t i = 0;
   while (i < out.size()) {
     const uint64_t pos = offset + i;
-    const uint64_t word = splitmix64(seed ^ (pos >> 3) * 0x100000001b3ULL);
+    uint64_t state = seed ^ (pos >> 3) * 0x100000001b3ULL;  // one splitmix64 step per word
+    const uint64_t word = splitmix64(state);
     const std::size_t in_word = pos & 7;
     const std::size_t n = std::min<std::size_t>(8 - in_word, out.size() - i);
     std::memcpy(out.data() + i, reinterpret_cast<const char*>(&word) + in_word, n);
