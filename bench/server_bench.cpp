@@ -135,7 +135,7 @@ struct Sizes {
 
 // A ParamServer owning one shard of `elements` fp32 values on its own thread, and one region
 // client doing push+pull round trips against it, one request at a time: the push, its reply, then
-// the pull and its reply. (A leader sends its pull right behind its push, worker/region_sync.cpp;
+// the pull and its reply. (A leader sends its pull right behind its push, worker/leader/region_sync.cpp;
 // one request at a time keeps each exchange comparable with one raw request/reply.)
 class ServerSession {
  public:

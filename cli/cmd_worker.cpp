@@ -3,7 +3,7 @@
 // SIGINT/SIGTERM end it after the current round, with its metrics, a snapshot (with
 // worker.checkpoint) and (for leaders) final parameters written; a wait for a server that lasts
 // past half a second after the signal ends it at once, without that round
-// (worker/reply_wait.hpp). --resume continues from the worker's snapshots; a supervisor that
+// (worker/leader/reply_wait.hpp). --resume continues from the worker's snapshots; a supervisor that
 // restarts a region's workers passes each restart a new --generation (worker/trainer.hpp).
 #include <CLI/CLI.hpp>
 

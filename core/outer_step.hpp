@@ -1,6 +1,6 @@
 // OuterStep: the outer optimizer's settings (server.optimizer). The servers apply it to each
 // released round (server/outer_optimizer.hpp); the leaders' eager and delayed merges predict it
-// (worker/overlap_merge.hpp). Read once, by read_shared_protocol (core/deployment_keys.hpp).
+// (worker/leader/overlap_merge.hpp). Read once, by read_shared_protocol (core/deployment_keys.hpp).
 #pragma once
 
 namespace geotrain {

@@ -1,4 +1,4 @@
-// The overlap rule's passes (worker/overlap_merge.hpp) over device arrays: the element
+// The overlap rule's passes (worker/leader/overlap_merge.hpp) over device arrays: the element
 // arithmetic of kernels/overlap_math.hpp, bit for bit the host's OverlapMerge. Every function
 // launches on `stream` and returns without synchronising; pointers are device pointers to whole
 // tables (the arrays' and x's), of which [offset, offset + n) is read and written. Launch errors

@@ -27,7 +27,7 @@ inline constexpr uint16_t kProtocolVersion = 1;
 inline constexpr size_t kMaxHeaderWords = size_t{1} << 16;
 // Requests of one peer that a server holds waiting at once (a push beyond the staleness gate, a
 // pull of a round not released yet, a key-value get of a key not set yet); one more is refused
-// with `busy`. Clients keep at most this many waiting per server (worker/region_sync.hpp).
+// with `busy`. Clients keep at most this many waiting per server (worker/leader/region_sync.hpp).
 inline constexpr size_t kMaxWaitingPerPeer = 4;
 
 enum class ErrorCode : uint16_t {
@@ -93,7 +93,7 @@ struct HelloReply {
   uint32_t heartbeat_ms = 0;
   std::vector<std::string> capabilities;
   // The servers' streaming layout: P fragments (0: not said), plus the critical tensors' own
-  // fragment (index P) when critical_fragment. The leaders take it (worker/region_sync.hpp).
+  // fragment (index P) when critical_fragment. The leaders take it (worker/leader/region_sync.hpp).
   uint32_t fragments = 0;
   bool critical_fragment = false;
 };

@@ -9,7 +9,7 @@
 #include "core/endpoint.hpp"
 #include "core/error.hpp"
 #include "core/yaml_reader.hpp"
-#include "worker/fragment_schedule.hpp"
+#include "worker/leader/fragment_schedule.hpp"
 
 namespace geotrain::worker {
 

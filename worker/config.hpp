@@ -28,7 +28,7 @@
 #include "worker/anomaly_guard.hpp"
 #include "worker/idx_dataset.hpp"
 #include "worker/optimizer.hpp"
-#include "worker/overlap_merge.hpp"
+#include "worker/leader/overlap_merge.hpp"
 
 namespace geotrain::worker {
 
@@ -65,7 +65,7 @@ struct WorkerConfig {
   // fp32 | bf16 (bf16 mixed precision: a GPT on cuda only; models/gpt_cuda.hpp).
   std::string precision = "fp32";
   // device: cuda with overlap: the leader's parameters stay on the GPU at its exchanges, and the
-  // overlap rule runs there (worker/leader_params.hpp); false: on the host mirror.
+  // overlap rule runs there (worker/leader/leader_params.hpp); false: on the host mirror.
   bool leader_on_device = true;
   DataConfig data;
   uint32_t batch_size = 64;  // per worker, per micro-batch
@@ -84,9 +84,9 @@ struct WorkerConfig {
   // and their scales, restart at each tensor boundary; uplink only). SyncConfig::tensor_segments.
   bool tensor_segments = false;
   bool overlap = false;  // overlap_mode != off
-  // worker.overlap: false | true (carry) | eager | delayed (worker/overlap_merge.hpp).
+  // worker.overlap: false | true (carry) | eager | delayed (worker/leader/overlap_merge.hpp).
   OverlapMode overlap_mode = OverlapMode::off;
-  // Streaming (worker/streaming_sync.hpp): P fragments, each merged fragment_delay steps after
+  // Streaming (worker/leader/streaming_sync.hpp): P fragments, each merged fragment_delay steps after
   // its push (default: H with overlap and one fragment, H / P with fragments, 0 without overlap).
   uint32_t fragments = 1;
   std::optional<uint32_t> fragment_delay;
@@ -120,7 +120,7 @@ struct WorkerConfig {
   WorkerCheckpointConfig checkpoint;
   std::chrono::milliseconds timeout{120'000};
   // worker.shard_wait_ms: an overlapped exchange waits this long for a server, then defers its
-  // shards (worker/region_sync.hpp, "Deferred shards"); 0: never. Blocking exchanges (no
+  // shards (worker/leader/region_sync.hpp, "Deferred shards"); 0: never. Blocking exchanges (no
   // overlap, fragment_delay 0) never defer, whatever it says: a config shared by overlapped and
   // synchronous runs (a sweep's base) keeps it.
   std::chrono::milliseconds shard_wait{0};

@@ -11,7 +11,7 @@
 #include "kernels/optim_cuda.cuh"
 #include "models/device_model.hpp"
 #include "worker/bucketed_allreduce.hpp"
-#include "worker/device_leader_params.hpp"
+#include "worker/leader/device_leader_params.hpp"
 #include "worker/nccl_communicator.hpp"
 
 namespace geotrain::worker {

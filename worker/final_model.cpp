@@ -7,7 +7,7 @@
 
 #include "core/metrics_events.hpp"
 #include "models/model_file.hpp"
-#include "worker/reply_wait.hpp"
+#include "worker/leader/reply_wait.hpp"
 
 namespace geotrain::worker {
 

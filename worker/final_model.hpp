@@ -32,7 +32,7 @@
 #include "core/span.hpp"
 #include "models/model.hpp"
 #include "models/model_spec.hpp"
-#include "worker/leader_session.hpp"
+#include "worker/leader/leader_session.hpp"
 #include "worker/metrics_log.hpp"
 #include "worker/trainer.hpp"
 #include "worker/training_data.hpp"

@@ -29,7 +29,7 @@
 #include "worker/batch_loader.hpp"
 #include "worker/bucketed_allreduce.hpp"
 #include "worker/communicator.hpp"
-#include "worker/leader_params.hpp"
+#include "worker/leader/leader_params.hpp"
 #include "worker/optimizer.hpp"
 
 namespace gloo::rendezvous {
@@ -78,9 +78,9 @@ class ResidentTraining {
   // The optimizer step at grad_scale x the reduced gradient (when accepted); clears the
   // accumulator either way.
   virtual void apply_step(const ResidentStep& step) = 0;
-  // The region leader's parameters for its exchanges (worker/leader_params.hpp): these device
+  // The region leader's parameters for its exchanges (worker/leader/leader_params.hpp): these device
   // parameters, with the overlap rule of (mode, outer, regions) kept and run on the device from
-  // the global values `global` (worker/device_leader_params.hpp). The object must not outlive
+  // the global values `global` (worker/leader/device_leader_params.hpp). The object must not outlive
   // the backend.
   virtual std::unique_ptr<LeaderParams> leader_params(OverlapMode mode, OuterStepConfig outer,
                                                       uint32_t regions, ConstFloatSpan global) = 0;

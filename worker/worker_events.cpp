@@ -84,7 +84,7 @@ nlohmann::json start_event(const WorkerConfig& c, const std::string& region, uin
           {f::fragment_delay, c.merge_delay()},
           {f::stream_critical, c.stream_critical},
           {f::shard_wait_ms, c.shard_wait.count()},
-          // 0: auto (each server's count is in the log: worker/region_sync.cpp)
+          // 0: auto (each server's count is in the log: worker/leader/region_sync.cpp)
           {f::streams_per_server, c.streams_per_server},
           {f::staleness_bound, c.staleness_bound},
           {f::resume, resume},

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "worker/config.hpp"
-#include "worker/region_sync.hpp"
+#include "worker/leader/region_sync.hpp"
 #include "worker/training_data.hpp"
 
 namespace geotrain::worker {

@@ -22,7 +22,7 @@
 #include "models/model_spec.hpp"
 #include "models/safetensors.hpp"
 #include "worker/config.hpp"
-#include "worker/overlap_merge.hpp"
+#include "worker/leader/overlap_merge.hpp"
 
 namespace py = pybind11;
 

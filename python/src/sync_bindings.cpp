@@ -1,6 +1,6 @@
 // geotrain.RegionSync: a region leader's link to every region's server, binding
-// worker/region_sync.hpp, driven by worker/streaming_sync.hpp (overlap modes, fragments) as in
-// the native trainer (worker/leader_session.hpp), planned from the deployment config by the
+// worker/leader/region_sync.hpp, driven by worker/leader/streaming_sync.hpp (overlap modes, fragments) as in
+// the native trainer (worker/leader/leader_session.hpp), planned from the deployment config by the
 // native worker's parser (RegionSync.from_config) or from Python arguments, so that a Python
 // leader and a C++ leader of the same config talk to the same servers with the same settings;
 // and the fragment schedule every rank follows. The config helpers are in run_bindings.cpp.
@@ -29,11 +29,11 @@
 #include "wire/handshake_check.hpp"
 #include "wire/security_config.hpp"
 #include "worker/config.hpp"
-#include "worker/leader_config.hpp"
-#include "worker/leader_session.hpp"
-#include "worker/overlap_merge.hpp"
-#include "worker/region_sync.hpp"
-#include "worker/streaming_sync.hpp"
+#include "worker/leader/leader_config.hpp"
+#include "worker/leader/leader_session.hpp"
+#include "worker/leader/overlap_merge.hpp"
+#include "worker/leader/region_sync.hpp"
+#include "worker/leader/streaming_sync.hpp"
 #include "worker/worker_events.hpp"
 
 namespace geotrain::python {
@@ -86,7 +86,7 @@ struct LeaderPlan {
 };
 
 // The leader's settings from the worker's config, as the native trainer builds them
-// (worker/leader_config.hpp). Not tokens_per_round, which a Python leader does not know (0:
+// (worker/leader/leader_config.hpp). Not tokens_per_round, which a Python leader does not know (0:
 // weighted like every delta).
 LeaderPlan leader_plan(const worker::WorkerConfig& c, const std::string& region) {
   return {worker::leader_sync_config(c, region, /*tokens_per_round=*/0),
@@ -379,7 +379,7 @@ void bind_schedule(py::module_& m) {
   using worker::FragmentSchedule;
   py::class_<FragmentSchedule>(m, "FragmentSchedule",
                                "when each streaming fragment is exchanged and merged "
-                               "(worker/fragment_schedule.hpp): H local steps, P fragments, a "
+                               "(worker/leader/fragment_schedule.hpp): H local steps, P fragments, a "
                                "merge `delay` steps after each push")
       .def(py::init([](uint32_t local_steps, uint32_t fragments, uint32_t delay) {
              if (local_steps < 1 || fragments < 1 || fragments > local_steps || delay > local_steps)

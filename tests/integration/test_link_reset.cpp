@@ -12,7 +12,7 @@
 
 #include "server/param_server.hpp"
 #include "tests/netsim/netsim_test_util.hpp"
-#include "worker/region_sync.hpp"
+#include "worker/leader/region_sync.hpp"
 
 using namespace geotrain;
 using namespace std::chrono_literals;

@@ -13,8 +13,8 @@
 #include "server/param_server.hpp"
 #include "wire/channel.hpp"
 #include "wire/client.hpp"
-#include "worker/leader_session.hpp"
-#include "worker/region_sync.hpp"
+#include "worker/leader/leader_session.hpp"
+#include "worker/leader/region_sync.hpp"
 
 using namespace geotrain;
 using namespace std::chrono_literals;

@@ -1,5 +1,5 @@
 // GPU suite (labels worker, gpu): the leader's parameters on the device (DeviceLeaderParams,
-// worker/device_leader_params.hpp) against the host's (HostLeaderParams over OverlapMerge), bit for
+// worker/leader/device_leader_params.hpp) against the host's (HostLeaderParams over OverlapMerge), bit for
 // bit: every overlap mode, with and without the servers' momentum and Nesterov, over several
 // rounds of starts and merges on two fragments, blocking results taken in between, and the hand
 // over to the host at the end of a run.
@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "core/device_buffer.hpp"
-#include "worker/device_leader_params.hpp"
-#include "worker/leader_params.hpp"
+#include "worker/leader/device_leader_params.hpp"
+#include "worker/leader/leader_params.hpp"
 
 using namespace geotrain;
 using namespace geotrain::worker;

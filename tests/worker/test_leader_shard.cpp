@@ -1,9 +1,15 @@
-// A leader's shard phases (worker/leader_shard.hpp): each path of the exchange through its
-// transitions. (A transition from a phase that does not allow it is a GT_ASSERT: it aborts, so
-// it is not tested here.)
+// A leader's shard (worker/leader/shard.hpp): each path of the exchange through its transitions,
+// and the shard as a task: its replies taken by request id and applied to its slice of base, its
+// rounds mapped onto its server's. (A transition from a phase that does not allow it is a
+// GT_ASSERT: it aborts, so it is not tested here.)
 #include <doctest/doctest.h>
 
-#include "worker/leader_shard.hpp"
+#include <map>
+#include <vector>
+
+#include "compression/codecs.hpp"
+#include "wire/client.hpp"
+#include "worker/leader/shard.hpp"
 
 using namespace geotrain;
 using namespace geotrain::worker;
@@ -34,7 +40,7 @@ TEST_CASE("a pull sent after the push's answer: pushing -> pushed -> pulling -> 
   CHECK(sh.phase() == ShardPhase::idle);
 }
 
-TEST_CASE("a pull answered before its push stays pushing") {
+TEST_CASE("a pull answered before its push stays pushing; the push's answer ends the exchange") {
   LeaderShard sh;
   sh.push(1);
   sh.pull(2);
@@ -42,6 +48,18 @@ TEST_CASE("a pull answered before its push stays pushing") {
   CHECK(sh.phase() == ShardPhase::pushing);
   CHECK(sh.push_id() == 1u);
   CHECK_FALSE(sh.pull_id());
+  sh.push_answered();
+  CHECK(sh.phase() == ShardPhase::idle);  // no second pull
+  SUBCASE("deferred meanwhile: merged by the push's answer") {
+    LeaderShard late;
+    late.push(1);
+    late.pull(2);
+    late.defer(3);
+    late.pulled(5);
+    CHECK(late.phase() == ShardPhase::deferred);
+    late.push_answered();
+    CHECK(late.phase() == ShardPhase::merged);
+  }
 }
 
 TEST_CASE("deferred: in flight past the exchange, merged when the pull comes, handed back") {
@@ -104,4 +122,148 @@ TEST_CASE("a lost server: needs a full pull; a deferred shard stays deferred unt
     sh.hand_back();
     CHECK(sh.phase() == ShardPhase::needs_resync);
   }
+}
+
+// The shard as a task: its replies, taken by request id, decoded into its slice of base.
+namespace {
+
+wire::Reply pull_reply(uint64_t request, uint64_t version, uint64_t round, bool full,
+                       const std::vector<float>& values) {
+  Bytes payload;
+  compression::make_fp32_codec()->encode(values, payload);
+  wire::PullReply body{0, version, round, full, {}};
+  body.segments.push_back(
+      {0, values.size(), static_cast<uint8_t>(compression::CodecId::fp32), payload.size()});
+  wire::Reply r;
+  r.header = {request, body};
+  r.payloads.push_back(wire::frame_from_bytes(std::move(payload)));
+  return r;
+}
+
+wire::Reply push_reply(uint64_t request, uint32_t staleness) {
+  wire::Reply r;
+  r.header = {request, wire::PushReply{0, 1, staleness, 250}};
+  return r;
+}
+
+// A shard over elements [2, 5) of a table of 6.
+struct SliceFixture {
+  std::vector<float> base = std::vector<float>(6, 0.0f);
+  std::vector<float> origin{10, 10, 10, 10, 10, 10};
+  LeaderShard sh;
+  SliceFixture() {
+    sh.offset = 2;
+    sh.count = 3;
+    sh.bind(base, origin);
+  }
+};
+
+}  // namespace
+
+TEST_CASE(
+    "a shard takes only the replies to its own requests, and adds a pulled change to its slice") {
+  SliceFixture f;
+  f.sh.push(7);
+  f.sh.pull(8);
+  std::map<uint64_t, wire::Reply> replies;
+  replies.emplace(99, push_reply(99, 0));  // another shard's
+  replies.emplace(8, pull_reply(8, 5, 3, false, {1, 2, 3}));
+  ShardTally tally;
+  CHECK(f.sh.take(replies, "r", tally));
+  CHECK(replies.size() == 1);                  // its pull taken, the other left
+  CHECK(f.sh.phase() == ShardPhase::pushing);  // the push still unanswered
+  CHECK(f.base == std::vector<float>{0, 0, 1, 2, 3, 0});
+  CHECK(tally.released == 3);
+  CHECK(tally.bytes_pulled > 0);
+  replies.emplace(7, push_reply(7, 2));
+  CHECK(f.sh.take(replies, "r", tally));
+  CHECK(f.sh.phase() == ShardPhase::idle);
+  CHECK(f.sh.version == 5);
+  CHECK(tally.max_staleness == 2);
+  CHECK(tally.gate_wait_us == 250);
+  CHECK_FALSE(f.sh.take(replies, "r", tally));  // nothing of its own left
+}
+
+TEST_CASE(
+    "a full pull sets the slice to origin + values; a reply of the wrong kind changes nothing") {
+  SliceFixture f;
+  f.sh.full_pull(4, FullPull::start);
+  std::map<uint64_t, wire::Reply> wrong;
+  wrong.emplace(4, push_reply(4, 0));
+  ShardTally tally;
+  CHECK_THROWS_AS(f.sh.take(wrong, "r", tally), InputError);
+  CHECK(f.sh.pull_id() == 4u);
+  std::map<uint64_t, wire::Reply> replies;
+  replies.emplace(4, pull_reply(4, 9, 0, true, {1, 2, 3}));
+  f.sh.take(replies, "r", tally);
+  CHECK(f.base == std::vector<float>{0, 0, 11, 12, 13, 0});
+  CHECK(f.sh.version == 9);
+  CHECK(f.sh.phase() == ShardPhase::idle);
+  CHECK_FALSE(f.sh.pull_id());
+}
+
+TEST_CASE("a resync maps this region's rounds onto the server's count") {
+  SUBCASE("the server lost rounds: the round is pushed again, in its count") {
+    SliceFixture f;
+    f.sh.lost();
+    f.sh.full_pull(1, FullPull::resync, 10);  // this region pushes round 10 next
+    std::map<uint64_t, wire::Reply> replies;
+    replies.emplace(1, pull_reply(1, 3, 6, true, {0, 0, 0}));  // it released round 6
+    ShardTally tally;
+    f.sh.take(replies, "r", tally);
+    CHECK(f.sh.phase() == ShardPhase::idle);
+    CHECK(f.sh.server_round(10) == 7);  // it expects 7 next
+    CHECK_FALSE(f.sh.released_round(10));
+    CHECK(tally.released == 9);
+  }
+  SUBCASE("the server released our round already: not pushed again") {
+    SliceFixture f;
+    f.sh.lost();
+    f.sh.full_pull(1, FullPull::resync, 10);
+    std::map<uint64_t, wire::Reply> replies;
+    replies.emplace(1, pull_reply(1, 3, 12, true, {0, 0, 0}));  // it counts our round 10 as 12
+    ShardTally tally;
+    f.sh.take(replies, "r", tally);
+    CHECK(f.sh.released_round(10));
+    CHECK(f.sh.server_round(11) == 13);  // our next round is its next
+  }
+  SUBCASE("a deferred shard merged by the full pull goes back in the server's next round") {
+    SliceFixture f;
+    f.sh.push(1);
+    f.sh.defer(4);
+    f.sh.lost();
+    f.sh.full_pull(2, FullPull::resync, 10);
+    std::map<uint64_t, wire::Reply> replies;
+    replies.emplace(2, pull_reply(2, 3, 6, true, {0, 0, 0}));
+    ShardTally tally;
+    f.sh.take(replies, "r", tally);
+    CHECK(f.sh.phase() == ShardPhase::merged);
+    f.sh.hand_back(11);  // the exchange that merged it ends: this region pushes 11 next
+    CHECK(f.sh.phase() == ShardPhase::idle);
+    CHECK(f.sh.server_round(11) == 7);
+  }
+}
+
+TEST_CASE("a deferred shard merged late is pushed next in the round its server expects") {
+  LeaderShard sh;
+  sh.push(1);
+  sh.defer(4);  // its server counts the push as round 4
+  sh.push_answered();
+  sh.pull(2);
+  sh.pulled(9);
+  sh.hand_back(8);  // this region's fragment pushes round 8 next
+  CHECK(sh.server_round(8) == 5);
+}
+
+TEST_CASE("a flush: idle -> flushing -> idle, its server holding it") {
+  LeaderShard sh;
+  sh.flush(3);
+  CHECK(sh.phase() == ShardPhase::flushing);
+  CHECK_FALSE(sh.exchanging());
+  std::map<uint64_t, wire::Reply> replies;
+  replies.emplace(3, push_reply(3, 0));
+  ShardTally tally;
+  sh.take(replies, "r", tally);
+  CHECK(sh.phase() == ShardPhase::idle);
+  CHECK(sh.flush_held);
 }

@@ -1,6 +1,6 @@
 // The overlap modes and the streaming schedule against a closed-form toy: regions minimising
 // f_r(x) = (x - c_r)^2 / 2 by gradient descent, a server averaging their outer gradients, and
-// the one-round-late merge of worker/overlap_merge.hpp. The sequences below were computed by hand.
+// the one-round-late merge of worker/leader/overlap_merge.hpp. The sequences below were computed by hand.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "core/error.hpp"
-#include "worker/overlap_merge.hpp"
-#include "worker/streaming_sync.hpp"
+#include "worker/leader/overlap_merge.hpp"
+#include "worker/leader/streaming_sync.hpp"
 
 using namespace geotrain;
 using namespace geotrain::worker;

@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "server/param_server.hpp"
-#include "worker/region_sync.hpp"
+#include "worker/leader/region_sync.hpp"
 
 using namespace geotrain;
 using namespace std::chrono_literals;

@@ -10,9 +10,9 @@
 
 #include "compression/factory.hpp"
 #include "server/param_server.hpp"
-#include "worker/leader_session.hpp"
-#include "worker/region_sync.hpp"
-#include "worker/streaming_sync.hpp"
+#include "worker/leader/leader_session.hpp"
+#include "worker/leader/region_sync.hpp"
+#include "worker/leader/streaming_sync.hpp"
 
 using namespace geotrain;
 using namespace std::chrono_literals;
@@ -357,7 +357,7 @@ struct ElsewhereCounts {
   std::chrono::milliseconds start_takes{0}, merge_takes{0}, commit_takes{0};
 };
 
-// Parameters kept away from the caller's span, as a device keeps them (worker/leader_params.hpp):
+// Parameters kept away from the caller's span, as a device keeps them (worker/leader/leader_params.hpp):
 // its own copy, and the host's rule over it.
 class ElsewhereParams final : public worker::LeaderParams {
  public:

@@ -11,7 +11,7 @@
 #include "core/error.hpp"
 #include "tests/temp_dir.hpp"
 #include "worker/config.hpp"
-#include "worker/leader_params.hpp"
+#include "worker/leader/leader_params.hpp"
 #include "worker/snapshot_writer.hpp"
 #include "worker/step_engine.hpp"
 #include "worker/worker_checkpoint.hpp"

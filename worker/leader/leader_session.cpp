@@ -1,4 +1,4 @@
-#include "worker/leader_session.hpp"
+#include "worker/leader/leader_session.hpp"
 
 #include "core/error.hpp"
 #include "core/metrics_events.hpp"

@@ -1,4 +1,4 @@
-#include "worker/streaming_sync.hpp"
+#include "worker/leader/streaming_sync.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -9,7 +9,7 @@
 namespace geotrain::worker {
 namespace {
 
-using Clock = std::chrono::steady_clock;  // seconds_since: worker/reply_wait.hpp
+using Clock = std::chrono::steady_clock;  // seconds_since: worker/leader/reply_wait.hpp
 
 // A fragment's shard ranges but those in `shards` (whole shards: RegionSync's deferred ones).
 std::vector<ElementRange> without(const std::vector<ElementRange>& ranges,

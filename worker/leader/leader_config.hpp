@@ -7,8 +7,8 @@
 #include <string>
 
 #include "worker/config.hpp"
-#include "worker/region_sync.hpp"
-#include "worker/streaming_sync.hpp"
+#include "worker/leader/region_sync.hpp"
+#include "worker/leader/streaming_sync.hpp"
 
 namespace geotrain::worker {
 

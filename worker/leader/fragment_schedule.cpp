@@ -1,4 +1,4 @@
-#include "worker/fragment_schedule.hpp"
+#include "worker/leader/fragment_schedule.hpp"
 
 namespace geotrain::worker {
 

@@ -1,4 +1,4 @@
-#include "worker/server_link.hpp"
+#include "worker/leader/server_link.hpp"
 
 #include <spdlog/spdlog.h>
 

@@ -1,4 +1,4 @@
-#include "worker/reply_wait.hpp"
+#include "worker/leader/reply_wait.hpp"
 
 #include <algorithm>
 

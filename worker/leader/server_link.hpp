@@ -1,10 +1,10 @@
 // ServerLink: a region leader's connection to one server (RegionSync holds one per region's
-// server, worker/region_sync.hpp). It owns the wire::Client, when the server was last heard
+// server, worker/leader/region_sync.hpp). It owns the wire::Client, when the server was last heard
 // from, whether the server has lost this region (then a rejoin comes before any other request),
 // the requests left in flight past an exchange (deferred shards' pushes and pulls) with the
 // replies that came for them while something else was awaited (parked), and the heartbeat probe
-// sent while waiting for those. The shards' bookkeeping (which request is whose) stays with
-// RegionSync; the link knows request ids only.
+// sent while waiting for those. Which request is whose is the shards' own
+// (worker/leader/shard.hpp); the link knows request ids only.
 //
 // Blocking: collect() and rejoin() wait on the network up to the timeout they are given.
 // Not thread-safe (one thread, RegionSync's).
@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "wire/client.hpp"
-#include "worker/reply_wait.hpp"
+#include "worker/leader/reply_wait.hpp"
 
 namespace geotrain::worker {
 

@@ -1,4 +1,4 @@
-#include "worker/overlap_merge.hpp"
+#include "worker/leader/overlap_merge.hpp"
 
 #include <algorithm>
 #include <utility>

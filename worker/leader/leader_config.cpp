@@ -1,4 +1,4 @@
-#include "worker/leader_config.hpp"
+#include "worker/leader/leader_config.hpp"
 
 #include "wire/security_config.hpp"
 

@@ -13,7 +13,7 @@
 // late):
 //   - delay 0: the exchange blocks, and the fragment takes the global values (synchronous);
 //   - delay > 0: the exchange runs on a background thread while the workers go on training, and
-//     the merge follows the overlap mode (worker/overlap_merge.hpp).
+//     the merge follows the overlap mode (worker/leader/overlap_merge.hpp).
 // With config.shard_wait (RegionSync: deferred shards), a background exchange may come back with
 // shards still on the WAN: they are neither merged nor started again until an exchange of their
 // fragment brings their result, then merged by the same rule (the progress since their start is
@@ -44,10 +44,10 @@
 #include <utility>
 #include <vector>
 
-#include "worker/fragment_schedule.hpp"
-#include "worker/leader_params.hpp"
-#include "worker/overlap_merge.hpp"
-#include "worker/region_sync.hpp"
+#include "worker/leader/fragment_schedule.hpp"
+#include "worker/leader/leader_params.hpp"
+#include "worker/leader/overlap_merge.hpp"
+#include "worker/leader/region_sync.hpp"
 
 namespace geotrain::worker {
 
@@ -62,8 +62,8 @@ struct StreamingConfig {
   OverlapMode mode = OverlapMode::off;  // the merge rule when delay > 0
   OuterStepConfig outer;                // the servers' outer optimizer (eager / delayed)
   uint32_t regions = 1;                 // R
-  // Parameters on a device (worker/leader_params.hpp): when set, and the exchanges run in the
-  // background, the parameters and the overlap rule live where this makes them, and callers
+  // Parameters on a device (worker/leader/leader_params.hpp): when set, and the exchanges run in
+  // the background, the parameters and the overlap rule live where this makes them, and callers
   // pass an empty span until finish() (which takes them to the host). Empty: on the host.
   MakeLeaderParams device_params;
 };

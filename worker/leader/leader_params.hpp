@@ -1,9 +1,9 @@
 // LeaderParams: a region leader's local parameters as StreamingSync changes them at its exchanges,
-// with the overlap rule's state (worker/overlap_merge.hpp) kept beside them. On the host
+// with the overlap rule's state (worker/leader/overlap_merge.hpp) kept beside them. On the host
 // (HostLeaderParams: the span the caller passes, and OverlapMerge) or in GPU memory
-// (ResidentTraining::leader_params, worker/device_leader_params.hpp: the device-resident model's
-// own parameters, the rule's passes as CUDA kernels, bit for bit the host's), so that a model
-// trained on a GPU is not copied to the host and back, nor merged there, at every exchange.
+// (ResidentTraining::leader_params, worker/leader/device_leader_params.hpp: the device-resident
+// model's own parameters, the rule's passes as CUDA kernels, bit for bit the host's), so that a
+// model trained on a GPU is not copied to the host and back, nor merged there, at every exchange.
 //
 // The exchange's buffers (the values pushed, the global values pulled) are host memory and
 // whole-table; each call reads or writes only the range it names. Not thread-safe: StreamingSync's
@@ -16,7 +16,7 @@
 
 #include "core/fragments.hpp"
 #include "core/span.hpp"
-#include "worker/overlap_merge.hpp"
+#include "worker/leader/overlap_merge.hpp"
 
 namespace geotrain::worker {
 

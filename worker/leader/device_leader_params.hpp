@@ -1,6 +1,6 @@
-// DeviceLeaderParams: LeaderParams (worker/leader_params.hpp) over parameters in GPU memory (the
-// device-resident model's fp32 master copy), with the overlap rule's state on the device and its
-// passes as CUDA kernels (kernels/overlap_cuda.cuh), bit for bit the host's OverlapMerge (the
+// DeviceLeaderParams: LeaderParams (worker/leader/leader_params.hpp) over parameters in GPU memory
+// (the device-resident model's fp32 master copy), with the overlap rule's state on the device and
+// its passes as CUDA kernels (kernels/overlap_cuda.cuh), bit for bit the host's OverlapMerge (the
 // `gpu` suite holds them equal). A round boundary then costs the PCIe copies of the fragment's
 // values pushed and pulled (the exchange itself still runs on the host) and one pass of the rule
 // on the device, instead of the whole model's copy to the host and back and the rule's passes on
@@ -19,7 +19,7 @@
 
 #include "core/device_buffer.hpp"
 #include "kernels/overlap_math.hpp"
-#include "worker/leader_params.hpp"
+#include "worker/leader/leader_params.hpp"
 
 namespace geotrain::worker {
 

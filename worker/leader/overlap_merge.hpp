@@ -82,7 +82,7 @@ class OuterStepModel {
 };
 
 // The rule's arrays (OverlapMerge's, below), whole-table, as they move between the host and a
-// device (worker/leader_params.hpp); empty where the mode keeps none.
+// device (worker/leader/leader_params.hpp); empty where the mode keeps none.
 struct OverlapState {
   std::vector<float> global, after_start, momentum, last_push, others;
 };

@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <optional>
 
-#include "worker/overlap_merge.hpp"  // OverlapMode
+#include "worker/leader/overlap_merge.hpp"  // OverlapMode
 
 namespace geotrain::worker {
 

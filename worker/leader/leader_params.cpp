@@ -1,4 +1,4 @@
-#include "worker/leader_params.hpp"
+#include "worker/leader/leader_params.hpp"
 
 #include <algorithm>
 

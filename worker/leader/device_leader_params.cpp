@@ -1,4 +1,4 @@
-#include "worker/device_leader_params.hpp"
+#include "worker/leader/device_leader_params.hpp"
 
 #include <algorithm>
 #include <cstring>

@@ -1,0 +1,226 @@
+#include "worker/leader/leader_shards.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "core/error.hpp"
+
+namespace geotrain::worker {
+
+LeaderShards::LeaderShards(const ParamTable& layout, SyncConfig config, zmq::context_t& context)
+    : layout_(layout),
+      config_(std::move(config)),
+      links_(config_, context),
+      uplink_(config_.region, config_.critical_codec, config_.noncritical_codec,
+              config_.error_feedback_decay) {
+  base_.assign(layout_.total_elements(), 0.0f);
+  GT_REQUIRE(config_.fragments >= 1 && config_.fragments <= 1024,
+             "region {}: fragments is {}, must be in [1, 1024]", config_.region, config_.fragments);
+  rounds_.assign(config_.fragment_count(), 1);
+}
+
+void LeaderShards::set_origin(ConstFloatSpan origin) {
+  GT_REQUIRE(origin.size() == base_.size(), "region {}: origin has {} parameters, the table has {}",
+             config_.region, origin.size(), base_.size());
+  origin_.assign(origin.begin(), origin.end());
+}
+
+uint64_t LeaderShards::connect(uint64_t resume_at) {
+  links_.open();
+  auto hellos = greet(links_, hello(), layout_, config_.tensor_segments, config_.timeout);
+  hellos.adopt_layout(config_);
+  shards_ = std::move(hellos.shards);
+  for (auto& sh : shards_) sh.bind(base_, origin_);
+  const uint32_t frags = config_.fragment_count();
+  const uint64_t first = std::max(hellos.first_round(), resume_at);
+  rounds_.assign(frags, first);
+  // A server that released rounds without us (we started late and were declared dead, or it
+  // restarted) expects a later round: map our rounds onto each server's (round_shift).
+  for (auto& sh : shards_)
+    sh.round_shift =
+        static_cast<int64_t>(first) - static_cast<int64_t>(hellos.next_round[sh.server]);
+  // A shard whose server still holds the zeros it started from needs no pull: base = origin.
+  const Shards pulled = where([](const LeaderShard& sh) { return !sh.zero_start; });
+  for (auto& sh : shards_)
+    if (sh.zero_start) sh.start_from_origin();
+  for (auto* sh : pulled) send_full_pull(*sh, FullPull::start);
+  ShardTally tally;
+  for (size_t s = 0; s < links_.size(); ++s)
+    if (auto mine = on(s, pulled); !mine.empty())
+      await(s, mine, config_.timeout, "pull", links_.waiting(s, false), tally);
+  startup_bytes_pulled_ = tally.bytes_pulled;
+  spdlog::info(
+      "region {}: connected to {} servers, {} shards in {} fragment(s), next round {}; pulled {} "
+      "shard(s) in full ({} bytes), {} still zero",
+      config_.region, links_.size(), shards_.size(), frags, first, pulled.size(),
+      startup_bytes_pulled_, shards_.size() - pulled.size());
+  return first;
+}
+
+std::vector<ElementRange> LeaderShards::fragment_ranges(uint32_t fragment) const {
+  std::vector<ElementRange> out;
+  for (const auto& sh : shards_)
+    if (sh.fragment == fragment) out.push_back(sh.range());
+  return out;
+}
+
+LeaderShards::Shards LeaderShards::on(size_t s, const Shards& of) {
+  Shards out;
+  for (auto* sh : of)
+    if (sh->server == s) out.push_back(sh);
+  return out;
+}
+
+void LeaderShards::send_push(LeaderShard& sh, ConstFloatSpan local, bool flush, uint64_t& bytes,
+                             uint32_t* segments) {
+  uint32_t sent = 0;
+  if (!flush) uplink_.use_codecs(our_round(sh));
+  std::vector<zmq::message_t> frames;
+  auto push = sh.push_message(local, uplink_, sh.server_round(our_round(sh)),
+                              config_.tokens_per_round, flush, frames, bytes, sent);
+  if (segments) *segments += sent;
+  const uint64_t id = links_[sh.server].send(std::move(push), std::move(frames));
+  if (flush)
+    sh.flush(id);
+  else
+    sh.push(id);
+}
+
+void LeaderShards::send_pull(LeaderShard& sh, uint64_t server_round) {
+  // The oldest round the pull may see released: the staleness bound behind the round pushed.
+  const uint64_t floor =
+      server_round > config_.staleness_bound ? server_round - config_.staleness_bound : 0;
+  sh.pull(links_[sh.server].send(wire::PullRequest{sh.id, sh.version, false, floor}));
+}
+
+void LeaderShards::send_full_pull(LeaderShard& sh, FullPull kind) {
+  const uint64_t id =
+      links_[sh.server].send(wire::PullRequest{sh.id, 0, true, 0, kind == FullPull::final});
+  sh.full_pull(id, kind, our_round(sh));
+}
+
+void LeaderShards::await(size_t s, const Shards& shards, std::chrono::milliseconds timeout,
+                         const char* what, ReplyWait how, ShardTally& tally) {
+  std::vector<uint64_t> ids;
+  for (const auto* sh : shards) {
+    if (sh->push_id()) ids.push_back(*sh->push_id());
+    if (sh->pull_id()) ids.push_back(*sh->pull_id());
+  }
+  if (ids.empty()) return;
+  auto replies = links_[s].collect(ids, timeout, what, std::move(how));
+  for (auto* sh : shards) sh->take(replies, links_[s].region(), tally);
+}
+
+void LeaderShards::take_deferred(size_t s, const Shards& shards, std::chrono::milliseconds wait) {
+  auto& link = links_[s];
+  const auto deadline = Clock::now() + wait;
+  ShardTally late;  // a late shard's bytes and released round say nothing of this round
+  for (;;) {
+    std::vector<uint64_t> ids;
+    for (const auto* sh : shards) {
+      if (!sh->in_flight()) continue;
+      if (auto id = sh->push_id()) ids.push_back(*id);
+      if (auto id = sh->pull_id()) ids.push_back(*id);
+    }
+    if (ids.empty()) return;
+    const auto left =
+        std::max(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()),
+                 std::chrono::milliseconds(0));
+    auto replies = link.collect_in_flight(ids, left, config_.heartbeat, links_.waiting(s, false));
+    bool progress = false;
+    for (auto* sh : shards) {
+      if (!sh->in_flight() || !sh->take(replies, link.region(), late)) continue;
+      progress = true;
+      // Its push answered, its server holding more of our shards: the pull goes now.
+      if (sh->in_flight() && !sh->push_id() && !sh->pull_id()) {
+        send_pull(*sh, sh->deferred_round());
+        link.leave_in_flight(*sh->pull_id());
+      }
+    }
+    if (!progress && Clock::now() >= deadline) return;
+  }
+}
+
+void LeaderShards::lose(size_t s, const std::string& why) {
+  spdlog::warn("region {}: lost the server of region {} ({}); rejoining it", config_.region,
+               links_[s].region(), why);
+  links_[s].lose();
+  for (auto& sh : shards_)
+    if (sh.server == s) sh.lost();
+}
+
+wire::Hello LeaderShards::hello() const {
+  return wire::Hello{config_.region, wire::kProtocolVersion, layout_.layout_hash(), {}};
+}
+
+void LeaderShards::rejoin(size_t s) {
+  // What it holds of this region's flush: nothing after a restart from its checkpoint, all of
+  // it when it only declared the region dead (a partition during the flush).
+  for (const auto& info : links_.rejoin(s, hello()).shards)
+    for (auto& sh : shards_)
+      if (sh.server == s && sh.id == info.id) sh.flush_held = info.flushed;
+}
+
+LeaderShards::Shards LeaderShards::resync(size_t s, const Shards& shards, ShardTally& tally) {
+  Shards due;
+  for (auto* sh : on(s, shards))
+    if (sh->needs_full_pull()) due.push_back(sh);
+  for (auto* sh : due) send_full_pull(*sh, FullPull::resync);
+  await(s, due, config_.timeout, "full pull (rejoined)", links_.waiting(s, true), tally);
+  Shards released;
+  for (auto* sh : due)
+    if (sh->released_round(our_round(*sh))) released.push_back(sh);
+  return released;
+}
+
+LeaderShards::Shards LeaderShards::resync_lost(
+    const Shards& shards, ShardTally& tally,
+    const std::function<void(size_t, const ServerLost&)>& on_lost) {
+  Shards released;
+  for (size_t s = 0; s < links_.size(); ++s) {
+    const Shards mine = on(s, shards);
+    const bool due = links_[s].lost() || std::any_of(mine.begin(), mine.end(), [](auto* sh) {
+                       return sh->needs_full_pull();
+                     });
+    if (!due) continue;
+    try {
+      if (links_[s].lost()) rejoin(s);
+      for (auto* sh : resync(s, mine, tally)) released.push_back(sh);
+    } catch (const ServerLost& e) {
+      on_lost(s, e);
+    }
+  }
+  return released;
+}
+
+void LeaderShards::keep_alive() {
+  for (size_t s = 0; s < links_.size(); ++s) {
+    if (!links_[s].lost()) {
+      try {
+        links_.probe_if_quiet(s);
+        continue;
+      } catch (const ServerLost& e) {
+        lose(s, e.what());
+      }
+    }
+    rejoin(s);  // register again now; its shards are pulled in full at their next exchange
+  }
+}
+
+size_t LeaderShards::deferred() const {
+  return static_cast<size_t>(
+      std::count_if(shards_.begin(), shards_.end(), [](const auto& sh) { return sh.deferred(); }));
+}
+
+bool LeaderShards::flushed_before_connect() const {
+  return std::any_of(shards_.begin(), shards_.end(),
+                     [](const auto& sh) { return sh.flushed_before; });
+}
+
+void LeaderShards::restore_residuals(const std::map<std::string, std::vector<float>>& residuals) {
+  GT_ASSERT(!shards_.empty(), "restore_residuals() before connect()");
+  uplink_.restore(residuals, shards_);
+}
+
+}  // namespace geotrain::worker

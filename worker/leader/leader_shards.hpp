@@ -1,0 +1,131 @@
+// LeaderShards: a region leader's shards and the requests they have at their servers (ps-lite's
+// Customer: request tracking between the rounds' policy above and the transport below). Owns the
+// connections to every server (ServerLinks), the shards (LeaderShard, each a task with its phase,
+// its requests and its slice of base), the region's view of the global model (`base`, theta_base
+// in the design: one copy, each shard owning its slice), the uplink's error feedback (Uplink) and
+// each fragment's round count. It registers with the servers (connect()), sends a shard's
+// requests, hands each server's replies to their shards (await(): the one place a reply finds
+// its shard), and answers a server that lost this region (lose(), rejoin(), resync()).
+// RegionSync (worker/leader/region_sync.hpp) runs the rounds, the deferred shards and the flush
+// over it.
+//
+// Blocking: connect(), await(), take_deferred(), resync() and keep_alive() wait on the network,
+// up to config.timeout per reply. Not thread-safe: RegionSync's thread.
+#pragma once
+
+#include <zmq.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <stop_token>
+#include <string>
+#include <vector>
+
+#include "core/fragments.hpp"
+#include "core/param_table.hpp"
+#include "core/span.hpp"
+#include "worker/leader/reply_wait.hpp"
+#include "worker/leader/server_hellos.hpp"
+#include "worker/leader/server_links.hpp"
+#include "worker/leader/shard.hpp"
+#include "worker/leader/sync_config.hpp"
+#include "worker/leader/uplink.hpp"
+
+namespace geotrain::worker {
+
+class LeaderShards {
+ public:
+  using Clock = std::chrono::steady_clock;
+  using Shards = std::vector<LeaderShard*>;
+
+  LeaderShards(const ParamTable& layout, SyncConfig config, zmq::context_t& context);
+
+  // RegionSync's calls of the same names (worker/leader/region_sync.hpp says what they do).
+  void set_origin(ConstFloatSpan origin);
+  void stop_waits_on(std::stop_token stop) { links_.stop_waits_on(std::move(stop)); }
+  uint64_t connect(uint64_t resume_at);
+  void keep_alive();
+  void goodbye(std::chrono::milliseconds wait) { links_.goodbye(wait); }
+  std::map<std::string, std::vector<float>> residuals() const { return uplink_.residuals(); }
+  void restore_residuals(const std::map<std::string, std::vector<float>>& residuals);
+  std::vector<ElementRange> fragment_ranges(uint32_t fragment) const;
+  size_t deferred() const;
+  bool flushed_before_connect() const;
+  uint64_t rejoins() const { return links_.rejoins(); }
+  uint64_t startup_bytes_pulled() const { return startup_bytes_pulled_; }
+
+  const SyncConfig& config() const { return config_; }
+  ConstFloatSpan base() const { return base_; }
+  size_t table_size() const { return base_.size(); }
+  bool connected() const { return !shards_.empty(); }
+  size_t servers() const { return links_.size(); }
+  ServerLink& link(size_t s) { return links_[s]; }
+  ReplyWait waiting(size_t s, bool probe) { return links_.waiting(s, probe); }
+
+  // The round each fragment pushes next, in this region's count; a shard's.
+  uint64_t& round(uint32_t fragment) { return rounds_.at(fragment); }
+  uint64_t round(uint32_t fragment) const { return rounds_.at(fragment); }
+  uint64_t our_round(const LeaderShard& sh) const { return rounds_[sh.fragment]; }
+  // Every fragment's next round one later (an exchange of the whole table).
+  void next_rounds() {
+    for (auto& r : rounds_) ++r;
+  }
+
+  // The shards `keep` is true for, in their order; those of them on server s.
+  template <typename Keep>
+  Shards where(Keep keep) {
+    Shards out;
+    for (auto& sh : shards_)
+      if (keep(sh)) out.push_back(&sh);
+    return out;
+  }
+  static Shards on(size_t s, const Shards& of);
+
+  // A shard's requests, sent to its server; each moves the shard's phase. A push of local - base
+  // (with `flush`, what it owes in fp32: LeaderShard::push_message), adding its payload bytes and
+  // segments; a pull of the change since its version, at least the staleness bound behind
+  // `server_round`; a full pull.
+  void send_push(LeaderShard& sh, ConstFloatSpan local, bool flush, uint64_t& bytes,
+                 uint32_t* segments = nullptr);
+  void send_pull(LeaderShard& sh, uint64_t server_round);
+  void send_full_pull(LeaderShard& sh, FullPull kind);
+  // Waits on server s for the requests `shards` have in flight (ServerLink::collect with `how`)
+  // and hands each reply to its shard (LeaderShard::take). Throws what collect() throws.
+  void await(size_t s, const Shards& shards, std::chrono::milliseconds timeout, const char* what,
+             ReplyWait how, ShardTally& tally);
+  // Deferred shards among `shards` (all on s): takes the replies that came (waiting up to `wait`
+  // for them all, ServerLink::collect_in_flight), sending a pull behind each push answered.
+  // Throws ServerLost when the server lost this region.
+  void take_deferred(size_t s, const Shards& shards, std::chrono::milliseconds wait);
+
+  // The server answered `unregistered`: its requests are gone, its shards need full pulls.
+  void lose(size_t s, const std::string& why);
+  // Hello to a server that lost this region; notes what it holds of this region's flush.
+  void rejoin(size_t s);
+  // Full pulls of those of `shards` on s that need one; returns those whose round their server
+  // released already (not pushed again). Throws ServerLost when it lost this region again.
+  Shards resync(size_t s, const Shards& shards, ShardTally& tally);
+  // Rejoins the servers that lost this region and resyncs `shards` there (before an exchange or
+  // the flush); returns those whose round was released already. A ServerLost goes to `on_lost`.
+  Shards resync_lost(const Shards& shards, ShardTally& tally,
+                     const std::function<void(size_t, const ServerLost&)>& on_lost);
+  // The uplink's residuals of every shard dropped (the flush leaves them out of the final model).
+  void drop_residuals() { uplink_.reset(shards_); }
+
+ private:
+  wire::Hello hello() const;
+
+  const ParamTable& layout_;
+  SyncConfig config_;
+  ServerLinks links_;  // one per server, in config_.servers' order
+  std::vector<LeaderShard> shards_;
+  std::vector<float> base_;
+  std::vector<float> origin_;  // empty: zero
+  Uplink uplink_;
+  std::vector<uint64_t> rounds_;  // per fragment: the round it pushes next
+  uint64_t startup_bytes_pulled_ = 0;
+};
+
+}  // namespace geotrain::worker

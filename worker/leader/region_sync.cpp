@@ -1,0 +1,242 @@
+#include "worker/leader/region_sync.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "core/error.hpp"
+
+namespace geotrain::worker {
+
+RoundReport RegionSync::exchange(ConstFloatSpan local, std::optional<uint32_t> fragment,
+                                 bool defer) {
+  const auto& config = shards_.config();
+  GT_REQUIRE(local.size() == shards_.table_size(),
+             "region {}: {} local parameters, the table has {}", config.region, local.size(),
+             shards_.table_size());
+  GT_ASSERT(shards_.connected(), "exchange() before connect()");
+  GT_ASSERT(!fragment || *fragment < config.fragment_count(), "fragment {} of {}", *fragment,
+            config.fragment_count());
+  defer = defer && config.shard_wait.count() > 0;
+  const Shards wanted =
+      shards_.where([&](const LeaderShard& sh) { return !fragment || sh.fragment == *fragment; });
+  // Shards deferred before this exchange: not pushed in it (the caller did not start them).
+  Shards skipped, take;
+  for (auto* sh : wanted) {
+    GT_ASSERT(defer || !sh->deferred(),
+              "region {}: exchange without deferring while shard {} is deferred (settle() first)",
+              config.region, sh->id);
+    (sh->deferred() ? skipped : take).push_back(sh);
+  }
+  RoundReport report;
+  report.fragment = fragment.value_or(0);
+  report.round = shards_.round(report.fragment);
+  ShardTally tally;
+  // Servers that lost this region since the last round (keep_alive rejoined them) or that it
+  // could not rejoin then: hello and full pulls first (neither waits on any round). A deferred
+  // shard pulled in full here is merged with those values; a shard whose round its server
+  // released already is not pushed again.
+  const Shards released = shards_.resync_lost(wanted, tally, [&](size_t s, const ServerLost& e) {
+    shards_.lose(s, e.what());  // redone in push_and_pull, in its turn
+  });
+  std::erase_if(take, [&](auto* sh) {
+    return std::find(released.begin(), released.end(), sh) != released.end();
+  });
+  push_and_pull(local, take, report, tally, defer);
+  report.released_round = tally.released == UINT64_MAX ? 0 : tally.released;
+  report.bytes_pulled += tally.bytes_pulled;
+  report.max_staleness = tally.max_staleness;
+  report.gate_wait_us = tally.gate_wait_us;
+
+  // Deferred shards pulled in full here (their server lost this region) go back to the caller;
+  // their server expects them from the next exchange on, in the round it counts then.
+  for (auto* sh : skipped)
+    if (sh->phase() == ShardPhase::merged) sh->hand_back(shards_.our_round(*sh) + 1);
+  for (auto* sh : wanted)
+    if (sh->deferred()) report.deferred.push_back(sh->range());
+  if (fragment) {
+    ++shards_.round(*fragment);
+  } else {
+    shards_.next_rounds();
+  }
+  return report;
+}
+
+std::chrono::milliseconds RegionSync::RoundClock::left() const {
+  if (!defer) return timeout;
+  return std::max(std::chrono::duration_cast<std::chrono::milliseconds>(defer_at - Clock::now()),
+                  std::chrono::milliseconds(0));
+}
+
+void RegionSync::push_and_pull(ConstFloatSpan local, const Shards& shards, RoundReport& report,
+                               ShardTally& tally, bool defer) {
+  const auto& config = shards_.config();
+  // Every push goes out before any reply is awaited. Shards of a server still lost, or not
+  // pulled in full since it was rejoined, are redone in that server's turn below.
+  std::vector<bool> redo_on(shards_.servers());
+  std::vector<size_t> pushed_on(shards_.servers());
+  const auto t0 = Clock::now();
+  for (auto* sh : shards) {
+    if (shards_.link(sh->server).lost() || sh->needs_full_pull()) {
+      redo_on[sh->server] = true;
+      continue;
+    }
+    shards_.send_push(*sh, local, false, report.bytes_pushed);
+    ++pushed_on[sh->server];
+  }
+  // The pulls go right behind the pushes, on the same connection (so the server sees each push
+  // before its pull), saving a WAN round trip per round: a pull may name the round being pushed
+  // and waits at the server until it is released. A server holds at most 4 waiting requests per
+  // peer, so this is done where a server has at most 2 of our shards (push + pull each).
+  for (auto* sh : shards)
+    if (sh->phase() == ShardPhase::pushing && pushed_on[sh->server] <= kMaxPipelinedShards)
+      shards_.send_pull(*sh, sh->server_round(shards_.our_round(*sh)));
+  // Deferring: every server gets until shard_wait after the pushes; what has not come by then
+  // stays in flight (the shard is deferred).
+  const RoundClock clock{t0 + config.shard_wait, defer, config.timeout};
+  // Servers in the same order in every region: a leader that redoes its round on one server
+  // (below) never waits there for a leader that waits on it at another.
+  auto each_server = [&](const std::vector<bool>& busy, const char* what) {
+    for (size_t s = 0; s < shards_.servers(); ++s) {
+      if (redo_on[s]) {
+        redo(s, local, LeaderShards::on(s, shards), report, tally);
+        continue;
+      }
+      if (!busy[s]) continue;
+      try {
+        await_round(s, clock, what, tally);
+      } catch (const ServerLost& e) {
+        shards_.lose(s, e.what());
+        redo(s, local, LeaderShards::on(s, shards), report, tally);
+      }
+    }
+  };
+  std::vector<bool> busy(shards_.servers());
+  for (size_t s = 0; s < shards_.servers(); ++s) busy[s] = pushed_on[s] > 0;
+  each_server(busy, "push and pull");
+  std::fill(redo_on.begin(), redo_on.end(), false);
+  report.push_seconds += seconds_since(t0);
+
+  // Servers holding more of our shards: pull once their pushes are in (a deferred push's pull
+  // goes out when it is answered: shards_.take_deferred()).
+  const auto t1 = Clock::now();
+  std::fill(busy.begin(), busy.end(), false);
+  for (auto* sh : shards) {
+    if (sh->phase() != ShardPhase::pushed) continue;
+    shards_.send_pull(*sh, sh->server_round(shards_.our_round(*sh)));
+    busy[sh->server] = true;
+  }
+  each_server(busy, "pull");
+  report.pull_seconds += seconds_since(t1);
+}
+
+void RegionSync::await_round(size_t s, const RoundClock& clock, const char* what,
+                             ShardTally& tally) {
+  const Shards mine =
+      shards_.where([&](const LeaderShard& sh) { return sh.server == s && sh.exchanging(); });
+  ReplyWait how = shards_.waiting(s, true);
+  how.partial = clock.defer;
+  shards_.await(s, mine, clock.left(), what, std::move(how), tally);
+  // What has not come is deferred (its requests stay in flight, their replies parked until
+  // take_ready() or settle() asks for them); a push answered without its pull waits for the
+  // pulls that follow.
+  for (auto* sh : mine) {
+    if (!sh->exchanging() || sh->phase() == ShardPhase::pushed) continue;
+    sh->defer(sh->server_round(shards_.our_round(*sh)));
+    for (auto id : {sh->push_id(), sh->pull_id()})
+      if (id) shards_.link(s).leave_in_flight(*id);
+  }
+}
+
+void RegionSync::redo(size_t s, ConstFloatSpan local, const Shards& shards, RoundReport& report,
+                      ShardTally& tally) {
+  const auto& config = shards_.config();
+  auto& link = shards_.link(s);
+  for (uint32_t attempt = 0; attempt < kMaxRejoinAttempts; ++attempt) {
+    try {
+      if (link.lost()) shards_.rejoin(s);
+      const Shards released = shards_.resync(s, shards, tally);
+      Shards mine;
+      for (auto* sh : shards)
+        if (std::find(released.begin(), released.end(), sh) == released.end()) mine.push_back(sh);
+      if (mine.empty()) return;  // it had released the round already
+      for (auto* sh : mine) shards_.send_push(*sh, local, false, report.bytes_pushed);
+      shards_.await(s, mine, config.timeout, "push (rejoined)", shards_.waiting(s, true), tally);
+      for (auto* sh : mine) shards_.send_pull(*sh, sh->server_round(shards_.our_round(*sh)));
+      shards_.await(s, mine, config.timeout, "pull (rejoined)", shards_.waiting(s, true), tally);
+      return;
+    } catch (const ServerLost& e) {
+      shards_.lose(s, e.what());
+    }
+  }
+  throw SystemError("wire", "exchange", __FILE__, __LINE__,
+                    fmt::format("region {}: the server of region {} lost this region {} times in "
+                                "one round; giving up",
+                                config.region, link.region(), kMaxRejoinAttempts));
+}
+
+std::vector<ElementRange> RegionSync::take_ready(uint32_t fragment) {
+  const Shards mine = shards_.where(
+      [&](const LeaderShard& sh) { return sh.fragment == fragment && sh.in_flight(); });
+  for (size_t s = 0; s < shards_.servers(); ++s) {
+    if (shards_.link(s).lost()) continue;
+    try {
+      shards_.take_deferred(s, LeaderShards::on(s, mine), std::chrono::milliseconds(0));
+    } catch (const ServerLost& e) {
+      shards_.lose(s, e.what());  // the next exchange rejoins it and pulls its shards in full
+    }
+  }
+  std::vector<ElementRange> out;
+  for (auto* sh : mine) {
+    if (sh->phase() != ShardPhase::merged) continue;
+    sh->hand_back(shards_.our_round(*sh));
+    out.push_back(sh->range());
+  }
+  return out;
+}
+
+std::vector<ElementRange> RegionSync::settle() {
+  std::vector<ElementRange> out;
+  for (size_t s = 0; s < shards_.servers(); ++s)
+    if (!LeaderShards::on(s, shards_.where([](const LeaderShard& sh) { return sh.deferred(); })).empty())
+      settle_server(s, out);
+  return out;
+}
+
+void RegionSync::settle_server(size_t s, std::vector<ElementRange>& out) {
+  const auto& config = shards_.config();
+  const auto t0 = Clock::now();
+  const auto of_s = [&](auto keep) {
+    return shards_.where([&](const LeaderShard& sh) { return sh.server == s && keep(sh); });
+  };
+  for (uint32_t attempt = 0;; ++attempt) {
+    try {
+      if (!shards_.link(s).lost())
+        shards_.take_deferred(s, of_s([](const LeaderShard& sh) { return sh.in_flight(); }),
+                              config.timeout);
+      if (!of_s([](const LeaderShard& sh) { return sh.in_flight(); }).empty())
+        throw SystemError(
+            "wire", "settle", __FILE__, __LINE__,
+            fmt::format("region {}: the server of region {} did not answer the deferred exchanges "
+                        "within {} ms",
+                        config.region, shards_.link(s).region(), config.timeout.count()));
+      if (shards_.link(s).lost()) shards_.rejoin(s);
+      ShardTally tally;
+      shards_.resync(
+          s, of_s([](const LeaderShard& sh) { return sh.phase() == ShardPhase::deferred_lost; }),
+          tally);
+      for (auto* sh : of_s([](const LeaderShard& sh) { return sh.deferred(); })) {
+        sh->hand_back(shards_.our_round(*sh));
+        out.push_back(sh->range());
+      }
+      spdlog::info("region {}: settled the deferred shards of the server of region {} in {:.2f} s",
+                   config.region, shards_.link(s).region(), seconds_since(t0));
+      return;
+    } catch (const ServerLost& e) {
+      if (attempt + 1 >= kMaxRejoinAttempts) throw;
+      shards_.lose(s, e.what());
+    }
+  }
+}
+
+}  // namespace geotrain::worker

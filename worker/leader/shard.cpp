@@ -1,0 +1,282 @@
+#include "worker/leader/shard.hpp"
+
+#include <algorithm>
+
+#include "compression/payload.hpp"
+#include "worker/leader/reply_wait.hpp"
+#include "worker/leader/uplink.hpp"
+
+namespace geotrain::worker {
+
+const char* shard_phase_name(ShardPhase phase) {
+  switch (phase) {
+    case ShardPhase::idle:
+      return "idle";
+    case ShardPhase::pushing:
+      return "pushing";
+    case ShardPhase::pushed:
+      return "pushed";
+    case ShardPhase::pulling:
+      return "pulling";
+    case ShardPhase::needs_resync:
+      return "needs_resync";
+    case ShardPhase::deferred:
+      return "deferred";
+    case ShardPhase::deferred_lost:
+      return "deferred_lost";
+    case ShardPhase::merged:
+      return "merged";
+    case ShardPhase::flushing:
+      return "flushing";
+  }
+  return "?";
+}
+
+LeaderShard::LeaderShard(const wire::ShardInfo& info, size_t server_index, const ParamTable& layout,
+                         bool tensor_segments, const std::string& region)
+    : id(info.id),
+      offset(info.offset),
+      count(info.count),
+      server(server_index),
+      fragment(info.fragment),
+      zero_start(info.zero_values),
+      flushed_before(info.flushed),
+      flush_held(info.flushed) {
+  const uint64_t total = layout.total_elements();
+  // Written so that no sum overflows: offset + count could wrap past any bound.
+  GT_REQUIRE(count <= total && offset <= total - count,
+             "server of region {}: shard {} [{}, {}) lies outside the {} parameters", region, id,
+             offset, offset + count, total);
+  // Runs of tensors of one class inside [offset, offset + count): one segment each (with
+  // tensor_segments, one per tensor).
+  const uint64_t end = offset + count;
+  for (const auto& t : layout.tensors()) {
+    const uint64_t lo = std::max(offset, t.offset), hi = std::min(end, t.offset + t.size);
+    if (lo >= hi) continue;
+    auto* last = segments.empty() ? nullptr : &segments.back();
+    if (!tensor_segments && last && last->critical == t.critical &&
+        offset + last->offset + last->count == lo)
+      last->count += hi - lo;
+    else
+      segments.push_back({lo - offset, hi - lo, t.critical, 0});
+  }
+  GT_REQUIRE(segments.size() <= 0x10000,
+             "shard {} has {} segments, at most 65536 (worker.chunk_align: tensor makes one per "
+             "tensor)",
+             id, segments.size());
+  for (size_t i = 0; i < segments.size(); ++i) segments[i].stream = (uint64_t{id} << 16) | i;
+}
+
+void LeaderShard::bind(FloatSpan base_table, ConstFloatSpan origin_table) {
+  base_ = base_table.subspan(offset, count);
+  origin_ = origin_table.empty() ? ConstFloatSpan{} : origin_table.subspan(offset, count);
+}
+
+void LeaderShard::start_from_origin() {
+  if (origin_.empty())
+    std::fill(base_.begin(), base_.end(), 0.0f);
+  else
+    std::copy(origin_.begin(), origin_.end(), base_.begin());
+}
+
+wire::Push LeaderShard::push_message(ConstFloatSpan local, Uplink& uplink, uint64_t round,
+                                     uint64_t tokens, bool flush,
+                                     std::vector<zmq::message_t>& frames, uint64_t& bytes,
+                                     uint32_t& segments_sent) const {
+  wire::Push push{id, round, version, {}, tokens, flush};
+  for (const auto& seg : segments) {
+    const auto delta = uplink.delta(local.subspan(offset + seg.offset, seg.count),
+                                    ConstFloatSpan(base_).subspan(seg.offset, seg.count));
+    // The flush sends only the progress not pushed yet, in fp32: the uplink residual is
+    // compression error still owed, which the final model leaves out (docs/training.md, "The end
+    // of a run"), and a segment that owes nothing sends nothing.
+    if (flush && std::all_of(delta.begin(), delta.end(), [](float v) { return v == 0.0f; }))
+      continue;
+    Bytes payload;
+    const auto codec = flush ? uplink.encode_fp32(delta, payload)
+                             : uplink.encode(seg.critical, seg.stream, delta, payload);
+    push.segments.push_back({seg.offset, seg.count, static_cast<uint8_t>(codec), payload.size()});
+    bytes += payload.size();
+    ++segments_sent;
+    frames.push_back(wire::frame_from_bytes(std::move(payload)));
+  }
+  return push;
+}
+
+bool LeaderShard::take(std::map<uint64_t, wire::Reply>& replies, const std::string& region,
+                       ShardTally& tally) {
+  bool took = false;
+  if (push_id_) {
+    if (auto it = replies.find(*push_id_); it != replies.end()) {
+      const auto& pr = body_as<wire::PushReply>(it->second, region);
+      tally.max_staleness = std::max(tally.max_staleness, pr.staleness);
+      tally.gate_wait_us = std::max(tally.gate_wait_us, pr.gate_wait_us);
+      replies.erase(it);
+      push_answered();
+      took = true;
+    }
+  }
+  if (pull_id_) {
+    if (auto it = replies.find(*pull_id_); it != replies.end()) {
+      apply_pull(it->second, region, tally);
+      replies.erase(it);
+      took = true;
+    }
+  }
+  return took;
+}
+
+void LeaderShard::apply_pull(const wire::Reply& reply, const std::string& region,
+                             ShardTally& tally) {
+  const auto& pr = body_as<wire::PullReply>(reply, region);
+  wire::check_frames(pr.segments, reply.payloads, reply.header.request_id);
+  // Decode everything before changing base: a bad payload leaves base as it was.
+  std::vector<std::vector<float>> decoded;
+  uint64_t bytes = 0;
+  for (size_t k = 0; k < pr.segments.size(); ++k) {
+    const auto& seg = pr.segments[k];
+    // No sum that could wrap: a segment claiming 2^64 - 1 elements must not be allocated below.
+    GT_REQUIRE(seg.count <= count && seg.offset <= count - seg.count,
+               "pull reply for shard {}: segment [{}, {}) outside the shard", id, seg.offset,
+               seg.offset + seg.count);
+    decoded.emplace_back(seg.count);
+    compression::decode_payload(wire::frame_bytes(reply.payloads[k]), decoded.back());
+    bytes += reply.payloads[k].size();
+  }
+  for (size_t k = 0; k < pr.segments.size(); ++k) {
+    const auto& seg = pr.segments[k];
+    const auto& d = decoded[k];
+    float* b = base_.data() + seg.offset;
+    if (pr.full && origin_.empty()) {
+      std::copy(d.begin(), d.end(), b);
+    } else if (pr.full) {
+      const float* o = origin_.data() + seg.offset;
+      for (size_t j = 0; j < d.size(); ++j) b[j] = o[j] + d[j];
+    } else {
+      for (size_t j = 0; j < d.size(); ++j) b[j] += d[j];
+    }
+  }
+  tally.bytes_pulled += bytes;
+  if (full_ == FullPull::resync) {
+    // A rejoined server sends the full values, and its round counter restarts at its released
+    // round: this region's rounds are mapped onto it again (round_shift).
+    const auto ours = static_cast<int64_t>(resync_round_);
+    const auto theirs = static_cast<int64_t>(pr.round) + 1;  // it expects next
+    // Released already (with our push: the reply was lost): the full values are the round's
+    // result, and our next round is its next. Otherwise it lost rounds (an older checkpoint, or
+    // our unreleased pushes dropped): our delta against these values carries them again.
+    round_shift = theirs > ours ? ours - static_cast<int64_t>(pr.round) : ours - theirs;
+    expects_next_ = static_cast<uint64_t>(theirs);
+  }
+  tally.released =
+      std::min(tally.released, static_cast<uint64_t>(static_cast<int64_t>(pr.round) + round_shift));
+  const auto kind = full_;
+  full_.reset();
+  if (!kind) {
+    pulled(pr.version);
+  } else if (kind == FullPull::resync) {
+    resynced(pr.version);
+  } else {
+    version = pr.version;
+    pull_id_.reset();
+  }
+}
+
+void LeaderShard::push(uint64_t request) {
+  expect(phase_ == ShardPhase::idle, "push");
+  phase_ = ShardPhase::pushing;
+  push_id_ = request;
+  pulled_early_ = false;
+}
+
+void LeaderShard::push_answered() {
+  expect((phase_ == ShardPhase::pushing || phase_ == ShardPhase::deferred ||
+          phase_ == ShardPhase::flushing) &&
+             push_id_,
+         "push_answered");
+  push_id_.reset();
+  // A pull answered before its push (replies striped over several connections may cross) is
+  // done: the exchange is over for the shard.
+  if (phase_ == ShardPhase::pushing)
+    phase_ =
+        pull_id_ ? ShardPhase::pulling : (pulled_early_ ? ShardPhase::idle : ShardPhase::pushed);
+  else if (phase_ == ShardPhase::deferred && pulled_early_)
+    phase_ = ShardPhase::merged;
+  if (phase_ == ShardPhase::flushing) {
+    phase_ = ShardPhase::idle;
+    flush_held = true;
+  }
+}
+
+void LeaderShard::pull(uint64_t request) {
+  expect(phase_ == ShardPhase::pushing || phase_ == ShardPhase::pushed ||
+             (phase_ == ShardPhase::deferred && !push_id_ && !pull_id_),
+         "pull");
+  pull_id_ = request;
+  if (phase_ == ShardPhase::pushed) phase_ = ShardPhase::pulling;
+}
+
+void LeaderShard::pulled(uint64_t version_pulled) {
+  expect((exchanging() || phase_ == ShardPhase::deferred) && pull_id_, "pulled");
+  version = version_pulled;
+  pull_id_.reset();
+  if (phase_ == ShardPhase::deferred)
+    phase_ = push_id_ ? ShardPhase::deferred : ShardPhase::merged;
+  else
+    phase_ = push_id_ ? ShardPhase::pushing : ShardPhase::idle;
+  pulled_early_ = push_id_.has_value();
+}
+
+void LeaderShard::defer(uint64_t server_round) {
+  expect(exchanging(), "defer");
+  phase_ = ShardPhase::deferred;
+  deferred_round_ = server_round;
+  expects_next_ = server_round + 1;
+}
+
+void LeaderShard::lost() {
+  push_id_.reset();
+  pull_id_.reset();
+  full_.reset();
+  phase_ = deferred() ? ShardPhase::deferred_lost : ShardPhase::needs_resync;
+}
+
+void LeaderShard::full_pull(uint64_t request, FullPull kind, uint64_t our_round) {
+  expect(!pull_id_ && !push_id_ &&
+             (kind == FullPull::resync ? needs_full_pull() : phase_ == ShardPhase::idle),
+         "full_pull");
+  pull_id_ = request;
+  full_ = kind;
+  resync_round_ = our_round;
+}
+
+void LeaderShard::give_up() {
+  expect(phase_ == ShardPhase::idle && full_ == FullPull::final, "give_up");
+  pull_id_.reset();
+  full_.reset();
+}
+
+void LeaderShard::resynced(uint64_t version_pulled) {
+  expect(needs_full_pull(), "resynced");
+  version = version_pulled;
+  pull_id_.reset();
+  phase_ = phase_ == ShardPhase::deferred_lost ? ShardPhase::merged : ShardPhase::idle;
+}
+
+void LeaderShard::flush(uint64_t request) {
+  expect(phase_ == ShardPhase::idle && !pull_id_, "flush");
+  phase_ = ShardPhase::flushing;
+  push_id_ = request;
+}
+
+void LeaderShard::hand_back(uint64_t our_next_round) {
+  expect(phase_ == ShardPhase::merged || phase_ == ShardPhase::deferred_lost, "hand_back");
+  if (phase_ == ShardPhase::deferred_lost) {
+    phase_ = ShardPhase::needs_resync;  // the full pull maps its rounds again
+    return;
+  }
+  round_shift = static_cast<int64_t>(our_next_round) - static_cast<int64_t>(expects_next_);
+  phase_ = ShardPhase::idle;
+}
+
+}  // namespace geotrain::worker
