@@ -18,8 +18,8 @@
 #include "models/model_spec.hpp"
 #include "models/npy.hpp"
 #include "worker/config.hpp"
-#include "worker/sampler.hpp"
-#include "worker/text_corpus.hpp"
+#include "worker/data/sampler.hpp"
+#include "worker/data/text_corpus.hpp"
 
 namespace geotrain::cli {
 
@@ -63,7 +63,7 @@ int run_dump_batches(const DumpBatchesArgs& args) {
   const uint32_t per_region = config.workers_per_region;
   GT_REQUIRE(args.rank < per_region, "--rank {} is not below worker.workers_per_region = {}",
              args.rank, per_region);
-  // The trainer's world and global rank (worker/trainer.cpp).
+  // The trainer's world and global rank (worker/run/trainer.cpp).
   const auto world = static_cast<uint32_t>(config.regions.size()) * per_region;
   const uint32_t rank = worker::global_rank(config.region_index(region), args.rank, per_region);
 

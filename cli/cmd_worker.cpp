@@ -4,7 +4,7 @@
 // worker.checkpoint) and (for leaders) final parameters written; a wait for a server that lasts
 // past half a second after the signal ends it at once, without that round
 // (worker/leader/reply_wait.hpp). --resume continues from the worker's snapshots; a supervisor that
-// restarts a region's workers passes each restart a new --generation (worker/trainer.hpp).
+// restarts a region's workers passes each restart a new --generation (worker/run/trainer.hpp).
 #include <CLI/CLI.hpp>
 
 #include <memory>
@@ -22,7 +22,7 @@
 #include "core/log.hpp"
 #include "launcher/run/run_settings.hpp"
 #include "worker/config.hpp"
-#include "worker/trainer.hpp"
+#include "worker/run/trainer.hpp"
 
 namespace geotrain::cli {
 

@@ -12,7 +12,8 @@
 #include "models/model_spec.hpp"
 #include "server/config.hpp"
 #include "worker/config.hpp"
-#include "worker/model_backend.hpp"
+#include "worker/backend/backend_factory.hpp"
+#include "worker/backend/model_backend.hpp"
 
 namespace geotrain::cli {
 

@@ -1,4 +1,4 @@
-// Durable files: what checkpoints (server/checkpoint.hpp, worker/worker_checkpoint.hpp) need
+// Durable files: what checkpoints (server/checkpoint.hpp, worker/run/worker_checkpoint.hpp) need
 // to leave either the old state or the new one on disk after a crash, never a mix.
 //
 // write_file_synced() writes and fsyncs one file; commit_folder() renames a fully written

@@ -1,5 +1,5 @@
 // splitmix64 (Vigna): the generator behind the project's own shuffles and samples
-// (worker/sampler.cpp, worker/text_corpus.cpp), where std:: distributions would differ between
+// (worker/data/sampler.cpp, worker/data/text_corpus.cpp), where std:: distributions would differ between
 // standard libraries. Pure functions; the caller owns the state.
 #pragma once
 

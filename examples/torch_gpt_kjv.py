@@ -43,7 +43,7 @@ TINY = ["model.d_model=32", "model.layers=1", "model.heads=2", "model.seq_len=32
         "run.progress_interval_s=2"]
 
 
-# -- data: the native worker's split and validation windows (worker/text_corpus.cpp) ----------
+# -- data: the native worker's split and validation windows (worker/data/text_corpus.cpp) ----------
 
 def load_corpus(path, validation_fraction):
     data = np.fromfile(path, dtype=np.uint8)

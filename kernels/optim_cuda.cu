@@ -1,4 +1,4 @@
-// CUDA twins of worker/optimizer.cpp's steps; contracts in optim_cuda.cuh. Must not include
+// CUDA twins of worker/training/optimizer.cpp's steps; contracts in optim_cuda.cuh. Must not include
 // core/error.hpp (nvcc).
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-// The local optimizer step on a GPU: the CUDA twins of worker/optimizer.cpp's SGD and AdamW
+// The local optimizer step on a GPU: the CUDA twins of worker/training/optimizer.cpp's SGD and AdamW
 // (PyTorch's update rules, the same arithmetic in fp32), fused with the gradient's scaling (the
 // average over micro-batches and workers, times the clipping coefficient), and the squared global
 // gradient norm the anomaly guard and clipping read.

@@ -238,7 +238,7 @@ def load_into(model, tensors, path):
 
 
 # ----------------------------------------------------------------------------------------------
-# optimizer path: worker/optimizer.hpp, worker/local_step.hpp
+# optimizer path: worker/training/optimizer.hpp, worker/training/local_step.hpp
 
 
 def lr_at(step, peak, warmup, total, min_lr, cosine):

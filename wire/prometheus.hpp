@@ -2,7 +2,7 @@
 // serves `/metrics` (wire/metrics_endpoint.hpp) shares: an Exposition that writes metric families
 // and samples with escaped labels, and the standard process_* metrics of Prometheus client
 // libraries, read from /proc on Linux (each left out where it cannot be read). What a server and
-// a worker export on top: server/prometheus_text.hpp, worker/worker_metrics.hpp;
+// a worker export on top: server/prometheus_text.hpp, worker/run/worker_metrics.hpp;
 // docs/monitoring.md lists them all. Pure functions apart from the /proc reads; an Exposition is
 // one thread's.
 #pragma once

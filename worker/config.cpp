@@ -59,7 +59,7 @@ void parse_error_feedback(const YamlReader& in, const YAML::Node& n, WorkerConfi
   }
 }
 
-// worker.optimizer: the inner optimizer (worker/optimizer.hpp). Reads worker.device, so runs
+// worker.optimizer: the inner optimizer (worker/training/optimizer.hpp). Reads worker.device, so runs
 // after it: Muon has no device-resident step.
 void parse_optimizer(const YamlReader& in, const YAML::Node& o, WorkerConfig& c) {
   in.check_keys(

@@ -25,9 +25,9 @@
 #include "compression/codec_schedule.hpp"
 #include "models/model_spec.hpp"
 #include "wire/security_config.hpp"
-#include "worker/anomaly_guard.hpp"
-#include "worker/idx_dataset.hpp"
-#include "worker/optimizer.hpp"
+#include "worker/training/anomaly_guard.hpp"
+#include "worker/data/idx_dataset.hpp"
+#include "worker/training/optimizer.hpp"
 #include "worker/leader/overlap_merge.hpp"
 
 namespace geotrain::worker {
@@ -43,7 +43,7 @@ struct DataConfig {
   static constexpr const char* kKjvFile = "/usr/local/share/geotrain/kjv.txt";
 };
 
-// worker.checkpoint: snapshots of each worker's own state (worker/worker_checkpoint.hpp), at
+// worker.checkpoint: snapshots of each worker's own state (worker/run/worker_checkpoint.hpp), at
 // round boundaries; a worker started with --resume continues from them (docs/run.md).
 struct WorkerCheckpointConfig {
   uint64_t every = 0;                                // rounds between snapshots; 0 = none
@@ -108,7 +108,7 @@ struct WorkerConfig {
   uint64_t eval_every = 10;  // rounds between evaluations (leader)
   uint64_t seed = 0;
   std::string gloo_host = "127.0.0.1";
-  // worker.metrics_port: `/metrics` in the Prometheus format (worker/worker_metrics.hpp). 0: off;
+  // worker.metrics_port: `/metrics` in the Prometheus format (worker/run/worker_metrics.hpp). 0: off;
   // P: the worker of region index r and rank k serves on P + r * workers_per_region + k (unique
   // among all workers of a run on one machine).
   uint16_t metrics_port = 0;

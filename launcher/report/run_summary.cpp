@@ -345,7 +345,7 @@ json build_summary(const fs::path& run_dir, const SummaryInputs& in) {
   s["final_val_bpb"] = global ? global_val_bpb.value() : val_bpb.value();
   s["final_val_loss"] = global ? global_val_loss.value() : val_loss.value();
   s["global_model"] = global;
-  // Written by the first region's leader (worker/final_model.hpp, global_model_path).
+  // Written by the first region's leader (worker/run/final_model.hpp, global_model_path).
   s["model_file"] =
       fs::exists(run_dir / "model.safetensors") ? json("model.safetensors") : json(nullptr);
   s["wall_seconds"] = in.wall_seconds.value_or(slowest);

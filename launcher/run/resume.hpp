@@ -5,7 +5,7 @@
 // additions (seed, per-link overrides and faults), which the resolved config folded into
 // netsim.yaml, are read back from netsim.yaml into a `netsim:` section. The servers then
 // restore their newest verified checkpoints and the workers start with --resume (worker
-// snapshots, worker/worker_checkpoint.hpp). A folder with neither a server checkpoint nor a
+// snapshots, worker/run/worker_checkpoint.hpp). A folder with neither a server checkpoint nor a
 // worker snapshot is refused (find_resume_sources()): its run would start afresh and append a new
 // run to the old run's metrics. Pure apart from reading the folder; InputError naming the folder
 // or file when the folder is not a run folder or holds nothing to resume from.

@@ -1,6 +1,6 @@
 """The worker metrics file (docs/run-folder.md, "Worker metrics"), written from Python.
 
-A Python leader writes the same events as the native leader (worker/metrics_log.hpp): one JSON
+A Python leader writes the same events as the native leader (worker/run/metrics_log.hpp): one JSON
 object per line with "event" and "time" (seconds since the log was opened), flushed per line,
 so that `geotrain run`/`geotrain serve` show its progress and summarize the run the same way.
 Every line is held to the events' schema (core/metrics_events.json, through geotrain._core):

@@ -356,7 +356,7 @@ class OuterSync:
     def _boundary(self):
         reports, self._merged = self._merged, []
         self.last_report = reports[-1] if reports else None
-        # The exchange fields as the native trainer writes them (worker/worker_events.hpp).
+        # The exchange fields as the native trainer writes them (worker/run/worker_events.hpp).
         fields = self._leader.take_round_fields() if self._leader is not None else {}
         if self._log:
             event = {"region": self.region, "round": self.round, "steps": self.local_steps,

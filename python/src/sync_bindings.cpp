@@ -34,7 +34,7 @@
 #include "worker/leader/overlap_merge.hpp"
 #include "worker/leader/region_sync.hpp"
 #include "worker/leader/streaming_sync.hpp"
-#include "worker/worker_events.hpp"
+#include "worker/run/worker_events.hpp"
 
 namespace geotrain::python {
 

@@ -13,7 +13,7 @@
 #include "models/gpt.hpp"
 #include "temp_dir.hpp"
 #include "worker/config.hpp"
-#include "worker/text_corpus.hpp"
+#include "worker/data/text_corpus.hpp"
 
 using namespace geotrain;
 using namespace geotrain::test;

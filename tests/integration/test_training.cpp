@@ -14,9 +14,9 @@
 #include "models/safetensors.hpp"
 #include "process.hpp"
 #include "temp_dir.hpp"
-#include "worker/batch_loader.hpp"
-#include "worker/idx_dataset.hpp"
-#include "worker/sampler.hpp"
+#include "worker/data/batch_loader.hpp"
+#include "worker/data/idx_dataset.hpp"
+#include "worker/data/sampler.hpp"
 
 using namespace geotrain;
 using namespace geotrain::test;

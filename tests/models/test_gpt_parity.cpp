@@ -39,10 +39,10 @@
 #include "tests/run_binary.hpp"
 #include "tests/temp_dir.hpp"
 #include "worker/config.hpp"
-#include "worker/local_step.hpp"
-#include "worker/optimizer.hpp"
-#include "worker/text_corpus.hpp"
-#include "worker/trainer.hpp"
+#include "worker/training/local_step.hpp"
+#include "worker/training/optimizer.hpp"
+#include "worker/data/text_corpus.hpp"
+#include "worker/run/trainer.hpp"
 
 using namespace geotrain;
 
@@ -94,7 +94,7 @@ std::vector<float> load_into_layout(const models::SafetensorsFile& file, const P
 }
 
 // Trains `params` for kSteps on `batches` through the worker's LocalStep, configured as
-// worker/trainer.cpp configures it; returns the loss of each step.
+// worker/run/trainer.cpp configures it; returns the loss of each step.
 std::vector<double> train_here(const worker::WorkerConfig& config, models::Model& model,
                                const ParamTable& table, std::vector<float>& params,
                                const models::NpyInt32& batches) {

@@ -17,7 +17,7 @@
 #include "tests/run_binary.hpp"
 #include "tests/temp_dir.hpp"
 #include "worker/config.hpp"
-#include "worker/text_corpus.hpp"
+#include "worker/data/text_corpus.hpp"
 
 namespace {
 

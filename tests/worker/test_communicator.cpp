@@ -14,8 +14,8 @@
 #include "core/error.hpp"
 #include "core/param_table.hpp"
 #include "ranks.hpp"
-#include "worker/bucketed_allreduce.hpp"
-#include "worker/gloo_communicator.hpp"
+#include "worker/region/bucketed_allreduce.hpp"
+#include "worker/region/gloo_communicator.hpp"
 
 using namespace geotrain;
 using namespace geotrain::worker;

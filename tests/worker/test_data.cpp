@@ -15,9 +15,9 @@
 
 #include "core/error.hpp"
 #include "tests/temp_dir.hpp"
-#include "worker/batch_loader.hpp"
-#include "worker/idx_dataset.hpp"
-#include "worker/sampler.hpp"
+#include "worker/data/batch_loader.hpp"
+#include "worker/data/idx_dataset.hpp"
+#include "worker/data/sampler.hpp"
 
 namespace fs = std::filesystem;
 using namespace geotrain;

@@ -8,8 +8,9 @@
 
 #include "core/error.hpp"
 #include "worker/config.hpp"
-#include "worker/model_backend.hpp"
-#include "worker/trainer.hpp"
+#include "worker/backend/backend_factory.hpp"
+#include "worker/backend/model_backend.hpp"
+#include "worker/run/trainer.hpp"
 
 using namespace geotrain;
 using namespace geotrain::worker;

@@ -1,4 +1,4 @@
-// Muon as the inner optimizer (worker/optimizer.hpp, kernels/ops/newton_schulz.hpp): the
+// Muon as the inner optimizer (worker/training/optimizer.hpp, kernels/ops/newton_schulz.hpp): the
 // Newton-Schulz iteration against its closed form on matrices of known SVD and its singular-value
 // band on a random one, the choice of matrices, the step worked by hand, its state through a
 // worker snapshot, and the config keys and their errors. (Against PyTorch:
@@ -16,9 +16,9 @@
 #include "models/model_spec.hpp"
 #include "tests/temp_dir.hpp"
 #include "worker/config.hpp"
-#include "worker/local_step.hpp"
-#include "worker/optimizer.hpp"
-#include "worker/worker_checkpoint.hpp"
+#include "worker/training/local_step.hpp"
+#include "worker/training/optimizer.hpp"
+#include "worker/run/worker_checkpoint.hpp"
 
 using namespace geotrain;
 using namespace geotrain::worker;

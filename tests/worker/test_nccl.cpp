@@ -24,10 +24,10 @@
 #include "models/mlp.hpp"
 #include "models/model_spec.hpp"
 #include "ranks.hpp"
-#include "worker/cuda_model_backend.hpp"
-#include "worker/local_step.hpp"
-#include "worker/model_backend.hpp"
-#include "worker/nccl_communicator.hpp"
+#include "worker/backend/cuda_model_backend.hpp"
+#include "worker/training/local_step.hpp"
+#include "worker/backend/model_backend.hpp"
+#include "worker/region/nccl_communicator.hpp"
 
 using namespace geotrain;
 using namespace geotrain::worker;
@@ -236,7 +236,7 @@ std::pair<std::vector<float>, std::vector<float>> train_both(
   std::vector<float> device(host.size());
   resident->download_parameters(device);
   // The optimizer state comes back too (checkpoints read it), sized as the host optimizer's:
-  // AdamW's two moments, SGD's momentum alone (worker/step_engine.cpp does the same).
+  // AdamW's two moments, SGD's momentum alone (worker/backend/step_engine.cpp does the same).
   const auto& opt = cpu_step.optimizer();
   std::vector<float> m(opt.first_moment().size()), v(opt.second_moment().size());
   resident->download_optimizer_state(m, v);

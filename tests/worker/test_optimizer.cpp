@@ -9,9 +9,9 @@
 
 #include "core/error.hpp"
 #include "models/mlp.hpp"
-#include "worker/anomaly_guard.hpp"
-#include "worker/local_step.hpp"
-#include "worker/optimizer.hpp"
+#include "worker/training/anomaly_guard.hpp"
+#include "worker/training/local_step.hpp"
+#include "worker/training/optimizer.hpp"
 
 using namespace geotrain;
 using namespace geotrain::worker;

@@ -6,8 +6,8 @@
 #include <thread>
 
 #include "server/param_server.hpp"
-#include "worker/gloo_communicator.hpp"
-#include "worker/server_store.hpp"
+#include "worker/region/gloo_communicator.hpp"
+#include "worker/region/server_store.hpp"
 
 using namespace geotrain;
 using namespace std::chrono_literals;

@@ -14,7 +14,7 @@
 
 #include "core/error.hpp"
 #include "tests/temp_dir.hpp"
-#include "worker/text_corpus.hpp"
+#include "worker/data/text_corpus.hpp"
 
 namespace fs = std::filesystem;
 using namespace geotrain;

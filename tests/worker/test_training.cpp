@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "models/mlp.hpp"
-#include "worker/batch_loader.hpp"
-#include "worker/idx_dataset.hpp"
-#include "worker/local_step.hpp"
-#include "worker/sampler.hpp"
+#include "worker/data/batch_loader.hpp"
+#include "worker/data/idx_dataset.hpp"
+#include "worker/training/local_step.hpp"
+#include "worker/data/sampler.hpp"
 
 using namespace geotrain;
 using namespace geotrain::worker;

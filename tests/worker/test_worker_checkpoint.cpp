@@ -1,4 +1,4 @@
-// Worker snapshots (worker/worker_checkpoint.hpp): what is written comes back bit for bit, and a
+// Worker snapshots (worker/run/worker_checkpoint.hpp): what is written comes back bit for bit, and a
 // snapshot that is truncated, corrupt, of another configuration or missing is refused with an
 // error naming the file.
 #include <doctest/doctest.h>
@@ -12,9 +12,9 @@
 #include "tests/temp_dir.hpp"
 #include "worker/config.hpp"
 #include "worker/leader/leader_params.hpp"
-#include "worker/snapshot_writer.hpp"
-#include "worker/step_engine.hpp"
-#include "worker/worker_checkpoint.hpp"
+#include "worker/run/snapshot_writer.hpp"
+#include "worker/backend/step_engine.hpp"
+#include "worker/run/worker_checkpoint.hpp"
 
 using geotrain::InputError;
 using geotrain::worker::SnapshotWriter;

@@ -1,12 +1,12 @@
 // The worker metrics events' schema (core/metrics_events.json): the checker, and the round
-// event's exchange fields (worker/worker_events.hpp) in closed form and within the schema.
+// event's exchange fields (worker/run/worker_events.hpp) in closed form and within the schema.
 #include <doctest/doctest.h>
 
 #include <string>
 #include <vector>
 
 #include "core/metrics_events_check.hpp"
-#include "worker/worker_events.hpp"
+#include "worker/run/worker_events.hpp"
 
 using namespace geotrain;
 using namespace geotrain::worker;

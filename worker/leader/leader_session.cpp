@@ -2,7 +2,7 @@
 
 #include "core/error.hpp"
 #include "core/metrics_events.hpp"
-#include "worker/worker_events.hpp"
+#include "worker/run/worker_events.hpp"
 
 namespace geotrain::worker {
 

@@ -1,5 +1,5 @@
 // LeaderSession: a region leader's exchange with the servers for a whole run, as the native
-// trainer (worker/trainer.cpp) and the Python API (geotrain.RegionSync, python/src/
+// trainer (worker/run/trainer.cpp) and the Python API (geotrain.RegionSync, python/src/
 // sync_bindings.cpp) both drive it, so that the round logic exists once: the RegionSync (the
 // servers), the StreamingSync (the fragment schedule and overlap, made once connected), and the
 // reports of the exchanges merged since the round event last took them.

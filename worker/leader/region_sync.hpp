@@ -152,7 +152,7 @@ class RegionSync {
   uint64_t startup_bytes_pulled() const { return shards_.startup_bytes_pulled(); }
 
   // The uplink error-feedback residuals, "critical.<stream>" / "noncritical.<stream>", for a
-  // worker checkpoint (worker/worker_checkpoint.hpp).
+  // worker checkpoint (worker/run/worker_checkpoint.hpp).
   std::map<std::string, std::vector<float>> residuals() const { return shards_.residuals(); }
   // Restores them (after connect()). InputError naming the stream when it is not one of this
   // table's segments or has another length; nothing changes then.

@@ -1,0 +1,130 @@
+#include "worker/run/final_model.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cstring>
+
+#include "core/metrics_events.hpp"
+#include "models/model_file.hpp"
+#include "worker/leader/reply_wait.hpp"
+
+namespace geotrain::worker {
+
+namespace f = events::field;
+
+namespace {
+// An evaluation's figures in the `done` event, of the global model (final_*) or of the region's
+// own parameters (region_*): test_accuracy for a classifier, val_bpb and val_loss for a language
+// model.
+void add_figures(nlohmann::json& j, bool global, const Evaluation& e) {
+  if (e.bits_per_byte) {
+    j[global ? f::final_val_bpb : f::region_val_bpb] = *e.bits_per_byte;
+    j[global ? f::final_val_loss : f::region_val_loss] = e.loss;
+  } else {
+    j[global ? f::final_test_accuracy : f::region_test_accuracy] = e.accuracy;
+  }
+}
+
+std::string figure_text(const Evaluation& e) {
+  return e.bits_per_byte
+             ? fmt::format("validation loss {:.4f}, {:.4f} bits per byte", e.loss, *e.bits_per_byte)
+             : fmt::format("test accuracy {:.2f}%", 100 * e.accuracy);
+}
+}  // namespace
+
+std::filesystem::path global_model_path(const std::filesystem::path& run_dir) {
+  return run_dir / "model.safetensors";
+}
+
+FinalModel::FinalModel(ConstFloatSpan own, std::string region)
+    : own_(own.begin(), own.end()), region_(std::move(region)) {}
+
+void FinalModel::flush(LeaderSession& session, FloatSpan params, MetricsLog& log) {
+  const auto t0 = std::chrono::steady_clock::now();
+  nlohmann::json j{{f::region, region_}};
+  try {
+    const auto r = session.flush(params);
+    const auto base = session.sync().base();
+    std::copy(base.begin(), base.end(), params.begin());
+    global_ = true;
+    j[f::bytes_pushed] = r.bytes_pushed;
+    j[f::bytes_pulled] = r.bytes_pulled;
+    j[f::push_s] = r.push_seconds;
+    j[f::pull_s] = r.pull_seconds;
+    j[f::segments_owed] = r.segments_owed;
+    j[f::rejoins] = r.rejoins;
+  } catch (const Stopped&) {
+    throw;  // the worker is stopping: no global model, and no more waiting for one
+  } catch (const std::exception& e) {
+    // The parameters are the region's own again (a failed pull may have changed base, never
+    // params); the bytes that went out before the failure are not counted.
+    std::copy(own_.begin(), own_.end(), params.begin());
+    error_ = e.what();
+    spdlog::warn("region {}: no global model: {}", region_, error_);
+    j[f::error] = error_;
+  }
+  j[f::global_model] = global_;
+  j[f::seconds] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  log.write(events::name::flush, j);
+}
+
+std::optional<std::filesystem::path> FinalModel::write(
+    const std::filesystem::path& run_dir, const models::Model& model, const ParamTable& table,
+    ConstFloatSpan params, const models::ModelSpec& spec, uint64_t seed, uint64_t rounds) {
+  if (!global_) return std::nullopt;
+  const auto file = global_model_path(run_dir);
+  auto part = file;
+  part += ".part";
+  try {
+    models::write_model_file(part, model, table, params, spec, seed,
+                             {{"weights", "global model"}, {"rounds", std::to_string(rounds)}});
+    std::filesystem::rename(part, file);
+  } catch (const std::exception& e) {
+    spdlog::warn("region {}: the global model could not be written to {}: {}", region_,
+                 file.string(), e.what());
+    std::error_code ignored;
+    std::filesystem::remove(part, ignored);
+    return std::nullopt;
+  }
+  spdlog::info("region {}: wrote the global model to {}", region_, file.string());
+  return file;
+}
+
+void FinalModel::evaluate(const TrainingData& data, ModelBackend& backend, ConstFloatSpan params) {
+  own_eval_ = data.evaluate(backend, own_);
+  if (!global_) return;
+  const bool same = params.size() == own_.size() &&
+                    std::memcmp(params.data(), own_.data(), own_.size() * sizeof(float)) == 0;
+  global_eval_ = same ? *own_eval_ : data.evaluate(backend, params);
+}
+
+void FinalModel::report(nlohmann::json& done, TrainResult& result) const {
+  GT_ASSERT(own_eval_.has_value(), "report() before evaluate()");
+  add_figures(done, false, *own_eval_);
+  done[f::global_model] = global_;
+  if (global_eval_)
+    add_figures(done, true, *global_eval_);
+  else
+    done[f::global_model_error] = error_;
+  const Evaluation& final_eval = global_eval_ ? *global_eval_ : *own_eval_;
+  result.global_model = global_;
+  if (final_eval.bits_per_byte) {
+    result.final_val_bpb = final_eval.bits_per_byte;
+    result.final_val_loss = final_eval.loss;
+    result.region_val_bpb = own_eval_->bits_per_byte;
+    result.region_val_loss = own_eval_->loss;
+  } else {
+    result.final_test_accuracy = final_eval.accuracy;
+    result.region_test_accuracy = own_eval_->accuracy;
+  }
+  if (global_eval_)
+    spdlog::info("region {}: {} rounds, {} steps; global model: {}; this region's parameters: {}",
+                 region_, result.rounds, result.steps, figure_text(*global_eval_),
+                 figure_text(*own_eval_));
+  else
+    spdlog::info("region {}: {} rounds, {} steps, {} (no global model: {})", region_, result.rounds,
+                 result.steps, figure_text(*own_eval_), error_);
+}
+
+}  // namespace geotrain::worker

@@ -1,0 +1,82 @@
+// FinalModel: the end of a run, seen from a region's leader (docs/training.md, "The end of a
+// run"). Until then each region holds its own view of the parameters: what it trained, merged
+// with what the servers sent back through a lossy downlink, while error feedback still holds
+// part of its deltas (uplink) and of the servers' changes (downlink). FinalModel keeps the
+// region's own final parameters, then
+//   1. flush(): pushes the progress the region did not push yet (not its residuals) and pulls
+//      the global values in full fp32 (LeaderSession::flush), once every live region has flushed:
+//      the global model, the mean of what the regions hold, the same in every region that flushed;
+//      logs the `flush` event (its bytes count in the run's WAN bytes);
+//   2. write(): the first region's leader writes it as <run_dir>/model.safetensors, in the
+//      layout `geotrain export-init` writes (models/model_file.hpp);
+//   3. evaluate() and report(): every leader evaluates both (the global model once, when it is
+//      the region's own parameters bit for bit) and fills the `done` event: region_* of the
+//      region's own parameters, final_* of the global model, global_model (whether there is
+//      one) and global_model_error (why not).
+// A run stopped before its last round skips the flush (its snapshots hold the residuals, which a
+// resumed run pushes with its later rounds).
+//
+// Never throws for what the servers do: a flush that fails leaves the parameters as they were,
+// and the region reports its own figures. Blocks on the network and on the evaluation. Owns a
+// copy of the region's parameters. Not thread-safe.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/param_table.hpp"
+#include "core/span.hpp"
+#include "models/model.hpp"
+#include "models/model_spec.hpp"
+#include "worker/data/training_data.hpp"
+#include "worker/leader/leader_session.hpp"
+#include "worker/run/metrics_log.hpp"
+#include "worker/run/train_result.hpp"
+
+namespace geotrain::worker {
+
+// The run folder's file of the global model.
+std::filesystem::path global_model_path(const std::filesystem::path& run_dir);
+
+class FinalModel {
+ public:
+  // `own`: the region's final parameters (copied). `region` names it in events and logs.
+  FinalModel(ConstFloatSpan own, std::string region);
+
+  // Flushes and pulls the global model into `params` (which hold the region's own parameters
+  // until then); logs the `flush` event. Once.
+  void flush(LeaderSession& session, FloatSpan params, MetricsLog& log);
+  // The flush was not done (a stopped run); `why` is reported.
+  void skip(std::string why) { error_ = std::move(why); }
+  bool global() const { return global_; }
+
+  // After flush(), with the global model in `params`: writes it to global_model_path(run_dir),
+  // through a temporary file renamed into place, with the run's rounds in the metadata. Returns
+  // the path; none without a global model, or when writing failed (logged).
+  std::optional<std::filesystem::path> write(const std::filesystem::path& run_dir,
+                                             const models::Model& model, const ParamTable& table,
+                                             ConstFloatSpan params, const models::ModelSpec& spec,
+                                             uint64_t seed, uint64_t rounds);
+
+  // Evaluates the region's own parameters and, when there is one, the global model (`params`).
+  void evaluate(const TrainingData& data, ModelBackend& backend, ConstFloatSpan params);
+  const Evaluation& own_evaluation() const { return *own_eval_; }
+  ConstFloatSpan own_parameters() const { return own_; }
+
+  // After evaluate(): the `done` event's fields and the result's figures (final_* are the global
+  // model's, or the region's own without one), and the log line.
+  void report(nlohmann::json& done, TrainResult& result) const;
+
+ private:
+  std::vector<float> own_;
+  std::string region_;
+  bool global_ = false;
+  std::string error_;
+  std::optional<Evaluation> own_eval_, global_eval_;
+};
+
+}  // namespace geotrain::worker

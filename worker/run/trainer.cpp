@@ -1,0 +1,583 @@
+#include "worker/run/trainer.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <thread>
+
+#include "core/error.hpp"
+#include "core/metrics_events.hpp"
+#include "kernels/model_cpu.hpp"
+#include "models/model_spec.hpp"
+#include "worker/backend/backend_factory.hpp"
+#include "worker/backend/model_backend.hpp"
+#include "worker/backend/step_engine.hpp"
+#include "worker/data/sampler.hpp"  // global_rank
+#include "worker/data/training_data.hpp"
+#include "worker/leader/leader_config.hpp"
+#include "worker/leader/leader_session.hpp"
+#include "worker/leader/region_sync.hpp"
+#include "worker/leader/streaming_sync.hpp"
+#include "worker/region/server_store.hpp"
+#include "worker/run/final_model.hpp"
+#include "worker/run/metrics_log.hpp"
+#include "worker/run/snapshot_writer.hpp"
+#include "worker/run/worker_checkpoint.hpp"
+#include "worker/run/worker_events.hpp"
+#include "worker/run/worker_metrics.hpp"
+#include "worker/training/local_step.hpp"
+
+namespace geotrain::worker {
+namespace {
+
+namespace f = events::field;
+
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Rounds go through the region's float collective: exact up to 2^24.
+constexpr uint64_t kMaxAgreedRound = uint64_t{1} << 24;
+
+// --resume: the newest snapshot round that every rank of the region has (each rank's newest
+// that verifies; the minimum over the ranks), and this rank's snapshot of that round. None
+// when some rank has none. Snapshots that fail verification are skipped with a warning naming
+// the file; the agreed round must then verify on every rank (InputError otherwise).
+std::optional<WorkerCheckpointState> agree_on_snapshot(const WorkerCheckpointStore& store,
+                                                       uint64_t identity, Communicator* comm,
+                                                       uint32_t rank, uint32_t per_region) {
+  std::vector<std::string> skipped;
+  auto newest = store.restore_latest(identity, &skipped);
+  for (const auto& why : skipped) spdlog::warn("snapshot skipped, not loaded: {}", why);
+  const uint64_t mine = newest ? newest->round : 0;
+  GT_REQUIRE(mine < kMaxAgreedRound,
+             "worker snapshot of round {} in '{}': rounds beyond {} cannot "
+             "be agreed on",
+             mine, store.dir().string(), kMaxAgreedRound);
+  uint64_t agreed = mine;
+  if (comm) {
+    std::vector<float> rounds(per_region, 0.0f);
+    rounds[rank] = static_cast<float>(mine);
+    comm->allreduce_sum(rounds);
+    agreed = static_cast<uint64_t>(*std::min_element(rounds.begin(), rounds.end()));
+  }
+  if (agreed == 0) return std::nullopt;
+  if (newest && newest->round == agreed) return newest;
+  return store.load_round(agreed, identity);
+}
+
+// The leader's side of --resume, once the servers said which round the region pushes next:
+// restores the uplink residuals when the snapshot is of the round just before (nothing was lost
+// in between) and drops them otherwise, and returns the `resume` event's fields.
+nlohmann::json resume_leader(const std::optional<WorkerCheckpointState>& snapshot, uint64_t next,
+                             RegionSync& sync, ConstFloatSpan params, const std::string& region) {
+  nlohmann::json j{{f::region, region}, {f::rank, 0}, {f::round, next}};
+  if (!snapshot) {
+    j[f::checkpoint_round] = nullptr;
+    j[f::stale_rounds] = next - 1;
+    j[f::rounds_replayed] = 0;
+    j[f::residuals] = "none";
+    return j;
+  }
+  const uint64_t from = snapshot->round + 1;
+  j[f::checkpoint_round] = snapshot->round;
+  // Rounds the servers released after the snapshot: their progress is in the servers' values,
+  // the local optimizer state and residual of them are not in the snapshot.
+  j[f::stale_rounds] = next > from ? next - from : 0;
+  // Rounds the servers lost (they restored an older checkpoint): trained again.
+  j[f::rounds_replayed] = next < from ? from - next : 0;
+  if (next == from) {
+    sync.restore_residuals(snapshot->residuals);
+    j[f::residuals] = "restored";
+    // The snapshot's parameters are the region's global values after its round, which the
+    // servers hold too: a mismatch means the servers restored another state than this region's.
+    size_t differ = 0;
+    const auto base = sync.base();
+    for (size_t i = 0; i < params.size(); ++i) differ += params[i] != base[i];
+    j[f::parameters_match_servers] = differ == 0;
+    if (differ > 0)
+      spdlog::warn(
+          "region {}: {} of {} parameters of the round-{} snapshot differ from the "
+          "servers' values; training goes on from the servers'",
+          region, differ, params.size(), snapshot->round);
+  } else {
+    j[f::residuals] = "dropped";
+  }
+  spdlog::info(
+      "region {}: resumed at round {} from the snapshot of round {} ({} stale, {} "
+      "replayed)",
+      region, next, snapshot->round, j[f::stale_rounds].get<uint64_t>(),
+      j[f::rounds_replayed].get<uint64_t>());
+  return j;
+}
+
+// The region's own final parameters, raw little-endian fp32 in the table's layout
+// (<run_dir>/params-<region>.f32).
+void write_region_parameters(const std::filesystem::path& run_dir, const std::string& region,
+                             ConstFloatSpan own) {
+  const auto file = run_dir / fmt::format("params-{}.f32", region);
+  std::ofstream out(file, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(own.data()), std::streamsize(own.size() * sizeof(float)));
+  GT_REQUIRE(out.good(), "cannot write the final parameters to '{}'", file.string());
+}
+
+// One run of a worker, in the order Trainer::run calls it: the constructor builds what every
+// rank needs (model, data, the region's collective, the local step, a snapshot to resume
+// from); start() connects the leader to the servers and gives every rank the first round and
+// its parameters; train_round() is one round (H local steps, the exchanges due, the round
+// event, evaluation and snapshot); finish() takes in what is in flight, makes the global model
+// and writes the `done` event.
+class WorkerRun {
+ public:
+  WorkerRun(const WorkerConfig& config, const std::string& region, uint32_t region_index,
+            uint32_t rank, zmq::context_t& context, TrainerOptions options);
+  // `stop` also ends the leader's waits for a dead server (RegionSync::stop_waits_on).
+  uint64_t start(std::stop_token stop);
+  // Whether any rank of the region was asked to stop: a stop (SIGTERM) reaches the ranks at
+  // slightly different times, and a rank that left the loop while another began a round would
+  // wait in a collective the other never joins (until the group's timeout). One float a round.
+  bool stop_agreed(std::stop_token stop);
+  void train_round(uint64_t round, std::stop_token stop);
+  TrainResult finish(uint64_t next_round);
+
+ private:
+  void connect_region();
+  void restore_snapshot();
+  uint64_t connect_leader(std::stop_token stop);
+  void open_data(uint64_t first_micro_batch);
+  void serve_metrics();
+  // One local step: the micro-batches' forward/backward, the region's reduction, the optimizer
+  // step, and the exchanges due after it.
+  void local_step(uint64_t round, uint32_t h);
+  void end_round(uint64_t round);
+  void write_snapshot(uint64_t round);
+  // The `checkpoint` events of the snapshots written since the last call.
+  void log_snapshots();
+  uint64_t tokens_per_step() const {
+    return uint64_t{config_.batch_size} * config_.accumulation_steps * world_ *
+           data_->tokens_per_sample();
+  }
+
+  const WorkerConfig& config_;
+  // The fragment schedule every rank of the region follows: the config's until start(), then
+  // the leader's, whose fragment count the servers' hellos set (LeaderSession::connect).
+  FragmentSchedule schedule_;
+  const std::string& region_;
+  const uint32_t region_index_, rank_;
+  zmq::context_t& context_;
+  const TrainerOptions options_;
+  const Clock::time_point start_ = Clock::now();
+  const bool leader_;
+  const uint32_t per_region_, world_;
+
+  std::unique_ptr<models::Model> model_;  // the same initialisation in every process
+  ParamTable table_;
+  std::vector<float> params_;
+  // Where forward/backward run (worker.device), and how the steps run there.
+  std::unique_ptr<ModelBackend> backend_;
+  std::unique_ptr<LocalStep> step_;
+  std::unique_ptr<StepEngine> engine_;
+  std::optional<TrainingData> data_;
+  // Inside the region: Gloo (cpu) or NCCL (cuda), rendezvous at the region's own server.
+  std::unique_ptr<ServerStore> store_;
+  std::unique_ptr<Communicator> comm_;  // host spans, whatever the device
+  // Snapshots of this worker's state, and the one it resumes from (--resume).
+  WorkerCheckpointStore snapshots_;
+  SnapshotWriter snapshot_writer_{snapshots_};  // writes them while training goes on
+  uint64_t identity_;
+  std::optional<WorkerCheckpointState> resumed_;
+  std::optional<MetricsLog> log_;  // opened once set up, so that its times start there
+  // worker.metrics_port: the same events as Prometheus metrics, served by their own thread
+  // (destroyed before the metrics they render).
+  std::unique_ptr<WorkerMetrics> metrics_;
+  std::unique_ptr<MetricsExporter> exporter_;
+  // Across regions (the leader): the exchange with every region's server, for the whole run.
+  std::unique_ptr<LeaderSession> session_;
+  // The leader's parameters are the device's at its exchanges (StreamingSync::params_on_device):
+  // params_ is refreshed only for an evaluation, a snapshot, a broadcast and the end.
+  bool params_on_device_ = false;
+
+  std::chrono::milliseconds delay_{0};  // worker.step_delay_ms: an artificially slow region
+  TrainResult result_;
+  double round_compute_ = 0, round_comm_ = 0, round_optimizer_ = 0, round_wait_ = 0;
+};
+
+WorkerRun::WorkerRun(const WorkerConfig& config, const std::string& region, uint32_t region_index,
+                     uint32_t rank, zmq::context_t& context, TrainerOptions options)
+    : config_(config),
+      schedule_{config.local_steps, config.fragments, config.merge_delay()},
+      region_(region),
+      region_index_(region_index),
+      rank_(rank),
+      context_(context),
+      options_(options),
+      leader_(rank == 0),
+      per_region_(config.workers_per_region),
+      world_(static_cast<uint32_t>(config.regions.size()) * config.workers_per_region),
+      model_(models::make_model(config.model)),
+      table_(model_->make_table(config.model.critical)),
+      params_(table_.total_elements()),
+      snapshots_(worker_checkpoint_dir(config.run_dir, config.checkpoint.dir, region, rank),
+                 config.checkpoint.keep),
+      identity_(worker_identity(config, table_.layout_hash())) {
+  kernels::cpu::set_blas_threads(static_cast<int>(config_.blas_threads));
+  model_->init(params_, config_.seed);
+  backend_ =
+      make_model_backend(config_.device, config_.model, static_cast<int>(rank_), config_.precision);
+  // Data: read before anything connects, so that a bad corpus or dataset fails at once; a
+  // resumed worker opens it once the servers said which round it trains (start()).
+  if (!options_.resume) open_data(0);
+  connect_region();
+  const auto lsc = local_step_config(config_, table_, *model_, world_);
+  step_ = std::make_unique<LocalStep>(lsc, params_.size());
+  engine_ = make_step_engine(*backend_, *step_, config_.optimizer, lsc.decay_mask);
+  if (options_.resume) restore_snapshot();
+  log_.emplace(worker_metrics_path(config_.run_dir, region_, rank_));
+  if (config_.metrics_port > 0 || config_.metrics_port_auto) serve_metrics();
+  log_->write(events::name::start,
+              start_event(config_, region_, rank_, world_, model_->kind(), params_.size(),
+                          options_.resume, options_.generation));
+  if (exporter_)
+    log_->write(events::name::metrics_endpoint,
+                {{f::region, region_}, {f::rank, rank_}, {f::url, exporter_->url()}});
+  if (config_.step_delay_ms.count(region_))
+    delay_ = std::chrono::milliseconds(config_.step_delay_ms.at(region_));
+}
+
+void WorkerRun::serve_metrics() {
+  const bool gpt = config_.model.kind == "gpt";
+  metrics_ =
+      std::make_unique<WorkerMetrics>(region_, rank_,
+                                      uint64_t{config_.batch_size} * config_.accumulation_steps *
+                                          (gpt ? config_.model.gpt.seq_len : 1),
+                                      gpt ? "tokens" : "samples");
+  log_->observe([m = metrics_.get()](const nlohmann::json& e) { m->add(e); });
+  // P + (region index) x (workers per region) + rank: every worker of a run on one machine
+  // has its own port, and a scrape config can list them.
+  const uint16_t port =
+      config_.metrics_port_auto
+          ? uint16_t{0}
+          : static_cast<uint16_t>(config_.metrics_port + region_index_ * per_region_ + rank_);
+  exporter_ = std::make_unique<MetricsExporter>(context_, config_.metrics_host, port,
+                                                [m = metrics_.get()] { return m->render(); });
+  spdlog::info("worker {}-{}: Prometheus metrics at {}", region_, rank_, exporter_->url());
+}
+
+void WorkerRun::open_data(uint64_t first_micro_batch) {
+  data_.emplace(config_, world_, global_rank(region_index_, rank_, per_region_), leader_,
+                config_.total_steps() * config_.accumulation_steps, first_micro_batch);
+}
+
+void WorkerRun::connect_region() {
+  if (per_region_ <= 1) return;
+  // A restarted group (generation > 0) must not meet the dead group's keys.
+  const std::string prefix =
+      (config_.device == "cuda" ? "nccl/" : "gloo/") + region_ + "/" +
+      (options_.generation > 0 ? fmt::format("g{}/", options_.generation) : std::string());
+  wire::ChannelOptions store_options;
+  store_options.curve_client = wire::curve_client(config_.security, region_, region_);
+  store_ = std::make_unique<ServerStore>(context_, config_.server_endpoint(region_, region_),
+                                         prefix, config_.timeout, store_options);
+  comm_ = backend_->connect_region(
+      *store_, static_cast<int>(rank_), static_cast<int>(per_region_),
+      RegionOptions{config_.gloo_host, config_.timeout, config_.bucket_cap_mb});
+}
+
+void WorkerRun::restore_snapshot() {
+  resumed_ = agree_on_snapshot(snapshots_, identity_, comm_.get(), rank_, per_region_);
+  if (!resumed_) {
+    spdlog::info("worker {}-{}: --resume without a snapshot every rank has: starting fresh",
+                 region_, rank_);
+    return;
+  }
+  const auto folder = snapshots_.folder(resumed_->round);
+  restore_worker_state(*resumed_, folder, *step_, params_);
+  engine_->optimizer_to_device();
+  spdlog::info("worker {}-{}: resuming from the snapshot of round {} in {}", region_, rank_,
+               resumed_->round, folder.string());
+}
+
+// The leader's link to every region's server; returns the round the region trains next.
+uint64_t WorkerRun::connect_leader(std::stop_token stop) {
+  // The samples one round's delta stands for (the servers' token-weighted merge).
+  const uint64_t tokens_per_round = uint64_t{config_.local_steps} * config_.batch_size *
+                                    config_.accumulation_steps * config_.workers_per_region;
+  auto streaming = leader_streaming_config(config_);
+  // Device-resident training: the overlap rule runs beside the parameters on the device.
+  if (auto* device = backend_->resident(); device != nullptr && config_.leader_on_device)
+    streaming.device_params = [device](OverlapMode mode, OuterStepConfig outer, uint32_t regions,
+                                       ConstFloatSpan global) {
+      return device->leader_params(mode, outer, regions, global);
+    };
+  session_ = std::make_unique<LeaderSession>(
+      table_, leader_sync_config(config_, region_, tokens_per_round), streaming, context_);
+  RegionSync& sync = session_->sync();
+  // The origin is the seed's initialisation, whatever a snapshot holds: the parameters
+  // themselves unless a snapshot replaced them (initialising again costs seconds on a large
+  // model: GPT-2 124M's takes 4.9 s on the development machine).
+  std::vector<float> origin = resumed_ ? std::vector<float>(params_.size()) : params_;
+  if (resumed_) model_->init(origin, config_.seed);
+  sync.set_origin(origin);
+  sync.stop_waits_on(std::move(stop));
+  const uint64_t next = session_->connect(resumed_ ? resumed_->round + 1 : 0);
+  log_->write(events::name::connect, {{f::region, region_},
+                                      {f::next_round, next},
+                                      {f::startup_bytes_pulled, sync.startup_bytes_pulled()},
+                                      {f::fragments, session_->schedule().fragments},
+                                      {f::fragment_delay, session_->schedule().delay}});
+  if (options_.resume)
+    log_->write(events::name::resume, resume_leader(resumed_, next, sync, params_, region_));
+  std::copy(sync.base().begin(), sync.base().end(), params_.begin());
+  params_on_device_ = session_->params_on_device();
+  if (params_on_device_)
+    spdlog::info("worker {}-{}: the overlap rule runs beside the parameters on the device", region_,
+                 rank_);
+  return next;
+}
+
+uint64_t WorkerRun::start(std::stop_token stop) {
+  // The leader tells its region the round it trains first and the schedule (floats: exact for
+  // counts below 2^24).
+  std::vector<float> start{1.0f, static_cast<float>(schedule_.fragments),
+                           static_cast<float>(schedule_.delay)};
+  if (leader_) {
+    start[0] = static_cast<float>(connect_leader(std::move(stop)));
+    // Restarted during or after the region's flush (killed during its final evaluation, say):
+    // the run's rounds are over; the end flushes what is still owed, pulls the global model
+    // again and evaluates it.
+    if (session_->sync().flushed_before_connect()) {
+      spdlog::warn("worker {}-{}: the servers say this region flushed already: no more rounds",
+                   region_, rank_);
+      start[0] = static_cast<float>(config_.rounds + 1);
+    }
+    start[1] = static_cast<float>(session_->schedule().fragments);
+    start[2] = static_cast<float>(session_->schedule().delay);
+  }
+  if (comm_) {
+    comm_->broadcast(start, 0);
+    comm_->broadcast(params_, 0);
+  }
+  schedule_.fragments = static_cast<uint32_t>(start[1]);
+  schedule_.delay = static_cast<uint32_t>(start[2]);
+  engine_->to_device(params_);
+  const auto first = static_cast<uint64_t>(start[0]);
+  // A resumed worker trains round t on round t's data, at round t's schedule step.
+  if (options_.resume) {
+    const uint64_t resume_steps = (first - 1) * config_.local_steps;
+    step_->set_steps(resume_steps);
+    open_data(resume_steps * config_.accumulation_steps);
+  }
+  return first;
+}
+
+bool WorkerRun::stop_agreed(std::stop_token stop) {
+  std::vector<float> flag{stop.stop_requested() ? 1.0f : 0.0f};
+  if (comm_) comm_->allreduce_sum(flag);
+  return flag[0] > 0.0f;
+}
+
+void WorkerRun::local_step(uint64_t round, uint32_t h) {
+  double compute = 0, comm_s = 0, loss_sum = 0;
+  for (uint32_t m = 0; m < config_.accumulation_steps; ++m) {
+    const Batch batch = data_->next();
+    const auto t0 = Clock::now();
+    auto r = engine_->accumulate(params_, batch, m + 1 == config_.accumulation_steps);
+    compute += since(t0);
+    step_->add_micro_batch(r.mean_loss());
+    loss_sum += r.mean_loss();
+  }
+  if (delay_.count() > 0) std::this_thread::sleep_for(delay_);
+  auto t0 = Clock::now();
+  engine_->reduce_gradient();  // the region's sum (AllReduce when connected)
+  if (comm_) {
+    // The region's mean loss, so that every worker's anomaly guard takes the same decision.
+    std::vector<float> loss{static_cast<float>(loss_sum / config_.accumulation_steps)};
+    comm_->allreduce_sum(loss);
+    step_->set_loss(double(loss[0]) / per_region_);
+  }
+  comm_s += since(t0);
+  // The optimizer's step as this thread sees it: on the host all of it (Muon's orthogonalisation
+  // is a third of a CPU LM step); on the device-resident path its kernels are queued, and their
+  // time shows in the next forward pass's compute_s, which waits for them.
+  t0 = Clock::now();
+  const StepReport report = engine_->apply(params_, comm_ ? per_region_ : 1);
+  const double optimizer_s = since(t0);
+  ++result_.steps;
+  if (report.verdict != Verdict::kAccept) ++result_.skipped_steps;
+  round_compute_ += compute;
+  round_comm_ += comm_s;
+  round_optimizer_ += optimizer_s;
+  log_->write(events::name::step, {{f::region, region_},
+                                   {f::rank, rank_},
+                                   {f::round, round},
+                                   {f::step, report.step},
+                                   {f::loss, report.loss},
+                                   {f::lr, report.lr},
+                                   {f::grad_norm, report.grad_norm},
+                                   {f::compute_s, compute},
+                                   {f::comm_s, comm_s},
+                                   {f::optimizer_s, optimizer_s},
+                                   {f::skipped, report.verdict != Verdict::kAccept}});
+  // The exchanges due after this step (every fragment's push, and the merges `delay` steps
+  // later); every rank knows the schedule, so all take part in the broadcast that follows.
+  const uint64_t global_step = (round - 1) * config_.local_steps + h + 1;
+  const bool exchanged = schedule_.changes_after(global_step);
+  if (leader_) {
+    if (exchanged && !params_on_device_) engine_->to_host(params_);
+    t0 = Clock::now();
+    session_->after_step(global_step, params_on_device_ ? FloatSpan{} : FloatSpan(params_));
+    round_wait_ += since(t0);
+  }
+  if (!exchanged) return;
+  // The leader's parameters changed on the device: its region's other workers take them through
+  // the host mirror.
+  if (params_on_device_ && comm_) engine_->to_host(params_);
+  if (comm_) comm_->broadcast(params_, 0);
+  if (!params_on_device_) engine_->to_device(params_);
+}
+
+void WorkerRun::train_round(uint64_t round, std::stop_token stop) {
+  round_compute_ = round_comm_ = round_optimizer_ = round_wait_ = 0;
+  for (uint32_t h = 0; h < config_.local_steps; ++h) local_step(round, h);
+  end_round(round);
+  // worker.checkpoint: every N rounds, at the last round and when stopped, so that --resume
+  // continues where this worker stops.
+  if (config_.checkpoint.every > 0 &&
+      (round % config_.checkpoint.every == 0 || round == config_.rounds || stop.stop_requested()))
+    write_snapshot(round);
+  log_snapshots();
+  ++result_.rounds;
+}
+
+// The leader's round event (and the evaluation every eval_every rounds).
+void WorkerRun::end_round(uint64_t round) {
+  if (!leader_) return;
+  nlohmann::json fields{
+      {f::region, region_},           {f::round, round},        {f::steps, config_.local_steps},
+      {f::compute_s, round_compute_}, {f::comm_s, round_comm_}, {f::optimizer_s, round_optimizer_},
+      {f::wait_s, round_wait_}};
+  fields.update(session_->take_round_fields());
+  log_->write(events::name::round, fields);
+  if (config_.eval_every > 0 && round % config_.eval_every == 0 && round < config_.rounds) {
+    engine_->to_host(params_);
+    log_->write(events::name::eval, eval_event(region_, data_->evaluate(*backend_, params_), round,
+                                               result_.steps, tokens_per_step()));
+  }
+}
+
+void WorkerRun::write_snapshot(uint64_t round) {
+  // A background exchange owns the RegionSync now: its residuals are not read (with overlap, a
+  // snapshot holds none, docs/run.md).
+  std::map<std::string, std::vector<float>> residuals;
+  if (leader_ && !session_->background()) residuals = session_->residuals();
+  auto s = capture_worker_state(*step_, round, data_->position(), std::move(residuals));
+  engine_->capture(params_, s);
+  s.region = region_;
+  s.rank = rank_;
+  s.seed = config_.seed;
+  s.identity = identity_;
+  snapshot_writer_.submit(std::move(s));
+}
+
+void WorkerRun::log_snapshots() {
+  for (const auto& w : snapshot_writer_.written())
+    log_->write(events::name::checkpoint, {{f::region, region_},
+                                           {f::rank, rank_},
+                                           {f::round, w.round},
+                                           {f::path, w.folder.string()}});
+}
+
+TrainResult WorkerRun::finish(uint64_t next_round) {
+  engine_->to_host(params_);              // the final values, on every rank
+  std::optional<FinalModel> final_model;  // the leader's
+  if (session_) {
+    // Overlap and streaming: take in what is still in flight, push the fragments' last
+    // progress, and give every worker the result.
+    const auto t0 = Clock::now();
+    const bool last = next_round > config_.rounds;  // else a stopped run: no global model
+    auto reps = session_->finish((next_round - 1) * config_.local_steps, params_,
+                                 last ? RunEnd::flush : RunEnd::no_flush);
+    if (!reps.empty()) {
+      nlohmann::json j{{f::region, region_},  {f::round, reps.back().round},
+                       {f::steps, 0},         {f::compute_s, 0.0},
+                       {f::comm_s, 0.0},      {f::optimizer_s, 0.0},
+                       {f::wait_s, since(t0)}};
+      j.update(session_->take_round_fields());
+      log_->write(events::name::round, j);
+    }
+    // One global model out of the regions' views (worker/run/final_model.hpp); not for a stopped
+    // run, whose snapshots hold the residuals.
+    final_model.emplace(params_, region_);
+    if (last)
+      final_model->flush(*session_, params_, *log_);
+    else
+      final_model->skip("the run stopped before its last round");
+    // Training is over for this region: the servers stop counting it now rather than after
+    // dead_after, so that another region's last round never waits for it.
+    session_->goodbye(std::min(config_.timeout, std::chrono::milliseconds(2000)));
+    if (region_index_ == 0)
+      final_model->write(config_.run_dir, *model_, table_, params_, config_.model, config_.seed,
+                         next_round - 1);
+  }
+  if (comm_) comm_->broadcast(params_, 0);
+  // The last snapshot is on disk before the evaluation, whose activations are the run's largest
+  // allocation (the state in flight is the parameters and optimizer state again), and before the
+  // worker says it is done.
+  snapshot_writer_.wait();
+  log_snapshots();
+
+  nlohmann::json done{{f::region, region_},
+                      {f::rank, rank_},
+                      {f::rounds, result_.rounds},
+                      {f::steps, result_.steps},
+                      {f::skipped_steps, result_.skipped_steps}};
+  if (leader_) {
+    final_model->evaluate(*data_, *backend_, params_);
+    log_->write(events::name::eval, eval_event(region_, final_model->own_evaluation(),
+                                               next_round - 1, result_.steps, tokens_per_step()));
+    final_model->report(done, result_);
+    write_region_parameters(config_.run_dir, region_, final_model->own_parameters());
+  }
+  result_.wall_seconds = since(start_);
+  done[f::wall_s] = result_.wall_seconds;
+  log_->write(events::name::done, done);
+  result_.params = std::move(params_);
+  return std::move(result_);
+}
+
+}  // namespace
+
+Trainer::Trainer(WorkerConfig config, std::string region, uint32_t rank, zmq::context_t& context,
+                 TrainerOptions options)
+    : config_(std::move(config)),
+      region_(std::move(region)),
+      rank_(rank),
+      context_(context),
+      options_(options) {
+  region_index_ = config_.region_index(region_);
+  GT_REQUIRE(rank_ < config_.workers_per_region,
+             "rank {} is not below worker.workers_per_region = {}", rank_,
+             config_.workers_per_region);
+  require_device_available(config_.device);  // device: cuda needs a CUDA + NCCL build and a GPU
+  for (const auto& r : config_.regions)
+    GT_REQUIRE(
+        config_.server_endpoints.count(r) ||
+            (config_.routes.count(region_) && config_.routes.at(region_).count(r)),
+        "server.endpoints has no entry for region '{}' (every region's server must be reachable)",
+        r);
+}
+
+TrainResult Trainer::run(std::stop_token stop) {
+  WorkerRun run(config_, region_, region_index_, rank_, context_, options_);
+  uint64_t round = run.start(stop);
+  for (; round <= config_.rounds && !run.stop_agreed(stop); ++round) run.train_round(round, stop);
+  return run.finish(round);
+}
+
+}  // namespace geotrain::worker

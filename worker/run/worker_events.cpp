@@ -1,0 +1,112 @@
+#include "worker/run/worker_events.hpp"
+
+#include <algorithm>
+
+#include "core/metrics_events.hpp"
+#include "kernels/ops/threads.hpp"  // blas_config
+#include "worker/training/optimizer.hpp"
+
+namespace geotrain::worker {
+
+namespace f = events::field;
+
+nlohmann::json exchange_fields(const std::vector<RoundReport>& reports) {
+  nlohmann::json j = nlohmann::json::object();
+  if (reports.empty()) return j;
+  double push = 0, pull = 0, gate = 0, merge_wait = 0;
+  uint64_t pushed = 0, pulled = 0, largest = 0, deferred = 0, late = 0;
+  uint32_t staleness = 0;
+  for (const auto& r : reports) {
+    deferred += r.deferred.size();
+    late += r.late_shards;
+    largest = std::max(largest, r.bytes_pushed + r.bytes_pulled);
+    push += r.push_seconds;
+    pull += r.pull_seconds;
+    merge_wait += r.merge_wait_seconds;
+    pushed += r.bytes_pushed;
+    pulled += r.bytes_pulled;
+    staleness = std::max(staleness, r.max_staleness);
+    gate = std::max(gate, double(r.gate_wait_us) / 1e6);
+  }
+  j[f::merge_wait_s] = merge_wait;
+  j[f::push_s] = push;
+  j[f::pull_s] = pull;
+  j[f::bytes_pushed] = pushed;
+  j[f::bytes_pulled] = pulled;
+  j[f::staleness] = staleness;
+  j[f::gate_wait_s] = gate;
+  j[f::merged_round] = reports.back().round;
+  j[f::released_round] = reports.back().released_round;
+  j[f::exchanges] = reports.size();
+  j[f::largest_exchange_bytes] = largest;
+  // Deferred shards (worker.shard_wait_ms): still on the WAN after the round's exchanges, and
+  // merged late in them.
+  j[f::deferred_shards] = deferred;
+  j[f::late_shards] = late;
+  return j;
+}
+
+nlohmann::json report_fields(const RoundReport& r) {
+  return {{f::round, r.round},
+          {"fragment", r.fragment},
+          {f::bytes_pushed, r.bytes_pushed},
+          {f::bytes_pulled, r.bytes_pulled},
+          {f::push_s, r.push_seconds},
+          {f::pull_s, r.pull_seconds},
+          {f::merge_wait_s, r.merge_wait_seconds},
+          {f::staleness, r.max_staleness},
+          {f::gate_wait_s, double(r.gate_wait_us) / 1e6},
+          {f::released_round, r.released_round},
+          {f::deferred_shards, r.deferred.size()},  // worker.shard_wait_ms: still on the WAN
+          {f::late_shards, r.late_shards}};         // deferred earlier, merged in this exchange
+}
+
+nlohmann::json start_event(const WorkerConfig& c, const std::string& region, uint32_t rank,
+                           uint32_t world, const std::string& model, size_t parameters, bool resume,
+                           uint64_t generation) {
+  return {{f::region, region},
+          {f::rank, rank},
+          {f::world, world},
+          {f::model, model},
+          {f::parameters, parameters},
+          {f::workers_per_region, c.workers_per_region},
+          {f::device, c.device},
+          {f::optimizer, optimizer_kind_name(c.optimizer.kind)},
+          {f::lr, c.lr},
+          {f::batch_size, c.batch_size},
+          {f::local_steps, c.local_steps},
+          {f::rounds, c.rounds},
+          {f::critical_codec, c.critical_codec.text()},
+          {f::noncritical_codec, c.noncritical_codec.text()},
+          {f::overlap, c.overlap},
+          {f::overlap_mode, std::string(overlap_mode_name(c.overlap_mode))},
+          {f::fragments, c.fragments},
+          {f::fragment_delay, c.merge_delay()},
+          {f::stream_critical, c.stream_critical},
+          {f::shard_wait_ms, c.shard_wait.count()},
+          // 0: auto (each server's count is in the log: worker/leader/region_sync.cpp)
+          {f::streams_per_server, c.streams_per_server},
+          {f::staleness_bound, c.staleness_bound},
+          {f::resume, resume},
+          {f::generation, generation},
+          // The CPU's BLAS kernels: part of a run's arithmetic (docs/experiments.md, "Reproducing
+          // a figure").
+          {f::blas, kernels::cpu::blas_config()}};
+}
+
+nlohmann::json eval_event(const std::string& region, const Evaluation& e, uint64_t round,
+                          uint64_t step, uint64_t tokens_per_step) {
+  nlohmann::json j{
+      {f::region, region}, {f::round, round}, {f::step, step}, {f::tokens, step * tokens_per_step}};
+  if (e.bits_per_byte) {
+    j[f::val_loss] = e.loss;
+    j[f::val_bpb] = *e.bits_per_byte;
+    j[f::val_accuracy] = e.accuracy;
+  } else {
+    j[f::test_accuracy] = e.accuracy;
+    j[f::test_loss] = e.loss;
+  }
+  return j;
+}
+
+}  // namespace geotrain::worker

@@ -1,0 +1,41 @@
+// The fields of the worker's metrics events (docs/run-folder.md) that both writers build, the
+// native trainer and the Python API (python/geotrain/torch.py, through the binding), named by the
+// schema (core/metrics_events.json, the generated events::field constants): one definition of
+// how a round's exchanges become the `round` event's fields; and the native trainer's `start`
+// and `eval` events.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <vector>
+
+#include "worker/config.hpp"
+#include "worker/data/training_data.hpp"
+#include "worker/leader/region_sync.hpp"
+
+namespace geotrain::worker {
+
+// The exchanges merged in one round (one per round without streaming), as the round event's
+// fields: bytes and seconds summed, the worst staleness and gate wait, the last exchange's round
+// (merged_round) and released round, the largest single exchange (what streaming divides by P),
+// deferred and late shards. An empty object when there were none.
+nlohmann::json exchange_fields(const std::vector<RoundReport>& reports);
+
+// One exchange's report as the Python API hands it out (RegionSync.step, StreamingSync
+// after_step): round, fragment, bytes, seconds, staleness, gate wait, released round, deferred
+// and late shards.
+nlohmann::json report_fields(const RoundReport& r);
+
+// The native trainer's `start` event: what this worker runs (its config, the model's kind and
+// size, where it sits in the deployment, whether it resumed and which generation it is).
+nlohmann::json start_event(const WorkerConfig& c, const std::string& region, uint32_t rank,
+                           uint32_t world, const std::string& model, size_t parameters, bool resume,
+                           uint64_t generation);
+
+// An `eval` event as the metrics contract names it: test_* for classifiers, val_* for LMs.
+// tokens: training tokens of all regions up to this step (samples for a classifier), the x axis
+// on which runs of different batch sizes and H compare.
+nlohmann::json eval_event(const std::string& region, const Evaluation& e, uint64_t round,
+                          uint64_t step, uint64_t tokens_per_step);
+
+}  // namespace geotrain::worker

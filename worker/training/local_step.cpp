@@ -1,0 +1,83 @@
+#include "worker/training/local_step.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.hpp"
+
+namespace geotrain::worker {
+
+LocalStep::LocalStep(const LocalStepConfig& config, size_t parameters)
+    : config_(config),
+      optimizer_(config.optimizer, parameters, config.decay_mask, config.muon_matrices),
+      guard_(config.guard),
+      grad_(parameters, 0.0f) {
+  GT_REQUIRE(config.accumulation_steps >= 1, "accumulation_steps {} must be >= 1",
+             config.accumulation_steps);
+  GT_REQUIRE(config.max_grad_norm >= 0, "max_grad_norm {} must be >= 0", config.max_grad_norm);
+  config.schedule.validate();
+}
+
+bool LocalStep::add_micro_batch(double mean_loss) {
+  GT_ASSERT(micro_ < config_.accumulation_steps, "{} micro-batches added, {} expected", micro_ + 1,
+            config_.accumulation_steps);
+  loss_sum_ += mean_loss;
+  return ++micro_ == config_.accumulation_steps;
+}
+
+StepReport LocalStep::begin_report(uint32_t reduced_over) const {
+  GT_ASSERT(micro_ == config_.accumulation_steps, "a step after {} of {} micro-batches", micro_,
+            config_.accumulation_steps);
+  GT_REQUIRE(reduced_over >= 1, "local step: reduced over 0 workers");
+  StepReport r;
+  r.step = step_;
+  r.loss = loss_sum_ / static_cast<double>(micro_);
+  r.lr = config_.schedule.at(step_);
+  return r;
+}
+
+StepReport LocalStep::apply(FloatSpan params, uint32_t reduced_over) {
+  GT_REQUIRE(params.size() == grad_.size(), "local step: {} parameters, gradient has {}",
+             params.size(), grad_.size());
+  StepReport r = begin_report(reduced_over);
+  const float scale = 1.0f / static_cast<float>(micro_ * reduced_over);
+  if (scale != 1.0f)
+    for (float& g : grad_) g *= scale;
+  // Guard first, on the unclipped gradient: clipping would turn an infinity into NaNs.
+  r.verdict = guard_.check(step_, r.loss, grad_);
+  if (r.verdict == Verdict::kAccept) {
+    r.grad_norm = config_.max_grad_norm > 0 ? clip_grad_norm(grad_, config_.max_grad_norm)
+                                            : global_grad_norm(grad_);
+    // Muon's matrices: their own peak lr, under the same schedule multiplier.
+    const float muon_lr = config_.optimizer.muon_lr * (r.lr / config_.schedule.base_lr);
+    optimizer_.step(params, grad_, r.lr, muon_lr);
+  }
+  std::fill(grad_.begin(), grad_.end(), 0.0f);
+  micro_ = 0;
+  loss_sum_ = 0;
+  ++step_;
+  return r;
+}
+
+StepReport LocalStep::decide(double grad_sum_norm_sq, uint32_t reduced_over, float* grad_scale) {
+  StepReport r = begin_report(reduced_over);
+  const double scale = 1.0 / static_cast<double>(micro_ * reduced_over);
+  const double norm = std::sqrt(grad_sum_norm_sq) * scale;
+  r.verdict = guard_.check(step_, r.loss, std::isfinite(norm));
+  *grad_scale = 0.0f;
+  if (r.verdict == Verdict::kAccept) {
+    r.grad_norm = norm;
+    // PyTorch's clip_grad_norm_ coefficient, as clip_grad_norm applies it.
+    const double clip = config_.max_grad_norm > 0 && norm > config_.max_grad_norm
+                            ? config_.max_grad_norm / (norm + 1e-6)
+                            : 1.0;
+    *grad_scale = static_cast<float>(scale * clip);
+    optimizer_.count_step();
+  }
+  micro_ = 0;
+  loss_sum_ = 0;
+  ++step_;
+  return r;
+}
+
+}  // namespace geotrain::worker

@@ -1,0 +1,88 @@
+// LocalStep: one worker's local optimisation step, in the order the issue fixes:
+//   accumulate micro-batch gradients -> (caller: AllReduce of grad()) -> average ->
+//   anomaly guard -> global-norm clip -> optimizer step at the scheduled learning rate.
+// (The guard looks at the unclipped gradient: clipping would turn an infinity into NaNs.)
+//
+// Owns: the flat gradient accumulator, the Optimizer, the AnomalyGuard. Usage per micro-batch:
+// model.forward_backward(params, ..., step.grad()); if (step.add_micro_batch(mean_loss)) {
+// allreduce_sum(step.grad()) (optional); auto r = step.apply(params, world); }. A refused step
+// leaves the parameters and the optimizer state untouched, and still clears the accumulator and
+// advances the schedule. Nothing blocks; not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/span.hpp"
+#include "worker/training/anomaly_guard.hpp"
+#include "worker/training/optimizer.hpp"
+
+namespace geotrain::worker {
+
+struct LocalStepConfig {
+  OptimizerConfig optimizer;
+  LrSchedule schedule;
+  uint32_t accumulation_steps = 1;  // micro-batches per optimizer step
+  double max_grad_norm = 0;         // 0: no clipping
+  AnomalyGuardConfig guard;
+  // Muon (optimizer.kind muon): the matrices it orthogonalises (muon_matrices); they step at
+  // optimizer.muon_lr * schedule.at(step) / schedule.base_lr.
+  std::vector<MatrixBlock> muon_matrices{};
+  std::vector<uint8_t> decay_mask;  // per parameter, 1 = weight decay applies; empty: all
+};
+
+struct StepReport {
+  uint64_t step = 0;  // index of the step just decided
+  Verdict verdict = Verdict::kAccept;
+  double loss = 0;       // mean over the accumulated micro-batches
+  double grad_norm = 0;  // before clipping
+  float lr = 0;
+};
+
+class LocalStep {
+ public:
+  LocalStep(const LocalStepConfig& config, size_t parameters);
+
+  // Where backward accumulates (+=) the gradient; zero after construction and after apply().
+  FloatSpan grad() { return grad_; }
+  // Records one micro-batch's mean loss; true when accumulation_steps have been added.
+  bool add_micro_batch(double mean_loss);
+  // Replaces the mean loss of the micro-batches recorded so far (e.g. with the region's mean
+  // after an AllReduce), so that every worker of a region takes the same guard decision.
+  void set_loss(double mean_loss) { loss_sum_ = mean_loss * static_cast<double>(micro_); }
+  // Averages grad() over micro-batches and over `reduced_over` workers (grad() holds their sum
+  // after an AllReduce; 1 without one), clips, asks the guard, steps. InputError on a size
+  // mismatch; GT_ASSERT when called before the micro-batches are complete.
+  StepReport apply(FloatSpan params, uint32_t reduced_over = 1);
+  // apply()'s decisions for a step whose gradient, parameters and optimizer state live on a
+  // device (ModelBackend::resident()): from the region's summed gradient's squared norm, the
+  // average, the guard's verdict, the clipping; counts the optimizer's step when accepted and
+  // sets *grad_scale to what the device multiplies the summed gradient by (average x clip).
+  // The accumulator here is not used. Same preconditions as apply().
+  StepReport decide(double grad_sum_norm_sq, uint32_t reduced_over, float* grad_scale);
+
+  uint64_t steps() const { return step_; }
+  uint64_t skipped() const { return guard_.skipped(); }
+
+  // Restoring from a worker checkpoint: the optimizer's and the guard's state, and the step the
+  // schedule is at (the steps done so far).
+  Optimizer& optimizer() { return optimizer_; }
+  const Optimizer& optimizer() const { return optimizer_; }
+  AnomalyGuard& guard() { return guard_; }
+  const AnomalyGuard& guard() const { return guard_; }
+  void set_steps(uint64_t steps) { step_ = steps; }
+
+ private:
+  // The step's report as far as apply() and decide() agree: step, mean loss, lr.
+  StepReport begin_report(uint32_t reduced_over) const;
+
+  LocalStepConfig config_;
+  Optimizer optimizer_;
+  AnomalyGuard guard_;
+  std::vector<float> grad_;
+  uint32_t micro_ = 0;
+  double loss_sum_ = 0;
+  uint64_t step_ = 0;
+};
+
+}  // namespace geotrain::worker
