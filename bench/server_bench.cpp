@@ -135,8 +135,9 @@ struct Sizes {
 
 // A ParamServer owning one shard of `elements` fp32 values on its own thread, and one region
 // client doing push+pull round trips against it, one request at a time: the push, its reply, then
-// the pull and its reply. (A leader sends its pull right behind its push, worker/leader/region_sync.cpp;
-// one request at a time keeps each exchange comparable with one raw request/reply.)
+// the pull and its reply. (A leader sends its pull right behind its push,
+// worker/leader/region_sync.cpp; one request at a time keeps each exchange comparable with one raw
+// request/reply.)
 class ServerSession {
  public:
   // keys_dir non-empty: CURVE on (the keys of region "bench" in it).
@@ -176,7 +177,6 @@ class ServerSession {
     std::vector<float> delta(elements);
     fill_gradient_like(delta, "gaussian", 7);
     compression::make_codec(codec)->encode(delta, payload_);
-    codec_id_ = static_cast<uint8_t>(compression::parse_header(payload_).codec);
     sizes_.push_payload = payload_.size();
     round_trip();  // measures the frame sizes
   }
@@ -185,7 +185,7 @@ class ServerSession {
   void round_trip() {
     ++round_;
     const bool first = round_ == 1;  // frame sizes are measured once, outside the timed loop
-    wire::Push push{0, round_, version_, {{0, elements_, codec_id_, payload_.size()}}};
+    wire::Push push{0, round_, version_, {{0, payload_.size()}}};
     if (first) sizes_.push_header = wire::encode_header(wire::Header{0, push}).size();
     std::vector<zmq::message_t> frames;
     frames.push_back(borrowed_frame(payload_));
@@ -214,7 +214,6 @@ class ServerSession {
   std::unique_ptr<server::ParamServer> server_;
   std::unique_ptr<wire::Client> client_;
   Bytes payload_;
-  uint8_t codec_id_ = 0;
   uint64_t version_ = 0, round_ = 0;
   Sizes sizes_;
   std::jthread loop_;  // last: stopped and joined before the server and client go

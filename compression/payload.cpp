@@ -126,7 +126,7 @@ void write_payload(PayloadHeader h, ByteSpan payload, const BodyFill& fill) {
 
 PayloadHeader parse_header(ConstByteSpan payload) { return parse_header(payload, BodyVisit()); }
 
-PayloadHeader parse_header(ConstByteSpan payload, const BodyVisit& visit) {
+PayloadHeader peek_header(ConstByteSpan payload) {
   GT_REQUIRE(payload.size() >= kHeaderBytes,
              "codec payload: truncated: {} bytes, shorter than the {}-byte header", payload.size(),
              kHeaderBytes);
@@ -149,6 +149,11 @@ PayloadHeader parse_header(ConstByteSpan payload, const BodyVisit& visit) {
              "codec payload: {}: header says {} body bytes but {} are present{}",
              codec_name(static_cast<uint8_t>(h.codec)), h.body_bytes, actual,
              actual < h.body_bytes ? " (truncated)" : " (trailing bytes)");
+  return h;
+}
+
+PayloadHeader parse_header(ConstByteSpan payload, const BodyVisit& visit) {
+  const PayloadHeader h = peek_header(payload);
   const uint64_t sum = visit ? streamed_checksum(payload, visit) : payload_checksum(payload);
   GT_REQUIRE(sum == h.checksum,
              "codec payload: {}: checksum mismatch (header 0x{:016x}, content 0x{:016x}): garbled",

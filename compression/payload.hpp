@@ -70,9 +70,14 @@ struct PayloadHeader {
 // Writes `header` (with body_bytes and checksum computed from `body`) into the first 40 bytes.
 void write_header(PayloadHeader header, ByteSpan payload);
 
-// Reads and validates the header of a payload: size, magic, body length, checksum.
-// Throws InputError ("codec payload: ...") when any of them is wrong.
+// Reads and validates the header of a payload: size, magic, element bound, body length, flags,
+// checksum. Throws InputError ("codec payload: ...") when any of them is wrong.
 PayloadHeader parse_header(ConstByteSpan payload);
+// The size, magic, element bound and body length alone, without the checksum (which covers the
+// whole body) and the flags: what a payload says it is (its codec, its element count), for
+// checks that come before the body is read. parse_header() must
+// still pass before anything computed from the body is used.
+PayloadHeader peek_header(ConstByteSpan payload);
 
 // One pass instead of two over a large body: the body is handled in consecutive blocks of at
 // most kChecksumBlock bytes, each hashed right after the caller wrote it (write_payload) or

@@ -59,7 +59,7 @@ std::string file_stem(std::string spec) {
 }
 
 size_t write_wire(const fs::path& out) {
-  const std::vector<wire::Segment> segments{{0, 300, 6, 120}, {300, 37, 7, 92}};
+  const std::vector<wire::Segment> segments{{0, 120}, {300, 92}};
   const std::vector<std::pair<std::string, wire::Body>> messages{
       {"hello",
        wire::Hello{"us-east", wire::kProtocolVersion, 0x1234abcd, {"ef-downlink", "full-pull"}}},
@@ -224,8 +224,7 @@ std::pair<wire::Push, std::vector<Bytes>> make_push(
     auto x = values(count);
     for (float& v : x) v *= 0.01f;
     codec->encode(x, payload);
-    push.segments.push_back(
-        {offset, count, static_cast<uint8_t>(codec->id()), static_cast<uint64_t>(payload.size())});
+    push.segments.push_back({offset, static_cast<uint64_t>(payload.size())});
     payloads.push_back(std::move(payload));
   }
   return {std::move(push), std::move(payloads)};
@@ -248,8 +247,8 @@ size_t write_server_messages(const fs::path& out) {
   };
   {  // One region: hello, full fp32 pushes and pulls, then compressed pulls since a version.
     Recorder r(1, 0, false);
-    const auto hello =
-        reply_as<wire::HelloReply>(r.say(0, wire::Hello{"a", 1, r.table_hash(), {"kv"}}));
+    const auto hello = reply_as<wire::HelloReply>(
+        r.say(0, wire::Hello{"a", wire::kProtocolVersion, r.table_hash(), {"kv"}}));
     const auto& s = hello.shards.front();
     auto [p1, f1] = make_push(s, 1, 0, "fp32", {{0, s.count}});
     r.say(0, p1, f1);
@@ -321,13 +320,16 @@ size_t write_server_messages(const fs::path& out) {
   {  // Refusals: unregistered, wrong table hash, unknown region, replies sent as requests.
     Recorder r(1, 0, false);
     r.say(0, wire::Heartbeat{}, {}, true);
-    r.say(0, wire::Hello{"a", 1, r.table_hash() ^ 1, {}}, {}, true);
-    r.say(0, wire::Hello{"nowhere", 1, r.table_hash(), {}}, {}, true);
-    r.say(0, wire::Hello{"a", 1, r.table_hash(), {}});
+    r.say(0, wire::Hello{"a", wire::kProtocolVersion, r.table_hash() ^ 1, {}}, {}, true);
+    r.say(0, wire::Hello{"nowhere", wire::kProtocolVersion, r.table_hash(), {}}, {}, true);
+    r.say(0, wire::Hello{"a", wire::kProtocolVersion, r.table_hash(), {}});
     r.say(0, wire::PushReply{0, 1, 0, 0}, {}, true);
     r.say(0, wire::Ack{}, {}, true);
     r.say(0, wire::PullRequest{99, 0, true, 0}, {}, true);
-    r.say(1, wire::Hello{"a", 1, r.table_hash(), {}});  // a second connection replaces the first
+    r.say(1, wire::Hello{"a",
+                         wire::kProtocolVersion,
+                         r.table_hash(),
+                         {}});  // a second connection replaces the first
     r.say(1, wire::Shutdown{});
     save("refusals-shutdown", r);
   }

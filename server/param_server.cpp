@@ -457,21 +457,16 @@ ParamServer::Outcome ParamServer::on_pull(uint32_t r, const wire::Header& h,
   // pooled buffer.
   const bool values = shard.pull_sends_values(r, m.full);
   std::vector<zmq::message_t> frames;
-  compression::CodecId codec = compression::CodecId::fp32;
   if (values) {
     frames.push_back(ValueBufferPool::frame(shard.pull_values(r)));
   } else {
     Bytes payload = pool_.acquire(shard.change_bytes(r));
     shard.pull_change(r, payload);
-    codec = shard.downlink_codec(r).id();
     frames.push_back(pool_.frame(std::move(payload)));
   }
   const uint64_t bytes = frames.back().size();
-  wire::PullReply out{m.shard,
-                      shard.version(),
-                      shard.released_round(),
-                      values,
-                      {{0, shard.range().count, static_cast<uint8_t>(codec), bytes}}};
+  // One segment over the whole shard: its payload's header says the codec and the count.
+  wire::PullReply out{m.shard, shard.version(), shard.released_round(), values, {{0, bytes}}};
   auto& c = metrics_.region(r);
   ++c.pulls;
   c.bytes_out += bytes;
@@ -593,7 +588,11 @@ void ParamServer::reply(const std::string& peer, uint64_t request_id, wire::Body
 void ParamServer::reply_error(const std::string& peer, uint64_t request_id, ErrorCode code,
                               const std::string& message) {
   if (auto r = membership_.region_of(peer)) ++metrics_.region(*r).errors;
-  spdlog::debug("error reply ({}): {}", wire::error_code_name(code), message);
+  // A peer of another release is a deployment mistake the operator must see; the rest is routine.
+  if (code == ErrorCode::bad_version)
+    spdlog::warn("refused a peer of another protocol version: {}", message);
+  else
+    spdlog::debug("error reply ({}): {}", wire::error_code_name(code), message);
   reply(peer, request_id, wire::Error{code, message});
 }
 

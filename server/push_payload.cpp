@@ -15,40 +15,43 @@ using wire::ErrorCode;
 using wire::WireError;
 
 namespace {
-// The payload header of push segment i, checked (checksum included, `visit` seeing each block of
-// the body as it is hashed) and held against what the push's header says of the segment.
-compression::PayloadHeader checked_segment(size_t i, const wire::Segment& s, ConstByteSpan bytes,
-                                           uint64_t request_id,
-                                           const compression::BodyVisit& visit) {
+// What the payload of push segment i says it is (its codec, its element count), before its body
+// is read: a malformed header is bad_payload, a codec that is not one bad_codec.
+compression::PayloadHeader peeked(size_t i, ConstByteSpan bytes, uint64_t request_id) {
   compression::PayloadHeader header;
   try {
-    header = compression::parse_header(bytes, visit);
+    header = compression::peek_header(bytes);
   } catch (const InputError& e) {
     throw WireError(ErrorCode::bad_payload, fmt::format("segment {}: {}", i, e.what()), request_id);
   }
-  if (static_cast<uint8_t>(header.codec) != s.codec)
-    throw WireError(
-        ErrorCode::bad_codec,
-        fmt::format("segment {}: header says codec {}, payload is {}", i,
-                    compression::codec_name(s.codec), compression::codec_name(header.codec)),
-        request_id);
-  if (header.elements != s.count)
-    throw WireError(ErrorCode::bad_payload,
-                    fmt::format("segment {}: header says {} elements, payload has {}", i, s.count,
-                                header.elements),
+  if (!compression::is_codec_id(static_cast<uint8_t>(header.codec)))
+    throw WireError(ErrorCode::bad_codec,
+                    fmt::format("segment {}: codec id {} is not a codec", i,
+                                static_cast<unsigned>(header.codec)),
                     request_id);
   return header;
+}
+
+// The payload header of push segment i, checked (checksum included, `visit` seeing each block of
+// the body as it is hashed).
+compression::PayloadHeader checked_segment(size_t i, ConstByteSpan bytes, uint64_t request_id,
+                                           const compression::BodyVisit& visit) {
+  try {
+    return compression::parse_header(bytes, visit);
+  } catch (const InputError& e) {
+    throw WireError(ErrorCode::bad_payload, fmt::format("segment {}: {}", i, e.what()), request_id);
+  }
 }
 
 // The floats of a push that is one fp32 segment covering the shard, where they can be read in
 // place; empty otherwise.
 std::optional<ConstFloatSpan> fp32_in_place(const wire::Push& m,
                                             std::span<const zmq::message_t> payloads, uint64_t n) {
-  const auto fp32 = static_cast<uint8_t>(compression::CodecId::fp32);
-  if (m.segments.size() != 1 || m.segments[0].offset != 0 || m.segments[0].count != n ||
-      m.segments[0].codec != fp32)
-    return std::nullopt;
-  return compression::fp32_body_view(wire::frame_bytes(payloads[0]), n);
+  if (m.segments.size() != 1 || m.segments[0].offset != 0) return std::nullopt;
+  const auto bytes = wire::frame_bytes(payloads[0]);
+  const auto header = compression::peek_header(bytes);  // check() passed: it reads
+  if (header.elements != n || header.codec != compression::CodecId::fp32) return std::nullopt;
+  return compression::fp32_body_view(bytes, n);
 }
 }  // namespace
 
@@ -65,17 +68,15 @@ void PushPayload::check(const wire::Push& m, std::span<const zmq::message_t> pay
   uint64_t covered = 0;
   for (size_t i = 0; i < m.segments.size(); ++i) {
     const auto& s = m.segments[i];
-    if (!compression::is_codec_id(s.codec))
-      throw WireError(ErrorCode::bad_codec,
-                      fmt::format("segment {}: codec id {} is not a codec", i, s.codec), id);
-    if (s.offset < covered || s.count > n || s.offset > n - s.count)
+    const uint64_t count = peeked(i, wire::frame_bytes(payloads[i]), id).elements;
+    if (s.offset < covered || count > n || s.offset > n - count)
       throw WireError(
           ErrorCode::bad_range,
           fmt::format("segment {}: range [{}, +{}) is outside shard {} of {} elements or overlaps "
                       "the previous segment",
-                      i, s.offset, s.count, m.shard, n),
+                      i, s.offset, count, m.shard, n),
           id);
-    covered = s.offset + s.count;
+    covered = s.offset + count;
   }
 }
 
@@ -89,12 +90,11 @@ bool PushPayload::finite(const Delta& d, const wire::Push& m,
                          std::span<const zmq::message_t> payloads, uint64_t id) {
   if (!d.in_place) return all_finite(d.values);
   bool finite = true;
-  checked_segment(0, m.segments[0], wire::frame_bytes(payloads[0]), id,
-                  [&](size_t, ConstByteSpan block) {
-                    finite = all_finite({reinterpret_cast<const float*>(block.data()),
-                                         block.size() / sizeof(float)}) &&
-                             finite;
-                  });
+  checked_segment(0, wire::frame_bytes(payloads[0]), id, [&](size_t, ConstByteSpan block) {
+    finite =
+        all_finite({reinterpret_cast<const float*>(block.data()), block.size() / sizeof(float)}) &&
+        finite;
+  });
   return finite;
 }
 
@@ -105,17 +105,17 @@ ConstFloatSpan PushPayload::decode(const wire::Push& m, std::span<const zmq::mes
   for (size_t i = 0; i < m.segments.size(); ++i) {
     const auto& s = m.segments[i];
     const auto bytes = wire::frame_bytes(payloads[i]);
-    const auto header = checked_segment(i, s, bytes, id, {});
+    const auto header = checked_segment(i, bytes, id, {});
     std::fill(scratch_.begin() + static_cast<std::ptrdiff_t>(filled),
               scratch_.begin() + static_cast<std::ptrdiff_t>(s.offset), 0.0f);
-    const auto out = FloatSpan(scratch_).subspan(s.offset, s.count);
+    const auto out = FloatSpan(scratch_).subspan(s.offset, header.elements);
     try {
       const auto decoded = compression::decode_view(header, bytes, out);
       if (decoded.data() != out.data()) std::copy(decoded.begin(), decoded.end(), out.begin());
     } catch (const InputError& e) {
       throw WireError(ErrorCode::bad_payload, fmt::format("segment {}: {}", i, e.what()), id);
     }
-    filled = s.offset + s.count;
+    filled = s.offset + header.elements;
   }
   std::fill(scratch_.begin() + static_cast<std::ptrdiff_t>(filled), scratch_.end(), 0.0f);
   return scratch_;

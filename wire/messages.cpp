@@ -26,8 +26,6 @@ void put_segments(capnp::List<schema::Segment>::Builder out, const std::vector<S
   for (size_t i = 0; i < in.size(); ++i) {
     auto s = out[static_cast<unsigned>(i)];
     s.setOffset(in[i].offset);
-    s.setCount(in[i].count);
-    s.setCodec(in[i].codec);
     s.setBytes(in[i].bytes);
   }
 }
@@ -35,7 +33,7 @@ void put_segments(capnp::List<schema::Segment>::Builder out, const std::vector<S
 std::vector<Segment> get_segments(capnp::List<schema::Segment>::Reader in) {
   std::vector<Segment> out;
   out.reserve(in.size());
-  for (auto s : in) out.push_back({s.getOffset(), s.getCount(), s.getCodec(), s.getBytes()});
+  for (auto s : in) out.push_back({s.getOffset(), s.getBytes()});
   return out;
 }
 
@@ -285,7 +283,8 @@ Header decode_header(const zmq::message_t& frame) {
     if (h.getVersion() != kProtocolVersion)
       throw WireError(
           ErrorCode::bad_version,
-          fmt::format("header: protocol version {} is not supported, this build speaks {}",
+          fmt::format("header: protocol version {} is not supported, this build speaks {} (run "
+                      "one geotrain release on every server and worker)",
                       h.getVersion(), kProtocolVersion),
           request_id);
     return Header{request_id, read(h, request_id), h.getVersion()};

@@ -22,7 +22,9 @@
 
 namespace geotrain::wire {
 
-inline constexpr uint16_t kProtocolVersion = 1;
+// 2: a segment's codec and element count are said only by its payload's header (docs/protocol.md,
+// "Versions"); a peer of another version is refused (badVersion) with both numbers named.
+inline constexpr uint16_t kProtocolVersion = 2;
 // Largest frame 0 accepted, in 8-byte words (headers are a few hundred bytes).
 inline constexpr size_t kMaxHeaderWords = size_t{1} << 16;
 // Requests of one peer that a server holds waiting at once (a push beyond the staleness gate, a
@@ -59,11 +61,12 @@ class WireError : public InputError {
   uint64_t request_id_;
 };
 
+// One payload frame of a push or a pull reply. What the payload holds (its codec, its element
+// count) is said by the payload's own header (compression/payload.hpp), in one place: the segment
+// covers [offset, offset + the payload's elements) of the shard.
 struct Segment {
   uint64_t offset = 0;  // relative to the shard
-  uint64_t count = 0;
-  uint8_t codec = 0;   // compression::CodecId
-  uint64_t bytes = 0;  // size of this segment's payload frame
+  uint64_t bytes = 0;   // size of this segment's payload frame
 };
 
 struct Hello {

@@ -11,9 +11,12 @@ $Cxx.namespace("geotrain::wire::schema");
 
 struct Segment {
   offset @0 :UInt64;     # first element, relative to the shard's range
-  count @1 :UInt64;      # elements covered
-  codec @2 :UInt8;       # compression::CodecId of the payload in this segment's frame
-  bytes @3 :UInt64;      # exact size of the payload frame
+  # Protocol 1 sent the payload's element count and codec here too; since protocol 2 the
+  # payload's own header says them (compression/payload.hpp). Never written, never read.
+  obsoleteCount @1 :UInt64;
+  obsoleteCodec @2 :UInt8;
+  bytes @3 :UInt64;      # exact size of the payload frame; it covers [offset, offset + the
+                         # payload header's element count)
 }
 
 struct Hello {

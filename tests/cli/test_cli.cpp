@@ -271,10 +271,7 @@ TEST_CASE(
     Bytes payload;
     compression::make_codec("fp32")->encode(std::vector<float>(2048, 0.5f), payload);
     std::vector<zmq::message_t> frames;
-    wire::Push push{0,
-                    1,
-                    full.version,
-                    {{0, 2048, static_cast<uint8_t>(compression::CodecId::fp32), payload.size()}}};
+    wire::Push push{0, 1, full.version, {{0, payload.size()}}};
     frames.push_back(wire::frame_from_bytes(std::move(payload)));
     CHECK(std::get<wire::PushReply>(reply(push, std::move(frames)).header.body).round == 1);
     auto pulled = reply(wire::PullRequest{0, full.version, false, 1});

@@ -83,7 +83,7 @@ server: {{wait_for_all_regions: false, run_dir: "{}"}}
     const auto bytes = payload.size();
     std::vector<zmq::message_t> frames;
     frames.push_back(wire::frame_from_bytes(std::move(payload)));
-    call(wire::Push{0, 1, 0, {{0, kShard, 1, bytes}}}, std::move(frames));
+    call(wire::Push{0, 1, 0, {{0, bytes}}}, std::move(frames));
     auto pulled = call(wire::PullRequest{0, 0, true, 0});
     // The values came back as sent (lr 1, no momentum: theta = delta).
     std::vector<float> values(kShard);

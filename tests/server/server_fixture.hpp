@@ -121,9 +121,9 @@ inline Bytes encode(const std::vector<float>& v, const std::string& spec = "fp32
   return out;
 }
 
-inline wire::Push push_header(uint32_t shard, uint64_t round, uint64_t base, const Bytes& payload,
-                              uint64_t count, uint8_t codec = 1) {
-  return wire::Push{shard, round, base, {{0, count, codec, payload.size()}}};
+// A push of one segment over the whole shard (the payload's header says its codec and count).
+inline wire::Push push_header(uint32_t shard, uint64_t round, uint64_t base, const Bytes& payload) {
+  return wire::Push{shard, round, base, {{0, payload.size()}}};
 }
 
 inline std::vector<zmq::message_t> frames(Bytes payload) {
@@ -136,7 +136,7 @@ inline std::vector<zmq::message_t> frames(Bytes payload) {
 inline uint64_t send_push(wire::Client& c, uint64_t round, const std::vector<float>& delta,
                           uint64_t base = 0) {
   auto payload = encode(delta);
-  auto h = push_header(0, round, base, payload, delta.size());
+  auto h = push_header(0, round, base, payload);
   auto id = c.send(h, frames(std::move(payload)));
   REQUIRE(id.has_value());
   return *id;
@@ -144,7 +144,7 @@ inline uint64_t send_push(wire::Client& c, uint64_t round, const std::vector<flo
 
 inline wire::PushReply push(wire::Client& c, uint64_t round, const std::vector<float>& delta) {
   auto payload = encode(delta);
-  auto h = push_header(0, round, 0, payload, delta.size());
+  auto h = push_header(0, round, 0, payload);
   auto r = expect_reply(c, h, frames(std::move(payload)));
   return as<wire::PushReply>(r);
 }
@@ -152,14 +152,16 @@ inline wire::PushReply push(wire::Client& c, uint64_t round, const std::vector<f
 struct Pulled {
   wire::PullReply header;
   std::vector<float> values;
+  compression::CodecId codec;  // what the payload's header says
 };
 
 inline Pulled pull(wire::Client& c, bool full, uint64_t since = 0, uint64_t min_round = 0,
                    uint64_t n = kShard) {
   auto r = expect_reply(c, wire::PullRequest{0, since, full, min_round});
-  Pulled p{as<wire::PullReply>(r), std::vector<float>(n)};
   REQUIRE(r.payloads.size() == 1);
-  compression::decode_payload(wire::frame_bytes(r.payloads[0]), p.values);
+  const auto bytes = wire::frame_bytes(r.payloads[0]);
+  Pulled p{as<wire::PullReply>(r), std::vector<float>(n), compression::parse_header(bytes).codec};
+  compression::decode_payload(bytes, p.values);
   return p;
 }
 

@@ -307,11 +307,11 @@ TEST_CASE(
   auto pa = pull(a, false, v0, 1);  // fp32: a is sent the server's values themselves
   CHECK(pa.header.full);
   REQUIRE(pa.header.segments.size() == 1);
-  CHECK(pa.header.segments[0].codec == static_cast<uint8_t>(compression::CodecId::fp32));
+  CHECK(pa.codec == compression::CodecId::fp32);
   const auto& truth = pa.values;
   auto pb1 = pull(b, false, v0, 1);
   CHECK_FALSE(pb1.header.full);
-  CHECK(pb1.header.segments[0].codec == static_cast<uint8_t>(compression::CodecId::onebit));
+  CHECK(pb1.codec == compression::CodecId::onebit);
   CHECK(pb1.header.segments[0].bytes * 16 < pa.header.segments[0].bytes);
   auto error = [&](const std::vector<float>& view) {
     double e = 0;

@@ -332,7 +332,7 @@ TEST_CASE(
   std::memcpy(storage.data() + 1, payload.data(), payload.size());
   std::vector<zmq::message_t> f;
   f.emplace_back(storage.data() + 1, payload.size(), nullptr, nullptr);
-  as<wire::PushReply>(expect_reply(a, push_header(0, 1, 0, payload, kShard), std::move(f)));
+  as<wire::PushReply>(expect_reply(a, push_header(0, 1, 0, payload), std::move(f)));
   auto p = pull(a, true, 0, 1);
   for (size_t i = 0; i < kShard; ++i)
     REQUIRE(p.values[i] == delta[i]);  // one live region: the delta itself
@@ -356,7 +356,7 @@ server:
   auto delta = filled(n, 0.25f);
   delta[n - 2] = std::numeric_limits<float>::infinity();
   const Bytes bad = encode(delta);
-  auto r = expect_reply(a, push_header(0, 1, 0, bad, n), frames(bad));
+  auto r = expect_reply(a, push_header(0, 1, 0, bad), frames(bad));
   REQUIRE(std::holds_alternative<wire::Error>(r.header.body));
   CHECK(std::get<wire::Error>(r.header.body).code == wire::ErrorCode::bad_payload);
   CHECK(pull(a, true, 0, 0, n).values == filled(n, 0.0f));

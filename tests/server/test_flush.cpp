@@ -121,7 +121,7 @@ TEST_CASE("a final pull waits for every live region's flush; a second flush is r
   hello(a, "a", cluster.table_hash());
   hello(b, "b", cluster.table_hash());
   // a owes 2 on every element, b nothing.
-  auto flush = push_header(0, 1, 0, encode(filled(kShard, 2.0f)), kShard);
+  auto flush = push_header(0, 1, 0, encode(filled(kShard, 2.0f)));
   flush.flush = true;
   as<wire::PushReply>(expect_reply(a, flush, frames(encode(filled(kShard, 2.0f)))));
   // Flushed once only.

@@ -82,7 +82,7 @@ TEST_CASE("messages from an unregistered peer are refused and change nothing") {
   hello(a, "a", cluster.table_hash());
   auto before = stats(a);
   auto payload = encode(filled(kShard, 1.0f));
-  auto h = push_header(0, 1, 0, payload, kShard);
+  auto h = push_header(0, 1, 0, payload);
   auto r = expect_reply(stranger, h, frames(std::move(payload)));
   REQUIRE(std::holds_alternative<wire::Error>(r.header.body));
   CHECK(std::get<wire::Error>(r.header.body).code == wire::ErrorCode::unregistered);

@@ -36,7 +36,7 @@ const std::vector<bool> kAllLive{true, true, true};
 wire::PushReply push_tokens(wire::Client& c, uint64_t round, const std::vector<float>& delta,
                             uint64_t tokens) {
   auto payload = encode(delta);
-  auto h = push_header(0, round, 0, payload, delta.size());
+  auto h = push_header(0, round, 0, payload);
   h.tokens = tokens;
   auto r = expect_reply(c, h, frames(std::move(payload)));
   return as<wire::PushReply>(r);
@@ -251,7 +251,7 @@ TEST_CASE("a push claiming more than 2^40 tokens is refused and changes nothing"
   auto a = cluster.client();
   hello(a, "a", cluster.table_hash());
   auto payload = encode(filled(kShard, 1.0f));
-  auto h = push_header(0, 1, 0, payload, kShard);
+  auto h = push_header(0, 1, 0, payload);
   h.tokens = server::kMaxPushTokens + 1;
   auto r = expect_reply(a, h, frames(std::move(payload)));
   REQUIRE(std::holds_alternative<wire::Error>(r.header.body));

@@ -16,10 +16,10 @@ TEST_CASE("every message type survives encode and decode with its fields") {
                  4,
                  true},
       Heartbeat{},
-      Push{3, 9, 41, {{0, 1024, 6, 168}, {1024, 5, 1, 60}}, 32768},
+      Push{3, 9, 41, {{0, 168}, {1024, 60}}, 32768},
       PushReply{3, 9, 2, 1500},
       PullRequest{3, 40, true, 8},
-      PullReply{3, 44, 9, false, {{0, 4096, 4, 4200}}},
+      PullReply{3, 44, 9, false, {{0, 4200}}},
       Error{ErrorCode::bad_shard, "shard 9 is not owned"},
       StatsRequest{},
       StatsReply{"{\"a\":1}"},
@@ -62,8 +62,6 @@ TEST_CASE("every message type survives encode and decode with its fields") {
   CHECK(push.base_version == 41);
   REQUIRE(push.segments.size() == 2);
   CHECK(push.segments[1].offset == 1024);
-  CHECK(push.segments[1].count == 5);
-  CHECK(push.segments[1].codec == 1);
   CHECK(push.segments[1].bytes == 60);
   CHECK(push.tokens == 32768);
   // A push without tokens (an older leader) reads as 0: unknown, merged with equal weight.
@@ -81,7 +79,7 @@ TEST_CASE("every message type survives encode and decode with its fields") {
 }
 
 TEST_CASE("a header that is truncated, garbage or of another version is refused with its code") {
-  auto good = encode_header(Header{5, Push{1, 2, 3, {{0, 10, 1, 80}}}});
+  auto good = encode_header(Header{5, Push{1, 2, 3, {{0, 80}}}});
   auto code_of = [](const zmq::message_t& m) {
     try {
       decode_header(m);
@@ -96,24 +94,38 @@ TEST_CASE("a header that is truncated, garbage or of another version is refused 
   std::vector<uint8_t> junk(48, 0xab);
   CHECK(code_of(zmq::message_t(junk.data(), junk.size())) == ErrorCode::malformed);
   Header other{6, Heartbeat{}};
-  other.version = 2;
+  other.version = kProtocolVersion + 1;
   auto frame = encode_header(other);
   CHECK(code_of(frame) == ErrorCode::bad_version);
   try {
     decode_header(frame);
   } catch (const WireError& e) {
     CHECK(e.request_id() == 6);
-    CHECK(std::string(e.what()).find("version 2") != std::string::npos);
+    CHECK(std::string(e.what()).find(fmt::format("version {}", kProtocolVersion + 1)) !=
+          std::string::npos);
+    CHECK(std::string(e.what()).find(fmt::format("speaks {}", kProtocolVersion)) !=
+          std::string::npos);
   }
   std::vector<uint8_t> huge((kMaxHeaderWords + 1) * 8, 0);
   CHECK(code_of(zmq::message_t(huge.data(), huge.size())) == ErrorCode::too_large);
+}
+
+TEST_CASE(
+    "a peer of protocol 1 (codec and count in each segment) is refused, naming both versions") {
+  static_assert(kProtocolVersion == 2);
+  Header old{9, Push{1, 2, 3, {{0, 80}}}};
+  old.version = 1;
+  const auto frame = encode_header(old);
+  CHECK_THROWS_WITH_AS(
+      decode_header(frame),
+      doctest::Contains("protocol version 1 is not supported, this build speaks 2"), WireError);
 }
 
 TEST_CASE("payload frames must match the header's segments in number and size") {
   std::vector<zmq::message_t> frames;
   frames.emplace_back(size_t{80});
   frames.emplace_back(size_t{16});
-  std::vector<Segment> segments{{0, 10, 1, 80}, {10, 2, 1, 16}};
+  std::vector<Segment> segments{{0, 80}, {10, 16}};
   CHECK_NOTHROW(check_frames(segments, frames, 1));
   segments[1].bytes = 17;
   CHECK_THROWS_WITH_AS(check_frames(segments, frames, 1), doctest::Contains("segment 1"),

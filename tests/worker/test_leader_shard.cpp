@@ -132,8 +132,7 @@ wire::Reply pull_reply(uint64_t request, uint64_t version, uint64_t round, bool 
   Bytes payload;
   compression::make_fp32_codec()->encode(values, payload);
   wire::PullReply body{0, version, round, full, {}};
-  body.segments.push_back(
-      {0, values.size(), static_cast<uint8_t>(compression::CodecId::fp32), payload.size()});
+  body.segments.push_back({0, payload.size()});
   wire::Reply r;
   r.header = {request, body};
   r.payloads.push_back(wire::frame_from_bytes(std::move(payload)));

@@ -8,6 +8,7 @@
 #include <future>
 #include <thread>
 
+#include "compression/codecs.hpp"
 #include "compression/factory.hpp"
 #include "server/param_server.hpp"
 #include "worker/leader/leader_session.hpp"
@@ -357,8 +358,8 @@ struct ElsewhereCounts {
   std::chrono::milliseconds start_takes{0}, merge_takes{0}, commit_takes{0};
 };
 
-// Parameters kept away from the caller's span, as a device keeps them (worker/leader/leader_params.hpp):
-// its own copy, and the host's rule over it.
+// Parameters kept away from the caller's span, as a device keeps them
+// (worker/leader/leader_params.hpp): its own copy, and the host's rule over it.
 class ElsewhereParams final : public worker::LeaderParams {
  public:
   ElsewhereParams(worker::OverlapMode mode, worker::OuterStepConfig outer, uint32_t regions,
@@ -770,7 +771,7 @@ TEST_CASE(
 namespace {
 
 // A server that lies: it answers hello with `hello`, then every pull with `pull` and one payload
-// frame of the size its first segment states (fp32 zeros behind a valid header when it fits).
+// fp32 payload of zeros, of the size its first segment states.
 // Its own thread; the leader's requests are answered in order, with their request ids.
 class LyingServer {
  public:
@@ -787,7 +788,12 @@ class LyingServer {
               out.frames.push_back(wire::encode_header({h.request_id, hello}));
             } else {
               out.frames.push_back(wire::encode_header({h.request_id, pull}));
-              out.frames.emplace_back(static_cast<size_t>(pull.segments.front().bytes));
+              // An fp32 payload of what the segment's byte size holds.
+              const auto bytes = pull.segments.front().bytes;
+              Bytes payload;
+              compression::make_fp32_codec()->encode(
+                  std::vector<float>((bytes - compression::kHeaderBytes) / sizeof(float)), payload);
+              out.frames.push_back(wire::frame_from_bytes(std::move(payload)));
             }
             channel_->send(std::move(out));
           }
@@ -815,7 +821,7 @@ TEST_CASE(
     c.timeout = 5s;
     return c;
   };
-  const wire::PullReply good_pull{0, 1, 0, true, {{0, 64, 1, 40 + 64 * 4}}};
+  const wire::PullReply good_pull{0, 1, 0, true, {{0, 40 + 64 * 4}}};
   // Shards [0, +62) and [2^64 - 1, +2): the second's offset + count wraps to 1, and the counts
   // cover the 64 parameters.
   {
@@ -824,13 +830,13 @@ TEST_CASE(
     worker::RegionSync leader(table, sync(s), context);
     CHECK_THROWS_AS(leader.connect(), InputError);
   }
-  // A pull segment [2^63, +2^63): offset + count wraps to 0; decoding it would allocate 2^63
-  // floats (std::length_error, not a refusal) before the fix.
+  // A pull segment [2^63, +2): offset + count lies far outside the shard, and offset + count
+  // computed naively would not wrap to a small number only by luck: refused by name.
   {
     LyingServer s(context, "lying-pull", wire::HelloReply{"a", {{0, 0, 64}}, 1, 100, {}},
-                  wire::PullReply{0, 1, 0, true, {{half, half, 1, 48}}});
+                  wire::PullReply{0, 1, 0, true, {{half, 40 + 2 * 4}}});
     worker::RegionSync leader(table, sync(s), context);
-    CHECK_THROWS_AS(leader.connect(), InputError);
+    CHECK_THROWS_WITH_AS(leader.connect(), doctest::Contains("outside the shard"), InputError);
   }
 }
 
@@ -1147,7 +1153,7 @@ server:
 TEST_CASE("a leader refuses servers that name different streaming layouts") {
   zmq::context_t context;
   const ParamTable table({{"w", 64}}, {});
-  const wire::PullReply pull{0, 1, 0, true, {{0, 32, 1, 40 + 32 * 4}}};
+  const wire::PullReply pull{0, 1, 0, true, {{0, 40 + 32 * 4}}};
   wire::HelloReply two{"a", {{0, 0, 32, false, 0}}, 1, 100, {}, 2, false};
   wire::HelloReply three{"b", {{1, 32, 32, false, 1}}, 1, 100, {}, 3, false};
   LyingServer sa(context, "layout-a", two, pull), sb(context, "layout-b", three, pull);

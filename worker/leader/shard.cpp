@@ -95,7 +95,7 @@ wire::Push LeaderShard::push_message(ConstFloatSpan local, Uplink& uplink, uint6
     Bytes payload;
     const auto codec = flush ? uplink.encode_fp32(delta, payload)
                              : uplink.encode(seg.critical, seg.stream, delta, payload);
-    push.segments.push_back({seg.offset, seg.count, static_cast<uint8_t>(codec), payload.size()});
+    push.segments.push_back({seg.offset, payload.size()});
     bytes += payload.size();
     ++segments_sent;
     frames.push_back(wire::frame_from_bytes(std::move(payload)));
@@ -135,22 +135,25 @@ void LeaderShard::apply_pull(const wire::Reply& reply, const std::string& region
   uint64_t bytes = 0;
   for (size_t k = 0; k < pr.segments.size(); ++k) {
     const auto& seg = pr.segments[k];
-    // No sum that could wrap: a segment claiming 2^64 - 1 elements must not be allocated below.
-    GT_REQUIRE(seg.count <= count && seg.offset <= count - seg.count,
+    const auto payload = wire::frame_bytes(reply.payloads[k]);
+    const auto header = compression::parse_header(payload);
+    // No sum that could wrap: a payload claiming 2^64 - 1 elements must not be allocated below.
+    GT_REQUIRE(header.elements <= count && seg.offset <= count - header.elements,
                "pull reply for shard {}: segment [{}, {}) outside the shard", id, seg.offset,
-               seg.offset + seg.count);
-    decoded.emplace_back(seg.count);
-    compression::decode_payload(wire::frame_bytes(reply.payloads[k]), decoded.back());
-    bytes += reply.payloads[k].size();
+               seg.offset + header.elements);
+    decoded.emplace_back(header.elements);
+    const auto d = compression::decode_view(header, payload, decoded.back());
+    if (d.data() != decoded.back().data()) decoded.back().assign(d.begin(), d.end());
+    bytes += payload.size();
   }
   for (size_t k = 0; k < pr.segments.size(); ++k) {
-    const auto& seg = pr.segments[k];
+    const auto offset = pr.segments[k].offset;
     const auto& d = decoded[k];
-    float* b = base_.data() + seg.offset;
+    float* b = base_.data() + offset;
     if (pr.full && origin_.empty()) {
       std::copy(d.begin(), d.end(), b);
     } else if (pr.full) {
-      const float* o = origin_.data() + seg.offset;
+      const float* o = origin_.data() + offset;
       for (size_t j = 0; j < d.size(); ++j) b[j] = o[j] + d[j];
     } else {
       for (size_t j = 0; j < d.size(); ++j) b[j] += d[j];
