@@ -26,7 +26,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from metrics_schema import field  # noqa: E402  (core/metrics_events.json)
+from metrics_schema import field, summary_key  # noqa: E402  (core/*.json)
 
 # The worker events' fields these plots read, checked against the schema at import.
 BYTES_PUSHED = field("round", "bytes_pushed")
@@ -94,7 +94,7 @@ def run_target(run_dir):
             s = json.load(f)
     except (OSError, ValueError):
         return None
-    for key in ("target_accuracy", "target_val_bpb"):
+    for key in (summary_key("target_accuracy"), summary_key("target_val_bpb")):
         if isinstance(s.get(key), (int, float)):
             return float(s[key]), key
     return None

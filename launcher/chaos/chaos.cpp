@@ -14,11 +14,14 @@
 #include "core/config_overrides.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "core/run_summary_keys.hpp"
 #include "launcher/chaos/chaos_observer.hpp"
 #include "launcher/run/run_folder.hpp"
 #include "launcher/run/run_settings.hpp"
 
 namespace geotrain::launcher {
+
+namespace k = summary::field;  // summary.json's keys (core/run_summary.json)
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
@@ -106,7 +109,8 @@ std::optional<uint64_t> restarts_of(const fs::path& run_dir) {
   if (!in) return std::nullopt;
   try {
     const auto s = json::parse(in);
-    if (s.contains("restarts") && s["restarts"].is_number()) return s["restarts"].get<uint64_t>();
+    if (s.contains(k::restarts) && s[k::restarts].is_number())
+      return s[k::restarts].get<uint64_t>();
   } catch (const std::exception&) {
   }
   return std::nullopt;

@@ -5,8 +5,11 @@
 #include <algorithm>
 
 #include "core/error.hpp"
+#include "core/run_summary_keys.hpp"
 
 namespace geotrain::launcher {
+
+namespace k = summary::field;  // summary.json's keys (core/run_summary.json)
 
 using nlohmann::json;
 
@@ -24,17 +27,17 @@ std::optional<T> field(const json& e, const char* key) {
 }  // namespace
 
 json Fault::to_json() const {
-  return {{"process", process},
-          {"role", role},
-          {"region", region.empty() ? json(nullptr) : json(region)},
-          {"status", status},
-          {"at_s", at_s},
-          {"restarted", restarted},
-          {"restart", restart},
-          {"restart_seconds", opt(restart_s)},
-          {"recovery_seconds", opt(recovery_s)},
-          {"restored_round", opt(restored_round)},
-          {"rounds_lost", opt(rounds_lost)}};
+  return {{k::process, process},
+          {k::role, role},
+          {k::region, region.empty() ? json(nullptr) : json(region)},
+          {k::status, status},
+          {k::at_s, at_s},
+          {k::restarted, restarted},
+          {k::restart, restart},
+          {k::restart_seconds, opt(restart_s)},
+          {k::recovery_seconds, opt(recovery_s)},
+          {k::restored_round, opt(restored_round)},
+          {k::rounds_lost, opt(rounds_lost)}};
 }
 
 FaultLog::FaultLog(const std::filesystem::path& file) : out_(file, std::ios::app) {

@@ -2,7 +2,11 @@
 
 #include <fmt/format.h>
 
+#include "core/run_summary_keys.hpp"
+
 namespace geotrain::launcher {
+
+namespace k = summary::field;  // summary.json's keys (core/run_summary.json)
 
 using nlohmann::json;
 
@@ -13,12 +17,12 @@ std::optional<double> summary_number(const json& summary, const char* key) {
 }
 
 bool completed(const json& summary) {
-  return summary.is_object() && summary.value("status", "") == "completed";
+  return summary.is_object() && summary.value(k::status, "") == "completed";
 }
 
 std::string status_cell(const json& summary) {
   if (!summary.is_object()) return "not run";
-  const auto status = summary.value("status", "");
+  const auto status = summary.value(k::status, "");
   if (status == "completed") return status;
   return fmt::format("{}, not ranked", status.empty() ? "unknown" : status);
 }
@@ -29,18 +33,18 @@ RunDeltas derive_deltas(const json& s, const json& b) {
     return std::pair{summary_number(s, key), summary_number(b, key)};
   };
   RunDeltas r;
-  const auto [acc, bacc] = both("final_test_accuracy");
-  const auto [bpb, bbpb] = both("final_val_bpb");
-  const auto [ttt, bttt] = both("time_to_target_seconds");
-  const auto [wall, bwall] = both("wall_seconds");
-  const auto [wan, bwan] = both("wan_bytes_total");
+  const auto [acc, bacc] = both(k::final_test_accuracy);
+  const auto [bpb, bbpb] = both(k::final_val_bpb);
+  const auto [ttt, bttt] = both(k::time_to_target_seconds);
+  const auto [wall, bwall] = both(k::wall_seconds);
+  const auto [wan, bwan] = both(k::wan_bytes_total);
   r.accuracy = opt(acc);
   r.bpb = opt(bpb);
-  r.loss = opt(summary_number(s, "final_val_loss"));
+  r.loss = opt(summary_number(s, k::final_val_loss));
   r.ttt = opt(ttt);
   r.wall = opt(wall);
   r.wan = opt(wan);
-  r.wire = opt(summary_number(s, "wan_wire_bytes_total"));
+  r.wire = opt(summary_number(s, k::wan_wire_bytes_total));
   if (!completed(s) || !completed(b)) return r;  // listed, not ranked
   if (acc && bacc) r.delta = 100 * (*acc - *bacc);
   if (bpb && bbpb) r.bpb_delta = *bpb - *bbpb;

@@ -6,10 +6,13 @@
 #include <map>
 
 #include "compression/codec_schedule.hpp"
+#include "core/run_summary_keys.hpp"
 #include "launcher/report/jsonl_tail.hpp"
 #include "launcher/report/run_summary.hpp"
 
 namespace geotrain::launcher {
+
+namespace k = summary::field;  // summary.json's keys (core/run_summary.json)
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -50,17 +53,18 @@ std::string config_value(const YAML::Node& root, const std::string& path) {
 // empty for a run of one phase.
 std::string codec_phase_table(const json& s) {
   std::string out;
-  if (s.contains("codec_phases") && s["codec_phases"].is_array() && s["codec_phases"].size() > 1) {
+  if (s.contains(k::codec_phases) && s[k::codec_phases].is_array() &&
+      s[k::codec_phases].size() > 1) {
     out +=
         "\n## Codec phases\n\n| rounds | critical | non-critical | downlink | rounds done | pushed "
         "| pulled |\n|---|---|---|---|---|---|---|\n";
-    for (const auto& p : s["codec_phases"])
+    for (const auto& p : s[k::codec_phases])
       out += fmt::format(
-          "| {}-{} | `{}` | `{}` | `{}` | {} | {} | {} |\n", fmt_value(p["first_round"]),
-          p["last_round"].is_null() ? std::string() : fmt_value(p["last_round"]),
-          fmt_value(p["critical_codec"]), fmt_value(p["noncritical_codec"]),
-          fmt_value(p["downlink_codec"]), fmt_value(p["rounds"]),
-          human_bytes(p.value("bytes_pushed", 0.0)), human_bytes(p.value("bytes_pulled", 0.0)));
+          "| {}-{} | `{}` | `{}` | `{}` | {} | {} | {} |\n", fmt_value(p[k::first_round]),
+          p[k::last_round].is_null() ? std::string() : fmt_value(p[k::last_round]),
+          fmt_value(p[k::critical_codec]), fmt_value(p[k::noncritical_codec]),
+          fmt_value(p[k::downlink_codec]), fmt_value(p[k::rounds]),
+          human_bytes(p.value(k::bytes_pushed, 0.0)), human_bytes(p.value(k::bytes_pulled, 0.0)));
   }
   return out;
 }
@@ -147,84 +151,84 @@ std::string results_table(const json& s, bool lm) {
   const auto pct = pct_text;
   if (lm) {
     md += fmt::format("| final validation bits per byte (lower is better) | {} |\n",
-                      bpb_text(s["final_val_bpb"]));
+                      bpb_text(s[k::final_val_bpb]));
     md += fmt::format("| final validation loss (nats per byte) | {} |\n",
-                      bpb_text(s["final_val_loss"]));
+                      bpb_text(s[k::final_val_loss]));
   } else {
-    md += fmt::format("| final test accuracy | {} |\n", pct(s["final_test_accuracy"]));
+    md += fmt::format("| final test accuracy | {} |\n", pct(s[k::final_test_accuracy]));
   }
   md += fmt::format("| final figure of | {} |\n",
-                    s.value("global_model", false)
+                    s.value(k::global_model, false)
                         ? "the global model"
                         : "the regions' own parameters (mean): no global model");
-  if (s.contains("model_file") && s["model_file"].is_string())
-    md += fmt::format("| global model | `{}` |\n", s["model_file"].get<std::string>());
-  md += fmt::format("| wall time | {} s |\n", fmt_value(s["wall_seconds"]));
+  if (s.contains(k::model_file) && s[k::model_file].is_string())
+    md += fmt::format("| global model | `{}` |\n", s[k::model_file].get<std::string>());
+  md += fmt::format("| wall time | {} s |\n", fmt_value(s[k::wall_seconds]));
   md += fmt::format(
       "| parameter exchange payload, leaders <-> all servers (`wan_bytes_total`) | {} |\n",
-      human_bytes(s.value("wan_bytes_total", 0.0)));
+      human_bytes(s.value(k::wan_bytes_total, 0.0)));
   if (s.contains("fp32_round_bytes") && s["fp32_round_bytes"].is_number() &&
       s["fp32_round_bytes"].get<double>() > 0) {
-    const double rb = s["round_bytes"].get<double>(), fp = s["fp32_round_bytes"].get<double>();
+    const double rb = s[k::round_bytes].get<double>(), fp = s["fp32_round_bytes"].get<double>();
     md += fmt::format(
         "| the rounds' payload against fp32 for the same exchanges | {} of {} ({:.1f}%, {:.1f}% "
         "less; the flush at the end not counted) |\n",
         human_bytes(rb), human_bytes(fp), 100.0 * rb / fp, 100.0 * (1.0 - rb / fp));
   }
-  if (s.contains("wan_wire_bytes_total"))
+  if (s.contains(k::wan_wire_bytes_total))
     md += fmt::format("| bytes across the WAN (through netsim, both directions) | {} |\n",
-                      human_bytes(s["wan_wire_bytes_total"].get<double>()));
-  md += fmt::format("| rounds | {} |\n| steps per worker | {} |\n", fmt_value(s["rounds"]),
-                    fmt_value(s["steps"]));
+                      human_bytes(s[k::wan_wire_bytes_total].get<double>()));
+  md += fmt::format("| rounds | {} |\n| steps per worker | {} |\n", fmt_value(s[k::rounds]),
+                    fmt_value(s[k::steps]));
   md += fmt::format("| compute utilization (forward and backward) | {} |\n",
-                    pct(s["compute_utilization"]));
-  if (s.contains("optimizer_utilization") && s["optimizer_utilization"].is_number())
+                    pct(s[k::compute_utilization]));
+  if (s.contains(k::optimizer_utilization) && s[k::optimizer_utilization].is_number())
     md += fmt::format("| the optimizer's step, of the same time | {} |\n",
-                      pct(s["optimizer_utilization"]));
-  md += fmt::format("| mean staleness | {} |\n", fmt_value(s["mean_staleness"]));
+                      pct(s[k::optimizer_utilization]));
+  md += fmt::format("| mean staleness | {} |\n", fmt_value(s[k::mean_staleness]));
   const std::string reached_at =
-      s.contains("time_to_target_seconds") && s["time_to_target_seconds"].is_number()
-          ? fmt::format("{:.1f} s", s["time_to_target_seconds"].get<double>())
+      s.contains(k::time_to_target_seconds) && s[k::time_to_target_seconds].is_number()
+          ? fmt::format("{:.1f} s", s[k::time_to_target_seconds].get<double>())
           : std::string("not reached");
   // The run's wall time when the last region met the target, interpolated between its
   // evaluations (RegionState::time_to_target).
-  if (s.contains("target_accuracy"))
+  if (s.contains(k::target_accuracy))
     md += fmt::format("| time to {} (run clock, between evaluations) | {} |\n",
-                      pct(s["target_accuracy"]), reached_at);
-  if (s.contains("target_val_bpb"))
+                      pct(s[k::target_accuracy]), reached_at);
+  if (s.contains(k::target_val_bpb))
     md += fmt::format("| time to {} bpb (run clock, between evaluations) | {} |\n",
-                      bpb_text(s["target_val_bpb"]), reached_at);
+                      bpb_text(s[k::target_val_bpb]), reached_at);
   return md;
 }
 
 // The faults and restarts, and the regions a server marked dead (empty when there were none).
 std::string incidents_tables(const json& s) {
   std::string md;
-  if (s.contains("faults") && s["faults"].is_array() && !s["faults"].empty()) {
+  if (s.contains(k::faults) && s[k::faults].is_array() && !s[k::faults].empty()) {
     md += fmt::format(
         "\n## Faults and restarts\n\n{} restart(s).\n\n| process | what | at (s) | restarted "
         "in (s) | checkpoint round | training resumed after (s) | rounds redone |\n"
         "|---|---|---|---|---|---|---|\n",
-        fmt_value(s.value("restarts", json(0))));
-    for (const auto& f : s["faults"])
-      md += fmt::format("| {} | {} | {} | {} | {} | {} | {} |\n", fmt_value(f["process"]),
-                        fmt_value(f["status"]), fmt_value(f["at_s"]),
-                        f.value("restarted", false) ? fmt_value(f["restart_seconds"])
-                                                    : std::string("not restarted"),
-                        fmt_value(f["restored_round"]), fmt_value(f["recovery_seconds"]),
-                        fmt_value(f["rounds_lost"]));
+        fmt_value(s.value(k::restarts, json(0))));
+    for (const auto& f : s[k::faults])
+      md += fmt::format("| {} | {} | {} | {} | {} | {} | {} |\n", fmt_value(f[k::process]),
+                        fmt_value(f[k::status]), fmt_value(f[k::at_s]),
+                        f.value(k::restarted, false) ? fmt_value(f[k::restart_seconds])
+                                                     : std::string("not restarted"),
+                        fmt_value(f[k::restored_round]), fmt_value(f[k::recovery_seconds]),
+                        fmt_value(f[k::rounds_lost]));
   }
-  if (s.contains("regions_marked_dead") && s["regions_marked_dead"].is_array() &&
-      !s["regions_marked_dead"].empty()) {
+  if (s.contains(k::regions_marked_dead) && s[k::regions_marked_dead].is_array() &&
+      !s[k::regions_marked_dead].empty()) {
     md +=
         "\n## Regions marked dead by a server\n\nA server stops waiting for a region it "
         "has not heard from within `server.dead_after_ms` (or whose first hello has not come "
         "within `server.join_within_ms` of the server's start); its rounds go on without it "
         "until it rejoins (docs/server.md).\n\n| server | region | at (s) | why "
         "|\n|---|---|---|---|\n";
-    for (const auto& d : s["regions_marked_dead"])
-      md += fmt::format("| {} | {} | {} | {} |\n", fmt_value(d["server"]), fmt_value(d["region"]),
-                        fmt_value(d["at_s"]), fmt_value(d["why"]));
+    for (const auto& d : s[k::regions_marked_dead])
+      md += fmt::format("| {} | {} | {} | {} |\n", fmt_value(d[k::server]), fmt_value(d[k::region]),
+                        fmt_value(d[k::at_s]), fmt_value(d[k::why]));
   }
   return md;
 }
@@ -239,8 +243,8 @@ std::string build_report(const fs::path& run_dir, const json& s) {
   } catch (const YAML::Exception&) {
   }
   std::string md = fmt::format("# Run {}\n\nStatus: **{}**", run_dir.filename().string(),
-                               s.value("status", "?"));
-  if (s.contains("failure")) md += fmt::format(" ({})", s["failure"].get<std::string>());
+                               s.value(k::status, "?"));
+  if (s.contains(k::failure)) md += fmt::format(" ({})", s[k::failure].get<std::string>());
   // A language model is evaluated on validation bits per byte (lower is better), a classifier
   // on test accuracy: each report shows its own model's keys and metrics.
   const bool lm = is_language_model(s) || (config && config_value(config, "model.kind") == "gpt");
@@ -252,15 +256,16 @@ std::string build_report(const fs::path& run_dir, const json& s) {
       "|---|---|---|---|---|---|\n",
       lm ? "validation bpb" : "accuracy");
   // Each region's own parameters (the final figures of folders from before the global model).
-  const auto own = [](const json& r, const char* key) {
-    const auto v = r.value(std::string("region_") + key, json(nullptr));
-    return v.is_null() ? r.value(std::string("final_") + key, json(nullptr)) : v;
+  const auto own = [](const json& r, const char* region_key, const char* final_key) {
+    const auto v = r.value(region_key, json(nullptr));
+    return v.is_null() ? r.value(final_key, json(nullptr)) : v;
   };
-  for (const auto& [name, r] : s["per_region"].items())
+  for (const auto& [name, r] : s[k::per_region].items())
     md += fmt::format("| {} | {} | {} | {} | {} | {} |\n", name,
-                      lm ? bpb_text(own(r, "val_bpb")) : pct_text(own(r, "test_accuracy")),
-                      fmt_value(r["rounds"]), human_bytes(r.value("wan_bytes", 0.0)),
-                      fmt_value(r["mean_staleness"]), fmt_value(r["wait_seconds"]));
+                      lm ? bpb_text(own(r, k::region_val_bpb, k::final_val_bpb))
+                         : pct_text(own(r, k::region_test_accuracy, k::final_test_accuracy)),
+                      fmt_value(r[k::rounds]), human_bytes(r.value(k::wan_bytes, 0.0)),
+                      fmt_value(r[k::mean_staleness]), fmt_value(r[k::wait_seconds]));
   md += codec_phase_table(s);
   md += incidents_tables(s);
   bool heading = false;
@@ -280,36 +285,37 @@ std::string build_report(const fs::path& run_dir, const json& s) {
 
 std::string outcome_line(const std::string& run_name, const json& s) {
   const bool lm = is_language_model(s);
-  const auto metric =
-      lm ? s.value("final_val_bpb", json(nullptr)) : s.value("final_test_accuracy", json(nullptr));
+  const auto metric = lm ? s.value(k::final_val_bpb, json(nullptr))
+                         : s.value(k::final_test_accuracy, json(nullptr));
   std::string line = fmt::format("run {}: {} in {:.1f} s; {}; parameter exchange {}", run_name,
-                                 s.value("status", "?"), s.value("wall_seconds", 0.0),
+                                 s.value(k::status, "?"), s.value(k::wall_seconds, 0.0),
                                  lm ? fmt::format("final validation bpb {}", bpb_text(metric))
                                     : fmt::format("final test accuracy {}", pct_text(metric)),
-                                 human_bytes(s.value("wan_bytes_total", 0.0)));
-  if (s.contains("wan_wire_bytes_total"))
+                                 human_bytes(s.value(k::wan_bytes_total, 0.0)));
+  if (s.contains(k::wan_wire_bytes_total))
     line +=
-        fmt::format(" ({} across the WAN)", human_bytes(s["wan_wire_bytes_total"].get<double>()));
-  if (s.contains("restarts") && s["restarts"].is_number() && s["restarts"].get<double>() > 0)
-    line += fmt::format("; {} restart(s) after faults", s["restarts"].get<uint64_t>());
+        fmt::format(" ({} across the WAN)", human_bytes(s[k::wan_wire_bytes_total].get<double>()));
+  if (s.contains(k::restarts) && s[k::restarts].is_number() && s[k::restarts].get<double>() > 0)
+    line += fmt::format("; {} restart(s) after faults", s[k::restarts].get<uint64_t>());
   // Reached: the final value meets the target (as for accuracy, the run's end decides).
   std::optional<std::string> target;
   bool reached = false;
-  if (s.contains("target_accuracy") && s["target_accuracy"].is_number()) {
-    const double t = s["target_accuracy"].get<double>();
-    const auto acc = s.value("final_test_accuracy", json(nullptr));
+  if (s.contains(k::target_accuracy) && s[k::target_accuracy].is_number()) {
+    const double t = s[k::target_accuracy].get<double>();
+    const auto acc = s.value(k::final_test_accuracy, json(nullptr));
     target = fmt::format("{:.1f}%", 100 * t);
     reached = acc.is_number() && acc.get<double>() >= t;
-  } else if (s.contains("target_val_bpb") && s["target_val_bpb"].is_number()) {
-    const double t = s["target_val_bpb"].get<double>();
-    const auto bpb = s.value("final_val_bpb", json(nullptr));
+  } else if (s.contains(k::target_val_bpb) && s[k::target_val_bpb].is_number()) {
+    const double t = s[k::target_val_bpb].get<double>();
+    const auto bpb = s.value(k::final_val_bpb, json(nullptr));
     target = fmt::format("{:.3f} bpb", t);
     reached = bpb.is_number() && bpb.get<double>() <= t;
   }
   if (target) {
     line += fmt::format("; target {} {}", *target, reached ? "reached" : "NOT reached");
-    if (s.contains("time_to_target_seconds") && s["time_to_target_seconds"].is_number())
-      line += fmt::format(" (every region by {:.1f} s)", s["time_to_target_seconds"].get<double>());
+    if (s.contains(k::time_to_target_seconds) && s[k::time_to_target_seconds].is_number())
+      line +=
+          fmt::format(" (every region by {:.1f} s)", s[k::time_to_target_seconds].get<double>());
   }
   return line;
 }

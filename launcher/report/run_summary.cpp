@@ -9,12 +9,15 @@
 
 #include "compression/codec_schedule.hpp"
 #include "core/error.hpp"
+#include "core/run_summary_keys.hpp"
 #include "core/yaml_reader.hpp"
 #include "launcher/report/fault_log.hpp"
 #include "launcher/report/jsonl_tail.hpp"
 #include "launcher/report/run_report.hpp"
 
 namespace geotrain::launcher {
+
+namespace k = summary::field;  // summary.json's keys (core/run_summary.json)
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -124,19 +127,19 @@ json codec_phases(const RunSchedules& s, const RunMonitor& monitor) {
       }
       rounds = std::max(rounds, mine);
     }
-    json phase = {{"first_round", lo},
-                  {"last_round", hi ? json(*hi) : json(nullptr)},
-                  {"critical_codec", s.critical.codec_at(lo)},
-                  {"noncritical_codec", s.noncritical.codec_at(lo)},
-                  {"downlink_codec", s.downlink.codec_at(lo)},
-                  {"rounds", rounds},
-                  {"bytes_pushed", pushed},
-                  {"bytes_pulled", pulled},
-                  {"wan_bytes", pushed + pulled}};
+    json phase = {{k::first_round, lo},
+                  {k::last_round, hi ? json(*hi) : json(nullptr)},
+                  {k::critical_codec, s.critical.codec_at(lo)},
+                  {k::noncritical_codec, s.noncritical.codec_at(lo)},
+                  {k::downlink_codec, s.downlink.codec_at(lo)},
+                  {k::rounds, rounds},
+                  {k::bytes_pushed, pushed},
+                  {k::bytes_pulled, pulled},
+                  {k::wan_bytes, pushed + pulled}};
     if (!s.downlink_for.empty()) {
       json per = json::object();
       for (const auto& [region, d] : s.downlink_for) per[region] = d.codec_at(lo);
-      phase["downlink_codecs"] = per;
+      phase[k::downlink_codecs] = per;
     }
     out.push_back(std::move(phase));
   }
@@ -195,10 +198,10 @@ json regions_marked_dead(const fs::path& run_dir,
       if (e.value("event", "") != "membership" || e.value("change", "") != "dead") continue;
       const double offset =
           it != starts.end() && generation < it->second.size() ? it->second[generation] : 0.0;
-      out.push_back({{"server", process.substr(std::string("server-").size())},
-                     {"region", e.value("region", "")},
-                     {"at_s", t + offset},
-                     {"why", e.value("why", "")}});
+      out.push_back({{k::server, process.substr(std::string("server-").size())},
+                     {k::region, e.value("region", "")},
+                     {k::at_s, t + offset},
+                     {k::why, e.value("why", "")}});
     }
   }
   return out;
@@ -210,23 +213,23 @@ json region_summary(const RegionState& r, std::optional<double> acc, std::option
                     std::optional<double> loss) {
   const bool global = r.final_accuracy || r.final_val_bpb;
   return {
-      {"final_test_accuracy", opt(global ? r.final_accuracy : acc)},
-      {"final_val_bpb", opt(global ? r.final_val_bpb : bpb)},
-      {"final_val_loss", opt(global ? r.final_val_loss : loss)},
-      {"region_test_accuracy", opt(acc)},
-      {"region_val_bpb", opt(bpb)},
-      {"region_val_loss", opt(loss)},
-      {"global_model", r.global_model ? json(*r.global_model) : json(nullptr)},
-      {"flush_bytes", r.flush_bytes},
-      {"skipped_steps", r.skipped_steps},
-      {"rounds", r.rounds_done},
-      {"wan_bytes", r.wan_bytes()},
-      {"bytes_pushed", r.bytes_pushed},
-      {"bytes_pulled", r.bytes_pulled},
-      {"mean_staleness",
+      {k::final_test_accuracy, opt(global ? r.final_accuracy : acc)},
+      {k::final_val_bpb, opt(global ? r.final_val_bpb : bpb)},
+      {k::final_val_loss, opt(global ? r.final_val_loss : loss)},
+      {k::region_test_accuracy, opt(acc)},
+      {k::region_val_bpb, opt(bpb)},
+      {k::region_val_loss, opt(loss)},
+      {k::global_model, r.global_model ? json(*r.global_model) : json(nullptr)},
+      {k::flush_bytes, r.flush_bytes},
+      {k::skipped_steps, r.skipped_steps},
+      {k::rounds, r.rounds_done},
+      {k::wan_bytes, r.wan_bytes()},
+      {k::bytes_pushed, r.bytes_pushed},
+      {k::bytes_pulled, r.bytes_pulled},
+      {k::mean_staleness,
        r.staleness_n ? json(r.staleness_sum / static_cast<double>(r.staleness_n)) : json(nullptr)},
-      {"wait_seconds", r.wait_s},
-      {"time_to_target_seconds", opt(r.time_to_target)}};
+      {k::wait_seconds, r.wait_s},
+      {k::time_to_target_seconds, opt(r.time_to_target)}};
 }
 
 }  // namespace
@@ -285,18 +288,18 @@ std::optional<nlohmann::json> read_summary(const std::filesystem::path& run_dir)
 }
 
 bool is_language_model(const json& s) {
-  return s.is_object() && (s.value("model", "") == "gpt" ||
-                           (s.contains("final_val_bpb") && s["final_val_bpb"].is_number()));
+  return s.is_object() && (s.value(k::model, "") == "gpt" ||
+                           (s.contains(k::final_val_bpb) && s[k::final_val_bpb].is_number()));
 }
 
 json build_summary(const fs::path& run_dir, const SummaryInputs& in) {
   const auto monitor = read_run_metrics(run_dir, in.target());
   json s;
-  s["status"] = in.status;
-  if (!in.failure.empty()) s["failure"] = in.failure;
-  if (!monitor.model().empty()) s["model"] = monitor.model();
-  s["regions"] = monitor.regions().size();
-  s["workers"] = monitor.workers().size();
+  s[k::status] = in.status;
+  if (!in.failure.empty()) s[k::failure] = in.failure;
+  if (!monitor.model().empty()) s[k::model] = monitor.model();
+  s[k::regions] = monitor.regions().size();
+  s[k::workers] = monitor.workers().size();
 
   // final_*: the global model's, as the leaders that had it evaluated it (the same model: the
   // same figure); a run without one (its flush failed, or a folder from before it) reports the
@@ -341,37 +344,37 @@ json build_summary(const fs::path& run_dir, const SummaryInputs& in) {
     slowest = std::max(slowest, wall);
   }
   const bool global = global_accuracy.n > 0 || global_val_bpb.n > 0;
-  s["final_test_accuracy"] = global ? global_accuracy.value() : accuracy.value();
-  s["final_val_bpb"] = global ? global_val_bpb.value() : val_bpb.value();
-  s["final_val_loss"] = global ? global_val_loss.value() : val_loss.value();
-  s["global_model"] = global;
+  s[k::final_test_accuracy] = global ? global_accuracy.value() : accuracy.value();
+  s[k::final_val_bpb] = global ? global_val_bpb.value() : val_bpb.value();
+  s[k::final_val_loss] = global ? global_val_loss.value() : val_loss.value();
+  s[k::global_model] = global;
   // Written by the first region's leader (worker/run/final_model.hpp, global_model_path).
-  s["model_file"] =
+  s[k::model_file] =
       fs::exists(run_dir / "model.safetensors") ? json("model.safetensors") : json(nullptr);
-  s["wall_seconds"] = in.wall_seconds.value_or(slowest);
-  s["wan_bytes_total"] = wan;
+  s[k::wall_seconds] = in.wall_seconds.value_or(slowest);
+  s[k::wan_bytes_total] = wan;
   // Bytes per codec phase, from the run folder's config (none when it cannot be read).
   try {
     if (fs::exists(run_dir / "config.yaml"))
-      s["codec_phases"] =
+      s[k::codec_phases] =
           codec_phases(run_schedules(YAML::LoadFile((run_dir / "config.yaml").string())), monitor);
   } catch (const YAML::Exception&) {
   } catch (const InputError&) {
   }
-  if (auto b = netsim_bytes(run_dir / "netsim.jsonl")) s["wan_wire_bytes_total"] = *b;
-  s["rounds"] = rounds;
-  s["steps"] = steps;
-  s["skipped_steps"] = skipped_steps;  // the anomaly guard's, summed over regions' leaders
-  s["compute_utilization"] =
+  if (auto b = netsim_bytes(run_dir / "netsim.jsonl")) s[k::wan_wire_bytes_total] = *b;
+  s[k::rounds] = rounds;
+  s[k::steps] = steps;
+  s[k::skipped_steps] = skipped_steps;  // the anomaly guard's, summed over regions' leaders
+  s[k::compute_utilization] =
       worker_wall > 0 ? json(std::min(1.0, compute / worker_wall)) : json(nullptr);
-  s["optimizer_utilization"] =
+  s[k::optimizer_utilization] =
       worker_wall > 0 && optimizer ? json(std::min(1.0, *optimizer / worker_wall)) : json(nullptr);
-  s["mean_staleness"] = round_events > 0 ? json(staleness_sum / round_events) : json(nullptr);
-  if (in.target_accuracy) s["target_accuracy"] = *in.target_accuracy;
-  if (in.target_val_bpb) s["target_val_bpb"] = *in.target_val_bpb;
+  s[k::mean_staleness] = round_events > 0 ? json(staleness_sum / round_events) : json(nullptr);
+  if (in.target_accuracy) s[k::target_accuracy] = *in.target_accuracy;
+  if (in.target_val_bpb) s[k::target_val_bpb] = *in.target_val_bpb;
   if (in.target().any())
-    s["time_to_target_seconds"] = all_reached ? json(time_to_target) : json(nullptr);
-  s["per_region"] = per_region;
+    s[k::time_to_target_seconds] = all_reached ? json(time_to_target) : json(nullptr);
+  s[k::per_region] = per_region;
   // The rounds' payload against what fp32 would have moved in the same exchanges: 4 bytes per
   // parameter each way, per region and exchanged round (the flush at the end not counted).
   if (const auto& start = monitor.start_event();
@@ -382,14 +385,14 @@ json build_summary(const fs::path& run_dir, const SummaryInputs& in) {
       for (const auto& [round, b] : r.bytes_by_round) round_bytes += b.first + b.second;
       fp32 += 8.0 * parameters * static_cast<double>(r.bytes_by_round.size());
     }
-    s["round_bytes"] = round_bytes;
+    s[k::round_bytes] = round_bytes;
     s["fp32_round_bytes"] = fp32;
   }
-  s["regions_marked_dead"] = regions_marked_dead(run_dir, process_starts(run_dir));
+  s[k::regions_marked_dead] = regions_marked_dead(run_dir, process_starts(run_dir));
   // run.restart: what died and how the run recovered (launcher/report/fault_log.hpp).
   const auto faults = fold_faults(read_jsonl(run_dir / "events.jsonl"));
-  s["restarts"] = faults["restarts"];
-  s["faults"] = faults["faults"];
+  s[k::restarts] = faults["restarts"];
+  s[k::faults] = faults["faults"];
   return s;
 }
 

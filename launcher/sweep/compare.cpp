@@ -8,6 +8,7 @@
 
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "core/run_summary_keys.hpp"
 #include "launcher/report/jsonl_tail.hpp"
 #include "launcher/report/results_table.hpp"
 #include "launcher/report/run_summary.hpp"
@@ -16,6 +17,8 @@
 #include "launcher/run/run_settings.hpp"
 
 namespace geotrain::launcher {
+
+namespace k = summary::field;  // summary.json's keys (core/run_summary.json)
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -185,8 +188,8 @@ std::string comparison_csv(const Comparison& c) {
       out += csv_text(setting(r, k));
     }
     out += fmt::format(
-        ",{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", csv_text(r.summary.value("status", "")),
-        csv_text(r.summary.value("model", "")), csv_cell(d.accuracy), csv_cell(d.delta),
+        ",{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", csv_text(r.summary.value(k::status, "")),
+        csv_text(r.summary.value(k::model, "")), csv_cell(d.accuracy), csv_cell(d.delta),
         csv_cell(d.bpb), csv_cell(d.loss), csv_cell(d.bpb_delta), csv_cell(d.ttt), csv_cell(d.wall),
         csv_cell(d.wan), csv_cell(d.wire), csv_cell(d.reduction), csv_cell(d.speedup),
         &r == &c.runs[0] ? "yes" : "", csv_text(folder(r.dir).string()));

@@ -10,6 +10,7 @@
 
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "core/run_summary_keys.hpp"
 #include "launcher/report/jsonl_tail.hpp"
 #include "launcher/report/run_summary.hpp"
 #include "launcher/run/child_process.hpp"
@@ -18,6 +19,8 @@
 #include "launcher/sweep/sweep_plan.hpp"
 
 namespace geotrain::launcher {
+
+namespace k = summary::field;  // summary.json's keys (core/run_summary.json)
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -34,7 +37,7 @@ std::optional<std::pair<fs::path, json>> find_run(const fs::path& point_runs) {
   for (const auto& d : dirs) {
     auto s = read_summary(d);
     if (!s) continue;
-    if (s->value("status", "") == "completed") return std::pair{d, *s};
+    if (s->value(k::status, "") == "completed") return std::pair{d, *s};
     if (!newest) newest = std::pair{d, *s};
   }
   return newest;
@@ -62,7 +65,7 @@ int list_points(const SweepPlan& plan, const fs::path& dir, const SweepOptions& 
   size_t completed = 0;
   for (const auto& p : plan.points) {
     const auto found = find_run(dir / "runs" / p.label);
-    const bool done = found && found->second.value("status", "") == "completed";
+    const bool done = found && found->second.value(k::status, "") == "completed";
     completed += done ? 1 : 0;
     std::fprintf(o.run.progress, "  %s: %s\n", p.label.c_str(),
                  done ? ("completed, " + found->first.filename().string()).c_str() : "to run");
@@ -214,7 +217,7 @@ int run_sweep(const SweepOptions& o, std::stop_token stop) {
   for (std::size_t i = 0; i < plan.points.size(); ++i) {
     const auto& p = plan.points[i];
     if (auto done = find_run(dir / "runs" / p.label);
-        done && done->second.value("status", "") == "completed") {
+        done && done->second.value(k::status, "") == "completed") {
       rows[i].summary = done->second;
       rows[i].run_dir = done->first;
       spdlog::info("sweep {}: point {}/{} '{}' already complete ({}), skipped", plan.name, i + 1,

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "core/error.hpp"
+#include "core/run_summary_keys.hpp"
 #include "core/yaml_reader.hpp"
 #include "launcher/report/results_table.hpp"
 #include "launcher/report/run_summary.hpp"
@@ -17,6 +18,8 @@
 #include "netsim/config.hpp"
 
 namespace geotrain::launcher {
+
+namespace k = summary::field;  // summary.json's keys (core/run_summary.json)
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -324,10 +327,11 @@ SweepPlan load_sweep(const fs::path& file, const std::vector<ConfigOverride>& ov
 namespace {
 // this / reference: on time to target when both reached it, else on wall time.
 std::optional<double> time_ratio(const json& s, const json& ref) {
-  const auto ttt = summary_number(s, "time_to_target_seconds");
-  const auto rttt = summary_number(ref, "time_to_target_seconds");
+  const auto ttt = summary_number(s, k::time_to_target_seconds);
+  const auto rttt = summary_number(ref, k::time_to_target_seconds);
   if (ttt && rttt && *rttt > 0) return *ttt / *rttt;
-  const auto wall = summary_number(s, "wall_seconds"), rwall = summary_number(ref, "wall_seconds");
+  const auto wall = summary_number(s, k::wall_seconds),
+             rwall = summary_number(ref, k::wall_seconds);
   if (wall && rwall && *rwall > 0) return *wall / *rwall;
   return std::nullopt;
 }

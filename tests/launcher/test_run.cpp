@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "core/error.hpp"
+#include "launcher/report/summary_schema.hpp"
 #include "launcher/run/launcher.hpp"
 #include "launcher/run/resume.hpp"
 #include "tests/run_binary.hpp"
@@ -144,6 +145,8 @@ TEST_CASE("a run starts servers, netsim and workers, and leaves a complete run f
     CHECK_MESSAGE(fs::exists(r.run_dir / f), f);
   }
   const auto s = nlohmann::json::parse(read(r.run_dir / "summary.json"));
+  CHECK(geotrain::summary::check(s) ==
+        "");  // a real run's summary, every key in core/run_summary.json
   CHECK(s["final_test_accuracy"].get<double>() == doctest::Approx(0.9));
   CHECK(s["rounds"] == 3);
   CHECK(s["workers"] == 4);
@@ -209,6 +212,7 @@ TEST_CASE("a leader killed after its last round is restarted, is done at once, a
   INFO(s.dump(2));
   CHECK(s["restarts"] == 1);
   REQUIRE(s["faults"].size() == 1);
+  CHECK(geotrain::summary::check(s) == "");  // a fault's keys too
   CHECK(s["faults"][0]["process"] == "worker-eu-west-0");
   CHECK(s["faults"][0]["restarted"] == true);
   CHECK(s["faults"][0]["rounds_lost"] == 0);

@@ -11,6 +11,7 @@
 #include "launcher/report/jsonl_tail.hpp"
 #include "launcher/report/run_report.hpp"
 #include "launcher/report/run_summary.hpp"
+#include "launcher/report/summary_schema.hpp"
 #include "launcher/run/child_process.hpp"
 #include "launcher/run/progress_display.hpp"
 #include "tests/temp_dir.hpp"
@@ -165,6 +166,35 @@ TEST_CASE(
                     "64.0 kB (18.8%, 81.2% less") != std::string::npos);
   CHECK(report.find("## Regions marked dead by a server") != std::string::npos);
   CHECK(report.find("| b | a | 11.5 | never registered |") != std::string::npos);
+}
+
+TEST_CASE("every key a summary holds, at every depth, is one core/run_summary.json gives it") {
+  geotrain::test::TempDir tmp("launcher-summary-schema");
+  write_synthetic_run(tmp.path());
+  std::ofstream(tmp.path() / "events.jsonl")
+      << R"({"event":"start","process":"server-b","role":"server","restart":0,"time":0.5})"
+         "\n"
+      << R"({"event":"exit","process":"server-b","role":"server","restart":0,"status":"killed","time":4.0})"
+         "\n"
+      << R"({"event":"start","process":"server-b","role":"server","restart":1,"time":5.0})"
+         "\n";
+  std::ofstream(tmp.path() / "server-b.metrics.jsonl")
+      << R"({"event":"membership","region":"a","change":"dead","why":"silent 30000 ms","t":2.0})"
+      << "\n";
+  SummaryInputs in;
+  in.target_accuracy = 0.7;
+  const auto s = build_summary(tmp.path(), in);
+  CHECK(geotrain::summary::check(s) == "");
+  CHECK_FALSE(s[geotrain::summary::field::regions_marked_dead].empty());
+  // The check names what the schema does not know, and where.
+  auto extra = s;
+  extra[geotrain::summary::field::per_region]["a"]["tokens_per_second"] = 1.0;
+  CHECK(geotrain::summary::check(extra) ==
+        "summary.json object 'per_region' has a field 'tokens_per_second' that "
+        "core/run_summary.json does not give it (a)");
+  extra = s;
+  extra["wall"] = 1.0;
+  CHECK(geotrain::summary::check(extra).find("'wall'") != std::string::npos);
 }
 
 TEST_CASE("a target never reached, and no target, are reported as such") {
@@ -422,6 +452,7 @@ TEST_CASE(
          "worker: {critical_codec: [{until_round: 2, codec: int8}, {codec: onebit}]}\n"
          "server: {downlink_codec: [{until_round: 4, codec: int8}, {codec: 'onebit:scale=rms'}]}\n";
   const auto s = build_summary(tmp.path(), {});
+  CHECK(geotrain::summary::check(s) == "");
   const auto& phases = s["codec_phases"];
   REQUIRE(phases.size() == 3);
   auto check_phase = [&](size_t i, uint64_t first, json last, const char* crit, const char* down,

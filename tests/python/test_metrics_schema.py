@@ -44,6 +44,27 @@ class MetricsSchema(unittest.TestCase):
         with self.assertRaisesRegex(KeyError, "no field 'bytes'"):
             metrics_schema.field("round", "bytes")
 
+    def test_the_scripts_read_summary_keys_from_core_run_summary_json(self):
+        with open(os.path.join(SOURCE, "core", "run_summary.json"), encoding="utf-8") as f:
+            schema = json.load(f)
+        objects = metrics_schema.load_summary()
+        for o in schema["objects"]:
+            self.assertEqual(objects[o["name"]], set(o["fields"]))
+        self.assertEqual(metrics_schema.summary_key("wall_seconds"), "wall_seconds")
+        self.assertEqual(metrics_schema.summary_key("wait_seconds", "per_region"), "wait_seconds")
+        with self.assertRaisesRegex(KeyError, "no field 'wall'"):
+            metrics_schema.summary_key("wall")
+
+    def test_the_docs_describe_every_summary_key(self):
+        with open(os.path.join(SOURCE, "docs", "run.md"), encoding="utf-8") as f:
+            text = f.read()
+        results = text[text.index("- **Results**"):text.index("- **Per region**")]
+        rows = "\n".join(line for line in results.splitlines() if line.strip().startswith("| `"))
+        with open(os.path.join(SOURCE, "core", "run_summary.json"), encoding="utf-8") as f:
+            top = next(o for o in json.load(f)["objects"] if o["name"] == "summary")
+        for key in top["fields"]:
+            self.assertIn(f"`{key}`", rows, f"docs/run.md's Results table does not name `{key}`")
+
     def test_the_python_writer_refuses_what_the_schema_does_not_name(self):
         with tempfile.TemporaryDirectory() as tmp:
             log = MetricsLog(os.path.join(tmp, "m.jsonl"))
