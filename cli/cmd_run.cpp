@@ -19,9 +19,9 @@
 #include "cli/signal_watcher.hpp"
 #include "core/config_overrides.hpp"
 #include "core/error.hpp"
+#include "core/wan_profile.hpp"
 #include "launcher/run/launcher.hpp"
 #include "launcher/run/run_folder.hpp"
-#include "launcher/run/wan_profile.hpp"
 #include "launcher/sweep/compare.hpp"
 #include "launcher/sweep/sweep.hpp"
 
@@ -94,9 +94,8 @@ int run_run(const RunArgs& args) {
                  ov.origin);
     // As run.wan_profile (a name, or a path), but a path on the command line is relative to the
     // working directory first.
-    auto search = launcher::wan_profile_search(o.config.parent_path(), o.project_configs);
-    search.roots.insert(search.roots.begin(), fs::current_path());
-    const auto file = launcher::find_wan_profile(args.wan, search, "--wan");
+    const auto file = find_wan_profile(
+        args.wan, command_line_search(o.config.parent_path(), o.project_configs), "--wan");
     YAML::Emitter quoted;
     quoted << YAML::DoubleQuoted << file.string();
     o.overrides.push_back({"run.wan_profile", quoted.c_str(), "--wan " + args.wan});

@@ -9,7 +9,7 @@
 // `geotrain run` bakes the overrides into the run folder's config.yaml, which its children
 // read, so the folder records them and the children need no flags.
 //
-// `--wan` and `run.wan_profile` take a profile's name or a path: launcher/run/wan_profile.hpp
+// `--wan` and `run.wan_profile` take a profile's name or a path: core/wan_profile.hpp
 // resolves both. Pure functions; no shared state.
 #pragma once
 

@@ -37,7 +37,7 @@ struct LaunchOptions {
   std::vector<ConfigOverride> overrides;
   std::optional<std::filesystem::path> out_dir;  // overrides run.out_dir
   // The project's configs/ folder: run.wan_profile is looked for there after the config's own
-  // folder (launcher/run/wan_profile.hpp); empty: only there.
+  // folder (core/wan_profile.hpp); empty: only there.
   std::filesystem::path project_configs;
   // `--resume RUN_DIR`: continue that stopped run in its own folder, from its config.yaml
   // (`config` is then ignored; `overrides` still apply), with the servers restoring their

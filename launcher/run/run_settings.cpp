@@ -6,7 +6,7 @@
 #include "core/deployment_keys.hpp"
 #include "core/error.hpp"
 #include "core/yaml_reader.hpp"
-#include "launcher/run/wan_profile.hpp"
+#include "core/wan_profile.hpp"
 
 namespace geotrain::launcher {
 

@@ -6,7 +6,7 @@
 //     out_dir: runs                   # parent of run folders (relative to the working dir)
 //     wan_profile: wan/global-3.yaml  # a file (relative to the config file, then to the
 //                                     # project's configs/) or a name (global-3: wan/NAME.yaml
-//                                     # there, launcher/run/wan_profile.hpp); required with > 1
+//                                     # there, core/wan_profile.hpp); required with > 1
 //                                     # region; must cover every pair (`--wan` replaces it)
 //     target_accuracy: 0.85           # classifiers: enables time_to_target_seconds in summary.json
 //     target_val_bpb: 2.5             # language models, instead: validation bits per byte (lower

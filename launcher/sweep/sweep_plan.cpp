@@ -10,11 +10,11 @@
 
 #include "core/error.hpp"
 #include "core/run_summary_keys.hpp"
+#include "core/wan_profile.hpp"
 #include "core/yaml_reader.hpp"
 #include "launcher/report/results_table.hpp"
 #include "launcher/report/run_summary.hpp"
 #include "launcher/run/run_settings.hpp"
-#include "launcher/run/wan_profile.hpp"
 #include "netsim/config.hpp"
 
 namespace geotrain::launcher {
@@ -246,16 +246,11 @@ SweepPlan parse_sweep(const std::string& text, const std::string& source, const 
   // `wan` and a point's run.wan_profile: a path relative to the sweep file (then to the project's
   // configs/), or a name: NAME.yaml in the base's wan/ folder, the sweep's ../wan/, the project's
   // configs/wan/. The base's own run.wan_profile is relative to the base.
-  WanProfileSearch sweep_search{{sweep_dir},
-                                {base.parent_path() / "wan", sweep_dir / ".." / "wan"}};
-  if (!project_configs.empty()) {
-    sweep_search.roots.push_back(project_configs);
-    sweep_search.name_dirs.push_back(project_configs / "wan");
-  }
+  const auto search = sweep_search(sweep_dir, base.parent_path(), project_configs);
   const auto wan_file = [&](const YAML::Node& v, const std::string& key) {
     GT_REQUIRE(v.IsScalar(), "{}: {} is '{}', allowed: a WAN profile name (e.g. lan) or file",
                source, key, flow(v));
-    return find_wan_profile(v.Scalar(), sweep_search, source + ": " + key);
+    return find_wan_profile(v.Scalar(), search, source + ": " + key);
   };
 
   const RawPoints raw = read_points(root, in, source);
@@ -299,10 +294,7 @@ SweepPlan parse_sweep(const std::string& text, const std::string& source, const 
     // `geotrain run` finds it.
     if (const auto w = config["run"]["wan_profile"];
         w && w.IsScalar() && fs::path(w.Scalar()).is_relative())
-      config["run"]["wan_profile"] =
-          find_wan_profile(w.Scalar(), wan_profile_search(base.parent_path(), project_configs),
-                           base.string() + ": run.wan_profile")
-              .string();
+      resolve_wan_profile(config, base.parent_path(), project_configs, base.string());
     const auto regions = config["regions"];
     if (config["run"]["wan_profile"] && regions && regions.IsSequence() && regions.size() > 1) {
       const auto file = config["run"]["wan_profile"].Scalar();

@@ -15,7 +15,7 @@
 // The key `wan` (in grid or points) switches a point's WAN profile by name or path, like
 // `geotrain run --wan`: `wan: [global-3, lan]` sets run.wan_profile to the profile file (a path
 // relative to the sweep file, then to `project_configs`, else NAME.yaml in the base's wan/
-// folder, the sweep's ../wan/, or `project_configs`/wan; launcher/run/wan_profile.hpp). A point's
+// folder, the sweep's ../wan/, or `project_configs`/wan; core/wan_profile.hpp). A point's
 // run.wan_profile is found the same way; the base's, as `geotrain run` finds it. When a sweep has a
 // point on a profile named `lan` and a point with the same config on another profile, results
 // report `wan_over_lan` for the latter (wan_over_lan()). A point's config is the base, then the

@@ -19,6 +19,7 @@
 #include "core/deployment_keys.hpp"
 #include "core/error.hpp"
 #include "core/metrics_events_check.hpp"
+#include "core/wan_profile.hpp"
 #include "models/model_spec.hpp"
 #include "models/safetensors.hpp"
 #include "worker/config.hpp"
@@ -132,22 +133,17 @@ py::dict leader_settings(const std::string& yaml_text, const std::string& source
 
 // `yaml_text` with model.tensors (and model.critical, when given) replaced: the table of a model
 // that only the Python side knows, for the servers.
-// A relative run.wan_profile that is a file next to the original (`config_dir`) is made absolute,
-// so the result can be written anywhere; a profile's name (global-3) is left as it is, for
-// `geotrain run` to find (launcher/run/wan_profile.hpp).
+// run.wan_profile is found as `geotrain run` finds it (core/wan_profile.hpp: a file relative to
+// `config_dir` or the project's configs/, or a profile's name) and made absolute, so the result
+// can be written anywhere; a profile that is not found is an error now, not at `geotrain serve`.
 std::string with_model_tensors(const std::string& yaml_text,
                                const std::vector<std::pair<std::string, uint64_t>>& tensors,
                                const std::optional<std::vector<std::string>>& critical,
                                const std::string& config_dir) {
   YAML::Node root = YAML::Load(yaml_text);
   if (!root.IsMap()) throw py::value_error("the config is not a YAML mapping");
-  if (auto run = root["run"]; run && run.IsMap() && run["wan_profile"] && !config_dir.empty()) {
-    std::filesystem::path p = run["wan_profile"].as<std::string>();
-    const auto next_to = std::filesystem::path(config_dir) / p;
-    std::error_code ec;  // a name the file system refuses is no file
-    if (p.is_relative() && std::filesystem::is_regular_file(next_to, ec))
-      run["wan_profile"] = next_to.string();
-  }
+  resolve_wan_profile(root, config_dir, std::filesystem::path(GEOTRAIN_SOURCE_DIR) / "configs",
+                      "the config");
   YAML::Node model = root["model"];
   if (!model || !model.IsMap()) model = YAML::Node(YAML::NodeType::Map);
   for (const auto& key : model_keys())  // the model's own keys: the tensors replace them

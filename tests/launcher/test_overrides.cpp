@@ -15,7 +15,7 @@
 #include "launcher/run/launcher.hpp"
 #include "launcher/run/port_allocator.hpp"
 #include "launcher/run/run_settings.hpp"
-#include "launcher/run/wan_profile.hpp"
+#include "core/wan_profile.hpp"
 #include "netsim/config.hpp"
 #include "tests/run_binary.hpp"
 #include "tests/temp_dir.hpp"

@@ -1,4 +1,4 @@
-#include "launcher/run/wan_profile.hpp"
+#include "core/wan_profile.hpp"
 
 #include <algorithm>
 #include <set>
@@ -7,7 +7,7 @@
 #include "core/closest_name.hpp"
 #include "core/error.hpp"
 
-namespace geotrain::launcher {
+namespace geotrain {
 
 namespace fs = std::filesystem;
 
@@ -95,4 +95,37 @@ fs::path find_wan_profile(const std::string& value, const WanProfileSearch& sear
   return {};
 }
 
-}  // namespace geotrain::launcher
+WanProfileSearch command_line_search(const fs::path& config_dir, const fs::path& project_configs) {
+  auto search = wan_profile_search(config_dir, project_configs);
+  search.roots.insert(search.roots.begin(), fs::current_path());
+  return search;
+}
+
+WanProfileSearch sweep_search(const fs::path& sweep_dir, const fs::path& base_dir,
+                              const fs::path& project_configs) {
+  WanProfileSearch search{{sweep_dir}, {base_dir / "wan", sweep_dir / ".." / "wan"}};
+  if (!project_configs.empty()) {
+    search.roots.push_back(project_configs);
+    search.name_dirs.push_back(project_configs / "wan");
+  }
+  return search;
+}
+
+std::optional<fs::path> resolve_wan_profile(YAML::Node& config, const fs::path& config_dir,
+                                            const fs::path& project_configs,
+                                            const std::string& source) {
+  if (!config.IsMap() || !config["run"] || !config["run"].IsMap()) return std::nullopt;
+  YAML::Node run = config["run"];
+  if (!run["wan_profile"]) return std::nullopt;
+  const YAML::Node value = run["wan_profile"];
+  GT_REQUIRE(value.IsScalar(),
+             "{}: run.wan_profile is not a string: allowed: a WAN profile name (e.g. lan) or file",
+             source);
+  const auto file =
+      find_wan_profile(value.Scalar(), wan_profile_search(config_dir, project_configs),
+                       source + ": run.wan_profile");
+  run["wan_profile"] = file.string();
+  return file;
+}
+
+}  // namespace geotrain

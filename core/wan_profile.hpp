@@ -2,7 +2,9 @@
 // `--set run.wan_profile=...`), `geotrain run --wan`, and a sweep's `wan` key. Each may be a
 // profile's name (`global-3`, `lan`) or a path (`wan/global-3.yaml`, `/etc/geo/wan.yaml`); one
 // function, find_wan_profile(), resolves all of them, so that a value that works in one place
-// works in the others.
+// works in the others; each place's search is built here too, and a config's run.wan_profile is
+// made absolute by resolve_wan_profile() wherever a config is read (geotrain run, a sweep's base,
+// the Python API's configs).
 //
 // A relative path is tried against the config file's folder, then against the project's
 // configs/ folder (so `wan/global-3.yaml` still works in a copy of configs/demo.yaml made
@@ -10,11 +12,14 @@
 // configs/wan/. Pure functions apart from reading the file system; no shared state.
 #pragma once
 
+#include <yaml-cpp/yaml.h>
+
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
-namespace geotrain::launcher {
+namespace geotrain {
 
 // Where find_wan_profile() looks, in order.
 struct WanProfileSearch {
@@ -28,6 +33,25 @@ struct WanProfileSearch {
 WanProfileSearch wan_profile_search(const std::filesystem::path& config_dir,
                                     const std::filesystem::path& project_configs);
 
+// `geotrain run --wan`: as a config's run.wan_profile, but a path is relative to the working
+// directory first.
+WanProfileSearch command_line_search(const std::filesystem::path& config_dir,
+                                     const std::filesystem::path& project_configs);
+
+// A sweep's `wan` key and its points' run.wan_profile: a path relative to the sweep file (then to
+// the project's configs/), a name NAME.yaml in the base config's wan/ folder, the sweep's ../wan/,
+// the project's configs/wan/.
+WanProfileSearch sweep_search(const std::filesystem::path& sweep_dir,
+                              const std::filesystem::path& base_dir,
+                              const std::filesystem::path& project_configs);
+
+// `config`'s run.wan_profile, when it has one, found from `config_dir` (wan_profile_search) and
+// written back as the absolute file, so that the config can be read from anywhere; returns it.
+// InputError starting with `source` when it is not a string or names no profile.
+std::optional<std::filesystem::path> resolve_wan_profile(
+    YAML::Node& config, const std::filesystem::path& config_dir,
+    const std::filesystem::path& project_configs, const std::string& source);
+
 // The profile file `value` names: an absolute path as it is; a relative one against each root;
 // then, when `value` has no '/', NAME and NAME.yaml in each name folder. Returns the first
 // regular file, absolute and normalized. InputError otherwise, starting with `what` (e.g.
@@ -37,4 +61,4 @@ WanProfileSearch wan_profile_search(const std::filesystem::path& config_dir,
 std::filesystem::path find_wan_profile(const std::string& value, const WanProfileSearch& search,
                                        const std::string& what);
 
-}  // namespace geotrain::launcher
+}  // namespace geotrain
