@@ -187,8 +187,8 @@ class ServerSession {
     const bool first = round_ == 1;  // frame sizes are measured once, outside the timed loop
     wire::Push push{0, round_, version_, {{0, payload_.size()}}};
     if (first) sizes_.push_header = wire::encode_header(wire::Header{0, push}).size();
-    std::vector<zmq::message_t> frames;
-    frames.push_back(borrowed_frame(payload_));
+    std::vector<wire::Frame> frames;
+    frames.push_back(wire::Frame::borrowed(payload_));
     auto pushed = must(client_->call(std::move(push), std::move(frames)), "push");
     if (first) sizes_.push_reply_header = wire::encode_header(pushed.header).size();
     wire::PullRequest pull{0, version_, false, 0};

@@ -64,7 +64,7 @@ Bytes make_payload(const WanBenchOptions& o) {
   return out;
 }
 
-zmq::message_t copy_of(const Bytes& b) { return zmq::message_t(b.data(), b.size()); }
+wire::Frame copy_of(const Bytes& b) { return wire::Frame(b.data(), b.size()); }
 
 // The remote server's end: a push (a payload frame) is acknowledged once it is all in; a request
 // without payload is answered with the payload.
@@ -132,7 +132,7 @@ Measured measure(const Link& link, const WanBenchOptions& o, const Bytes& payloa
   const auto at = proxy.listen_endpoint(0);
   wire::Client client(
       wire::connect_dealer(client_ctx, fmt::format("tcp://{}:{}", at.host, at.port), client_opts));
-  auto call = [&](std::vector<zmq::message_t> payloads) {
+  auto call = [&](std::vector<wire::Frame> payloads) {
     const auto t0 = Clock::now();
     auto r = client.call(wire::Heartbeat{}, std::move(payloads), 600s);
     GT_REQUIRE(r.has_value(), "bench wan: no reply from the server within 600 s");
@@ -141,7 +141,7 @@ Measured measure(const Link& link, const WanBenchOptions& o, const Bytes& payloa
   call({});  // connections and handshakes up; the server's payload copy warm
   std::vector<double> push, pull;
   for (int i = 0; i < o.repeats; ++i) {
-    std::vector<zmq::message_t> p;
+    std::vector<wire::Frame> p;
     p.push_back(copy_of(payload));
     push.push_back(call(std::move(p)));
     pull.push_back(call({}));

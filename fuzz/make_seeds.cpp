@@ -180,7 +180,7 @@ class Recorder {
                                                  bool expect_error = false) {
     const wire::Header header{next_id_++, std::move(body)};
     std::vector<std::string> frames;
-    std::vector<zmq::message_t> messages;
+    std::vector<wire::Frame> messages;
     messages.push_back(wire::encode_header(header));
     for (const auto& p : payloads) {
       frames.push_back(as_string(p.data(), p.size()));

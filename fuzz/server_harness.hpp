@@ -96,7 +96,7 @@ class ServerHarness {
 
   // Sends `frames` as one message from `peer` and runs one server step. False once the server
   // has received a Shutdown (its loop would end).
-  bool send(size_t peer, std::vector<zmq::message_t> frames, std::vector<Received>& replies) {
+  bool send(size_t peer, std::vector<wire::Frame> frames, std::vector<Received>& replies) {
     if (!client(peer).send_raw(std::move(frames))) return true;  // peer's queue full: not sent
     return step(replies);
   }
@@ -107,7 +107,7 @@ class ServerHarness {
   }
   // Registers `peer` as `region` with the right table hash; the reply must be HelloReply.
   wire::HelloReply hello(size_t peer, const std::string& region) {
-    std::vector<zmq::message_t> frames;
+    std::vector<wire::Frame> frames;
     frames.push_back(wire::encode_header(
         {1, wire::Hello{region, wire::kProtocolVersion, server_->table_hash(), {}}}));
     std::vector<Received> replies;

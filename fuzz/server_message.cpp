@@ -100,11 +100,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     const size_t peer = (op & 3u) % fuzz::kPeers;
     const size_t count = 1 + ((op >> 2) & 7u);
-    std::vector<zmq::message_t> frames;
+    std::vector<wire::Frame> frames;
     for (size_t f = 0; f < count; ++f) {
       const uint8_t lo = in.byte(), hi = in.byte();
       const auto bytes = in.take(lo | (size_t{hi} << 8));
-      zmq::message_t frame(bytes.data(), bytes.size());
+      wire::Frame frame(bytes.data(), bytes.size());
       if (fix && f > 0)
         fuzz::fix_header(ByteSpan(static_cast<std::byte*>(frame.data()), frame.size()));
       frames.push_back(std::move(frame));

@@ -16,7 +16,7 @@ namespace {
 
 using namespace geotrain;
 
-bool same_bytes(const zmq::message_t& a, const zmq::message_t& b) {
+bool same_bytes(const wire::Frame& a, const wire::Frame& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
@@ -25,7 +25,7 @@ void check_payload_frames(const M& m, uint64_t request_id) {
   // Frames of the stated sizes, as far as that is cheap (a header may claim huge frames).
   constexpr uint64_t kMaxFrameBytes = 1 << 12;
   if (m.segments.empty() || m.segments.size() > 64) return;
-  std::vector<zmq::message_t> frames;
+  std::vector<wire::Frame> frames;
   bool all_small = true;
   for (const auto& s : m.segments) {
     all_small = all_small && s.bytes <= kMaxFrameBytes;
@@ -45,7 +45,7 @@ void check_payload_frames(const M& m, uint64_t request_id) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const zmq::message_t frame(data, size);
+  const wire::Frame frame(data, size);
   std::optional<wire::Header> header;
   try {
     header = wire::decode_header(frame);
@@ -55,7 +55,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   (void)wire::body_name(header->body);
 
-  const zmq::message_t encoded = wire::encode_header(*header);
+  const wire::Frame encoded = wire::encode_header(*header);
   // A list of empty structs costs capnp's traversal limit one word per element but re-encodes
   // to full elements, so a small frame can decode to a message larger than any frame we accept
   // (bounded by kMaxHeaderWords elements; found by this target). Only the rest round-trips.

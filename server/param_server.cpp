@@ -213,8 +213,7 @@ ParamServer::Outcome ParamServer::handle(wire::Envelope& env,
           ErrorCode::too_large,
           fmt::format("message has {} bytes, limit is {}", total, config_.max_message_bytes),
           request_id);
-    return dispatch(env.peer, h, std::span<const zmq::message_t>(env.frames).subspan(1),
-                    parked_since);
+    return dispatch(env.peer, h, std::span<const wire::Frame>(env.frames).subspan(1), parked_since);
   } catch (const WireError& e) {
     reply_error(env.peer, e.request_id() ? e.request_id() : request_id, e.code(), e.what());
   } catch (const InputError& e) {
@@ -224,7 +223,7 @@ ParamServer::Outcome ParamServer::handle(wire::Envelope& env,
 }
 
 ParamServer::Outcome ParamServer::dispatch(const std::string& peer, const wire::Header& h,
-                                           std::span<const zmq::message_t> payloads,
+                                           std::span<const wire::Frame> payloads,
                                            std::optional<TimePoint> parked_since) {
   if (auto* hello = std::get_if<wire::Hello>(&h.body)) {
     on_hello(peer, h, *hello);
@@ -359,7 +358,7 @@ Shard& ParamServer::shard_for(uint32_t id, uint64_t request_id) {
 }
 
 ParamServer::Outcome ParamServer::on_push(uint32_t r, const wire::Header& h, const wire::Push& m,
-                                          std::span<const zmq::message_t> payloads,
+                                          std::span<const wire::Frame> payloads,
                                           std::optional<TimePoint> parked_since) {
   const uint64_t id = h.request_id;
   Shard& shard = shard_for(m.shard, id);
@@ -456,7 +455,7 @@ ParamServer::Outcome ParamServer::on_pull(uint32_t r, const wire::Header& h,
   // The values themselves (shared, no copy: server/value_buffer.hpp), or a change encoded into a
   // pooled buffer.
   const bool values = shard.pull_sends_values(r, m.full);
-  std::vector<zmq::message_t> frames;
+  std::vector<wire::Frame> frames;
   if (values) {
     frames.push_back(ValueBufferPool::frame(shard.pull_values(r)));
   } else {
@@ -576,7 +575,7 @@ nlohmann::json ParamServer::stats() const {
 }
 
 void ParamServer::reply(const std::string& peer, uint64_t request_id, wire::Body body,
-                        std::vector<zmq::message_t> payloads) {
+                        std::vector<wire::Frame> payloads) {
   if (peer.empty()) return;
   wire::Envelope env{peer, {}};
   env.frames.push_back(wire::encode_header(wire::Header{request_id, std::move(body)}));

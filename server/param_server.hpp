@@ -93,17 +93,17 @@ class ParamServer {
   Outcome handle(wire::Envelope& env,
                  std::optional<std::chrono::steady_clock::time_point> parked_since);
   Outcome dispatch(const std::string& peer, const wire::Header& h,
-                   std::span<const zmq::message_t> payloads,
+                   std::span<const wire::Frame> payloads,
                    std::optional<std::chrono::steady_clock::time_point> parked_since);
   void on_hello(const std::string& peer, const wire::Header& h, const wire::Hello& m);
   Outcome on_push(uint32_t r, const wire::Header& h, const wire::Push& m,
-                  std::span<const zmq::message_t> payloads,
+                  std::span<const wire::Frame> payloads,
                   std::optional<std::chrono::steady_clock::time_point> parked_since);
   Outcome on_pull(uint32_t r, const wire::Header& h, const wire::PullRequest& m);
   // The end of a run (server/param_server_flush.cpp, docs/protocol.md "The flush"): a push with
   // `flush` (header checked by on_push), and the checks of a pull with `after_flush`.
   Outcome on_flush(uint32_t r, const wire::Header& h, const wire::Push& m,
-                   std::span<const zmq::message_t> payloads);
+                   std::span<const wire::Frame> payloads);
   void check_final_pull(uint32_t r, const Shard& shard, const wire::PullRequest& m,
                         uint64_t request_id) const;
   // Releases every shard's flush that waits for no live region any more.
@@ -114,7 +114,7 @@ class ParamServer {
   static std::vector<bool> in_rounds(const Shard& shard, std::vector<bool> live);
   Shard& shard_for(uint32_t id, uint64_t request_id);
   void reply(const std::string& peer, uint64_t request_id, wire::Body body,
-             std::vector<zmq::message_t> payloads = {});
+             std::vector<wire::Frame> payloads = {});
   void reply_error(const std::string& peer, uint64_t request_id, wire::ErrorCode code,
                    const std::string& message);
   void release_rounds();

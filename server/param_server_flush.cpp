@@ -14,7 +14,7 @@ using wire::ErrorCode;
 using wire::WireError;
 
 ParamServer::Outcome ParamServer::on_flush(uint32_t r, const wire::Header& h, const wire::Push& m,
-                                           std::span<const zmq::message_t> payloads) {
+                                           std::span<const wire::Frame> payloads) {
   const uint64_t id = h.request_id;
   Shard& shard = shard_for(m.shard, id);
   if (shard.flushed(r))

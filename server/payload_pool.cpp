@@ -62,7 +62,7 @@ Bytes PayloadPool::acquire(size_t bytes) {
   return out;
 }
 
-zmq::message_t PayloadPool::frame(Bytes&& payload) {
+wire::Frame PayloadPool::frame(Bytes&& payload) {
   auto owner = std::make_unique<InFlight>(std::move(payload), state_);
   const ConstByteSpan view(owner->bytes);
   return wire::frame_owning(view, std::move(owner));

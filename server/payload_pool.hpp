@@ -11,12 +11,11 @@
 // PayloadPool object. At most `max_idle` buffers are kept; more are freed when they come back.
 #pragma once
 
-#include <zmq.hpp>
-
 #include <cstddef>
 #include <memory>
 
 #include "core/span.hpp"
+#include "wire/frame.hpp"
 
 namespace geotrain::server {
 
@@ -31,7 +30,7 @@ class PayloadPool {
   // there is one, else the idle buffer with the most capacity (resized), else a new one.
   Bytes acquire(size_t bytes);
   // A frame that owns `payload` (no copy) and gives it back to this pool when ZeroMQ frees it.
-  zmq::message_t frame(Bytes&& payload);
+  wire::Frame frame(Bytes&& payload);
   // Buffers waiting to be reused (tests).
   size_t idle() const;
 

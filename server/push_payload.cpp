@@ -46,7 +46,7 @@ compression::PayloadHeader checked_segment(size_t i, ConstByteSpan bytes, uint64
 // The floats of a push that is one fp32 segment covering the shard, where they can be read in
 // place; empty otherwise.
 std::optional<ConstFloatSpan> fp32_in_place(const wire::Push& m,
-                                            std::span<const zmq::message_t> payloads, uint64_t n) {
+                                            std::span<const wire::Frame> payloads, uint64_t n) {
   if (m.segments.size() != 1 || m.segments[0].offset != 0) return std::nullopt;
   const auto bytes = wire::frame_bytes(payloads[0]);
   const auto header = compression::peek_header(bytes);  // check() passed: it reads
@@ -55,7 +55,7 @@ std::optional<ConstFloatSpan> fp32_in_place(const wire::Push& m,
 }
 }  // namespace
 
-void PushPayload::check(const wire::Push& m, std::span<const zmq::message_t> payloads, uint64_t n,
+void PushPayload::check(const wire::Push& m, std::span<const wire::Frame> payloads, uint64_t n,
                         uint64_t id) {
   if (m.segments.size() > kMaxSegments)
     throw WireError(ErrorCode::too_large,
@@ -80,14 +80,14 @@ void PushPayload::check(const wire::Push& m, std::span<const zmq::message_t> pay
   }
 }
 
-PushPayload::Delta PushPayload::read(const wire::Push& m, std::span<const zmq::message_t> payloads,
+PushPayload::Delta PushPayload::read(const wire::Push& m, std::span<const wire::Frame> payloads,
                                      uint64_t n, uint64_t id) {
   if (auto values = fp32_in_place(m, payloads, n)) return {*values, true};
   return {decode(m, payloads, n, id), false};
 }
 
-bool PushPayload::finite(const Delta& d, const wire::Push& m,
-                         std::span<const zmq::message_t> payloads, uint64_t id) {
+bool PushPayload::finite(const Delta& d, const wire::Push& m, std::span<const wire::Frame> payloads,
+                         uint64_t id) {
   if (!d.in_place) return all_finite(d.values);
   bool finite = true;
   checked_segment(0, wire::frame_bytes(payloads[0]), id, [&](size_t, ConstByteSpan block) {
@@ -98,7 +98,7 @@ bool PushPayload::finite(const Delta& d, const wire::Push& m,
   return finite;
 }
 
-ConstFloatSpan PushPayload::decode(const wire::Push& m, std::span<const zmq::message_t> payloads,
+ConstFloatSpan PushPayload::decode(const wire::Push& m, std::span<const wire::Frame> payloads,
                                    uint64_t n, uint64_t id) {
   if (scratch_.size() != n) scratch_.resize(n);
   uint64_t filled = 0;

@@ -13,13 +13,12 @@
 // Single-threaded: one per server loop.
 #pragma once
 
-#include <zmq.hpp>
-
 #include <cstdint>
 #include <span>
 
 #include "core/span.hpp"
 #include "server/huge_pages.hpp"
+#include "wire/frame.hpp"
 #include "wire/messages.hpp"
 
 namespace geotrain::server {
@@ -39,18 +38,18 @@ class PushPayload {
 
   // The segments' count, codecs and ranges against a shard of `n` elements, the frames against the
   // segments, and push.tokens.
-  static void check(const wire::Push& m, std::span<const zmq::message_t> payloads, uint64_t n,
+  static void check(const wire::Push& m, std::span<const wire::Frame> payloads, uint64_t n,
                     uint64_t request_id);
   // The delta (after check()): in place, or every segment's payload checked and decoded.
-  Delta read(const wire::Push& m, std::span<const zmq::message_t> payloads, uint64_t n,
+  Delta read(const wire::Push& m, std::span<const wire::Frame> payloads, uint64_t n,
              uint64_t request_id);
   // Whether every value is finite; for an in-place delta this also checks the payload's header
   // and checksum, which read() left for here.
-  static bool finite(const Delta& d, const wire::Push& m, std::span<const zmq::message_t> payloads,
+  static bool finite(const Delta& d, const wire::Push& m, std::span<const wire::Frame> payloads,
                      uint64_t request_id);
 
  private:
-  ConstFloatSpan decode(const wire::Push& m, std::span<const zmq::message_t> payloads, uint64_t n,
+  ConstFloatSpan decode(const wire::Push& m, std::span<const wire::Frame> payloads, uint64_t n,
                         uint64_t request_id);
 
   ShardBuffer scratch_;

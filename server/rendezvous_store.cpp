@@ -11,7 +11,7 @@ using wire::WireError;
 
 namespace {
 // `what`: the request's name as wire::body_name() gives it.
-void require_no_payload(const char* what, std::span<const zmq::message_t> payloads,
+void require_no_payload(const char* what, std::span<const wire::Frame> payloads,
                         uint64_t request_id) {
   if (!payloads.empty())
     throw WireError(ErrorCode::malformed,
@@ -23,7 +23,7 @@ bool RendezvousStore::handles(const wire::Body& body) {
   return std::holds_alternative<wire::KvSet>(body) || std::holds_alternative<wire::KvGet>(body);
 }
 
-void RendezvousStore::set(const wire::KvSet& m, std::span<const zmq::message_t> payloads,
+void RendezvousStore::set(const wire::KvSet& m, std::span<const wire::Frame> payloads,
                           uint64_t request_id) {
   require_no_payload("kvSet", payloads, request_id);
   if (m.key.empty() || m.key.size() > kMaxKvKeyBytes || m.value.size() > kMaxKvValueBytes)
@@ -38,7 +38,7 @@ void RendezvousStore::set(const wire::KvSet& m, std::span<const zmq::message_t> 
 }
 
 std::optional<Bytes> RendezvousStore::get(const wire::KvGet& m,
-                                          std::span<const zmq::message_t> payloads,
+                                          std::span<const wire::Frame> payloads,
                                           uint64_t request_id) const {
   require_no_payload("kvGet", payloads, request_id);
   if (m.key.empty() || m.key.size() > kMaxKvKeyBytes)

@@ -31,9 +31,9 @@ class RendezvousStore {
   static bool handles(const wire::Body& body);
 
   // Sets (or replaces) the key. `payloads`: the request's frames after the header (none allowed).
-  void set(const wire::KvSet& m, std::span<const zmq::message_t> payloads, uint64_t request_id);
+  void set(const wire::KvSet& m, std::span<const wire::Frame> payloads, uint64_t request_id);
   // The key's value; empty while nobody has set it (the caller parks the request).
-  std::optional<Bytes> get(const wire::KvGet& m, std::span<const zmq::message_t> payloads,
+  std::optional<Bytes> get(const wire::KvGet& m, std::span<const wire::Frame> payloads,
                            uint64_t request_id) const;
 
   size_t size() const { return entries_.size(); }

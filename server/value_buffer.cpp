@@ -126,7 +126,7 @@ std::shared_ptr<ValueBuffer> ValueBufferPool::acquire() {
   });
 }
 
-zmq::message_t ValueBufferPool::frame(std::shared_ptr<const ValueBuffer> sealed) {
+wire::Frame ValueBufferPool::frame(std::shared_ptr<const ValueBuffer> sealed) {
   GT_ASSERT(sealed != nullptr, "a frame of no value buffer");
   const auto payload = sealed->payload();
   // The frame keeps a reference and drops it when ZeroMQ frees the frame.

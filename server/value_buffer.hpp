@@ -19,8 +19,6 @@
 // Buffers may outlive their pool.
 #pragma once
 
-#include <zmq.hpp>
-
 #include <cstddef>
 #include <functional>
 #include <memory>
@@ -28,6 +26,7 @@
 #include "compression/payload.hpp"
 #include "core/span.hpp"
 #include "server/pass_splitter.hpp"
+#include "wire/frame.hpp"
 
 namespace geotrain::server {
 
@@ -89,7 +88,7 @@ class ValueBufferPool {
   std::shared_ptr<ValueBuffer> acquire();
   // A frame of the payload of a buffer that has its header; it shares the buffer (no copy)
   // until ZeroMQ frees it.
-  static zmq::message_t frame(std::shared_ptr<const ValueBuffer> sealed);
+  static wire::Frame frame(std::shared_ptr<const ValueBuffer> sealed);
   // Buffers waiting to be reused (tests).
   size_t idle() const;
 

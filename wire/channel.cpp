@@ -124,7 +124,7 @@ bool ZmqChannel::send(Envelope&& message) {
   for (size_t i = 0; i < message.frames.size(); ++i) {
     int flags = (i + 1 < message.frames.size() ? ZMQ_SNDMORE : 0) | (router_ ? 0 : ZMQ_DONTWAIT);
     // After the first part is accepted the rest of a multipart message is always queued.
-    if (zmq_msg_send(message.frames[i].handle(), s, flags) < 0) {
+    if (zmq_msg_send(message.frames[i].message().handle(), s, flags) < 0) {
       if (zmq_errno() == EAGAIN && i == 0 && !router_) return false;
       GT_ZMQ_CHECK(-1);
     }
@@ -150,7 +150,7 @@ std::optional<Envelope> ZmqChannel::receive(std::chrono::milliseconds timeout) {
     if (router_ && first) {
       env.peer.assign(static_cast<const char*>(part.data()), part.size());
     } else if (env.frames.size() <= options_.max_frames) {
-      env.frames.push_back(std::move(part));
+      env.frames.emplace_back(std::move(part));
     }
     first = false;
   }

@@ -26,11 +26,13 @@
 #include <string>
 #include <vector>
 
+#include "wire/frame.hpp"
+
 namespace geotrain::wire {
 
 struct Envelope {
-  std::string peer;                    // ROUTER: the sender's routing id; DEALER: empty
-  std::vector<zmq::message_t> frames;  // frame 0: header; then payload frames
+  std::string peer;           // ROUTER: the sender's routing id; DEALER: empty
+  std::vector<Frame> frames;  // frame 0: header; then payload frames
 };
 
 struct ChannelOptions {

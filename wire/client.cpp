@@ -2,7 +2,7 @@
 
 namespace geotrain::wire {
 
-std::optional<uint64_t> Client::send(Body body, std::vector<zmq::message_t> payloads) {
+std::optional<uint64_t> Client::send(Body body, std::vector<Frame> payloads) {
   const uint64_t id = next_id_++;
   Envelope env;
   env.frames.reserve(payloads.size() + 1);
@@ -12,7 +12,7 @@ std::optional<uint64_t> Client::send(Body body, std::vector<zmq::message_t> payl
   return id;
 }
 
-bool Client::send_raw(std::vector<zmq::message_t> frames) {
+bool Client::send_raw(std::vector<Frame> frames) {
   return channel_->send(Envelope{{}, std::move(frames)});
 }
 
@@ -24,7 +24,7 @@ std::optional<Reply> Client::receive(std::chrono::milliseconds timeout) {
   return r;
 }
 
-std::optional<Reply> Client::call(Body body, std::vector<zmq::message_t> payloads,
+std::optional<Reply> Client::call(Body body, std::vector<Frame> payloads,
                                   std::chrono::milliseconds timeout) {
   auto id = send(std::move(body), std::move(payloads));
   if (!id) return std::nullopt;

@@ -17,7 +17,7 @@ namespace geotrain::wire {
 
 struct Reply {
   Header header;
-  std::vector<zmq::message_t> payloads;
+  std::vector<Frame> payloads;
 };
 
 class Client {
@@ -25,14 +25,14 @@ class Client {
   explicit Client(std::unique_ptr<Channel> channel) : channel_(std::move(channel)) {}
 
   // Sends `body` with the payload frames; returns the request id, nullopt when the channel is full.
-  std::optional<uint64_t> send(Body body, std::vector<zmq::message_t> payloads = {});
+  std::optional<uint64_t> send(Body body, std::vector<Frame> payloads = {});
   // Sends an already encoded frame list as is (tests use it to send malformed messages).
-  bool send_raw(std::vector<zmq::message_t> frames);
+  bool send_raw(std::vector<Frame> frames);
   // Next reply, or nullopt after `timeout`. A reply whose header cannot be decoded throws
   // WireError.
   std::optional<Reply> receive(std::chrono::milliseconds timeout);
   // send() then wait for the reply with that id.
-  std::optional<Reply> call(Body body, std::vector<zmq::message_t> payloads = {},
+  std::optional<Reply> call(Body body, std::vector<Frame> payloads = {},
                             std::chrono::milliseconds timeout = std::chrono::seconds(10));
 
   Channel& channel() { return *channel_; }

@@ -249,7 +249,7 @@ const char* body_name(const Body& body) {
   return kNames[body.index()];
 }
 
-zmq::message_t encode_header(const Header& header) {
+Frame encode_header(const Header& header) {
   capnp::MallocMessageBuilder builder;
   auto h = builder.initRoot<schema::Header>();
   h.setVersion(header.version);
@@ -257,10 +257,10 @@ zmq::message_t encode_header(const Header& header) {
   build(h, header.body);
   auto words = capnp::messageToFlatArray(builder);
   auto b = words.asBytes();
-  return zmq::message_t(b.begin(), b.size());
+  return Frame(b.begin(), b.size());
 }
 
-Header decode_header(const zmq::message_t& frame) {
+Header decode_header(const Frame& frame) {
   const size_t n = frame.size();
   if (n == 0 || n % sizeof(capnp::word) != 0)
     throw WireError(
@@ -296,13 +296,13 @@ Header decode_header(const zmq::message_t& frame) {
   }
 }
 
-zmq::message_t frame_from_bytes(Bytes&& bytes) {
+Frame frame_from_bytes(Bytes&& bytes) {
   auto owner = std::make_unique<Bytes>(std::move(bytes));
   const ConstByteSpan view(*owner);
   return frame_owning(view, std::move(owner));
 }
 
-void check_frames(const std::vector<Segment>& segments, std::span<const zmq::message_t> frames,
+void check_frames(const std::vector<Segment>& segments, std::span<const Frame> frames,
                   uint64_t request_id) {
   if (segments.size() != frames.size())
     throw WireError(ErrorCode::malformed,

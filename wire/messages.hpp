@@ -8,8 +8,6 @@
 // read). Pure functions: nothing blocks, everything is thread-safe.
 #pragma once
 
-#include <zmq.hpp>
-
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -19,6 +17,7 @@
 
 #include "core/error.hpp"
 #include "core/span.hpp"
+#include "wire/frame.hpp"
 
 namespace geotrain::wire {
 
@@ -173,31 +172,14 @@ struct Header {
 // "push", "pullReply", ...: for logs and error messages.
 const char* body_name(const Body& body);
 
-zmq::message_t encode_header(const Header& header);
+Frame encode_header(const Header& header);
 // Throws WireError{malformed} for anything that is not a valid header (truncated, misaligned
 // size, traversal limit, unknown union member) and WireError{bad_version} for another version.
-Header decode_header(const zmq::message_t& frame);
-
-// A frame over `bytes` (no copy) that owns `owner` until ZeroMQ frees the frame and then
-// destroys it, on whichever thread frees the frame. `owner` must keep `bytes` alive.
-template <typename Owner>
-zmq::message_t frame_owning(ConstByteSpan bytes, std::unique_ptr<Owner> owner) {
-  zmq::message_t m(
-      const_cast<std::byte*>(bytes.data()), bytes.size(),
-      [](void*, void* hint) { delete static_cast<Owner*>(hint); }, owner.get());
-  owner.release();  // now the frame's: the callback above deletes it
-  return m;
-}
-
-// Frame that takes ownership of `bytes` without copying them.
-zmq::message_t frame_from_bytes(Bytes&& bytes);
-inline ConstByteSpan frame_bytes(const zmq::message_t& m) {
-  return {static_cast<const std::byte*>(m.data()), m.size()};
-}
+Header decode_header(const Frame& frame);
 
 // Checks that `frames` (the payload frames, after frame 0) match `segments`: same count, and
 // each frame exactly segment.bytes long. Throws WireError{malformed} naming the mismatch.
-void check_frames(const std::vector<Segment>& segments, std::span<const zmq::message_t> frames,
+void check_frames(const std::vector<Segment>& segments, std::span<const Frame> frames,
                   uint64_t request_id);
 
 }  // namespace geotrain::wire

@@ -26,18 +26,18 @@ T take(const std::byte* at) {
 
 // A piece of `frame` as a ZeroMQ message without a copy: it holds the frame until ZeroMQ has sent
 // it.
-zmq::message_t slice(const std::shared_ptr<zmq::message_t>& frame, size_t offset, size_t bytes) {
-  if (bytes == 0) return zmq::message_t();
-  auto* keep = new std::shared_ptr<zmq::message_t>(frame);  // owned by ZeroMQ until freed below
-  return zmq::message_t(
+Frame slice(const std::shared_ptr<Frame>& frame, size_t offset, size_t bytes) {
+  if (bytes == 0) return Frame();
+  auto* keep = new std::shared_ptr<Frame>(frame);  // owned by ZeroMQ until freed below
+  return Frame(zmq::message_t(
       static_cast<char*>(frame->data()) + offset, bytes,
-      [](void*, void* hint) { delete static_cast<std::shared_ptr<zmq::message_t>*>(hint); }, keep);
+      [](void*, void* hint) { delete static_cast<std::shared_ptr<Frame>*>(hint); }, keep));
 }
 
 }  // namespace
 
-zmq::message_t encode_chunk_header(const ChunkHeader& h) {
-  zmq::message_t m(ChunkHeader::kBytes);
+Frame encode_chunk_header(const ChunkHeader& h) {
+  Frame m(ChunkHeader::kBytes);
   auto* b = static_cast<std::byte*>(m.data());
   std::memcpy(b, kMagic, 8);
   put(b + 8, h.sender);
@@ -55,7 +55,7 @@ zmq::message_t encode_chunk_header(const ChunkHeader& h) {
   return m;
 }
 
-std::optional<ChunkHeader> decode_chunk_header(const zmq::message_t& frame) {
+std::optional<ChunkHeader> decode_chunk_header(const Frame& frame) {
   if (frame.size() != ChunkHeader::kBytes || std::memcmp(frame.data(), kMagic, 8) != 0)
     return std::nullopt;
   const auto* b = static_cast<const std::byte*>(frame.data());
@@ -96,7 +96,7 @@ Striper::Striper(uint16_t lanes, uint64_t sender, size_t piece_bytes)
   GT_ASSERT(lanes >= 1 && piece_bytes >= 1, "striper: lanes {} piece {}", lanes, piece_bytes);
 }
 
-std::vector<Chunk> Striper::cut(std::vector<zmq::message_t>&& frames) {
+std::vector<Chunk> Striper::cut(std::vector<Frame>&& frames) {
   GT_ASSERT(!frames.empty(), "striper: a message needs frame 0");
   ++seq_;
   struct Piece {
@@ -130,9 +130,9 @@ std::vector<Chunk> Striper::cut(std::vector<zmq::message_t>&& frames) {
     out.push_back(std::move(c));
     owed_[lane].reset();
   }
-  std::vector<std::shared_ptr<zmq::message_t>> shared;
+  std::vector<std::shared_ptr<Frame>> shared;
   shared.reserve(frames.size());
-  for (auto& f : frames) shared.push_back(std::make_shared<zmq::message_t>(std::move(f)));
+  for (auto& f : frames) shared.push_back(std::make_shared<Frame>(std::move(f)));
   const auto chunks = static_cast<uint32_t>(pieces.size());
   for (uint32_t k = 0; k < chunks; ++k) {
     const auto& p = pieces[k];
@@ -174,8 +174,8 @@ void Reassembler::restart(uint64_t sender, uint16_t lanes) {
   lane_position_.assign(lanes, std::nullopt);
 }
 
-void Reassembler::add(uint16_t lane, const ChunkHeader& h, zmq::message_t&& piece,
-                      std::deque<std::vector<zmq::message_t>>& out) {
+void Reassembler::add(uint16_t lane, const ChunkHeader& h, Frame&& piece,
+                      std::deque<std::vector<Frame>>& out) {
   if (h.lane != lane)
     throw WireError(ErrorCode::malformed,
                     fmt::format("stripe chunk: says lane {}, came on lane {}", h.lane, lane));
@@ -219,7 +219,7 @@ void Reassembler::add(uint16_t lane, const ChunkHeader& h, zmq::message_t&& piec
   deliver(out);
 }
 
-void Reassembler::place(Partial& p, const ChunkHeader& h, zmq::message_t&& piece) {
+void Reassembler::place(Partial& p, const ChunkHeader& h, Frame&& piece) {
   if (h.frames > limits_.max_frames + 1 || h.frame_bytes > limits_.max_frame_bytes)
     throw WireError(
         ErrorCode::malformed,
@@ -244,7 +244,7 @@ void Reassembler::place(Partial& p, const ChunkHeader& h, zmq::message_t&& piece
   auto& fb = p.frame_bytes[h.frame];
   if (fb == UINT64_MAX) {
     fb = h.frame_bytes;
-    p.frames[h.frame] = zmq::message_t(h.frame_bytes);
+    p.frames[h.frame] = Frame(h.frame_bytes);
     partial_bytes_ += h.frame_bytes;
   }
   if (fb != h.frame_bytes || piece.size() > fb - h.offset)
@@ -271,7 +271,7 @@ bool Reassembler::lost(uint64_t seq, const Partial* p) const {
   return false;
 }
 
-void Reassembler::deliver(std::deque<std::vector<zmq::message_t>>& out) {
+void Reassembler::deliver(std::deque<std::vector<Frame>>& out) {
   for (;;) {
     auto it = partial_.find(next_);
     const Partial* p = it == partial_.end() ? nullptr : &it->second;

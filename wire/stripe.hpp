@@ -35,6 +35,8 @@
 #include <optional>
 #include <vector>
 
+#include "wire/frame.hpp"
+
 namespace geotrain::wire {
 
 // Lanes per peer: a lane's routing id ends in its index, one byte.
@@ -58,14 +60,14 @@ struct ChunkHeader {
 };
 
 // 64 bytes, magic "GTSTRIPE" first.
-zmq::message_t encode_chunk_header(const ChunkHeader& h);
+Frame encode_chunk_header(const ChunkHeader& h);
 // nullopt: not a chunk header (wrong size or magic): the message is a plain protocol message.
 // A chunk header with impossible fields throws WireError naming them.
-std::optional<ChunkHeader> decode_chunk_header(const zmq::message_t& frame);
+std::optional<ChunkHeader> decode_chunk_header(const Frame& frame);
 
 struct Chunk {
   uint16_t lane = 0;
-  std::vector<zmq::message_t> frames;  // the header, then the piece (data chunks only)
+  std::vector<Frame> frames;  // the header, then the piece (data chunks only)
 };
 
 class Striper {
@@ -73,7 +75,7 @@ class Striper {
   Striper(uint16_t lanes, uint64_t sender, size_t piece_bytes = kDefaultPieceBytes);
 
   // A message's chunks in sending order: ticks for lanes owed one first, then the data.
-  std::vector<Chunk> cut(std::vector<zmq::message_t>&& frames);
+  std::vector<Chunk> cut(std::vector<Frame>&& frames);
   // Sending the chunks of messages [first, last] on some lane failed (that lane is gone): the
   // abort for lane 0 that tells the receiver not to wait for them.
   Chunk abort(uint64_t first, uint64_t last) const;
@@ -108,8 +110,7 @@ class Reassembler {
   // One chunk received on `lane`; appends the messages it completes, in order, to `out`. A chunk
   // inconsistent with the message's earlier chunks (or with the limits) throws WireError; the
   // reassembler then holds nothing of that message.
-  void add(uint16_t lane, const ChunkHeader& h, zmq::message_t&& piece,
-           std::deque<std::vector<zmq::message_t>>& out);
+  void add(uint16_t lane, const ChunkHeader& h, Frame&& piece, std::deque<std::vector<Frame>>& out);
 
   uint64_t dropped() const { return dropped_; }  // messages given up as lost
   size_t partial_messages() const { return partial_.size(); }
@@ -120,7 +121,7 @@ class Reassembler {
     uint16_t lanes = 1;
     std::vector<bool> got;
     uint32_t received = 0;
-    std::vector<zmq::message_t> frames;
+    std::vector<Frame> frames;
     std::vector<uint64_t> frame_bytes;
     bool aborted = false;
   };
@@ -129,9 +130,9 @@ class Reassembler {
   static uint64_t position(uint64_t seq, uint32_t chunk) { return (seq << 32) | chunk; }
 
   void restart(uint64_t sender, uint16_t lanes);
-  void place(Partial& p, const ChunkHeader& h, zmq::message_t&& piece);
+  void place(Partial& p, const ChunkHeader& h, Frame&& piece);
   bool lost(uint64_t seq, const Partial* p) const;
-  void deliver(std::deque<std::vector<zmq::message_t>>& out);
+  void deliver(std::deque<std::vector<Frame>>& out);
   void forget(uint64_t seq);
 
   ReassemblyLimits limits_;

@@ -47,12 +47,12 @@ ReassemblyLimits limits_of(const ChannelOptions& o) {
 
 // A chunk's piece (empty for a tick or an abort), after checking the chunk has the frames its
 // kind needs. WireError otherwise.
-zmq::message_t piece_of(const ChunkHeader& h, Envelope& chunk) {
+Frame piece_of(const ChunkHeader& h, Envelope& chunk) {
   const size_t want = h.kind == ChunkKind::data ? 2 : 1;
   if (chunk.frames.size() != want)
     throw WireError(ErrorCode::malformed, fmt::format("stripe chunk with {} frames, {} expected",
                                                       chunk.frames.size(), want));
-  return want == 2 ? std::move(chunk.frames[1]) : zmq::message_t();
+  return want == 2 ? std::move(chunk.frames[1]) : Frame();
 }
 
 // Lanes queue chunks, not messages: a message is a few chunks per lane.
@@ -158,7 +158,7 @@ bool StripedRouter::send(Envelope&& message) {
 }
 
 bool StripedRouter::send_striped(Session& s, const std::string& session,
-                                 std::vector<zmq::message_t>&& frames) {
+                                 std::vector<Frame>&& frames) {
   auto& striper = *s.striper;
   // What each lane owed before this message: a lane that cannot take its tick may have lost them.
   std::vector<std::optional<uint64_t>> owed(striper.lanes());
@@ -221,7 +221,7 @@ void StripedRouter::take(const std::string& session, uint16_t lane, Envelope&& c
     auto h = decode_chunk_header(chunk.frames[0]);
     if (!h)
       throw WireError(ErrorCode::malformed, "a striped lane sent a message that is not a chunk");
-    zmq::message_t piece = piece_of(*h, chunk);
+    Frame piece = piece_of(*h, chunk);
     auto it = sessions_.find(session);
     if (it == sessions_.end()) {
       if (sessions_.size() >= kMaxSessions) {
@@ -236,7 +236,7 @@ void StripedRouter::take(const std::string& session, uint16_t lane, Envelope&& c
     s.heard = Clock::now();
     if (!s.striper || s.striper->lanes() != h->lanes)
       s.striper = std::make_unique<Striper>(h->lanes, random_id());
-    std::deque<std::vector<zmq::message_t>> done;
+    std::deque<std::vector<Frame>> done;
     s.reassembler.add(lane, *h, std::move(piece), done);
     for (auto& frames : done) ready_.push_back(Envelope{session, std::move(frames)});
   } catch (const WireError& e) {

@@ -47,7 +47,7 @@ class StripedDealer final : public Channel {
   std::vector<std::unique_ptr<ZmqChannel>> lanes_;
   Striper striper_;
   Reassembler reassembler_;
-  std::deque<std::vector<zmq::message_t>> ready_;
+  std::deque<std::vector<Frame>> ready_;
 };
 
 class StripedRouter final : public Channel {
@@ -73,7 +73,7 @@ class StripedRouter final : public Channel {
   // A chunk from lane `lane` of `session`; complete messages go to ready_.
   void take(const std::string& session, uint16_t lane, Envelope&& chunk);
   void drop_stale_partials();
-  bool send_striped(Session& s, const std::string& session, std::vector<zmq::message_t>&& frames);
+  bool send_striped(Session& s, const std::string& session, std::vector<Frame>&& frames);
 
   std::unique_ptr<ZmqChannel> router_;
   ReassemblyLimits limits_;

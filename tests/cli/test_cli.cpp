@@ -257,7 +257,7 @@ TEST_CASE(
   {
     zmq::context_t context;
     wire::Client client(wire::connect_dealer(context, endpoint));
-    auto reply = [&](wire::Body body, std::vector<zmq::message_t> payloads = {}) {
+    auto reply = [&](wire::Body body, std::vector<wire::Frame> payloads = {}) {
       auto r = client.call(std::move(body), std::move(payloads), std::chrono::seconds(20));
       REQUIRE_MESSAGE(r.has_value(), "no reply within 20 s");
       if (auto* e = std::get_if<wire::Error>(&r->header.body)) FAIL("error reply: " << e->message);
@@ -270,7 +270,7 @@ TEST_CASE(
     auto full = std::get<wire::PullReply>(reply(wire::PullRequest{0, 0, true, 0}).header.body);
     Bytes payload;
     compression::make_codec("fp32")->encode(std::vector<float>(2048, 0.5f), payload);
-    std::vector<zmq::message_t> frames;
+    std::vector<wire::Frame> frames;
     wire::Push push{0, 1, full.version, {{0, payload.size()}}};
     frames.push_back(wire::frame_from_bytes(std::move(payload)));
     CHECK(std::get<wire::PushReply>(reply(push, std::move(frames)).header.body).round == 1);

@@ -69,7 +69,7 @@ server: {{wait_for_all_regions: false, run_dir: "{}"}}
   {
     wire::Client c(wire::connect_dealer(
         context, fmt::format("tcp://127.0.0.1:{}", proxy.listen_port(0)), client_options));
-    auto call = [&](wire::Body body, std::vector<zmq::message_t> payloads = {}) {
+    auto call = [&](wire::Body body, std::vector<wire::Frame> payloads = {}) {
       auto r = c.call(std::move(body), std::move(payloads), 20s);
       REQUIRE(r.has_value());
       if (auto* e = std::get_if<wire::Error>(&r->header.body)) FAIL(e->message);
@@ -81,7 +81,7 @@ server: {{wait_for_all_regions: false, run_dir: "{}"}}
     const auto delta = patterned(kShard);
     compression::make_codec("fp32")->encode(delta, payload);
     const auto bytes = payload.size();
-    std::vector<zmq::message_t> frames;
+    std::vector<wire::Frame> frames;
     frames.push_back(wire::frame_from_bytes(std::move(payload)));
     call(wire::Push{0, 1, 0, {{0, bytes}}}, std::move(frames));
     auto pulled = call(wire::PullRequest{0, 0, true, 0});

@@ -46,7 +46,7 @@ TEST_CASE("striped over a link that is reset, later requests are answered whole 
   int answered = 0, lost = 0, answered_late = 0;
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; std::chrono::steady_clock::now() - start < 2500ms; ++i) {
-    std::vector<zmq::message_t> payload;
+    std::vector<wire::Frame> payload;
     payload.emplace_back(size_t{3} << 20);  // 3 MiB: every lane carries pieces of it
     std::memset(payload[0].data(), i & 0xFF, payload[0].size());
     auto reply = client.call(wire::Heartbeat{}, std::move(payload), 1500ms);

@@ -97,7 +97,7 @@ class Cluster {
 };
 
 inline wire::Reply expect_reply(wire::Client& c, wire::Body body,
-                                std::vector<zmq::message_t> payloads = {}) {
+                                std::vector<wire::Frame> payloads = {}) {
   auto r = c.call(std::move(body), std::move(payloads), 20s);
   REQUIRE_MESSAGE(r.has_value(), "no reply within 20 s");
   return std::move(*r);
@@ -126,8 +126,8 @@ inline wire::Push push_header(uint32_t shard, uint64_t round, uint64_t base, con
   return wire::Push{shard, round, base, {{0, payload.size()}}};
 }
 
-inline std::vector<zmq::message_t> frames(Bytes payload) {
-  std::vector<zmq::message_t> f;
+inline std::vector<wire::Frame> frames(Bytes payload) {
+  std::vector<wire::Frame> f;
   f.push_back(wire::frame_from_bytes(std::move(payload)));
   return f;
 }

@@ -220,7 +220,7 @@ TEST_CASE(
   CHECK(pool.idle() == 2);
   // A buffer of another size is resized from an idle one.
   CHECK(pool.acquire(4096).size() == 4096);
-  zmq::message_t late;
+  wire::Frame late;
   {
     server::PayloadPool short_lived;
     late = short_lived.frame(short_lived.acquire(64));
@@ -308,7 +308,7 @@ TEST_CASE(
   again.reset();
   other.reset();
   CHECK(pool.idle() == 1);  // at most max_idle wait
-  zmq::message_t late;
+  wire::Frame late;
   {
     server::ValueBufferPool short_lived(16);
     auto b = short_lived.acquire();
@@ -330,8 +330,8 @@ TEST_CASE(
   // Over inproc the server reads the sender's buffer: place the payload at an odd address.
   Bytes storage(payload.size() + 1);
   std::memcpy(storage.data() + 1, payload.data(), payload.size());
-  std::vector<zmq::message_t> f;
-  f.emplace_back(storage.data() + 1, payload.size(), nullptr, nullptr);
+  std::vector<wire::Frame> f;
+  f.push_back(wire::Frame::borrowed({storage.data() + 1, payload.size()}));
   as<wire::PushReply>(expect_reply(a, push_header(0, 1, 0, payload), std::move(f)));
   auto p = pull(a, true, 0, 1);
   for (size_t i = 0; i < kShard; ++i)

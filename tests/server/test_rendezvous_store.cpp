@@ -53,7 +53,7 @@ TEST_CASE("the store refuses what breaks its limits, naming them, and changes no
   CHECK(code == wire::ErrorCode::too_large);
   std::tie(code, what) = refusal([&] { (void)kv.get(wire::KvGet{std::string(257, 'k')}, {}, 9); });
   CHECK(what.find("kvGet key of 257 bytes: limits are 1-256") != std::string::npos);
-  std::vector<zmq::message_t> payload(1);
+  std::vector<wire::Frame> payload(1);
   std::tie(code, what) = refusal([&] { kv.set(wire::KvSet{"k", bytes("v")}, payload, 10); });
   CHECK(code == wire::ErrorCode::malformed);
   CHECK(what.find("kvSet carries payload frames, expected none") != std::string::npos);

@@ -309,7 +309,7 @@ TEST_CASE("a message larger than max_message_bytes and one with too many frames 
   // buffered, so no reply ever comes; the server goes on.
   {
     auto big = cluster.client();
-    std::vector<zmq::message_t> frames;
+    std::vector<wire::Frame> frames;
     frames.emplace_back(size_t{65536 + 1024});
     auto id = big.send(wire::Heartbeat{}, std::move(frames));
     REQUIRE(id);
@@ -317,7 +317,7 @@ TEST_CASE("a message larger than max_message_bytes and one with too many frames 
   }
   // Frames each under the limit but together over it: refused as tooLarge, nothing changed.
   {
-    std::vector<zmq::message_t> frames;
+    std::vector<wire::Frame> frames;
     for (int i = 0; i < 3; ++i) frames.emplace_back(size_t{30000});
     auto r = expect_reply(c, wire::Heartbeat{}, std::move(frames));
     REQUIRE(std::holds_alternative<wire::Error>(r.header.body));
@@ -326,7 +326,7 @@ TEST_CASE("a message larger than max_message_bytes and one with too many frames 
   // More frames than any request may have: refused by count (the extra frames are drained
   // and dropped by the channel, never kept).
   {
-    std::vector<zmq::message_t> frames;
+    std::vector<wire::Frame> frames;
     for (size_t i = 0; i < server::kMaxSegments + 10; ++i) frames.emplace_back(size_t{1});
     auto r = expect_reply(c, wire::Heartbeat{}, std::move(frames));
     REQUIRE(std::holds_alternative<wire::Error>(r.header.body));
@@ -430,7 +430,7 @@ class RawZmtpPeer {
   ~RawZmtpPeer() { ::close(fd_); }
 
   // One single-frame message (frame 0 only).
-  void send(const zmq::message_t& frame) {
+  void send(const wire::Frame& frame) {
     REQUIRE(frame.size() < 256);
     write_all(std::string(1, '\0') + static_cast<char>(frame.size()) +
               std::string(static_cast<const char*>(frame.data()), frame.size()));
@@ -444,7 +444,7 @@ class RawZmtpPeer {
     while (in_.size() >= 2 && in_.size() >= 2u + static_cast<uint8_t>(in_[1])) {
       REQUIRE(in_[0] == '\0');  // short, last frame: the server's replies here are one frame
       const size_t len = static_cast<uint8_t>(in_[1]);
-      out.push_back(wire::decode_header(zmq::message_t(in_.data() + 2, len)));
+      out.push_back(wire::decode_header(wire::Frame(in_.data() + 2, len)));
       in_.erase(0, 2 + len);
     }
     return out;

@@ -10,17 +10,17 @@ namespace {
 struct BadCase {
   const char* name;
   wire::ErrorCode code;
-  std::function<std::vector<zmq::message_t>(uint64_t hash)> frames;
+  std::function<std::vector<wire::Frame>(uint64_t hash)> frames;
 };
 
-std::vector<zmq::message_t> message(wire::Header h, std::vector<Bytes> payloads = {}) {
-  std::vector<zmq::message_t> f;
+std::vector<wire::Frame> message(wire::Header h, std::vector<Bytes> payloads = {}) {
+  std::vector<wire::Frame> f;
   f.push_back(wire::encode_header(h));
   for (auto& p : payloads) f.push_back(wire::frame_from_bytes(std::move(p)));
   return f;
 }
 
-std::vector<zmq::message_t> push_with(wire::Push p, Bytes payload) {
+std::vector<wire::Frame> push_with(wire::Push p, Bytes payload) {
   std::vector<Bytes> payloads;
   payloads.push_back(std::move(payload));
   return message(wire::Header{77, p}, std::move(payloads));
@@ -35,19 +35,19 @@ TEST_CASE("every malformed message gets an error reply naming the problem and ch
       {"truncated header", wire::ErrorCode::malformed,
        [](uint64_t) {
          auto full = wire::encode_header(wire::Header{77, wire::Heartbeat{}});
-         std::vector<zmq::message_t> f;
+         std::vector<wire::Frame> f;
          f.emplace_back(full.data(), full.size() - 8);
          return f;
        }},
       {"header not a multiple of 8 bytes", wire::ErrorCode::malformed,
        [](uint64_t) {
-         std::vector<zmq::message_t> f;
+         std::vector<wire::Frame> f;
          f.emplace_back("hello", 5);
          return f;
        }},
       {"garbage header", wire::ErrorCode::malformed,
        [](uint64_t) {
-         std::vector<zmq::message_t> f;
+         std::vector<wire::Frame> f;
          std::vector<uint8_t> junk(64, 0xff);
          f.emplace_back(junk.data(), junk.size());
          return f;

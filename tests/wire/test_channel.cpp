@@ -31,7 +31,7 @@ void round_trip(const std::string& bind_at, uint32_t lanes = 1) {
   Bytes big(3 << 20);
   for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<std::byte>(i * 31);
   const Bytes expected = big;
-  std::vector<zmq::message_t> payloads;
+  std::vector<wire::Frame> payloads;
   payloads.push_back(frame_from_bytes(std::move(big)));
   payloads.emplace_back("tail", 4);
   auto id = client.send(Heartbeat{}, std::move(payloads));
@@ -68,7 +68,7 @@ TEST_CASE("striped and plain peers share a server; each gets its own replies, in
   // order they were sent, whatever lane finishes first.
   std::vector<uint64_t> ids_a, ids_b;
   for (size_t i = 0; i < 12; ++i) {
-    std::vector<zmq::message_t> payloads;
+    std::vector<wire::Frame> payloads;
     payloads.emplace_back(i % 3 == 0 ? size_t{2} << 20 : 100 + i);
     static_cast<uint8_t*>(payloads[0].data())[0] = static_cast<uint8_t>(i);
     auto id = a.send(Heartbeat{}, std::move(payloads));
@@ -134,7 +134,7 @@ TEST_CASE("a frame above the maximum message size never reaches the server") {
   small.max_frame_bytes = 4096;
   auto router = bind_router(ctx, "tcp://127.0.0.1:0", small);
   Client client(connect_dealer(ctx, router->endpoint()));
-  std::vector<zmq::message_t> payloads;
+  std::vector<wire::Frame> payloads;
   payloads.emplace_back(size_t{8192});
   REQUIRE(client.send(Heartbeat{}, std::move(payloads)));
   CHECK_FALSE(router->receive(300ms));  // ZMQ_MAXMSGSIZE: the peer is disconnected instead

@@ -80,7 +80,7 @@ TEST_CASE("every message type survives encode and decode with its fields") {
 
 TEST_CASE("a header that is truncated, garbage or of another version is refused with its code") {
   auto good = encode_header(Header{5, Push{1, 2, 3, {{0, 80}}}});
-  auto code_of = [](const zmq::message_t& m) {
+  auto code_of = [](const wire::Frame& m) {
     try {
       decode_header(m);
     } catch (const WireError& e) {
@@ -88,11 +88,11 @@ TEST_CASE("a header that is truncated, garbage or of another version is refused 
     }
     return ErrorCode::internal;  // not refused
   };
-  CHECK(code_of(zmq::message_t()) == ErrorCode::malformed);
-  CHECK(code_of(zmq::message_t(good.data(), good.size() - 8)) == ErrorCode::malformed);
-  CHECK(code_of(zmq::message_t(good.data(), good.size() - 3)) == ErrorCode::malformed);
+  CHECK(code_of(wire::Frame()) == ErrorCode::malformed);
+  CHECK(code_of(wire::Frame(good.data(), good.size() - 8)) == ErrorCode::malformed);
+  CHECK(code_of(wire::Frame(good.data(), good.size() - 3)) == ErrorCode::malformed);
   std::vector<uint8_t> junk(48, 0xab);
-  CHECK(code_of(zmq::message_t(junk.data(), junk.size())) == ErrorCode::malformed);
+  CHECK(code_of(wire::Frame(junk.data(), junk.size())) == ErrorCode::malformed);
   Header other{6, Heartbeat{}};
   other.version = kProtocolVersion + 1;
   auto frame = encode_header(other);
@@ -107,7 +107,7 @@ TEST_CASE("a header that is truncated, garbage or of another version is refused 
           std::string::npos);
   }
   std::vector<uint8_t> huge((kMaxHeaderWords + 1) * 8, 0);
-  CHECK(code_of(zmq::message_t(huge.data(), huge.size())) == ErrorCode::too_large);
+  CHECK(code_of(wire::Frame(huge.data(), huge.size())) == ErrorCode::too_large);
 }
 
 TEST_CASE(
@@ -122,7 +122,7 @@ TEST_CASE(
 }
 
 TEST_CASE("payload frames must match the header's segments in number and size") {
-  std::vector<zmq::message_t> frames;
+  std::vector<wire::Frame> frames;
   frames.emplace_back(size_t{80});
   frames.emplace_back(size_t{16});
   std::vector<Segment> segments{{0, 80}, {10, 16}};

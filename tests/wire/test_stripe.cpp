@@ -11,10 +11,10 @@ using namespace geotrain::wire;
 
 namespace {
 
-std::vector<zmq::message_t> message(std::initializer_list<size_t> sizes, uint8_t salt) {
-  std::vector<zmq::message_t> frames;
+std::vector<wire::Frame> message(std::initializer_list<size_t> sizes, uint8_t salt) {
+  std::vector<wire::Frame> frames;
   for (size_t n : sizes) {
-    zmq::message_t m(n);
+    wire::Frame m(n);
     auto* b = static_cast<uint8_t*>(m.data());
     for (size_t i = 0; i < n; ++i) b[i] = static_cast<uint8_t>(i * 7 + salt);
     frames.push_back(std::move(m));
@@ -22,7 +22,7 @@ std::vector<zmq::message_t> message(std::initializer_list<size_t> sizes, uint8_t
   return frames;
 }
 
-bool same(const std::vector<zmq::message_t>& a, const std::vector<zmq::message_t>& b) {
+bool same(const std::vector<wire::Frame>& a, const std::vector<wire::Frame>& b) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i)
     if (a[i].size() != b[i].size() || std::memcmp(a[i].data(), b[i].data(), a[i].size()) != 0)
@@ -30,16 +30,16 @@ bool same(const std::vector<zmq::message_t>& a, const std::vector<zmq::message_t
   return true;
 }
 
-std::vector<zmq::message_t> copy(const std::vector<zmq::message_t>& frames) {
-  std::vector<zmq::message_t> out;
+std::vector<wire::Frame> copy(const std::vector<wire::Frame>& frames) {
+  std::vector<wire::Frame> out;
   for (const auto& f : frames) out.emplace_back(f.data(), f.size());
   return out;
 }
 
-void feed(Reassembler& r, Chunk&& c, std::deque<std::vector<zmq::message_t>>& out) {
+void feed(Reassembler& r, Chunk&& c, std::deque<std::vector<wire::Frame>>& out) {
   auto h = decode_chunk_header(c.frames[0]);
   REQUIRE(h);
-  zmq::message_t piece;
+  wire::Frame piece;
   if (c.frames.size() == 2) piece = std::move(c.frames[1]);
   r.add(c.lane, *h, std::move(piece), out);
 }
@@ -61,7 +61,7 @@ TEST_CASE("a chunk header survives encoding, and a plain frame is not one") {
   CHECK(d->frame == 1);
   CHECK(d->frame_bytes == 1000);
   CHECK(d->offset == 256);
-  CHECK_FALSE(decode_chunk_header(zmq::message_t("GTSTRIPE", 8)));
+  CHECK_FALSE(decode_chunk_header(wire::Frame("GTSTRIPE", 8)));
   h.lane = 4;  // beyond the lane count
   CHECK_THROWS_WITH_AS(decode_chunk_header(encode_chunk_header(h)),
                        doctest::Contains("lane 4 of 4"), WireError);
@@ -80,7 +80,7 @@ TEST_CASE("a striped message is cut evenly over the lanes and put back byte for 
   // Delivered in any interleaving of the lanes, each lane in its order: here lane 3's chunks
   // first and lane 0's (with frame 0) last.
   Reassembler r;
-  std::deque<std::vector<zmq::message_t>> out;
+  std::deque<std::vector<wire::Frame>> out;
   for (int lane = 3; lane >= 0; --lane)
     for (auto& c : chunks)
       if (c.lane == lane) feed(r, std::move(c), out);
@@ -96,7 +96,7 @@ TEST_CASE("messages are delivered in order even when a later one completes first
   auto ca = s.cut(std::move(a));
   auto cb = s.cut(std::move(b));  // lane 1: a tick (after a's chunks there); lane 0: b whole
   Reassembler r;
-  std::deque<std::vector<zmq::message_t>> out;
+  std::deque<std::vector<wire::Frame>> out;
   // Lane 0 is quick: a's lane-0 chunks and all of b arrive while a's lane-1 chunks are on their
   // way. b is complete but waits for a.
   for (auto* cs : {&ca, &cb})
@@ -121,7 +121,7 @@ TEST_CASE("a chunk lost with a lane's connection drops its message, and the next
   REQUIRE(cb.front().lane == 1);
   REQUIRE(cb.front().frames.size() == 1);
   Reassembler r;
-  std::deque<std::vector<zmq::message_t>> out;
+  std::deque<std::vector<wire::Frame>> out;
   bool skipped = false;
   for (auto& c : ca) {
     if (c.lane == 1 && !skipped) {  // lost in a reset
@@ -143,7 +143,7 @@ TEST_CASE("an abort drops an incomplete message; messages unknown to lane 0 are 
   auto cb = s.cut(message({8}, 2));
   auto cc = s.cut(message({8}, 3));
   Reassembler r;
-  std::deque<std::vector<zmq::message_t>> out;
+  std::deque<std::vector<wire::Frame>> out;
   feed(r, std::move(ca[0]), out);  // a: only chunk 0
   feed(r, s.abort(1, 1), out);
   CHECK(r.dropped() == 1);
@@ -158,7 +158,7 @@ TEST_CASE("an abort drops an incomplete message; messages unknown to lane 0 are 
 
 TEST_CASE("a restarted sender starts its numbering afresh at the receiver") {
   Reassembler r;
-  std::deque<std::vector<zmq::message_t>> out;
+  std::deque<std::vector<wire::Frame>> out;
   Striper old_sender(2, 1, 10);
   for (int i = 0; i < 5; ++i)
     for (auto& c : old_sender.cut(message({8}, 1))) feed(r, std::move(c), out);
@@ -174,7 +174,7 @@ TEST_CASE("chunks that contradict their message or the limits are refused, state
   ReassemblyLimits small;
   small.max_frame_bytes = 16;
   Reassembler r(small);
-  std::deque<std::vector<zmq::message_t>> out;
+  std::deque<std::vector<wire::Frame>> out;
   feed(r, std::move(c[0]), out);
   CHECK_THROWS_WITH_AS(feed(r, std::move(c[1]), out), doctest::Contains("over the limits"),
                        WireError);
@@ -186,12 +186,12 @@ TEST_CASE("chunks that contradict their message or the limits are refused, state
   Reassembler q;
   auto h = decode_chunk_header(d[1].frames[0]);
   REQUIRE(h);
-  zmq::message_t p1(d[1].frames[1].data(), d[1].frames[1].size());
+  wire::Frame p1(d[1].frames[1].data(), d[1].frames[1].size());
   q.add(h->lane, *h, std::move(p1), out);
-  zmq::message_t p2(d[1].frames[1].data(), d[1].frames[1].size());
+  wire::Frame p2(d[1].frames[1].data(), d[1].frames[1].size());
   CHECK_THROWS_WITH_AS(q.add(h->lane, *h, std::move(p2), out), doctest::Contains("twice"),
                        WireError);
-  zmq::message_t p3(d[2].frames[1].data(), d[2].frames[1].size());
+  wire::Frame p3(d[2].frames[1].data(), d[2].frames[1].size());
   auto h2 = decode_chunk_header(d[2].frames[0]);
   CHECK_THROWS_WITH_AS(q.add(static_cast<uint16_t>(1 - h2->lane), *h2, std::move(p3), out),
                        doctest::Contains("came on lane"), WireError);

@@ -76,7 +76,7 @@ void LeaderShards::send_push(LeaderShard& sh, ConstFloatSpan local, bool flush, 
                              uint32_t* segments) {
   uint32_t sent = 0;
   if (!flush) uplink_.use_codecs(our_round(sh));
-  std::vector<zmq::message_t> frames;
+  std::vector<wire::Frame> frames;
   auto push = sh.push_message(local, uplink_, sh.server_round(our_round(sh)),
                               config_.tokens_per_round, flush, frames, bytes, sent);
   if (segments) *segments += sent;

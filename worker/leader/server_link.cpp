@@ -45,7 +45,7 @@ uint32_t choose_streams(zmq::context_t& context, const ServerAddress& server,
   return n;
 }
 
-uint64_t ServerLink::send(wire::Body body, std::vector<zmq::message_t> frames) {
+uint64_t ServerLink::send(wire::Body body, std::vector<wire::Frame> frames) {
   auto id = client_->send(std::move(body), std::move(frames));
   GT_REQUIRE(id.has_value(), "server of region {}: send queue full", region_);
   return *id;

@@ -61,7 +61,7 @@ class ServerLink {
   }
 
   // Sends a request; SystemError naming the server when its send queue is full.
-  uint64_t send(wire::Body body, std::vector<zmq::message_t> frames = {});
+  uint64_t send(wire::Body body, std::vector<wire::Frame> frames = {});
   // Sends a request that may be dropped (a heartbeat, a goodbye): nullopt when the queue is full.
   std::optional<uint64_t> try_send(wire::Body body) { return client_->send(std::move(body)); }
   // Sends a heartbeat if the server has not been contacted within `period`, without waiting

@@ -80,9 +80,8 @@ void LeaderShard::start_from_origin() {
 }
 
 wire::Push LeaderShard::push_message(ConstFloatSpan local, Uplink& uplink, uint64_t round,
-                                     uint64_t tokens, bool flush,
-                                     std::vector<zmq::message_t>& frames, uint64_t& bytes,
-                                     uint32_t& segments_sent) const {
+                                     uint64_t tokens, bool flush, std::vector<wire::Frame>& frames,
+                                     uint64_t& bytes, uint32_t& segments_sent) const {
   wire::Push push{id, round, version, {}, tokens, flush};
   for (const auto& seg : segments) {
     const auto delta = uplink.delta(local.subspan(offset + seg.offset, seg.count),

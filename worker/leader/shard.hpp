@@ -123,7 +123,7 @@ class LeaderShard {
   // with its stream; with `flush`, what it owes in fp32, segments that owe nothing left out.
   // Adds the payload bytes to `bytes` and the segments sent to `segments_sent`.
   wire::Push push_message(ConstFloatSpan local, Uplink& uplink, uint64_t round, uint64_t tokens,
-                          bool flush, std::vector<zmq::message_t>& frames, uint64_t& bytes,
+                          bool flush, std::vector<wire::Frame>& frames, uint64_t& bytes,
                           uint32_t& segments_sent) const;
 
   // The replies among `replies` to its requests, taken out and applied: a push's answer moves its
