@@ -61,9 +61,11 @@ run_one leader "worker-$region-0"
 run_one worker "worker-$region-1"
 run_one netsim "netsim"
 
-python3 - "$out" <<'EOF'
+python3 - "$out" "$(dirname "$0")" <<'EOF'
 import glob, json, os, sys
 out = sys.argv[1]
+sys.path.insert(0, sys.argv[2])
+from metrics_schema import summary_key as k  # summary.json's keys (core/run_summary.json)
 rows, ref = [], None
 for kind in ["none", "server", "leader", "worker", "netsim"]:
     found = glob.glob(os.path.join(out, kind, "*", "summary.json"))
@@ -71,19 +73,19 @@ for kind in ["none", "server", "leader", "worker", "netsim"]:
         print(f"| {kind} | no summary.json | | | | | |")
         continue
     s = json.load(open(found[0]))
-    metric = s.get("final_test_accuracy")
-    bpb = s.get("final_val_bpb")
+    metric = s.get(k("final_test_accuracy"))
+    bpb = s.get(k("final_val_bpb"))
     value = 100 * metric if metric is not None else bpb
     if kind == "none":
         ref = value
-    faults = s.get("faults") or []
+    faults = s.get(k("faults")) or []
     recovery = ", ".join(
-        f"{f.get('process')}: restart {f.get('restart_seconds') or 0:.1f} s, "
-        f"recovery {f.get('recovery_seconds') or 0:.1f} s" for f in faults) or "-"
+        f"{f.get(k('process', 'fault'))}: restart {f.get(k('restart_seconds', 'fault')) or 0:.1f} s, "
+        f"recovery {f.get(k('recovery_seconds', 'fault')) or 0:.1f} s" for f in faults) or "-"
     delta = "" if ref is None or value is None or kind == "none" else f"{value - ref:+.2f}"
     unit = "%" if metric is not None else " bpb"
-    rows.append(f"| {kind} | {s.get('status')} | {value:.2f}{unit} | {delta} | "
-                f"{s.get('wall_seconds', 0):.1f} | {s.get('restarts', 0)} | {recovery} |")
+    rows.append(f"| {kind} | {s.get(k('status'))} | {value:.2f}{unit} | {delta} | "
+                f"{s.get(k('wall_seconds'), 0):.1f} | {s.get(k('restarts'), 0)} | {recovery} |")
 print("| SIGKILL of | status | final | vs fault-free | wall (s) | restarts | restart / recovery |")
 print("|---|---|---|---|---|---|---|")
 print("\n".join(rows))
