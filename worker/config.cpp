@@ -182,18 +182,52 @@ void parse_overlap(const YamlReader& in, const YAML::Node& w, WorkerConfig& c) {
   }
 }
 
-// The per-region maps: worker.step_delay_ms {region: ms} and worker.routes {from: {to: endpoint}}.
+// worker.slowdowns: [{region, from_s, until_s, factor}], each window inside the run.
+std::vector<Slowdown> parse_slowdowns(const YamlReader& in, const YAML::Node& list,
+                                      const WorkerConfig& c) {
+  GT_REQUIRE(list.IsSequence(),
+             "{}: worker.slowdowns must be a list of {{region, from_s, until_s, factor}}",
+             in.source());
+  std::vector<Slowdown> out;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const auto key = fmt::format("worker.slowdowns[{}]", i);
+    const YAML::Node s = list[i];
+    GT_REQUIRE(s.IsMap(), "{}: {} must be a map {{region, from_s, until_s, factor}}",
+               in.source(), key);
+    in.check_keys(s, key, {"region", "from_s", "until_s", "factor"});
+    for (const char* k : {"region", "from_s", "until_s", "factor"})
+      GT_REQUIRE(s[k], "{}: {}.{} is missing", in.source(), key, k);
+    Slowdown d;
+    d.region = in.string(s["region"], key + ".region");
+    c.region_index(d.region);
+    d.from_s = in.number<double>(s["from_s"], key + ".from_s", 0.0, 1e7);
+    d.until_s = in.number<double>(s["until_s"], key + ".until_s", 0.0, 1e7);
+    GT_REQUIRE(d.from_s < d.until_s, "{}: {}: from_s {} is not before until_s {}", in.source(),
+               key, d.from_s, d.until_s);
+    d.factor = in.number<double>(s["factor"], key + ".factor", 0.01, 100.0);
+    out.push_back(d);
+  }
+  return out;
+}
+
+// The per-region maps: worker.step_delay_ms and worker.step_time_ms {region: ms}, and
+// worker.routes {from: {to: endpoint}}; worker.slowdowns.
 void parse_region_maps(const YamlReader& in, const YAML::Node& w, WorkerConfig& c) {
   const auto& source = in.source();
-  if (auto d = w["step_delay_ms"]) {
-    GT_REQUIRE(d.IsMap(), "{}: worker.step_delay_ms must map region names to milliseconds", source);
+  const auto milliseconds = [&](const char* key, std::map<std::string, uint32_t>& out) {
+    const auto d = w[key];
+    if (!d) return;
+    GT_REQUIRE(d.IsMap(), "{}: worker.{} must map region names to milliseconds", source, key);
     for (const auto& kv : d) {
       const auto region = kv.first.as<std::string>();
       c.region_index(region);
-      c.step_delay_ms[region] =
-          in.number<uint32_t>(kv.second, "worker.step_delay_ms." + region, 0, 600'000);
+      out[region] = in.number<uint32_t>(kv.second, fmt::format("worker.{}.{}", key, region), 0,
+                                        600'000);
     }
-  }
+  };
+  milliseconds("step_delay_ms", c.step_delay_ms);
+  milliseconds("step_time_ms", c.step_time_ms);
+  if (auto s = w["slowdowns"]) c.slowdowns = parse_slowdowns(in, s, c);
   if (auto routes = w["routes"]) {
     GT_REQUIRE(routes.IsMap(), "{}: worker.routes must map a region to {{region: endpoint}}",
                source);
@@ -244,7 +278,7 @@ const std::set<std::string> kWorkerKeys{"workers_per_region",
                                         "metrics_host",
                                         "run_dir",
                                         "timeout_ms",
-                                        "step_delay_ms",
+                                        "step_delay_ms", "step_time_ms", "slowdowns",
                                         "routes",
                                         "blas_threads",
                                         "bucket_cap_mb",

@@ -26,6 +26,7 @@
 #include "models/model_spec.hpp"
 #include "wire/security_config.hpp"
 #include "worker/training/anomaly_guard.hpp"
+#include "worker/training/emulated_step.hpp"
 #include "worker/data/idx_dataset.hpp"
 #include "worker/training/optimizer.hpp"
 #include "worker/leader/overlap_merge.hpp"
@@ -136,6 +137,11 @@ struct WorkerConfig {
   // net.core.wmem_max / rmem_max (docs/deploy.md, "Streams and socket buffers").
   uint32_t socket_buffer_kib = 0;
   std::map<std::string, uint32_t> step_delay_ms;  // artificial slowness per region
+  // worker.step_time_ms {region: ms}: each local step of the region lasts at least this long,
+  // from its start (emulated compute speed: worker/training/emulated_step.hpp); worker.slowdowns:
+  // windows of the run in which a region's step time is multiplied (brownouts).
+  std::map<std::string, uint32_t> step_time_ms;
+  std::vector<Slowdown> slowdowns;
   wire::SecurityConfig security;  // top-level `security:`: CURVE keys for every server link
   // worker.external: the workers are the user's own processes (Python leaders through
   // geotrain.torch.OuterSync, docs/python.md): `geotrain run` starts servers and netsim only, and

@@ -51,10 +51,13 @@ void RunMonitor::add(const nlohmann::json& e, double clock_offset) {
       if (start_.is_null()) start_ = e;
       region.rounds_planned = number(e, f::rounds);
     }
+    region.emulated = region.emulated || number_or(e, f::step_time_ms, 0) > 0;
   } else if (kind == events::name::step) {
     ++worker.steps;
     worker.compute_s += number_or(e, f::compute_s, 0);
     worker.comm_s += number_or(e, f::comm_s, 0);
+    if (auto o = e.find(f::overrun); o != e.end() && o->is_boolean() && o->get<bool>())
+      ++region.step_overruns;  // any worker's: each paces its own steps
     if (auto o = number(e, f::optimizer_s))
       worker.optimizer_s = worker.optimizer_s.value_or(0) + *o;
     if (leader) {

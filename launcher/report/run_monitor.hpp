@@ -56,6 +56,10 @@ struct RegionState {
   std::map<uint64_t, std::pair<double, double>> bytes_by_round;
   double flush_bytes = 0;           // the `flush` event's, pushed + pulled
   uint64_t skipped_steps = 0;       // leader's steps the anomaly guard refused
+  // worker.step_time_ms: whether the region's hardware is emulated (its start events say a step
+  // time), and its workers' steps that overran it (the emulation holds while there are none).
+  bool emulated = false;
+  uint64_t step_overruns = 0;
   std::optional<double> staleness;  // newest
   double staleness_sum = 0;         // over round events with a staleness
   uint64_t staleness_n = 0;

@@ -180,6 +180,11 @@ std::string results_table(const json& s, bool lm) {
                       human_bytes(s[k::wan_wire_bytes_total].get<double>()));
   md += fmt::format("| rounds | {} |\n| steps per worker | {} |\n", fmt_value(s[k::rounds]),
                     fmt_value(s[k::steps]));
+  // worker.step_time_ms: the clock is the emulated hardware's only while no step overran it.
+  if (s.contains(k::step_overruns))
+    md += fmt::format("| steps that overran the emulated step time | {}{} |\n",
+                      fmt_value(s[k::step_overruns]),
+                      s[k::step_overruns] == 0 ? "" : " (the emulation did not hold for them)");
   md += fmt::format("| compute utilization (forward and backward) | {} |\n",
                     pct(s[k::compute_utilization]));
   if (s.contains(k::optimizer_utilization) && s[k::optimizer_utilization].is_number())

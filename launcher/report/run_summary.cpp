@@ -212,7 +212,7 @@ json regions_marked_dead(const fs::path& run_dir,
 json region_summary(const RegionState& r, std::optional<double> acc, std::optional<double> bpb,
                     std::optional<double> loss) {
   const bool global = r.final_accuracy || r.final_val_bpb;
-  return {
+  json out = {
       {k::final_test_accuracy, opt(global ? r.final_accuracy : acc)},
       {k::final_val_bpb, opt(global ? r.final_val_bpb : bpb)},
       {k::final_val_loss, opt(global ? r.final_val_loss : loss)},
@@ -230,6 +230,8 @@ json region_summary(const RegionState& r, std::optional<double> acc, std::option
        r.staleness_n ? json(r.staleness_sum / static_cast<double>(r.staleness_n)) : json(nullptr)},
       {k::wait_seconds, r.wait_s},
       {k::time_to_target_seconds, opt(r.time_to_target)}};
+  if (r.emulated) out[k::step_overruns] = r.step_overruns;  // worker.step_time_ms
+  return out;
 }
 
 }  // namespace
@@ -307,6 +309,7 @@ json build_summary(const fs::path& run_dir, const SummaryInputs& in) {
   RegionMean accuracy, val_bpb, val_loss, global_accuracy, global_val_bpb, global_val_loss;
   double wan = 0, staleness_sum = 0, round_events = 0;
   uint64_t rounds = 0, skipped_steps = 0;
+  std::optional<uint64_t> step_overruns;  // with an emulated step time in some region
   bool all_reached = !monitor.regions().empty();
   double time_to_target = 0;
   json per_region = json::object();
@@ -323,6 +326,7 @@ json build_summary(const fs::path& run_dir, const SummaryInputs& in) {
     global_val_loss.add(r.final_val_loss);
     wan += r.wan_bytes();
     skipped_steps += r.skipped_steps;
+    if (r.emulated) step_overruns = step_overruns.value_or(0) + r.step_overruns;
     staleness_sum += r.staleness_sum;
     round_events += static_cast<double>(r.staleness_n);
     rounds = std::max(rounds, r.rounds_done);
@@ -364,7 +368,8 @@ json build_summary(const fs::path& run_dir, const SummaryInputs& in) {
   if (auto b = netsim_bytes(run_dir / "netsim.jsonl")) s[k::wan_wire_bytes_total] = *b;
   s[k::rounds] = rounds;
   s[k::steps] = steps;
-  s[k::skipped_steps] = skipped_steps;  // the anomaly guard's, summed over regions' leaders
+  s[k::skipped_steps] = skipped_steps;
+  if (step_overruns) s[k::step_overruns] = *step_overruns;  // worker.step_time_ms  // the anomaly guard's, summed over regions' leaders
   s[k::compute_utilization] =
       worker_wall > 0 ? json(std::min(1.0, compute / worker_wall)) : json(nullptr);
   s[k::optimizer_utilization] =

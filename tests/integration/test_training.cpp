@@ -164,6 +164,40 @@ TEST_CASE(
   CHECK(max_staleness >= 1);  // the bound was used, not just respected by lockstep
 }
 
+TEST_CASE(
+    "an emulated step time paces a region's steps from their start, and a step whose real work "
+    "takes longer is counted as an overrun") {
+  test::TempDir dir("emulated");
+  Cluster c;
+  c.regions = {"paced", "overrun"};
+  // paced: 40 ms per step, far more than an MLP step takes here; overrun: a 30 ms delay inside
+  // every step's work against an emulated 5 ms.
+  c.worker_yaml =
+      "  batch_size: 16\n  local_steps: 2\n  rounds: 4\n  eval_every: 0\n"
+      "  step_time_ms: {paced: 40, overrun: 5}\n  step_delay_ms: {overrun: 30}\n";
+  require_success(run_cluster(c, dir.path()));
+  const auto steps_of = [&](const std::string& r) {
+    return events(dir.path() / fmt::format("worker-{}-0.metrics.jsonl", r), "step");
+  };
+  const auto done_of = [&](const std::string& r) {
+    return events(dir.path() / fmt::format("worker-{}-0.metrics.jsonl", r), "done").back();
+  };
+  const auto paced = steps_of("paced");
+  REQUIRE(paced.size() == 8);
+  for (const auto& e : paced) {
+    CHECK_FALSE(e["overrun"].get<bool>());
+    // The step lasts its emulated time: the wait counts as the emulated device's compute.
+    CHECK(e["compute_s"].get<double>() + e["comm_s"].get<double>() +
+              e["optimizer_s"].get<double>() >=
+          0.040 - 1e-3);
+  }
+  CHECK(done_of("paced")["step_overruns"] == 0);
+  for (const auto& e : steps_of("overrun")) CHECK(e["overrun"].get<bool>());
+  CHECK(done_of("overrun")["step_overruns"] == 8);
+  const auto start = events(dir.path() / "worker-paced-0.metrics.jsonl", "start").front();
+  CHECK(start["step_time_ms"] == 40);
+}
+
 TEST_CASE("bad worker configurations fail at start-up with a clear message") {
   const auto start_alone = [](const std::string& worker_yaml,
                               const std::string& model = R"({arch: "784-32-10"})") {

@@ -51,6 +51,30 @@ TEST_CASE("the worker's sections parse into their fields, and their errors name 
       doctest::Contains("worker.checkpoint must be a mapping"), InputError);
 }
 
+TEST_CASE("emulated step times and slowdowns parse per region, and their errors name the key") {
+  const auto parse = [](const std::string& worker) {
+    return worker::parse_worker_config(
+        "regions: [a, b]\nmodel: {arch: 784-10}\nworker: " + worker, "w.yaml");
+  };
+  const auto c = parse(
+      "{step_time_ms: {a: 300, b: 900},\n"
+      " slowdowns: [{region: b, from_s: 60, until_s: 120, factor: 3}]}\n");
+  CHECK(c.step_time_ms.at("a") == 300);
+  CHECK(c.step_time_ms.at("b") == 900);
+  REQUIRE(c.slowdowns.size() == 1);
+  CHECK(c.slowdowns[0].region == "b");
+  CHECK(c.slowdowns[0].factor == doctest::Approx(3));
+  CHECK_THROWS_WITH_AS(parse("{step_time_ms: {c: 1}}\n"), doctest::Contains("'c'"), InputError);
+  CHECK_THROWS_WITH_AS(parse("{slowdowns: [{region: a, from_s: 5, until_s: 5, factor: 2}]}\n"),
+                       doctest::Contains("worker.slowdowns[0]: from_s 5 is not before until_s 5"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(parse("{slowdowns: [{region: a, from_s: 1, until_s: 5}]}\n"),
+                       doctest::Contains("worker.slowdowns[0].factor is missing"), InputError);
+  CHECK_THROWS_WITH_AS(
+      parse("{slowdowns: [{region: a, from_s: 1, until_s: 5, factor: 2, by: 3}]}\n"),
+      doctest::Contains("worker.slowdowns[0].by"), InputError);
+}
+
 TEST_CASE("a learning-rate schedule the worker would refuse is refused when the config is read") {
   const auto parse = [](const std::string& worker) {
     return worker::parse_worker_config("regions: [a]\nmodel: {arch: 784-10}\nworker: " + worker,

@@ -204,6 +204,7 @@ class WorkerRun {
   bool params_on_device_ = false;
 
   std::chrono::milliseconds delay_{0};  // worker.step_delay_ms: an artificially slow region
+  EmulatedStepTime emulated_;           // worker.step_time_ms, worker.slowdowns
   TrainResult result_;
   double round_compute_ = 0, round_comm_ = 0, round_optimizer_ = 0, round_wait_ = 0;
 };
@@ -248,6 +249,12 @@ WorkerRun::WorkerRun(const WorkerConfig& config, const std::string& region, uint
                 {{f::region, region_}, {f::rank, rank_}, {f::url, exporter_->url()}});
   if (config_.step_delay_ms.count(region_))
     delay_ = std::chrono::milliseconds(config_.step_delay_ms.at(region_));
+  if (config_.step_time_ms.count(region_)) {
+    std::vector<Slowdown> mine;
+    for (const auto& s : config_.slowdowns)
+      if (s.region == region_) mine.push_back(s);
+    emulated_ = EmulatedStepTime(config_.step_time_ms.at(region_), std::move(mine));
+  }
 }
 
 void WorkerRun::serve_metrics() {
@@ -383,6 +390,7 @@ bool WorkerRun::stop_agreed(std::stop_token stop) {
 }
 
 void WorkerRun::local_step(uint64_t round, uint32_t h) {
+  const auto step_start = Clock::now();
   double compute = 0, comm_s = 0, loss_sum = 0;
   for (uint32_t m = 0; m < config_.accumulation_steps; ++m) {
     const Batch batch = data_->next();
@@ -408,6 +416,13 @@ void WorkerRun::local_step(uint64_t round, uint32_t h) {
   t0 = Clock::now();
   const StepReport report = engine_->apply(params_, comm_ ? per_region_ : 1);
   const double optimizer_s = since(t0);
+  // Emulated hardware: the step lasts its emulated time from its start, the wait counted as
+  // compute (the emulated device is busy); a step whose work took longer is an overrun.
+  const uint64_t overruns_before = emulated_.overruns();
+  if (const double pad = emulated_.pad_s(since(step_start), since(start_)); pad > 0) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(pad));
+    compute += pad;
+  }
   ++result_.steps;
   if (report.verdict != Verdict::kAccept) ++result_.skipped_steps;
   round_compute_ += compute;
@@ -423,7 +438,8 @@ void WorkerRun::local_step(uint64_t round, uint32_t h) {
                                    {f::compute_s, compute},
                                    {f::comm_s, comm_s},
                                    {f::optimizer_s, optimizer_s},
-                                   {f::skipped, report.verdict != Verdict::kAccept}});
+                                   {f::skipped, report.verdict != Verdict::kAccept},
+                                   {f::overrun, emulated_.overruns() > overruns_before}});
   // The exchanges due after this step (every fragment's push, and the merges `delay` steps
   // later); every rank knows the schedule, so all take part in the broadcast that follows.
   const uint64_t global_step = (round - 1) * config_.local_steps + h + 1;
@@ -537,6 +553,7 @@ TrainResult WorkerRun::finish(uint64_t next_round) {
                       {f::rounds, result_.rounds},
                       {f::steps, result_.steps},
                       {f::skipped_steps, result_.skipped_steps}};
+  if (emulated_.on()) done[f::step_overruns] = emulated_.overruns();
   if (leader_) {
     final_model->evaluate(*data_, *backend_, params_);
     log_->write(events::name::eval, eval_event(region_, final_model->own_evaluation(),

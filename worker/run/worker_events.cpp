@@ -64,6 +64,8 @@ nlohmann::json report_fields(const RoundReport& r) {
 nlohmann::json start_event(const WorkerConfig& c, const std::string& region, uint32_t rank,
                            uint32_t world, const std::string& model, size_t parameters, bool resume,
                            uint64_t generation) {
+  // The region's emulated step time (worker.step_time_ms; 0: the machine's own speed).
+  const auto emulated = c.step_time_ms.find(region);
   return {{f::region, region},
           {f::rank, rank},
           {f::world, world},
@@ -89,6 +91,7 @@ nlohmann::json start_event(const WorkerConfig& c, const std::string& region, uin
           {f::staleness_bound, c.staleness_bound},
           {f::resume, resume},
           {f::generation, generation},
+          {f::step_time_ms, emulated == c.step_time_ms.end() ? 0u : emulated->second},
           // The CPU's BLAS kernels: part of a run's arithmetic (docs/experiments.md, "Reproducing
           // a figure").
           {f::blas, kernels::cpu::blas_config()}};
