@@ -339,14 +339,23 @@ json build_summary(const fs::path& run_dir, const SummaryInputs& in) {
   uint64_t steps = 0;
   double compute = 0, worker_wall = 0, slowest = 0;
   std::optional<double> optimizer;  // none when no worker's steps report it
-  for (const auto& [_, w] : monitor.workers()) {
+  std::map<std::string, std::pair<double, double>> region_busy;  // compute, wall of its workers
+  for (const auto& [id, w] : monitor.workers()) {
     steps = std::max(steps, w.steps);
     compute += w.compute_s;
     if (w.optimizer_s) optimizer = optimizer.value_or(0) + *w.optimizer_s;
     const double wall = w.wall_s.value_or(w.last_time);
     worker_wall += wall;
     slowest = std::max(slowest, wall);
+    region_busy[id.first].first += w.compute_s;
+    region_busy[id.first].second += wall;
   }
+  // Each region's own: how busy its (real or emulated) hardware was, the figure an uneven fleet
+  // is judged by.
+  for (const auto& [region, busy] : region_busy)
+    if (per_region.contains(region))
+      per_region[region][k::compute_utilization] =
+          busy.second > 0 ? json(std::min(1.0, busy.first / busy.second)) : json(nullptr);
   const bool global = global_accuracy.n > 0 || global_val_bpb.n > 0;
   s[k::final_test_accuracy] = global ? global_accuracy.value() : accuracy.value();
   s[k::final_val_bpb] = global ? global_val_bpb.value() : val_bpb.value();
@@ -369,7 +378,9 @@ json build_summary(const fs::path& run_dir, const SummaryInputs& in) {
   s[k::rounds] = rounds;
   s[k::steps] = steps;
   s[k::skipped_steps] = skipped_steps;
-  if (step_overruns) s[k::step_overruns] = *step_overruns;  // worker.step_time_ms  // the anomaly guard's, summed over regions' leaders
+  if (step_overruns)
+    s[k::step_overruns] = *step_overruns;  // worker.step_time_ms  // the anomaly guard's, summed
+                                           // over regions' leaders
   s[k::compute_utilization] =
       worker_wall > 0 ? json(std::min(1.0, compute / worker_wall)) : json(nullptr);
   s[k::optimizer_utilization] =

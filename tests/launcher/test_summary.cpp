@@ -111,6 +111,9 @@ TEST_CASE("the summary has every documented field with its closed-form value") {
   CHECK(s["per_region"]["b"]["skipped_steps"] == 2);
   // 4 workers x 8 steps x 0.1 s compute over 4 workers x 4 s.
   CHECK(s["compute_utilization"].get<double>() == doctest::Approx(0.2));
+  // Each region's own: its 2 workers x 8 steps x 0.1 s over 2 workers x 4 s.
+  CHECK(s["per_region"]["a"]["compute_utilization"].get<double>() == doctest::Approx(0.2));
+  CHECK(s["per_region"]["b"]["compute_utilization"].get<double>() == doctest::Approx(0.2));
   // Region a's 2 workers x 8 steps x 0.05 s over the same 16 s (b's steps report none).
   CHECK(s["optimizer_utilization"].get<double>() == doctest::Approx(0.05));
   CHECK(s["mean_staleness"].get<double>() == doctest::Approx(0.5));
