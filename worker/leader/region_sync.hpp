@@ -14,7 +14,7 @@
 // streaming fragments (config.fragments = P > 1) exchange() takes one fragment's shards, and each
 // fragment counts its own rounds: a (fragment, round) pair is the unit of synchronisation.
 //
-// Recovery (region_sync_recovery.cpp; docs/run.md, "Restarts"): a server that lost this region
+// Recovery (leader_shards.cpp and region_sync.cpp's redo; docs/run.md, "Restarts"): a server that lost this region
 // answers `unregistered` (a heartbeat finds out while a reply is awaited); the leader rejoins it,
 // pulls its shards in full and does the round again on them, their rounds mapped onto the
 // server's count (LeaderShard::round_shift); at most kMaxRejoinAttempts per exchange.

@@ -1,7 +1,7 @@
 // RegionSync's part of the end of a run (docs/training.md, "The end of a run"; docs/protocol.md,
 // "The flush"): the progress not pushed yet goes to the servers in fp32, and every shard comes
 // back in full, the mean of what the regions hold, once every live region has flushed it. The
-// exchange itself is in region_sync.cpp, the answers to lost servers in region_sync_recovery.cpp.
+// exchange itself is in region_sync.cpp, the answers to lost servers in leader_shards.cpp.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>

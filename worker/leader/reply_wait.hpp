@@ -1,6 +1,6 @@
 #pragma once
-// How RegionSync waits for a server's replies (internal to worker/: region_sync.cpp and
-// region_sync_recovery.cpp). collect() blocks until every id has its reply or the timeout passes;
+// How a region leader waits for a server's replies (internal to worker/leader/: ServerLink and
+// LeaderShards). collect() blocks until every id has its reply or the timeout passes;
 // on the way it probes a silent server with heartbeats, parks the replies of deferred shards, and
 // turns an `unregistered` answer into ServerLost. Not thread-safe: one caller per wire::Client.
 #include <chrono>

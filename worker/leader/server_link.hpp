@@ -1,5 +1,5 @@
-// ServerLink: a region leader's connection to one server (RegionSync holds one per region's
-// server, worker/leader/region_sync.hpp). It owns the wire::Client, when the server was last heard
+// ServerLink: a region leader's connection to one server (ServerLinks holds one per region's
+// server, worker/leader/server_links.hpp). It owns the wire::Client, when the server was last heard
 // from, whether the server has lost this region (then a rejoin comes before any other request),
 // the requests left in flight past an exchange (deferred shards' pushes and pulls) with the
 // replies that came for them while something else was awaited (parked), and the heartbeat probe
