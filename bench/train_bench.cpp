@@ -18,9 +18,9 @@
 #include "models/gpt.hpp"
 #include "models/mlp.hpp"
 #include "models/model_spec.hpp"
-#include "worker/training/local_step.hpp"
 #include "worker/backend/backend_factory.hpp"
 #include "worker/backend/model_backend.hpp"
+#include "worker/training/local_step.hpp"
 #include "worker/training/optimizer.hpp"
 #ifdef GEOTRAIN_BENCH_HAS_CUDA
 #include "worker/backend/cuda_model_backend.hpp"

@@ -11,9 +11,9 @@
 #include "launcher/run/run_settings.hpp"
 #include "models/model_spec.hpp"
 #include "server/config.hpp"
-#include "worker/config.hpp"
 #include "worker/backend/backend_factory.hpp"
 #include "worker/backend/model_backend.hpp"
+#include "worker/config.hpp"
 
 namespace geotrain::cli {
 

@@ -1,6 +1,6 @@
 // splitmix64 (Vigna): the generator behind the project's own shuffles and samples
-// (worker/data/sampler.cpp, worker/data/text_corpus.cpp), where std:: distributions would differ between
-// standard libraries. Pure functions; the caller owns the state.
+// (worker/data/sampler.cpp, worker/data/text_corpus.cpp), where std:: distributions would differ
+// between standard libraries. Pure functions; the caller owns the state.
 #pragma once
 
 #include <cstdint>

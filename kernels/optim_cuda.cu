@@ -1,5 +1,5 @@
-// CUDA twins of worker/training/optimizer.cpp's steps; contracts in optim_cuda.cuh. Must not include
-// core/error.hpp (nvcc).
+// CUDA twins of worker/training/optimizer.cpp's steps; contracts in optim_cuda.cuh. Must not
+// include core/error.hpp (nvcc).
 #include <algorithm>
 #include <cmath>
 

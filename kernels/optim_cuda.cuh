@@ -1,7 +1,7 @@
-// The local optimizer step on a GPU: the CUDA twins of worker/training/optimizer.cpp's SGD and AdamW
-// (PyTorch's update rules, the same arithmetic in fp32), fused with the gradient's scaling (the
-// average over micro-batches and workers, times the clipping coefficient), and the squared global
-// gradient norm the anomaly guard and clipping read.
+// The local optimizer step on a GPU: the CUDA twins of worker/training/optimizer.cpp's SGD and
+// AdamW (PyTorch's update rules, the same arithmetic in fp32), fused with the gradient's scaling
+// (the average over micro-batches and workers, times the clipping coefficient), and the squared
+// global gradient norm the anomaly guard and clipping read.
 //
 // Launches are asynchronous on `stream`; pointers are device pointers, borrowed. Elementwise, one
 // thread per parameter with a grid stride. Plain declarations: includable from host C++.

@@ -1,7 +1,8 @@
-// The overlap rule's arithmetic for one element (worker/leader/overlap_merge.hpp), shared by the host's
-// OverlapMerge and its CUDA twin (kernels/overlap_cuda.cuh), so that both give the same bits: the
-// callers are compiled without FMA contraction (-ffp-contract=off on the host, --fmad=false for
-// the kernels), and every product and sum here is written in the one order both follow.
+// The overlap rule's arithmetic for one element (worker/leader/overlap_merge.hpp), shared by the
+// host's OverlapMerge and its CUDA twin (kernels/overlap_cuda.cuh), so that both give the same
+// bits: the callers are compiled without FMA contraction (-ffp-contract=off on the host,
+// --fmad=false for the kernels), and every product and sum here is written in the one order both
+// follow.
 #pragma once
 
 #include <cstddef>

@@ -11,8 +11,8 @@
 // (merge-weighted) mean of those copies plus lr times the mean of the regions' unsent progress:
 //   theta' = mean_r(sent_r - e_r) + lr * mean_r(x_r),
 // computed as one merge of x_r + (sent_r - e_r - theta) / lr. Neither residual is added: the
-// uplink residual is not pushed at all (worker/leader/region_sync_flush.cpp), the downlink's is taken
-// out, because compression error that no region trained with costs the final model (0.01-0.02
+// uplink residual is not pushed at all (worker/leader/region_sync_flush.cpp), the downlink's is
+// taken out, because compression error that no region trained with costs the final model (0.01-0.02
 // bpb on the LM benchmark, docs/experiments.md). After synchronous rounds every region holds the
 // same copy, so the final model is exactly the regions' own parameters. Exact with downlink
 // decay 1; with decay the copy is estimated the same way.

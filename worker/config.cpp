@@ -59,8 +59,8 @@ void parse_error_feedback(const YamlReader& in, const YAML::Node& n, WorkerConfi
   }
 }
 
-// worker.optimizer: the inner optimizer (worker/training/optimizer.hpp). Reads worker.device, so runs
-// after it: Muon has no device-resident step.
+// worker.optimizer: the inner optimizer (worker/training/optimizer.hpp). Reads worker.device, so
+// runs after it: Muon has no device-resident step.
 void parse_optimizer(const YamlReader& in, const YAML::Node& o, WorkerConfig& c) {
   in.check_keys(
       o, "worker.optimizer",
@@ -192,8 +192,8 @@ std::vector<Slowdown> parse_slowdowns(const YamlReader& in, const YAML::Node& li
   for (size_t i = 0; i < list.size(); ++i) {
     const auto key = fmt::format("worker.slowdowns[{}]", i);
     const YAML::Node s = list[i];
-    GT_REQUIRE(s.IsMap(), "{}: {} must be a map {{region, from_s, until_s, factor}}",
-               in.source(), key);
+    GT_REQUIRE(s.IsMap(), "{}: {} must be a map {{region, from_s, until_s, factor}}", in.source(),
+               key);
     in.check_keys(s, key, {"region", "from_s", "until_s", "factor"});
     for (const char* k : {"region", "from_s", "until_s", "factor"})
       GT_REQUIRE(s[k], "{}: {}.{} is missing", in.source(), key, k);
@@ -202,8 +202,8 @@ std::vector<Slowdown> parse_slowdowns(const YamlReader& in, const YAML::Node& li
     c.region_index(d.region);
     d.from_s = in.number<double>(s["from_s"], key + ".from_s", 0.0, 1e7);
     d.until_s = in.number<double>(s["until_s"], key + ".until_s", 0.0, 1e7);
-    GT_REQUIRE(d.from_s < d.until_s, "{}: {}: from_s {} is not before until_s {}", in.source(),
-               key, d.from_s, d.until_s);
+    GT_REQUIRE(d.from_s < d.until_s, "{}: {}: from_s {} is not before until_s {}", in.source(), key,
+               d.from_s, d.until_s);
     d.factor = in.number<double>(s["factor"], key + ".factor", 0.01, 100.0);
     out.push_back(d);
   }
@@ -221,8 +221,8 @@ void parse_region_maps(const YamlReader& in, const YAML::Node& w, WorkerConfig& 
     for (const auto& kv : d) {
       const auto region = kv.first.as<std::string>();
       c.region_index(region);
-      out[region] = in.number<uint32_t>(kv.second, fmt::format("worker.{}.{}", key, region), 0,
-                                        600'000);
+      out[region] =
+          in.number<uint32_t>(kv.second, fmt::format("worker.{}.{}", key, region), 0, 600'000);
     }
   };
   milliseconds("step_delay_ms", c.step_delay_ms);
@@ -278,7 +278,9 @@ const std::set<std::string> kWorkerKeys{"workers_per_region",
                                         "metrics_host",
                                         "run_dir",
                                         "timeout_ms",
-                                        "step_delay_ms", "step_time_ms", "slowdowns",
+                                        "step_delay_ms",
+                                        "step_time_ms",
+                                        "slowdowns",
                                         "routes",
                                         "blas_threads",
                                         "bucket_cap_mb",

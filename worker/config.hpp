@@ -25,11 +25,11 @@
 #include "compression/codec_schedule.hpp"
 #include "models/model_spec.hpp"
 #include "wire/security_config.hpp"
+#include "worker/data/idx_dataset.hpp"
+#include "worker/leader/overlap_merge.hpp"
 #include "worker/training/anomaly_guard.hpp"
 #include "worker/training/emulated_step.hpp"
-#include "worker/data/idx_dataset.hpp"
 #include "worker/training/optimizer.hpp"
-#include "worker/leader/overlap_merge.hpp"
 
 namespace geotrain::worker {
 
@@ -87,8 +87,9 @@ struct WorkerConfig {
   bool overlap = false;  // overlap_mode != off
   // worker.overlap: false | true (carry) | eager | delayed (worker/leader/overlap_merge.hpp).
   OverlapMode overlap_mode = OverlapMode::off;
-  // Streaming (worker/leader/streaming_sync.hpp): P fragments, each merged fragment_delay steps after
-  // its push (default: H with overlap and one fragment, H / P with fragments, 0 without overlap).
+  // Streaming (worker/leader/streaming_sync.hpp): P fragments, each merged fragment_delay steps
+  // after its push (default: H with overlap and one fragment, H / P with fragments, 0 without
+  // overlap).
   uint32_t fragments = 1;
   std::optional<uint32_t> fragment_delay;
   // false: the critical tensors (model.critical) stay out of the P fragments, in one of their
@@ -109,9 +110,9 @@ struct WorkerConfig {
   uint64_t eval_every = 10;  // rounds between evaluations (leader)
   uint64_t seed = 0;
   std::string gloo_host = "127.0.0.1";
-  // worker.metrics_port: `/metrics` in the Prometheus format (worker/run/worker_metrics.hpp). 0: off;
-  // P: the worker of region index r and rank k serves on P + r * workers_per_region + k (unique
-  // among all workers of a run on one machine).
+  // worker.metrics_port: `/metrics` in the Prometheus format (worker/run/worker_metrics.hpp). 0:
+  // off; P: the worker of region index r and rank k serves on P + r * workers_per_region + k
+  // (unique among all workers of a run on one machine).
   uint16_t metrics_port = 0;
   bool metrics_port_auto = false;  // `auto`: any free port, logged and in a metrics_endpoint event
   std::string metrics_host = "0.0.0.0";

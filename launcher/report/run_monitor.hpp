@@ -54,8 +54,8 @@ struct RegionState {
   double bytes_pushed = 0, bytes_pulled = 0;  // rounds and the flush
   // The round events' bytes (pushed, pulled) by the round of their exchange (no flush).
   std::map<uint64_t, std::pair<double, double>> bytes_by_round;
-  double flush_bytes = 0;           // the `flush` event's, pushed + pulled
-  uint64_t skipped_steps = 0;       // leader's steps the anomaly guard refused
+  double flush_bytes = 0;      // the `flush` event's, pushed + pulled
+  uint64_t skipped_steps = 0;  // leader's steps the anomaly guard refused
   // worker.step_time_ms: whether the region's hardware is emulated (its start events say a step
   // time), and its workers' steps that overran it (the emulation holds while there are none).
   bool emulated = false;

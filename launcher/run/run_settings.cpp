@@ -5,8 +5,8 @@
 
 #include "core/deployment_keys.hpp"
 #include "core/error.hpp"
-#include "core/yaml_reader.hpp"
 #include "core/wan_profile.hpp"
+#include "core/yaml_reader.hpp"
 
 namespace geotrain::launcher {
 

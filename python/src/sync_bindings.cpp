@@ -1,9 +1,10 @@
 // geotrain.RegionSync: a region leader's link to every region's server, binding
-// worker/leader/region_sync.hpp, driven by worker/leader/streaming_sync.hpp (overlap modes, fragments) as in
-// the native trainer (worker/leader/leader_session.hpp), planned from the deployment config by the
-// native worker's parser (RegionSync.from_config) or from Python arguments, so that a Python
-// leader and a C++ leader of the same config talk to the same servers with the same settings;
-// and the fragment schedule every rank follows. The config helpers are in run_bindings.cpp.
+// worker/leader/region_sync.hpp, driven by worker/leader/streaming_sync.hpp (overlap modes,
+// fragments) as in the native trainer (worker/leader/leader_session.hpp), planned from the
+// deployment config by the native worker's parser (RegionSync.from_config) or from Python
+// arguments, so that a Python leader and a C++ leader of the same config talk to the same servers
+// with the same settings; and the fragment schedule every rank follows. The config helpers are in
+// run_bindings.cpp.
 //
 // Owns its ZeroMQ context, the parameter table's layout and the RegionSync; calls block on the
 // network with the GIL released. One Python thread at a time per object.
@@ -377,10 +378,11 @@ void bind_schedule(py::module_& m) {
         py::arg("overlap"), py::arg("fragment_delay") = py::none(),
         "steps from a fragment's push to its merge, as the native worker computes it");
   using worker::FragmentSchedule;
-  py::class_<FragmentSchedule>(m, "FragmentSchedule",
-                               "when each streaming fragment is exchanged and merged "
-                               "(worker/leader/fragment_schedule.hpp): H local steps, P fragments, a "
-                               "merge `delay` steps after each push")
+  py::class_<FragmentSchedule>(
+      m, "FragmentSchedule",
+      "when each streaming fragment is exchanged and merged "
+      "(worker/leader/fragment_schedule.hpp): H local steps, P fragments, a "
+      "merge `delay` steps after each push")
       .def(py::init([](uint32_t local_steps, uint32_t fragments, uint32_t delay) {
              if (local_steps < 1 || fragments < 1 || fragments > local_steps || delay > local_steps)
                throw py::value_error(fmt::format(

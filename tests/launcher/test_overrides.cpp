@@ -11,11 +11,11 @@
 
 #include "core/config_overrides.hpp"
 #include "core/error.hpp"
+#include "core/wan_profile.hpp"
 #include "launcher/run/deployment.hpp"
 #include "launcher/run/launcher.hpp"
 #include "launcher/run/port_allocator.hpp"
 #include "launcher/run/run_settings.hpp"
-#include "core/wan_profile.hpp"
 #include "netsim/config.hpp"
 #include "tests/run_binary.hpp"
 #include "tests/temp_dir.hpp"

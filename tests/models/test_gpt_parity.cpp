@@ -39,10 +39,10 @@
 #include "tests/run_binary.hpp"
 #include "tests/temp_dir.hpp"
 #include "worker/config.hpp"
-#include "worker/training/local_step.hpp"
-#include "worker/training/optimizer.hpp"
 #include "worker/data/text_corpus.hpp"
 #include "worker/run/trainer.hpp"
+#include "worker/training/local_step.hpp"
+#include "worker/training/optimizer.hpp"
 
 using namespace geotrain;
 

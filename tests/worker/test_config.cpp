@@ -53,8 +53,8 @@ TEST_CASE("the worker's sections parse into their fields, and their errors name 
 
 TEST_CASE("emulated step times and slowdowns parse per region, and their errors name the key") {
   const auto parse = [](const std::string& worker) {
-    return worker::parse_worker_config(
-        "regions: [a, b]\nmodel: {arch: 784-10}\nworker: " + worker, "w.yaml");
+    return worker::parse_worker_config("regions: [a, b]\nmodel: {arch: 784-10}\nworker: " + worker,
+                                       "w.yaml");
   };
   const auto c = parse(
       "{step_time_ms: {a: 300, b: 900},\n"

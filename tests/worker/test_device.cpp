@@ -7,9 +7,9 @@
 #include <string>
 
 #include "core/error.hpp"
-#include "worker/config.hpp"
 #include "worker/backend/backend_factory.hpp"
 #include "worker/backend/model_backend.hpp"
+#include "worker/config.hpp"
 #include "worker/run/trainer.hpp"
 
 using namespace geotrain;

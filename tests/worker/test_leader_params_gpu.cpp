@@ -1,8 +1,8 @@
 // GPU suite (labels worker, gpu): the leader's parameters on the device (DeviceLeaderParams,
-// worker/leader/device_leader_params.hpp) against the host's (HostLeaderParams over OverlapMerge), bit for
-// bit: every overlap mode, with and without the servers' momentum and Nesterov, over several
-// rounds of starts and merges on two fragments, blocking results taken in between, and the hand
-// over to the host at the end of a run.
+// worker/leader/device_leader_params.hpp) against the host's (HostLeaderParams over OverlapMerge),
+// bit for bit: every overlap mode, with and without the servers' momentum and Nesterov, over
+// several rounds of starts and merges on two fragments, blocking results taken in between, and the
+// hand over to the host at the end of a run.
 #include <doctest/doctest.h>
 
 #include <cstring>

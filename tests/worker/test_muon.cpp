@@ -16,9 +16,9 @@
 #include "models/model_spec.hpp"
 #include "tests/temp_dir.hpp"
 #include "worker/config.hpp"
+#include "worker/run/worker_checkpoint.hpp"
 #include "worker/training/local_step.hpp"
 #include "worker/training/optimizer.hpp"
-#include "worker/run/worker_checkpoint.hpp"
 
 using namespace geotrain;
 using namespace geotrain::worker;

@@ -25,9 +25,9 @@
 #include "models/model_spec.hpp"
 #include "ranks.hpp"
 #include "worker/backend/cuda_model_backend.hpp"
-#include "worker/training/local_step.hpp"
 #include "worker/backend/model_backend.hpp"
 #include "worker/region/nccl_communicator.hpp"
+#include "worker/training/local_step.hpp"
 
 using namespace geotrain;
 using namespace geotrain::worker;

@@ -1,6 +1,7 @@
 // The overlap modes and the streaming schedule against a closed-form toy: regions minimising
 // f_r(x) = (x - c_r)^2 / 2 by gradient descent, a server averaging their outer gradients, and
-// the one-round-late merge of worker/leader/overlap_merge.hpp. The sequences below were computed by hand.
+// the one-round-late merge of worker/leader/overlap_merge.hpp. The sequences below were computed by
+// hand.
 #include <doctest/doctest.h>
 
 #include <cmath>

@@ -11,8 +11,8 @@
 #include "models/mlp.hpp"
 #include "worker/data/batch_loader.hpp"
 #include "worker/data/idx_dataset.hpp"
-#include "worker/training/local_step.hpp"
 #include "worker/data/sampler.hpp"
+#include "worker/training/local_step.hpp"
 
 using namespace geotrain;
 using namespace geotrain::worker;

@@ -1,5 +1,5 @@
-// Worker snapshots (worker/run/worker_checkpoint.hpp): what is written comes back bit for bit, and a
-// snapshot that is truncated, corrupt, of another configuration or missing is refused with an
+// Worker snapshots (worker/run/worker_checkpoint.hpp): what is written comes back bit for bit, and
+// a snapshot that is truncated, corrupt, of another configuration or missing is refused with an
 // error naming the file.
 #include <doctest/doctest.h>
 
@@ -10,10 +10,10 @@
 
 #include "core/error.hpp"
 #include "tests/temp_dir.hpp"
+#include "worker/backend/step_engine.hpp"
 #include "worker/config.hpp"
 #include "worker/leader/leader_params.hpp"
 #include "worker/run/snapshot_writer.hpp"
-#include "worker/backend/step_engine.hpp"
 #include "worker/run/worker_checkpoint.hpp"
 
 using geotrain::InputError;

@@ -16,10 +16,10 @@
 #include <optional>
 
 #include "core/span.hpp"
-#include "worker/data/batch_loader.hpp"
-#include "worker/config.hpp"
-#include "worker/data/idx_dataset.hpp"
 #include "worker/backend/model_backend.hpp"
+#include "worker/config.hpp"
+#include "worker/data/batch_loader.hpp"
+#include "worker/data/idx_dataset.hpp"
 #include "worker/data/sampler.hpp"
 #include "worker/data/text_corpus.hpp"
 

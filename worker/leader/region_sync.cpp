@@ -198,7 +198,9 @@ std::vector<ElementRange> RegionSync::take_ready(uint32_t fragment) {
 std::vector<ElementRange> RegionSync::settle() {
   std::vector<ElementRange> out;
   for (size_t s = 0; s < shards_.servers(); ++s)
-    if (!LeaderShards::on(s, shards_.where([](const LeaderShard& sh) { return sh.deferred(); })).empty())
+    if (!LeaderShards::on(s, shards_.where([](const LeaderShard& sh) {
+           return sh.deferred();
+         })).empty())
       settle_server(s, out);
   return out;
 }

@@ -14,10 +14,10 @@
 // streaming fragments (config.fragments = P > 1) exchange() takes one fragment's shards, and each
 // fragment counts its own rounds: a (fragment, round) pair is the unit of synchronisation.
 //
-// Recovery (leader_shards.cpp and region_sync.cpp's redo; docs/run.md, "Restarts"): a server that lost this region
-// answers `unregistered` (a heartbeat finds out while a reply is awaited); the leader rejoins it,
-// pulls its shards in full and does the round again on them, their rounds mapped onto the
-// server's count (LeaderShard::round_shift); at most kMaxRejoinAttempts per exchange.
+// Recovery (leader_shards.cpp and region_sync.cpp's redo; docs/run.md, "Restarts"): a server that
+// lost this region answers `unregistered` (a heartbeat finds out while a reply is awaited); the
+// leader rejoins it, pulls its shards in full and does the round again on them, their rounds mapped
+// onto the server's count (LeaderShard::round_shift); at most kMaxRejoinAttempts per exchange.
 // Deferred shards (config.shard_wait > 0, overlapped exchanges; docs/training.md, "Deferred
 // shards"): what has not come within shard_wait stays in flight, its part of base unchanged and
 // its parameters local to the caller (RoundReport::deferred) until take_ready(), settle() or the
