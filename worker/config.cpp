@@ -247,6 +247,37 @@ void parse_region_maps(const YamlReader& in, const YAML::Node& w, WorkerConfig& 
   }
 }
 
+// worker.round_time_ms (a number, or auto: H steps of the fastest region's worker.step_time_ms)
+// and worker.max_local_steps (read after the region maps).
+void parse_round_budget(const YamlReader& in, const YAML::Node& w, WorkerConfig& c) {
+  const auto& source = in.source();
+  if (auto n = w["round_time_ms"]) {
+    if (n.IsScalar() && n.Scalar() == "auto") {
+      GT_REQUIRE(c.step_time_ms.size() == c.regions.size(),
+                 "{}: worker.round_time_ms auto needs worker.step_time_ms for every region ({} of "
+                 "{} have one): the round's budget is local_steps of the fastest region's steps",
+                 source, c.step_time_ms.size(), c.regions.size());
+      uint32_t fastest = UINT32_MAX;
+      for (const auto& [region, ms] : c.step_time_ms) fastest = std::min(fastest, ms);
+      c.round_time_ms = double(fastest) * c.local_steps;
+      GT_REQUIRE(c.round_time_ms > 0,
+                 "{}: worker.round_time_ms auto: a region's worker.step_time_ms is 0", source);
+    } else {
+      c.round_time_ms =
+          in.number<double>(n, "worker.round_time_ms (milliseconds or auto)", 1, 86'400'000);
+    }
+  }
+  c.max_local_steps = 2 * c.local_steps;
+  if (auto n = w["max_local_steps"]) {
+    GT_REQUIRE(c.round_time_ms > 0,
+               "{}: worker.max_local_steps bounds time-budgeted rounds: it needs "
+               "worker.round_time_ms",
+               source);
+    c.max_local_steps =
+        in.number<uint32_t>(n, "worker.max_local_steps", c.local_steps, 1 << 20);
+  }
+}
+
 // The worker section's keys.
 const std::set<std::string> kWorkerKeys{"workers_per_region",
                                         "device",
@@ -280,6 +311,8 @@ const std::set<std::string> kWorkerKeys{"workers_per_region",
                                         "timeout_ms",
                                         "step_delay_ms",
                                         "step_time_ms",
+                                        "round_time_ms",
+                                        "max_local_steps",
                                         "slowdowns",
                                         "routes",
                                         "blas_threads",
@@ -430,6 +463,7 @@ WorkerConfig parse_worker_config(std::string_view yaml_text, std::string_view so
   if (auto n = w["socket_buffer_kib"])
     c.socket_buffer_kib = in.number<uint32_t>(n, "worker.socket_buffer_kib", 0, 1u << 20);
   parse_region_maps(in, w, c);
+  parse_round_budget(in, w, c);
   return c;
 } catch (const YAML::Exception& e) {
   throw yaml_input_error(source, e);  // a check is missing: still an InputError

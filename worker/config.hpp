@@ -143,6 +143,17 @@ struct WorkerConfig {
   // windows of the run in which a region's step time is multiplied (brownouts).
   std::map<std::string, uint32_t> step_time_ms;
   std::vector<Slowdown> slowdowns;
+  // worker.round_time_ms: time-budgeted rounds (worker/training/round_budget.hpp): each round a
+  // region takes the local steps that fit in this many milliseconds at its measured pace, between
+  // 1 and worker.max_local_steps (default 2 x local_steps); the learning-rate schedule follows the
+  // rounds, and each push carries the tokens it stands for. `auto`: local_steps x the fastest
+  // region's step_time_ms. 0: every round has local_steps steps.
+  double round_time_ms = 0;
+  uint32_t max_local_steps = 0;
+  // The most local steps the run can take (the data it may read).
+  uint64_t max_total_steps() const {
+    return rounds * (round_time_ms > 0 ? max_local_steps : local_steps);
+  }
   wire::SecurityConfig security;  // top-level `security:`: CURVE keys for every server link
   // worker.external: the workers are the user's own processes (Python leaders through
   // geotrain.torch.OuterSync, docs/python.md): `geotrain run` starts servers and netsim only, and

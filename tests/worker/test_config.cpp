@@ -75,6 +75,36 @@ TEST_CASE("emulated step times and slowdowns parse per region, and their errors 
       doctest::Contains("worker.slowdowns[0].by"), InputError);
 }
 
+TEST_CASE("time-budgeted rounds: a budget in milliseconds, or auto from the fastest region") {
+  const auto parse = [](const std::string& worker) {
+    return worker::parse_worker_config("regions: [a, b]\nmodel: {arch: 784-10}\nworker: " + worker,
+                                       "w.yaml");
+  };
+  const auto fixed = parse("{local_steps: 8}\n");
+  CHECK(fixed.round_time_ms == 0);  // the default: H steps every round
+  CHECK(fixed.max_total_steps() == fixed.total_steps());
+  const auto c = parse("{local_steps: 8, rounds: 10, round_time_ms: 2500, max_local_steps: 12}\n");
+  CHECK(c.round_time_ms == doctest::Approx(2500));
+  CHECK(c.max_local_steps == 12);
+  CHECK(c.max_total_steps() == 120);
+  // auto: H steps of the fastest region's emulated step time; at most 2H steps by default.
+  const auto a = parse("{local_steps: 8, round_time_ms: auto, step_time_ms: {a: 300, b: 900}}\n");
+  CHECK(a.round_time_ms == doctest::Approx(2400));
+  CHECK(a.max_local_steps == 16);
+  CHECK_THROWS_WITH_AS(parse("{round_time_ms: auto, step_time_ms: {a: 300}}\n"),
+                       doctest::Contains("worker.round_time_ms auto needs worker.step_time_ms for "
+                                         "every region (1 of 2 have one)"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(parse("{round_time_ms: soon}\n"),
+                       doctest::Contains("worker.round_time_ms"), InputError);
+  CHECK_THROWS_WITH_AS(parse("{max_local_steps: 9}\n"),
+                       doctest::Contains("worker.max_local_steps bounds time-budgeted rounds: it "
+                                         "needs worker.round_time_ms"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(parse("{local_steps: 8, round_time_ms: 100, max_local_steps: 4}\n"),
+                       doctest::Contains("worker.max_local_steps"), InputError);
+}
+
 TEST_CASE("a learning-rate schedule the worker would refuse is refused when the config is read") {
   const auto parse = [](const std::string& worker) {
     return worker::parse_worker_config("regions: [a]\nmodel: {arch: 784-10}\nworker: " + worker,

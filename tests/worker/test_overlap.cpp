@@ -266,3 +266,58 @@ TEST_CASE("the parameters change after a fragment's push and after its merge, de
   CHECK(FragmentSchedule::merge_delay(OverlapMode::carry, 8, 1, std::nullopt) == 8);
   CHECK(FragmentSchedule::merge_delay(OverlapMode::eager, 8, 4, 3u) == 3);
 }
+
+TEST_CASE("in rounds of H steps, a step's position gives the same schedule as its number") {
+  for (uint32_t h : {1u, 3u, 8u})
+    for (uint32_t parts = 1; parts <= h; ++parts)
+      for (uint32_t delay : {0u, 1u, h / parts, h}) {
+        const FragmentSchedule s{h, parts, delay};
+        MergeCalendar calendar(s);
+        for (uint64_t k = 1; k <= 5 * h; ++k) {
+          const auto at = s.position(k);
+          CHECK(at.round_end() == (k % h == 0));
+          for (uint32_t p = 0; p < parts; ++p) CHECK(s.due(at, p) == s.due(k, p));
+          CHECK(calendar.changes_after(at) == s.changes_after(k));
+        }
+      }
+}
+
+TEST_CASE("a round of k steps pushes the fragments at the same fractions of it as a round of H") {
+  const FragmentSchedule s{8, 4, 1};
+  const auto due_steps = [&](uint32_t k) {
+    std::vector<std::vector<uint32_t>> due(4);
+    for (uint32_t h = 1; h <= k; ++h)
+      for (uint32_t p = 0; p < 4; ++p)
+        if (s.due(StepPosition{h, h, k}, p)) due[p].push_back(h);
+    return due;
+  };
+  // 16 steps (a fast region): every fourth step; 4 steps: one a step; 2 steps: two a step; the
+  // last fragment always at the round's end; every fragment once a round.
+  CHECK(due_steps(16) == std::vector<std::vector<uint32_t>>{{4}, {8}, {12}, {16}});
+  CHECK(due_steps(4) == std::vector<std::vector<uint32_t>>{{1}, {2}, {3}, {4}});
+  CHECK(due_steps(2) == std::vector<std::vector<uint32_t>>{{1}, {1}, {2}, {2}});
+  CHECK(due_steps(1) == std::vector<std::vector<uint32_t>>{{1}, {1}, {1}, {1}});
+}
+
+TEST_CASE("with overlap a round late, a short round merges its fragment before the next push") {
+  // H = 8, one fragment merged 8 steps after its push; rounds of 3 steps (a slow region): the
+  // push after step 3 is merged after step 6, when the fragment is due again, not after step 11.
+  const FragmentSchedule s{8, 1, 8};
+  MergeCalendar calendar(s);
+  std::vector<uint64_t> changes;
+  uint64_t step = 0;
+  for (int round = 0; round < 3; ++round)
+    for (uint32_t h = 1; h <= 3; ++h)
+      if (calendar.changes_after({++step, h, 3})) changes.push_back(step);
+  CHECK(changes == std::vector<uint64_t>{3, 6, 9});
+  // And a merge whose delay ends inside the next round happens there (delay 1 over a boundary).
+  MergeCalendar one({8, 2, 1});
+  std::vector<uint64_t> after;
+  step = 0;
+  for (uint32_t k : {2u, 5u})
+    for (uint32_t h = 1; h <= k; ++h)
+      if (one.changes_after({++step, h, k})) after.push_back(step);
+  // Round 1 (2 steps): fragment 0 at 1, 1 at 2; merges at 2 and 3. Round 2 (5 steps): fragment 0
+  // at step 2 + 5 - 2 = 5, merged at 6; fragment 1 at 7.
+  CHECK(after == std::vector<uint64_t>{1, 2, 3, 5, 6, 7});
+}

@@ -37,6 +37,9 @@ StreamingConfig leader_streaming_config(const WorkerConfig& c) {
   stc.mode = c.overlap_mode;
   stc.outer = c.outer;
   stc.regions = static_cast<uint32_t>(c.regions.size());
+  // Time-budgeted rounds: a push stands for the steps actually taken since the last.
+  if (c.round_time_ms > 0)
+    stc.tokens_per_step = uint64_t{c.batch_size} * c.accumulation_steps * c.workers_per_region;
   return stc;
 }
 

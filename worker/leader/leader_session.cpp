@@ -35,8 +35,12 @@ uint64_t LeaderSession::connect(uint64_t resume_round) {
 }
 
 std::vector<RoundReport> LeaderSession::after_step(uint64_t step, FloatSpan local) {
+  return after_step(schedule().position(step), local);
+}
+
+std::vector<RoundReport> LeaderSession::after_step(const StepPosition& at, FloatSpan local) {
   GT_ASSERT(streaming_ != nullptr && !finished_, "after_step before connect, or after finish");
-  auto reports = streaming_->after_step(step, local);
+  auto reports = streaming_->after_step(at, local);
   merged_.insert(merged_.end(), reports.begin(), reports.end());
   return reports;
 }

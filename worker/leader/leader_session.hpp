@@ -48,6 +48,8 @@ class LeaderSession {
   // (StreamingSync::after_step), in place on `local`. The reports are kept for
   // take_round_fields() too.
   std::vector<RoundReport> after_step(uint64_t step, FloatSpan local);
+  // The same in rounds of any length (time-budgeted rounds; StreamingSync::after_step).
+  std::vector<RoundReport> after_step(const StepPosition& at, FloatSpan local);
   // The end of training: what is in flight is merged (StreamingSync::finish); nothing runs in
   // the background afterwards but the heartbeat. With RunEnd::flush, flush() must follow: it
   // merges the deferred shards finish() left to it. Nothing to do for a region that had flushed

@@ -78,7 +78,7 @@ void LeaderShards::send_push(LeaderShard& sh, ConstFloatSpan local, bool flush, 
   if (!flush) uplink_.use_codecs(our_round(sh));
   std::vector<wire::Frame> frames;
   auto push = sh.push_message(local, uplink_, sh.server_round(our_round(sh)),
-                              config_.tokens_per_round, flush, frames, bytes, sent);
+                              flush ? config_.tokens_per_round : sh.tokens(), flush, frames, bytes, sent);
   if (segments) *segments += sent;
   const uint64_t id = links_[sh.server].send(std::move(push), std::move(frames));
   if (flush)

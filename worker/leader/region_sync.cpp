@@ -9,7 +9,7 @@
 namespace geotrain::worker {
 
 RoundReport RegionSync::exchange(ConstFloatSpan local, std::optional<uint32_t> fragment,
-                                 bool defer) {
+                                 bool defer, uint64_t tokens) {
   const auto& config = shards_.config();
   GT_REQUIRE(local.size() == shards_.table_size(),
              "region {}: {} local parameters, the table has {}", config.region, local.size(),
@@ -42,6 +42,7 @@ RoundReport RegionSync::exchange(ConstFloatSpan local, std::optional<uint32_t> f
   std::erase_if(take, [&](auto* sh) {
     return std::find(released.begin(), released.end(), sh) != released.end();
   });
+  for (auto* sh : take) sh->set_tokens(tokens > 0 ? tokens : config.tokens_per_round);
   push_and_pull(local, take, report, tally, defer);
   report.released_round = tally.released == UINT64_MAX ? 0 : tally.released;
   report.bytes_pulled += tally.bytes_pulled;

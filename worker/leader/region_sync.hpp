@@ -87,8 +87,9 @@ class RegionSync {
   // `defer` and config.shard_wait > 0, shards may be deferred (above): `local` is not read for
   // shards deferred before the call. Without `defer`, none of the fragment's shards may be
   // deferred (settle() first).
+  // `tokens`: what the pushes stand for (SyncConfig::tokens_per_round; 0: that value).
   RoundReport exchange(ConstFloatSpan local, std::optional<uint32_t> fragment = std::nullopt,
-                       bool defer = false);
+                       bool defer = false, uint64_t tokens = 0);
 
   // Deferred shards of `fragment` whose replies have come, merged into base now (without
   // waiting); returns their ranges. Call between exchanges, before the caller starts the

@@ -92,8 +92,10 @@ wire::Push LeaderShard::push_message(ConstFloatSpan local, Uplink& uplink, uint6
     if (flush && std::all_of(delta.begin(), delta.end(), [](float v) { return v == 0.0f; }))
       continue;
     Bytes payload;
-    const auto codec = flush ? uplink.encode_fp32(delta, payload)
-                             : uplink.encode(seg.critical, seg.stream, delta, payload);
+    if (flush)
+      uplink.encode_fp32(delta, payload);
+    else
+      uplink.encode(seg.critical, seg.stream, delta, payload);
     push.segments.push_back({seg.offset, payload.size()});
     bytes += payload.size();
     ++segments_sent;
@@ -146,13 +148,13 @@ void LeaderShard::apply_pull(const wire::Reply& reply, const std::string& region
     bytes += payload.size();
   }
   for (size_t k = 0; k < pr.segments.size(); ++k) {
-    const auto offset = pr.segments[k].offset;
+    const auto at = pr.segments[k].offset;
     const auto& d = decoded[k];
-    float* b = base_.data() + offset;
+    float* b = base_.data() + at;
     if (pr.full && origin_.empty()) {
       std::copy(d.begin(), d.end(), b);
     } else if (pr.full) {
-      const float* o = origin_.data() + offset;
+      const float* o = origin_.data() + at;
       for (size_t j = 0; j < d.size(); ++j) b[j] = o[j] + d[j];
     } else {
       for (size_t j = 0; j < d.size(); ++j) b[j] += d[j];

@@ -138,6 +138,10 @@ class LeaderShard {
   std::optional<uint64_t> pull_id() const { return pull_id_; }
   // The round its server counts for the push it was deferred in.
   uint64_t deferred_round() const { return deferred_round_; }
+  // What the push of its exchange stands for (wire::Push::tokens), set when the exchange starts,
+  // so that a push sent again carries the same.
+  void set_tokens(uint64_t tokens) { tokens_ = tokens; }
+  uint64_t tokens() const { return tokens_; }
   // After a resync: its server released this region's round `our_round` already (with our push;
   // the reply was lost), so the exchange does not push it again.
   bool released_round(uint64_t our_round) const { return server_round(our_round) < expects_next_; }
@@ -196,6 +200,7 @@ class LeaderShard {
   std::optional<FullPull> full_;  // what pull_id_ is, when a full pull
   uint64_t resync_round_ = 0;     // full_pull(): our next round when a resync was sent
   uint64_t deferred_round_ = 0;
+  uint64_t tokens_ = 0;
   bool pulled_early_ = false;  // pushing: its pull answered before its push
   // The round its server expects next from this region, as last learnt (defer(), a resync).
   uint64_t expects_next_ = 0;

@@ -106,7 +106,7 @@ void StreamingSync::loop(std::stop_token stop) {
     std::exception_ptr error;
     try {
       std::lock_guard in_use(sync_mutex_);
-      report = sync_.exchange(job->push, job->fragment, job->defer);
+      report = sync_.exchange(job->push, job->fragment, job->defer, job->tokens);
       // Copied here, on the only thread that writes base: the merge reads the copy.
       copy_ranges(job->fragment, sync_.base(), job->base);
     } catch (...) {
@@ -168,11 +168,11 @@ RoundReport StreamingSync::wait_and_merge(Job& job, LeaderParams& params) {
   return *job.report;
 }
 
-RoundReport StreamingSync::run_blocking(uint32_t fragment) {
+RoundReport StreamingSync::run_blocking(uint32_t fragment, uint64_t tokens) {
   GT_ASSERT(!device_, "a blocking exchange of parameters on the device");
   const auto t0 = Clock::now();
   std::lock_guard in_use(sync_mutex_);
-  RoundReport report = sync_.exchange(host_.span(), fragment);
+  RoundReport report = sync_.exchange(host_.span(), fragment, false, tokens);
   report.merge_wait_seconds = seconds_since(t0);
   // (with a rule: the final exchanges of an overlapped run; the next start measures from here)
   const auto t1 = Clock::now();
@@ -181,11 +181,12 @@ RoundReport StreamingSync::run_blocking(uint32_t fragment) {
   return report;
 }
 
-RoundReport StreamingSync::run_queued(uint32_t fragment, LeaderParams& params) {
+RoundReport StreamingSync::run_queued(uint32_t fragment, LeaderParams& params, uint64_t tokens) {
   // Behind the exchanges already queued, in the order every region queues them: taking the
   // connection ahead of them could wait for another region's exchange that waits for ours.
   auto job = new_job(fragment);
   job->defer = false;  // it takes the global values at once
+  job->tokens = tokens;
   const auto t_read = Clock::now();
   for (const auto& r : ranges_[fragment]) params.read(r, job->push);
   boundary_.start += seconds_since(t_read);
@@ -211,30 +212,55 @@ RoundReport StreamingSync::run_queued(uint32_t fragment, LeaderParams& params) {
 }
 
 std::vector<RoundReport> StreamingSync::after_step(uint64_t step, FloatSpan host_params) {
+  return after_step(config_.schedule().position(step), host_params);
+}
+
+uint64_t StreamingSync::take_tokens(uint32_t fragment, uint64_t step) {
+  if (pushed_at_.empty()) return 0;  // before the first step: nothing trained
+  const uint64_t steps = step > pushed_at_[fragment] ? step - pushed_at_[fragment] : 0;
+  pushed_at_[fragment] = step;
+  return steps * config_.tokens_per_step;
+}
+
+std::vector<RoundReport> StreamingSync::after_step(const StepPosition& at, FloatSpan host_params) {
   LeaderParams& params = local(host_params);
+  if (pushed_at_.empty()) pushed_at_.assign(ranges_.size(), at.step - 1);
   std::vector<RoundReport> merged;
-  // Merges first: a fragment due again at this step must take its last result in before it
-  // pushes (delay == H).
-  while (!in_flight_.empty() && in_flight_.front()->merge_at <= step) {
+  const auto merge_front = [&] {
     merged.push_back(wait_and_merge(*in_flight_.front(), params));
     finished(*in_flight_.front());
     in_flight_.pop_front();
+  };
+  // Merges first: a fragment due again at this step must take its last result in before it
+  // pushes (delay == H), and so must one due again before its delay is over (a round shorter
+  // than H: time-budgeted rounds), with the exchanges started before it (MergeCalendar).
+  while (!in_flight_.empty() && in_flight_.front()->merge_at <= at.step) merge_front();
+  for (uint32_t p = 0; p < config_.fragments; ++p) {
+    if (!config_.schedule().due(at, p)) continue;
+    const auto mine = std::find_if(in_flight_.begin(), in_flight_.end(),
+                                   [p](const auto& job) { return job->fragment == p; });
+    for (auto n = std::distance(in_flight_.begin(), mine); mine != in_flight_.end() && n >= 0; --n)
+      merge_front();
   }
   // The critical fragment: every round boundary, blocking, before the streamed fragments due now.
-  if (sync_.config().critical_fragment && step % config_.local_steps == 0) {
-    last_start_[config_.fragments] = step;
-    merged.push_back(background() ? run_queued(config_.fragments, params)
-                                  : run_blocking(config_.fragments));
+  if (sync_.config().critical_fragment && at.round_end()) {
+    const uint32_t critical = config_.fragments;
+    last_start_[critical] = at.step;
+    const uint64_t tokens = take_tokens(critical, at.step);
+    merged.push_back(background() ? run_queued(critical, params, tokens)
+                                  : run_blocking(critical, tokens));
   }
   for (uint32_t p = 0; p < config_.fragments; ++p) {
-    if (!config_.schedule().due(step, p)) continue;
-    last_start_[p] = step;
+    if (!config_.schedule().due(at, p)) continue;
+    last_start_[p] = at.step;
+    const uint64_t tokens = take_tokens(p, at.step);
     if (!background()) {
-      merged.push_back(run_blocking(p));
+      merged.push_back(run_blocking(p, tokens));
       continue;
     }
     auto job = new_job(p);
-    job->merge_at = step + config_.delay;
+    job->merge_at = at.step + config_.delay;
+    job->tokens = tokens;
     const auto t0 = Clock::now();
     for (const auto& r : without(ranges_[p], deferred_[p])) params.start(r, job->push);
     boundary_.start += seconds_since(t0);
@@ -299,7 +325,8 @@ std::vector<RoundReport> StreamingSync::finish(uint64_t last_step, FloatSpan par
   // Progress not pushed yet (fragments due before the last step): one more exchange each; a
   // fragment with shards still deferred leaves it to the flush.
   for (uint32_t p = 0; p < ranges_.size(); ++p)
-    if (last_start_[p] < last_step && deferred_[p].empty()) merged.push_back(run_blocking(p));
+    if (last_start_[p] < last_step && deferred_[p].empty())
+      merged.push_back(run_blocking(p, take_tokens(p, last_step)));
   return merged;
 }
 

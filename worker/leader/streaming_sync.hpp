@@ -62,6 +62,10 @@ struct StreamingConfig {
   OverlapMode mode = OverlapMode::off;  // the merge rule when delay > 0
   OuterStepConfig outer;                // the servers' outer optimizer (eager / delayed)
   uint32_t regions = 1;                 // R
+  // The samples (tokens) one local step of the region trains on; > 0: each push carries the
+  // steps since its fragment's last push times this (the servers' token-weighted merge, for
+  // rounds of any length); 0: SyncConfig::tokens_per_round.
+  uint64_t tokens_per_step = 0;
   // Parameters on a device (worker/leader/leader_params.hpp): when set, and the exchanges run in
   // the background, the parameters and the overlap rule live where this makes them, and callers
   // pass an empty span until finish() (which takes them to the host). Empty: on the host.
@@ -86,6 +90,9 @@ class StreamingSync {
   // fragments due. May change `params`: empty when params_on_device(), whose are changed
   // instead. Returns the reports of the exchanges merged.
   std::vector<RoundReport> after_step(uint64_t step, FloatSpan params);
+  // The same for rounds of any length (fragment_schedule.hpp): the fragments due at `at`, the
+  // critical one at its round's end; a fragment due again before its merge is merged first.
+  std::vector<RoundReport> after_step(const StepPosition& at, FloatSpan params);
 
   // The end of training after step `last_step`: see above. Returns the reports merged. With
   // RunEnd::flush, deferred shards whose replies have not come are left to flush() (which must
@@ -121,6 +128,7 @@ class StreamingSync {
     uint32_t fragment = 0;
     uint64_t merge_at = 0;  // the step after which it is merged
     bool defer = true;      // its shards may be deferred (not the blocking critical fragment)
+    uint64_t tokens = 0;    // what its push stands for (StreamingConfig::tokens_per_step)
     HostTable push;         // the values pushed (only the fragment's ranges are read)
     HostTable base;         // the global values after the exchange (the fragment's ranges)
     std::optional<RoundReport> report;
@@ -133,10 +141,13 @@ class StreamingSync {
   LeaderParams& local(FloatSpan params);
   RoundReport wait_and_merge(Job& job, LeaderParams& params);
   // A blocking exchange of the host parameters (without overlap, and finish()'s last exchanges).
-  RoundReport run_blocking(uint32_t fragment);
+  RoundReport run_blocking(uint32_t fragment, uint64_t tokens);
   // A blocking exchange on the background thread, behind the queued ones, taking the global
   // values (the critical fragment while other fragments stream).
-  RoundReport run_queued(uint32_t fragment, LeaderParams& params);
+  RoundReport run_queued(uint32_t fragment, LeaderParams& params, uint64_t tokens);
+  // The tokens of fragment's push after `step`: those of the steps since its last push (0 without
+  // StreamingConfig::tokens_per_step).
+  uint64_t take_tokens(uint32_t fragment, uint64_t step);
   void copy_ranges(uint32_t fragment, ConstFloatSpan from, FloatSpan to) const;
   // A job with its two full-table buffers, spare ones when there are (a large model's are
   // hundreds of megabytes: allocating and zeroing them at every start was time the steps waited
@@ -150,6 +161,9 @@ class StreamingSync {
   StreamingConfig config_;
   std::vector<std::vector<ElementRange>> ranges_;  // per fragment
   std::vector<uint64_t> last_start_;               // per fragment: the step of its last push
+  // Per fragment: the step its last push's tokens reach (take_tokens); empty before the first
+  // after_step(), which starts every fragment at the step before it.
+  std::vector<uint64_t> pushed_at_;
   // Per fragment: the ranges of its deferred shards (RegionSync) after its last merged exchange;
   // neither merged nor started until an exchange merges them.
   std::vector<std::vector<ElementRange>> deferred_;

@@ -30,6 +30,7 @@
 #include "worker/run/worker_events.hpp"
 #include "worker/run/worker_metrics.hpp"
 #include "worker/training/local_step.hpp"
+#include "worker/training/round_budget.hpp"
 
 namespace geotrain::worker {
 namespace {
@@ -130,9 +131,10 @@ void write_region_parameters(const std::filesystem::path& run_dir, const std::st
 // One run of a worker, in the order Trainer::run calls it: the constructor builds what every
 // rank needs (model, data, the region's collective, the local step, a snapshot to resume
 // from); start() connects the leader to the servers and gives every rank the first round and
-// its parameters; train_round() is one round (H local steps, the exchanges due, the round
-// event, evaluation and snapshot); finish() takes in what is in flight, makes the global model
-// and writes the `done` event.
+// its parameters; plan_round() agrees on whether to go on and on the round's step count (H, or
+// what fits in worker.round_time_ms); train_round() is one round (its local steps, the exchanges
+// due, the round event, evaluation and snapshot); finish() takes in what is in flight, makes the
+// global model and writes the `done` event.
 class WorkerRun {
  public:
   WorkerRun(const WorkerConfig& config, const std::string& region, uint32_t region_index,
@@ -141,9 +143,14 @@ class WorkerRun {
   uint64_t start(std::stop_token stop);
   // Whether any rank of the region was asked to stop: a stop (SIGTERM) reaches the ranks at
   // slightly different times, and a rank that left the loop while another began a round would
-  // wait in a collective the other never joins (until the group's timeout). One float a round.
-  bool stop_agreed(std::stop_token stop);
-  void train_round(uint64_t round, std::stop_token stop);
+  // wait in a collective the other never joins (until the group's timeout); and the round's
+  // step count, the leader's (RoundBudget). Two floats a round.
+  struct RoundPlan {
+    bool stop = false;
+    uint32_t steps = 0;
+  };
+  RoundPlan plan_round(std::stop_token stop);
+  void train_round(uint64_t round, uint32_t steps, std::stop_token stop);
   TrainResult finish(uint64_t next_round);
 
  private:
@@ -152,10 +159,10 @@ class WorkerRun {
   uint64_t connect_leader(std::stop_token stop);
   void open_data(uint64_t first_micro_batch);
   void serve_metrics();
-  // One local step: the micro-batches' forward/backward, the region's reduction, the optimizer
-  // step, and the exchanges due after it.
-  void local_step(uint64_t round, uint32_t h);
-  void end_round(uint64_t round);
+  // One local step (h of `steps`, 0-based): the micro-batches' forward/backward, the region's
+  // reduction, the optimizer step, and the exchanges due after it.
+  void local_step(uint64_t round, uint32_t h, uint32_t steps);
+  void end_round(uint64_t round, uint32_t steps);
   void write_snapshot(uint64_t round);
   // The `checkpoint` events of the snapshots written since the last call.
   void log_snapshots();
@@ -168,6 +175,8 @@ class WorkerRun {
   // The fragment schedule every rank of the region follows: the config's until start(), then
   // the leader's, whose fragment count the servers' hellos set (LeaderSession::connect).
   FragmentSchedule schedule_;
+  MergeCalendar calendar_{schedule_};  // when the leader's exchanges change the parameters
+  uint64_t steps_taken_ = 0;  // local steps over the run (resumed: from the snapshot's round)
   const std::string& region_;
   const uint32_t region_index_, rank_;
   zmq::context_t& context_;
@@ -205,6 +214,7 @@ class WorkerRun {
 
   std::chrono::milliseconds delay_{0};  // worker.step_delay_ms: an artificially slow region
   EmulatedStepTime emulated_;           // worker.step_time_ms, worker.slowdowns
+  std::optional<RoundBudget> budget_;   // worker.round_time_ms (the leader's)
   TrainResult result_;
   double round_compute_ = 0, round_comm_ = 0, round_optimizer_ = 0, round_wait_ = 0;
 };
@@ -255,6 +265,11 @@ WorkerRun::WorkerRun(const WorkerConfig& config, const std::string& region, uint
       if (s.region == region_) mine.push_back(s);
     emulated_ = EmulatedStepTime(config_.step_time_ms.at(region_), std::move(mine));
   }
+  // Time-budgeted rounds: the first round is planned at the emulated step time when there is
+  // one, at H steps otherwise.
+  if (config_.round_time_ms > 0 && leader_)
+    budget_.emplace(config_.round_time_ms / 1000.0, config_.max_local_steps, config_.local_steps,
+                    emulated_.on() ? emulated_.target_s(0) : 0.0);
 }
 
 void WorkerRun::serve_metrics() {
@@ -278,7 +293,7 @@ void WorkerRun::serve_metrics() {
 
 void WorkerRun::open_data(uint64_t first_micro_batch) {
   data_.emplace(config_, world_, global_rank(region_index_, rank_, per_region_), leader_,
-                config_.total_steps() * config_.accumulation_steps, first_micro_batch);
+                config_.max_total_steps() * config_.accumulation_steps, first_micro_batch);
 }
 
 void WorkerRun::connect_region() {
@@ -372,25 +387,37 @@ uint64_t WorkerRun::start(std::stop_token stop) {
   }
   schedule_.fragments = static_cast<uint32_t>(start[1]);
   schedule_.delay = static_cast<uint32_t>(start[2]);
+  calendar_.set_schedule(schedule_);
   engine_->to_device(params_);
   const auto first = static_cast<uint64_t>(start[0]);
-  // A resumed worker trains round t on round t's data, at round t's schedule step.
+  // A resumed worker trains round t on round t's data, at round t's schedule step. Rounds of
+  // varying length: the snapshot's own count when it is of the round before (else H a round).
+  steps_taken_ = (first - 1) * config_.local_steps;
   if (options_.resume) {
-    const uint64_t resume_steps = (first - 1) * config_.local_steps;
-    step_->set_steps(resume_steps);
-    open_data(resume_steps * config_.accumulation_steps);
+    const bool own = config_.round_time_ms > 0 && resumed_ && resumed_->round + 1 == first;
+    if (own) steps_taken_ = resumed_->steps;
+    step_->set_steps(steps_taken_);
+    open_data(own ? resumed_->micro_batches : steps_taken_ * config_.accumulation_steps);
   }
   return first;
 }
 
-bool WorkerRun::stop_agreed(std::stop_token stop) {
-  std::vector<float> flag{stop.stop_requested() ? 1.0f : 0.0f};
-  if (comm_) comm_->allreduce_sum(flag);
-  return flag[0] > 0.0f;
+WorkerRun::RoundPlan WorkerRun::plan_round(std::stop_token stop) {
+  const uint32_t steps = budget_ ? budget_->plan() : (leader_ ? config_.local_steps : 0);
+  std::vector<float> plan{stop.stop_requested() ? 1.0f : 0.0f, static_cast<float>(steps)};
+  if (comm_) comm_->allreduce_sum(plan);  // the leader's count: the others add 0
+  const uint32_t agreed = config_.round_time_ms > 0 ? static_cast<uint32_t>(plan[1])
+                                                    : config_.local_steps;
+  GT_ASSERT(agreed >= 1, "a round of {} steps", agreed);
+  return {plan[0] > 0.0f, agreed};
 }
 
-void WorkerRun::local_step(uint64_t round, uint32_t h) {
+void WorkerRun::local_step(uint64_t round, uint32_t h, uint32_t steps) {
   const auto step_start = Clock::now();
+  // Time-budgeted rounds: the schedule's place in the round, whatever the round's step count.
+  if (config_.round_time_ms > 0)
+    step_->set_schedule_position((round - 1) * config_.local_steps +
+                                 uint64_t{h} * config_.local_steps / steps);
   double compute = 0, comm_s = 0, loss_sum = 0;
   for (uint32_t m = 0; m < config_.accumulation_steps; ++m) {
     const Batch batch = data_->next();
@@ -423,6 +450,7 @@ void WorkerRun::local_step(uint64_t round, uint32_t h) {
     std::this_thread::sleep_for(std::chrono::duration<double>(pad));
     compute += pad;
   }
+  if (budget_) budget_->record_step(since(step_start));
   ++result_.steps;
   if (report.verdict != Verdict::kAccept) ++result_.skipped_steps;
   round_compute_ += compute;
@@ -442,12 +470,12 @@ void WorkerRun::local_step(uint64_t round, uint32_t h) {
                                    {f::overrun, emulated_.overruns() > overruns_before}});
   // The exchanges due after this step (every fragment's push, and the merges `delay` steps
   // later); every rank knows the schedule, so all take part in the broadcast that follows.
-  const uint64_t global_step = (round - 1) * config_.local_steps + h + 1;
-  const bool exchanged = schedule_.changes_after(global_step);
+  const StepPosition at{++steps_taken_, h + 1, steps};
+  const bool exchanged = calendar_.changes_after(at);
   if (leader_) {
     if (exchanged && !params_on_device_) engine_->to_host(params_);
     t0 = Clock::now();
-    session_->after_step(global_step, params_on_device_ ? FloatSpan{} : FloatSpan(params_));
+    session_->after_step(at, params_on_device_ ? FloatSpan{} : FloatSpan(params_));
     round_wait_ += since(t0);
   }
   if (!exchanged) return;
@@ -458,10 +486,10 @@ void WorkerRun::local_step(uint64_t round, uint32_t h) {
   if (!params_on_device_) engine_->to_device(params_);
 }
 
-void WorkerRun::train_round(uint64_t round, std::stop_token stop) {
+void WorkerRun::train_round(uint64_t round, uint32_t steps, std::stop_token stop) {
   round_compute_ = round_comm_ = round_optimizer_ = round_wait_ = 0;
-  for (uint32_t h = 0; h < config_.local_steps; ++h) local_step(round, h);
-  end_round(round);
+  for (uint32_t h = 0; h < steps; ++h) local_step(round, h, steps);
+  end_round(round, steps);
   // worker.checkpoint: every N rounds, at the last round and when stopped, so that --resume
   // continues where this worker stops.
   if (config_.checkpoint.every > 0 &&
@@ -472,10 +500,10 @@ void WorkerRun::train_round(uint64_t round, std::stop_token stop) {
 }
 
 // The leader's round event (and the evaluation every eval_every rounds).
-void WorkerRun::end_round(uint64_t round) {
+void WorkerRun::end_round(uint64_t round, uint32_t steps) {
   if (!leader_) return;
   nlohmann::json fields{
-      {f::region, region_},           {f::round, round},        {f::steps, config_.local_steps},
+      {f::region, region_},           {f::round, round},        {f::steps, steps},
       {f::compute_s, round_compute_}, {f::comm_s, round_comm_}, {f::optimizer_s, round_optimizer_},
       {f::wait_s, round_wait_}};
   fields.update(session_->take_round_fields());
@@ -517,7 +545,7 @@ TrainResult WorkerRun::finish(uint64_t next_round) {
     // progress, and give every worker the result.
     const auto t0 = Clock::now();
     const bool last = next_round > config_.rounds;  // else a stopped run: no global model
-    auto reps = session_->finish((next_round - 1) * config_.local_steps, params_,
+    auto reps = session_->finish(steps_taken_, params_,
                                  last ? RunEnd::flush : RunEnd::no_flush);
     if (!reps.empty()) {
       nlohmann::json j{{f::region, region_},  {f::round, reps.back().round},
@@ -593,7 +621,11 @@ Trainer::Trainer(WorkerConfig config, std::string region, uint32_t rank, zmq::co
 TrainResult Trainer::run(std::stop_token stop) {
   WorkerRun run(config_, region_, region_index_, rank_, context_, options_);
   uint64_t round = run.start(stop);
-  for (; round <= config_.rounds && !run.stop_agreed(stop); ++round) run.train_round(round, stop);
+  for (; round <= config_.rounds; ++round) {
+    const auto plan = run.plan_round(stop);
+    if (plan.stop) break;
+    run.train_round(round, plan.steps, stop);
+  }
   return run.finish(round);
 }
 

@@ -32,7 +32,7 @@ StepReport LocalStep::begin_report(uint32_t reduced_over) const {
   StepReport r;
   r.step = step_;
   r.loss = loss_sum_ / static_cast<double>(micro_);
-  r.lr = config_.schedule.at(step_);
+  r.lr = config_.schedule.at(schedule_at_.value_or(step_));
   return r;
 }
 

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "core/span.hpp"
@@ -71,6 +72,10 @@ class LocalStep {
   AnomalyGuard& guard() { return guard_; }
   const AnomalyGuard& guard() const { return guard_; }
   void set_steps(uint64_t steps) { step_ = steps; }
+  // The learning-rate schedule's position for the next steps, when it is not the steps done
+  // (time-budgeted rounds: every region at the same place of the schedule in the same round,
+  // whatever its step count; worker/training/round_budget.hpp). nullopt: the steps done.
+  void set_schedule_position(std::optional<uint64_t> step) { schedule_at_ = step; }
 
  private:
   // The step's report as far as apply() and decide() agree: step, mean loss, lr.
@@ -83,6 +88,7 @@ class LocalStep {
   uint32_t micro_ = 0;
   double loss_sum_ = 0;
   uint64_t step_ = 0;
+  std::optional<uint64_t> schedule_at_;
 };
 
 }  // namespace geotrain::worker

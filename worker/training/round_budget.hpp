@@ -1,0 +1,45 @@
+// RoundBudget: how many local steps a region takes in a time-budgeted round (worker.round_time_ms;
+// docs/training.md, "Uneven regions"). A region takes the steps that fit in the budget at its own
+// pace, so that every region of an uneven fleet reaches the round's exchange at about the same
+// time, busy until then, instead of the fast ones waiting for the slowest (fixed H).
+//
+// The pace is the mean wall time of the steps of the round before (each step from its start to
+// the end of its optimizer step and emulated time, without the exchanges after it), so a region
+// that slows down (a brownout) or recovers is planned at its new pace within two rounds. The
+// count is budget / pace, the fraction left over carried to the next round the way error feedback
+// carries a codec's: a region at a third of the budget's pace takes 2, 3, 3, 2, 3, 3 ... steps
+// (8/3 a round on average), not 3 every round (12% late) or 2 (25% idle). Each round's count is
+// between 1 and max_steps; the carry stays in [0, 1).
+//
+// Pure arithmetic; the caller measures and broadcasts the count to its region. Not thread-safe.
+#pragma once
+
+#include <cstdint>
+
+namespace geotrain::worker {
+
+class RoundBudget {
+ public:
+  // `budget_s` > 0; `max_steps` >= 1; `first_steps`: the first round's count, before any step was
+  // measured (a pace known in advance, such as an emulated step time, gives budget / pace
+  // instead: `known_pace_s` > 0).
+  RoundBudget(double budget_s, uint32_t max_steps, uint32_t first_steps, double known_pace_s = 0);
+
+  // One step of the round under way took `seconds`.
+  void record_step(double seconds);
+  // The count of the next round, from the pace of the steps recorded since the last call.
+  uint32_t plan();
+  // The pace plan() used last (0 before a pace was known).
+  double pace_s() const { return pace_s_; }
+
+ private:
+  double budget_s_;
+  uint32_t max_steps_;
+  uint32_t first_steps_;
+  double pace_s_ = 0;
+  double carry_ = 0;  // steps owed from earlier rounds' fractions, in [0, 1)
+  double recorded_s_ = 0;
+  uint32_t recorded_ = 0;
+};
+
+}  // namespace geotrain::worker
