@@ -50,6 +50,7 @@ void RunMonitor::add(const nlohmann::json& e, double clock_offset) {
     if (leader) {
       if (start_.is_null()) start_ = e;
       region.rounds_planned = number(e, f::rounds);
+      region.tokens_per_step = number_or(e, f::tokens_per_step, 0);
     }
     region.emulated = region.emulated || number_or(e, f::step_time_ms, 0) > 0;
   } else if (kind == events::name::step) {

@@ -60,6 +60,9 @@ struct RegionState {
   // time), and its workers' steps that overran it (the emulation holds while there are none).
   bool emulated = false;
   uint64_t step_overruns = 0;
+  // What one of its steps trains on (the leader's `start`: samples, or a GPT's tokens); 0 from
+  // folders written before it was logged.
+  double tokens_per_step = 0;
   std::optional<double> staleness;  // newest
   double staleness_sum = 0;         // over round events with a staleness
   uint64_t staleness_n = 0;

@@ -257,21 +257,26 @@ std::string build_report(const fs::path& run_dir, const json& s) {
   md += results_table(s, lm);
   md += fmt::format(
       "\n## Per region (each region's own parameters)\n\n"
-      "| region | {} | rounds | WAN payload | mean staleness | waiting (s) | busy |\n"
-      "|---|---|---|---|---|---|---|\n",
-      lm ? "validation bpb" : "accuracy");
+      "| region | {} | rounds | steps | {}/s | WAN payload | mean staleness | waiting (s) | busy "
+      "|\n"
+      "|---|---|---|---|---|---|---|---|---|\n",
+      lm ? "validation bpb" : "accuracy", lm ? "tokens" : "samples");
   // Each region's own parameters (the final figures of folders from before the global model).
   const auto own = [](const json& r, const char* region_key, const char* final_key) {
     const auto v = r.value(region_key, json(nullptr));
     return v.is_null() ? r.value(final_key, json(nullptr)) : v;
   };
-  for (const auto& [name, r] : s[k::per_region].items())
-    md += fmt::format("| {} | {} | {} | {} | {} | {} | {} |\n", name,
+  for (const auto& [name, r] : s[k::per_region].items()) {
+    const auto rate = r.value(k::tokens_per_second, json(nullptr));
+    md += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", name,
                       lm ? bpb_text(own(r, k::region_val_bpb, k::final_val_bpb))
                          : pct_text(own(r, k::region_test_accuracy, k::final_test_accuracy)),
-                      fmt_value(r[k::rounds]), human_bytes(r.value(k::wan_bytes, 0.0)),
-                      fmt_value(r[k::mean_staleness]), fmt_value(r[k::wait_seconds]),
+                      fmt_value(r[k::rounds]), fmt_value(r.value(k::steps, json(nullptr))),
+                      rate.is_number() ? fmt::format("{:.0f}", rate.get<double>()) : "-",
+                      human_bytes(r.value(k::wan_bytes, 0.0)), fmt_value(r[k::mean_staleness]),
+                      fmt_value(r[k::wait_seconds]),
                       pct_text(r.value(k::compute_utilization, json(nullptr))));
+  }
   md += codec_phase_table(s);
   md += incidents_tables(s);
   bool heading = false;

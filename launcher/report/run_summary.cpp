@@ -351,11 +351,21 @@ json build_summary(const fs::path& run_dir, const SummaryInputs& in) {
     region_busy[id.first].second += wall;
   }
   // Each region's own: how busy its (real or emulated) hardware was, the figure an uneven fleet
-  // is judged by.
+  // is judged by, and its steps (time-budgeted rounds: they differ by region) and tokens/s.
   for (const auto& [region, busy] : region_busy)
     if (per_region.contains(region))
       per_region[region][k::compute_utilization] =
           busy.second > 0 ? json(std::min(1.0, busy.first / busy.second)) : json(nullptr);
+  for (const auto& [id, w] : monitor.workers()) {
+    if (id.second != 0 || !per_region.contains(id.first)) continue;
+    const auto& r = monitor.regions().at(id.first);
+    const double wall = w.wall_s.value_or(w.last_time);
+    per_region[id.first][k::steps] = w.steps;
+    per_region[id.first][k::tokens_per_second] =
+        r.tokens_per_step > 0 && wall > 0
+            ? json(static_cast<double>(w.steps) * r.tokens_per_step / wall)
+            : json(nullptr);
+  }
   const bool global = global_accuracy.n > 0 || global_val_bpb.n > 0;
   s[k::final_test_accuracy] = global ? global_accuracy.value() : accuracy.value();
   s[k::final_val_bpb] = global ? global_val_bpb.value() : val_bpb.value();

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <memory>
 
 #include "cluster.hpp"
@@ -196,6 +197,65 @@ TEST_CASE(
   CHECK(done_of("overrun")["step_overruns"] == 8);
   const auto start = events(dir.path() / "worker-paced-0.metrics.jsonl", "start").front();
   CHECK(start["step_time_ms"] == 40);
+}
+
+TEST_CASE(
+    "time-budgeted rounds: a region at a third of the speed takes a third of the steps in the same "
+    "rounds, every rank of it the leader's count, and both regions compute for the same time") {
+  test::TempDir dir("budget");
+  Cluster c;
+  c.regions = {"fast", "slow"};
+  c.workers = 2;  // the count reaches the other rank with the round's plan
+  // Budget auto: H = 6 steps of 60 ms; the slow region's 180 ms steps fit 2 a round. Streaming
+  // fragments merged one step... H / P = 3 steps after their push: in the slow region's rounds
+  // of 2 steps, a fragment is due again before its delay is over.
+  c.worker_yaml =
+      "  batch_size: 16\n  local_steps: 6\n  rounds: 5\n  eval_every: 0\n  overlap: true\n"
+      "  fragments: 2\n  step_time_ms: {fast: 60, slow: 180}\n  round_time_ms: auto\n"
+      "  lr: 0.05\n  lr_decay: cosine\n  min_lr: 0.005\n";
+  require_success(run_cluster(c, dir.path()));
+  const auto log = [&](const std::string& region, int rank) {
+    return dir.path() / fmt::format("worker-{}-{}.metrics.jsonl", region, rank);
+  };
+  double compute[2] = {0, 0};
+  for (int i = 0; i < 2; ++i) {
+    const std::string region = c.regions[i];
+    const uint32_t per_round = i == 0 ? 6 : 2;
+    const auto rounds = events(log(region, 0), "round");
+    REQUIRE(rounds.size() >= 5);  // and the end's exchanges, with 0 steps
+    // The measured pace is the emulated one plus each step's own overheads: a round may take a
+    // step less once the shortfall adds up to half a step (round_budget.hpp).
+    uint64_t total = 0;
+    for (size_t r = 0; r < 5; ++r) {
+      const auto steps = rounds[r]["steps"].get<uint32_t>();
+      CHECK(steps <= per_round);
+      CHECK(steps + 1 >= per_round);
+      total += steps;
+    }
+    CHECK(total + 1 >= 5 * per_round);
+    for (int rank = 0; rank < 2; ++rank) {  // every rank took its leader's counts
+      CHECK(events(log(region, rank), "step").size() == total);
+      CHECK(events(log(region, rank), "done").back()["steps"] == total);
+    }
+    for (const auto& e : events(log(region, 0), "step")) compute[i] += e["compute_s"].get<double>();
+  }
+  MESSAGE("compute: fast ", compute[0], " s, slow ", compute[1], " s");
+  // 5 x 6 x 60 ms against 5 x 2 x 180 ms: both 1.8 s of emulated compute (within the steps' own
+  // overheads); with fixed rounds the slow region would compute for three times as long.
+  CHECK(compute[1] / compute[0] == doctest::Approx(1.0).epsilon(0.2));
+  // The learning-rate schedule (cosine over 5 x 6 steps) follows the rounds: each round's first
+  // step has the same learning rate in both regions, whatever their counts.
+  const auto first_lrs = [&](const std::string& region) {
+    std::map<uint64_t, double> out;
+    for (const auto& e : events(log(region, 0), "step"))
+      out.try_emplace(e["round"].get<uint64_t>(), e["lr"].get<double>());
+    return out;
+  };
+  const auto fast_lr = first_lrs("fast"), slow_lr = first_lrs("slow");
+  REQUIRE(fast_lr.size() == 5);
+  REQUIRE(slow_lr.size() == 5);
+  for (const auto& [round, lr] : fast_lr) CHECK(slow_lr.at(round) == doctest::Approx(lr));
+  CHECK(fast_lr.at(5) < fast_lr.at(1));  // the schedule did decay
 }
 
 TEST_CASE("bad worker configurations fail at start-up with a clear message") {

@@ -92,6 +92,12 @@ nlohmann::json start_event(const WorkerConfig& c, const std::string& region, uin
           {f::resume, resume},
           {f::generation, generation},
           {f::step_time_ms, emulated == c.step_time_ms.end() ? 0u : emulated->second},
+          // worker.round_time_ms (0: H steps a round), and what one of the region's steps trains
+          // on (samples, or a GPT's tokens): the report's per-region tokens/s.
+          {f::round_time_ms, c.round_time_ms},
+          {f::tokens_per_step, uint64_t{c.batch_size} * c.accumulation_steps *
+                                   c.workers_per_region *
+                                   (c.model.kind == "gpt" ? c.model.gpt.seq_len : 1)},
           // The CPU's BLAS kernels: part of a run's arithmetic (docs/experiments.md, "Reproducing
           // a figure").
           {f::blas, kernels::cpu::blas_config()}};

@@ -27,12 +27,12 @@ uint32_t RoundBudget::plan() {
   recorded_s_ = 0;
   recorded_ = 0;
   if (pace_s_ <= 0) return first_steps_;
-  // A hair of slack, so that a pace equal to budget / k plans k, not k - 1, when the division
-  // rounds below it.
-  const double owed = carry_ + budget_s_ / pace_s_ + 1e-9;
-  const double whole = std::floor(owed);
-  const auto steps = static_cast<uint32_t>(std::clamp(whole, 1.0, double(max_steps_)));
-  carry_ = std::clamp(owed - 1e-9 - double(steps), 0.0, 0.999999);
+  // The nearest count, the difference carried: over rounds the counts sum to the budget's steps
+  // within half a step, and a pace a hair slower than budget / k (a step's own overheads) still
+  // plans k.
+  const double owed = carry_ + budget_s_ / pace_s_;
+  const auto steps = static_cast<uint32_t>(std::clamp(std::round(owed), 1.0, double(max_steps_)));
+  carry_ = std::clamp(owed - double(steps), -0.5, 0.4999);
   return steps;
 }
 

@@ -6,10 +6,11 @@
 // The pace is the mean wall time of the steps of the round before (each step from its start to
 // the end of its optimizer step and emulated time, without the exchanges after it), so a region
 // that slows down (a brownout) or recovers is planned at its new pace within two rounds. The
-// count is budget / pace, the fraction left over carried to the next round the way error feedback
-// carries a codec's: a region at a third of the budget's pace takes 2, 3, 3, 2, 3, 3 ... steps
-// (8/3 a round on average), not 3 every round (12% late) or 2 (25% idle). Each round's count is
-// between 1 and max_steps; the carry stays in [0, 1).
+// count is budget / pace rounded to the nearest step, the difference carried to the next round
+// the way error feedback carries a codec's: a region at a third of the budget's pace takes
+// 3, 2, 3, 3, 2, 3 ... steps (8/3 a round on average), not 3 every round (12% late) or 2 (25%
+// idle), and a region a hair slower than the budget's pace (its steps' own overheads) still takes
+// H. Each round's count is between 1 and max_steps; the carry stays within half a step.
 //
 // Pure arithmetic; the caller measures and broadcasts the count to its region. Not thread-safe.
 #pragma once
@@ -37,7 +38,7 @@ class RoundBudget {
   uint32_t max_steps_;
   uint32_t first_steps_;
   double pace_s_ = 0;
-  double carry_ = 0;  // steps owed from earlier rounds' fractions, in [0, 1)
+  double carry_ = 0;  // steps owed (or overdrawn) by earlier rounds' rounding, in [-0.5, 0.5)
   double recorded_s_ = 0;
   uint32_t recorded_ = 0;
 };
