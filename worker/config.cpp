@@ -264,7 +264,7 @@ void parse_round_budget(const YamlReader& in, const YAML::Node& w, WorkerConfig&
                  "{}: worker.round_time_ms auto: a region's worker.step_time_ms is 0", source);
     } else {
       c.round_time_ms =
-          in.number<double>(n, "worker.round_time_ms (milliseconds or auto)", 1, 86'400'000);
+          in.number<double>(n, "worker.round_time_ms (milliseconds, 0 or auto)", 0, 86'400'000);
     }
   }
   c.max_local_steps = 2 * c.local_steps;

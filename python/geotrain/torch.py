@@ -107,6 +107,11 @@ class OuterSync:
             raise ValueError("OuterSync: the model has no parameters")
         s = self._settings(config, region, servers, overrides)
         self.settings = s
+        if s.get("round_time_ms", 0):
+            raise ValueError(
+                "OuterSync: worker.round_time_ms is {} (time-budgeted rounds), which the Python "
+                "API does not run yet: it counts worker.local_steps calls a round. Leave the key "
+                "out for Python leaders, or run the native workers".format(s["round_time_ms"]))
         self.local_steps = int(s["local_steps"])
         self.rounds = int(s["rounds"])
         self.total_steps = self.local_steps * self.rounds

@@ -83,6 +83,7 @@ py::dict leader_settings(const std::string& yaml_text, const std::string& source
   outer["nesterov"] = c.outer.nesterov;
   d["outer"] = outer;
   d["local_steps"] = c.local_steps;
+  d["round_time_ms"] = c.round_time_ms;  // time-budgeted rounds: not run by OuterSync (yet)
   d["rounds"] = c.rounds;
   d["workers_per_region"] = c.workers_per_region;
   d["batch_size"] = c.batch_size;

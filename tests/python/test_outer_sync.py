@@ -224,6 +224,19 @@ class Schedule(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "fragments <= local_steps"):
             geotrain._core.FragmentSchedule(2, 4, 0)
 
+    def test_time_budgeted_rounds_are_refused_by_name(self):
+        # OuterSync counts local_steps calls a round: a config that budgets rounds in time is
+        # refused before anything connects, naming the key.
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "budget.yaml")
+            with open(path, "w", encoding="utf-8") as f:
+                f.write('regions: [a]\nserver: {endpoints: {a: "tcp://127.0.0.1:1"}}\n'
+                        "model: {tensors: [{name: 0.weight, size: 12}, {name: 0.bias, size: 3},"
+                        " {name: 1.weight, size: 6}, {name: 1.bias, size: 2}]}\n"
+                        "worker: {external: true, local_steps: 4, round_time_ms: 900}\n")
+            with self.assertRaisesRegex(ValueError, "worker.round_time_ms is 900"):
+                OuterSync(tiny_model(), config=path, region="a")
+
 
 if __name__ == "__main__":
     unittest.main()
