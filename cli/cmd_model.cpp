@@ -60,12 +60,13 @@ int run_dump_batches(const DumpBatchesArgs& args) {
              "config trains model.kind {} on worker.data.kind {}",
              args.config, config.model.kind, config.data.kind);
   const std::string region = args.region.empty() ? config.regions.front() : args.region;
-  const uint32_t per_region = config.workers_per_region;
-  GT_REQUIRE(args.rank < per_region, "--rank {} is not below worker.workers_per_region = {}",
-             args.rank, per_region);
+  const uint32_t per_region = config.workers.in(region);
+  GT_REQUIRE(args.rank < per_region,
+             "--rank {} is not below region {}'s worker.workers_per_region = {}", args.rank,
+             region, per_region);
   // The trainer's world and global rank (worker/run/trainer.cpp).
-  const auto world = static_cast<uint32_t>(config.regions.size()) * per_region;
-  const uint32_t rank = worker::global_rank(config.region_index(region), args.rank, per_region);
+  const uint32_t world = config.workers.total();
+  const uint32_t rank = config.workers.first_rank(region) + args.rank;
 
   const std::string source = config.data.path.string();
   const auto corpus = worker::load_text_corpus(config.data.path, config.data.validation_fraction);

@@ -11,6 +11,7 @@
 #include <optional>
 #include <stop_token>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "cli/commands.hpp"
@@ -56,12 +57,11 @@ int run_worker(const WorkerArgs& args) {
                "PMIX_RANK, RANK or JOB_COMPLETION_INDEX)");
     GT_REQUIRE(!args.rank.has_value(),
                "--rank needs --region (without both, the launcher's rank decides)");
-    const uint32_t per_region = config.workers_per_region;
-    GT_REQUIRE(launch->rank < config.regions.size() * per_region,
-               "{}={}: there are only {} regions x {} workers", launch->variable, launch->rank,
-               config.regions.size(), per_region);
-    region = config.regions[launch->rank / per_region];
-    rank = launch->rank % per_region;
+    GT_REQUIRE(launch->rank < config.workers.total(),
+               "{}={}: there are only {} workers (worker.workers_per_region {} over {} regions)",
+               launch->variable, launch->rank, config.workers.total(), config.workers.text(),
+               config.regions.size());
+    std::tie(region, rank) = config.workers.place(launch->rank);
     spdlog::info("worker: region {} rank {} from {}={}", region, rank, launch->variable,
                  launch->rank);
   }

@@ -4,8 +4,8 @@
 //   SLURM_PROCID (srun), OMPI_COMM_WORLD_RANK (Open MPI mpirun), PMI_RANK (MPICH, Intel MPI),
 //   PMIX_RANK (PMIx launchers), RANK (torchrun, Kubernetes JobSet / indexed Jobs set it too),
 //   JOB_COMPLETION_INDEX (Kubernetes indexed Jobs)
-// that is set. Servers map rank r to region r; workers map global rank g to region
-// g / workers_per_region and rank g % workers_per_region.
+// that is set. Servers map rank r to region r; workers map global rank g region by region in the
+// config's order (RegionWorkers::place: with 2 workers per region, g / 2 and g % 2).
 #pragma once
 
 #include <cstdint>

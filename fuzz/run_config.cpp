@@ -14,6 +14,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!fuzz::accepts([&] { s = launcher::parse_run_settings(text, "<fuzz>", dir, "fuzz"); }))
     return 0;
   GT_FUZZ_CHECK(!s.regions.empty(), "accepted run settings without regions");
-  GT_FUZZ_CHECK(s.workers_per_region >= 1, "accepted run settings without workers");
+  GT_FUZZ_CHECK(s.workers.total() >= s.regions.size(), "accepted run settings without workers");
   return 0;
 }

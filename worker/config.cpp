@@ -376,6 +376,7 @@ WorkerConfig parse_worker_config(std::string_view yaml_text, std::string_view so
   const YAML::Node root = in.load_deployment_config(yaml_text);
   WorkerConfig c;
   c.regions = read_regions(in, root);
+  c.workers = read_region_workers(in, root, c.regions, 1024);
 
   c.model = models::parse_model_spec(root["model"], in);
   if (auto w = root["worker"]; w && w.IsMap() && w["external"])
@@ -405,7 +406,6 @@ WorkerConfig parse_worker_config(std::string_view yaml_text, std::string_view so
   auto get_u64 = [&](const char* key, uint64_t& out, uint64_t lo, uint64_t hi) {
     if (auto n = w[key]) out = in.number<uint64_t>(n, fmt::format("worker.{}", key), lo, hi);
   };
-  get_u32("workers_per_region", c.workers_per_region, 1, 1024);
   get_u32("batch_size", c.batch_size, 1, 1 << 20);
   get_u32("blas_threads", c.blas_threads, 1, 256);
   get_u32("accumulation_steps", c.accumulation_steps, 1, 1024);

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "compression/codec_schedule.hpp"
+#include "core/region_workers.hpp"
 #include "models/model_spec.hpp"
 #include "wire/security_config.hpp"
 #include "worker/data/idx_dataset.hpp"
@@ -61,7 +62,8 @@ struct WorkerConfig {
   std::map<std::string, std::map<std::string, std::string>> routes;
   uint32_t staleness_bound = 0;
 
-  uint32_t workers_per_region = 1;
+  // worker.workers_per_region: a count for every region, or {region: count} (an uneven fleet).
+  RegionWorkers workers;
   std::string device = "cpu";  // cpu | cuda
   // fp32 | bf16 (bf16 mixed precision: a GPT on cuda only; models/gpt_cuda.hpp).
   std::string precision = "fp32";
@@ -111,7 +113,7 @@ struct WorkerConfig {
   uint64_t seed = 0;
   std::string gloo_host = "127.0.0.1";
   // worker.metrics_port: `/metrics` in the Prometheus format (worker/run/worker_metrics.hpp). 0:
-  // off; P: the worker of region index r and rank k serves on P + r * workers_per_region + k
+  // off; P: the worker of global rank g (RegionWorkers: region by region) serves on P + g
   // (unique among all workers of a run on one machine).
   uint16_t metrics_port = 0;
   bool metrics_port_auto = false;  // `auto`: any free port, logged and in a metrics_endpoint event

@@ -243,7 +243,7 @@ std::vector<ProcessSpec> process_specs(const RunSettings& s, const Deployment& d
     out.push_back(p);
   }
   for (const auto& r : s.regions)
-    for (uint32_t rank = 0; rank < s.workers_per_region && !s.external_workers; ++rank)
+    for (uint32_t rank = 0; rank < s.workers.in(r) && !s.external_workers; ++rank)
       out.push_back(
           {fmt::format("worker-{}-{}", r, rank),
            ProcessRole::worker,

@@ -159,7 +159,7 @@ PreparedRun prepare_run(const LaunchOptions& o) {
     r.ports->release();  // probe sockets closed: the children bind the ports now
   }
   spdlog::info("run: {} region(s) x {} worker(s), run folder {}", r.settings.regions.size(),
-               r.settings.workers_per_region, r.run_dir.string());
+               r.settings.workers.text(), r.run_dir.string());
   if (!r.plan.metrics_ports.empty()) {  // server.metrics_port: where Prometheus scrapes
     std::string line;
     for (const auto& [region, port] : r.plan.metrics_ports)
@@ -191,7 +191,7 @@ std::string start_processes(const LaunchOptions& o, const PreparedRun& r, Fleet&
   }
   spdlog::info("run: servers{} up after {:.1f} s; starting {} worker(s)",
                r.plan.netsim_yaml ? " and netsim" : "", seconds_since(t0),
-               r.settings.regions.size() * r.settings.workers_per_region);
+               r.settings.workers.total());
   for (auto spec : r.plan.processes)
     if (spec.role == ProcessRole::worker) {
       if (o.resume) spec.args.push_back("--resume");

@@ -3,6 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "core/deployment_keys.hpp"
+#include "core/region_workers.hpp"
 #include "core/error.hpp"
 #include "core/yaml_reader.hpp"
 #include "launcher/run/run_settings.hpp"
@@ -96,22 +97,19 @@ ResumeSources find_resume_sources(const fs::path& run_dir, const std::string& co
   const YamlReader in{(run_dir / "config.yaml").string()};
   const YAML::Node root = in.load_mapping(config_text);
   const auto regions = read_regions(in, root);
-  uint32_t per_region = 1;
+  const auto workers = read_region_workers(in, root, regions, 64);
   bool external = false;
-  if (const auto w = root["worker"]; w && w.IsMap()) {
-    if (w["workers_per_region"])
-      per_region = in.number<uint32_t>(w["workers_per_region"], "worker.workers_per_region", 1, 64);
-    if (w["external"]) external = in.boolean(w["external"], "worker.external");
-  }
+  if (const auto w = root["worker"]; w && w.IsMap() && w["external"])
+    external = in.boolean(w["external"], "worker.external");
 
   ResumeSources found;
   found.server_dir = checkpoint_dir(in, root, "server", "checkpoints", run_dir);
   found.worker_dir = checkpoint_dir(in, root, "worker", "worker-checkpoints", run_dir);
   found.server_count = regions.size();
-  found.worker_count = external ? 0 : regions.size() * per_region;
+  found.worker_count = external ? 0 : workers.total();
   for (const auto& region : regions) {
     if (has_checkpoint(found.server_dir / region)) found.servers.push_back(region);
-    for (uint32_t rank = 0; rank < per_region && !external; ++rank) {
+    for (uint32_t rank = 0; rank < workers.in(region) && !external; ++rank) {
       const auto name = fmt::format("{}-{}", region, rank);
       if (has_checkpoint(found.worker_dir / name)) found.workers.push_back(name);
     }

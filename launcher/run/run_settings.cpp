@@ -37,9 +37,8 @@ RunSettings parse_run_settings(std::string_view yaml_text, std::string_view sour
   RunSettings s;
   s.name = std::string(default_name);
   s.regions = read_regions(in, root);
-  if (auto w = root["worker"]; w && w.IsMap() && w["workers_per_region"])
-    s.workers_per_region =
-        in.number<uint32_t>(w["workers_per_region"], "worker.workers_per_region", 1, 64);
+  // One machine runs them all: at most 64 a region.
+  s.workers = read_region_workers(in, root, s.regions, 64);
   if (auto w = root["worker"]; w && w.IsMap() && w["external"])
     s.external_workers = in.boolean(w["external"], "worker.external");
 

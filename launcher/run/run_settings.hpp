@@ -33,6 +33,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/region_workers.hpp"
 #include "launcher/report/run_target.hpp"
 
 namespace geotrain::launcher {
@@ -61,7 +62,7 @@ struct RunSettings {
 
   // From the rest of the config.
   std::vector<std::string> regions;
-  uint32_t workers_per_region = 1;
+  RegionWorkers workers;  // worker.workers_per_region
   // worker.external: the workers are the user's own processes (Python leaders, docs/python.md);
   // the launcher starts servers and netsim only and waits for every region's leader's `done`.
   bool external_workers = false;

@@ -85,7 +85,7 @@ py::dict leader_settings(const std::string& yaml_text, const std::string& source
   d["local_steps"] = c.local_steps;
   d["round_time_ms"] = c.round_time_ms;  // time-budgeted rounds: not run by OuterSync (yet)
   d["rounds"] = c.rounds;
-  d["workers_per_region"] = c.workers_per_region;
+  d["workers_per_region"] = c.workers.in(region);  // the leader's region's
   d["batch_size"] = c.batch_size;
   d["lr"] = c.lr;
   d["seed"] = c.seed;

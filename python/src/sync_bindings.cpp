@@ -91,7 +91,7 @@ struct LeaderPlan {
 // weighted like every delta).
 LeaderPlan leader_plan(const worker::WorkerConfig& c, const std::string& region) {
   return {worker::leader_sync_config(c, region, /*tokens_per_round=*/0),
-          worker::leader_streaming_config(c)};
+          worker::leader_streaming_config(c, region)};
 }
 
 // One leader's state: a worker::LeaderSession (the round logic, as the native trainer's) over

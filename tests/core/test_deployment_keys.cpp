@@ -6,6 +6,7 @@
 #include "core/deployment_keys.hpp"
 #include "core/endpoint.hpp"
 #include "core/error.hpp"
+#include "core/region_workers.hpp"
 
 using namespace geotrain;
 
@@ -134,4 +135,45 @@ TEST_CASE("the protocol settings servers and leaders share: defaults, values, on
                        doctest::Contains("worker.fragments"), InputError);
   CHECK_THROWS_WITH_AS(read_shared_protocol(in, yaml("worker: {stream_critical: maybe}")),
                        doctest::Contains("worker.stream_critical"), InputError);
+}
+
+TEST_CASE("workers per region: one count for all, or a count per region, ranked region by region") {
+  const YamlReader in{"deploy.yaml"};
+  const std::vector<std::string> regions{"a", "b", "c"};
+  const auto even = read_region_workers(in, yaml("worker: {workers_per_region: 2}"), regions, 64);
+  CHECK(even.total() == 6);
+  CHECK_FALSE(even.uneven());
+  CHECK(even.text() == "2");
+  CHECK(even.first_rank("c") == 4);
+  CHECK(even.place(3) == std::pair<std::string, uint32_t>{"b", 1});
+  CHECK(read_region_workers(in, yaml("worker: {}"), regions, 64).total() == 3);  // 1 each
+
+  const auto fleet =
+      read_region_workers(in, yaml("worker: {workers_per_region: {a: 4, b: 2, c: 1}}"), regions, 64);
+  CHECK(fleet.uneven());
+  CHECK(fleet.total() == 7);
+  CHECK(fleet.in("b") == 2);
+  CHECK(fleet.largest() == 4);
+  CHECK(fleet.text() == "{a: 4, b: 2, c: 1}");
+  // Global ranks: a's 0-3, b's 4-5, c's 6.
+  CHECK(fleet.first_rank("a") == 0);
+  CHECK(fleet.first_rank("b") == 4);
+  CHECK(fleet.first_rank("c") == 6);
+  CHECK(fleet.place(0) == std::pair<std::string, uint32_t>{"a", 0});
+  CHECK(fleet.place(5) == std::pair<std::string, uint32_t>{"b", 1});
+  CHECK(fleet.place(6) == std::pair<std::string, uint32_t>{"c", 0});
+  CHECK_THROWS_WITH_AS(fleet.place(7), doctest::Contains("beyond the fleet's 7 workers"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(fleet.in("d"), doctest::Contains("'d' is not one of"), InputError);
+
+  CHECK_THROWS_WITH_AS(
+      read_region_workers(in, yaml("worker: {workers_per_region: {a: 1, b: 1}}"), regions, 64),
+      doctest::Contains("no count for region 'c'"), InputError);
+  CHECK_THROWS_WITH_AS(
+      read_region_workers(in, yaml("worker: {workers_per_region: {a: 1, b: 0, c: 1}}"), regions,
+                          64),
+      doctest::Contains("worker.workers_per_region.b"), InputError);
+  CHECK_THROWS_WITH_AS(
+      read_region_workers(in, yaml("worker: {workers_per_region: 65}"), regions, 64),
+      doctest::Contains("worker.workers_per_region"), InputError);
 }

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -27,6 +28,10 @@ inline const char* kData = "/usr/share/datasets/fashion-mnist";
 struct Cluster {
   std::vector<std::string> regions;
   uint32_t workers = 1;
+  std::map<std::string, uint32_t> workers_in;  // per-region counts (an uneven fleet); else workers
+  uint32_t workers_of(const std::string& region) const {
+    return workers_in.count(region) ? workers_in.at(region) : workers;
+  }
   std::string model = R"({arch: "784-32-10", critical: ["fc2.*"]})";
   std::string server_extra;                                       // more keys under server:
   std::string worker_yaml;                                        // keys under worker:
@@ -39,6 +44,14 @@ struct Outcome {
   std::vector<int> exit_codes;
   std::vector<std::string> logs;
 };
+
+// worker.workers_per_region: the count, or {region: count, ...}.
+inline std::string workers_text(const Cluster& c) {
+  if (c.workers_in.empty()) return std::to_string(c.workers);
+  std::string out;
+  for (const auto& r : c.regions) out += fmt::format("{}{}: {}", out.empty() ? "" : ", ", r, c.workers_of(r));
+  return "{" + out + "}";
+}
 
 inline std::string config_text(const Cluster& c, const std::filesystem::path& dir,
                                const std::vector<int>& ports) {
@@ -61,7 +74,7 @@ worker:
 {}
 {}
 )",
-                     regions, c.model, endpoints, dir.string(), c.server_extra, c.workers,
+                     regions, c.model, endpoints, dir.string(), c.server_extra, workers_text(c),
                      dir.string(), c.data, c.worker_yaml, c.top_yaml);
 }
 
@@ -78,7 +91,7 @@ inline Outcome run_cluster(const Cluster& c, const std::filesystem::path& dir,
         std::vector<std::string>{"server", "--config", config.string(), "--region", r},
         dir / ("server-" + r + ".log")));
   for (const auto& r : c.regions)
-    for (uint32_t k = 0; k < c.workers; ++k) {
+    for (uint32_t k = 0; k < c.workers_of(r); ++k) {
       std::vector<std::string> args{"worker", "--config", config.string(),  "--region",
                                     r,        "--rank",   std::to_string(k)};
       args.insert(args.end(), c.worker_args.begin(), c.worker_args.end());

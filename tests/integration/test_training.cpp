@@ -200,12 +200,15 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "time-budgeted rounds: a region at a third of the speed takes a third of the steps in the same "
-    "rounds, every rank of it the leader's count, and both regions compute for the same time") {
+    "time-budgeted rounds on an uneven fleet: a region at a third of the speed takes a third of "
+    "the steps in the same rounds, every rank of it the leader's count, and both regions compute "
+    "for the same time") {
   test::TempDir dir("budget");
   Cluster c;
   c.regions = {"fast", "slow"};
-  c.workers = 2;  // the count reaches the other rank with the round's plan
+  // One worker in fast, two in slow (workers_per_region: {fast: 1, slow: 2}): the slow region's
+  // count reaches its other rank with the round's plan.
+  c.workers_in = {{"fast", 1}, {"slow", 2}};
   // Budget auto: H = 6 steps of 60 ms; the slow region's 180 ms steps fit 2 a round. Streaming
   // fragments merged one step... H / P = 3 steps after their push: in the slow region's rounds
   // of 2 steps, a fragment is due again before its delay is over.
@@ -214,35 +217,47 @@ TEST_CASE(
       "  fragments: 2\n  step_time_ms: {fast: 60, slow: 180}\n  round_time_ms: auto\n"
       "  lr: 0.05\n  lr_decay: cosine\n  min_lr: 0.005\n";
   require_success(run_cluster(c, dir.path()));
-  const auto log = [&](const std::string& region, int rank) {
+  const auto log = [&](const std::string& region, uint32_t rank) {
     return dir.path() / fmt::format("worker-{}-{}.metrics.jsonl", region, rank);
   };
   double compute[2] = {0, 0};
+  uint64_t totals[2] = {0, 0}, overruns = 0;
   for (int i = 0; i < 2; ++i) {
     const std::string region = c.regions[i];
-    const uint32_t per_round = i == 0 ? 6 : 2;
     const auto rounds = events(log(region, 0), "round");
     REQUIRE(rounds.size() >= 5);  // and the end's exchanges, with 0 steps
-    // The measured pace is the emulated one plus each step's own overheads: a round may take a
-    // step less once the shortfall adds up to half a step (round_budget.hpp).
-    uint64_t total = 0;
-    for (size_t r = 0; r < 5; ++r) {
-      const auto steps = rounds[r]["steps"].get<uint32_t>();
-      CHECK(steps <= per_round);
-      CHECK(steps + 1 >= per_round);
-      total += steps;
+    std::vector<uint32_t> counts;
+    for (size_t r = 0; r < 5; ++r) counts.push_back(rounds[r]["steps"].get<uint32_t>());
+    for (auto k : counts) {
+      CHECK(k >= 1);
+      CHECK(k <= 12);  // max_local_steps: 2 x H
+      totals[i] += k;
     }
-    CHECK(total + 1 >= 5 * per_round);
-    for (int rank = 0; rank < 2; ++rank) {  // every rank took its leader's counts
-      CHECK(events(log(region, rank), "step").size() == total);
-      CHECK(events(log(region, rank), "done").back()["steps"] == total);
+    for (uint32_t rank = 0; rank < c.workers_of(region); ++rank) {  // its leader's counts
+      CHECK(events(log(region, rank), "step").size() == totals[i]);
+      const auto done = events(log(region, rank), "done").back();
+      CHECK(done["steps"] == totals[i]);
+      overruns += done["step_overruns"].get<uint64_t>();
     }
     for (const auto& e : events(log(region, 0), "step")) compute[i] += e["compute_s"].get<double>();
+    MESSAGE(region, "'s rounds: ", counts[0], " ", counts[1], " ", counts[2], " ", counts[3], " ",
+            counts[4]);
   }
-  MESSAGE("compute: fast ", compute[0], " s, slow ", compute[1], " s");
-  // 5 x 6 x 60 ms against 5 x 2 x 180 ms: both 1.8 s of emulated compute (within the steps' own
-  // overheads); with fixed rounds the slow region would compute for three times as long.
-  CHECK(compute[1] / compute[0] == doctest::Approx(1.0).epsilon(0.2));
+  MESSAGE("compute: fast ", compute[0], " s, slow ", compute[1], " s; overruns ", overruns);
+  // 6 steps of 60 ms against 2 of 180 ms a round. The measured pace is the emulated one plus
+  // each step's own overheads: a round may take a step less once the shortfall adds up to half a
+  // step (round_budget.hpp). A loaded machine overruns the emulated times (each rank's done
+  // counts them) and the pace follows the real one: only the ratio is then checked.
+  if (overruns == 0) {
+    CHECK(totals[0] + 1 >= 30);
+    CHECK(totals[1] + 1 >= 10);
+  }
+  CHECK(totals[0] <= 30);
+  CHECK(totals[1] <= 10);
+  CHECK(double(totals[1]) / double(totals[0]) == doctest::Approx(1.0 / 3).epsilon(0.35));
+  // Both 1.8 s of emulated compute (within the steps' own overheads); with fixed rounds the slow
+  // region would compute for three times as long.
+  CHECK(compute[1] / compute[0] == doctest::Approx(1.0).epsilon(0.25));
   // The learning-rate schedule (cosine over 5 x 6 steps) follows the rounds: each round's first
   // step has the same learning rate in both regions, whatever their counts.
   const auto first_lrs = [&](const std::string& region) {

@@ -112,7 +112,8 @@ TEST_CASE("an overridden key is checked like a file key, and the error names the
                       parse_overrides({"run.name=other", "worker.workers_per_region=3"}), "t.yaml"),
       "t.yaml", kConfigs, "t");
   CHECK(s.name == "other");
-  CHECK(s.workers_per_region == 3);
+  CHECK(s.workers.in("us-east") == 3);
+  CHECK(s.workers.total() == 9);
 }
 
 TEST_CASE("a WAN profile is found by name, by file name, or by path; an unknown one lists them") {

@@ -62,7 +62,8 @@ TEST_CASE("run settings are read from the run section, with the config's regions
   const auto s = parse_run_settings(kThreeRegions, "t.yaml", kWanDir, "default-name");
   CHECK(s.name == "t");
   CHECK(s.regions.size() == 3);
-  CHECK(s.workers_per_region == 2);
+  CHECK(s.workers.in("eu-west") == 2);
+  CHECK_FALSE(s.workers.uneven());
   REQUIRE(s.wan_profile);
   CHECK(s.wan_profile->filename() == "global-3.yaml");
   CHECK(s.target_accuracy == doctest::Approx(0.8));
@@ -300,6 +301,34 @@ TEST_CASE("a WAN profile without one of the config's regions is refused before a
   PortAllocator ports;
   CHECK_THROWS_WITH_AS(plan_deployment(yaml, "t.yaml", s, tmp.path(), ports),
                        doctest::Contains("WAN profile does not fit"), InputError);
+}
+
+TEST_CASE("an uneven fleet starts each region's own count of workers, numbered from 0 in each") {
+  test::TempDir tmp("launcher-uneven");
+  const char* yaml =
+      "regions: [us-east, eu-west, ap-southeast]\n"
+      "worker: {workers_per_region: {us-east: 3, eu-west: 1, ap-southeast: 2}}\n"
+      "run: {wan_profile: global-3}\n";
+  const auto s = parse_run_settings(yaml, "t.yaml", kWanDir, "t");
+  CHECK(s.workers.total() == 6);
+  CHECK(s.workers.text() == "{us-east: 3, eu-west: 1, ap-southeast: 2}");
+  PortAllocator ports;
+  const auto d = plan_deployment(yaml, "t.yaml", s, tmp.path(), ports);
+  std::vector<std::string> workers;
+  for (const auto& p : d.processes)
+    if (p.role == ProcessRole::worker) workers.push_back(p.name);
+  CHECK(workers == std::vector<std::string>{"worker-us-east-0", "worker-us-east-1",
+                                            "worker-us-east-2", "worker-eu-west-0",
+                                            "worker-ap-southeast-0", "worker-ap-southeast-1"});
+  // A region left out of the mapping, or one the config does not have, is named.
+  CHECK_THROWS_WITH_AS(
+      parse_run_settings("regions: [a, b]\nworker: {workers_per_region: {a: 2}}\n", "t.yaml",
+                         kWanDir, "t"),
+      doctest::Contains("worker.workers_per_region has no count for region 'b'"), InputError);
+  CHECK_THROWS_WITH_AS(
+      parse_run_settings("regions: [a]\nworker: {workers_per_region: {a: 1, z: 2}}\n", "t.yaml",
+                         kWanDir, "t"),
+      doctest::Contains("worker.workers_per_region.z"), InputError);
 }
 
 TEST_CASE("one region needs no netsim and no routes") {

@@ -191,9 +191,9 @@ TEST_CASE("every key a summary holds, at every depth, is one core/run_summary.js
   CHECK_FALSE(s[geotrain::summary::field::regions_marked_dead].empty());
   // The check names what the schema does not know, and where.
   auto extra = s;
-  extra[geotrain::summary::field::per_region]["a"]["tokens_per_second"] = 1.0;
+  extra[geotrain::summary::field::per_region]["a"]["joules_per_token"] = 1.0;
   CHECK(geotrain::summary::check(extra) ==
-        "summary.json object 'per_region' has a field 'tokens_per_second' that "
+        "summary.json object 'per_region' has a field 'joules_per_token' that "
         "core/run_summary.json does not give it (a)");
   extra = s;
   extra["wall"] = 1.0;

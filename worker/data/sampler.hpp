@@ -1,8 +1,8 @@
 // DistributedSampler: which sample indices one worker visits in one epoch.
 //
 // Same semantics as PyTorch's torch.utils.data.DistributedSampler: every worker of every
-// region (world = regions x workers per region, rank = region * workers_per_region + worker)
-// sees a disjoint, strided slice of one permutation of [0, n) that depends only on
+// region (world = all regions' workers, rank = the worker's global rank, numbered region by
+// region: core/region_workers.hpp) sees a disjoint, strided slice of one permutation of [0, n) that depends only on
 // (seed, epoch), so all workers agree on it without talking. Without drop_last the permutation
 // is padded by wrapping around to a multiple of the world size (a few samples are then seen
 // twice per epoch, as in PyTorch); with drop_last the tail is dropped and shards are exactly
@@ -25,7 +25,8 @@ struct SamplerOptions {
   bool drop_last = false;
 };
 
-// Global rank of worker `worker` of region `region` when every region has `workers_per_region`.
+// Global rank of worker `worker` of region `region` when every region has `workers_per_region`
+// (RegionWorkers::first_rank for any fleet).
 uint32_t global_rank(uint32_t region, uint32_t worker, uint32_t workers_per_region);
 
 // Deterministic permutation of [0, n) for (seed, epoch).

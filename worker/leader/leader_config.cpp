@@ -28,7 +28,7 @@ SyncConfig leader_sync_config(const WorkerConfig& c, const std::string& region,
   return sc;
 }
 
-StreamingConfig leader_streaming_config(const WorkerConfig& c) {
+StreamingConfig leader_streaming_config(const WorkerConfig& c, const std::string& region) {
   StreamingConfig stc;
   stc.local_steps = c.local_steps;
   stc.fragments = c.fragments;
@@ -39,7 +39,7 @@ StreamingConfig leader_streaming_config(const WorkerConfig& c) {
   stc.regions = static_cast<uint32_t>(c.regions.size());
   // Time-budgeted rounds: a push stands for the steps actually taken since the last.
   if (c.round_time_ms > 0)
-    stc.tokens_per_step = uint64_t{c.batch_size} * c.accumulation_steps * c.workers_per_region;
+    stc.tokens_per_step = uint64_t{c.batch_size} * c.accumulation_steps * c.workers.in(region);
   return stc;
 }
 

@@ -19,6 +19,8 @@ namespace geotrain::worker {
 SyncConfig leader_sync_config(const WorkerConfig& c, const std::string& region,
                               uint64_t tokens_per_round);
 
-StreamingConfig leader_streaming_config(const WorkerConfig& c);
+// The fragment schedule and overlap rule; with time-budgeted rounds (worker.round_time_ms) the
+// tokens one of `region`'s steps trains on, which its pushes carry.
+StreamingConfig leader_streaming_config(const WorkerConfig& c, const std::string& region);
 
 }  // namespace geotrain::worker

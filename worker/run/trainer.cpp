@@ -16,7 +16,6 @@
 #include "worker/backend/backend_factory.hpp"
 #include "worker/backend/model_backend.hpp"
 #include "worker/backend/step_engine.hpp"
-#include "worker/data/sampler.hpp"  // global_rank
 #include "worker/data/training_data.hpp"
 #include "worker/leader/leader_config.hpp"
 #include "worker/leader/leader_session.hpp"
@@ -229,8 +228,8 @@ WorkerRun::WorkerRun(const WorkerConfig& config, const std::string& region, uint
       context_(context),
       options_(options),
       leader_(rank == 0),
-      per_region_(config.workers_per_region),
-      world_(static_cast<uint32_t>(config.regions.size()) * config.workers_per_region),
+      per_region_(config.workers.in(region)),
+      world_(config.workers.total()),
       model_(models::make_model(config.model)),
       table_(model_->make_table(config.model.critical)),
       params_(table_.total_elements()),
@@ -280,19 +279,20 @@ void WorkerRun::serve_metrics() {
                                           (gpt ? config_.model.gpt.seq_len : 1),
                                       gpt ? "tokens" : "samples");
   log_->observe([m = metrics_.get()](const nlohmann::json& e) { m->add(e); });
-  // P + (region index) x (workers per region) + rank: every worker of a run on one machine
-  // has its own port, and a scrape config can list them.
+  // P + the worker's global rank: every worker of a run on one machine has its own port, and a
+  // scrape config can list them.
   const uint16_t port =
       config_.metrics_port_auto
           ? uint16_t{0}
-          : static_cast<uint16_t>(config_.metrics_port + region_index_ * per_region_ + rank_);
+          : static_cast<uint16_t>(config_.metrics_port + config_.workers.first_rank(region_) +
+                                  rank_);
   exporter_ = std::make_unique<MetricsExporter>(context_, config_.metrics_host, port,
                                                 [m = metrics_.get()] { return m->render(); });
   spdlog::info("worker {}-{}: Prometheus metrics at {}", region_, rank_, exporter_->url());
 }
 
 void WorkerRun::open_data(uint64_t first_micro_batch) {
-  data_.emplace(config_, world_, global_rank(region_index_, rank_, per_region_), leader_,
+  data_.emplace(config_, world_, config_.workers.first_rank(region_) + rank_, leader_,
                 config_.max_total_steps() * config_.accumulation_steps, first_micro_batch);
 }
 
@@ -329,8 +329,8 @@ void WorkerRun::restore_snapshot() {
 uint64_t WorkerRun::connect_leader(std::stop_token stop) {
   // The samples one round's delta stands for (the servers' token-weighted merge).
   const uint64_t tokens_per_round = uint64_t{config_.local_steps} * config_.batch_size *
-                                    config_.accumulation_steps * config_.workers_per_region;
-  auto streaming = leader_streaming_config(config_);
+                                    config_.accumulation_steps * per_region_;
+  auto streaming = leader_streaming_config(config_, region_);
   // Device-resident training: the overlap rule runs beside the parameters on the device.
   if (auto* device = backend_->resident(); device != nullptr && config_.leader_on_device)
     streaming.device_params = [device](OverlapMode mode, OuterStepConfig outer, uint32_t regions,
@@ -446,11 +446,15 @@ void WorkerRun::local_step(uint64_t round, uint32_t h, uint32_t steps) {
   // Emulated hardware: the step lasts its emulated time from its start, the wait counted as
   // compute (the emulated device is busy); a step whose work took longer is an overrun.
   const uint64_t overruns_before = emulated_.overruns();
-  if (const double pad = emulated_.pad_s(since(step_start), since(start_)); pad > 0) {
+  const double worked = since(step_start);
+  const double pad = emulated_.pad_s(worked, since(start_));
+  if (pad > 0) {
     std::this_thread::sleep_for(std::chrono::duration<double>(pad));
     compute += pad;
   }
-  if (budget_) budget_->record_step(since(step_start));
+  // The step's time on the hardware the region stands for: emulated, its emulated time (or its
+  // real work when that overran), not the host's wake-up after the wait.
+  if (budget_) budget_->record_step(emulated_.on() ? worked + pad : since(step_start));
   ++result_.steps;
   if (report.verdict != Verdict::kAccept) ++result_.skipped_steps;
   round_compute_ += compute;
@@ -606,9 +610,9 @@ Trainer::Trainer(WorkerConfig config, std::string region, uint32_t rank, zmq::co
       context_(context),
       options_(options) {
   region_index_ = config_.region_index(region_);
-  GT_REQUIRE(rank_ < config_.workers_per_region,
-             "rank {} is not below worker.workers_per_region = {}", rank_,
-             config_.workers_per_region);
+  GT_REQUIRE(rank_ < config_.workers.in(region_),
+             "rank {} is not below region {}'s worker.workers_per_region = {}", rank_, region_,
+             config_.workers.in(region_));
   require_device_available(config_.device);  // device: cuda needs a CUDA + NCCL build and a GPU
   for (const auto& r : config_.regions)
     GT_REQUIRE(

@@ -60,7 +60,9 @@ uint64_t mix(uint64_t h, const std::string& s) {
 uint64_t worker_identity(const WorkerConfig& c, uint64_t layout_hash) {
   uint64_t h = mix(0x47545754u, layout_hash);
   for (const auto& r : c.regions) h = mix(h, r);
-  h = mix(h, c.workers_per_region);
+  h = mix(h, c.workers.largest());  // a uniform fleet hashes as before the per-region counts
+  if (c.workers.uneven())
+    for (const auto& r : c.regions) h = mix(h, c.workers.in(r));
   h = mix(h, c.batch_size);
   h = mix(h, c.accumulation_steps);
   h = mix(h, c.local_steps);

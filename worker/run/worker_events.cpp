@@ -71,7 +71,7 @@ nlohmann::json start_event(const WorkerConfig& c, const std::string& region, uin
           {f::world, world},
           {f::model, model},
           {f::parameters, parameters},
-          {f::workers_per_region, c.workers_per_region},
+          {f::workers_per_region, c.workers.in(region)},  // this region's
           {f::device, c.device},
           {f::optimizer, optimizer_kind_name(c.optimizer.kind)},
           {f::lr, c.lr},
@@ -96,7 +96,7 @@ nlohmann::json start_event(const WorkerConfig& c, const std::string& region, uin
           // on (samples, or a GPT's tokens): the report's per-region tokens/s.
           {f::round_time_ms, c.round_time_ms},
           {f::tokens_per_step, uint64_t{c.batch_size} * c.accumulation_steps *
-                                   c.workers_per_region *
+                                   c.workers.in(region) *
                                    (c.model.kind == "gpt" ? c.model.gpt.seq_len : 1)},
           // The CPU's BLAS kernels: part of a run's arithmetic (docs/experiments.md, "Reproducing
           // a figure").

@@ -3,8 +3,9 @@
 // pace, so that every region of an uneven fleet reaches the round's exchange at about the same
 // time, busy until then, instead of the fast ones waiting for the slowest (fixed H).
 //
-// The pace is the mean wall time of the steps of the round before (each step from its start to
-// the end of its optimizer step and emulated time, without the exchanges after it), so a region
+// The pace is the mean time of the steps of the round before (each step from its start to the end
+// of its optimizer step, without the exchanges after it; on emulated hardware its emulated time,
+// or its real work when that overran), so a region
 // that slows down (a brownout) or recovers is planned at its new pace within two rounds. The
 // count is budget / pace rounded to the nearest step, the difference carried to the next round
 // the way error feedback carries a codec's: a region at a third of the budget's pace takes
