@@ -347,11 +347,16 @@ json build_summary(const fs::path& run_dir, const SummaryInputs& in) {
     const double wall = w.wall_s.value_or(w.last_time);
     worker_wall += wall;
     slowest = std::max(slowest, wall);
-    region_busy[id.first].first += w.compute_s;
+    // Emulated hardware (worker.step_time_ms) is busy for the whole emulated step, its
+    // AllReduce and optimizer included; real hardware for its forward and backward.
+    const auto region = monitor.regions().find(id.first);
+    const bool emulated = region != monitor.regions().end() && region->second.emulated;
+    region_busy[id.first].first +=
+        w.compute_s + (emulated ? w.comm_s + w.optimizer_s.value_or(0) : 0.0);
     region_busy[id.first].second += wall;
   }
   // Each region's own: how busy its (real or emulated) hardware was, the figure an uneven fleet
-  // is judged by, and its steps (time-budgeted rounds: they differ by region) and tokens/s.
+  // is judged by (emulated: the steps' whole time over wall), and its steps (time-budgeted rounds: they differ by region) and tokens/s.
   for (const auto& [region, busy] : region_busy)
     if (per_region.contains(region))
       per_region[region][k::compute_utilization] =

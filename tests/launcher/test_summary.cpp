@@ -24,7 +24,9 @@ namespace {
 // Two regions x 2 workers, 4 rounds of 2 steps; each step computes 0.1 s, each round event
 // pushes 1000 and pulls 500 bytes; staleness alternates 0, 1; accuracy 0.5 + 0.1 * round.
 // Region "b" is one round slower to reach each accuracy (its evals come 1 s later). Region "a"'s
-// steps report an optimizer step of 0.05 s, "b"'s none (as a build before optimizer_s).
+// steps report an optimizer step of 0.05 s, "b"'s none (as a build before optimizer_s); "a" runs
+// on emulated hardware (step_time_ms 200: compute 0.1 + AllReduce 0.05 + optimizer 0.05). A step
+// trains on 32 samples of the region.
 void write_synthetic_run(const fs::path& dir) {
   for (std::string region : {"a", "b"}) {
     const double lag = region == "b" ? 1.0 : 0.0;
@@ -41,6 +43,8 @@ void write_synthetic_run(const fs::path& dir) {
             {"rounds", 4},
             {"local_steps", 2},
             {"parameters", 1000},
+            {"step_time_ms", region == "a" ? 200 : 0},
+            {"tokens_per_step", 32},
             {"blas", "OpenBLAS 0.3.21 DYNAMIC_ARCH Haswell"}});
       int step = 0;
       for (int round = 0; round < 4; ++round) {
@@ -111,9 +115,13 @@ TEST_CASE("the summary has every documented field with its closed-form value") {
   CHECK(s["per_region"]["b"]["skipped_steps"] == 2);
   // 4 workers x 8 steps x 0.1 s compute over 4 workers x 4 s.
   CHECK(s["compute_utilization"].get<double>() == doctest::Approx(0.2));
-  // Each region's own: its 2 workers x 8 steps x 0.1 s over 2 workers x 4 s.
-  CHECK(s["per_region"]["a"]["compute_utilization"].get<double>() == doctest::Approx(0.2));
+  // Each region's own: b's 2 workers x 8 steps x 0.1 s over 2 workers x 4 s; a's emulated
+  // hardware is busy for its whole steps, 0.2 s each.
+  CHECK(s["per_region"]["a"]["compute_utilization"].get<double>() == doctest::Approx(0.4));
   CHECK(s["per_region"]["b"]["compute_utilization"].get<double>() == doctest::Approx(0.2));
+  // Each region's leader's steps, and their samples over its wall time: 8 x 32 / 4 s.
+  CHECK(s["per_region"]["a"]["steps"] == 8);
+  CHECK(s["per_region"]["b"]["tokens_per_second"].get<double>() == doctest::Approx(64));
   // Region a's 2 workers x 8 steps x 0.05 s over the same 16 s (b's steps report none).
   CHECK(s["optimizer_utilization"].get<double>() == doctest::Approx(0.05));
   CHECK(s["mean_staleness"].get<double>() == doctest::Approx(0.5));
