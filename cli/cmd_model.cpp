@@ -62,8 +62,8 @@ int run_dump_batches(const DumpBatchesArgs& args) {
   const std::string region = args.region.empty() ? config.regions.front() : args.region;
   const uint32_t per_region = config.workers.in(region);
   GT_REQUIRE(args.rank < per_region,
-             "--rank {} is not below region {}'s worker.workers_per_region = {}", args.rank,
-             region, per_region);
+             "--rank {} is not below region {}'s worker.workers_per_region = {}", args.rank, region,
+             per_region);
   // The trainer's world and global rank (worker/run/trainer.cpp).
   const uint32_t world = config.workers.total();
   const uint32_t rank = config.workers.first_rank(region) + args.rank;

@@ -56,8 +56,7 @@ uint32_t RegionWorkers::largest() const {
 }
 
 bool RegionWorkers::uneven() const {
-  return std::adjacent_find(counts_.begin(), counts_.end(), std::not_equal_to<>()) !=
-         counts_.end();
+  return std::adjacent_find(counts_.begin(), counts_.end(), std::not_equal_to<>()) != counts_.end();
 }
 
 std::string RegionWorkers::text() const {
@@ -80,7 +79,8 @@ RegionWorkers read_region_workers(const YamlReader& in, const YAML::Node& root,
                 std::set<std::string>(regions.begin(), regions.end()));
   std::vector<uint32_t> counts;
   for (const auto& r : regions) {
-    GT_REQUIRE(n[r], "{}: worker.workers_per_region has no count for region '{}' (a mapping names "
+    GT_REQUIRE(n[r],
+               "{}: worker.workers_per_region has no count for region '{}' (a mapping names "
                "every region)",
                in.source(), r);
     counts.push_back(in.number<uint32_t>(n[r], "worker.workers_per_region." + r, 1, most));

@@ -390,7 +390,7 @@ ParamServer::Outcome ParamServer::on_push(uint32_t r, const wire::Header& h, con
   const auto delta = push_payload_.read(m, payloads, n, id);
   // From here until commit() (or a throw, which drops it) the shard computes its next version.
   auto staged = shard.start_push(r, m.round, delta.values, live_now, {m.tokens, options_.clock()});
-  if (!PushPayload::finite(delta, m, payloads, id))
+  if (!PushPayload::finite(delta, payloads, id))
     throw WireError(ErrorCode::bad_payload, "push delta contains NaN or infinity", id);
 
   // Checked: the push is accepted. Reply first and commit right after. This loop commits it

@@ -27,7 +27,7 @@ ParamServer::Outcome ParamServer::on_flush(uint32_t r, const wire::Header& h, co
   if (!m.segments.empty()) {
     const auto read = push_payload_.read(m, payloads, shard.range().count, id);
     delta = read.values;
-    if (!PushPayload::finite(read, m, payloads, id))
+    if (!PushPayload::finite(read, payloads, id))
       throw WireError(ErrorCode::bad_payload, "push.flush: the flush contains NaN or infinity", id);
   }
   const bool kept = shard.add_flush(r, delta, m.tokens);

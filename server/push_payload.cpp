@@ -86,8 +86,7 @@ PushPayload::Delta PushPayload::read(const wire::Push& m, std::span<const wire::
   return {decode(m, payloads, n, id), false};
 }
 
-bool PushPayload::finite(const Delta& d, const wire::Push& m, std::span<const wire::Frame> payloads,
-                         uint64_t id) {
+bool PushPayload::finite(const Delta& d, std::span<const wire::Frame> payloads, uint64_t id) {
   if (!d.in_place) return all_finite(d.values);
   bool finite = true;
   checked_segment(0, wire::frame_bytes(payloads[0]), id, [&](size_t, ConstByteSpan block) {

@@ -45,8 +45,7 @@ class PushPayload {
              uint64_t request_id);
   // Whether every value is finite; for an in-place delta this also checks the payload's header
   // and checksum, which read() left for here.
-  static bool finite(const Delta& d, const wire::Push& m, std::span<const wire::Frame> payloads,
-                     uint64_t request_id);
+  static bool finite(const Delta& d, std::span<const wire::Frame> payloads, uint64_t request_id);
 
  private:
   ConstFloatSpan decode(const wire::Push& m, std::span<const wire::Frame> payloads, uint64_t n,

@@ -90,6 +90,12 @@ class Channel {
   // reset, or a proxy between them restarted). ZeroMQ reconnects them by itself, but what was
   // on the wire in them is gone: a request sent before may never be answered. 0 for others.
   virtual uint64_t disconnects() { return 0; }
+  // Striped channels: messages from the peer given up as lost, whole or in part (a lane of the
+  // peer's could not carry a chunk and it sent an abort, or a lane broke): a reply among them will
+  // never come. 0 for others.
+  virtual uint64_t messages_lost() { return 0; }
+  // Both: what a request waiting for its reply must watch (worker/leader/reply_wait.hpp).
+  uint64_t breaks() { return disconnects() + messages_lost(); }
 };
 
 // The socket buffer the kernel grants for a request of `requested` bytes (0: the default), for

@@ -39,6 +39,7 @@ class StripedDealer final : public Channel {
   bool send(Envelope&& message) override;
   std::optional<Envelope> receive(std::chrono::milliseconds timeout) override;
   uint64_t disconnects() override;  // over every lane
+  uint64_t messages_lost() override { return reassembler_.dropped(); }
 
  private:
   void take(uint16_t lane, Envelope&& chunk);

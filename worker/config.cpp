@@ -273,8 +273,7 @@ void parse_round_budget(const YamlReader& in, const YAML::Node& w, WorkerConfig&
                "{}: worker.max_local_steps bounds time-budgeted rounds: it needs "
                "worker.round_time_ms",
                source);
-    c.max_local_steps =
-        in.number<uint32_t>(n, "worker.max_local_steps", c.local_steps, 1 << 20);
+    c.max_local_steps = in.number<uint32_t>(n, "worker.max_local_steps", c.local_steps, 1 << 20);
   }
 }
 

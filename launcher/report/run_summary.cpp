@@ -356,7 +356,8 @@ json build_summary(const fs::path& run_dir, const SummaryInputs& in) {
     region_busy[id.first].second += wall;
   }
   // Each region's own: how busy its (real or emulated) hardware was, the figure an uneven fleet
-  // is judged by (emulated: the steps' whole time over wall), and its steps (time-budgeted rounds: they differ by region) and tokens/s.
+  // is judged by (emulated: the steps' whole time over wall), and its steps (time-budgeted rounds:
+  // they differ by region) and tokens/s.
   for (const auto& [region, busy] : region_busy)
     if (per_region.contains(region))
       per_region[region][k::compute_utilization] =

@@ -3,8 +3,8 @@
 #include <yaml-cpp/yaml.h>
 
 #include "core/deployment_keys.hpp"
-#include "core/region_workers.hpp"
 #include "core/error.hpp"
+#include "core/region_workers.hpp"
 #include "core/yaml_reader.hpp"
 #include "launcher/run/run_settings.hpp"
 

@@ -395,7 +395,8 @@ void bind_schedule(py::module_& m) {
       .def_readonly("local_steps", &FragmentSchedule::local_steps)
       .def_readonly("fragments", &FragmentSchedule::fragments)
       .def_readonly("delay", &FragmentSchedule::delay)
-      .def("due", py::overload_cast<uint64_t, uint32_t>(&FragmentSchedule::due, py::const_), py::arg("step"), py::arg("fragment"),
+      .def("due", py::overload_cast<uint64_t, uint32_t>(&FragmentSchedule::due, py::const_),
+           py::arg("step"), py::arg("fragment"),
            "whether fragment `fragment` is pushed after local step `step` (1-based)")
       .def("changes_after", &FragmentSchedule::changes_after, py::arg("step"),
            "whether a leader's exchanges change the parameters after local step `step` (a "

@@ -148,8 +148,8 @@ TEST_CASE("workers per region: one count for all, or a count per region, ranked 
   CHECK(even.place(3) == std::pair<std::string, uint32_t>{"b", 1});
   CHECK(read_region_workers(in, yaml("worker: {}"), regions, 64).total() == 3);  // 1 each
 
-  const auto fleet =
-      read_region_workers(in, yaml("worker: {workers_per_region: {a: 4, b: 2, c: 1}}"), regions, 64);
+  const auto fleet = read_region_workers(
+      in, yaml("worker: {workers_per_region: {a: 4, b: 2, c: 1}}"), regions, 64);
   CHECK(fleet.uneven());
   CHECK(fleet.total() == 7);
   CHECK(fleet.in("b") == 2);

@@ -49,7 +49,8 @@ struct Outcome {
 inline std::string workers_text(const Cluster& c) {
   if (c.workers_in.empty()) return std::to_string(c.workers);
   std::string out;
-  for (const auto& r : c.regions) out += fmt::format("{}{}: {}", out.empty() ? "" : ", ", r, c.workers_of(r));
+  for (const auto& r : c.regions)
+    out += fmt::format("{}{}: {}", out.empty() ? "" : ", ", r, c.workers_of(r));
   return "{" + out + "}";
 }
 

@@ -95,8 +95,8 @@ TEST_CASE("time-budgeted rounds: a budget in milliseconds, or auto from the fast
                        doctest::Contains("worker.round_time_ms auto needs worker.step_time_ms for "
                                          "every region (1 of 2 have one)"),
                        InputError);
-  CHECK_THROWS_WITH_AS(parse("{round_time_ms: soon}\n"),
-                       doctest::Contains("worker.round_time_ms"), InputError);
+  CHECK_THROWS_WITH_AS(parse("{round_time_ms: soon}\n"), doctest::Contains("worker.round_time_ms"),
+                       InputError);
   CHECK_THROWS_WITH_AS(parse("{max_local_steps: 9}\n"),
                        doctest::Contains("worker.max_local_steps bounds time-budgeted rounds: it "
                                          "needs worker.round_time_ms"),

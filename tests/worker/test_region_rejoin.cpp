@@ -21,6 +21,9 @@
 #include "server/param_server.hpp"
 #include "worker/config.hpp"
 #include "worker/leader/region_sync.hpp"
+#include "worker/leader/reply_wait.hpp"
+#include "wire/channel.hpp"
+#include "wire/client.hpp"
 
 using namespace geotrain;
 using namespace std::chrono_literals;
@@ -591,4 +594,49 @@ TEST_CASE("worker.shard_wait_ms is read in milliseconds and stays below timeout_
   CHECK_THROWS_WITH_AS(
       parse_worker_config(base + "worker: {overlap: eager, shard_wait_ms: -1}\n", "t.yaml"),
       doctest::Contains("worker.shard_wait_ms"), InputError);
+}
+
+namespace {
+
+// A connection that sends everything, never answers, and has lost `lost` messages from the
+// server (a striped reply aborted on a lane).
+class SilentChannel final : public wire::Channel {
+ public:
+  explicit SilentChannel(const std::atomic<uint64_t>& lost) : lost_(lost) {}
+  std::string endpoint() const override { return "inproc://silent"; }
+  bool send(wire::Envelope&&) override { return true; }
+  std::optional<wire::Envelope> receive(std::chrono::milliseconds timeout) override {
+    std::this_thread::sleep_for(std::min(timeout, std::chrono::milliseconds(5)));
+    return std::nullopt;
+  }
+  uint64_t messages_lost() override { return lost_; }
+
+ private:
+  const std::atomic<uint64_t>& lost_;
+};
+
+}  // namespace
+
+TEST_CASE(
+    "a reply lost on a striped lane (a restarted server that could not reach a lane yet) ends the "
+    "wait at once with ServerLost, so the leader rejoins instead of waiting out its timeout") {
+  std::atomic<uint64_t> lost{0};
+  wire::Client client(std::make_unique<SilentChannel>(lost));
+  const auto id = client.send(wire::Heartbeat{});
+  REQUIRE(id.has_value());
+  worker::ReplyWait how;
+  how.disconnects_seen = client.channel().breaks();
+  // Nothing lost: the wait runs to its timeout.
+  CHECK_THROWS_AS(worker::collect(client, "b", {*id}, 50ms, "full pull (rejoined)", how),
+                  SystemError);
+  // A message lost since the request was sent: ServerLost long before the 60 s timeout.
+  std::thread lose([&] {
+    std::this_thread::sleep_for(50ms);
+    lost = 1;
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH_AS(worker::collect(client, "b", {*id}, 60s, "full pull (rejoined)", how),
+                       doctest::Contains("lost on a striped lane"), worker::ServerLost);
+  CHECK(std::chrono::steady_clock::now() - t0 < 10s);
+  lose.join();
 }

@@ -2,10 +2,10 @@
 //
 // Same semantics as PyTorch's torch.utils.data.DistributedSampler: every worker of every
 // region (world = all regions' workers, rank = the worker's global rank, numbered region by
-// region: core/region_workers.hpp) sees a disjoint, strided slice of one permutation of [0, n) that depends only on
-// (seed, epoch), so all workers agree on it without talking. Without drop_last the permutation
-// is padded by wrapping around to a multiple of the world size (a few samples are then seen
-// twice per epoch, as in PyTorch); with drop_last the tail is dropped and shards are exactly
+// region: core/region_workers.hpp) sees a disjoint, strided slice of one permutation of [0, n) that
+// depends only on (seed, epoch), so all workers agree on it without talking. Without drop_last the
+// permutation is padded by wrapping around to a multiple of the world size (a few samples are then
+// seen twice per epoch, as in PyTorch); with drop_last the tail is dropped and shards are exactly
 // disjoint. The shuffle is our own Fisher-Yates over splitmix64 (std::shuffle is
 // implementation-defined), so it is reproducible across compilers. Value type; const methods
 // are thread-safe; nothing blocks.

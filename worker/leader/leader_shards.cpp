@@ -77,8 +77,9 @@ void LeaderShards::send_push(LeaderShard& sh, ConstFloatSpan local, bool flush, 
   uint32_t sent = 0;
   if (!flush) uplink_.use_codecs(our_round(sh));
   std::vector<wire::Frame> frames;
-  auto push = sh.push_message(local, uplink_, sh.server_round(our_round(sh)),
-                              flush ? config_.tokens_per_round : sh.tokens(), flush, frames, bytes, sent);
+  auto push =
+      sh.push_message(local, uplink_, sh.server_round(our_round(sh)),
+                      flush ? config_.tokens_per_round : sh.tokens(), flush, frames, bytes, sent);
   if (segments) *segments += sent;
   const uint64_t id = links_[sh.server].send(std::move(push), std::move(frames));
   if (flush)

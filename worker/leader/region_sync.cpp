@@ -8,8 +8,8 @@
 
 namespace geotrain::worker {
 
-RoundReport RegionSync::exchange(ConstFloatSpan local, std::optional<uint32_t> fragment,
-                                 bool defer, uint64_t tokens) {
+RoundReport RegionSync::exchange(ConstFloatSpan local, std::optional<uint32_t> fragment, bool defer,
+                                 uint64_t tokens) {
   const auto& config = shards_.config();
   GT_REQUIRE(local.size() == shards_.table_size(),
              "region {}: {} local parameters, the table has {}", config.region, local.size(),

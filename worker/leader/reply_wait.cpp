@@ -27,10 +27,11 @@ std::map<uint64_t, wire::Reply> collect(wire::Client& client, const std::string&
   auto quiet_since = started;
   constexpr std::chrono::milliseconds kStopPoll{100};
   while (replies.size() < ids.size()) {
-    if (waiting.disconnects_seen && client.channel().disconnects() > *waiting.disconnects_seen)
+    if (waiting.disconnects_seen && client.channel().breaks() > *waiting.disconnects_seen)
       throw ServerLost(fmt::format(
-          "the connection to the server of region {} broke while {} of {} replies to {} were "
-          "awaited (reset, or a restarted netsim): they may be lost",
+          "the connection to the server of region {} broke, or a message from it was lost on a "
+          "striped lane, while {} of {} replies to {} were awaited (a reset, a restarted netsim, "
+          "or a lane not reconnected to a restarted server): they may be lost",
           region, ids.size() - replies.size(), ids.size(), what));
     const auto now = Clock::now();
     if (waiting.stop.stop_requested() && now - started >= kStopGrace)

@@ -20,7 +20,8 @@ namespace geotrain::worker {
 
 // The server no longer knows this region: it restarted (from a checkpoint), a new connection
 // replaced ours (netsim restarted), or it declared the region dead; or one of our connections to
-// it broke while replies were awaited (ReplyWait::disconnects_seen), so they may never come.
+// it broke, or a message from it was lost, while replies were awaited
+// (ReplyWait::disconnects_seen), so they may never come.
 // Thrown by collect(); the caller rejoins that server and retries the round's shards there.
 class ServerLost : public std::runtime_error {
  public:
@@ -57,9 +58,10 @@ struct ReplyWait {
   bool partial = false;
   // A stop requested while the wait has lasted kStopGrace throws Stopped (checked every 100 ms).
   std::stop_token stop;
-  // The connection's count of broken connections (wire::Channel::disconnects()) when the
-  // requests awaited were sent on live ones: a higher count throws ServerLost, for what was in
-  // them may be gone (a reset, a restarted netsim) while the server still counts this region.
+  // The connection's count of broken connections and lost messages (wire::Channel::breaks())
+  // when the requests awaited were sent on live ones: a higher count throws ServerLost, for what
+  // was in them may be gone (a reset, a restarted netsim, a reply the server could not stripe
+  // over a lane not yet reconnected to it) while the server still counts this region.
   std::optional<uint64_t> disconnects_seen;
 };
 

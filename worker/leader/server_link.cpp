@@ -130,7 +130,7 @@ wire::HelloReply ServerLink::rejoin(const wire::Hello& hello, std::chrono::milli
   auto reply = body_as<wire::HelloReply>(*answer, region_);
   lost_ = false;
   // Registered again over the connections as they are now: what broke before is accounted for.
-  seen_disconnects_ = client_->channel().disconnects();
+  seen_disconnects_ = client_->channel().breaks();
   heard_from();
   return reply;
 }

@@ -57,7 +57,7 @@ class ServerLink {
   bool open() const { return client_ != nullptr; }
   void attach(std::unique_ptr<wire::Client> client) {
     client_ = std::move(client);
-    seen_disconnects_ = client_->channel().disconnects();
+    seen_disconnects_ = client_->channel().breaks();
   }
 
   // Sends a request; SystemError naming the server when its send queue is full.
@@ -118,7 +118,7 @@ class ServerLink {
   std::unique_ptr<wire::Client> client_;
   Clock::time_point last_contact_{};
   bool lost_ = false;
-  uint64_t seen_disconnects_ = 0;  // the channel's disconnects() when last in step (attach, rejoin)
+  uint64_t seen_disconnects_ = 0;  // the channel's breaks() when last in step (attach, rejoin)
   bool flush_ = false;
   std::set<uint64_t> in_flight_;
   std::map<uint64_t, wire::Reply> parked_;

@@ -281,11 +281,10 @@ void WorkerRun::serve_metrics() {
   log_->observe([m = metrics_.get()](const nlohmann::json& e) { m->add(e); });
   // P + the worker's global rank: every worker of a run on one machine has its own port, and a
   // scrape config can list them.
-  const uint16_t port =
-      config_.metrics_port_auto
-          ? uint16_t{0}
-          : static_cast<uint16_t>(config_.metrics_port + config_.workers.first_rank(region_) +
-                                  rank_);
+  const uint16_t port = config_.metrics_port_auto
+                            ? uint16_t{0}
+                            : static_cast<uint16_t>(config_.metrics_port +
+                                                    config_.workers.first_rank(region_) + rank_);
   exporter_ = std::make_unique<MetricsExporter>(context_, config_.metrics_host, port,
                                                 [m = metrics_.get()] { return m->render(); });
   spdlog::info("worker {}-{}: Prometheus metrics at {}", region_, rank_, exporter_->url());
@@ -328,8 +327,8 @@ void WorkerRun::restore_snapshot() {
 // The leader's link to every region's server; returns the round the region trains next.
 uint64_t WorkerRun::connect_leader(std::stop_token stop) {
   // The samples one round's delta stands for (the servers' token-weighted merge).
-  const uint64_t tokens_per_round = uint64_t{config_.local_steps} * config_.batch_size *
-                                    config_.accumulation_steps * per_region_;
+  const uint64_t tokens_per_round =
+      uint64_t{config_.local_steps} * config_.batch_size * config_.accumulation_steps * per_region_;
   auto streaming = leader_streaming_config(config_, region_);
   // Device-resident training: the overlap rule runs beside the parameters on the device.
   if (auto* device = backend_->resident(); device != nullptr && config_.leader_on_device)
@@ -406,8 +405,8 @@ WorkerRun::RoundPlan WorkerRun::plan_round(std::stop_token stop) {
   const uint32_t steps = budget_ ? budget_->plan() : (leader_ ? config_.local_steps : 0);
   std::vector<float> plan{stop.stop_requested() ? 1.0f : 0.0f, static_cast<float>(steps)};
   if (comm_) comm_->allreduce_sum(plan);  // the leader's count: the others add 0
-  const uint32_t agreed = config_.round_time_ms > 0 ? static_cast<uint32_t>(plan[1])
-                                                    : config_.local_steps;
+  const uint32_t agreed =
+      config_.round_time_ms > 0 ? static_cast<uint32_t>(plan[1]) : config_.local_steps;
   GT_ASSERT(agreed >= 1, "a round of {} steps", agreed);
   return {plan[0] > 0.0f, agreed};
 }
@@ -506,10 +505,10 @@ void WorkerRun::train_round(uint64_t round, uint32_t steps, std::stop_token stop
 // The leader's round event (and the evaluation every eval_every rounds).
 void WorkerRun::end_round(uint64_t round, uint32_t steps) {
   if (!leader_) return;
-  nlohmann::json fields{
-      {f::region, region_},           {f::round, round},        {f::steps, steps},
-      {f::compute_s, round_compute_}, {f::comm_s, round_comm_}, {f::optimizer_s, round_optimizer_},
-      {f::wait_s, round_wait_}};
+  nlohmann::json fields{{f::region, region_},     {f::round, round},
+                        {f::steps, steps},        {f::compute_s, round_compute_},
+                        {f::comm_s, round_comm_}, {f::optimizer_s, round_optimizer_},
+                        {f::wait_s, round_wait_}};
   fields.update(session_->take_round_fields());
   log_->write(events::name::round, fields);
   if (config_.eval_every > 0 && round % config_.eval_every == 0 && round < config_.rounds) {
@@ -549,8 +548,7 @@ TrainResult WorkerRun::finish(uint64_t next_round) {
     // progress, and give every worker the result.
     const auto t0 = Clock::now();
     const bool last = next_round > config_.rounds;  // else a stopped run: no global model
-    auto reps = session_->finish(steps_taken_, params_,
-                                 last ? RunEnd::flush : RunEnd::no_flush);
+    auto reps = session_->finish(steps_taken_, params_, last ? RunEnd::flush : RunEnd::no_flush);
     if (!reps.empty()) {
       nlohmann::json j{{f::region, region_},  {f::round, reps.back().round},
                        {f::steps, 0},         {f::compute_s, 0.0},

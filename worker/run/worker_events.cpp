@@ -66,6 +66,11 @@ nlohmann::json start_event(const WorkerConfig& c, const std::string& region, uin
                            uint64_t generation) {
   // The region's emulated step time (worker.step_time_ms; 0: the machine's own speed).
   const auto emulated = c.step_time_ms.find(region);
+  // What one of the region's steps trains on (samples, or a GPT's tokens): the report's
+  // per-region tokens/s.
+  const uint64_t tokens_per_step = uint64_t{c.batch_size} * c.accumulation_steps *
+                                   c.workers.in(region) *
+                                   (c.model.kind == "gpt" ? c.model.gpt.seq_len : 1);
   return {{f::region, region},
           {f::rank, rank},
           {f::world, world},
@@ -92,12 +97,8 @@ nlohmann::json start_event(const WorkerConfig& c, const std::string& region, uin
           {f::resume, resume},
           {f::generation, generation},
           {f::step_time_ms, emulated == c.step_time_ms.end() ? 0u : emulated->second},
-          // worker.round_time_ms (0: H steps a round), and what one of the region's steps trains
-          // on (samples, or a GPT's tokens): the report's per-region tokens/s.
-          {f::round_time_ms, c.round_time_ms},
-          {f::tokens_per_step, uint64_t{c.batch_size} * c.accumulation_steps *
-                                   c.workers.in(region) *
-                                   (c.model.kind == "gpt" ? c.model.gpt.seq_len : 1)},
+          {f::round_time_ms, c.round_time_ms},  // 0: H steps a round
+          {f::tokens_per_step, tokens_per_step},
           // The CPU's BLAS kernels: part of a run's arithmetic (docs/experiments.md, "Reproducing
           // a figure").
           {f::blas, kernels::cpu::blas_config()}};
