@@ -330,6 +330,46 @@ TEST_CASE("overlap: the exchange runs in the background and merges one round lat
   for (size_t i = 0; i < n; ++i) REQUIRE(local[i] == 12.0f);
 }
 
+TEST_CASE(
+    "time-budgeted rounds: a round shorter than the overlap's delay merges before its next push, "
+    "and each push carries the tokens of its steps") {
+  const auto dir = temp_dir("short-rounds");
+  auto config = two_region_config(dir, 0, "fp32");
+  config.shard.consistency.weighting = server::MergeWeighting::tokens;
+  Deployment d(config, "short-rounds");
+  const ParamTable table = d.table();
+  Leaders leaders(d, table);
+  auto& b = leaders.b;
+  const size_t n = table.total_elements();
+  const size_t crit = 1024;  // crit.w, merged in rounds (by tokens); free.w applies on arrival
+  // H = 4, merged a round (4 steps) late; region a's rounds take 2 steps of 10 tokens each.
+  auto sc = streaming_config(4, 4, worker::OverlapMode::carry);
+  sc.tokens_per_step = 10;
+  worker::StreamingSync a(leaders.a, sc);
+  std::vector<float> local(n, 1.0f);  // a's round-1 delta: 1
+  CHECK(a.after_step(worker::StepPosition{1, 1, 2}, local).empty());
+  CHECK(a.after_step(worker::StepPosition{2, 2, 2}, local).empty());  // pushes round 1: 20 tokens
+  for (float& v : local) v += 10.0f;
+  std::vector<float> local_b(n, 3.0f);  // b's delta 3, for 60 tokens
+  auto pushed_b =
+      std::async(std::launch::async, [&] { b.exchange(local_b, std::nullopt, false, 60); });
+  CHECK(a.after_step(worker::StepPosition{3, 1, 2}, local).empty());
+  // Step 4 ends a's second round: the fragment is due again before its merge (step 6), so round
+  // 1 is merged first, then round 2 is pushed.
+  const auto merged = a.after_step(worker::StepPosition{4, 2, 2}, local);
+  pushed_b.get();
+  REQUIRE(merged.size() == 1);
+  CHECK(merged[0].round == 1);
+  // crit.w: (20 x 1 + 60 x 3) / 80 = 2.5 (equal weights would give 2); carry: 2.5 + (11 - 1).
+  for (size_t i = 0; i < crit; ++i) REQUIRE(local[i] == doctest::Approx(12.5f));
+  // Round 2 completes with b's push; a's steps since its push are none: finish pushes nothing.
+  auto pushed_b2 =
+      std::async(std::launch::async, [&] { b.exchange(local_b, std::nullopt, false, 60); });
+  const auto last = a.finish(4, local);
+  pushed_b2.get();
+  CHECK(last.size() == 1);
+}
+
 TEST_CASE("eager overlap moves the region by its own share at once, then takes the average") {
   const auto dir = temp_dir("eager");
   Deployment d(two_region_config(dir, 0, "fp32"), "eager");

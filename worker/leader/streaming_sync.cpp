@@ -239,8 +239,9 @@ std::vector<RoundReport> StreamingSync::after_step(const StepPosition& at, Float
     if (!config_.schedule().due(at, p)) continue;
     const auto mine = std::find_if(in_flight_.begin(), in_flight_.end(),
                                    [p](const auto& job) { return job->fragment == p; });
-    for (auto n = std::distance(in_flight_.begin(), mine); mine != in_flight_.end() && n >= 0; --n)
-      merge_front();
+    if (mine == in_flight_.end()) continue;
+    // Its job and those started before it (merging pops them: count first).
+    for (auto n = std::distance(in_flight_.begin(), mine) + 1; n > 0; --n) merge_front();
   }
   // The critical fragment: every round boundary, blocking, before the streamed fragments due now.
   if (sync_.config().critical_fragment && at.round_end()) {
