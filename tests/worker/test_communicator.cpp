@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -16,9 +17,11 @@
 #include "ranks.hpp"
 #include "worker/region/bucketed_allreduce.hpp"
 #include "worker/region/gloo_communicator.hpp"
+#include "worker/region/leader_wait.hpp"
 
 using namespace geotrain;
 using namespace geotrain::worker;
+using namespace std::chrono_literals;
 
 namespace {
 
@@ -116,4 +119,66 @@ TEST_CASE("background bucketed allreduce overlaps marking and sums every bucket,
   });
   CHECK(results[0] == results[1]);
   CHECK(results[1] == results[2]);
+}
+
+TEST_CASE(
+    "the ranks wait for their leader's work longer than the group's timeout, in beats, and a "
+    "plain wait that long times out") {
+  // Two ranks, a 300 ms collective timeout, the leader busy for 1.2 s.
+  const auto run = [](bool beats) {
+    gloo::rendezvous::HashStore store;
+    std::vector<std::thread> threads;
+    std::vector<std::string> errors(2);
+    std::vector<float> got(2, 0.0f);
+    for (int r = 0; r < 2; ++r)
+      threads.emplace_back([&, r] {
+        try {
+          gloo::rendezvous::PrefixStore prefixed(beats ? "beats" : "plain", store);
+          GlooCommunicator comm(prefixed, r, 2, GlooOptions{"127.0.0.1", 300ms});
+          std::vector<float> value{0.0f};
+          const auto work = [&] {
+            std::this_thread::sleep_for(1200ms);
+            value[0] = 7.0f;
+          };
+          if (beats)
+            wait_for_leader(comm, 75ms, work);
+          else if (r == 0)
+            work();
+          comm.broadcast(value, 0);
+          got[r] = value[0];
+        } catch (const std::exception& e) {
+          errors[r] = e.what();
+        }
+      });
+    for (auto& t : threads) t.join();
+    return std::pair{got, errors};
+  };
+  const auto [got, errors] = run(true);
+  CHECK(errors == std::vector<std::string>{"", ""});
+  CHECK(got == std::vector<float>{7.0f, 7.0f});  // the leader's result, after its work
+  const auto [plain, plain_errors] = run(false);
+  CHECK_FALSE(plain_errors[1].empty());  // rank 1 gave up waiting in the broadcast
+  CHECK(plain_errors[1].find("Timed out") != std::string::npos);
+}
+
+TEST_CASE("the leader's error in the work it waited on reaches the leader, after its ranks left") {
+  gloo::rendezvous::HashStore store;
+  std::vector<std::thread> threads;
+  std::vector<std::string> errors(2);
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        gloo::rendezvous::PrefixStore prefixed("error", store);
+        GlooCommunicator comm(prefixed, r, 2, GlooOptions{"127.0.0.1", 2000ms});
+        wait_for_leader(comm, 50ms, [] {
+          std::this_thread::sleep_for(200ms);
+          throw InputError("the flush failed");
+        });
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  CHECK(errors[0].find("the flush failed") != std::string::npos);
+  CHECK(errors[1].empty());
 }

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -21,6 +22,7 @@
 #include "worker/leader/leader_session.hpp"
 #include "worker/leader/region_sync.hpp"
 #include "worker/leader/streaming_sync.hpp"
+#include "worker/region/leader_wait.hpp"
 #include "worker/region/server_store.hpp"
 #include "worker/run/final_model.hpp"
 #include "worker/run/metrics_log.hpp"
@@ -153,6 +155,13 @@ class WorkerRun {
   TrainResult finish(uint64_t next_round);
 
  private:
+  // Runs `leader_work` on the leader while the region's other ranks wait for it in a beat of
+  // one-float collectives, each well inside the group's timeout, however long it takes; without
+  // a region collective, just runs it. Rethrows the leader's error.
+  void while_the_region_waits(const std::function<void()>& leader_work);
+  // The leader's end of the exchange: what is in flight, the flush (the global model into
+  // `final_model`), goodbye, the model file (the first region).
+  void end_exchange(uint64_t next_round, std::optional<FinalModel>& final_model);
   void connect_region();
   void restore_snapshot();
   uint64_t connect_leader(std::stop_token stop);
@@ -540,37 +549,54 @@ void WorkerRun::log_snapshots() {
                                            {f::path, w.folder.string()}});
 }
 
+void WorkerRun::while_the_region_waits(const std::function<void()>& leader_work) {
+  if (!comm_) {
+    leader_work();
+    return;
+  }
+  // A beat well inside the group's timeout (worker.timeout_ms).
+  wait_for_leader(*comm_,
+                  std::min<std::chrono::milliseconds>(std::chrono::seconds(5), config_.timeout / 4),
+                  leader_work);
+}
+
+void WorkerRun::end_exchange(uint64_t next_round, std::optional<FinalModel>& final_model) {
+  // Overlap and streaming: take in what is still in flight, push the fragments' last
+  // progress, and give every worker the result.
+  const auto t0 = Clock::now();
+  const bool last = next_round > config_.rounds;  // else a stopped run: no global model
+  auto reps = session_->finish(steps_taken_, params_, last ? RunEnd::flush : RunEnd::no_flush);
+  if (!reps.empty()) {
+    nlohmann::json j{{f::region, region_},  {f::round, reps.back().round},
+                     {f::steps, 0},         {f::compute_s, 0.0},
+                     {f::comm_s, 0.0},      {f::optimizer_s, 0.0},
+                     {f::wait_s, since(t0)}};
+    j.update(session_->take_round_fields());
+    log_->write(events::name::round, j);
+  }
+  // One global model out of the regions' views (worker/run/final_model.hpp); not for a stopped
+  // run, whose snapshots hold the residuals.
+  final_model.emplace(params_, region_);
+  if (last)
+    final_model->flush(*session_, params_, *log_);
+  else
+    final_model->skip("the run stopped before its last round");
+  // Training is over for this region: the servers stop counting it now rather than after
+  // dead_after, so that another region's last round never waits for it.
+  session_->goodbye(std::min(config_.timeout, std::chrono::milliseconds(2000)));
+  if (region_index_ == 0)
+    final_model->write(config_.run_dir, *model_, table_, params_, config_.model, config_.seed,
+                       next_round - 1);
+}
+
 TrainResult WorkerRun::finish(uint64_t next_round) {
   engine_->to_host(params_);              // the final values, on every rank
   std::optional<FinalModel> final_model;  // the leader's
-  if (session_) {
-    // Overlap and streaming: take in what is still in flight, push the fragments' last
-    // progress, and give every worker the result.
-    const auto t0 = Clock::now();
-    const bool last = next_round > config_.rounds;  // else a stopped run: no global model
-    auto reps = session_->finish(steps_taken_, params_, last ? RunEnd::flush : RunEnd::no_flush);
-    if (!reps.empty()) {
-      nlohmann::json j{{f::region, region_},  {f::round, reps.back().round},
-                       {f::steps, 0},         {f::compute_s, 0.0},
-                       {f::comm_s, 0.0},      {f::optimizer_s, 0.0},
-                       {f::wait_s, since(t0)}};
-      j.update(session_->take_round_fields());
-      log_->write(events::name::round, j);
-    }
-    // One global model out of the regions' views (worker/run/final_model.hpp); not for a stopped
-    // run, whose snapshots hold the residuals.
-    final_model.emplace(params_, region_);
-    if (last)
-      final_model->flush(*session_, params_, *log_);
-    else
-      final_model->skip("the run stopped before its last round");
-    // Training is over for this region: the servers stop counting it now rather than after
-    // dead_after, so that another region's last round never waits for it.
-    session_->goodbye(std::min(config_.timeout, std::chrono::milliseconds(2000)));
-    if (region_index_ == 0)
-      final_model->write(config_.run_dir, *model_, table_, params_, config_.model, config_.seed,
-                         next_round - 1);
-  }
+  // The leader's end of the exchange waits for the other regions' last rounds and flushes: longer
+  // than the region's collective timeout when they are far behind (an uneven fleet).
+  while_the_region_waits([&] {
+    if (session_) end_exchange(next_round, final_model);
+  });
   if (comm_) comm_->broadcast(params_, 0);
   // The last snapshot is on disk before the evaluation, whose activations are the run's largest
   // allocation (the state in flight is the parameters and optimizer state again), and before the
