@@ -19,11 +19,11 @@
 #include <thread>
 
 #include "server/param_server.hpp"
+#include "wire/channel.hpp"
+#include "wire/client.hpp"
 #include "worker/config.hpp"
 #include "worker/leader/region_sync.hpp"
 #include "worker/leader/reply_wait.hpp"
-#include "wire/channel.hpp"
-#include "wire/client.hpp"
 
 using namespace geotrain;
 using namespace std::chrono_literals;
