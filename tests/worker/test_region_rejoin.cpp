@@ -15,6 +15,7 @@
 #include <atomic>
 #include <barrier>
 #include <cmath>
+#include <deque>
 #include <functional>
 #include <thread>
 
@@ -639,4 +640,69 @@ TEST_CASE(
                        doctest::Contains("lost on a striped lane"), worker::ServerLost);
   CHECK(std::chrono::steady_clock::now() - t0 < 10s);
   lose.join();
+}
+
+namespace {
+
+// A server that answers heartbeats at once and holds every other request (a final pull waiting
+// for the slowest region's flush); `answering` false: silent.
+class HoldingChannel final : public wire::Channel {
+ public:
+  explicit HoldingChannel(const std::atomic<bool>& answering) : answering_(answering) {}
+  std::string endpoint() const override { return "inproc://holding"; }
+  bool send(wire::Envelope&& message) override {
+    const auto h = wire::decode_header(message.frames.front());
+    if (std::holds_alternative<wire::Heartbeat>(h.body) && answering_) {
+      wire::Envelope reply{{}, {}};
+      reply.frames.push_back(wire::encode_header(wire::Header{h.request_id, wire::Ack{}}));
+      replies_.push_back(std::move(reply));
+    }
+    return true;
+  }
+  std::optional<wire::Envelope> receive(std::chrono::milliseconds timeout) override {
+    if (replies_.empty()) {
+      std::this_thread::sleep_for(std::min(timeout, std::chrono::milliseconds(5)));
+      return std::nullopt;
+    }
+    auto r = std::move(replies_.front());
+    replies_.pop_front();
+    return r;
+  }
+
+ private:
+  const std::atomic<bool>& answering_;
+  std::deque<wire::Envelope> replies_;
+};
+
+}  // namespace
+
+TEST_CASE(
+    "the final pull waits as long as its server answers probes, and gives up once it has been "
+    "silent for the timeout") {
+  std::atomic<bool> answering{true};
+  wire::Client client(std::make_unique<HoldingChannel>(answering));
+  const auto id = client.send(wire::PullRequest{0, 0, true, 0, true});
+  REQUIRE(id.has_value());
+  worker::ReplyWait how;
+  how.probe = 20ms;
+  how.while_answered = true;
+  // Answered probes: past three times the 150 ms timeout, still waiting.
+  std::thread silence([&] {
+    std::this_thread::sleep_for(600ms);
+    answering = false;
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH_AS(worker::collect(client, "b", {*id}, 150ms, "final pull", how),
+                       doctest::Contains("was silent for 150 ms"), SystemError);
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  silence.join();
+  CHECK(waited >= 600ms);
+  CHECK(waited < 5s);
+  // A plain wait gives up at its timeout, probes answered or not.
+  answering = true;
+  how.while_answered = false;
+  const auto t1 = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH_AS(worker::collect(client, "b", {*id}, 150ms, "final pull", how),
+                       doctest::Contains("within 150 ms"), SystemError);
+  CHECK(std::chrono::steady_clock::now() - t1 < 600ms);
 }

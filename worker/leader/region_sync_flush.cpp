@@ -172,8 +172,12 @@ void RegionSync::pull_final(FlushReport& report) {
     });
     for (size_t s = 0; s < shards_.servers(); ++s) {
       try {
-        shards_.await(s, LeaderShards::on(s, sent), config.timeout, "final pull",
-                      shards_.waiting(s, true), pulled);
+        // As long as the server answers probes: it holds the pull until the slowest region has
+        // flushed, which on an uneven fleet may be far more than one request's timeout away.
+        auto how = shards_.waiting(s, true);
+        how.while_answered = true;
+        shards_.await(s, LeaderShards::on(s, sent), config.timeout, "final pull", std::move(how),
+                      pulled);
       } catch (const ServerLost& e) {
         // A restarted server no longer holds this region's flush: flush() flushes it again. The
         // other final pulls are given up on (their replies skipped); the next attempt sends them

@@ -23,7 +23,7 @@ std::map<uint64_t, wire::Reply> collect(wire::Client& client, const std::string&
   std::vector<uint64_t> probes;
   const auto probe = waiting.probe;
   const auto started = Clock::now();
-  const auto deadline = started + timeout;
+  auto deadline = started + timeout;
   auto quiet_since = started;
   constexpr std::chrono::milliseconds kStopPoll{100};
   while (replies.size() < ids.size()) {
@@ -43,9 +43,13 @@ std::map<uint64_t, wire::Reply> collect(wire::Client& client, const std::string&
     // Partial: past the timeout, take what has come already, without waiting.
     const bool late = now >= deadline;
     if (late && !waiting.partial)
-      throw SystemError("wire", what, __FILE__, __LINE__,
-                        fmt::format("server of region {} sent {} of {} replies within {} ms",
-                                    region, replies.size(), ids.size(), timeout.count()));
+      throw SystemError(
+          "wire", what, __FILE__, __LINE__,
+          waiting.while_answered
+              ? fmt::format("server of region {} sent {} of {} replies and was silent for {} ms",
+                            region, replies.size(), ids.size(), timeout.count())
+              : fmt::format("server of region {} sent {} of {} replies within {} ms", region,
+                            replies.size(), ids.size(), timeout.count()));
     auto until = deadline;
     if (probe.count() > 0 && !late) {
       if (now - quiet_since >= probe) {
@@ -77,7 +81,10 @@ std::map<uint64_t, wire::Reply> collect(wire::Client& client, const std::string&
     }
     if (!ours && !probed) continue;  // a reply we gave up on
     quiet_since = Clock::now();
-    if (probed) continue;
+    if (probed) {
+      if (waiting.while_answered) deadline = quiet_since + timeout;
+      continue;
+    }
     if (e)
       throw InputError(fmt::format("server of region {} refused {}: {} ({})", region, what,
                                    e->message, wire::error_code_name(e->code)));

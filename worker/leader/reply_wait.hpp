@@ -63,6 +63,10 @@ struct ReplyWait {
   // was in them may be gone (a reset, a restarted netsim, a reply the server could not stripe
   // over a lane not yet reconnected to it) while the server still counts this region.
   std::optional<uint64_t> disconnects_seen;
+  // With `probe` > 0: every answered probe moves the deadline to `timeout` from then, so the wait
+  // lasts as long as the server is alive and holds the requests, and `timeout` bounds only its
+  // silence (the final pull, which waits for the slowest region's flush).
+  bool while_answered = false;
 };
 
 // Replies of one server, by request id; throws SystemError when they do not all come within
