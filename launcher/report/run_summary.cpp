@@ -234,6 +234,35 @@ json region_summary(const RegionState& r, std::optional<double> acc, std::option
   return out;
 }
 
+// Each region's own activity in `per_region` (its regions only): how busy its (real or emulated)
+// hardware was, the figure an uneven fleet is judged by, and its leader's steps (time-budgeted
+// rounds: they differ by region) and tokens/s. Emulated hardware (worker.step_time_ms) is busy for
+// the whole emulated step, its AllReduce and optimizer included; real hardware for its forward and
+// backward.
+void add_region_activity(const RunMonitor& monitor, json& per_region) {
+  std::map<std::string, std::pair<double, double>> busy;  // compute, wall of its workers
+  for (const auto& [id, w] : monitor.workers()) {
+    const auto region = monitor.regions().find(id.first);
+    const bool emulated = region != monitor.regions().end() && region->second.emulated;
+    busy[id.first].first += w.compute_s + (emulated ? w.comm_s + w.optimizer_s.value_or(0) : 0.0);
+    busy[id.first].second += w.wall_s.value_or(w.last_time);
+  }
+  for (const auto& [region, b] : busy)
+    if (per_region.contains(region))
+      per_region[region][k::compute_utilization] =
+          b.second > 0 ? json(std::min(1.0, b.first / b.second)) : json(nullptr);
+  for (const auto& [id, w] : monitor.workers()) {
+    if (id.second != 0 || !per_region.contains(id.first)) continue;
+    const auto& r = monitor.regions().at(id.first);
+    const double wall = w.wall_s.value_or(w.last_time);
+    per_region[id.first][k::steps] = w.steps;
+    per_region[id.first][k::tokens_per_second] =
+        r.tokens_per_step > 0 && wall > 0
+            ? json(static_cast<double>(w.steps) * r.tokens_per_step / wall)
+            : json(nullptr);
+  }
+}
+
 }  // namespace
 
 RunMonitor read_run_metrics(const fs::path& run_dir, const RunTarget& target) {
@@ -339,7 +368,6 @@ json build_summary(const fs::path& run_dir, const SummaryInputs& in) {
   uint64_t steps = 0;
   double compute = 0, worker_wall = 0, slowest = 0;
   std::optional<double> optimizer;  // none when no worker's steps report it
-  std::map<std::string, std::pair<double, double>> region_busy;  // compute, wall of its workers
   for (const auto& [id, w] : monitor.workers()) {
     steps = std::max(steps, w.steps);
     compute += w.compute_s;
@@ -347,31 +375,8 @@ json build_summary(const fs::path& run_dir, const SummaryInputs& in) {
     const double wall = w.wall_s.value_or(w.last_time);
     worker_wall += wall;
     slowest = std::max(slowest, wall);
-    // Emulated hardware (worker.step_time_ms) is busy for the whole emulated step, its
-    // AllReduce and optimizer included; real hardware for its forward and backward.
-    const auto region = monitor.regions().find(id.first);
-    const bool emulated = region != monitor.regions().end() && region->second.emulated;
-    region_busy[id.first].first +=
-        w.compute_s + (emulated ? w.comm_s + w.optimizer_s.value_or(0) : 0.0);
-    region_busy[id.first].second += wall;
   }
-  // Each region's own: how busy its (real or emulated) hardware was, the figure an uneven fleet
-  // is judged by (emulated: the steps' whole time over wall), and its steps (time-budgeted rounds:
-  // they differ by region) and tokens/s.
-  for (const auto& [region, busy] : region_busy)
-    if (per_region.contains(region))
-      per_region[region][k::compute_utilization] =
-          busy.second > 0 ? json(std::min(1.0, busy.first / busy.second)) : json(nullptr);
-  for (const auto& [id, w] : monitor.workers()) {
-    if (id.second != 0 || !per_region.contains(id.first)) continue;
-    const auto& r = monitor.regions().at(id.first);
-    const double wall = w.wall_s.value_or(w.last_time);
-    per_region[id.first][k::steps] = w.steps;
-    per_region[id.first][k::tokens_per_second] =
-        r.tokens_per_step > 0 && wall > 0
-            ? json(static_cast<double>(w.steps) * r.tokens_per_step / wall)
-            : json(nullptr);
-  }
+  add_region_activity(monitor, per_region);
   const bool global = global_accuracy.n > 0 || global_val_bpb.n > 0;
   s[k::final_test_accuracy] = global ? global_accuracy.value() : accuracy.value();
   s[k::final_val_bpb] = global ? global_val_bpb.value() : val_bpb.value();
