@@ -19,12 +19,6 @@ uint64_t uniform_below(uint64_t& state, uint64_t bound) {
 
 }  // namespace
 
-uint32_t global_rank(uint32_t region, uint32_t worker, uint32_t workers_per_region) {
-  GT_REQUIRE(worker < workers_per_region, "worker rank {} is not below workers per region {}",
-             worker, workers_per_region);
-  return region * workers_per_region + worker;
-}
-
 std::vector<uint64_t> shuffled_indices(uint64_t n, uint64_t seed, uint64_t epoch) {
   std::vector<uint64_t> idx(n);
   std::iota(idx.begin(), idx.end(), uint64_t{0});

@@ -25,10 +25,6 @@ struct SamplerOptions {
   bool drop_last = false;
 };
 
-// Global rank of worker `worker` of region `region` when every region has `workers_per_region`
-// (RegionWorkers::first_rank for any fleet).
-uint32_t global_rank(uint32_t region, uint32_t worker, uint32_t workers_per_region);
-
 // Deterministic permutation of [0, n) for (seed, epoch).
 std::vector<uint64_t> shuffled_indices(uint64_t n, uint64_t seed, uint64_t epoch);
 
