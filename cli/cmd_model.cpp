@@ -20,6 +20,7 @@
 #include "worker/config.hpp"
 #include "worker/data/sampler.hpp"
 #include "worker/data/text_corpus.hpp"
+#include "worker/data/training_data.hpp"
 
 namespace geotrain::cli {
 
@@ -71,21 +72,21 @@ int run_dump_batches(const DumpBatchesArgs& args) {
   const std::string source = config.data.path.string();
   const auto corpus = worker::load_text_corpus(config.data.path, config.data.validation_fraction);
   const size_t window = config.model.window();
-  const worker::TextWindows windows(corpus, window, config.batch_size, config.seed, world, rank,
-                                    source);
+  const auto slice = worker::micro_batch_slice(config, world, rank);
+  const worker::TextWindows windows(corpus, window, slice, config.seed, source);
   std::vector<int32_t> tokens;  // (steps, B, T + 1)
-  tokens.reserve(args.steps * config.batch_size * window);
+  tokens.reserve(args.steps * slice.batch * window);
   for (uint64_t j = 0; j < args.steps; ++j) {
     const auto batch = windows.batch(j);
-    GT_ASSERT(batch.tokens.size() == config.batch_size * window, "batch {}: {} tokens", j,
+    GT_ASSERT(batch.tokens.size() == slice.batch * window, "batch {}: {} tokens", j,
               batch.tokens.size());
     tokens.insert(tokens.end(), batch.tokens.begin(), batch.tokens.end());
   }
-  models::write_npy_int32(args.out, {args.steps, config.batch_size, window}, tokens);
+  models::write_npy_int32(args.out, {args.steps, slice.batch, window}, tokens);
   std::printf(
       "dump-batches: %s: int32 (%llu, %u, %zu), the first %llu micro-batches of region %s rank "
       "%u (global rank %u of %u, seed %llu) from %s\n",
-      args.out.c_str(), static_cast<unsigned long long>(args.steps), config.batch_size, window,
+      args.out.c_str(), static_cast<unsigned long long>(args.steps), slice.batch, window,
       static_cast<unsigned long long>(args.steps), region.c_str(), args.rank, rank, world,
       static_cast<unsigned long long>(config.seed), source.c_str());
   return 0;

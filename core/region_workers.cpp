@@ -67,25 +67,84 @@ std::string RegionWorkers::text() const {
   return out + "}";
 }
 
-RegionWorkers read_region_workers(const YamlReader& in, const YAML::Node& root,
-                                  const std::vector<std::string>& regions, uint32_t most) {
+std::vector<uint32_t> read_region_counts(const YamlReader& in, const YAML::Node& root,
+                                         const std::string& key,
+                                         const std::vector<std::string>& regions, uint32_t fallback,
+                                         uint32_t lo, uint32_t hi) {
   const auto w = root["worker"];
-  if (!w || !w.IsMap() || !w["workers_per_region"]) return RegionWorkers::uniform(regions, 1);
-  const auto n = w["workers_per_region"];
+  const std::string name = "worker." + key;
+  if (!w || !w.IsMap() || !w[key]) return std::vector<uint32_t>(regions.size(), fallback);
+  const auto n = w[key];
   if (!n.IsMap())
-    return RegionWorkers::uniform(regions,
-                                  in.number<uint32_t>(n, "worker.workers_per_region", 1, most));
-  in.check_keys(n, "worker.workers_per_region",
-                std::set<std::string>(regions.begin(), regions.end()));
+    return std::vector<uint32_t>(regions.size(), in.number<uint32_t>(n, name, lo, hi));
+  in.check_keys(n, name, std::set<std::string>(regions.begin(), regions.end()));
   std::vector<uint32_t> counts;
   for (const auto& r : regions) {
-    GT_REQUIRE(n[r],
-               "{}: worker.workers_per_region has no count for region '{}' (a mapping names "
-               "every region)",
-               in.source(), r);
-    counts.push_back(in.number<uint32_t>(n[r], "worker.workers_per_region." + r, 1, most));
+    GT_REQUIRE(n[r], "{}: {} has no value for region '{}' (a mapping names every region)",
+               in.source(), name, r);
+    counts.push_back(in.number<uint32_t>(n[r], name + "." + r, lo, hi));
   }
-  return RegionWorkers(regions, std::move(counts));
+  return counts;
+}
+
+RegionWorkers read_region_workers(const YamlReader& in, const YAML::Node& root,
+                                  const std::vector<std::string>& regions, uint32_t most) {
+  return RegionWorkers(regions,
+                       read_region_counts(in, root, "workers_per_region", regions, 1, 1, most));
+}
+
+RegionBatches::RegionBatches(uint32_t size) : uniform_(size) {}
+
+RegionBatches::RegionBatches(std::vector<std::string> regions, std::vector<uint32_t> sizes)
+    : regions_(std::move(regions)), sizes_(std::move(sizes)) {
+  GT_ASSERT(regions_.size() == sizes_.size(), "{} regions, {} batch sizes", regions_.size(),
+            sizes_.size());
+  for (auto s : sizes_) GT_ASSERT(s >= 1, "a micro-batch of {}", s);
+  if (!sizes_.empty() && !uneven()) {  // one size for every region, written either way
+    uniform_ = sizes_.front();
+    regions_.clear();
+    sizes_.clear();
+  }
+}
+
+uint32_t RegionBatches::in(std::string_view region) const {
+  if (regions_.empty()) return uniform_;
+  const auto it = std::find(regions_.begin(), regions_.end(), region);
+  GT_REQUIRE(it != regions_.end(), "region '{}' is not one of the config's regions ({})", region,
+             fmt::join(regions_, ", "));
+  return sizes_[static_cast<size_t>(it - regions_.begin())];
+}
+
+uint32_t RegionBatches::of_rank(const RegionWorkers& workers, uint32_t rank) const {
+  return regions_.empty() ? uniform_ : in(workers.place(rank).first);
+}
+
+bool RegionBatches::uneven() const {
+  return std::adjacent_find(sizes_.begin(), sizes_.end(), std::not_equal_to<>()) != sizes_.end();
+}
+
+std::string RegionBatches::text() const {
+  if (regions_.empty()) return std::to_string(uniform_);
+  std::string out = "{";
+  for (size_t i = 0; i < regions_.size(); ++i)
+    out += fmt::format("{}{}: {}", i ? ", " : "", regions_[i], sizes_[i]);
+  return out + "}";
+}
+
+uint64_t RegionBatches::global(const RegionWorkers& workers) const {
+  return offset(workers, workers.total());
+}
+
+uint64_t RegionBatches::offset(const RegionWorkers& workers, uint32_t rank) const {
+  uint64_t at = 0;  // the sizes of ranks 0 .. rank-1
+  for (uint32_t r = 0; r < rank; ++r) at += of_rank(workers, r);
+  return at;
+}
+
+RegionBatches read_region_batches(const YamlReader& in, const YAML::Node& root,
+                                  const std::vector<std::string>& regions) {
+  return RegionBatches(regions,
+                       read_region_counts(in, root, "batch_size", regions, 64, 1, 1 << 20));
 }
 
 }  // namespace geotrain

@@ -47,6 +47,50 @@ class RegionWorkers {
   std::vector<uint32_t> counts_;
 };
 
+// RegionBatches: worker.batch_size, each worker's micro-batch (samples, or a GPT's windows): one
+// size for every region, or {region: size} naming each region (a region of larger accelerators
+// trains on more per step). Every worker's micro-batch j together is the fleet's global
+// micro-batch j; a worker's part of it starts at offset(rank), region by region in the ranks'
+// order (RegionWorkers), so the workers' samples are disjoint for any sizes.
+//
+// Plain value; read once by read_region_batches (the worker config's parser).
+class RegionBatches {
+ public:
+  RegionBatches(uint32_t size = 64);  // NOLINT(google-explicit-constructor): every region's
+  // `sizes` parallel to `regions`, each >= 1.
+  RegionBatches(std::vector<std::string> regions, std::vector<uint32_t> sizes);
+
+  // The region's size (InputError naming the regions for an unknown one, when per region).
+  uint32_t in(std::string_view region) const;
+  // Global rank `rank`'s size (the uniform size without asking `workers`).
+  uint32_t of_rank(const RegionWorkers& workers, uint32_t rank) const;
+  bool uneven() const;
+  // As the config says it: "64", or "{us-east: 16, ap-southeast: 4}" when uneven.
+  std::string text() const;
+  // The global micro-batch of the fleet `workers`: every worker's size, summed.
+  uint64_t global(const RegionWorkers& workers) const;
+  // Where global rank `rank`'s micro-batch starts within it.
+  uint64_t offset(const RegionWorkers& workers, uint32_t rank) const;
+
+ private:
+  uint32_t uniform_ = 64;
+  std::vector<std::string> regions_;  // empty: uniform_ for every region
+  std::vector<uint32_t> sizes_;
+};
+
+// A count per region from worker.<key> of a config's root: one number for every region
+// (`fallback` when the key is absent), or a mapping naming every region of `regions`; each in
+// [lo, hi]; parallel to `regions`. InputError naming the key on a bad value, an unknown region or
+// a region left out.
+std::vector<uint32_t> read_region_counts(const YamlReader& in, const YAML::Node& root,
+                                         const std::string& key,
+                                         const std::vector<std::string>& regions, uint32_t fallback,
+                                         uint32_t lo, uint32_t hi);
+
+// worker.batch_size (default 64, each 1 to 2^20): uniform unless given per region.
+RegionBatches read_region_batches(const YamlReader& in, const YAML::Node& root,
+                                  const std::vector<std::string>& regions);
+
 // worker.workers_per_region from a config's root: a count for every region (default 1), or a
 // mapping naming every region of `regions` with its count; each 1 to `most`. InputError naming
 // the key on a bad value, an unknown region or a region left out.

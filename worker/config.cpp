@@ -405,7 +405,7 @@ WorkerConfig parse_worker_config(std::string_view yaml_text, std::string_view so
   auto get_u64 = [&](const char* key, uint64_t& out, uint64_t lo, uint64_t hi) {
     if (auto n = w[key]) out = in.number<uint64_t>(n, fmt::format("worker.{}", key), lo, hi);
   };
-  get_u32("batch_size", c.batch_size, 1, 1 << 20);
+  c.batch_size = read_region_batches(in, root, c.regions);
   get_u32("blas_threads", c.blas_threads, 1, 256);
   get_u32("accumulation_steps", c.accumulation_steps, 1, 1024);
   get_u32("local_steps", c.local_steps, 1, 1 << 20);

@@ -71,7 +71,9 @@ struct WorkerConfig {
   // overlap rule runs there (worker/leader/leader_params.hpp); false: on the host mirror.
   bool leader_on_device = true;
   DataConfig data;
-  uint32_t batch_size = 64;  // per worker, per micro-batch
+  // worker.batch_size: per worker, per micro-batch; one size, or {region: size}. A worker's is
+  // batch_size.in(its region); the fleet's global micro-batch, batch_size.global(workers).
+  RegionBatches batch_size;
   uint32_t accumulation_steps = 1;
   uint32_t local_steps = 1;  // H: local steps per round
   uint64_t rounds = 100;
@@ -163,6 +165,11 @@ struct WorkerConfig {
   bool external = false;
 
   uint32_t region_index(std::string_view name) const;  // InputError naming the allowed names
+  // The samples (a GPT's windows) one local step of `region` trains on: each of its workers'
+  // micro-batches, accumulated.
+  uint64_t samples_per_step(std::string_view region) const {
+    return uint64_t{batch_size.in(region)} * accumulation_steps * workers.in(region);
+  }
   // The endpoint region `from` uses for the server of region `to` (a route, or the server's own).
   std::string server_endpoint(const std::string& from, const std::string& to) const;
   uint64_t total_steps() const { return rounds * local_steps; }

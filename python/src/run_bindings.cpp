@@ -86,7 +86,7 @@ py::dict leader_settings(const std::string& yaml_text, const std::string& source
   d["round_time_ms"] = c.round_time_ms;  // time-budgeted rounds: not run by OuterSync (yet)
   d["rounds"] = c.rounds;
   d["workers_per_region"] = c.workers.in(region);  // the leader's region's
-  d["batch_size"] = c.batch_size;
+  d["batch_size"] = c.batch_size.in(region);       // the leader's region's
   d["lr"] = c.lr;
   d["seed"] = c.seed;
   d["eval_every"] = c.eval_every;

@@ -168,7 +168,7 @@ TEST_CASE("workers per region: one count for all, or a count per region, ranked 
 
   CHECK_THROWS_WITH_AS(
       read_region_workers(in, yaml("worker: {workers_per_region: {a: 1, b: 1}}"), regions, 64),
-      doctest::Contains("no count for region 'c'"), InputError);
+      doctest::Contains("no value for region 'c'"), InputError);
   CHECK_THROWS_WITH_AS(
       read_region_workers(in, yaml("worker: {workers_per_region: {a: 1, b: 0, c: 1}}"), regions,
                           64),
@@ -176,4 +176,43 @@ TEST_CASE("workers per region: one count for all, or a count per region, ranked 
   CHECK_THROWS_WITH_AS(
       read_region_workers(in, yaml("worker: {workers_per_region: 65}"), regions, 64),
       doctest::Contains("worker.workers_per_region"), InputError);
+}
+
+TEST_CASE("batch sizes: one for every region, or one per region, by the same rules as counts") {
+  const YamlReader in{"deploy.yaml"};
+  const std::vector<std::string> regions{"a", "b", "c"};
+  const auto fleet = read_region_workers(
+      in, yaml("worker: {workers_per_region: {a: 4, b: 2, c: 1}}"), regions, 64);
+  const auto fallback = read_region_batches(in, yaml("worker: {}"), regions);
+  CHECK_FALSE(fallback.uneven());
+  CHECK(fallback.in("c") == 64);
+  CHECK(fallback.global(fleet) == 7 * 64);
+
+  const auto even = read_region_batches(in, yaml("worker: {batch_size: 8}"), regions);
+  CHECK(even.text() == "8");
+  CHECK(even.offset(fleet, 5) == 40);
+
+  const auto sizes =
+      read_region_batches(in, yaml("worker: {batch_size: {a: 2, b: 8, c: 16}}"), regions);
+  CHECK(sizes.uneven());
+  CHECK(sizes.in("b") == 8);
+  CHECK(sizes.of_rank(fleet, 5) == 8);  // b's second worker
+  CHECK(sizes.text() == "{a: 2, b: 8, c: 16}");
+  // a's 4 x 2, then b's 2 x 8, then c's 16: 40 windows; c's worker starts at 24.
+  CHECK(sizes.global(fleet) == 40);
+  CHECK(sizes.offset(fleet, 6) == 24);
+  CHECK_THROWS_WITH_AS(sizes.in("d"), doctest::Contains("'d' is not one of"), InputError);
+  // The same size written per region is the uniform fleet.
+  CHECK_FALSE(
+      read_region_batches(in, yaml("worker: {batch_size: {a: 8, b: 8, c: 8}}"), regions).uneven());
+
+  CHECK_THROWS_WITH_AS(read_region_batches(in, yaml("worker: {batch_size: {a: 2, b: 8}}"), regions),
+                       doctest::Contains("worker.batch_size has no value for region 'c'"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(
+      read_region_batches(in, yaml("worker: {batch_size: {a: 2, b: 8, c: 8, d: 1}}"), regions),
+      doctest::Contains("worker.batch_size"), InputError);
+  CHECK_THROWS_WITH_AS(
+      read_region_batches(in, yaml("worker: {batch_size: {a: 2, b: 0, c: 8}}"), regions),
+      doctest::Contains("worker.batch_size.b"), InputError);
 }

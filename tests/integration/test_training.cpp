@@ -202,7 +202,7 @@ TEST_CASE(
 TEST_CASE(
     "time-budgeted rounds on an uneven fleet: a region at a third of the speed takes a third of "
     "the steps in the same rounds, every rank of it the leader's count, and both regions compute "
-    "for the same time") {
+    "for the same time; each region trains on its own micro-batch") {
   test::TempDir dir("budget");
   Cluster c;
   c.regions = {"fast", "slow"};
@@ -211,9 +211,11 @@ TEST_CASE(
   c.workers_in = {{"fast", 1}, {"slow", 2}};
   // Budget auto: H = 6 steps of 60 ms; the slow region's 180 ms steps fit 2 a round. Streaming
   // fragments merged one step... H / P = 3 steps after their push: in the slow region's rounds
-  // of 2 steps, a fragment is due again before its delay is over.
+  // of 2 steps, a fragment is due again before its delay is over. Micro-batches per region: the
+  // slow region's two workers at 8 each train on as many samples a step as the fast one at 16.
   c.worker_yaml =
-      "  batch_size: 16\n  local_steps: 6\n  rounds: 5\n  eval_every: 0\n  overlap: true\n"
+      "  batch_size: {fast: 16, slow: 8}\n  local_steps: 6\n  rounds: 5\n  eval_every: 0\n  "
+      "overlap: true\n"
       "  fragments: 2\n  step_time_ms: {fast: 60, slow: 180}\n  round_time_ms: auto\n"
       "  lr: 0.05\n  lr_decay: cosine\n  min_lr: 0.005\n";
   require_success(run_cluster(c, dir.path()));
@@ -234,6 +236,9 @@ TEST_CASE(
       totals[i] += k;
     }
     for (uint32_t rank = 0; rank < c.workers_of(region); ++rank) {  // its leader's counts
+      const auto start = events(log(region, rank), "start").front();
+      CHECK(start["batch_size"] == (i == 0 ? 16 : 8));
+      CHECK(start["tokens_per_step"] == 16);  // the region's samples a step
       CHECK(events(log(region, rank), "step").size() == totals[i]);
       const auto done = events(log(region, rank), "done").back();
       CHECK(done["steps"] == totals[i]);

@@ -323,7 +323,7 @@ TEST_CASE("an uneven fleet starts each region's own count of workers, numbered f
   // A region left out of the mapping, or one the config does not have, is named.
   CHECK_THROWS_WITH_AS(parse_run_settings("regions: [a, b]\nworker: {workers_per_region: {a: 2}}\n",
                                           "t.yaml", kWanDir, "t"),
-                       doctest::Contains("worker.workers_per_region has no count for region 'b'"),
+                       doctest::Contains("worker.workers_per_region has no value for region 'b'"),
                        InputError);
   CHECK_THROWS_WITH_AS(
       parse_run_settings("regions: [a]\nworker: {workers_per_region: {a: 1, z: 2}}\n", "t.yaml",

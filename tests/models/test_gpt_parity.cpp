@@ -98,7 +98,7 @@ std::vector<float> load_into_layout(const models::SafetensorsFile& file, const P
 std::vector<double> train_here(const worker::WorkerConfig& config, models::Model& model,
                                const ParamTable& table, std::vector<float>& params,
                                const models::NpyInt32& batches) {
-  const size_t batch = config.batch_size, window = config.model.window();
+  const size_t batch = config.batch_size.of_rank(config.workers, 0), window = config.model.window();
   const auto lsc = worker::local_step_config(config, table, model, 1);  // the trainer's
   worker::LocalStep step(lsc, params.size());
   kernels::cpu::set_threads(1);  // ctest runs suites side by side; the ops give the same bits
@@ -203,11 +203,12 @@ worker:
     CHECK_MESSAGE(params == expected, "export-init wrote other values than init(worker.seed)");
   }
   const auto batches = models::read_npy_int32(batches_path);
-  const size_t batch = config.batch_size, window = config.model.window();
+  const size_t batch = config.batch_size.of_rank(config.workers, 0), window = config.model.window();
   REQUIRE(batches.shape == std::vector<uint64_t>{kSteps, batch, window});
   {
     const auto text = worker::load_text_corpus(corpus, config.data.validation_fraction);
-    const worker::TextWindows windows(text, window, config.batch_size, config.seed, 1, 0);
+    const worker::TextWindows windows(text, window, static_cast<uint32_t>(batch), config.seed, 1,
+                                      0);
     const auto last = windows.batch(kSteps - 1);
     CHECK_MESSAGE(std::equal(last.tokens.begin(), last.tokens.end(),
                              batches.values.end() - static_cast<std::ptrdiff_t>(batch * window)),

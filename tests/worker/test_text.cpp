@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/region_workers.hpp"
 #include "tests/temp_dir.hpp"
 #include "worker/data/text_corpus.hpp"
 
@@ -270,6 +271,51 @@ TEST_CASE("W text-window ranks with batch B together see one process's batch W*B
     CHECK(joined == one.tokens);
     CHECK(per_rank.size() == world);
   }
+}
+
+TEST_CASE(
+    "an uneven fleet's ranks, each with its region's micro-batch, together see the global "
+    "micro-batch, disjointly and in rank order") {
+  TempDir dir("text-uneven");
+  const fs::path file = dir.path() / "uneven.txt";
+  write_file(file, random_bytes(200000, 5));
+  const TextCorpus corpus = load_text_corpus(file);
+  const size_t window = 17;
+  // Region a: 2 workers of 3 windows; b: 1 worker of 5; c: 2 of 1. Global micro-batch 13.
+  const RegionWorkers workers({"a", "b", "c"}, {2, 1, 2});
+  const RegionBatches sizes({"a", "b", "c"}, {3, 5, 1});
+  REQUIRE(sizes.uneven());
+  CHECK(sizes.text() == "{a: 3, b: 5, c: 1}");
+  REQUIRE(sizes.global(workers) == 13);
+  const std::vector<uint64_t> offsets = {0, 3, 6, 11, 12};
+  const TextWindows whole(corpus, window, 13, 99, 1, 0);
+  std::vector<TextWindows> ranks;
+  for (uint32_t r = 0; r < workers.total(); ++r) {
+    CHECK(sizes.offset(workers, r) == offsets[r]);
+    ranks.emplace_back(corpus, window,
+                       WindowSlice{sizes.of_rank(workers, r), 13, sizes.offset(workers, r)}, 99);
+  }
+  for (uint64_t j = 0; j < 4; ++j) {
+    CAPTURE(j);
+    std::vector<int32_t> joined;
+    for (uint32_t r = 0; r < workers.total(); ++r) {
+      const Batch part = ranks[r].batch(j);
+      CHECK(part.size == sizes.of_rank(workers, r));
+      joined.insert(joined.end(), part.tokens.begin(), part.tokens.end());
+    }
+    CHECK(joined == whole.batch(j).tokens);
+  }
+  // One size for every region is the uniform layout, bit for bit.
+  const RegionBatches same({"a", "b", "c"}, {4, 4, 4});
+  CHECK_FALSE(same.uneven());
+  CHECK(same.text() == "4");
+  CHECK(same.offset(workers, 3) == 12);
+  CHECK(TextWindows(corpus, window, WindowSlice{4, 20, 12}, 7).batch(2).tokens ==
+        TextWindows(corpus, window, 4, 7, 5, 3).batch(2).tokens);
+  CHECK_THROWS_WITH_AS(TextWindows(corpus, window, WindowSlice{4, 13, 12}, 7, "corpus 'c'"),
+                       doctest::Contains("corpus 'c': a micro-batch of 4 at 12 does not fit the "
+                                         "global micro-batch of 13"),
+                       InputError);
 }
 
 TEST_CASE("text window starts stay in range and cover the training split uniformly") {

@@ -107,16 +107,22 @@ TextCorpus load_text_corpus(const fs::path& file_or_dir, double validation_fract
 
 TextWindows::TextWindows(const TextCorpus& corpus, size_t window, uint32_t batch_size,
                          uint64_t seed, uint32_t world, uint32_t rank, const std::string& source)
-    : corpus_(&corpus),
-      window_(window),
-      batch_size_(batch_size),
-      seed_(seed),
-      world_(world),
-      rank_(rank) {
+    : corpus_(&corpus), window_(window), seed_(seed) {
   require_window(corpus.train.size(), window, "training", source);
   GT_REQUIRE(batch_size > 0, "{}: batch_size is 0", source);
   GT_REQUIRE(world > 0, "{}: world size is 0", source);
   GT_REQUIRE(rank < world, "{}: rank {} is not below world size {}", source, rank, world);
+  slice_ = {batch_size, uint64_t{world} * batch_size, uint64_t{rank} * batch_size};
+}
+
+TextWindows::TextWindows(const TextCorpus& corpus, size_t window, WindowSlice slice, uint64_t seed,
+                         const std::string& source)
+    : corpus_(&corpus), window_(window), slice_(slice), seed_(seed) {
+  require_window(corpus.train.size(), window, "training", source);
+  GT_REQUIRE(slice.batch > 0, "{}: batch_size is 0", source);
+  GT_REQUIRE(slice.offset + slice.batch <= slice.stride,
+             "{}: a micro-batch of {} at {} does not fit the global micro-batch of {}", source,
+             slice.batch, slice.offset, slice.stride);
 }
 
 // Window k's generator state is mix64(mix64(seed) ^ k): mix64 is a bijection, so for one seed
@@ -129,10 +135,10 @@ uint64_t TextWindows::start(uint64_t k) const {
 Batch TextWindows::batch(uint64_t j) const {
   Batch b;
   b.index = j;
-  b.size = batch_size_;
-  b.tokens.resize(size_t{batch_size_} * window_);  // (B, window)
-  const uint64_t first = (j * world_ + rank_) * batch_size_;
-  for (uint32_t i = 0; i < batch_size_; ++i) {
+  b.size = slice_.batch;
+  b.tokens.resize(size_t{slice_.batch} * window_);  // (B, window)
+  const uint64_t first = j * slice_.stride + slice_.offset;
+  for (uint32_t i = 0; i < slice_.batch; ++i) {
     const uint8_t* src = corpus_->train.data() + start(first + i);
     std::copy(src, src + window_, b.tokens.begin() + static_cast<ptrdiff_t>(i * window_));
   }

@@ -43,12 +43,26 @@ struct TextCorpus {
 TextCorpus load_text_corpus(const std::filesystem::path& file_or_dir,
                             double validation_fraction = 0.05);
 
+// Where one worker's micro-batches lie in the global stream of windows: its micro-batch j is
+// windows [j * stride + offset, j * stride + offset + batch). Ranks of one fleet share `stride`
+// (the fleet's global micro-batch) and have disjoint [offset, offset + batch) within it.
+struct WindowSlice {
+  uint32_t batch = 1;
+  uint64_t stride = 1;
+  uint64_t offset = 0;
+};
+
 class TextWindows {
  public:
   // InputError (naming `source`) when the training split is shorter than one window, or when
-  // batch_size or world is 0 or rank >= world.
+  // batch_size or world is 0 or rank >= world. Rank `rank` of `world` workers of one batch size:
+  // the slice {batch_size, world * batch_size, rank * batch_size}.
   TextWindows(const TextCorpus& corpus, size_t window, uint32_t batch_size, uint64_t seed,
               uint32_t world, uint32_t rank, const std::string& source = "the corpus");
+  // Any slice (an uneven fleet's: RegionBatches::global and offset); InputError when its batch
+  // is 0 or it does not fit its stride.
+  TextWindows(const TextCorpus& corpus, size_t window, WindowSlice slice, uint64_t seed,
+              const std::string& source = "the corpus");
   // Start (into corpus.train) of window k of the global stream.
   uint64_t start(uint64_t k) const;
   // This rank's micro-batch j: Batch.size = B, Batch.tokens (B, window) as int32 tokens,
@@ -61,9 +75,8 @@ class TextWindows {
  private:
   const TextCorpus* corpus_;
   size_t window_;
-  uint32_t batch_size_;
+  WindowSlice slice_;
   uint64_t seed_;
-  uint32_t world_, rank_;
 };
 
 // `count` validation windows (B = count, tokens (count, window)) evenly spaced over the

@@ -8,13 +8,22 @@
 
 namespace geotrain::worker {
 
+WindowSlice micro_batch_slice(const WorkerConfig& config, uint32_t world, uint32_t rank) {
+  const RegionBatches& b = config.batch_size;
+  const uint32_t size = b.of_rank(config.workers, rank);
+  if (!b.uneven()) return {size, uint64_t{world} * size, uint64_t{rank} * size};
+  GT_ASSERT(world == config.workers.total(), "a world of {} workers, the config's fleet has {}",
+            world, config.workers.total());
+  return {size, b.global(config.workers), b.offset(config.workers, rank)};
+}
+
 TrainingData::TrainingData(const WorkerConfig& config, uint32_t world, uint32_t rank,
                            bool evaluates, uint64_t micro_batches, uint64_t first_micro_batch)
     : next_micro_batch_(first_micro_batch),
       // Validation windows go through the model a training micro-batch at a time: the memory the
       // steps already use. More at once grows the model's activations with them (16 windows of
       // GPT-2 124M on the CPU took 20 GB, and the end of a run was killed for it).
-      eval_chunk_(config.batch_size) {
+      eval_chunk_(config.batch_size.of_rank(config.workers, rank)) {
   if (config.data.kind == "text") {
     GT_REQUIRE(config.model.is_language_model(),
                "worker.data.kind text needs a language model (model.kind gpt), not {}",
@@ -23,8 +32,8 @@ TrainingData::TrainingData(const WorkerConfig& config, uint32_t world, uint32_t 
     corpus_ = std::make_unique<TextCorpus>(
         load_text_corpus(config.data.path, config.data.validation_fraction));
     const size_t window = config.model.window();
-    windows_ = std::make_unique<TextWindows>(*corpus_, window, config.batch_size, config.seed,
-                                             world, rank, source);
+    windows_ = std::make_unique<TextWindows>(
+        *corpus_, window, micro_batch_slice(config, world, rank), config.seed, source);
     if (evaluates)
       validation_ = validation_windows(*corpus_, window, config.data.eval_windows, source);
     return;
@@ -45,10 +54,10 @@ TrainingData::TrainingData(const WorkerConfig& config, uint32_t world, uint32_t 
   }
   sampler_ = std::make_unique<DistributedSampler>(
       SamplerOptions{train_->count, world, rank, true, config.seed, false});
-  const uint64_t batches_per_epoch =
-      (sampler_->samples_per_rank() + config.batch_size - 1) / config.batch_size;
+  const uint32_t batch = config.batch_size.of_rank(config.workers, rank);
+  const uint64_t batches_per_epoch = (sampler_->samples_per_rank() + batch - 1) / batch;
   LoaderOptions lo;
-  lo.batch_size = config.batch_size;
+  lo.batch_size = batch;
   const uint64_t epochs =
       std::max<uint64_t>(1, (micro_batches + batches_per_epoch - 1) / batches_per_epoch);
   lo.first_epoch = first_micro_batch / batches_per_epoch;

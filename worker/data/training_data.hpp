@@ -31,6 +31,11 @@ struct Evaluation {
   std::optional<double> bits_per_byte;  // text: loss / ln 2 (one byte is one token)
 };
 
+// Global rank `rank`'s part of the fleet's global micro-batch (world: the workers of all
+// regions): {size, world * size, rank * size} for one size, else from worker.batch_size per
+// region (RegionBatches).
+WindowSlice micro_batch_slice(const WorkerConfig& config, uint32_t world, uint32_t rank);
+
 class TrainingData {
  public:
   // world: workers in all regions; rank: global rank. `evaluates`: load the held-out set.

@@ -38,8 +38,7 @@ StreamingConfig leader_streaming_config(const WorkerConfig& c, const std::string
   stc.outer = c.outer;
   stc.regions = static_cast<uint32_t>(c.regions.size());
   // Time-budgeted rounds: a push stands for the steps actually taken since the last.
-  if (c.round_time_ms > 0)
-    stc.tokens_per_step = uint64_t{c.batch_size} * c.accumulation_steps * c.workers.in(region);
+  if (c.round_time_ms > 0) stc.tokens_per_step = c.samples_per_step(region);
   return stc;
 }
 

@@ -13,7 +13,10 @@ LocalStepConfig local_step_config(const WorkerConfig& c, const ParamTable& table
   lsc.schedule.min_lr = c.min_lr;
   if (c.scale_lr) {
     lsc.schedule.reference_batch = 64;
-    lsc.schedule.global_batch = c.batch_size * c.accumulation_steps * world;
+    lsc.schedule.global_batch = static_cast<uint32_t>(
+        (c.batch_size.uneven() ? c.batch_size.global(c.workers)
+                               : uint64_t{c.batch_size.of_rank(c.workers, 0)} * world) *
+        c.accumulation_steps);
   }
   lsc.schedule.validate();
   lsc.accumulation_steps = c.accumulation_steps;

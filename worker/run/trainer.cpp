@@ -175,7 +175,7 @@ class WorkerRun {
   // The `checkpoint` events of the snapshots written since the last call.
   void log_snapshots();
   uint64_t tokens_per_step() const {
-    return uint64_t{config_.batch_size} * config_.accumulation_steps * world_ *
+    return config_.batch_size.global(config_.workers) * config_.accumulation_steps *
            data_->tokens_per_sample();
   }
 
@@ -282,11 +282,11 @@ WorkerRun::WorkerRun(const WorkerConfig& config, const std::string& region, uint
 
 void WorkerRun::serve_metrics() {
   const bool gpt = config_.model.kind == "gpt";
-  metrics_ =
-      std::make_unique<WorkerMetrics>(region_, rank_,
-                                      uint64_t{config_.batch_size} * config_.accumulation_steps *
-                                          (gpt ? config_.model.gpt.seq_len : 1),
-                                      gpt ? "tokens" : "samples");
+  metrics_ = std::make_unique<WorkerMetrics>(region_, rank_,
+                                             uint64_t{config_.batch_size.in(region_)} *
+                                                 config_.accumulation_steps *
+                                                 (gpt ? config_.model.gpt.seq_len : 1),
+                                             gpt ? "tokens" : "samples");
   log_->observe([m = metrics_.get()](const nlohmann::json& e) { m->add(e); });
   // P + the worker's global rank: every worker of a run on one machine has its own port, and a
   // scrape config can list them.
@@ -336,8 +336,7 @@ void WorkerRun::restore_snapshot() {
 // The leader's link to every region's server; returns the round the region trains next.
 uint64_t WorkerRun::connect_leader(std::stop_token stop) {
   // The samples one round's delta stands for (the servers' token-weighted merge).
-  const uint64_t tokens_per_round =
-      uint64_t{config_.local_steps} * config_.batch_size * config_.accumulation_steps * per_region_;
+  const uint64_t tokens_per_round = config_.local_steps * config_.samples_per_step(region_);
   auto streaming = leader_streaming_config(config_, region_);
   // Device-resident training: the overlap rule runs beside the parameters on the device.
   if (auto* device = backend_->resident(); device != nullptr && config_.leader_on_device)

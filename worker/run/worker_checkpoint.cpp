@@ -63,7 +63,9 @@ uint64_t worker_identity(const WorkerConfig& c, uint64_t layout_hash) {
   h = mix(h, c.workers.largest());  // a uniform fleet hashes as before the per-region counts
   if (c.workers.uneven())
     for (const auto& r : c.regions) h = mix(h, c.workers.in(r));
-  h = mix(h, c.batch_size);
+  h = mix(h, c.batch_size.of_rank(c.workers, 0));  // a uniform fleet hashes as before
+  if (c.batch_size.uneven())
+    for (const auto& r : c.regions) h = mix(h, c.batch_size.in(r));
   h = mix(h, c.accumulation_steps);
   h = mix(h, c.local_steps);
   h = mix(h, c.seed);

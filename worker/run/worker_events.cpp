@@ -68,9 +68,8 @@ nlohmann::json start_event(const WorkerConfig& c, const std::string& region, uin
   const auto emulated = c.step_time_ms.find(region);
   // What one of the region's steps trains on (samples, or a GPT's tokens): the report's
   // per-region tokens/s.
-  const uint64_t tokens_per_step = uint64_t{c.batch_size} * c.accumulation_steps *
-                                   c.workers.in(region) *
-                                   (c.model.kind == "gpt" ? c.model.gpt.seq_len : 1);
+  const uint64_t tokens_per_step =
+      c.samples_per_step(region) * (c.model.kind == "gpt" ? c.model.gpt.seq_len : 1);
   return {{f::region, region},
           {f::rank, rank},
           {f::world, world},
@@ -80,7 +79,7 @@ nlohmann::json start_event(const WorkerConfig& c, const std::string& region, uin
           {f::device, c.device},
           {f::optimizer, optimizer_kind_name(c.optimizer.kind)},
           {f::lr, c.lr},
-          {f::batch_size, c.batch_size},
+          {f::batch_size, c.batch_size.in(region)},  // this region's
           {f::local_steps, c.local_steps},
           {f::rounds, c.rounds},
           {f::critical_codec, c.critical_codec.text()},
