@@ -67,3 +67,40 @@ TEST_CASE("workers whose server died stop within a second of SIGTERM, not at wor
   CHECK(*other_code == 0);
   CHECK(leader.log().find("stopped before the end of its round") != std::string::npos);
 }
+
+TEST_CASE(
+    "a worker waiting in its region's rendezvous for a rank that never comes stops within a "
+    "second of SIGTERM") {
+  TempDir dir("stop-rendezvous");
+  Cluster c;
+  c.regions = {"a"};
+  c.workers = 2;
+  c.worker_yaml = "  batch_size: 16\n  local_steps: 2\n  rounds: 10\n  eval_every: 0\n";
+  const auto config = dir.path() / "config.yaml";
+  std::ofstream(config) << config_text(c, dir.path(), {free_port()});  // timeout_ms: 60000
+  Process server({"server", "--config", config.string(), "--region", "a"},
+                 dir.path() / "server.log");
+  // Rank 1 only: its rendezvous at the server waits for rank 0's address.
+  Process other({"worker", "--config", config.string(), "--region", "a", "--rank", "1"},
+                dir.path() / "worker-1.log");
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (other.log().find("meeting the region's other 1 worker(s)") == std::string::npos) {
+    REQUIRE_MESSAGE(std::chrono::steady_clock::now() < deadline, "no rendezvous within 60 s:\n",
+                    other.log());
+    std::this_thread::sleep_for(50ms);
+  }
+  std::this_thread::sleep_for(1s);  // in the wait by now
+  REQUIRE_FALSE(other.wait(0s).has_value());
+  const auto t0 = std::chrono::steady_clock::now();
+  other.terminate();
+  const auto code = other.wait(20s);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO("the worker's log:\n", other.log());
+  REQUIRE(code.has_value());
+  MESSAGE("the rank in the rendezvous ended ", seconds, " s after SIGTERM");
+  CHECK(seconds < 2.0);
+  CHECK(*code == 0);
+  CHECK(other.log().find("stopped while waiting for") != std::string::npos);
+  server.terminate();
+}

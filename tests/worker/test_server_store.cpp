@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "server/param_server.hpp"
+#include "worker/leader/reply_wait.hpp"
 #include "worker/region/gloo_communicator.hpp"
 #include "worker/region/server_store.hpp"
 
@@ -54,4 +55,23 @@ TEST_CASE("a rendezvous whose peer never comes times out with a message naming t
   CHECK_THROWS_WITH_AS(store.get("rank1"),
                        doctest::Contains("no answer from the server at inproc://nobody-home"),
                        SystemError);
+}
+
+TEST_CASE("a rendezvous waiting for a peer ends within a fraction of a second of a stop") {
+  zmq::context_t context;
+  std::stop_source stop;
+  // Nothing answers: without the stop the wait would last its 60 s.
+  worker::ServerStore store(context, "inproc://nobody-home-either", "gloo/x/", 60s, {},
+                            stop.get_token());
+  std::jthread stopper([&] {
+    std::this_thread::sleep_for(200ms);
+    stop.request_stop();
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH_AS(store.get("rank1"), doctest::Contains("stopped while waiting for 'rank1'"),
+                       worker::Stopped);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(seconds >= 0.15);
+  CHECK(seconds < 2.0);  // 0.3 s on an idle machine: the stop, then one 0.1 s slice at most
 }

@@ -3,21 +3,38 @@
 #include <cstring>
 
 #include "core/error.hpp"
+#include "worker/leader/reply_wait.hpp"
 
 namespace geotrain::worker {
 
 ServerStore::ServerStore(zmq::context_t& context, const std::string& server_endpoint,
                          std::string prefix, std::chrono::milliseconds timeout,
-                         const wire::ChannelOptions& options)
+                         const wire::ChannelOptions& options, std::stop_token stop)
     : client_(
           std::make_unique<wire::Client>(wire::connect_dealer(context, server_endpoint, options))),
       endpoint_(server_endpoint),
       prefix_(std::move(prefix)),
-      timeout_(timeout) {}
+      timeout_(timeout),
+      stop_(std::move(stop)) {}
 
+// The request's reply, waited for in slices of 100 ms so that a stop ends the wait.
 wire::Reply ServerStore::call(wire::Body body, std::chrono::milliseconds timeout,
                               const std::string& key) {
-  auto reply = client_->call(std::move(body), {}, timeout);
+  using Clock = std::chrono::steady_clock;
+  constexpr std::chrono::milliseconds kSlice{100};
+  const auto id = client_->send(std::move(body));
+  const auto started = Clock::now();
+  std::optional<wire::Reply> reply;
+  while (id && !reply) {
+    if (stop_.stop_requested())
+      throw Stopped(fmt::format("stopped while waiting for '{}' at the region's server at {}", key,
+                                endpoint_));
+    const auto left =
+        timeout - std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started);
+    if (left.count() <= 0) break;
+    auto r = client_->receive(std::min(left, kSlice));
+    if (r && r->header.request_id == *id) reply = std::move(r);  // else an old one, or none yet
+  }
   if (!reply)
     throw SystemError(
         "rendezvous", key, __FILE__, __LINE__,

@@ -4,9 +4,11 @@
 //
 // Owns one wire::Client (a DEALER to the server). Blocking: get() and wait() block until every
 // key is set (the server holds the request until then), up to `timeout`, then throw
-// SystemError. Not thread-safe: one thread (Gloo calls the store from the thread that builds the
-// context). `options` carry the CURVE client keys when security.curve is on. Keys are prefixed
-// with `prefix` (e.g. "gloo/us-east/") to keep regions and runs apart.
+// SystemError; a stop requested on `stop` (SIGTERM) ends any of them within 0.1 s by throwing
+// Stopped (worker/leader/reply_wait.hpp): a worker told to stop does not wait out the timeout for
+// a peer or a server that will not come. Not thread-safe: one thread (Gloo calls the store from the
+// thread that builds the context). `options` carry the CURVE client keys when security.curve is on.
+// Keys are prefixed with `prefix` (e.g. "gloo/us-east/") to keep regions and runs apart.
 #pragma once
 
 #include <gloo/rendezvous/store.h>
@@ -14,6 +16,7 @@
 
 #include <chrono>
 #include <memory>
+#include <stop_token>
 #include <string>
 #include <vector>
 
@@ -25,7 +28,7 @@ class ServerStore final : public gloo::rendezvous::Store {
  public:
   ServerStore(zmq::context_t& context, const std::string& server_endpoint, std::string prefix,
               std::chrono::milliseconds timeout = std::chrono::seconds(60),
-              const wire::ChannelOptions& options = {});
+              const wire::ChannelOptions& options = {}, std::stop_token stop = {});
 
   void set(const std::string& key, const std::vector<char>& data) override;
   std::vector<char> get(const std::string& key) override;
@@ -40,6 +43,7 @@ class ServerStore final : public gloo::rendezvous::Store {
   std::string endpoint_;
   std::string prefix_;
   std::chrono::milliseconds timeout_;
+  std::stop_token stop_;
 };
 
 }  // namespace geotrain::worker

@@ -138,8 +138,9 @@ void write_region_parameters(const std::filesystem::path& run_dir, const std::st
 // global model and writes the `done` event.
 class WorkerRun {
  public:
+  // `stop` ends the rendezvous with the region's other ranks (ServerStore).
   WorkerRun(const WorkerConfig& config, const std::string& region, uint32_t region_index,
-            uint32_t rank, zmq::context_t& context, TrainerOptions options);
+            uint32_t rank, zmq::context_t& context, TrainerOptions options, std::stop_token stop);
   // `stop` also ends the leader's waits for a dead server (RegionSync::stop_waits_on).
   uint64_t start(std::stop_token stop);
   // Whether any rank of the region was asked to stop: a stop (SIGTERM) reaches the ranks at
@@ -162,7 +163,7 @@ class WorkerRun {
   // The leader's end of the exchange: what is in flight, the flush (the global model into
   // `final_model`), goodbye, the model file (the first region).
   void end_exchange(uint64_t next_round, std::optional<FinalModel>& final_model);
-  void connect_region();
+  void connect_region(std::stop_token stop);
   void restore_snapshot();
   uint64_t connect_leader(std::stop_token stop);
   void open_data(uint64_t first_micro_batch);
@@ -228,7 +229,8 @@ class WorkerRun {
 };
 
 WorkerRun::WorkerRun(const WorkerConfig& config, const std::string& region, uint32_t region_index,
-                     uint32_t rank, zmq::context_t& context, TrainerOptions options)
+                     uint32_t rank, zmq::context_t& context, TrainerOptions options,
+                     std::stop_token stop)
     : config_(config),
       schedule_{config.local_steps, config.fragments, config.merge_delay()},
       region_(region),
@@ -252,7 +254,7 @@ WorkerRun::WorkerRun(const WorkerConfig& config, const std::string& region, uint
   // Data: read before anything connects, so that a bad corpus or dataset fails at once; a
   // resumed worker opens it once the servers said which round it trains (start()).
   if (!options_.resume) open_data(0);
-  connect_region();
+  connect_region(std::move(stop));
   const auto lsc = local_step_config(config_, table_, *model_, world_);
   step_ = std::make_unique<LocalStep>(lsc, params_.size());
   engine_ = make_step_engine(*backend_, *step_, config_.optimizer, lsc.decay_mask);
@@ -304,7 +306,7 @@ void WorkerRun::open_data(uint64_t first_micro_batch) {
                 config_.max_total_steps() * config_.accumulation_steps, first_micro_batch);
 }
 
-void WorkerRun::connect_region() {
+void WorkerRun::connect_region(std::stop_token stop) {
   if (per_region_ <= 1) return;
   // A restarted group (generation > 0) must not meet the dead group's keys.
   const std::string prefix =
@@ -312,8 +314,10 @@ void WorkerRun::connect_region() {
       (options_.generation > 0 ? fmt::format("g{}/", options_.generation) : std::string());
   wire::ChannelOptions store_options;
   store_options.curve_client = wire::curve_client(config_.security, region_, region_);
+  spdlog::info("worker {}-{}: meeting the region's other {} worker(s) at its server", region_,
+               rank_, per_region_ - 1);
   store_ = std::make_unique<ServerStore>(context_, config_.server_endpoint(region_, region_),
-                                         prefix, config_.timeout, store_options);
+                                         prefix, config_.timeout, store_options, std::move(stop));
   comm_ = backend_->connect_region(
       *store_, static_cast<int>(rank_), static_cast<int>(per_region_),
       RegionOptions{config_.gloo_host, config_.timeout, config_.bucket_cap_mb});
@@ -646,7 +650,7 @@ Trainer::Trainer(WorkerConfig config, std::string region, uint32_t rank, zmq::co
 }
 
 TrainResult Trainer::run(std::stop_token stop) {
-  WorkerRun run(config_, region_, region_index_, rank_, context_, options_);
+  WorkerRun run(config_, region_, region_index_, rank_, context_, options_, stop);
   uint64_t round = run.start(stop);
   for (; round <= config_.rounds; ++round) {
     const auto plan = run.plan_round(stop);
