@@ -26,6 +26,17 @@ extern char** environ;
 
 namespace geotrain::test {
 
+// Processes whose command line mentions `needle` (a run folder): none may remain after a run.
+inline int processes_mentioning(const std::string& needle) {
+  int n = 0;
+  for (const auto& p : std::filesystem::directory_iterator("/proc")) {
+    std::ifstream f(p.path() / "cmdline");
+    std::string cmd((std::istreambuf_iterator<char>(f)), {});
+    if (cmd.find(needle) != std::string::npos) ++n;
+  }
+  return n;
+}
+
 class Process {
  public:
   // `prefix`: a command that runs the binary (e.g. `ip netns exec NS`), found on PATH.

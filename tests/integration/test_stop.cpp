@@ -104,3 +104,47 @@ TEST_CASE(
   CHECK(other.log().find("stopped while waiting for") != std::string::npos);
   server.terminate();
 }
+
+TEST_CASE("every process of a real run is gone within 2 s of its launcher's SIGKILL at start-up") {
+  TempDir dir("stop-launcher");
+  const auto config = dir.path() / "fleet.yaml";
+  // Two regions of two workers: killed while the workers meet their region's group.
+  std::ofstream(config) << "regions: [us-east, eu-west]\n"
+                           "model: {arch: \"784-32-10\"}\n"
+                           "worker: {workers_per_region: 2, batch_size: 32, local_steps: 4,\n"
+                           "         rounds: 100000, eval_every: 0}\n"
+                           "run: {name: fleet, wan_profile: " GEOTRAIN_SOURCE_DIR
+                           "/configs/wan/us-eu.yaml}\n";
+  const auto runs = dir.path() / "runs";
+  Process launcher({"run", config.string(), "--out", runs.string()}, dir.path() / "launcher.log");
+  const auto meeting = [&] {
+    if (!std::filesystem::exists(runs)) return false;
+    for (const auto& e : std::filesystem::recursive_directory_iterator(runs)) {
+      if (e.path().extension() != ".log") continue;
+      std::ifstream f(e.path());
+      const std::string text((std::istreambuf_iterator<char>(f)), {});
+      if (text.find("meeting the region's other") != std::string::npos) return true;
+    }
+    return false;
+  };
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (!meeting()) {
+    REQUIRE_MESSAGE(std::chrono::steady_clock::now() < deadline, "no worker started in 60 s:\n",
+                    launcher.log());
+    std::this_thread::sleep_for(20ms);
+  }
+  REQUIRE(processes_mentioning(runs.string()) >= 5);  // 2 servers, netsim and a worker at least
+  launcher.signal(SIGKILL);
+  REQUIRE(launcher.wait(5s).has_value());
+  const auto t0 = std::chrono::steady_clock::now();
+  int left = processes_mentioning(runs.string());
+  while (left > 0 && std::chrono::steady_clock::now() - t0 < 10s) {
+    std::this_thread::sleep_for(20ms);
+    left = processes_mentioning(runs.string());
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  MESSAGE("the run's processes were gone ", seconds, " s after the launcher's SIGKILL");
+  CHECK(left == 0);
+  CHECK(seconds < 2.0);
+}

@@ -18,10 +18,12 @@
 #include "launcher/report/summary_schema.hpp"
 #include "launcher/run/launcher.hpp"
 #include "launcher/run/resume.hpp"
+#include "tests/integration/process.hpp"
 #include "tests/run_binary.hpp"
 #include "tests/temp_dir.hpp"
 
 using namespace geotrain::launcher;
+using geotrain::test::processes_mentioning;
 namespace fs = std::filesystem;
 
 namespace {
@@ -93,17 +95,6 @@ fs::path write_config(const fs::path& dir, bool plots) {
        "      startup_timeout_s: 20, netsim_stats_interval_s: 0.1, plots: "
     << (plots ? "true" : "false") << ",\n      restart: {backoff_s: 0.1}}\n";
   return file;
-}
-
-// Processes whose command line mentions `needle` (a run folder): none may remain after a run.
-int processes_mentioning(const std::string& needle) {
-  int n = 0;
-  for (const auto& p : fs::directory_iterator("/proc")) {
-    std::ifstream f(p.path() / "cmdline");
-    std::string cmd((std::istreambuf_iterator<char>(f)), {});
-    if (cmd.find(needle) != std::string::npos) ++n;
-  }
-  return n;
 }
 
 // A plot script that leaves `plotted` in the run folder it is given.
