@@ -100,6 +100,9 @@ def lead(args):
 
     sync = OuterSync(named, config=args.run_config, region=args.leader, model_name="gpt")
     s = sync.settings
+    if s["lr_decay"] not in ("constant", "cosine"):
+        sys.exit(f"{args.run_config}: worker.lr_decay {s['lr_decay']} is not in this example's "
+                 "schedule (constant or cosine)")
     o = s["optimizer"]
     opt_args = argparse.Namespace(no_decay=o["no_decay"], weight_decay=o["weight_decay"],
                                   lr=s["lr"], beta1=o["beta1"], beta2=o["beta2"], eps=o["eps"],

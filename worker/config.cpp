@@ -297,8 +297,11 @@ const std::set<std::string> kWorkerKeys{"workers_per_region",
                                         "lr",
                                         "warmup_steps",
                                         "lr_decay",
+                                        "lr_cycle",
                                         "min_lr",
                                         "scale_lr",
+                                        "lr_scaling",
+                                        "lr_reference_batch",
                                         "max_grad_norm",
                                         "anomaly_guard",
                                         "eval_every",
@@ -349,15 +352,60 @@ void parse_device_and_data(const YamlReader& in, const YAML::Node& w, WorkerConf
              source, c.model.kind, c.data.kind);
 }
 
-// The learning-rate schedule: worker.lr, min_lr, lr_decay and scale_lr.
+// worker.lr_scaling (or its older spelling scale_lr: true, linear) and lr_reference_batch.
+void parse_lr_scaling(const YamlReader& in, const YAML::Node& w, WorkerConfig& c) {
+  GT_REQUIRE(!(w["scale_lr"] && w["lr_scaling"]),
+             "{}: worker.scale_lr and worker.lr_scaling are two spellings of one setting: give "
+             "lr_scaling (none, linear or sqrt) only",
+             in.source());
+  if (auto n = w["scale_lr"])
+    if (in.boolean(n, "worker.scale_lr")) c.lr_scaling = LrScaling::kLinear;
+  if (auto n = w["lr_scaling"]) {
+    const auto kind = in.choice(n, "worker.lr_scaling", {"none", "linear", "sqrt"});
+    if (kind != "none") c.lr_scaling = kind == "sqrt" ? LrScaling::kSqrt : LrScaling::kLinear;
+  }
+  if (auto n = w["lr_reference_batch"]) {
+    GT_REQUIRE(c.lr_scaling.has_value(),
+               "{}: worker.lr_reference_batch is set but the learning rate is not scaled (set "
+               "worker.lr_scaling: linear or sqrt)",
+               in.source());
+    c.lr_reference_batch = in.number<uint32_t>(n, "worker.lr_reference_batch", 1, 1u << 30);
+  }
+}
+
+// worker.lr_cycle {period, multiplier}, with lr_decay cyclic only (which needs it).
+void parse_lr_cycle(const YamlReader& in, const YAML::Node& w, WorkerConfig& c) {
+  const auto cycle = w["lr_cycle"];
+  if (c.decay != LrDecay::kCyclic) {
+    GT_REQUIRE(!cycle, "{}: worker.lr_cycle is for worker.lr_decay cyclic (lr_decay is {})",
+               in.source(), c.decay == LrDecay::kCosine ? "cosine" : "constant");
+    return;
+  }
+  GT_REQUIRE(cycle && cycle.IsMap(),
+             "{}: worker.lr_decay cyclic needs worker.lr_cycle: {{period: STEPS, multiplier: M}} "
+             "(the first cycle's steps after the warm-up; each next cycle M times longer, "
+             "default 1)",
+             in.source());
+  in.check_keys(cycle, "worker.lr_cycle", {"period", "multiplier"});
+  GT_REQUIRE(cycle["period"], "{}: worker.lr_cycle has no period (steps)", in.source());
+  c.lr_cycle_steps =
+      in.number<uint64_t>(cycle["period"], "worker.lr_cycle.period", 1, uint64_t{1} << 40);
+  if (auto n = cycle["multiplier"])
+    c.lr_cycle_mult = in.number<uint32_t>(n, "worker.lr_cycle.multiplier", 1, 64);
+}
+
+// The learning-rate schedule: worker.lr, min_lr, lr_decay (lr_cycle) and its scaling.
 void parse_schedule(const YamlReader& in, const YAML::Node& w, WorkerConfig& c) {
   if (auto n = w["lr"]) c.lr = in.number<float>(n, "worker.lr", 1e-9f, 100);
   if (auto n = w["min_lr"]) c.min_lr = in.number<float>(n, "worker.min_lr", 0, 100);
-  if (auto n = w["lr_decay"])
-    c.decay = in.choice(n, "worker.lr_decay", {"constant", "cosine"}) == "cosine"
-                  ? LrDecay::kCosine
-                  : LrDecay::kConstant;
-  if (auto n = w["scale_lr"]) c.scale_lr = in.boolean(n, "worker.scale_lr");
+  if (auto n = w["lr_decay"]) {
+    const auto kind = in.choice(n, "worker.lr_decay", {"constant", "cosine", "cyclic"});
+    c.decay = kind == "cosine"   ? LrDecay::kCosine
+              : kind == "cyclic" ? LrDecay::kCyclic
+                                 : LrDecay::kConstant;
+  }
+  parse_lr_cycle(in, w, c);
+  parse_lr_scaling(in, w, c);
   // The schedule's own checks (LrSchedule::validate), here too so that `geotrain run` refuses the
   // config before it starts a process.
   GT_REQUIRE(c.min_lr <= c.lr, "{}: worker.min_lr is {}, must be at most worker.lr = {}",

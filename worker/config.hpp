@@ -108,7 +108,13 @@ struct WorkerConfig {
   uint64_t warmup_steps = 0;
   LrDecay decay = LrDecay::kConstant;
   float min_lr = 0.0f;
-  bool scale_lr = false;  // linear scaling by global batch / 64
+  // worker.lr_cycle {period, multiplier}: lr_decay cyclic's first cycle (steps) and growth.
+  uint64_t lr_cycle_steps = 0;
+  uint32_t lr_cycle_mult = 1;
+  // worker.lr_scaling (none | linear | sqrt; scale_lr: true is linear) by the fleet's global
+  // batch over worker.lr_reference_batch.
+  std::optional<LrScaling> lr_scaling;
+  uint32_t lr_reference_batch = 64;
   double max_grad_norm = 0;
   AnomalyGuardConfig guard;
   uint64_t eval_every = 10;  // rounds between evaluations (leader)

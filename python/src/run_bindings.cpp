@@ -120,7 +120,15 @@ py::dict leader_settings(const std::string& yaml_text, const std::string& source
   opt["adamw_tensors"] = c.optimizer.adamw_tensors;
   d["optimizer"] = opt;
   d["warmup_steps"] = c.warmup_steps;
-  d["lr_decay"] = c.decay == worker::LrDecay::kCosine ? "cosine" : "constant";
+  d["lr_decay"] = c.decay == worker::LrDecay::kCosine   ? "cosine"
+                 : c.decay == worker::LrDecay::kCyclic ? "cyclic"
+                                                       : "constant";
+  if (c.decay == worker::LrDecay::kCyclic) {
+    py::dict cycle;
+    cycle["period"] = c.lr_cycle_steps;
+    cycle["multiplier"] = c.lr_cycle_mult;
+    d["lr_cycle"] = cycle;
+  }
   d["min_lr"] = c.min_lr;
   d["max_grad_norm"] = c.max_grad_norm;
   py::dict data;

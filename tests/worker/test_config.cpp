@@ -4,7 +4,9 @@
 
 #include "core/error.hpp"
 #include "server/config.hpp"
+#include "models/model_spec.hpp"
 #include "worker/config.hpp"
+#include "worker/run/local_step_config.hpp"
 
 using namespace geotrain;
 
@@ -121,6 +123,58 @@ TEST_CASE("a learning-rate schedule the worker would refuse is refused when the 
   CHECK(parse("{rounds: 3, local_steps: 8, warmup_steps: 20, lr_decay: cosine}\n").warmup_steps ==
         20);
   CHECK(parse("{rounds: 1, local_steps: 1, warmup_steps: 20}\n").warmup_steps == 20);  // constant
+}
+
+TEST_CASE("cyclic learning rates need their cycle; the peak's scaling has one spelling at a time") {
+  const auto parse = [](const std::string& worker) {
+    return worker::parse_worker_config("regions: [a]\nmodel: {arch: 784-10}\nworker: " + worker,
+                                       "w.yaml");
+  };
+  const auto c = parse("{lr_decay: cyclic, lr_cycle: {period: 160, multiplier: 2}}\n");
+  CHECK(c.decay == worker::LrDecay::kCyclic);
+  CHECK(c.lr_cycle_steps == 160);
+  CHECK(c.lr_cycle_mult == 2);
+  CHECK(parse("{lr_decay: cyclic, lr_cycle: {period: 40}}\n").lr_cycle_mult == 1);
+  CHECK_THROWS_WITH_AS(parse("{lr_decay: cyclic}\n"),
+                       doctest::Contains("worker.lr_decay cyclic needs worker.lr_cycle"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(parse("{lr_decay: cyclic, lr_cycle: {multiplier: 2}}\n"),
+                       doctest::Contains("worker.lr_cycle has no period"), InputError);
+  CHECK_THROWS_WITH_AS(parse("{lr_decay: cyclic, lr_cycle: {period: 0}}\n"),
+                       doctest::Contains("worker.lr_cycle.period"), InputError);
+  CHECK_THROWS_WITH_AS(parse("{lr_decay: cyclic, lr_cycle: {period: 8, mult: 2}}\n"),
+                       doctest::Contains("worker.lr_cycle.mult"), InputError);
+  CHECK_THROWS_WITH_AS(parse("{lr_decay: cosine, lr_cycle: {period: 8}}\n"),
+                       doctest::Contains("worker.lr_cycle is for worker.lr_decay cyclic"),
+                       InputError);
+
+  CHECK_FALSE(parse("{}\n").lr_scaling.has_value());
+  CHECK(parse("{scale_lr: true}\n").lr_scaling == worker::LrScaling::kLinear);  // older spelling
+  CHECK_FALSE(parse("{scale_lr: false}\n").lr_scaling.has_value());
+  const auto sqrt = parse("{lr_scaling: sqrt, lr_reference_batch: 256}\n");
+  CHECK(sqrt.lr_scaling == worker::LrScaling::kSqrt);
+  CHECK(sqrt.lr_reference_batch == 256);
+  CHECK(parse("{lr_scaling: linear}\n").lr_reference_batch == 64);
+  CHECK_FALSE(parse("{lr_scaling: none}\n").lr_scaling.has_value());
+  CHECK_THROWS_WITH_AS(parse("{scale_lr: true, lr_scaling: sqrt}\n"),
+                       doctest::Contains("two spellings of one setting"), InputError);
+  CHECK_THROWS_WITH_AS(parse("{lr_reference_batch: 128}\n"),
+                       doctest::Contains("the learning rate is not scaled"), InputError);
+  CHECK_THROWS_WITH_AS(parse("{lr_scaling: cubic}\n"), doctest::Contains("worker.lr_scaling"),
+                       InputError);
+
+  // What the worker steps with: 3 regions x 2 workers x 32 = 192 against 48, sqrt: x2.
+  const auto fleet = worker::parse_worker_config(
+      "regions: [a, b, c]\nmodel: {arch: 784-10}\nworker: {workers_per_region: 2, batch_size: "
+      "32, lr: 0.1, lr_decay: cyclic, lr_cycle: {period: 10, multiplier: 3}, lr_scaling: sqrt, "
+      "lr_reference_batch: 48}\n",
+      "w.yaml");
+  const auto model = models::make_model(fleet.model);
+  const auto lsc =
+      worker::local_step_config(fleet, model->make_table({}), *model, fleet.workers.total());
+  CHECK(lsc.schedule.peak_lr() == doctest::Approx(0.2));
+  CHECK(lsc.schedule.at(10) == doctest::Approx(0.2));  // the second cycle's restart
+  CHECK(lsc.schedule.at(40) == doctest::Approx(0.2));  // the third's: 10 + 30
 }
 
 TEST_CASE("worker.overlap takes true, false, eager or delayed, not yaml-cpp's other booleans") {

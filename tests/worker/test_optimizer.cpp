@@ -77,6 +77,50 @@ TEST_CASE("the schedule warms up linearly, then holds or follows a cosine to min
   CHECK_THROWS_AS(bad.validate(), InputError);
 }
 
+TEST_CASE("cyclic: cosines with warm restarts after the warm-up, each cycle M times the last") {
+  // Warm-up 2 steps, then cycles of 4, 8, 16 ... steps from 0.4 down towards 0.1.
+  LrSchedule s{.base_lr = 0.4f,
+               .warmup_steps = 2,
+               .decay = LrDecay::kCyclic,
+               .min_lr = 0.1f,
+               .cycle_steps = 4,
+               .cycle_mult = 2};
+  s.validate();
+  const auto cosine = [](double t) { return 0.1 + 0.3 * 0.5 * (1 + std::cos(std::numbers::pi * t)); };
+  CHECK(s.at(0) == doctest::Approx(0.2));  // warm-up
+  CHECK(s.at(2) == doctest::Approx(0.4));  // cycle 0 (steps 2-5) starts at the peak
+  CHECK(s.at(4) == doctest::Approx(cosine(2.0 / 4)));
+  CHECK(s.at(5) == doctest::Approx(cosine(3.0 / 4)));
+  CHECK(s.at(6) == doctest::Approx(0.4));  // restart: cycle 1 (steps 6-13, 8 long)
+  CHECK(s.at(10) == doctest::Approx(cosine(4.0 / 8)));
+  CHECK(s.at(13) == doctest::Approx(cosine(7.0 / 8)));
+  CHECK(s.at(14) == doctest::Approx(0.4));  // cycle 2 (steps 14-29, 16 long)
+  CHECK(s.at(29) == doctest::Approx(cosine(15.0 / 16)));
+  // Step 2 + 4 (2^k - 1) starts cycle k; the 40th cycle's middle, without overflow or a slow loop.
+  const uint64_t k40 = 2 + 4 * ((uint64_t{1} << 40) - 1);
+  CHECK(s.at(k40) == doctest::Approx(0.4));
+  CHECK(s.at(k40 + 2 * (uint64_t{1} << 40)) == doctest::Approx(cosine(0.5)));
+  // Multiplier 1: every cycle 4 steps, in closed form at any step.
+  LrSchedule even = s;
+  even.cycle_mult = 1;
+  CHECK(even.at(2 + 4 * 1000000000ull + 2) == doctest::Approx(cosine(0.5)));
+  CHECK(even.at(2 + 4 * 7 + 3) == doctest::Approx(cosine(0.75)));
+  LrSchedule bad = s;
+  bad.cycle_steps = 0;
+  CHECK_THROWS_WITH_AS(bad.validate(), doctest::Contains("cycle of 0 steps"), InputError);
+}
+
+TEST_CASE("the peak scales with the global batch, linearly or by its square root") {
+  LrSchedule linear{.base_lr = 0.1f, .reference_batch = 64, .global_batch = 256};
+  CHECK(linear.peak_lr() == doctest::Approx(0.4));
+  LrSchedule root = linear;
+  root.scaling = LrScaling::kSqrt;
+  CHECK(root.peak_lr() == doctest::Approx(0.2));  // sqrt(256 / 64) = 2
+  CHECK(root.at(0) == doctest::Approx(0.2));
+  root.global_batch = 16;
+  CHECK(root.peak_lr() == doctest::Approx(0.05));  // sqrt(1/4): a smaller batch, a lower peak
+}
+
 TEST_CASE("global-norm clipping scales (3, 4) to norm 1 and leaves small gradients alone") {
   std::vector<float> g{3.0f, 0.0f, 4.0f};
   CHECK(clip_grad_norm(g, 1.0) == doctest::Approx(5.0));

@@ -11,8 +11,11 @@ LocalStepConfig local_step_config(const WorkerConfig& c, const ParamTable& table
   lsc.schedule.total_steps = c.total_steps();
   lsc.schedule.decay = c.decay;
   lsc.schedule.min_lr = c.min_lr;
-  if (c.scale_lr) {
-    lsc.schedule.reference_batch = 64;
+  lsc.schedule.cycle_steps = c.lr_cycle_steps;
+  lsc.schedule.cycle_mult = c.lr_cycle_mult;
+  if (c.lr_scaling) {
+    lsc.schedule.scaling = *c.lr_scaling;
+    lsc.schedule.reference_batch = c.lr_reference_batch;
     lsc.schedule.global_batch = static_cast<uint32_t>(
         (c.batch_size.uneven() ? c.batch_size.global(c.workers)
                                : uint64_t{c.batch_size.of_rank(c.workers, 0)} * world) *

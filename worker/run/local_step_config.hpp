@@ -14,7 +14,7 @@
 namespace geotrain::worker {
 
 // The local optimizer and its schedule as a worker of `config` runs them (world: the workers of
-// all regions, for worker.scale_lr).
+// all regions, for worker.lr_scaling).
 LocalStepConfig local_step_config(const WorkerConfig& config, const ParamTable& table,
                                   const models::Model& model, uint32_t world);
 

@@ -231,13 +231,17 @@ void LrSchedule::validate() const {
   GT_REQUIRE(decay != LrDecay::kCosine || total_steps > warmup_steps,
              "cosine schedule: total_steps {} must exceed warmup_steps {}", total_steps,
              warmup_steps);
+  GT_REQUIRE(decay != LrDecay::kCyclic || (cycle_steps > 0 && cycle_mult >= 1),
+             "cyclic schedule: the cycle of {} steps must be > 0 and its multiplier {} >= 1",
+             cycle_steps, cycle_mult);
   GT_REQUIRE(reference_batch == 0 || global_batch > 0,
              "lr scaling by batch: global_batch is 0 (reference_batch {})", reference_batch);
 }
 
 float LrSchedule::peak_lr() const {
   if (reference_batch == 0) return base_lr;
-  return base_lr * static_cast<float>(global_batch) / static_cast<float>(reference_batch);
+  const double ratio = static_cast<double>(global_batch) / static_cast<double>(reference_batch);
+  return base_lr * static_cast<float>(scaling == LrScaling::kSqrt ? std::sqrt(ratio) : ratio);
 }
 
 float LrSchedule::at(uint64_t step) const {
@@ -245,8 +249,19 @@ float LrSchedule::at(uint64_t step) const {
   if (step < warmup_steps)
     return peak * static_cast<float>(step + 1) / static_cast<float>(warmup_steps);
   if (decay == LrDecay::kConstant) return peak;
-  const double t = std::min(1.0, static_cast<double>(step - warmup_steps) /
-                                     static_cast<double>(total_steps - warmup_steps));
+  double t = 0;  // the position in the (current) cosine, 0 to 1
+  if (decay == LrDecay::kCyclic) {
+    uint64_t into = step - warmup_steps, cycle = cycle_steps;
+    if (cycle_mult == 1) into %= cycle;
+    while (into >= cycle) {  // cycles grow geometrically: 64 at most
+      into -= cycle;
+      cycle = cycle > UINT64_MAX / cycle_mult ? UINT64_MAX : cycle * cycle_mult;
+    }
+    t = static_cast<double>(into) / static_cast<double>(cycle);
+  } else {
+    t = std::min(1.0, static_cast<double>(step - warmup_steps) /
+                          static_cast<double>(total_steps - warmup_steps));
+  }
   return min_lr +
          (peak - min_lr) * static_cast<float>(0.5 * (1.0 + std::cos(std::numbers::pi * t)));
 }

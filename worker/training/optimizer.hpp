@@ -128,7 +128,13 @@ class Optimizer {
   uint64_t steps_ = 0;
 };
 
-enum class LrDecay { kConstant, kCosine };
+// After the warm-up: hold, one cosine to min_lr at total_steps, or cosines with warm restarts
+// (SGDR, Loshchilov & Hutter 2017; PyTorch's CosineAnnealingWarmRestarts): cycle i lasts
+// cycle_steps x cycle_mult^i steps, each from the peak down towards min_lr, then back to the peak.
+enum class LrDecay { kConstant, kCosine, kCyclic };
+// How the peak follows the global batch G against a reference batch R: G / R (linear, Goyal et
+// al. 2017) or sqrt(G / R) (square root, Krizhevsky 2014; Hoffer et al. 2017).
+enum class LrScaling { kLinear, kSqrt };
 
 struct LrSchedule {
   float base_lr = 0.1f;
@@ -136,8 +142,11 @@ struct LrSchedule {
   uint64_t total_steps = 0;   // cosine: decays to min_lr at this step
   LrDecay decay = LrDecay::kConstant;
   float min_lr = 0.0f;
+  uint64_t cycle_steps = 0;  // cyclic: the first cycle's steps (> 0)
+  uint32_t cycle_mult = 1;   // cyclic: each cycle's length over the one before (>= 1)
   uint32_t reference_batch = 0;  // > 0: scale base_lr by global_batch / reference_batch
   uint32_t global_batch = 0;
+  LrScaling scaling = LrScaling::kLinear;  // with reference_batch > 0
 
   // InputError on inconsistent values (cosine without total_steps > warmup_steps, ...).
   void validate() const;
