@@ -78,14 +78,14 @@ class RegionBatches {
   std::vector<uint32_t> sizes_;
 };
 
-// A count per region from worker.<key> of a config's root: one number for every region
-// (`fallback` when the key is absent), or a mapping naming every region of `regions`; each in
-// [lo, hi]; parallel to `regions`. InputError naming the key on a bad value, an unknown region or
-// a region left out.
-std::vector<uint32_t> read_region_counts(const YamlReader& in, const YAML::Node& root,
-                                         const std::string& key,
-                                         const std::vector<std::string>& regions, uint32_t fallback,
-                                         uint32_t lo, uint32_t hi);
+// A count per region from <section>.<key> (`node`: the section, e.g. the config's `worker`; may
+// be absent): one number for every region (`fallback` when the key is absent), or a mapping
+// naming every region of `regions`; each in [lo, hi]; parallel to `regions`. InputError naming
+// the key on a bad value, an unknown region or a region left out.
+std::vector<uint32_t> read_region_counts(const YamlReader& in, const YAML::Node& node,
+                                         const std::string& section, const std::string& key,
+                                         const std::vector<std::string>& regions,
+                                         uint32_t fallback, uint32_t lo, uint32_t hi);
 
 // worker.batch_size (default 64, each 1 to 2^20): uniform unless given per region.
 RegionBatches read_region_batches(const YamlReader& in, const YAML::Node& root,

@@ -2,7 +2,9 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -10,6 +12,7 @@
 #include "compression/error_feedback.hpp"
 #include "core/deployment_keys.hpp"
 #include "core/error.hpp"
+#include "core/region_workers.hpp"
 #include "core/yaml_reader.hpp"
 
 namespace geotrain::server {
@@ -146,8 +149,8 @@ void parse_server(const Ctx& c, const YAML::Node& s, ServerConfig& cfg) {
               "socket_buffer_kib"});
   if (auto n = s["endpoints"]) cfg.endpoints = read_endpoints(c.in, n, cfg.regions);
 
-  if (auto n = s["shards_per_region"])
-    cfg.shards_per_region = get<uint32_t>(c, n, "server.shards_per_region", 1, 1024);
+  cfg.shards_per_region =
+      read_region_counts(c.in, s, "server", "shards_per_region", cfg.regions, 1, 1, 1024);
   if (auto n = s["chunk"]) cfg.chunk = get<uint64_t>(c, n, "server.chunk", 1, uint64_t{1} << 20);
   if (auto n = s["staleness_weighting"]) {
     auto w = get_str(c, n, "server.staleness_weighting");
@@ -230,7 +233,12 @@ uint64_t ServerConfig::state_hash(uint64_t table_hash) const {
   uint64_t h = table_hash;
   auto mix = [&h](uint64_t v) { h = (h ^ v) * 0x100000001b3ull; };
   mix(regions.size());
-  mix(shards_per_region);
+  // One count for every region hashes as before counts per region.
+  const bool uneven = std::adjacent_find(shards_per_region.begin(), shards_per_region.end(),
+                                         std::not_equal_to<>()) != shards_per_region.end();
+  mix(shards_per_region.empty() ? 1 : shards_per_region.front());
+  if (uneven)
+    for (auto n : shards_per_region) mix(n);
   mix(chunk);
   mix(shard.optimizer.momentum > 0 ? 1 : 0);
   if (fragments > 1) mix(fragments);  // (one fragment hashes as before fragments existed)
@@ -250,6 +258,7 @@ ServerConfig parse_server_config(std::string_view yaml_text, std::string_view so
   cfg.tensors = read_model_tensors(c.in, model["tensors"]);
   if (auto n = model["critical"]) cfg.critical = get_strings(c, n, "model.critical");
   if (auto s = root["server"]) parse_server(c, s, cfg);
+  if (cfg.shards_per_region.empty()) cfg.shards_per_region.assign(cfg.regions.size(), 1);
   // What the servers share with the leaders: the bound, the outer step, the streaming layout
   // (the worker section's fragment count decides the shard map).
   const SharedProtocol shared = read_shared_protocol(c.in, root);

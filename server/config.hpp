@@ -38,7 +38,9 @@ struct ServerConfig {
   std::vector<TensorSpec> tensors;
   std::vector<std::string> critical;
   std::map<std::string, std::string> endpoints;  // region -> endpoint its server binds
-  uint32_t shards_per_region = 1;
+  // server.shards_per_region: each region's shards of every fragment, parallel to `regions`
+  // (one count for every region, or {region: count}); its server holds that share of the model.
+  std::vector<uint32_t> shards_per_region;
   // Streaming fragments (the worker's `worker.fragments`, read by read_shared_protocol like the
   // workers read it, so that servers and leaders cut the same shards): every shard lies inside
   // one fragment (server/shard_map.hpp).

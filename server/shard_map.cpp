@@ -9,12 +9,21 @@ namespace geotrain::server {
 
 ShardMap::ShardMap(uint64_t elements, uint32_t regions, uint32_t shards_per_region, uint64_t chunk,
                    uint32_t fragments, const std::vector<ElementRange>& kept_out)
+    : ShardMap(elements, std::vector<uint32_t>(regions, shards_per_region), chunk, fragments,
+               kept_out) {}
+
+ShardMap::ShardMap(uint64_t elements, const std::vector<uint32_t>& shards_per_region,
+                   uint64_t chunk, uint32_t fragments, const std::vector<ElementRange>& kept_out)
     : elements_(elements), chunk_(chunk) {
-  GT_REQUIRE(regions > 0, "shard map: regions is 0, need at least one region");
-  GT_REQUIRE(shards_per_region > 0 && shards_per_region <= 1024,
-             "shard map: shards_per_region is {}, must be in [1, 1024]", shards_per_region);
+  GT_REQUIRE(!shards_per_region.empty(), "shard map: regions is 0, need at least one region");
+  std::vector<uint32_t> owner;  // of each of a fragment's n shards
+  for (uint32_t r = 0; r < shards_per_region.size(); ++r) {
+    GT_REQUIRE(shards_per_region[r] > 0 && shards_per_region[r] <= 1024,
+               "shard map: shards_per_region is {}, must be in [1, 1024]", shards_per_region[r]);
+    owner.insert(owner.end(), shards_per_region[r], r);
+  }
   GT_REQUIRE(chunk > 0, "shard map: chunk is 0, must be positive");
-  const uint64_t n = uint64_t{regions} * shards_per_region;
+  const uint64_t n = owner.size();
   // Boundary i is the chunk boundary nearest to i/n of the fragment, in whole chunks: sizes
   // differ by at most one chunk (plus the shorter last chunk).
   const auto frags = fragment_ranges(elements, fragments, chunk);
@@ -29,7 +38,7 @@ ShardMap::ShardMap(uint64_t elements, uint32_t regions, uint32_t shards_per_regi
     auto add = [&](uint32_t f, const std::vector<ElementRange>& pieces, uint64_t empty_at) {
       const auto parts = cut_pieces(pieces, n, chunk);
       for (uint64_t i = 0; i < n; ++i) {
-        const auto region = static_cast<uint32_t>(i / shards_per_region);
+        const uint32_t region = owner[i];
         if (parts[i].empty())
           shards_.push_back({static_cast<uint32_t>(shards_.size()), empty_at, 0, region, f});
         for (const auto& r : parts[i]) {
@@ -59,7 +68,7 @@ ShardMap::ShardMap(uint64_t elements, uint32_t regions, uint32_t shards_per_regi
                            : split_chunks(first_chunk, chunks, n, chunk, frags[f].end());
     for (uint64_t i = 0; i < n; ++i)
       shards_.push_back({static_cast<uint32_t>(shards_.size()), parts[i].offset, parts[i].count,
-                         static_cast<uint32_t>(i / shards_per_region), f});
+                         owner[i], f});
   }
 }
 

@@ -4,7 +4,10 @@
 // first cut into P fragments and each fragment into regions x shards_per_region shards, so that a
 // shard belongs to exactly one fragment and every region's server owns part of every fragment;
 // shard f * n + j (n = regions x shards_per_region) belongs to region j / shards_per_region. With
-// P = 1 this is the plain split.
+// P = 1 this is the plain split. Regions may own different numbers of shards
+// (server.shards_per_region {region: count}: a larger share of the model on the server with the
+// best links): n is then their sum, and the j-th shard of a fragment belongs to the region whose
+// run of counts, in region order, contains j.
 //
 // Critical tensors kept out of streaming (worker.stream_critical: false, P > 1): their ranges
 // (`kept_out`) form fragment P, which the leaders exchange at every round boundary without delay,
@@ -35,9 +38,13 @@ struct ShardRange {
 
 class ShardMap {
  public:
-  // InputError when regions or shards_per_region is 0 or chunk is 0. Shards may be empty when
-  // the buffer has fewer chunks than shards.
+  // InputError when there are no regions, a region's count is not in [1, 1024], or chunk is 0.
+  // Shards may be empty when the buffer has fewer chunks than shards.
   // `kept_out`: sorted, disjoint ranges for fragment P (used only when fragments > 1).
+  // `shards_per_region`: each region's shards of every fragment, in region order.
+  ShardMap(uint64_t elements, const std::vector<uint32_t>& shards_per_region, uint64_t chunk,
+           uint32_t fragments = 1, const std::vector<ElementRange>& kept_out = {});
+  // Every one of `regions` with `shards_per_region` shards.
   ShardMap(uint64_t elements, uint32_t regions, uint32_t shards_per_region, uint64_t chunk,
            uint32_t fragments = 1, const std::vector<ElementRange>& kept_out = {});
 

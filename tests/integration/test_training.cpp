@@ -27,14 +27,18 @@ namespace {
 // Runs `regions` x `workers` with fp32, H = 1, synchronous rounds and plain SGD, and returns the
 // relative distance of region a's final parameters to one process stepping on the mean gradient
 // of all workers' batches (and, in *between, the distance between the regions' parameters).
+// `server_extra`: more keys under server: (e.g. an uneven shards_per_region); `last_server_says`:
+// a line the last region's server must log.
 double distance_to_one_process(uint32_t regions, uint32_t workers, uint32_t steps,
-                               double* between) {
+                               double* between, const std::string& server_extra = "",
+                               const std::string& last_server_says = "") {
   test::TempDir dir("exact");
   const uint32_t batch = 16;
   const float lr = 0.05f;
   Cluster c;
   for (uint32_t r = 0; r < regions; ++r) c.regions.push_back(std::string(1, char('a' + r)));
   c.workers = workers;
+  c.server_extra = server_extra;
   // Synchronous rounds: every tensor critical (non-critical ones are applied on arrival).
   c.model = R"({arch: "784-32-10", critical: ["*"]})";
   c.worker_yaml = fmt::format(
@@ -43,6 +47,11 @@ double distance_to_one_process(uint32_t regions, uint32_t workers, uint32_t step
       "  seed: 3\n  anomaly_guard: {{enabled: false}}\n",
       batch, steps, lr);
   require_success(run_cluster(c, dir.path()));
+  if (!last_server_says.empty()) {
+    std::ifstream f(dir.path() / ("server-" + c.regions.back() + ".log"));
+    const std::string log((std::istreambuf_iterator<char>(f)), {});
+    CHECK_MESSAGE(log.find(last_server_says) != std::string::npos, log);
+  }
   const auto a = read_params(dir.path() / "params-a.f32");
   const auto last = read_params(dir.path() / fmt::format("params-{}.f32", c.regions.back()));
   // Nothing to flush at the end (fp32, synchronous rounds, outer SGD at lr 1): the global model
@@ -105,6 +114,14 @@ TEST_CASE(
     CHECK(rel <= 1e-5);
     CHECK(between <= 1e-6);  // every region holds the same global parameters
   }
+  // The shards placed unevenly (b's server holds 3/4 of the model): the same arithmetic.
+  double between = 0;
+  const double rel =
+      distance_to_one_process(2, 1, 20, &between, "  shards_per_region: {a: 1, b: 3}\n",
+                              "server b: 3 shard(s)");
+  MESSAGE("shards 1 / 3: relative error ", rel, ", between regions ", between);
+  CHECK(rel <= 1e-5);
+  CHECK(between <= 1e-6);
 }
 
 TEST_CASE("onebit with error feedback trains within 1 point of fp32, at H = 1 and H = 4") {

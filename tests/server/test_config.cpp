@@ -38,6 +38,25 @@ server:
   CHECK_THROWS_WITH_AS(cfg.region_index("ap"), doctest::Contains("us, eu"), InputError);
 }
 
+TEST_CASE("server.shards_per_region: one count for every region, or a count per region") {
+  const auto parse = [](const std::string& server_section) {
+    return server::parse_server_config(std::string(kBase) + "server:\n" + server_section);
+  };
+  CHECK(server::parse_server_config(kBase).shards_per_region == std::vector<uint32_t>{1, 1});
+  CHECK(parse("  shards_per_region: 2\n").shards_per_region == std::vector<uint32_t>{2, 2});
+  const auto placed = parse("  shards_per_region: {us: 1, eu: 5}\n");
+  CHECK(placed.shards_per_region == std::vector<uint32_t>{1, 5});
+  // The shard layout is part of the servers' state: a checkpoint of another layout is refused.
+  CHECK(placed.state_hash(7) != parse("  shards_per_region: 1\n").state_hash(7));
+  CHECK(parse("  shards_per_region: {us: 2, eu: 2}\n").state_hash(7) ==
+        parse("  shards_per_region: 2\n").state_hash(7));
+  CHECK_THROWS_WITH_AS(parse("  shards_per_region: {us: 1}\n"),
+                       doctest::Contains("server.shards_per_region has no value for region 'eu'"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(parse("  shards_per_region: {us: 1, eu: 2000}\n"),
+                       doctest::Contains("server.shards_per_region.eu"), InputError);
+}
+
 TEST_CASE("config errors name the key, the value and what is allowed") {
   auto bad = [](const std::string& server_section) {
     return server::parse_server_config(std::string(kBase) + "server:\n" + server_section);

@@ -38,6 +38,43 @@ TEST_CASE(
   CHECK_THROWS_AS(server::ShardMap(10, 0, 1, 1024), InputError);
 }
 
+TEST_CASE("regions may own different shares: each holds its count's share of every fragment") {
+  const uint64_t elements = 9 * 1024 * 40;  // 40 chunks per shard of 9
+  // {1, 7, 1}: the middle region's server holds 7/9 of the model (the best-connected one).
+  server::ShardMap map(elements, std::vector<uint32_t>{1, 7, 1}, 1024);
+  REQUIRE(map.shards().size() == 9);
+  std::vector<uint64_t> held(3, 0);
+  uint64_t next = 0;
+  for (const auto& r : map.shards()) {
+    CHECK(r.offset == next);
+    next = r.offset + r.count;
+    held[r.region] += r.count;
+  }
+  CHECK(next == elements);
+  CHECK(map.shards()[0].region == 0);
+  CHECK(map.shards()[1].region == 1);
+  CHECK(map.shards()[7].region == 1);
+  CHECK(map.shards()[8].region == 2);
+  CHECK(held == std::vector<uint64_t>{elements / 9, 7 * elements / 9, elements / 9});
+  CHECK(map.owned_by(1).size() == 7);
+  // With fragments: every fragment is cut the same way, fragment-major ids.
+  server::ShardMap streamed(elements, std::vector<uint32_t>{2, 1}, 1024, 4);
+  REQUIRE(streamed.shards().size() == 4 * 3);
+  for (const auto& r : streamed.shards()) {
+    CHECK(r.fragment == r.id / 3);
+    CHECK(r.region == (r.id % 3 < 2 ? 0u : 1u));
+  }
+  // One count for every region is the uniform map, shard for shard.
+  server::ShardMap uniform(elements, 3, 2, 1024, 2), listed(elements, {2, 2, 2}, 1024, 2);
+  REQUIRE(uniform.shards().size() == listed.shards().size());
+  for (size_t i = 0; i < uniform.shards().size(); ++i) {
+    CHECK(uniform.shards()[i].offset == listed.shards()[i].offset);
+    CHECK(uniform.shards()[i].region == listed.shards()[i].region);
+  }
+  CHECK_THROWS_WITH_AS(server::ShardMap(elements, std::vector<uint32_t>{1, 0}, 1024),
+                       doctest::Contains("shards_per_region is 0"), InputError);
+}
+
 TEST_CASE("with fragments every shard lies in one fragment and every region owns part of each") {
   const uint64_t elements = 1000003;
   const auto frags = fragment_ranges(elements, 4, 1024);
