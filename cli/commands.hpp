@@ -25,6 +25,8 @@ void add_model_commands(CLI::App& app, CommandList& commands);
 void add_keygen_command(CLI::App& app, CommandList& commands);
 // `chaos`: the fault-injection harness (cmd_chaos.cpp, docs/chaos.md).
 void add_chaos_command(CLI::App& app, CommandList& commands);
+// `place`: shard placement from a WAN profile's links (cmd_place.cpp, docs/deploy.md).
+void add_place_command(CLI::App& app, CommandList& commands);
 // `bench netsim`, added by add_bench_command (defined in cmd_netsim.cpp).
 void add_netsim_bench_command(CLI::App& bench, CommandList& commands);
 

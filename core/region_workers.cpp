@@ -69,8 +69,8 @@ std::string RegionWorkers::text() const {
 
 std::vector<uint32_t> read_region_counts(const YamlReader& in, const YAML::Node& node,
                                          const std::string& section, const std::string& key,
-                                         const std::vector<std::string>& regions,
-                                         uint32_t fallback, uint32_t lo, uint32_t hi) {
+                                         const std::vector<std::string>& regions, uint32_t fallback,
+                                         uint32_t lo, uint32_t hi) {
   const auto& w = node;
   const std::string name = section + "." + key;
   if (!w || !w.IsMap() || !w[key]) return std::vector<uint32_t>(regions.size(), fallback);
@@ -89,8 +89,8 @@ std::vector<uint32_t> read_region_counts(const YamlReader& in, const YAML::Node&
 
 RegionWorkers read_region_workers(const YamlReader& in, const YAML::Node& root,
                                   const std::vector<std::string>& regions, uint32_t most) {
-  return RegionWorkers(regions,
-                       read_region_counts(in, root["worker"], "worker", "workers_per_region", regions, 1, 1, most));
+  return RegionWorkers(regions, read_region_counts(in, root["worker"], "worker",
+                                                   "workers_per_region", regions, 1, 1, most));
 }
 
 RegionBatches::RegionBatches(uint32_t size) : uniform_(size) {}
@@ -143,8 +143,8 @@ uint64_t RegionBatches::offset(const RegionWorkers& workers, uint32_t rank) cons
 
 RegionBatches read_region_batches(const YamlReader& in, const YAML::Node& root,
                                   const std::vector<std::string>& regions) {
-  return RegionBatches(regions,
-                       read_region_counts(in, root["worker"], "worker", "batch_size", regions, 64, 1, 1 << 20));
+  return RegionBatches(regions, read_region_counts(in, root["worker"], "worker", "batch_size",
+                                                   regions, 64, 1, 1 << 20));
 }
 
 }  // namespace geotrain

@@ -84,8 +84,8 @@ class RegionBatches {
 // the key on a bad value, an unknown region or a region left out.
 std::vector<uint32_t> read_region_counts(const YamlReader& in, const YAML::Node& node,
                                          const std::string& section, const std::string& key,
-                                         const std::vector<std::string>& regions,
-                                         uint32_t fallback, uint32_t lo, uint32_t hi);
+                                         const std::vector<std::string>& regions, uint32_t fallback,
+                                         uint32_t lo, uint32_t hi);
 
 // worker.batch_size (default 64, each 1 to 2^20): uniform unless given per region.
 RegionBatches read_region_batches(const YamlReader& in, const YAML::Node& root,

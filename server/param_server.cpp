@@ -58,9 +58,8 @@ ParamServer::ParamServer(const ServerConfig& config, uint32_t region, zmq::conte
       listen_at_(listen_endpoint(config, region, options_)),
       table_(config.tensors, config.critical),
       map_(table_.total_elements(),
-           config.shards_per_region.empty()
-               ? std::vector<uint32_t>(config.regions.size(), 1)
-               : config.shards_per_region,
+           config.shards_per_region.empty() ? std::vector<uint32_t>(config.regions.size(), 1)
+                                            : config.shards_per_region,
            config.chunk, config.fragments,
            config.stream_critical ? std::vector<ElementRange>{} : table_.critical_ranges()),
       membership_(config.regions, config.dead_after, config.wait_for_all_regions, options_.clock(),

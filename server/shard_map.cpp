@@ -67,8 +67,8 @@ ShardMap::ShardMap(uint64_t elements, const std::vector<uint32_t>& shards_per_re
                            ? std::vector<ElementRange>(n, ElementRange{frags[f].offset, 0})
                            : split_chunks(first_chunk, chunks, n, chunk, frags[f].end());
     for (uint64_t i = 0; i < n; ++i)
-      shards_.push_back({static_cast<uint32_t>(shards_.size()), parts[i].offset, parts[i].count,
-                         owner[i], f});
+      shards_.push_back(
+          {static_cast<uint32_t>(shards_.size()), parts[i].offset, parts[i].count, owner[i], f});
   }
 }
 

@@ -29,8 +29,8 @@ namespace {
 // of all workers' batches (and, in *between, the distance between the regions' parameters).
 // `server_extra`: more keys under server: (e.g. an uneven shards_per_region); `last_server_says`:
 // a line the last region's server must log.
-double distance_to_one_process(uint32_t regions, uint32_t workers, uint32_t steps,
-                               double* between, const std::string& server_extra = "",
+double distance_to_one_process(uint32_t regions, uint32_t workers, uint32_t steps, double* between,
+                               const std::string& server_extra = "",
                                const std::string& last_server_says = "") {
   test::TempDir dir("exact");
   const uint32_t batch = 16;
@@ -116,9 +116,8 @@ TEST_CASE(
   }
   // The shards placed unevenly (b's server holds 3/4 of the model): the same arithmetic.
   double between = 0;
-  const double rel =
-      distance_to_one_process(2, 1, 20, &between, "  shards_per_region: {a: 1, b: 3}\n",
-                              "server b: 3 shard(s)");
+  const double rel = distance_to_one_process(
+      2, 1, 20, &between, "  shards_per_region: {a: 1, b: 3}\n", "server b: 3 shard(s)");
   MESSAGE("shards 1 / 3: relative error ", rel, ", between regions ", between);
   CHECK(rel <= 1e-5);
   CHECK(between <= 1e-6);
