@@ -71,6 +71,8 @@ ParamServer::ParamServer(const ServerConfig& config, uint32_t region, zmq::conte
                    ? std::optional(config.run_dir / fmt::format("server-{}.metrics.jsonl",
                                                                 config.regions.at(region)))
                    : std::nullopt) {
+  // A leader keeps a push and its pull waiting for each of our shards.
+  parked_ = ParkedRequests(wire::max_waiting_per_peer(map_.owned_by(region).size()));
   for (const auto& range : map_.owned_by(region))
     shards_.emplace_back(range, table_.critical_mask(range.offset, range.offset + range.count),
                          config.regions.size(), config.shard);

@@ -10,9 +10,8 @@ std::optional<std::string> ParkedRequests::park(
     wire::Envelope env, TimePoint now, const std::function<bool(const std::string&)>& registered) {
   const auto mine = std::count_if(requests_.begin(), requests_.end(),
                                   [&](const Request& p) { return p.envelope.peer == env.peer; });
-  if (static_cast<size_t>(mine) >= kMaxParkedPerPeer)
-    return fmt::format("{} requests already wait at this server, limit {}", mine,
-                       kMaxParkedPerPeer);
+  if (static_cast<size_t>(mine) >= per_peer_)
+    return fmt::format("{} requests already wait at this server, limit {}", mine, per_peer_);
   if (!registered(env.peer)) {
     const auto open = std::count_if(requests_.begin(), requests_.end(),
                                     [&](const Request& p) { return !registered(p.envelope.peer); });

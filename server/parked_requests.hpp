@@ -1,9 +1,10 @@
 // ParkedRequests: the requests a server holds until what they wait for has happened: a push
 // beyond the staleness gate, a pull of a round not released yet, a key-value get of a key not set
-// yet. Bounded, so that no peer can grow it without end: at most kMaxParkedPerPeer requests of one
-// peer (the protocol's wire::kMaxWaitingPerPeer), and at most kMaxParkedUnregistered of all peers
-// that are no registered region together (the key-value exchange is open to every peer; a region's
-// own requests are never refused for theirs). Requests are retried in the order they came.
+// yet. Bounded, so that no peer can grow it without end: at most `per_peer` requests of one
+// peer (the protocol's wire::max_waiting_per_peer of the server's shards), and at most
+// kMaxParkedUnregistered of all peers that are no registered region together (the key-value
+// exchange is open to every peer; a region's own requests are never refused for theirs). Requests
+// are retried in the order they came.
 //
 // Holds envelopes only: the server decides what a request is and whether it is done. Single-
 // threaded: the server loop's thread only.
@@ -21,13 +22,13 @@
 
 namespace geotrain::server {
 
-inline constexpr size_t kMaxParkedPerPeer = wire::kMaxWaitingPerPeer;
 // Parked requests of all peers that are not a registered region together (key-value gets).
 inline constexpr size_t kMaxParkedUnregistered = 1024;
 
 class ParkedRequests {
  public:
   using TimePoint = std::chrono::steady_clock::time_point;
+  explicit ParkedRequests(size_t per_peer = wire::kMaxWaitingPerPeer) : per_peer_(per_peer) {}
   struct Request {
     wire::Envelope envelope;
     TimePoint since;  // when it was first parked (the server's clock)
@@ -47,6 +48,7 @@ class ParkedRequests {
   size_t size() const { return requests_.size(); }
 
  private:
+  size_t per_peer_;
   std::vector<Request> requests_;
 };
 

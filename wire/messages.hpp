@@ -30,6 +30,12 @@ inline constexpr size_t kMaxHeaderWords = size_t{1} << 16;
 // pull of a round not released yet, a key-value get of a key not set yet); one more is refused
 // with `busy`. Clients keep at most this many waiting per server (worker/leader/region_sync.hpp).
 inline constexpr size_t kMaxWaitingPerPeer = 4;
+// The same for a server that holds `shards` shards (all fragments): kMaxWaitingPerPeer, or a push
+// and its pull for each of them (server.shards_per_region: a server holding a larger share of
+// the model), whichever is more, so that a leader sends every pull right behind its push.
+inline constexpr size_t max_waiting_per_peer(size_t shards) {
+  return 2 * shards > kMaxWaitingPerPeer ? 2 * shards : kMaxWaitingPerPeer;
+}
 
 enum class ErrorCode : uint16_t {
   malformed,

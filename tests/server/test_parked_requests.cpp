@@ -25,7 +25,7 @@ TEST_CASE(
   const ParkedRequests::TimePoint t0{};
   const std::set<std::string> regions{"leader-a", "leader-b"};
   const auto registered = [&](const std::string& p) { return regions.count(p) > 0; };
-  for (size_t i = 0; i < server::kMaxParkedPerPeer; ++i)
+  for (size_t i = 0; i < wire::kMaxWaitingPerPeer; ++i)
     CHECK_FALSE(parked.park(from("leader-a", fmt::format("r{}", i)), t0, registered));
   const auto busy = parked.park(from("leader-a", "one more"), t0, registered);
   REQUIRE(busy.has_value());
@@ -36,9 +36,22 @@ TEST_CASE(
   CHECK(n == server::kMaxParkedUnregistered);
   // ... and a region's requests are not refused for theirs.
   CHECK_FALSE(parked.park(from("leader-b", "push"), t0, registered));
-  CHECK(parked.size() == server::kMaxParkedPerPeer + server::kMaxParkedUnregistered + 1);
-  CHECK(parked.take_peer("leader-a").size() == server::kMaxParkedPerPeer);
+  CHECK(parked.size() == wire::kMaxWaitingPerPeer + server::kMaxParkedUnregistered + 1);
+  CHECK(parked.take_peer("leader-a").size() == wire::kMaxWaitingPerPeer);
   CHECK(parked.size() == server::kMaxParkedUnregistered + 1);
+}
+
+TEST_CASE("a server holding more shards holds a push and a pull of each, at least 4") {
+  CHECK(wire::max_waiting_per_peer(1) == 4);
+  CHECK(wire::max_waiting_per_peer(2) == 4);
+  CHECK(wire::max_waiting_per_peer(7) == 14);  // shards_per_region {.., eu-west: 7, ..}
+  ParkedRequests parked(wire::max_waiting_per_peer(3));
+  const auto registered = [](const std::string&) { return true; };
+  for (size_t i = 0; i < 6; ++i)
+    CHECK_FALSE(parked.park(from("leader-a", fmt::format("r{}", i)), {}, registered));
+  const auto busy = parked.park(from("leader-a", "one more"), {}, registered);
+  REQUIRE(busy.has_value());
+  CHECK(*busy == "6 requests already wait at this server, limit 6");
 }
 
 TEST_CASE("retries go oldest first and start again after each request that finishes") {

@@ -491,11 +491,11 @@ TEST_CASE(
   std::vector<std::unique_ptr<RawZmtpPeer>> peers;
   for (size_t i = 0; i < kConnections; ++i) {
     peers.push_back(std::make_unique<RawZmtpPeer>(srv.port()));
-    for (size_t k = 0; k < server::kMaxParkedPerPeer; ++k)
+    for (size_t k = 0; k < wire::kMaxWaitingPerPeer; ++k)
       peers.back()->send(
           wire::encode_header({k + 1, wire::KvGet{fmt::format("never/{}/{}", i, k)}}));
   }
-  const size_t sent = kConnections * server::kMaxParkedPerPeer;
+  const size_t sent = kConnections * wire::kMaxWaitingPerPeer;
   REQUIRE(sent > server::kMaxParkedUnregistered);
   CHECK(eventually(
       [&] { return stats(c)["parked"].get<size_t>() == server::kMaxParkedUnregistered; }));

@@ -87,10 +87,11 @@ void RegionSync::push_and_pull(ConstFloatSpan local, const Shards& shards, Round
   }
   // The pulls go right behind the pushes, on the same connection (so the server sees each push
   // before its pull), saving a WAN round trip per round: a pull may name the round being pushed
-  // and waits at the server until it is released. A server holds at most 4 waiting requests per
-  // peer, so this is done where a server has at most 2 of our shards (push + pull each).
+  // and waits at the server until it is released. A server holds a push and a pull of ours for
+  // each of its shards (wire::max_waiting_per_peer), at least 4.
   for (auto* sh : shards)
-    if (sh->phase() == ShardPhase::pushing && pushed_on[sh->server] <= kMaxPipelinedShards)
+    if (sh->phase() == ShardPhase::pushing &&
+        2 * pushed_on[sh->server] <= wire::max_waiting_per_peer(shards_.held_by(sh->server)))
       shards_.send_pull(*sh, sh->server_round(shards_.our_round(*sh)));
   // Deferring: every server gets until shard_wait after the pushes; what has not come by then
   // stays in flight (the shard is deferred).

@@ -164,9 +164,8 @@ class RegionSync {
  private:
   using Shards = LeaderShards::Shards;
   // Pipelining a shard's pull behind its push keeps two requests waiting at its server, which
-  // holds at most wire::kMaxWaitingPerPeer of ours.
-  static constexpr size_t kMaxPipelinedShards = 2;
-  static_assert(2 * kMaxPipelinedShards <= wire::kMaxWaitingPerPeer);
+  // holds wire::max_waiting_per_peer(its shards) of ours: every shard's pull goes right behind
+  // its push (a leader never has more than all of a server's shards in flight).
   static constexpr uint32_t kMaxRejoinAttempts = 4;
   // The flush's final pulls wait at their server: at most this many per server at once.
   static constexpr size_t kMaxFinalPulls = wire::kMaxWaitingPerPeer;
