@@ -6,9 +6,11 @@
 #include <map>
 
 #include "compression/codec_schedule.hpp"
+#include "core/error.hpp"
 #include "core/run_summary_keys.hpp"
 #include "launcher/report/jsonl_tail.hpp"
 #include "launcher/report/run_summary.hpp"
+#include "launcher/report/shipped_measurements.hpp"
 
 namespace geotrain::launcher {
 
@@ -276,6 +278,14 @@ std::string build_report(const fs::path& run_dir, const json& s) {
                       human_bytes(r.value(k::wan_bytes, 0.0)), fmt_value(r[k::mean_staleness]),
                       fmt_value(r[k::wait_seconds]),
                       pct_text(r.value(k::compute_utilization, json(nullptr))));
+  }
+  if (config) {
+    try {
+      md += shipped_measurements_table(
+          read_shipped_measurements(YamlReader{(run_dir / "config.yaml").string()}, config["run"]),
+          s, lm);
+    } catch (const InputError&) {  // checked before the run started; a folder edited since
+    }
   }
   md += codec_phase_table(s);
   md += incidents_tables(s);

@@ -7,6 +7,7 @@
 #include "core/error.hpp"
 #include "core/wan_profile.hpp"
 #include "core/yaml_reader.hpp"
+#include "launcher/report/shipped_measurements.hpp"
 
 namespace geotrain::launcher {
 
@@ -47,7 +48,8 @@ RunSettings parse_run_settings(std::string_view yaml_text, std::string_view sour
     in.check_keys(run, "run",
                   {"name", "out_dir", "wan_profile", "target_accuracy", "target_val_bpb",
                    "base_port", "startup_timeout_s", "timeout_s", "progress_interval_s", "plots",
-                   "netsim_stats_interval_s", "restart"});
+                   "netsim_stats_interval_s", "restart", "compare_with"});
+    read_shipped_measurements(in, run);  // refused here, before anything starts
     if (auto n = run["name"]) {
       s.name = in.string(n, "run.name");
       const bool ok = !s.name.empty() && s.name.find_first_of("/\\ \t\n") == std::string::npos;

@@ -8,9 +8,11 @@
 #include <set>
 #include <string>
 
+#include "core/error.hpp"
 #include "launcher/report/jsonl_tail.hpp"
 #include "launcher/report/run_report.hpp"
 #include "launcher/report/run_summary.hpp"
+#include "launcher/report/shipped_measurements.hpp"
 #include "launcher/report/summary_schema.hpp"
 #include "launcher/run/child_process.hpp"
 #include "launcher/run/progress_display.hpp"
@@ -507,4 +509,42 @@ TEST_CASE("a run without codec schedules has one codec phase with all the round 
   CHECK(p["last_round"].is_null());
   CHECK(p["critical_codec"] == "onebit");
   CHECK(p["wan_bytes"].get<double>() == doctest::Approx(2 * 1500));  // the flush is not in it
+}
+
+TEST_CASE("run.compare_with: shipped measurements beside the run's own, as ratios") {
+  const geotrain::YamlReader in{"lm.yaml"};
+  const auto run = YAML::Load(
+      "compare_with:\n"
+      "  - {label: fixed H, time_to_target_s: 747.1, final: 1.894, measured: 2026-11-28}\n"
+      "  - {label: no target}\n");
+  const auto shipped = read_shipped_measurements(in, run);
+  REQUIRE(shipped.size() == 2);
+  CHECK(shipped[0].label == "fixed H");
+  CHECK(*shipped[0].time_to_target_s == 747.1);
+  CHECK_FALSE(shipped[1].final.has_value());
+  const json s = {{"time_to_target_seconds", 257.0}, {"final_val_bpb", 1.8923}};
+  const auto md = shipped_measurements_table(shipped, s, true);
+  CHECK(md.find("This run: time to target 257.0 s, final validation bpb 1.892.") !=
+        std::string::npos);
+  CHECK(md.find("| fixed H | 747.1 s | 2.91x faster | 1.894 | 2026-11-28 |") != std::string::npos);
+  CHECK(md.find("| no target | - | - | - | - |") != std::string::npos);
+  CHECK(shipped_measurements_table({}, s, true).empty());
+  // A classifier's accuracy, and a run that did not reach its target.
+  const auto mlp = shipped_measurements_table({{"fp32", 30.0, 0.8875, ""}},
+                                              json{{"final_test_accuracy", 0.89}}, false);
+  CHECK(mlp.find("time to target not reached, final accuracy 89.00%") != std::string::npos);
+  CHECK(mlp.find("| fp32 | 30.0 s | - | 88.75% | - |") != std::string::npos);
+
+  CHECK_THROWS_WITH_AS(read_shipped_measurements(in, YAML::Load("compare_with: {label: x}")),
+                       doctest::Contains("run.compare_with must be a list"),
+                       geotrain::InputError);
+  CHECK_THROWS_WITH_AS(read_shipped_measurements(in, YAML::Load("compare_with: [{final: 1}]")),
+                       doctest::Contains("run.compare_with[0] has no label"),
+                       geotrain::InputError);
+  CHECK_THROWS_WITH_AS(
+      read_shipped_measurements(in, YAML::Load("compare_with: [{label: a, time_s: 1}]")),
+      doctest::Contains("run.compare_with[0]"), geotrain::InputError);
+  CHECK_THROWS_WITH_AS(
+      read_shipped_measurements(in, YAML::Load("compare_with: [{label: a, final: -1}]")),
+      doctest::Contains("run.compare_with[0].final"), geotrain::InputError);
 }
