@@ -50,13 +50,13 @@ std::string shipped_measurements_table(const std::vector<ShippedMeasurement>& sh
   std::string md = fmt::format(
       "\n## Against shipped measurements (run.compare_with)\n\n"
       "This run: time to target {}, final {} {}.\n\n"
-      "| measured | time to target | this run's, as a ratio | final | when and how |\n"
+      "| measured | time to target | this run's time over it | final | when and how |\n"
       "|---|---|---|---|---|\n",
       time ? fmt::format("{:.1f} s", *time) : "not reached", lm ? "validation bpb" : "accuracy",
       figure(final));
   for (const auto& m : shipped) {
     const std::string ratio = m.time_to_target_s && time && *time > 0
-                                  ? fmt::format("{:.2f}x faster", *m.time_to_target_s / *time)
+                                  ? fmt::format("{:.2f}x", *time / *m.time_to_target_s)
                                   : "-";
     md += fmt::format("| {} | {} | {} | {} | {} |\n", m.label,
                       m.time_to_target_s ? fmt::format("{:.1f} s", *m.time_to_target_s) : "-",

@@ -12,11 +12,11 @@
 // anything starts) and by the report.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "core/yaml_reader.hpp"
 
@@ -34,8 +34,8 @@ struct ShippedMeasurement {
 std::vector<ShippedMeasurement> read_shipped_measurements(const YamlReader& in,
                                                           const YAML::Node& run);
 
-// The report's section: each measurement against the run's summary `s` (time to target and
-// final figure, and their ratios); empty without measurements.
+// The report's section: each measurement against the run's summary `s` (time to target, this
+// run's time over the measurement's, final figure); empty without measurements.
 std::string shipped_measurements_table(const std::vector<ShippedMeasurement>& shipped,
                                        const nlohmann::json& s, bool lm);
 
