@@ -15,7 +15,6 @@
 
 #include <zmq.hpp>
 
-#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -62,11 +61,6 @@ class LeaderShards {
   size_t table_size() const { return base_.size(); }
   bool connected() const { return !shards_.empty(); }
   size_t servers() const { return links_.size(); }
-  // The shards server `s` holds, of every fragment.
-  size_t held_by(size_t s) const {
-    return static_cast<size_t>(std::count_if(
-        shards_.begin(), shards_.end(), [s](const LeaderShard& sh) { return sh.server == s; }));
-  }
   ServerLink& link(size_t s) { return links_[s]; }
   ReplyWait waiting(size_t s, bool probe) { return links_.waiting(s, probe); }
 

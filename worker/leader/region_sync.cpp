@@ -88,10 +88,10 @@ void RegionSync::push_and_pull(ConstFloatSpan local, const Shards& shards, Round
   // The pulls go right behind the pushes, on the same connection (so the server sees each push
   // before its pull), saving a WAN round trip per round: a pull may name the round being pushed
   // and waits at the server until it is released. A server holds a push and a pull of ours for
-  // each of its shards (wire::max_waiting_per_peer), at least 4.
+  // each of its shards (wire::max_waiting_per_peer), and no shard has two exchanges in flight (a
+  // fragment due again merges its last one first), so every pull can go.
   for (auto* sh : shards)
-    if (sh->phase() == ShardPhase::pushing &&
-        2 * pushed_on[sh->server] <= wire::max_waiting_per_peer(shards_.held_by(sh->server)))
+    if (sh->phase() == ShardPhase::pushing)
       shards_.send_pull(*sh, sh->server_round(shards_.our_round(*sh)));
   // Deferring: every server gets until shard_wait after the pushes; what has not come by then
   // stays in flight (the shard is deferred).
@@ -116,20 +116,7 @@ void RegionSync::push_and_pull(ConstFloatSpan local, const Shards& shards, Round
   std::vector<bool> busy(shards_.servers());
   for (size_t s = 0; s < shards_.servers(); ++s) busy[s] = pushed_on[s] > 0;
   each_server(busy, "push and pull");
-  std::fill(redo_on.begin(), redo_on.end(), false);
   report.push_seconds += seconds_since(t0);
-
-  // Servers holding more of our shards: pull once their pushes are in (a deferred push's pull
-  // goes out when it is answered: shards_.take_deferred()).
-  const auto t1 = Clock::now();
-  std::fill(busy.begin(), busy.end(), false);
-  for (auto* sh : shards) {
-    if (sh->phase() != ShardPhase::pushed) continue;
-    shards_.send_pull(*sh, sh->server_round(shards_.our_round(*sh)));
-    busy[sh->server] = true;
-  }
-  each_server(busy, "pull");
-  report.pull_seconds += seconds_since(t1);
 }
 
 void RegionSync::await_round(size_t s, const RoundClock& clock, const char* what,

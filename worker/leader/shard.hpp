@@ -49,7 +49,7 @@ class Uplink;  // worker/leader/uplink.hpp
 enum class ShardPhase : uint8_t {
   idle,           // in step with its server: the next exchange of its fragment pushes it
   pushing,        // this exchange pushed it (push_id), and maybe sent its pull behind (pull_id)
-  pushed,         // its push answered, its pull not sent yet (its server holds more of our shards)
+  pushed,         // its push answered, its pull not sent yet
   pulling,        // its pull sent (pull_id), the push answered
   needs_resync,   // its server lost this region: after the rejoin, a full pull before its next push
   deferred,       // an exchange stopped waiting for it: push_id and/or pull_id still in flight
