@@ -12,6 +12,7 @@
 #include "cli/commands.hpp"
 #include "cli/config_text.hpp"
 #include "core/error.hpp"
+#include "core/region_workers.hpp"
 #include "core/wan_profile.hpp"
 #include "launcher/run/shard_placement.hpp"
 #include "models/model_spec.hpp"
@@ -28,14 +29,6 @@ struct PlaceArgs {
   double mb = 0;
   uint32_t shards = 0;
 };
-
-std::string counts_text(const std::vector<std::string>& regions,
-                        const std::vector<uint32_t>& counts) {
-  std::string out;
-  for (size_t i = 0; i < regions.size(); ++i)
-    out += fmt::format("{}{}: {}", i ? ", " : "", regions[i], counts[i]);
-  return "{" + out + "}";
-}
 
 int run_place(const PlaceArgs& args) {
   const auto file = find_wan_profile(
@@ -66,10 +59,12 @@ int run_place(const PlaceArgs& args) {
   std::printf("place: WAN profile %s, %u regions, %s, %u shards\n", profile.name.c_str(), n,
               what.c_str(), total);
   std::printf("  even  %-48s modelled exchange %.3f s a round\n",
-              counts_text(regions, even).c_str(), even_s);
+              region_values_text(regions, even).c_str(), even_s);
   std::printf("  best  %-48s modelled exchange %.3f s a round (%.2fx)\n",
-              counts_text(regions, best.shards).c_str(), best.round_s, even_s / best.round_s);
-  std::printf("server:\n  shards_per_region: %s\n", counts_text(regions, best.shards).c_str());
+              region_values_text(regions, best.shards).c_str(), best.round_s,
+              even_s / best.round_s);
+  std::printf("server:\n  shards_per_region: %s\n",
+              region_values_text(regions, best.shards).c_str());
   return 0;
 }
 

@@ -59,12 +59,16 @@ bool RegionWorkers::uneven() const {
   return std::adjacent_find(counts_.begin(), counts_.end(), std::not_equal_to<>()) != counts_.end();
 }
 
-std::string RegionWorkers::text() const {
-  if (!uneven()) return std::to_string(largest());
+std::string region_values_text(const std::vector<std::string>& regions,
+                               const std::vector<uint32_t>& values) {
   std::string out = "{";
-  for (size_t i = 0; i < regions_.size(); ++i)
-    out += fmt::format("{}{}: {}", i ? ", " : "", regions_[i], counts_[i]);
+  for (size_t i = 0; i < regions.size(); ++i)
+    out += fmt::format("{}{}: {}", i ? ", " : "", regions[i], values[i]);
   return out + "}";
+}
+
+std::string RegionWorkers::text() const {
+  return uneven() ? region_values_text(regions_, counts_) : std::to_string(largest());
 }
 
 std::vector<uint32_t> read_region_counts(const YamlReader& in, const YAML::Node& node,
@@ -124,11 +128,7 @@ bool RegionBatches::uneven() const {
 }
 
 std::string RegionBatches::text() const {
-  if (regions_.empty()) return std::to_string(uniform_);
-  std::string out = "{";
-  for (size_t i = 0; i < regions_.size(); ++i)
-    out += fmt::format("{}{}: {}", i ? ", " : "", regions_[i], sizes_[i]);
-  return out + "}";
+  return regions_.empty() ? std::to_string(uniform_) : region_values_text(regions_, sizes_);
 }
 
 uint64_t RegionBatches::global(const RegionWorkers& workers) const {

@@ -78,6 +78,11 @@ class RegionBatches {
   std::vector<uint32_t> sizes_;
 };
 
+// "{us-east: 4, eu-west: 2}": a value per region as a config writes it (`values` parallel to
+// `regions`).
+std::string region_values_text(const std::vector<std::string>& regions,
+                               const std::vector<uint32_t>& values);
+
 // A count per region from <section>.<key> (`node`: the section, e.g. the config's `worker`; may
 // be absent): one number for every region (`fallback` when the key is absent), or a mapping
 // naming every region of `regions`; each in [lo, hi]; parallel to `regions`. InputError naming
