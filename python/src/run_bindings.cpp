@@ -121,8 +121,8 @@ py::dict leader_settings(const std::string& yaml_text, const std::string& source
   d["optimizer"] = opt;
   d["warmup_steps"] = c.warmup_steps;
   d["lr_decay"] = c.decay == worker::LrDecay::kCosine   ? "cosine"
-                 : c.decay == worker::LrDecay::kCyclic ? "cyclic"
-                                                       : "constant";
+                  : c.decay == worker::LrDecay::kCyclic ? "cyclic"
+                                                        : "constant";
   if (c.decay == worker::LrDecay::kCyclic) {
     py::dict cycle;
     cycle["period"] = c.lr_cycle_steps;

@@ -3,8 +3,8 @@
 #include <doctest/doctest.h>
 
 #include "core/error.hpp"
-#include "server/config.hpp"
 #include "models/model_spec.hpp"
+#include "server/config.hpp"
 #include "worker/config.hpp"
 #include "worker/run/local_step_config.hpp"
 

@@ -86,7 +86,9 @@ TEST_CASE("cyclic: cosines with warm restarts after the warm-up, each cycle M ti
                .cycle_steps = 4,
                .cycle_mult = 2};
   s.validate();
-  const auto cosine = [](double t) { return 0.1 + 0.3 * 0.5 * (1 + std::cos(std::numbers::pi * t)); };
+  const auto cosine = [](double t) {
+    return 0.1 + 0.3 * 0.5 * (1 + std::cos(std::numbers::pi * t));
+  };
   CHECK(s.at(0) == doctest::Approx(0.2));  // warm-up
   CHECK(s.at(2) == doctest::Approx(0.4));  // cycle 0 (steps 2-5) starts at the peak
   CHECK(s.at(4) == doctest::Approx(cosine(2.0 / 4)));

@@ -142,8 +142,8 @@ struct LrSchedule {
   uint64_t total_steps = 0;   // cosine: decays to min_lr at this step
   LrDecay decay = LrDecay::kConstant;
   float min_lr = 0.0f;
-  uint64_t cycle_steps = 0;  // cyclic: the first cycle's steps (> 0)
-  uint32_t cycle_mult = 1;   // cyclic: each cycle's length over the one before (>= 1)
+  uint64_t cycle_steps = 0;      // cyclic: the first cycle's steps (> 0)
+  uint32_t cycle_mult = 1;       // cyclic: each cycle's length over the one before (>= 1)
   uint32_t reference_batch = 0;  // > 0: scale base_lr by global_batch / reference_batch
   uint32_t global_batch = 0;
   LrScaling scaling = LrScaling::kLinear;  // with reference_batch > 0
