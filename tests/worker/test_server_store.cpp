@@ -6,9 +6,9 @@
 #include <thread>
 
 #include "server/param_server.hpp"
-#include "worker/leader/reply_wait.hpp"
 #include "worker/region/gloo_communicator.hpp"
 #include "worker/region/server_store.hpp"
+#include "worker/stopped.hpp"
 
 using namespace geotrain;
 using namespace std::chrono_literals;

@@ -15,6 +15,7 @@
 
 #include "core/error.hpp"
 #include "wire/client.hpp"
+#include "worker/stopped.hpp"
 
 namespace geotrain::worker {
 
@@ -24,14 +25,6 @@ namespace geotrain::worker {
 // (ReplyWait::disconnects_seen), so they may never come.
 // Thrown by collect(); the caller rejoins that server and retries the round's shards there.
 class ServerLost : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
-// The worker was asked to stop (SIGTERM, SIGINT) while it waited for a server: thrown by collect()
-// once the wait has lasted kStopGrace with the stop requested. The exchange in flight is abandoned;
-// the process ends without it (cli/cmd_worker.cpp), its last snapshot standing.
-class Stopped : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };

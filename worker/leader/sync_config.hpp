@@ -61,7 +61,8 @@ struct RoundReport {
   uint64_t bytes_pushed = 0;    // payload bytes sent (frames after the header)
   uint64_t bytes_pulled = 0;    // payload bytes received
   double push_seconds = 0;      // first push sent -> last push reply
-  double pull_seconds = 0;      // first pull sent -> last pull reply
+  double pull_seconds = 0;      // pulls sent after the push replies (a flush's): first -> last
+                                // reply; 0 when every pull went right behind its push
   uint32_t max_staleness = 0;   // the largest staleness a server reported for our pushes
   uint64_t gate_wait_us = 0;    // the longest time a push waited at a server's gate
   uint64_t released_round = 0;  // the oldest round released among the pulled shards

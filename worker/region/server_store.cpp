@@ -3,7 +3,7 @@
 #include <cstring>
 
 #include "core/error.hpp"
-#include "worker/leader/reply_wait.hpp"
+#include "worker/stopped.hpp"
 
 namespace geotrain::worker {
 

@@ -5,7 +5,7 @@
 // Owns one wire::Client (a DEALER to the server). Blocking: get() and wait() block until every
 // key is set (the server holds the request until then), up to `timeout`, then throw
 // SystemError; a stop requested on `stop` (SIGTERM) ends any of them within 0.1 s by throwing
-// Stopped (worker/leader/reply_wait.hpp): a worker told to stop does not wait out the timeout for
+// Stopped (worker/stopped.hpp): a worker told to stop does not wait out the timeout for
 // a peer or a server that will not come. Not thread-safe: one thread (Gloo calls the store from the
 // thread that builds the context). `options` carry the CURVE client keys when security.curve is on.
 // Keys are prefixed with `prefix` (e.g. "gloo/us-east/") to keep regions and runs apart.
