@@ -1,10 +1,13 @@
 """geotrain for PyTorch: OuterSync, a region's leader in a few lines (docs/python.md).
 
     sync = OuterSync(model, config="runs/<run>/config.yaml", region="us-east")
-    for step in range(sync.total_steps):
+    while sync.training:                               # rounds x H steps (range(total_steps))
         loss = train_step(model, opt, next(batches))   # your forward, backward, opt.step()
         sync.step(loss=loss)                           # every H steps: the WAN exchange
     sync.finish()
+
+With time-budgeted rounds (worker.round_time_ms), a round takes the steps that fit in the
+budget at the region's pace, not H: loop while sync.training.
 
 Every H = worker.local_steps calls, step() pushes the region's compressed delta (local -
 global base, error feedback on) to every region's server and pulls the new global parameters
@@ -107,14 +110,11 @@ class OuterSync:
             raise ValueError("OuterSync: the model has no parameters")
         s = self._settings(config, region, servers, overrides)
         self.settings = s
-        if s.get("round_time_ms", 0):
-            raise ValueError(
-                "OuterSync: worker.round_time_ms is {} (time-budgeted rounds), which the Python "
-                "API does not run yet: it counts worker.local_steps calls a round. Leave the key "
-                "out for Python leaders, or run the native workers".format(s["round_time_ms"]))
         self.local_steps = int(s["local_steps"])
         self.rounds = int(s["rounds"])
+        # At H steps a round; time-budgeted rounds (round_time_ms > 0) take as many as fit.
         self.total_steps = self.local_steps * self.rounds
+        self.round_time_ms = float(s.get("round_time_ms", 0))
         self._check_table(s["tensors"])
         self.curve = s["curve"]  # every server link is CURVE (keys from s["keys_dir"])
         # When each fragment is pushed and merged: the config's until the leader has connected,
@@ -139,6 +139,12 @@ class OuterSync:
         self._finished = False
         self._round_compute = 0.0
         self._round_wait = 0.0
+        self._in_round = 0  # steps of the round under way
+        self._round_steps = self.local_steps  # its count (time-budgeted rounds: planned)
+        self._budget = None
+        if self.round_time_ms > 0 and self.is_leader:
+            self._budget = _core.RoundBudget(self.round_time_ms / 1000.0,
+                                             int(s["max_local_steps"]), self.local_steps)
         self._last_step_end = time.monotonic()
         self._start = time.monotonic()
 
@@ -164,7 +170,10 @@ class OuterSync:
         if failure is not None:
             raise failure
         self._first_step = (self.round - 1) * self.local_steps  # global steps before this run
+        self._calendar = _core.MergeCalendar(self._schedule)
+        self._plan_round()
         self._broadcast()
+        self._last_step_end = time.monotonic()  # the first step's time starts here
 
     def _connect(self, s, region, metrics):
         """The leader's side of construction: the RegionSync (CURVE keys read here), the
@@ -319,18 +328,49 @@ class OuterSync:
 
     # -- the loop -------------------------------------------------------------------------
 
+    @property
+    def training(self):
+        """Whether rounds remain: loop `while sync.training` (time-budgeted rounds vary their
+        steps; with fixed H it is range(total_steps))."""
+        return self.round <= self.rounds
+
+    @property
+    def schedule_position(self):
+        """Where the learning-rate schedule stands after the steps so far, in steps at H a
+        round: (round - 1) x H + h x H / k after step h of a round of k (= the step count with
+        fixed H). Time-budgeted rounds: every region warms up and decays together by it, as the
+        native workers do (docs/training.md, "Uneven regions")."""
+        return ((self.round - 1) * self.local_steps +
+                self._in_round * self.local_steps / self._round_steps)
+
+    def _plan_round(self):
+        """The count of the round about to start: H, or with time-budgeted rounds the leader's
+        RoundBudget plan, which every rank of the region takes by broadcast."""
+        if self.round_time_ms <= 0:
+            return
+        steps = self._budget.plan() if self._budget is not None else 0
+        if self._group_size > 1:
+            count = torch.tensor([steps], dtype=torch.int64)
+            dist.broadcast(count, src=_global_rank(self._group, 0), group=self._group)
+            steps = int(count.item())
+        self._round_steps = steps
+
     def step(self, loss=None, **fields):
         """Call once per local step, after opt.step(). Runs the exchanges due after this step
-        (StreamingSync::after_step): every local_steps calls the round boundary, where it
-        returns True; otherwise False. Without overlap the parameters then hold the new global
-        values; with overlap they are merged `fragment_delay` steps after their push (one round
-        late by default); with fragments, a fragment's exchange may also change its part of the
-        parameters between round boundaries. `loss` (a float or a tensor) and other numeric
+        (StreamingSync::after_step): every local_steps calls (time-budgeted rounds: the round's
+        planned count) the round boundary, where it returns True; otherwise False. Without
+        overlap the parameters then hold the new global values; with overlap they are merged
+        `fragment_delay` steps after their push (one round late by default); with fragments, a
+        fragment's exchange may also change its part of the parameters between round
+        boundaries. `loss` (a float or a tensor) and other numeric
         fields go into the step's metrics event."""
         now = time.monotonic()
         compute = now - self._last_step_end
         self._round_compute += compute
+        if self._budget is not None:
+            self._budget.record_step(compute)
         self.steps += 1
+        self._in_round += 1
         if self._log:
             event = {"region": self.region, "rank": 0, "round": self.round, "step": self.steps,
                      "compute_s": compute, "comm_s": 0.0}
@@ -338,23 +378,28 @@ class OuterSync:
                 event["loss"] = float(loss)
             event.update({k: float(v) for k, v in fields.items()})
             self._log.write("step", event)
-        global_step = self._first_step + self.steps  # (round - 1) * H + h + 1
-        changes = self._schedule.changes_after(global_step)
+        # The step over the run ((round - 1) * H + h + 1 with fixed H) and its place in a round
+        # of the planned count, as the native trainer passes them.
+        global_step = self._first_step + self.steps
+        changes = self._calendar.changes_after(global_step, self._in_round, self._round_steps)
         if self._leader is not None:
             t0 = time.monotonic()
             if changes:
                 self._gather()
             # Reads and writes the buffer only when something is due (`changes`); otherwise it
             # only keeps the servers' heartbeats going.
-            self._merged += self._leader.after_step(global_step, self._flat_np)
+            self._merged += self._leader.after_step(global_step, self._flat_np, self._in_round,
+                                                    self._round_steps)
             if changes:
                 self._scatter()
             self._round_wait += time.monotonic() - t0
         if changes:
             self._broadcast()
-        boundary = self.steps % self.local_steps == 0
+        boundary = self._in_round == self._round_steps
         if boundary:
             self._boundary()
+            if self.training:
+                self._plan_round()
         self._last_step_end = time.monotonic()
         return boundary
 
@@ -364,13 +409,14 @@ class OuterSync:
         # The exchange fields as the native trainer writes them (worker/run/worker_events.hpp).
         fields = self._leader.take_round_fields() if self._leader is not None else {}
         if self._log:
-            event = {"region": self.region, "round": self.round, "steps": self.local_steps,
+            event = {"region": self.region, "round": self.round, "steps": self._round_steps,
                      "compute_s": self._round_compute, "comm_s": 0.0,
                      "wait_s": self._round_wait}
             event.update(fields)
             self._log.write("round", event)
         self._round_compute = 0.0
         self._round_wait = 0.0
+        self._in_round = 0
         self.round += 1
         self.rounds_done += 1
 
@@ -418,6 +464,9 @@ class OuterSync:
                          "compute_s": 0.0, "comm_s": 0.0, "wait_s": time.monotonic() - t0}
                 event.update(fields)
                 self._log.write("round", event)
+            if self._log:
+                self._log.write("tensor_motion", {"region": self.region,
+                                                  "tensors": self._leader.tensor_motion()})
             if flush:
                 global_model, global_error = self._flush()
             else:

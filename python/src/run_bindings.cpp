@@ -83,7 +83,8 @@ py::dict leader_settings(const std::string& yaml_text, const std::string& source
   outer["nesterov"] = c.outer.nesterov;
   d["outer"] = outer;
   d["local_steps"] = c.local_steps;
-  d["round_time_ms"] = c.round_time_ms;  // time-budgeted rounds: not run by OuterSync (yet)
+  d["round_time_ms"] = c.round_time_ms;  // time-budgeted rounds (0: none)
+  d["max_local_steps"] = c.max_local_steps;
   d["rounds"] = c.rounds;
   d["workers_per_region"] = c.workers.in(region);  // the leader's region's
   d["batch_size"] = c.batch_size.in(region);       // the leader's region's

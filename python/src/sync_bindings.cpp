@@ -36,6 +36,7 @@
 #include "worker/leader/region_sync.hpp"
 #include "worker/leader/streaming_sync.hpp"
 #include "worker/run/worker_events.hpp"
+#include "worker/training/round_budget.hpp"
 
 namespace geotrain::python {
 
@@ -68,6 +69,14 @@ py::dict flat_dict(const nlohmann::json& j) {
 }
 
 py::dict report_dict(const RoundReport& r) { return flat_dict(worker::report_fields(r)); }
+
+// A step's place in a round of any length: ValueError unless 1 <= in_round <= round_steps.
+void check_position(uint32_t in_round, uint32_t round_steps) {
+  if (in_round < 1 || in_round > round_steps)
+    throw py::value_error(
+        fmt::format("a step's place in its round is {} of {}: allowed 1 <= in_round <= round_steps",
+                    in_round, round_steps));
+}
 
 py::list report_list(const std::vector<RoundReport>& reports) {
   py::list out;
@@ -124,13 +133,19 @@ class RegionLeader {
 
   // After local step `step` (1-based over the whole run), in place on `local` (the flat
   // parameters): StreamingSync::after_step. Returns the reports of the exchanges merged.
-  py::list after_step(uint64_t step, const py::handle& local) {
+  // With `round_steps` > 0, in a round of that many steps, the step being its `in_round`th
+  // (time-budgeted rounds: StepPosition); 0: rounds of H steps.
+  py::list after_step(uint64_t step, const py::handle& local, uint32_t in_round,
+                      uint32_t round_steps) {
     require_training();
+    if (round_steps > 0) check_position(in_round, round_steps);
     auto v = float_view(local, true, "local");
     std::vector<RoundReport> reports;
     {
       py::gil_scoped_release nogil;
-      reports = session_->after_step(step, v.span);
+      reports = round_steps > 0 ? session_->after_step(
+                                      worker::StepPosition{step, in_round, round_steps}, v.span)
+                                : session_->after_step(step, v.span);
     }
     return report_list(reports);
   }
@@ -151,6 +166,15 @@ class RegionLeader {
   // The `round` event's exchange fields of every exchange merged since the last call (after_step
   // and finish), as the native trainer writes them (worker::exchange_fields); {} when none.
   py::dict take_round_fields() { return flat_dict(session_->take_round_fields()); }
+
+  // The `tensor_motion` event's tensors (worker::motion_event): how far each tensor moved in the
+  // pulls so far, a list of dicts in the table's order.
+  py::list tensor_motion() const {
+    py::list out;
+    const auto event = worker::motion_event("", session_->sync().motion());
+    for (const auto& t : event.at("tensors")) out.append(flat_dict(t));
+    return out;
+  }
 
   // The end of a run, after finish(): RegionSync::flush, then `local` = the global model (the
   // mean of what the regions hold). Returns the `flush` event's figures. Raises what the flush
@@ -409,6 +433,39 @@ void bind_schedule(py::module_& m) {
       },
       py::arg("step"), py::arg("fragments"), py::arg("local_steps"), py::arg("delay"),
       "FragmentSchedule(local_steps, fragments, delay).changes_after(step)");
+  py::class_<worker::MergeCalendar>(
+      m, "MergeCalendar",
+      "changes_after() in rounds of any length (time-budgeted rounds): remembers the steps at "
+      "which the pushes made so far are merged; one per rank, fed every step in order")
+      .def(py::init<FragmentSchedule>(), py::arg("schedule"))
+      .def("set_schedule", &worker::MergeCalendar::set_schedule, py::arg("schedule"))
+      .def(
+          "changes_after",
+          [](worker::MergeCalendar& c, uint64_t step, uint32_t in_round, uint32_t round_steps) {
+            check_position(in_round, round_steps);
+            return c.changes_after(worker::StepPosition{step, in_round, round_steps});
+          },
+          py::arg("step"), py::arg("in_round"), py::arg("round_steps"),
+          "whether the leader's exchanges change the parameters after local step `step` "
+          "(1-based over the run), the `in_round`th of a round of `round_steps`");
+  py::class_<worker::RoundBudget>(
+      m, "RoundBudget",
+      "how many local steps a time-budgeted round takes (worker/training/round_budget.hpp): the "
+      "steps that fit in the budget at the pace of the round before, the rounding carried")
+      .def(py::init([](double budget_s, uint32_t max_steps, uint32_t first_steps) {
+             if (!(budget_s > 0) || max_steps < 1)
+               throw py::value_error(fmt::format(
+                   "RoundBudget: budget_s {} and max_steps {}: allowed budget_s > 0 and "
+                   "max_steps >= 1",
+                   budget_s, max_steps));
+             return worker::RoundBudget(budget_s, max_steps, first_steps);
+           }),
+           py::arg("budget_s"), py::arg("max_steps"), py::arg("first_steps"))
+      .def("record_step", &worker::RoundBudget::record_step, py::arg("seconds"),
+           "one step of the round under way took `seconds`")
+      .def("plan", &worker::RoundBudget::plan,
+           "the next round's count, from the pace of the steps recorded since the last call")
+      .def_property_readonly("pace_s", &worker::RoundBudget::pace_s);
 }
 
 }  // namespace
@@ -467,9 +524,11 @@ connect() raises HandshakeError (a ConnectionError) when a server refuses the co
            "register with every server and pull the global values; origin: the common initial "
            "parameters (the servers hold the sum of deltas from it). Returns the next round")
       .def("after_step", &RegionLeader::after_step, py::arg("step"), py::arg("local"),
+           py::arg("in_round") = 0, py::arg("round_steps") = 0,
            "after local step `step` (1-based over the run: (round - 1) * H + h + 1), in place on "
            "the flat parameters: merges the exchanges due, starts the fragments due; returns "
-           "the merged exchanges' reports (a list of dicts, often empty)")
+           "the merged exchanges' reports (a list of dicts, often empty). Time-budgeted rounds: "
+           "round_steps, the round's count, and in_round, the step's place in it (1-based)")
       .def("finish", &RegionLeader::finish, py::arg("last_step"), py::arg("local"),
            py::arg("flush_follows") = false,
            "the end of training after `last_step`: merges what is in flight and exchanges every "
@@ -481,6 +540,10 @@ connect() raises HandshakeError (a ConnectionError) when a server refuses the co
            "the round event's exchange fields (bytes, seconds, staleness, merged_round, ...) of "
            "every exchange merged since the last call, as the native trainer writes them; {} when "
            "none")
+      .def("tensor_motion", &RegionLeader::tensor_motion,
+           "the tensor_motion event's tensors: each tensor's name, elements, critical and "
+           "relative_update (the RMS size of a pull's change against the tensor's), over the pulls "
+           "so far")
       .def("flush", &RegionLeader::flush, py::arg("local"),
            "the end of a run, after finish(): pushes the progress not pushed yet (fp32), waits "
            "for every live region's flush and pulls the global model into `local` (in place); "

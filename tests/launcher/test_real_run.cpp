@@ -135,6 +135,25 @@ TEST_CASE("geotrain run trains 2 regions through netsim and leaves summary, repo
   CHECK(s["mean_staleness"].is_number());
   CHECK(s["time_to_target_seconds"].is_number());
   check_global_model(dir, s);
+  // Each leader measured how far every tensor moved (the tensor_motion event), and `geotrain
+  // critical` ranks the tensors from it.
+  for (const std::string region : {"us-east", "eu-west"}) {
+    const auto motion = events(dir / ("worker-" + region + "-0.metrics.jsonl"), "tensor_motion");
+    REQUIRE(motion.size() == 1);
+    const auto& tensors = motion[0]["tensors"];
+    REQUIRE(tensors.size() == 4);
+    for (const auto& t : tensors) {
+      CAPTURE(t.dump());
+      CHECK(t["relative_update"].get<double>() > 0);
+      CHECK(t["critical"] == t["name"].get<std::string>().starts_with("fc2."));
+    }
+    CHECK(tensors[0]["elements"] == 784 * 32);
+  }
+  const auto critical = run("critical " + dir.string() + " --lag-share 0.02");
+  INFO(critical.text);
+  CHECK(critical.code == 0);
+  // fc1.weight holds 98.6% of the elements: it stays critical at any share below that.
+  CHECK(critical.text.find("  critical: [\"fc1.weight\"") != std::string::npos);
   for (const char* f :
        {"report.md", "config.yaml", "netsim.yaml", "netsim.jsonl", "worker-us-east-0.metrics.jsonl",
         "worker-eu-west-0.metrics.jsonl", "server-us-east.log", "loss_accuracy_vs_time.png",

@@ -6,6 +6,7 @@ import json
 import os
 import tempfile
 import threading
+import time
 import unittest
 
 import numpy as np
@@ -28,13 +29,13 @@ server:
   optimizer: {{lr: 1.0, momentum: 0.0}}
   heartbeat_ms: 200
   dead_after_ms: 30000
-worker:
+{server_extra}worker:
   local_steps: 2
   rounds: 3
   critical_codec: {critical_codec}
   noncritical_codec: {noncritical}
   overlap: {overlap}
-run:
+{worker_extra}run:
   name: outer-sync
   wan_profile: {wan}
   plots: false
@@ -67,14 +68,16 @@ def tiny_model():
 
 
 class TwoRegions(unittest.TestCase):
-    def start(self, tmp, overlap=False, noncritical="fp32", critical=("*",), critical_codec="fp32"):
+    def start(self, tmp, overlap=False, noncritical="fp32", critical=("*",), critical_codec="fp32",
+              server_extra="", worker_extra=""):
         # Critical tensors are combined synchronously: each round's global step is exactly the
         # mean of the regions' deltas. (Non-critical ones apply on arrival: no closed form.)
         critical = list(critical)
         base = os.path.join(tmp, "base.yaml")
         with open(base, "w") as f:
             f.write(BASE.format(overlap=str(overlap).lower(), noncritical=noncritical,
-                                critical_codec=critical_codec,
+                                critical_codec=critical_codec, server_extra=server_extra,
+                                worker_extra=worker_extra,
                                 wan=os.path.join(_support.source_dir(), "configs/wan/lan.yaml")))
         config = config_for_model(base, tiny_model().named_parameters(),
                                   os.path.join(tmp, "config.yaml"), critical=critical)
@@ -84,11 +87,13 @@ class TwoRegions(unittest.TestCase):
         self.addCleanup(servers.stop)
         return servers
 
-    def run_region(self, servers, region, increment, results, model, **options):
+    def run_region(self, servers, region, increment, results, model, step_s=0.0, **options):
         start = [p.detach().clone() for p in model.parameters()]
         sync = OuterSync(model, config=servers.config, region=region, **options)
         history = []
-        for _ in range(sync.total_steps):
+        while sync.training:  # rounds x H steps; time-budgeted rounds: as many as fit
+            if step_s:
+                time.sleep(step_s)  # this region's "hardware"
             with torch.no_grad():
                 for p in model.parameters():
                     p.add_(increment)  # the "local optimizer": a known delta per step
@@ -98,7 +103,8 @@ class TwoRegions(unittest.TestCase):
         sync.finish(evaluate=lambda: {"test_accuracy": 0.75}, test_accuracy=0.5)
         results[region] = history
 
-    def run_both(self, servers, **options):
+    def run_both(self, servers, step_s=None, **options):
+        step_s = step_s or {}
         results, errors = {}, []
         # Built here, one after the other: torch.manual_seed and the initialisers share one global
         # generator, which two threads building models at once would race on.
@@ -106,7 +112,8 @@ class TwoRegions(unittest.TestCase):
 
         def target(region, inc):
             try:
-                self.run_region(servers, region, inc, results, models[region], **options)
+                self.run_region(servers, region, inc, results, models[region],
+                                step_s.get(region, 0.0), **options)
             except Exception as e:  # reported below, not lost in the thread
                 errors.append(e)
 
@@ -135,6 +142,37 @@ class TwoRegions(unittest.TestCase):
             self.assertGreater(summary["wan_wire_bytes_total"], 0)  # netsim carried the WAN
             self.assertTrue(os.path.exists(os.path.join(servers.run_dir, "report.md")))
             self.assertTrue(os.path.exists(os.path.join(servers.run_dir, "params-a.f32")))
+
+    def test_time_budgeted_rounds_take_the_steps_that_fit_and_merge_by_tokens(self):
+        # worker.round_time_ms: 0.5 s a round. Region b's steps take 0.45 s, a's about 0.02 (up to
+        # 0.1 on a loaded machine): after the first round (H = 2, no pace known yet) b takes 1 step
+        # a round (1.11, the rest carried) and a as many as fit, at most max_local_steps; the
+        # servers weigh each delta by its tokens (steps here).
+        with tempfile.TemporaryDirectory() as tmp:
+            servers = self.start(tmp, server_extra="  consistency: {weighting: tokens}\n",
+                                 worker_extra="  round_time_ms: 500\n  max_local_steps: 6\n")
+            results = self.run_both(servers, step_s={"a": 0.02, "b": 0.45})
+            self.assertEqual(servers.wait(60), 0)
+            counts = {}
+            for region in ("a", "b"):
+                events = read_events(os.path.join(servers.run_dir,
+                                                  f"worker-{region}-0.metrics.jsonl"))
+                counts[region] = [e["steps"] for e in events if e["event"] == "round"]
+            self.assertEqual(counts["a"][0], 2)
+            self.assertEqual(counts["b"][0], 2)
+            self.assertEqual(counts["b"][1:], [1, 1])
+            self.assertTrue(all(k >= 5 for k in counts["a"][1:]), counts)
+            # Each round's global step: the token-weighted mean of a's k_a x (+1) and b's
+            # k_b x (+3), the same in both regions.
+            total, expected = 0.0, []
+            for ka, kb in zip(counts["a"], counts["b"]):
+                total += (ka * ka * 1.0 + kb * kb * 3.0) / (ka + kb)
+                expected.append(total)
+            for region in ("a", "b"):
+                self.assertEqual(len(results[region]), 3, region)
+                for got, want in zip(results[region], expected):
+                    for value in got:
+                        self.assertAlmostEqual(value, want, places=4)
 
     def test_a_python_leader_takes_error_feedback_and_shard_wait_from_the_config(self):
         # worker.error_feedback.decay and worker.shard_wait_ms shape the leader's sync as in the
@@ -185,6 +223,12 @@ class TwoRegions(unittest.TestCase):
                 events = read_events(os.path.join(run, f"worker-{region}-0.metrics.jsonl"))
                 flush = [e for e in events if e["event"] == "flush"]
                 self.assertEqual(len(flush), 1)
+                # The tensor motion, as the native leaders write it: every tensor moved.
+                motion = [e for e in events if e["event"] == "tensor_motion"]
+                self.assertEqual(len(motion), 1)
+                self.assertEqual([t["name"] for t in motion[0]["tensors"]],
+                                 ["0.weight", "0.bias", "1.weight", "1.bias"])
+                self.assertTrue(all(t["relative_update"] > 0 for t in motion[0]["tensors"]))
                 self.assertTrue(flush[0]["global_model"])
                 done = [e for e in events if e["event"] == "done"][0]
                 self.assertTrue(done["global_model"])
@@ -224,18 +268,26 @@ class Schedule(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "fragments <= local_steps"):
             geotrain._core.FragmentSchedule(2, 4, 0)
 
-    def test_time_budgeted_rounds_are_refused_by_name(self):
-        # OuterSync counts local_steps calls a round: a config that budgets rounds in time is
-        # refused before anything connects, naming the key.
-        with tempfile.TemporaryDirectory() as tmp:
-            path = os.path.join(tmp, "budget.yaml")
-            with open(path, "w", encoding="utf-8") as f:
-                f.write('regions: [a]\nserver: {endpoints: {a: "tcp://127.0.0.1:1"}}\n'
-                        "model: {tensors: [{name: 0.weight, size: 12}, {name: 0.bias, size: 3},"
-                        " {name: 1.weight, size: 6}, {name: 1.bias, size: 2}]}\n"
-                        "worker: {external: true, local_steps: 4, round_time_ms: 900}\n")
-            with self.assertRaisesRegex(ValueError, "worker.round_time_ms is 900"):
-                OuterSync(tiny_model(), config=path, region="a")
+    def test_the_round_budget_and_merge_calendar_bindings(self):
+        # RoundBudget: H until a pace is known, then the steps that fit, the rounding carried
+        # (0.75 s at 0.5 s a step: 1.5 -> 2, then 1.5 - 0.5 -> 1, then 2 again: 1.5 a round).
+        budget = geotrain._core.RoundBudget(0.75, 6, 4)
+        self.assertEqual(budget.plan(), 4)
+        for _ in range(4):
+            budget.record_step(0.5)
+        self.assertEqual(budget.plan(), 2)
+        self.assertEqual(budget.pace_s, 0.5)
+        self.assertEqual([budget.plan() for _ in range(4)], [1, 2, 1, 2])
+        with self.assertRaisesRegex(ValueError, "budget_s 0"):
+            geotrain._core.RoundBudget(0.0, 6, 4)
+        # MergeCalendar: one fragment, no delay: the parameters change after each round's last
+        # step, whatever its count.
+        calendar = geotrain._core.MergeCalendar(geotrain._core.FragmentSchedule(4, 1, 0))
+        self.assertEqual([calendar.changes_after(s, h, 3) for s, h in ((1, 1), (2, 2), (3, 3))],
+                         [False, False, True])
+        self.assertTrue(calendar.changes_after(4, 1, 1))
+        with self.assertRaisesRegex(ValueError, "place in its round is 3 of 2"):
+            calendar.changes_after(5, 3, 2)
 
 
 if __name__ == "__main__":

@@ -4,12 +4,14 @@
 // GT_ASSERT: it aborts, so it is not tested here.)
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <map>
 #include <vector>
 
 #include "compression/codecs.hpp"
 #include "wire/client.hpp"
 #include "worker/leader/shard.hpp"
+#include "worker/leader/tensor_motion.hpp"
 
 using namespace geotrain;
 using namespace geotrain::worker;
@@ -145,15 +147,17 @@ wire::Reply push_reply(uint64_t request, uint32_t staleness) {
   return r;
 }
 
-// A shard over elements [2, 5) of a table of 6.
+// A shard over elements [2, 5) of a table of 6: tensors a, b, c of 2 each.
 struct SliceFixture {
   std::vector<float> base = std::vector<float>(6, 0.0f);
   std::vector<float> origin{10, 10, 10, 10, 10, 10};
+  ParamTable layout{{{"a", 2}, {"b", 2}, {"c", 2}}, {"b"}};
+  TensorMotion motion{layout};
   LeaderShard sh;
   SliceFixture() {
     sh.offset = 2;
     sh.count = 3;
-    sh.bind(base, origin);
+    sh.bind(base, origin, motion);
   }
 };
 
@@ -181,6 +185,54 @@ TEST_CASE(
   CHECK(tally.max_staleness == 2);
   CHECK(tally.gate_wait_us == 250);
   CHECK_FALSE(f.sh.take(replies, "r", tally));  // nothing of its own left
+}
+
+TEST_CASE(
+    "a round's pulls add their changes per tensor to the tensor motion; a start's full pull not") {
+  SliceFixture f;
+  ShardTally tally;
+  std::map<uint64_t, wire::Reply> replies;
+  f.sh.full_pull(1, FullPull::start);  // base = origin + values: not a round's change
+  replies.emplace(1, pull_reply(1, 1, 0, true, {0, 0, 0}));
+  f.sh.take(replies, "r", tally);
+  for (const auto& row : f.motion.rows()) CHECK(row.relative_update == 0.0);
+  // Two changes, then a round's pull that sent the values (as an fp32 downlink does): origin + 0.
+  const std::vector<std::vector<float>> pulled = {{1, 2, 3}, {1, 1, -1}, {0, 0, 0}};
+  for (uint64_t k = 0; k < pulled.size(); ++k) {  // a push, its pull right behind it
+    const uint64_t push = 10 * (k + 1), pull = push + 1;
+    f.sh.push(push);
+    f.sh.pull(pull);
+    replies.emplace(push, push_reply(push, 0));
+    replies.emplace(pull, pull_reply(pull, 2 + k, 1 + k, k == 2, pulled[k]));
+    f.sh.take(replies, "r", tally);
+    REQUIRE(f.sh.phase() == ShardPhase::idle);
+    if (k == 1) CHECK(f.base == std::vector<float>{0, 0, 12, 13, 12, 0});
+  }
+  CHECK(f.base == std::vector<float>{0, 0, 10, 10, 10, 0});
+  const auto rows = f.motion.rows();
+  REQUIRE(rows.size() == 3);
+  CHECK(rows[0].name == "a");
+  CHECK(rows[0].relative_update == 0.0);  // outside the shard
+  // b: changes (1, 2), (1, 1), (-2, -3); values after (11, 12), (12, 13), (10, 10).
+  CHECK(rows[1].relative_update == doctest::Approx(std::sqrt(20.0 / (265.0 + 313.0 + 200.0))));
+  CHECK(rows[1].critical);
+  CHECK(rows[1].elements == 2);
+  // c's first element: changes 3, -1, -2; values after 13, 12, 10.
+  CHECK(rows[2].relative_update == doctest::Approx(std::sqrt(14.0 / (169.0 + 144.0 + 100.0))));
+  CHECK_FALSE(rows[2].critical);
+}
+
+TEST_CASE("tensor motion refuses a range outside the table, and mismatched spans") {
+  ParamTable layout{{{"a", 2}, {"b", 3}}, {}};
+  TensorMotion motion(layout);
+  const std::vector<float> two{1, 1}, three{1, 1, 1};
+  CHECK_THROWS_WITH_AS(motion.add(4, two, two), doctest::Contains("[4, 6) lie outside"),
+                       InputError);
+  CHECK_THROWS_AS(motion.add(0, two, three), InputError);
+  motion.add(1, two, two);  // the end of a and the start of b
+  const auto rows = motion.rows();
+  CHECK(rows[0].relative_update == doctest::Approx(1.0));
+  CHECK(rows[1].relative_update == doctest::Approx(1.0));
 }
 
 TEST_CASE(

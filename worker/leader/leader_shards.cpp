@@ -15,6 +15,7 @@ LeaderShards::LeaderShards(const ParamTable& layout, SyncConfig config, zmq::con
       uplink_(config_.region, config_.critical_codec, config_.noncritical_codec,
               config_.error_feedback_decay) {
   base_.assign(layout_.total_elements(), 0.0f);
+  motion_ = TensorMotion(layout_);
   GT_REQUIRE(config_.fragments >= 1 && config_.fragments <= 1024,
              "region {}: fragments is {}, must be in [1, 1024]", config_.region, config_.fragments);
   rounds_.assign(config_.fragment_count(), 1);
@@ -31,7 +32,7 @@ uint64_t LeaderShards::connect(uint64_t resume_at) {
   auto hellos = greet(links_, hello(), layout_, config_.tensor_segments, config_.timeout);
   hellos.adopt_layout(config_);
   shards_ = std::move(hellos.shards);
-  for (auto& sh : shards_) sh.bind(base_, origin_);
+  for (auto& sh : shards_) sh.bind(base_, origin_, motion_);
   const uint32_t frags = config_.fragment_count();
   const uint64_t first = std::max(hellos.first_round(), resume_at);
   rounds_.assign(frags, first);

@@ -31,6 +31,7 @@
 #include "worker/leader/server_links.hpp"
 #include "worker/leader/shard.hpp"
 #include "worker/leader/sync_config.hpp"
+#include "worker/leader/tensor_motion.hpp"
 #include "worker/leader/uplink.hpp"
 
 namespace geotrain::worker {
@@ -58,6 +59,7 @@ class LeaderShards {
 
   const SyncConfig& config() const { return config_; }
   ConstFloatSpan base() const { return base_; }
+  const TensorMotion& motion() const { return motion_; }
   size_t table_size() const { return base_.size(); }
   bool connected() const { return !shards_.empty(); }
   size_t servers() const { return links_.size(); }
@@ -123,6 +125,7 @@ class LeaderShards {
   std::vector<LeaderShard> shards_;
   std::vector<float> base_;
   std::vector<float> origin_;  // empty: zero
+  TensorMotion motion_;        // what the incremental pulls moved, per tensor
   Uplink uplink_;
   std::vector<uint64_t> rounds_;  // per fragment: the round it pushes next
   uint64_t startup_bytes_pulled_ = 0;

@@ -140,6 +140,8 @@ class RegionSync {
   FlushReport flush(FloatSpan local, const MergeSettled& merge_settled = {});
 
   ConstFloatSpan base() const { return shards_.base(); }
+  // How far each tensor moved in the pulls so far (TensorMotion).
+  const TensorMotion& motion() const { return shards_.motion(); }
   uint64_t next_round(uint32_t fragment = 0) const { return shards_.round(fragment); }
   // The element ranges of fragment p's shards (valid after connect()).
   std::vector<ElementRange> fragment_ranges(uint32_t fragment) const {

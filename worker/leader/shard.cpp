@@ -67,8 +67,9 @@ LeaderShard::LeaderShard(const wire::ShardInfo& info, size_t server_index, const
   for (size_t i = 0; i < segments.size(); ++i) segments[i].stream = (uint64_t{id} << 16) | i;
 }
 
-void LeaderShard::bind(FloatSpan base_table, ConstFloatSpan origin_table) {
+void LeaderShard::bind(FloatSpan base_table, ConstFloatSpan origin_table, TensorMotion& motion) {
   base_ = base_table.subspan(offset, count);
+  motion_ = &motion;
   origin_ = origin_table.empty() ? ConstFloatSpan{} : origin_table.subspan(offset, count);
 }
 
@@ -147,17 +148,29 @@ void LeaderShard::apply_pull(const wire::Reply& reply, const std::string& region
     if (d.data() != decoded.back().data()) decoded.back().assign(d.begin(), d.end());
     bytes += payload.size();
   }
+  // A round's pull (not a start's, a resync's or the flush's full pull) moves the tensor motion:
+  // by its change, or by new - old where it sent the values (an fp32 downlink does).
+  const bool round_pull = motion_ != nullptr && !full_;
+  std::vector<float> change;
   for (size_t k = 0; k < pr.segments.size(); ++k) {
     const auto at = pr.segments[k].offset;
     const auto& d = decoded[k];
     float* b = base_.data() + at;
-    if (pr.full && origin_.empty()) {
+    if (!pr.full) {
+      for (size_t j = 0; j < d.size(); ++j) b[j] += d[j];
+      if (round_pull) motion_->add(offset + at, d, ConstFloatSpan(b, d.size()));
+      continue;
+    }
+    if (round_pull) change.assign(b, b + d.size());
+    if (origin_.empty()) {
       std::copy(d.begin(), d.end(), b);
-    } else if (pr.full) {
+    } else {
       const float* o = origin_.data() + at;
       for (size_t j = 0; j < d.size(); ++j) b[j] = o[j] + d[j];
-    } else {
-      for (size_t j = 0; j < d.size(); ++j) b[j] += d[j];
+    }
+    if (round_pull) {
+      for (size_t j = 0; j < d.size(); ++j) change[j] = b[j] - change[j];
+      motion_->add(offset + at, change, ConstFloatSpan(b, d.size()));
     }
   }
   tally.bytes_pulled += bytes;

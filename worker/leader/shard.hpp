@@ -25,7 +25,8 @@
 // full_pull() and come back through take() like every other reply. ps-lite's push/pull
 // timestamps are the request ids kept here.
 //
-// Not thread-safe: RegionSync's thread. Buffers: base and origin are borrowed (bind()).
+// Not thread-safe: RegionSync's thread. Buffers: base, origin and the region's tensor motion are
+// borrowed (bind()).
 #pragma once
 
 #include <zmq.hpp>
@@ -41,6 +42,7 @@
 #include "core/param_table.hpp"
 #include "core/span.hpp"
 #include "wire/messages.hpp"
+#include "worker/leader/tensor_motion.hpp"
 
 namespace geotrain::worker {
 
@@ -111,7 +113,8 @@ class LeaderShard {
   ElementRange range() const { return {offset, count}; }
   // Its slices of the region's view of the global model and of the origin (whole tables; an
   // empty origin is zero). Call once the tables have their final size.
-  void bind(FloatSpan base_table, ConstFloatSpan origin_table);
+  // Each incremental pull's change to base is added to `motion` (TensorMotion).
+  void bind(FloatSpan base_table, ConstFloatSpan origin_table, TensorMotion& motion);
   // A fresh start: its server holds zeros, so base = origin, and nothing crosses the WAN.
   void start_from_origin();
   // The round its server counts for this region's round `our_round`.
@@ -195,6 +198,7 @@ class LeaderShard {
 
   FloatSpan base_;
   ConstFloatSpan origin_;
+  TensorMotion* motion_ = nullptr;
   ShardPhase phase_ = ShardPhase::idle;
   std::optional<uint64_t> push_id_, pull_id_;
   std::optional<FullPull> full_;  // what pull_id_ is, when a full pull

@@ -4,7 +4,9 @@
 
 #include <chrono>
 #include <cstring>
+#include <fstream>
 
+#include "core/error.hpp"
 #include "core/metrics_events.hpp"
 #include "models/model_file.hpp"
 #include "worker/leader/reply_wait.hpp"
@@ -125,6 +127,14 @@ void FinalModel::report(nlohmann::json& done, TrainResult& result) const {
   else
     spdlog::info("region {}: {} rounds, {} steps, {} (no global model: {})", region_, result.rounds,
                  result.steps, figure_text(*own_eval_), error_);
+}
+
+void FinalModel::write_own(const std::filesystem::path& run_dir) const {
+  const auto file = run_dir / fmt::format("params-{}.f32", region_);
+  std::ofstream out(file, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(own_.data()),
+            std::streamsize(own_.size() * sizeof(float)));
+  GT_REQUIRE(out.good(), "cannot write the final parameters to '{}'", file.string());
 }
 
 }  // namespace geotrain::worker

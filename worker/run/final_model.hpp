@@ -65,7 +65,9 @@ class FinalModel {
   // Evaluates the region's own parameters and, when there is one, the global model (`params`).
   void evaluate(const TrainingData& data, ModelBackend& backend, ConstFloatSpan params);
   const Evaluation& own_evaluation() const { return *own_eval_; }
-  ConstFloatSpan own_parameters() const { return own_; }
+  // The region's own final parameters, raw little-endian fp32 in the table's layout:
+  // <run_dir>/params-<region>.f32. InputError when it cannot be written.
+  void write_own(const std::filesystem::path& run_dir) const;
 
   // After evaluate(): the `done` event's fields and the result's figures (final_* are the global
   // model's, or the region's own without one), and the log line.

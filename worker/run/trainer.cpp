@@ -3,7 +3,6 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
-#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
@@ -30,6 +29,7 @@
 #include "worker/run/worker_checkpoint.hpp"
 #include "worker/run/worker_events.hpp"
 #include "worker/run/worker_metrics.hpp"
+#include "worker/run/worker_resume.hpp"
 #include "worker/training/local_step.hpp"
 #include "worker/training/round_budget.hpp"
 
@@ -42,91 +42,6 @@ using Clock = std::chrono::steady_clock;
 
 double since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-// Rounds go through the region's float collective: exact up to 2^24.
-constexpr uint64_t kMaxAgreedRound = uint64_t{1} << 24;
-
-// --resume: the newest snapshot round that every rank of the region has (each rank's newest
-// that verifies; the minimum over the ranks), and this rank's snapshot of that round. None
-// when some rank has none. Snapshots that fail verification are skipped with a warning naming
-// the file; the agreed round must then verify on every rank (InputError otherwise).
-std::optional<WorkerCheckpointState> agree_on_snapshot(const WorkerCheckpointStore& store,
-                                                       uint64_t identity, Communicator* comm,
-                                                       uint32_t rank, uint32_t per_region) {
-  std::vector<std::string> skipped;
-  auto newest = store.restore_latest(identity, &skipped);
-  for (const auto& why : skipped) spdlog::warn("snapshot skipped, not loaded: {}", why);
-  const uint64_t mine = newest ? newest->round : 0;
-  GT_REQUIRE(mine < kMaxAgreedRound,
-             "worker snapshot of round {} in '{}': rounds beyond {} cannot "
-             "be agreed on",
-             mine, store.dir().string(), kMaxAgreedRound);
-  uint64_t agreed = mine;
-  if (comm) {
-    std::vector<float> rounds(per_region, 0.0f);
-    rounds[rank] = static_cast<float>(mine);
-    comm->allreduce_sum(rounds);
-    agreed = static_cast<uint64_t>(*std::min_element(rounds.begin(), rounds.end()));
-  }
-  if (agreed == 0) return std::nullopt;
-  if (newest && newest->round == agreed) return newest;
-  return store.load_round(agreed, identity);
-}
-
-// The leader's side of --resume, once the servers said which round the region pushes next:
-// restores the uplink residuals when the snapshot is of the round just before (nothing was lost
-// in between) and drops them otherwise, and returns the `resume` event's fields.
-nlohmann::json resume_leader(const std::optional<WorkerCheckpointState>& snapshot, uint64_t next,
-                             RegionSync& sync, ConstFloatSpan params, const std::string& region) {
-  nlohmann::json j{{f::region, region}, {f::rank, 0}, {f::round, next}};
-  if (!snapshot) {
-    j[f::checkpoint_round] = nullptr;
-    j[f::stale_rounds] = next - 1;
-    j[f::rounds_replayed] = 0;
-    j[f::residuals] = "none";
-    return j;
-  }
-  const uint64_t from = snapshot->round + 1;
-  j[f::checkpoint_round] = snapshot->round;
-  // Rounds the servers released after the snapshot: their progress is in the servers' values,
-  // the local optimizer state and residual of them are not in the snapshot.
-  j[f::stale_rounds] = next > from ? next - from : 0;
-  // Rounds the servers lost (they restored an older checkpoint): trained again.
-  j[f::rounds_replayed] = next < from ? from - next : 0;
-  if (next == from) {
-    sync.restore_residuals(snapshot->residuals);
-    j[f::residuals] = "restored";
-    // The snapshot's parameters are the region's global values after its round, which the
-    // servers hold too: a mismatch means the servers restored another state than this region's.
-    size_t differ = 0;
-    const auto base = sync.base();
-    for (size_t i = 0; i < params.size(); ++i) differ += params[i] != base[i];
-    j[f::parameters_match_servers] = differ == 0;
-    if (differ > 0)
-      spdlog::warn(
-          "region {}: {} of {} parameters of the round-{} snapshot differ from the "
-          "servers' values; training goes on from the servers'",
-          region, differ, params.size(), snapshot->round);
-  } else {
-    j[f::residuals] = "dropped";
-  }
-  spdlog::info(
-      "region {}: resumed at round {} from the snapshot of round {} ({} stale, {} "
-      "replayed)",
-      region, next, snapshot->round, j[f::stale_rounds].get<uint64_t>(),
-      j[f::rounds_replayed].get<uint64_t>());
-  return j;
-}
-
-// The region's own final parameters, raw little-endian fp32 in the table's layout
-// (<run_dir>/params-<region>.f32).
-void write_region_parameters(const std::filesystem::path& run_dir, const std::string& region,
-                             ConstFloatSpan own) {
-  const auto file = run_dir / fmt::format("params-{}.f32", region);
-  std::ofstream out(file, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(own.data()), std::streamsize(own.size() * sizeof(float)));
-  GT_REQUIRE(out.good(), "cannot write the final parameters to '{}'", file.string());
 }
 
 // One run of a worker, in the order Trainer::run calls it: the constructor builds what every
@@ -577,6 +492,7 @@ void WorkerRun::end_exchange(uint64_t next_round, std::optional<FinalModel>& fin
     j.update(session_->take_round_fields());
     log_->write(events::name::round, j);
   }
+  log_->write(events::name::tensor_motion, motion_event(region_, session_->sync().motion()));
   // One global model out of the regions' views (worker/run/final_model.hpp); not for a stopped
   // run, whose snapshots hold the residuals.
   final_model.emplace(params_, region_);
@@ -618,7 +534,7 @@ TrainResult WorkerRun::finish(uint64_t next_round) {
     log_->write(events::name::eval, eval_event(region_, final_model->own_evaluation(),
                                                next_round - 1, result_.steps, tokens_per_step()));
     final_model->report(done, result_);
-    write_region_parameters(config_.run_dir, region_, final_model->own_parameters());
+    final_model->write_own(config_.run_dir);
   }
   result_.wall_seconds = since(start_);
   done[f::wall_s] = result_.wall_seconds;

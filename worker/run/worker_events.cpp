@@ -118,4 +118,14 @@ nlohmann::json eval_event(const std::string& region, const Evaluation& e, uint64
   return j;
 }
 
+nlohmann::json motion_event(const std::string& region, const TensorMotion& motion) {
+  auto tensors = nlohmann::json::array();
+  for (const auto& row : motion.rows())
+    tensors.push_back({{"name", row.name},
+                       {"elements", row.elements},
+                       {"critical", row.critical},
+                       {"relative_update", row.relative_update}});
+  return {{f::region, region}, {f::tensors, std::move(tensors)}};
+}
+
 }  // namespace geotrain::worker

@@ -12,6 +12,7 @@
 #include "worker/config.hpp"
 #include "worker/data/training_data.hpp"
 #include "worker/leader/region_sync.hpp"
+#include "worker/leader/tensor_motion.hpp"
 
 namespace geotrain::worker {
 
@@ -37,5 +38,9 @@ nlohmann::json start_event(const WorkerConfig& c, const std::string& region, uin
 // on which runs of different batch sizes and H compare.
 nlohmann::json eval_event(const std::string& region, const Evaluation& e, uint64_t round,
                           uint64_t step, uint64_t tokens_per_step);
+
+// The leaders' `tensor_motion` event, once the exchanges ended: each tensor's name, elements,
+// class and relative update per pull (TensorMotion), in the table's order.
+nlohmann::json motion_event(const std::string& region, const TensorMotion& motion);
 
 }  // namespace geotrain::worker
