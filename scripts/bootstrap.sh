@@ -5,7 +5,8 @@
 #   bootstrap.sh run   what building the `geotrain` binary and running it needs (scripts/demo.sh):
 #                      the libraries it links, the data, matplotlib for the plots
 #   bootstrap.sh       everything the tests need (scripts/test.sh): the above plus doctest,
-#                      PyTorch (the tests' reference), pybind11, prometheus_client and iproute2
+#                      PyTorch (the tests' reference), pybind11, prometheus_client, iproute2 and
+#                      Open MPI's mpirun
 #   bootstrap.sh fuzz  the above plus clang and its libFuzzer, for fuzzing campaigns (the CMake
 #                      preset `fuzz`, docs/fuzzing.md); the test command replays the corpora
 #                      without them
@@ -32,6 +33,7 @@ if [ "$mode" != run ]; then
     python3-torch python3-dev pybind11-dev
     python3-prometheus-client  # tests/python: the /metrics endpoints read by an independent parser
     iproute2                   # test_netns: regions on hosts of their own (network namespaces)
+    openmpi-bin                # test_mpirun: a deployment launched by mpirun (docs/deploy.md)
   )
 fi
 if [ "$mode" = fuzz ]; then

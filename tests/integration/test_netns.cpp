@@ -18,6 +18,7 @@
 #include <functional>
 
 #include "cluster.hpp"
+#include "deployment.hpp"
 #include "process.hpp"
 #include "temp_dir.hpp"
 
@@ -66,62 +67,6 @@ class Hosts {
   size_t made_ = 0;
 };
 
-const std::vector<std::string> kRegions = {"a", "b", "c"};
-
-std::string config(const std::filesystem::path& dir, const std::vector<std::string>& endpoints,
-                   const std::string& gloo_host, uint32_t streams) {
-  std::string eps;
-  for (size_t i = 0; i < kRegions.size(); ++i)
-    eps += fmt::format("{}{}: \"{}\"", i ? ", " : "", kRegions[i], endpoints[i]);
-  return fmt::format(R"(regions: [a, b, c]
-model: {{arch: "784-32-10", critical: ["*"]}}
-server:
-  endpoints: {{{}}}
-  run_dir: "{}"
-  dead_after_ms: 60000
-worker:
-  workers_per_region: 2
-  run_dir: "{}"
-  data_dir: "{}"
-  gloo_host: "{}"
-  streams_per_server: {}
-  batch_size: 16
-  local_steps: 2
-  rounds: 6
-  eval_every: 0
-  seed: 5
-  timeout_ms: 60000
-  critical_codec: fp32
-  noncritical_codec: fp32
-)",
-                     eps, dir.string(), dir.string(), kData, gloo_host, streams);
-}
-
-// Every region's server and two workers; `host(i)` the prefix that places region i's processes.
-void run(const std::filesystem::path& dir, const std::vector<std::string>& endpoints,
-         const std::function<std::vector<std::string>(size_t)>& host,
-         const std::function<std::string(size_t)>& gloo_host, uint32_t streams) {
-  std::vector<std::unique_ptr<Process>> servers, workers;
-  for (size_t i = 0; i < kRegions.size(); ++i) {
-    const auto file = dir / fmt::format("config-{}.yaml", kRegions[i]);
-    std::ofstream(file) << config(dir, endpoints, gloo_host(i), streams);
-    servers.push_back(std::make_unique<Process>(
-        std::vector<std::string>{"server", "--config", file.string(), "--region", kRegions[i]},
-        dir / fmt::format("server-{}.log", kRegions[i]), host(i)));
-    for (int k = 0; k < 2; ++k)
-      workers.push_back(std::make_unique<Process>(
-          std::vector<std::string>{"worker", "--config", file.string(), "--region", kRegions[i],
-                                   "--rank", std::to_string(k)},
-          dir / fmt::format("worker-{}-{}.log", kRegions[i], k), host(i)));
-  }
-  for (auto& w : workers) {
-    const auto code = w->wait(180s);
-    REQUIRE_MESSAGE(code.value_or(-1) == 0, "a worker failed:\n", w->log());
-  }
-  for (auto& s : servers) s->terminate();
-  for (auto& s : servers) CHECK(s->wait(20s).value_or(-1) == 0);
-}
-
 }  // namespace
 
 TEST_CASE("regions in their own network namespaces train as on loopback, bit for bit") {
@@ -136,13 +81,13 @@ TEST_CASE("regions in their own network namespaces train as on loopback, bit for
   const auto split = dir.path() / "apart", local = dir.path() / "loopback";
   std::filesystem::create_directories(split);
   std::filesystem::create_directories(local);
-  run(
+  run_by_hand(
       split, apart,
       [&](size_t i) {
         return std::vector<std::string>{"ip", "netns", "exec", hosts.ns(i)};
       },
       [](size_t i) { return Hosts::address(i); }, 4);
-  run(
+  run_by_hand(
       local, here, [](size_t) { return std::vector<std::string>{}; },
       [](size_t) { return std::string("127.0.0.1"); }, 1);
   for (const auto& r : kRegions) {
