@@ -5,8 +5,8 @@
 #   bootstrap.sh run   what building the `geotrain` binary and running it needs (scripts/demo.sh):
 #                      the libraries it links, the data, matplotlib for the plots
 #   bootstrap.sh       everything the tests need (scripts/test.sh): the above plus doctest,
-#                      PyTorch (the tests' reference), pybind11, prometheus_client, iproute2 and
-#                      Open MPI's mpirun
+#                      PyTorch (the tests' reference), pybind11, prometheus_client, iproute2,
+#                      Open MPI's mpirun, and Slurm's daemons with munge (test_slurm starts its own)
 #   bootstrap.sh fuzz  the above plus clang and its libFuzzer, for fuzzing campaigns (the CMake
 #                      preset `fuzz`, docs/fuzzing.md); the test command replays the corpora
 #                      without them
@@ -34,6 +34,7 @@ if [ "$mode" != run ]; then
     python3-prometheus-client  # tests/python: the /metrics endpoints read by an independent parser
     iproute2                   # test_netns: regions on hosts of their own (network namespaces)
     openmpi-bin                # test_mpirun: a deployment launched by mpirun (docs/deploy.md)
+    slurmctld slurmd slurm-client munge  # test_slurm: a Slurm of its own runs the job script
   )
 fi
 if [ "$mode" = fuzz ]; then

@@ -42,10 +42,11 @@ class Process {
   // `prefix`: a command that runs the binary (e.g. `ip netns exec NS`), found on PATH.
   Process(std::vector<std::string> args, const std::filesystem::path& log,
           std::vector<std::string> prefix = {})
-      : log_(log) {
+      : Process(with_binary(std::move(args), std::move(prefix)), log, Program{}) {}
+  // Another program than geotrain (a daemon a test runs: argv[0] found on PATH).
+  struct Program {};
+  Process(std::vector<std::string> args, const std::filesystem::path& log, Program) : log_(log) {
     std::vector<char*> argv;
-    args.insert(args.begin(), GEOTRAIN_BINARY);
-    args.insert(args.begin(), prefix.begin(), prefix.end());
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
     posix_spawn_file_actions_t actions;
@@ -92,6 +93,13 @@ class Process {
   }
 
  private:
+  static std::vector<std::string> with_binary(std::vector<std::string> args,
+                                              std::vector<std::string> prefix) {
+    args.insert(args.begin(), GEOTRAIN_BINARY);
+    args.insert(args.begin(), prefix.begin(), prefix.end());
+    return args;
+  }
+
   pid_t pid_ = -1;
   std::optional<int> exit_code_;
   std::filesystem::path log_;
