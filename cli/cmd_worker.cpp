@@ -64,6 +64,17 @@ int run_worker(const WorkerArgs& args) {
     std::tie(region, rank) = config.workers.place(launch->rank);
     spdlog::info("worker: region {} rank {} from {}={}", region, rank, launch->variable,
                  launch->rank);
+  } else if (!args.rank.has_value()) {
+    // One site per cluster: its launcher numbers the region's own workers.
+    if (const auto launch = rank_from_environment()) {
+      GT_REQUIRE(launch->rank < config.workers.in(region),
+                 "{}={}: region {} has only {} workers (worker.workers_per_region {})",
+                 launch->variable, launch->rank, region, config.workers.in(region),
+                 config.workers.text());
+      rank = launch->rank;
+      spdlog::info("worker: region {} rank {} from {}={}", region, rank, launch->variable,
+                   launch->rank);
+    }
   }
 
   zmq::context_t context;
@@ -97,7 +108,7 @@ void add_worker_command(CLI::App& app, CommandList& commands) {
       "--region", args->region,
       "the region this worker belongs to (default: from the launcher's rank, e.g. SLURM_PROCID)");
   cmd->add_option("--rank", args->rank,
-                  "rank inside the region, 0 = leader (default 0 with --region)");
+                  "rank inside the region, 0 = leader (default with --region: the launcher's rank within the region, e.g. SLURM_PROCID of a site's own job, else 0)");
   cmd->add_option("--run-dir", args->run_dir, "write metrics here instead of worker.run_dir");
   cmd->add_option("--set", args->sets,
                   "override a config key, e.g. --set worker.lr=0.2 (YAML value; repeatable; "

@@ -29,6 +29,8 @@ void add_chaos_command(CLI::App& app, CommandList& commands);
 void add_place_command(CLI::App& app, CommandList& commands);
 // `critical`: the tensors that may lag, from a finished run (cmd_critical.cpp, docs/training.md).
 void add_critical_command(CLI::App& app, CommandList& commands);
+// `site`: the files one site needs to run its region (cmd_site.cpp, docs/deploy.md).
+void add_site_command(CLI::App& app, CommandList& commands);
 // `bench netsim`, added by add_bench_command (defined in cmd_netsim.cpp).
 void add_netsim_bench_command(CLI::App& bench, CommandList& commands);
 

@@ -60,6 +60,7 @@ int main(int argc, char** argv) {
   geotrain::cli::add_chaos_command(app, commands);
   geotrain::cli::add_place_command(app, commands);
   geotrain::cli::add_critical_command(app, commands);
+  geotrain::cli::add_site_command(app, commands);
 
   if (argc == 1) {  // no subcommand: show what there is, rather than only that one is missing
     std::fputs(app.help().c_str(), stderr);

@@ -323,6 +323,10 @@ TEST_CASE(
           "JOB_COMPLETION_INDEX");
   CHECK(r.code == 2);
   CHECK(r.out.find("--region is missing and no launcher rank is set") != std::string::npos);
+  // With --region alone (one site's own launcher), the rank numbers the region's workers.
+  r = run("worker --config " + config.string() + " --region b", "SLURM_PROCID=1");
+  CHECK(r.code == 2);
+  CHECK(r.out.find("SLURM_PROCID=1: region b has only 1 workers") != std::string::npos);
   std::filesystem::remove_all(dir);
 }
 

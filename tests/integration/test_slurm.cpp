@@ -12,6 +12,7 @@
 // which ctest reports as SKIPPED, with the reason on stdout.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -88,7 +89,6 @@ PartitionName=test Nodes=localhost Default=YES MaxTime=INFINITE State=UP OverSub
 )",
         free_port(), free_port(), socket().string(), dir.string(), dir.string(), dir.string(),
         dir.string(), dir.string(), dir.string());
-    ::setenv("SLURM_CONF", conf().c_str(), 1);  // srun, sbatch and sinfo read it
     ctld_ = std::make_unique<Process>(
         std::vector<std::string>{"slurmctld", "-D", "-i", "-f", conf().string()},
         dir / "slurmctld.out", Process::Program{});
@@ -97,7 +97,7 @@ PartitionName=test Nodes=localhost Default=YES MaxTime=INFINITE State=UP OverSub
                                   dir / "slurmd.out", Process::Program{});
     // Up when the node is idle (the controller answers and the node registered).
     for (int i = 0; i < 100; ++i) {
-      if (run_text("sinfo -h -o %t").find("idle") != std::string::npos) return;
+      if (run_text(env() + " sinfo -h -o %t").find("idle") != std::string::npos) return;
       std::this_thread::sleep_for(200ms);
     }
     why_ = "the node did not come up within 20 s; slurmctld.log:\n" + tail("slurmctld.log") +
@@ -109,10 +109,11 @@ PartitionName=test Nodes=localhost Default=YES MaxTime=INFINITE State=UP OverSub
         p->terminate();
         p->wait(10s);
       }
-    ::unsetenv("SLURM_CONF");
   }
   // Why the daemons are not up; empty when they are.
   const std::string& why_not() const { return why_; }
+  // The environment a client command (sbatch, srun, sinfo) of this cluster runs with.
+  std::string env() const { return "SLURM_CONF=" + conf().string(); }
   std::string tail(const std::string& file) const {
     return run_text("tail -n 20 " + (dir_ / file).string());
   }
@@ -125,6 +126,44 @@ PartitionName=test Nodes=localhost Default=YES MaxTime=INFINITE State=UP OverSub
   std::string why_;
   std::unique_ptr<Process> munged_, ctld_, slurmd_;
 };
+
+// Submits `script` from its folder to `cluster`; the job's id.
+std::string submit(const std::filesystem::path& script, const MiniSlurm& cluster) {
+  const auto folder = script.parent_path();
+  auto id = run_text(fmt::format("cd {} && {} sbatch --parsable --output={} {}", folder.string(),
+                                 cluster.env(), (folder / "job.out").string(), script.string()));
+  id = id.substr(0, id.find_first_of(";\n"));
+  const bool number = !id.empty() && id.find_first_not_of("0123456789") == std::string::npos;
+  REQUIRE_MESSAGE(number, "sbatch: ", id);
+  return id;
+}
+
+// The value of `key` (e.g. "JobState=") in scontrol's one-line output.
+std::string field(const std::string& line, const std::string& key) {
+  const auto at = line.find(key);
+  if (at == std::string::npos) return "";
+  const auto from = at + key.size();
+  return line.substr(from, line.find_first_of(" \n", from) - from);
+}
+
+// The job's exit code once it ended, polled every 0.2 s (sbatch --wait polls at growing
+// intervals, up to tens of seconds late); nullopt past `timeout`, the job then cancelled.
+std::optional<int> wait_job(const std::string& id, const MiniSlurm& cluster,
+                            std::chrono::seconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    const auto info = run_text(fmt::format("{} scontrol -o show job {}", cluster.env(), id));
+    const auto state = field(info, "JobState=");
+    if (state != "PENDING" && state != "RUNNING" && state != "CONFIGURING" &&
+        state != "COMPLETING" && !state.empty()) {
+      const auto code = field(info, "ExitCode=");  // "<exit code>:<signal>"
+      return code.empty() ? -1 : std::stoi(code.substr(0, code.find(':')));
+    }
+    std::this_thread::sleep_for(200ms);
+  }
+  run_text(fmt::format("{} scancel {}", cluster.env(), id));
+  return std::nullopt;
+}
 
 // docs/deploy.md's job script for one node: servers in the background of the job, then workers.
 std::string job_script(const std::filesystem::path& config) {
@@ -159,15 +198,10 @@ TEST_CASE("a Slurm job of servers and workers trains the model the processes sta
   std::ofstream(config) << deployment_config(launched, endpoints, "127.0.0.1", 1);
   std::ofstream(script) << job_script(config);
   const auto out = launched / "job.out";
-  // --wait: sbatch returns when the job ends, with its exit code.
-  const auto sbatch =
-      run_text(fmt::format("cd {} && timeout 170 sbatch --wait --output={} {}; echo exit=$?",
-                           launched.string(), out.string(), script.string()));
-  const auto job_log = run_text("cat " + out.string());
-  INFO("sbatch: ", sbatch, "\njob output:\n", job_log, "\nslurmd.log:\n",
+  const auto code = wait_job(submit(script, *slurm), *slurm, 170s);
+  INFO("job output:\n", run_text("cat " + out.string()), "\nslurmd.log:\n",
        slurm->tail("slurmd.log"));
-  REQUIRE(sbatch.find("Submitted batch job") != std::string::npos);
-  CHECK(sbatch.find("exit=0") != std::string::npos);
+  CHECK(code.value_or(-1) == 0);
   for (const auto& r : kRegions) {
     const auto rounds = events(launched / fmt::format("worker-{}-0.metrics.jsonl", r), "round");
     CHECK_MESSAGE(rounds.size() == 6, "region ", r);
@@ -186,6 +220,119 @@ TEST_CASE("a Slurm job of servers and workers trains the model the processes sta
     REQUIRE(a.size() == b.size());
     CHECK_MESSAGE(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0, "region ", r,
                   ": parameters differ between the Slurm job and the processes started by hand");
+  }
+}
+
+// Site `region`'s files, written by `geotrain site` into dir/site-<region>.
+std::filesystem::path write_site(const std::filesystem::path& dir,
+                                 const std::filesystem::path& config, const std::string& region) {
+  const auto site = dir / ("site-" + region);
+  const auto out = run_text(fmt::format("{0} site --config {1} --region {2} --out {3} --binary {0}",
+                                        GEOTRAIN_BINARY, config.string(), region, site.string()));
+  REQUIRE_MESSAGE(std::filesystem::exists(site / "slurm.sh"), out);
+  return site;
+}
+
+// Three clusters: the run's own (a) and two more.
+struct Sites {
+  TempDir dir{"slurm-sites"};
+  MiniSlurm b{dir.path() / "slurm-b"}, c{dir.path() / "slurm-c"};
+  std::vector<const MiniSlurm*> clusters{slurm, &b, &c};
+  bool up() const { return slurm && b.why_not().empty() && c.why_not().empty(); }
+};
+
+TEST_CASE(
+    "three sites, each with its own Slurm, run `geotrain site`'s scripts: the one-host model") {
+  Sites sites;
+  REQUIRE_MESSAGE(sites.up(), sites.b.why_not(), sites.c.why_not());
+  std::vector<std::string> endpoints;
+  for (size_t i = 0; i < kRegions.size(); ++i)
+    endpoints.push_back(fmt::format("tcp://127.0.0.1:{}", free_port()));
+  const auto launched = sites.dir.path() / "sites", by_hand = sites.dir.path() / "by-hand";
+  std::filesystem::create_directories(launched);
+  std::filesystem::create_directories(by_hand);
+  const auto config = launched / "geo.yaml";
+  std::ofstream(config) << deployment_config(launched, endpoints, "127.0.0.1", 1);
+  std::vector<std::filesystem::path> folders;
+  std::vector<std::string> jobs;
+  for (size_t i = 0; i < kRegions.size(); ++i) {
+    folders.push_back(write_site(launched, config, kRegions[i]));
+    jobs.push_back(submit(folders.back() / "slurm.sh", *sites.clusters[i]));
+  }
+  for (size_t i = 0; i < kRegions.size(); ++i) {
+    const auto code = wait_job(jobs[i], *sites.clusters[i], 170s);
+    CHECK_MESSAGE(code.value_or(-1) == 0, "site ", kRegions[i], ":\n",
+                  run_text("cat " + (folders[i] / "job.out").string()));
+  }
+  std::vector<std::string> ports;
+  for (size_t i = 0; i < kRegions.size(); ++i)
+    ports.push_back(fmt::format("tcp://127.0.0.1:{}", free_port()));
+  run_by_hand(
+      by_hand, ports, [](size_t) { return std::vector<std::string>{}; },
+      [](size_t) { return std::string("127.0.0.1"); }, 1);
+  for (const auto& r : kRegions) {
+    const auto a = read_params(launched / fmt::format("params-{}.f32", r));
+    const auto b = read_params(by_hand / fmt::format("params-{}.f32", r));
+    REQUIRE(a.size() == b.size());
+    CHECK_MESSAGE(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0, "region ", r,
+                  ": parameters differ between the three sites and the processes started by hand");
+  }
+}
+
+TEST_CASE(
+    "a site's worker killed mid-run: its step starts again from the snapshots and the run ends") {
+  Sites sites;
+  REQUIRE_MESSAGE(sites.up(), sites.b.why_not(), sites.c.why_not());
+  std::vector<std::string> endpoints;
+  for (size_t i = 0; i < kRegions.size(); ++i)
+    endpoints.push_back(fmt::format("tcp://127.0.0.1:{}", free_port()));
+  const auto launched = sites.dir.path() / "sites";
+  std::filesystem::create_directories(launched);
+  const auto config = launched / "geo.yaml";
+  // 30 rounds of 2 steps of 100 ms (emulated), a snapshot every round.
+  auto text = deployment_config(launched, endpoints, "127.0.0.1", 1);
+  text.replace(text.find("rounds: 6"), 9, "rounds: 30");
+  std::ofstream(config)
+      << text << "  step_time_ms: {a: 100, b: 100, c: 100}\n  checkpoint: {every: 1, keep: 2}\n";
+  std::vector<std::filesystem::path> folders;
+  std::vector<std::string> jobs;
+  for (size_t i = 0; i < kRegions.size(); ++i) {
+    folders.push_back(write_site(launched, config, kRegions[i]));
+    jobs.push_back(submit(folders.back() / "slurm.sh", *sites.clusters[i]));
+  }
+  // Once region a has trained 3 rounds, SIGKILL one of its workers.
+  const auto leader_a = launched / "worker-a-0.metrics.jsonl";
+  for (int i = 0; i < 600 && events(leader_a, "round").size() < 3; ++i)
+    std::this_thread::sleep_for(100ms);
+  REQUIRE(events(leader_a, "round").size() >= 3);
+  const std::string needle = (folders[0] / "geo.yaml").string();
+  pid_t victim = 0;
+  for (const auto& p : std::filesystem::directory_iterator("/proc")) {
+    std::ifstream f(p.path() / "cmdline");
+    std::string cmd((std::istreambuf_iterator<char>(f)), {});
+    if (cmd.find(std::string("worker") + '\0') != std::string::npos &&
+        cmd.find(needle) != std::string::npos && cmd.find("srun") == std::string::npos)
+      victim = static_cast<pid_t>(std::stoi(p.path().filename().string()));
+    if (victim) break;
+  }
+  REQUIRE(victim > 0);
+  ::kill(victim, SIGKILL);
+  for (size_t i = 0; i < kRegions.size(); ++i) {
+    const auto code = wait_job(jobs[i], *sites.clusters[i], 170s);
+    CHECK_MESSAGE(code.value_or(-1) == 0, "site ", kRegions[i], ":\n",
+                  run_text("cat " + (folders[i] / "job.out").string()));
+  }
+  // Region a's workers started again as generation 1, from their snapshots, and every region
+  // finished its 30 rounds with the global model.
+  const auto starts = events(leader_a, "start");
+  REQUIRE(starts.size() == 2);
+  CHECK(starts[1]["generation"] == 1);
+  CHECK(run_text("cat " + (folders[0] / "job.out").string()).find("try 1 of 3") !=
+        std::string::npos);
+  for (const auto& r : kRegions) {
+    const auto done = events(launched / fmt::format("worker-{}-0.metrics.jsonl", r), "done");
+    REQUIRE_MESSAGE(!done.empty(), "region ", r);
+    CHECK(done.back()["global_model"] == true);
   }
 }
 
