@@ -1,11 +1,16 @@
-// Launched by a real Slurm, as docs/deploy.md's job script says: a Slurm controller and one node
-// daemon (Debian's slurmctld and slurmd, authenticated by their own munged), configured in a
-// temporary folder on loopback ports and stopped at the end, touching no service of the machine.
-// The job script is deploy.md's, but for one node instead of three (Debian's slurmd runs one node
-// a host) and the paths: one `srun` step of three servers (rank r serves region r) and one of six
-// workers (rank g is rank g % 2 of region g / 2), every process finding its place from
-// SLURM_PROCID. The trained parameters must equal, bit for bit, those of the same config started
-// by hand with --region and --rank.
+// Launched by a real Slurm, as docs/deploy.md says: Slurm clusters of the test's own (Debian's
+// slurmctld and one slurmd per node, several on this host, authenticated by their own munged),
+// configured in temporary folders on loopback ports and stopped at the end, touching no service
+// of the machine.
+// - deploy.md's job script, but for the paths, on three nodes: one `srun` step of three servers
+//   (rank r serves region r) and one of six workers (rank g is rank g % 2 of region g / 2), every
+//   process finding its place from SLURM_PROCID;
+// - one site per cluster: three clusters, each running the slurm.sh `geotrain site` wrote for its
+//   region (rank = SLURM_PROCID within the region);
+// - that script's recovery: a worker SIGKILLed mid-run, its site's workers started again from
+//   their snapshots as the next generation.
+// The trained parameters must equal, bit for bit, those of the same config started by hand with
+// --region and --rank.
 //
 // Needs root and Debian's slurmctld, slurmd, slurm-client and munge (the test command's set-up
 // installs them). Without them, or when the daemons do not come up, every test here exits 77,
@@ -38,43 +43,97 @@ std::string run_text(const std::string& command) {
   return out;
 }
 
-// munged, slurmctld and slurmd in the foreground, their files in `dir`; stopped (SIGTERM, then
-// SIGKILL by Process) when it goes out of scope.
+// A Slurm cluster of `nodes` nodes (node01, node02, ...), all on this host: munged, slurmctld and
+// one slurmd per node (Debian's slurmd runs several a host, each on its own port) in the
+// foreground, their files in `dir`; stopped (SIGTERM, then SIGKILL by Process) when it goes out
+// of scope.
 class MiniSlurm {
  public:
-  explicit MiniSlurm(const std::filesystem::path& dir) : dir_(dir) {
+  MiniSlurm(const std::filesystem::path& dir, size_t nodes) : dir_(dir) {
     std::filesystem::create_directories(dir / "state");
-    std::filesystem::create_directories(dir / "spool");
-    const auto key = dir / "munge.key";
-    if (std::system(
-            fmt::format("mungekey --create --keyfile={} >/dev/null 2>&1", key.string()).c_str()) !=
-        0) {
-      why_ = "mungekey --create failed";
-      return;
+    if (!start_munged()) return;
+    write_conf(nodes);
+    daemons_.push_back(std::make_unique<Process>(
+        std::vector<std::string>{"slurmctld", "-D", "-i", "-f", conf().string()},
+        dir / "slurmctld.out", Process::Program{}));
+    for (size_t n = 1; n <= nodes; ++n)
+      daemons_.push_back(std::make_unique<Process>(
+          std::vector<std::string>{"slurmd", "-D", "-f", conf().string(), "-N", node(n)},
+          dir / fmt::format("slurmd-{}.out", node(n)), Process::Program{}));
+    // Up when every node is idle (the controller answers and the nodes registered).
+    for (int i = 0; i < 100; ++i) {
+      const auto states = run_text(env() + " sinfo -h -N -o %t");
+      size_t idle = 0;
+      for (size_t at = states.find("idle"); at != std::string::npos;
+           at = states.find("idle", at + 1))
+        ++idle;
+      if (idle == nodes) return;
+      std::this_thread::sleep_for(200ms);
     }
-    munged_ = std::make_unique<Process>(
+    why_ = "the nodes did not come up within 20 s; slurmctld.log:\n" + tail("slurmctld.log") +
+           "\nslurmd-node01.log:\n" + tail("slurmd-node01.log");
+  }
+  ~MiniSlurm() {
+    for (auto it = daemons_.rbegin(); it != daemons_.rend(); ++it) {
+      (*it)->terminate();
+      (*it)->wait(10s);
+    }
+  }
+  // Why the daemons are not up; empty when they are.
+  const std::string& why_not() const { return why_; }
+  // The environment a client command (sbatch, srun, sinfo) of this cluster runs with.
+  std::string env() const { return "SLURM_CONF=" + conf().string(); }
+  std::string tail(const std::string& file) const {
+    return run_text("tail -n 20 " + (dir_ / file).string());
+  }
+  static std::string node(size_t n) { return fmt::format("node{:02}", n); }
+
+ private:
+  std::filesystem::path socket() const { return dir_ / "munge.sock"; }
+  std::filesystem::path conf() const { return dir_ / "slurm.conf"; }
+
+  bool start_munged() {
+    const auto key = dir_ / "munge.key";
+    const auto made = fmt::format("mungekey --create --keyfile={} >/dev/null 2>&1", key.string());
+    if (std::system(made.c_str()) != 0) {
+      why_ = "mungekey --create failed";
+      return false;
+    }
+    daemons_.push_back(std::make_unique<Process>(
         std::vector<std::string>{"munged", "-F", "--force", "--socket=" + socket().string(),
                                  "--key-file=" + key.string(),
-                                 "--pid-file=" + (dir / "munged.pid").string(),
-                                 "--log-file=" + (dir / "munged.log").string(),
-                                 "--seed-file=" + (dir / "munged.seed").string()},
-        dir / "munged.out", Process::Program{});
+                                 "--pid-file=" + (dir_ / "munged.pid").string(),
+                                 "--log-file=" + (dir_ / "munged.log").string(),
+                                 "--seed-file=" + (dir_ / "munged.seed").string()},
+        dir_ / "munged.out", Process::Program{}));
+    return true;
+  }
+
+  // Loopback ports; no cgroups, accounting or MPI plugin; more CPUs a node than the host has.
+  void write_conf(size_t nodes) const {
+    const std::string d = dir_.string();
+    std::string node_lines, names;
+    for (size_t n = 1; n <= nodes; ++n) {
+      node_lines += fmt::format(
+          "NodeName={} NodeHostname=localhost NodeAddr=127.0.0.1 Port={} CPUs=4 State=UNKNOWN\n",
+          node(n), free_port());
+      names += (n > 1 ? "," : "") + node(n);
+    }
     std::ofstream(conf()) << fmt::format(
         R"(ClusterName=geotrain-test
 SlurmctldHost=localhost
-SlurmctldPort={}
-SlurmdPort={}
+SlurmctldPort={0}
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
-AuthInfo=socket={}
+AuthInfo=socket={2}
 CredType=cred/munge
-StateSaveLocation={}/state
-SlurmdSpoolDir={}/spool
-SlurmctldPidFile={}/slurmctld.pid
-SlurmdPidFile={}/slurmd.pid
-SlurmctldLogFile={}/slurmctld.log
-SlurmdLogFile={}/slurmd.log
+StateSaveLocation={1}/state
+SlurmdSpoolDir={1}/spool-%n
+SlurmctldPidFile={1}/slurmctld.pid
+SlurmdPidFile={1}/slurmd-%n.pid
+SlurmctldLogFile={1}/slurmctld.log
+SlurmdLogFile={1}/slurmd-%n.log
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
@@ -84,47 +143,14 @@ SelectTypeParameters=CR_CPU
 MpiDefault=none
 ReturnToService=2
 SlurmdParameters=config_overrides
-NodeName=localhost NodeAddr=127.0.0.1 CPUs=16 State=UNKNOWN
-PartitionName=test Nodes=localhost Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
+{3}PartitionName=test Nodes={4} Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
 )",
-        free_port(), free_port(), socket().string(), dir.string(), dir.string(), dir.string(),
-        dir.string(), dir.string(), dir.string());
-    ctld_ = std::make_unique<Process>(
-        std::vector<std::string>{"slurmctld", "-D", "-i", "-f", conf().string()},
-        dir / "slurmctld.out", Process::Program{});
-    slurmd_ =
-        std::make_unique<Process>(std::vector<std::string>{"slurmd", "-D", "-f", conf().string()},
-                                  dir / "slurmd.out", Process::Program{});
-    // Up when the node is idle (the controller answers and the node registered).
-    for (int i = 0; i < 100; ++i) {
-      if (run_text(env() + " sinfo -h -o %t").find("idle") != std::string::npos) return;
-      std::this_thread::sleep_for(200ms);
-    }
-    why_ = "the node did not come up within 20 s; slurmctld.log:\n" + tail("slurmctld.log") +
-           "\nslurmd.log:\n" + tail("slurmd.log");
+        free_port(), d, socket().string(), node_lines, names);
   }
-  ~MiniSlurm() {
-    for (auto* p : {slurmd_.get(), ctld_.get(), munged_.get()})
-      if (p) {
-        p->terminate();
-        p->wait(10s);
-      }
-  }
-  // Why the daemons are not up; empty when they are.
-  const std::string& why_not() const { return why_; }
-  // The environment a client command (sbatch, srun, sinfo) of this cluster runs with.
-  std::string env() const { return "SLURM_CONF=" + conf().string(); }
-  std::string tail(const std::string& file) const {
-    return run_text("tail -n 20 " + (dir_ / file).string());
-  }
-
- private:
-  std::filesystem::path socket() const { return dir_ / "munge.sock"; }
-  std::filesystem::path conf() const { return dir_ / "slurm.conf"; }
 
   std::filesystem::path dir_;
   std::string why_;
-  std::unique_ptr<Process> munged_, ctld_, slurmd_;
+  std::vector<std::unique_ptr<Process>> daemons_;  // munged, slurmctld, the slurmds
 };
 
 // Submits `script` from its folder to `cluster`; the job's id.
@@ -165,19 +191,24 @@ std::optional<int> wait_job(const std::string& id, const MiniSlurm& cluster,
   return std::nullopt;
 }
 
-// docs/deploy.md's job script for one node: servers in the background of the job, then workers.
+// docs/deploy.md's job script, but for the paths: three nodes, one server and two workers on each.
 std::string job_script(const std::filesystem::path& config) {
-  return fmt::format(R"(#!/bin/bash
+  return fmt::format(R"SH(#!/bin/bash
 #SBATCH --job-name=geotrain
-#SBATCH --nodes=1
-#SBATCH --ntasks=9
-# One server per region (rank r -> region r), in the background of the job...
-srun --ntasks=3 --exact {0} server --config {1} &
-# ...and two workers per region: global rank g -> region g / 2, rank g % 2.
-srun --ntasks=6 --exact --distribution=block {0} worker --config {1}
-# The workers are done: stop the servers (SIGTERM; they write their final metrics).
-kill %1; wait
-)",
+#SBATCH --nodes=3
+#SBATCH --nodelist=node01,node02,node03
+#SBATCH --ntasks-per-node=3
+# One server per node (rank r -> region r), in the background of the job...
+srun --nodes=3 --ntasks=3 --ntasks-per-node=1 --exact --job-name=geotrain-servers \
+     {0} server --config {1} &
+# ...and two workers per node: global rank g -> region g / 2, rank g % 2.
+srun --nodes=3 --ntasks=6 --ntasks-per-node=2 --exact --distribution=block \
+     {0} worker --config {1}
+# The workers are done: SIGTERM to the servers' step (they write their final metrics and leave;
+# a signal to srun would cancel the step and kill them).
+scancel --signal=TERM "$(squeue -h -s -j "$SLURM_JOB_ID" -o "%i %j" | awk '$2 == "geotrain-servers" {{print $1}}')"
+wait
+)SH",
                      GEOTRAIN_BINARY, config.string());
 }
 
@@ -236,7 +267,7 @@ std::filesystem::path write_site(const std::filesystem::path& dir,
 // Three clusters: the run's own (a) and two more.
 struct Sites {
   TempDir dir{"slurm-sites"};
-  MiniSlurm b{dir.path() / "slurm-b"}, c{dir.path() / "slurm-c"};
+  MiniSlurm b{dir.path() / "slurm-b", 1}, c{dir.path() / "slurm-c", 1};
   std::vector<const MiniSlurm*> clusters{slurm, &b, &c};
   bool up() const { return slurm && b.why_not().empty() && c.why_not().empty(); }
 };
@@ -353,7 +384,7 @@ int main(int argc, char** argv) {
   doctest::Context context(argc, argv);
   context.setAsDefaultForAssertsOutOfTestCases();
   geotrain::test::TempDir dir("slurm");
-  MiniSlurm daemons(dir.path());
+  MiniSlurm daemons(dir.path(), 3);
   if (!daemons.why_not().empty()) {
     std::printf("SKIPPED: Slurm does not start here: %s\n", daemons.why_not().c_str());
     return 77;
