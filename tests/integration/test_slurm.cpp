@@ -60,9 +60,11 @@ class MiniSlurm {
       daemons_.push_back(std::make_unique<Process>(
           std::vector<std::string>{"slurmd", "-D", "-f", conf().string(), "-N", node(n)},
           dir / fmt::format("slurmd-{}.out", node(n)), Process::Program{}));
-    // Up when every node is idle (the controller answers and the nodes registered).
-    for (int i = 0; i < 100; ++i) {
-      const auto states = run_text(env() + " sinfo -h -N -o %t");
+    // Up when every node is idle (the controller answers and the nodes registered); a client
+    // command waits for an unresponsive controller, hence its own timeout.
+    const auto deadline = std::chrono::steady_clock::now() + 20s;
+    while (std::chrono::steady_clock::now() < deadline) {
+      const auto states = run_text("timeout 5 env " + env() + " sinfo -h -N -o %t");
       size_t idle = 0;
       for (size_t at = states.find("idle"); at != std::string::npos;
            at = states.find("idle", at + 1))
@@ -71,7 +73,7 @@ class MiniSlurm {
       std::this_thread::sleep_for(200ms);
     }
     why_ = "the nodes did not come up within 20 s; slurmctld.log:\n" + tail("slurmctld.log") +
-           "\nslurmd-node01.log:\n" + tail("slurmd-node01.log");
+           "\nslurmd-node01.out:\n" + tail("slurmd-node01.out");
   }
   ~MiniSlurm() {
     for (auto it = daemons_.rbegin(); it != daemons_.rend(); ++it) {
@@ -156,8 +158,9 @@ SlurmdParameters=config_overrides
 // Submits `script` from its folder to `cluster`; the job's id.
 std::string submit(const std::filesystem::path& script, const MiniSlurm& cluster) {
   const auto folder = script.parent_path();
-  auto id = run_text(fmt::format("cd {} && {} sbatch --parsable --output={} {}", folder.string(),
-                                 cluster.env(), (folder / "job.out").string(), script.string()));
+  auto id = run_text(fmt::format("cd {} && timeout 30 env {} sbatch --parsable --output={} {}",
+                                 folder.string(), cluster.env(), (folder / "job.out").string(),
+                                 script.string()));
   id = id.substr(0, id.find_first_of(";\n"));
   const bool number = !id.empty() && id.find_first_not_of("0123456789") == std::string::npos;
   REQUIRE_MESSAGE(number, "sbatch: ", id);
@@ -178,7 +181,8 @@ std::optional<int> wait_job(const std::string& id, const MiniSlurm& cluster,
                             std::chrono::seconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (std::chrono::steady_clock::now() < deadline) {
-    const auto info = run_text(fmt::format("{} scontrol -o show job {}", cluster.env(), id));
+    const auto info =
+        run_text(fmt::format("timeout 10 env {} scontrol -o show job {}", cluster.env(), id));
     const auto state = field(info, "JobState=");
     if (state != "PENDING" && state != "RUNNING" && state != "CONFIGURING" &&
         state != "COMPLETING" && !state.empty()) {
