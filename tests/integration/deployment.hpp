@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -82,6 +83,38 @@ inline void run_by_hand(const std::filesystem::path& dir, const std::vector<std:
   }
   for (auto& s : servers) s->terminate();
   for (auto& s : servers) CHECK(s->wait(20s).value_or(-1) == 0);
+}
+
+// One loopback endpoint a region, on ports nobody listens on now.
+inline std::vector<std::string> loopback_endpoints() {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < kRegions.size(); ++i)
+    out.push_back(fmt::format("tcp://127.0.0.1:{}", free_port()));
+  return out;
+}
+
+// Every region's final parameters in `launched` equal, bit for bit, those in `reference`
+// (`how` names the two in the message).
+inline void check_same_model(const std::filesystem::path& launched,
+                             const std::filesystem::path& reference, const std::string& how) {
+  for (const auto& r : kRegions) {
+    const auto a = read_params(launched / fmt::format("params-{}.f32", r));
+    const auto b = read_params(reference / fmt::format("params-{}.f32", r));
+    REQUIRE(a.size() == b.size());
+    CHECK_MESSAGE(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0, "region ", r,
+                  ": parameters differ between ", how);
+  }
+}
+
+// The deployment started by hand on loopback in `dir` (fresh ports); its model must be the one
+// in `launched`.
+inline void check_same_as_by_hand(const std::filesystem::path& launched,
+                                  const std::filesystem::path& dir, const std::string& what) {
+  std::filesystem::create_directories(dir);
+  run_by_hand(
+      dir, loopback_endpoints(), [](size_t) { return std::vector<std::string>{}; },
+      [](size_t) { return std::string("127.0.0.1"); }, 1);
+  check_same_model(launched, dir, what + " and the processes started by hand");
 }
 
 }  // namespace geotrain::test

@@ -35,12 +35,9 @@ std::vector<std::string> mpirun(size_t ranks) {
 TEST_CASE(
     "mpirun launches the servers and the workers from their ranks; the same model as by hand") {
   TempDir dir("mpirun");
-  std::vector<std::string> endpoints;
-  for (size_t i = 0; i < kRegions.size(); ++i)
-    endpoints.push_back(fmt::format("tcp://127.0.0.1:{}", free_port()));
+  const auto endpoints = loopback_endpoints();
   const auto launched = dir.path() / "mpirun", by_hand = dir.path() / "by-hand";
   std::filesystem::create_directories(launched);
-  std::filesystem::create_directories(by_hand);
 
   const auto config = launched / "geo.yaml";
   std::ofstream(config) << deployment_config(launched, endpoints, "127.0.0.1", 1);
@@ -62,19 +59,7 @@ TEST_CASE(
     CHECK(std::filesystem::exists(launched / fmt::format("worker-{}-1.metrics.jsonl", r)));
   }
 
-  std::vector<std::string> ports;
-  for (size_t i = 0; i < kRegions.size(); ++i)
-    ports.push_back(fmt::format("tcp://127.0.0.1:{}", free_port()));
-  run_by_hand(
-      by_hand, ports, [](size_t) { return std::vector<std::string>{}; },
-      [](size_t) { return std::string("127.0.0.1"); }, 1);
-  for (const auto& r : kRegions) {
-    const auto a = read_params(launched / fmt::format("params-{}.f32", r));
-    const auto b = read_params(by_hand / fmt::format("params-{}.f32", r));
-    REQUIRE(a.size() == b.size());
-    CHECK_MESSAGE(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0, "region ", r,
-                  ": parameters differ between mpirun and the processes started by hand");
-  }
+  check_same_as_by_hand(launched, by_hand, "mpirun");
 }
 
 int main(int argc, char** argv) {

@@ -73,11 +73,9 @@ TEST_CASE("regions in their own network namespaces train as on loopback, bit for
   Hosts hosts(kRegions.size());
   REQUIRE_MESSAGE(hosts.ok(), "the namespaces could not be made (checked in main)");
   TempDir dir("netns");
-  std::vector<std::string> apart, here;
-  for (size_t i = 0; i < kRegions.size(); ++i) {
+  std::vector<std::string> apart;
+  for (size_t i = 0; i < kRegions.size(); ++i)
     apart.push_back(fmt::format("tcp://{}:7101", Hosts::address(i)));
-    here.push_back(fmt::format("tcp://127.0.0.1:{}", free_port()));
-  }
   const auto split = dir.path() / "apart", local = dir.path() / "loopback";
   std::filesystem::create_directories(split);
   std::filesystem::create_directories(local);
@@ -88,15 +86,9 @@ TEST_CASE("regions in their own network namespaces train as on loopback, bit for
       },
       [](size_t i) { return Hosts::address(i); }, 4);
   run_by_hand(
-      local, here, [](size_t) { return std::vector<std::string>{}; },
+      local, loopback_endpoints(), [](size_t) { return std::vector<std::string>{}; },
       [](size_t) { return std::string("127.0.0.1"); }, 1);
-  for (const auto& r : kRegions) {
-    const auto a = read_params(split / fmt::format("params-{}.f32", r));
-    const auto b = read_params(local / fmt::format("params-{}.f32", r));
-    REQUIRE(a.size() == b.size());
-    CHECK_MESSAGE(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0, "region ", r,
-                  ": parameters differ between namespaces and loopback");
-  }
+  check_same_model(split, local, "namespaces and loopback");
   const auto rounds = events(split / "worker-b-0.metrics.jsonl", "round");
   REQUIRE(rounds.size() == 6);
   CHECK(rounds.back()["bytes_pushed"].get<uint64_t>() > 0);

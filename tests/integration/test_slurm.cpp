@@ -223,13 +223,10 @@ MiniSlurm* slurm = nullptr;  // up for the whole run (main)
 TEST_CASE("a Slurm job of servers and workers trains the model `geotrain run` trains") {
   REQUIRE(slurm != nullptr);
   TempDir dir("slurm-job");
-  std::vector<std::string> endpoints;
-  for (size_t i = 0; i < kRegions.size(); ++i)
-    endpoints.push_back(fmt::format("tcp://127.0.0.1:{}", free_port()));
   const auto launched = dir.path() / "slurm-job", one_host = dir.path() / "geotrain-run";
   std::filesystem::create_directories(launched);
   const auto config = launched / "geo.yaml", script = launched / "job.sh";
-  std::ofstream(config) << deployment_config(launched, endpoints, "127.0.0.1", 1);
+  std::ofstream(config) << deployment_config(launched, loopback_endpoints(), "127.0.0.1", 1);
   std::ofstream(script) << job_script(config);
   const auto out = launched / "job.out";
   const auto code = wait_job(submit(script, *slurm), *slurm, 170s);
@@ -249,14 +246,10 @@ TEST_CASE("a Slurm job of servers and workers trains the model `geotrain run` tr
   REQUIRE_MESSAGE(run.find("completed") != std::string::npos, run);
   std::filesystem::path run_dir;
   for (const auto& e : std::filesystem::directory_iterator(one_host)) run_dir = e.path();
-  for (const auto& r : kRegions) {
-    const auto a = read_params(launched / fmt::format("params-{}.f32", r));
-    const auto b = read_params(run_dir / fmt::format("params-{}.f32", r));
-    REQUIRE(a.size() == b.size());
-    CHECK_MESSAGE(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0, "region ", r,
-                  ": parameters differ between the Slurm job and geotrain run");
-  }
+  check_same_model(launched, run_dir, "the Slurm job and geotrain run");
 }
+
+namespace {
 
 // Site `region`'s files, written by `geotrain site` into dir/site-<region>.
 std::filesystem::path write_site(const std::filesystem::path& dir,
@@ -268,79 +261,69 @@ std::filesystem::path write_site(const std::filesystem::path& dir,
   return site;
 }
 
-// Three clusters: the run's own (a) and two more.
+// Three clusters, the run's own (a) and two more, each running its region's `geotrain site`
+// job of one deployment config.
 struct Sites {
   TempDir dir{"slurm-sites"};
   MiniSlurm b{dir.path() / "slurm-b", 1}, c{dir.path() / "slurm-c", 1};
   std::vector<const MiniSlurm*> clusters{slurm, &b, &c};
+  std::vector<std::filesystem::path> folders;  // each site's, as `geotrain site` wrote it
+  std::vector<std::string> jobs;               // each site's job, on its own cluster
+
   bool up() const { return slurm && b.why_not().empty() && c.why_not().empty(); }
+  // Writes every site's files for `config` (in its folder) and submits their jobs.
+  void submit_all(const std::filesystem::path& config) {
+    for (size_t i = 0; i < kRegions.size(); ++i) {
+      folders.push_back(write_site(config.parent_path(), config, kRegions[i]));
+      jobs.push_back(submit(folders.back() / "slurm.sh", *clusters[i]));
+    }
+  }
+  // Every job ends with exit code 0.
+  void check_all_succeed() const {
+    for (size_t i = 0; i < kRegions.size(); ++i) {
+      const auto code = wait_job(jobs[i], *clusters[i], 170s);
+      CHECK_MESSAGE(code.value_or(-1) == 0, "site ", kRegions[i], ":\n",
+                    run_text("cat " + (folders[i] / "job.out").string()));
+    }
+  }
 };
+
+}  // namespace
 
 TEST_CASE(
     "three sites, each with its own Slurm, run `geotrain site`'s scripts: the one-host model") {
   Sites sites;
   REQUIRE_MESSAGE(sites.up(), sites.b.why_not(), sites.c.why_not());
-  std::vector<std::string> endpoints;
-  for (size_t i = 0; i < kRegions.size(); ++i)
-    endpoints.push_back(fmt::format("tcp://127.0.0.1:{}", free_port()));
-  const auto launched = sites.dir.path() / "sites", by_hand = sites.dir.path() / "by-hand";
+  const auto launched = sites.dir.path() / "sites";
   std::filesystem::create_directories(launched);
-  std::filesystem::create_directories(by_hand);
   const auto config = launched / "geo.yaml";
-  std::ofstream(config) << deployment_config(launched, endpoints, "127.0.0.1", 1);
-  std::vector<std::filesystem::path> folders;
-  std::vector<std::string> jobs;
-  for (size_t i = 0; i < kRegions.size(); ++i) {
-    folders.push_back(write_site(launched, config, kRegions[i]));
-    jobs.push_back(submit(folders.back() / "slurm.sh", *sites.clusters[i]));
-  }
-  for (size_t i = 0; i < kRegions.size(); ++i) {
-    const auto code = wait_job(jobs[i], *sites.clusters[i], 170s);
-    CHECK_MESSAGE(code.value_or(-1) == 0, "site ", kRegions[i], ":\n",
-                  run_text("cat " + (folders[i] / "job.out").string()));
-  }
-  std::vector<std::string> ports;
-  for (size_t i = 0; i < kRegions.size(); ++i)
-    ports.push_back(fmt::format("tcp://127.0.0.1:{}", free_port()));
-  run_by_hand(
-      by_hand, ports, [](size_t) { return std::vector<std::string>{}; },
-      [](size_t) { return std::string("127.0.0.1"); }, 1);
-  for (const auto& r : kRegions) {
-    const auto a = read_params(launched / fmt::format("params-{}.f32", r));
-    const auto b = read_params(by_hand / fmt::format("params-{}.f32", r));
-    REQUIRE(a.size() == b.size());
-    CHECK_MESSAGE(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0, "region ", r,
-                  ": parameters differ between the three sites and the processes started by hand");
-  }
+  std::ofstream(config) << deployment_config(launched, loopback_endpoints(), "127.0.0.1", 1);
+  sites.submit_all(config);
+  sites.check_all_succeed();
+  check_same_as_by_hand(launched, sites.dir.path() / "by-hand", "the three sites");
 }
 
 TEST_CASE(
     "a site's worker killed mid-run: its step starts again from the snapshots and the run ends") {
   Sites sites;
   REQUIRE_MESSAGE(sites.up(), sites.b.why_not(), sites.c.why_not());
-  std::vector<std::string> endpoints;
-  for (size_t i = 0; i < kRegions.size(); ++i)
-    endpoints.push_back(fmt::format("tcp://127.0.0.1:{}", free_port()));
   const auto launched = sites.dir.path() / "sites";
   std::filesystem::create_directories(launched);
   const auto config = launched / "geo.yaml";
   // 30 rounds of 2 steps of 100 ms (emulated), a snapshot every round.
-  auto text = deployment_config(launched, endpoints, "127.0.0.1", 1);
-  text.replace(text.find("rounds: 6"), 9, "rounds: 30");
+  auto text = deployment_config(launched, loopback_endpoints(), "127.0.0.1", 1);
+  const auto rounds = text.find("rounds: 6");
+  REQUIRE(rounds != std::string::npos);
+  text = text.substr(0, rounds) + "rounds: 30" + text.substr(rounds + 9);
   std::ofstream(config)
       << text << "  step_time_ms: {a: 100, b: 100, c: 100}\n  checkpoint: {every: 1, keep: 2}\n";
-  std::vector<std::filesystem::path> folders;
-  std::vector<std::string> jobs;
-  for (size_t i = 0; i < kRegions.size(); ++i) {
-    folders.push_back(write_site(launched, config, kRegions[i]));
-    jobs.push_back(submit(folders.back() / "slurm.sh", *sites.clusters[i]));
-  }
+  sites.submit_all(config);
   // Once region a has trained 3 rounds, SIGKILL one of its workers.
   const auto leader_a = launched / "worker-a-0.metrics.jsonl";
   for (int i = 0; i < 600 && events(leader_a, "round").size() < 3; ++i)
     std::this_thread::sleep_for(100ms);
   REQUIRE(events(leader_a, "round").size() >= 3);
-  const std::string needle = (folders[0] / "geo.yaml").string();
+  const std::string needle = (sites.folders[0] / "geo.yaml").string();
   pid_t victim = 0;
   for (const auto& p : std::filesystem::directory_iterator("/proc")) {
     std::ifstream f(p.path() / "cmdline");
@@ -352,17 +335,13 @@ TEST_CASE(
   }
   REQUIRE(victim > 0);
   ::kill(victim, SIGKILL);
-  for (size_t i = 0; i < kRegions.size(); ++i) {
-    const auto code = wait_job(jobs[i], *sites.clusters[i], 170s);
-    CHECK_MESSAGE(code.value_or(-1) == 0, "site ", kRegions[i], ":\n",
-                  run_text("cat " + (folders[i] / "job.out").string()));
-  }
+  sites.check_all_succeed();
   // Region a's workers started again as generation 1, from their snapshots, and every region
   // finished its 30 rounds with the global model.
   const auto starts = events(leader_a, "start");
   REQUIRE(starts.size() == 2);
   CHECK(starts[1]["generation"] == 1);
-  CHECK(run_text("cat " + (folders[0] / "job.out").string()).find("try 1 of 3") !=
+  CHECK(run_text("cat " + (sites.folders[0] / "job.out").string()).find("try 1 of 3") !=
         std::string::npos);
   for (const auto& r : kRegions) {
     const auto done = events(launched / fmt::format("worker-{}-0.metrics.jsonl", r), "done");
