@@ -119,7 +119,8 @@ class MiniSlurm {
       node_lines += fmt::format(
           "NodeName={} NodeHostname=localhost NodeAddr=127.0.0.1 Port={} CPUs=4 State=UNKNOWN\n",
           node(n), free_port());
-      names += (n > 1 ? "," : "") + node(n);
+      if (n > 1) names += ',';
+      names += node(n);
     }
     std::ofstream(conf()) << fmt::format(
         R"(ClusterName=geotrain-test
