@@ -96,7 +96,7 @@ def rank_main(argv):
 
         result["initial_loss"] = eval_loss()
         result["rounds"], result["steps"] = [], []
-        for step in range(sync.total_steps):
+        while sync.training:  # rounds x H steps; time-budgeted: the leader's counts
             loss = torch.nn.functional.mse_loss(model(x), y)
             opt.zero_grad()
             loss.backward()  # DDP AllReduces the gradients inside the region
@@ -157,11 +157,12 @@ class MultiRank(unittest.TestCase):
                 results[key] = json.load(f)
         return results
 
-    def run_regions(self, tmp, worker_extra="", ranks_fragments=None, ranks=None):
+    def run_regions(self, tmp, worker_extra="", ranks_fragments=None, ranks=None, steps=20):
         """`geotrain serve` for regions a and b (netsim between them), then 2 ranks per region
         (or ranks[region]). Checks what holds in every mode and returns the results. With
         ranks_fragments, the ranks read a copy of the config whose worker.fragments says that
-        instead."""
+        instead. steps: each rank's steps (None: time-budgeted rounds, as many as the leader
+        planned, the same on every rank of a region)."""
         torch = _support.import_torch()
         from geotrain.deployment import config_for_model, serve
         base = os.path.join(tmp, "base.yaml")
@@ -192,11 +193,12 @@ class MultiRank(unittest.TestCase):
         for region in ("a", "b"):
             r0 = results[(region, 0)]
             self.assertEqual(len(r0["rounds"]), 5)
-            self.assertEqual(len(r0["steps"]), 20)
+            if steps is not None:
+                self.assertEqual(len(r0["steps"]), steps)
             self.assertLess(r0["final_loss"], 0.5 * r0["initial_loss"], region)
             for rank in range(1, (ranks or {}).get(region, 2)):
                 r1 = results[(region, rank)]
-                self.assertEqual(len(r1["steps"]), 20)
+                self.assertEqual(len(r1["steps"]), len(r0["steps"]), (region, rank))
                 # Bit-identical inside the region after every step (so after every broadcast
                 # the leader's exchanges called for, and no step where one was missed) and at
                 # the end.
@@ -227,6 +229,19 @@ class MultiRank(unittest.TestCase):
             # Without overlap, the parameters change between boundaries only by local steps.
             self.assertNotEqual(results[("a", 0)]["rounds"][0], a)
         print(f"2 regions x 2 ranks: {time.monotonic() - t0:.1f} s")
+
+    def test_time_budgeted_rounds_every_rank_takes_its_leaders_count(self):
+        # worker.round_time_ms: the leader plans each round's steps from its pace (after a first
+        # round of H = 4) and broadcasts the count; every rank of the region steps as many times
+        # (bit-identical after every step), and both regions end on the same global values.
+        with tempfile.TemporaryDirectory() as tmp:
+            results = self.run_regions(tmp, "  round_time_ms: 400\n  max_local_steps: 8\n",
+                                       steps=None)
+            for region in ("a", "b"):
+                r0 = results[(region, 0)]
+                self.assertGreater(len(r0["steps"]), 20, region)  # more than H a round fit
+            a, b = results[("a", 0)]["final"], results[("b", 0)]["final"]
+            self.assertEqual(a[:8 * HIDDEN], b[:8 * HIDDEN])
 
     def test_an_uneven_fleet_of_three_ranks_and_one_learns_as_one_model(self):
         # worker.workers_per_region {a: 3, b: 1}: region a's group has three ranks, region b's
