@@ -108,7 +108,8 @@ void add_worker_command(CLI::App& app, CommandList& commands) {
       "--region", args->region,
       "the region this worker belongs to (default: from the launcher's rank, e.g. SLURM_PROCID)");
   cmd->add_option("--rank", args->rank,
-                  "rank inside the region, 0 = leader (default with --region: the launcher's rank within the region, e.g. SLURM_PROCID of a site's own job, else 0)");
+                  "rank inside the region, 0 = leader (default with --region: the launcher's rank "
+                  "within the region, e.g. SLURM_PROCID of a site's own job, else 0)");
   cmd->add_option("--run-dir", args->run_dir, "write metrics here instead of worker.run_dir");
   cmd->add_option("--set", args->sets,
                   "override a config key, e.g. --set worker.lr=0.2 (YAML value; repeatable; "

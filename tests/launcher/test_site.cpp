@@ -38,7 +38,8 @@ const std::string& text_of(const std::vector<launcher::SiteFile>& files, const s
 
 }  // namespace
 
-TEST_CASE("a site's Kubernetes manifests: config, keys, server behind a headless Service, workers") {
+TEST_CASE(
+    "a site's Kubernetes manifests: config, keys, server behind a headless Service, workers") {
   const auto files = launcher::site_files(spec(true));
   const auto docs = YAML::LoadAll(text_of(files, "k8s.yaml"));
   REQUIRE(docs.size() == 5);
@@ -59,15 +60,16 @@ TEST_CASE("a site's Kubernetes manifests: config, keys, server behind a headless
                                         "--endpoint", "tcp://*:7101", "--set",
                                         "security.keys_dir=/etc/geotrain/keys"});
   CHECK(server["volumeMounts"][1]["mountPath"].as<std::string>() == "/etc/geotrain/keys");
-  CHECK(docs[3]["spec"]["template"]["spec"]["volumes"][1]["secret"]["secretName"]
-            .as<std::string>() == "geotrain-eu-west-keys");
+  CHECK(
+      docs[3]["spec"]["template"]["spec"]["volumes"][1]["secret"]["secretName"].as<std::string>() ==
+      "geotrain-eu-west-keys");
   // The workers: an indexed Job of the region's count, rank = JOB_COMPLETION_INDEX.
   const auto job = docs[4]["spec"];
   CHECK(job["completionMode"].as<std::string>() == "Indexed");
   CHECK(job["completions"].as<int>() == 4);
   CHECK(job["parallelism"].as<int>() == 4);
-  const auto worker = job["template"]["spec"]["containers"][0]["command"]
-                          .as<std::vector<std::string>>();
+  const auto worker =
+      job["template"]["spec"]["containers"][0]["command"].as<std::vector<std::string>>();
   CHECK(worker[1] == "worker");
   CHECK(std::find(worker.begin(), worker.end(), "--rank") == worker.end());
   // Without keys: no Secret, no keys mount, no keys_dir.
