@@ -486,14 +486,11 @@ class OuterSync:
                 self.log_eval(**figures)
             done = {"region": self.region, "rank": 0, "rounds": self.rounds_done,
                     "steps": self.steps, "skipped_steps": 0,
-                    "wall_s": time.monotonic() - self._start, "global_model": global_model}
-            if not global_model:
-                done["global_model_error"] = global_error
-            for key in ("test_accuracy", "val_bpb", "val_loss"):
-                if key in final_eval:
-                    done["region_" + key] = float(final_eval[key])
-                if key in figures:
-                    done["final_" + key] = float(figures[key])
+                    "wall_s": time.monotonic() - self._start}
+            # region_* and, only with a global model, final_*: the native leaders' rule.
+            done.update(_core.end_figures({k: float(v) for k, v in final_eval.items()},
+                                          {k: float(v) for k, v in figures.items()}
+                                          if global_model else None, global_error or ""))
             self._log.write("done", done)
             self._log.close()
             path = os.path.join(self.settings["run_dir"], f"params-{self.region}.f32")

@@ -396,6 +396,19 @@ std::unique_ptr<RegionLeader> region_leader_from_config(
   return std::make_unique<RegionLeader>(specs, w.model.critical, std::move(plan), w.security);
 }
 
+// A dict of numeric figures ({"test_accuracy": 0.9}) as JSON numbers; ValueError for a value
+// that is not a number.
+nlohmann::json figures_json(const py::dict& d) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [key, value] : d) {
+    const auto name = py::str(key).cast<std::string>();
+    if (!py::isinstance<py::float_>(value) && !py::isinstance<py::int_>(value))
+      throw py::value_error(fmt::format("figure '{}' is not a number", name));
+    j[name] = value.cast<double>();
+  }
+  return j;
+}
+
 // The fragment schedule every rank of a Python region follows.
 void bind_schedule(py::module_& m) {
   m.def("merge_delay", &merge_delay, py::arg("local_steps"), py::arg("fragments"),
@@ -433,6 +446,17 @@ void bind_schedule(py::module_& m) {
       },
       py::arg("step"), py::arg("fragments"), py::arg("local_steps"), py::arg("delay"),
       "FragmentSchedule(local_steps, fragments, delay).changes_after(step)");
+  m.def(
+      "end_figures",
+      [](const py::dict& own, const py::object& global, const std::string& error) {
+        std::optional<nlohmann::json> g;
+        if (!global.is_none()) g = figures_json(global.cast<py::dict>());
+        return flat_dict(worker::end_figures(figures_json(own), g, error));
+      },
+      py::arg("own"), py::arg("global_figures"), py::arg("error") = "",
+      "the done event's end figures as the native leaders write them (worker::end_figures): "
+      "region_* of `own`, final_* of `global_figures` only when there is a global model (None: "
+      "none), global_model, and global_model_error (`error`) without one");
   py::class_<worker::MergeCalendar>(
       m, "MergeCalendar",
       "changes_after() in rounds of any length (time-budgeted rounds): remembers the steps at "

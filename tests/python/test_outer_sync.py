@@ -289,6 +289,17 @@ class Schedule(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "place in its round is 3 of 2"):
             calendar.changes_after(5, 3, 2)
 
+    def test_the_done_events_end_figures_follow_the_native_rule(self):
+        # final_* only with a global model; region_* always; the error without one.
+        end = geotrain._core.end_figures({"test_accuracy": 0.5}, {"test_accuracy": 0.75})
+        self.assertEqual(end, {"global_model": True, "region_test_accuracy": 0.5,
+                               "final_test_accuracy": 0.75})
+        end = geotrain._core.end_figures({"val_bpb": 1.9, "val_loss": 1.3}, None, "no flush")
+        self.assertEqual(end, {"global_model": False, "region_val_bpb": 1.9,
+                               "region_val_loss": 1.3, "global_model_error": "no flush"})
+        with self.assertRaisesRegex(ValueError, "figure 'val_bpb' is not a number"):
+            geotrain._core.end_figures({"val_bpb": "low"}, None)
+
 
 if __name__ == "__main__":
     unittest.main()

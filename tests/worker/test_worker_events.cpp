@@ -75,3 +75,30 @@ TEST_CASE("exchange_fields sums bytes and seconds, takes the worst staleness and
   CHECK(r["late_shards"] == 3);
   CHECK(r["merge_wait_s"].get<double>() == 0.25);
 }
+
+TEST_CASE("end_figures: region_* always, final_* only with a global model, the error without one") {
+  const nlohmann::json own{{"test_accuracy", 0.5}, {"extra", 1.0}};
+  const nlohmann::json global{{"test_accuracy", 0.75}};
+  const auto with = end_figures(own, global, "unused");
+  CHECK(with["global_model"] == true);
+  CHECK(with["region_test_accuracy"] == 0.5);
+  CHECK(with["final_test_accuracy"] == 0.75);
+  CHECK_FALSE(with.contains("global_model_error"));
+  CHECK_FALSE(with.contains("region_extra"));  // not a done figure
+  const auto without = end_figures(own, std::nullopt, "the flush failed");
+  CHECK(without["global_model"] == false);
+  CHECK(without["region_test_accuracy"] == 0.5);
+  CHECK_FALSE(without.contains("final_test_accuracy"));
+  CHECK(without["global_model_error"] == "the flush failed");
+  // Every key is one the schema's `done` event names.
+  CHECK(events::check(events::name::done, keys_of(with), false) == "");
+  CHECK(events::check(events::name::done, keys_of(without), false) == "");
+  // A language model's evaluation under the done event's names.
+  Evaluation lm;
+  lm.loss = 1.25;
+  lm.bits_per_byte = 1.8;
+  const auto f = figures_of(lm);
+  CHECK(f["val_bpb"] == 1.8);
+  CHECK(f["val_loss"] == 1.25);
+  CHECK_FALSE(f.contains("test_accuracy"));
+}

@@ -10,24 +10,13 @@
 #include "core/metrics_events.hpp"
 #include "models/model_file.hpp"
 #include "worker/leader/reply_wait.hpp"
+#include "worker/run/worker_events.hpp"
 
 namespace geotrain::worker {
 
 namespace f = events::field;
 
 namespace {
-// An evaluation's figures in the `done` event, of the global model (final_*) or of the region's
-// own parameters (region_*): test_accuracy for a classifier, val_bpb and val_loss for a language
-// model.
-void add_figures(nlohmann::json& j, bool global, const Evaluation& e) {
-  if (e.bits_per_byte) {
-    j[global ? f::final_val_bpb : f::region_val_bpb] = *e.bits_per_byte;
-    j[global ? f::final_val_loss : f::region_val_loss] = e.loss;
-  } else {
-    j[global ? f::final_test_accuracy : f::region_test_accuracy] = e.accuracy;
-  }
-}
-
 std::string figure_text(const Evaluation& e) {
   return e.bits_per_byte
              ? fmt::format("validation loss {:.4f}, {:.4f} bits per byte", e.loss, *e.bits_per_byte)
@@ -103,12 +92,9 @@ void FinalModel::evaluate(const TrainingData& data, ModelBackend& backend, Const
 
 void FinalModel::report(nlohmann::json& done, TrainResult& result) const {
   GT_ASSERT(own_eval_.has_value(), "report() before evaluate()");
-  add_figures(done, false, *own_eval_);
-  done[f::global_model] = global_;
-  if (global_eval_)
-    add_figures(done, true, *global_eval_);
-  else
-    done[f::global_model_error] = error_;
+  done.update(end_figures(figures_of(*own_eval_),
+                          global_eval_ ? std::optional(figures_of(*global_eval_)) : std::nullopt,
+                          error_));
   const Evaluation& final_eval = global_eval_ ? *global_eval_ : *own_eval_;
   result.global_model = global_;
   if (final_eval.bits_per_byte) {

@@ -128,4 +128,22 @@ nlohmann::json motion_event(const std::string& region, const TensorMotion& motio
   return {{f::region, region}, {f::tensors, std::move(tensors)}};
 }
 
+nlohmann::json figures_of(const Evaluation& e) {
+  if (e.bits_per_byte) return {{f::val_bpb, *e.bits_per_byte}, {f::val_loss, e.loss}};
+  return {{f::test_accuracy, e.accuracy}};
+}
+
+nlohmann::json end_figures(const nlohmann::json& own, const std::optional<nlohmann::json>& global,
+                           const std::string& error) {
+  static const std::string names[] = {f::test_accuracy, f::val_bpb, f::val_loss};
+  nlohmann::json j{{f::global_model, global.has_value()}};
+  for (const auto& name : names) {
+    if (own.contains(name) && own[name].is_number()) j["region_" + name] = own[name];
+    if (global && global->contains(name) && (*global)[name].is_number())
+      j["final_" + name] = (*global)[name];
+  }
+  if (!global) j[f::global_model_error] = error;
+  return j;
+}
+
 }  // namespace geotrain::worker

@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "worker/config.hpp"
@@ -38,6 +40,17 @@ nlohmann::json start_event(const WorkerConfig& c, const std::string& region, uin
 // on which runs of different batch sizes and H compare.
 nlohmann::json eval_event(const std::string& region, const Evaluation& e, uint64_t round,
                           uint64_t step, uint64_t tokens_per_step);
+
+// An evaluation's figures under the `done` event's names: test_accuracy for a classifier, val_bpb
+// and val_loss for a language model.
+nlohmann::json figures_of(const Evaluation& e);
+
+// The `done` event's end figures, for the native leaders and the Python API alike:
+// region_<figure> of the region's own parameters (`own`), final_<figure> of the global model only
+// when there is one (`global`), global_model, and global_model_error (`error`) without one.
+// Figures are test_accuracy, val_bpb and val_loss (numbers); other names are left out.
+nlohmann::json end_figures(const nlohmann::json& own, const std::optional<nlohmann::json>& global,
+                           const std::string& error);
 
 // The leaders' `tensor_motion` event, once the exchanges ended: each tensor's name, elements,
 // class and relative update per pull (TensorMotion), in the table's order.
