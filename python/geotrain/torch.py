@@ -364,6 +364,9 @@ class OuterSync:
         fragment's exchange may also change its part of the parameters between round
         boundaries. `loss` (a float or a tensor) and other numeric
         fields go into the step's metrics event."""
+        if not self.training:
+            raise RuntimeError(f"OuterSync.step: the run's {self.rounds} rounds are done (loop "
+                               "`while sync.training`, then call finish())")
         now = time.monotonic()
         compute = now - self._last_step_end
         self._round_compute += compute

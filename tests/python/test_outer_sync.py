@@ -100,6 +100,8 @@ class TwoRegions(unittest.TestCase):
             if sync.step(loss=1.0 / (1 + sync.steps)):
                 history.append([(p - s).mean().item() for p, s in
                                 zip(model.parameters(), start)])
+        with self.assertRaisesRegex(RuntimeError, "rounds are done"):  # a step too many
+            sync.step()
         sync.finish(evaluate=lambda: {"test_accuracy": 0.75}, test_accuracy=0.5)
         results[region] = history
 
