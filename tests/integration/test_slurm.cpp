@@ -385,14 +385,15 @@ double final_accuracy_of(const std::filesystem::path& metrics) {
 }  // namespace
 
 TEST_CASE("three sites run the demo's config to the accuracy `geotrain run` reaches on one host") {
-  // 1 bit both ways with eager overlap: the merges follow the pushes' arrival order, so two
-  // launches agree to run-to-run noise (0.05 pp measured), not bit for bit.
+  // 1 bit both ways with eager overlap: the merges follow the pushes' arrival order, and the
+  // sites start a moment apart, so two launches agree to run-to-run noise, not bit for bit (24
+  // rounds: within 0.25 pp in three tries; 12 rounds were up to 1.7 pp apart).
   Sites sites;
   REQUIRE_MESSAGE(sites.up(), sites.b.why_not(), sites.c.why_not());
   const auto launched = sites.dir.path() / "sites", one_host = sites.dir.path() / "geotrain-run";
   std::filesystem::create_directories(launched);
   const auto config = launched / "geo.yaml";
-  std::ofstream(config) << demo_config(launched, 12);
+  std::ofstream(config) << demo_config(launched, 24);
   sites.submit_all(config);
   sites.check_all_succeed();
   const auto run = run_text(fmt::format("{} run {} --wan lan --no-plots --out {}", GEOTRAIN_BINARY,
@@ -402,9 +403,9 @@ TEST_CASE("three sites run the demo's config to the accuracy `geotrain run` reac
   for (const auto& e : std::filesystem::directory_iterator(one_host)) run_dir = e.path();
   const double apart = final_accuracy_of(launched / "worker-a-0.metrics.jsonl");
   const double together = final_accuracy_of(run_dir / "worker-a-0.metrics.jsonl");
-  MESSAGE("12 demo rounds: three sites ", apart, ", geotrain run ", together);
-  CHECK(apart > 0.7);
-  CHECK(std::abs(apart - together) < 0.005);
+  MESSAGE("24 demo rounds: three sites ", apart, ", geotrain run ", together);
+  CHECK(apart > 0.75);
+  CHECK(std::abs(apart - together) < 0.01);
   // Every site's leader ended on the same global model.
   CHECK(final_accuracy_of(launched / "worker-b-0.metrics.jsonl") == apart);
   CHECK(final_accuracy_of(launched / "worker-c-0.metrics.jsonl") == apart);
