@@ -273,7 +273,13 @@ struct Sites {
   std::vector<std::filesystem::path> folders;  // each site's, as `geotrain site` wrote it
   std::vector<std::string> jobs;               // each site's job, on its own cluster
 
+  // Every cluster is up: REQUIREd by each case.
   bool up() const { return slurm && b.why_not().empty() && c.why_not().empty(); }
+  // The deployment's folder (its metrics, parameters and snapshots) and the config file in it.
+  std::filesystem::path config_file() const {
+    std::filesystem::create_directories(dir.path() / "sites");
+    return dir.path() / "sites" / "geo.yaml";
+  }
   // Writes every site's files for `config` (in its folder) and submits their jobs.
   void submit_all(const std::filesystem::path& config) {
     for (size_t i = 0; i < kRegions.size(); ++i) {
@@ -297,9 +303,7 @@ TEST_CASE(
     "three sites, each with its own Slurm, run `geotrain site`'s scripts: the one-host model") {
   Sites sites;
   REQUIRE_MESSAGE(sites.up(), sites.b.why_not(), sites.c.why_not());
-  const auto launched = sites.dir.path() / "sites";
-  std::filesystem::create_directories(launched);
-  const auto config = launched / "geo.yaml";
+  const auto config = sites.config_file(), launched = config.parent_path();
   std::ofstream(config) << deployment_config(launched, loopback_endpoints(), "127.0.0.1", 1);
   sites.submit_all(config);
   sites.check_all_succeed();
@@ -310,9 +314,7 @@ TEST_CASE(
     "a site's worker killed mid-run: its step starts again from the snapshots and the run ends") {
   Sites sites;
   REQUIRE_MESSAGE(sites.up(), sites.b.why_not(), sites.c.why_not());
-  const auto launched = sites.dir.path() / "sites";
-  std::filesystem::create_directories(launched);
-  const auto config = launched / "geo.yaml";
+  const auto config = sites.config_file(), launched = config.parent_path();
   // 30 rounds of 2 steps of 100 ms (emulated), a snapshot every round.
   auto text = deployment_config(launched, loopback_endpoints(), "127.0.0.1", 1);
   const auto rounds = text.find("rounds: 6");
@@ -390,9 +392,8 @@ TEST_CASE("three sites run the demo's config to the accuracy `geotrain run` reac
   // rounds: within 0.25 pp in three tries; 12 rounds were up to 1.7 pp apart).
   Sites sites;
   REQUIRE_MESSAGE(sites.up(), sites.b.why_not(), sites.c.why_not());
-  const auto launched = sites.dir.path() / "sites", one_host = sites.dir.path() / "geotrain-run";
-  std::filesystem::create_directories(launched);
-  const auto config = launched / "geo.yaml";
+  const auto config = sites.config_file(), launched = config.parent_path();
+  const auto one_host = sites.dir.path() / "geotrain-run";
   std::ofstream(config) << demo_config(launched, 24);
   sites.submit_all(config);
   sites.check_all_succeed();
