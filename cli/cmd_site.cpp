@@ -10,11 +10,11 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 
 #include "cli/commands.hpp"
 #include "core/error.hpp"
+#include "launcher/run/run_settings.hpp"
 #include "launcher/run/site_files.hpp"
 #include "worker/config.hpp"
 
@@ -33,14 +33,6 @@ struct SiteArgs {
   std::string keys;
   std::string image = "geotrain:latest";
 };
-
-std::string read_all(const fs::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  GT_REQUIRE(in.good(), "site: cannot read '{}'", file.string());
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 void write_file(const fs::path& file, const std::string& text, fs::perms mode) {
   {
@@ -62,7 +54,7 @@ int run_site(const SiteArgs& args) {
   GT_REQUIRE(config.server_endpoints.count(args.region),
              "site: server.endpoints names no server for region {}", args.region);
   spec.endpoint = config.server_endpoints.at(args.region);
-  spec.config_text = read_all(args.config);
+  spec.config_text = launcher::read_text_file(args.config);
   spec.binary = args.binary;
   spec.tries = args.tries;
   spec.image = args.image;
@@ -71,7 +63,7 @@ int run_site(const SiteArgs& args) {
                            : config.security.curve_on() ? config.security.keys_dir.string()
                                                         : std::string();
   for (const auto& name : launcher::site_key_files(args.region, config.regions))
-    if (!keys.empty()) spec.keys.emplace_back(name, read_all(fs::path(keys) / name));
+    if (!keys.empty()) spec.keys.emplace_back(name, launcher::read_text_file(fs::path(keys) / name));
   const auto files = launcher::site_files(spec);
 
   const fs::path out(args.out);

@@ -3,10 +3,10 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <fstream>
 #include <numeric>
 
 #include "core/error.hpp"
+#include "launcher/report/jsonl_tail.hpp"
 
 namespace geotrain::launcher {
 
@@ -16,14 +16,9 @@ namespace {
 
 // The last tensor_motion event of one leader's metrics file; empty when there is none.
 nlohmann::json last_motion_event(const fs::path& file) {
-  std::ifstream in(file);
   nlohmann::json found;
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.find("\"tensor_motion\"") == std::string::npos) continue;
-    auto j = nlohmann::json::parse(line, nullptr, false);
-    if (!j.is_discarded() && j.value("event", "") == "tensor_motion") found = std::move(j);
-  }
+  for (auto& e : JsonlTail(file).read_new())
+    if (e.value("event", "") == "tensor_motion") found = std::move(e);
   return found;
 }
 
