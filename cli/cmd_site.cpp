@@ -63,7 +63,8 @@ int run_site(const SiteArgs& args) {
                            : config.security.curve_on() ? config.security.keys_dir.string()
                                                         : std::string();
   for (const auto& name : launcher::site_key_files(args.region, config.regions))
-    if (!keys.empty()) spec.keys.emplace_back(name, launcher::read_text_file(fs::path(keys) / name));
+    if (!keys.empty())
+      spec.keys.emplace_back(name, launcher::read_text_file(fs::path(keys) / name));
   const auto files = launcher::site_files(spec);
 
   const fs::path out(args.out);
