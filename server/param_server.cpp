@@ -245,6 +245,14 @@ ParamServer::Outcome ParamServer::dispatch(const std::string& peer, const wire::
     reply(peer, h.request_id, wire::KvReply{get->key, std::move(*value)});
     return Outcome::done;
   }
+  if (auto* get = std::get_if<wire::KvTryGet>(&h.body)) {
+    auto value = kv_.get(*get, payloads, h.request_id);
+    if (value)
+      reply(peer, h.request_id, wire::KvReply{get->key, std::move(*value)});
+    else
+      reply(peer, h.request_id, wire::Ack{});  // not set: the asker does not wait
+    return Outcome::answered;  // nothing changed: no retry of parked requests
+  }
   const auto region = membership_.region_of(peer);
   if (!region)
     throw WireError(ErrorCode::unregistered,

@@ -88,7 +88,9 @@ class ParamServer {
   uint64_t checkpoint();
 
  private:
-  enum class Outcome { done, park, refused };  // refused: answered with an Error, nothing changed
+  // done: state changed; answered: replied, nothing changed; refused: answered with an Error,
+  // nothing changed.
+  enum class Outcome { done, answered, park, refused };
 
   Outcome handle(wire::Envelope& env,
                  std::optional<std::chrono::steady_clock::time_point> parked_since);

@@ -20,7 +20,8 @@ void require_no_payload(const char* what, std::span<const wire::Frame> payloads,
 }  // namespace
 
 bool RendezvousStore::handles(const wire::Body& body) {
-  return std::holds_alternative<wire::KvSet>(body) || std::holds_alternative<wire::KvGet>(body);
+  return std::holds_alternative<wire::KvSet>(body) || std::holds_alternative<wire::KvGet>(body) ||
+         std::holds_alternative<wire::KvTryGet>(body);
 }
 
 void RendezvousStore::set(const wire::KvSet& m, std::span<const wire::Frame> payloads,
@@ -40,13 +41,25 @@ void RendezvousStore::set(const wire::KvSet& m, std::span<const wire::Frame> pay
 std::optional<Bytes> RendezvousStore::get(const wire::KvGet& m,
                                           std::span<const wire::Frame> payloads,
                                           uint64_t request_id) const {
-  require_no_payload("kvGet", payloads, request_id);
-  if (m.key.empty() || m.key.size() > kMaxKvKeyBytes)
-    throw WireError(
-        ErrorCode::too_large,
-        fmt::format("kvGet key of {} bytes: limits are 1-{}", m.key.size(), kMaxKvKeyBytes),
-        request_id);
-  const auto it = entries_.find(m.key);
+  return find(m.key, "kvGet", payloads, request_id);
+}
+
+std::optional<Bytes> RendezvousStore::get(const wire::KvTryGet& m,
+                                          std::span<const wire::Frame> payloads,
+                                          uint64_t request_id) const {
+  return find(m.key, "kvTryGet", payloads, request_id);
+}
+
+std::optional<Bytes> RendezvousStore::find(const std::string& key, const char* what,
+                                           std::span<const wire::Frame> payloads,
+                                           uint64_t request_id) const {
+  require_no_payload(what, payloads, request_id);
+  if (key.empty() || key.size() > kMaxKvKeyBytes)
+    throw WireError(ErrorCode::too_large,
+                    fmt::format("{} key of {} bytes: limits are 1-{}", what, key.size(),
+                                kMaxKvKeyBytes),
+                    request_id);
+  const auto it = entries_.find(key);
   if (it == entries_.end()) return std::nullopt;
   return it->second;
 }

@@ -139,6 +139,7 @@ void build(schema::Header::Builder h, const Body& body) {
             b.setValue(data(m.value));
           },
           [&](const KvGet& m) { h.setKvGet(m.key); },
+          [&](const KvTryGet& m) { h.setKvTryGet(m.key); },
           [&](const KvReply& m) {
             auto b = h.initKvReply();
             b.setKey(m.key);
@@ -222,6 +223,8 @@ Body read(schema::Header::Reader h, uint64_t request_id) {
     }
     case schema::Header::GOODBYE:
       return Goodbye{};
+    case schema::Header::KV_TRY_GET:
+      return KvTryGet{str(h.getKvTryGet())};
   }
   throw WireError(
       ErrorCode::malformed,
@@ -244,7 +247,8 @@ const char* body_name(const Body& body) {
   static constexpr const char* kNames[] = {
       "hello",     "helloReply", "heartbeat",    "push",       "pushReply",  "pull",
       "pullReply", "error",      "statsRequest", "statsReply", "checkpoint", "checkpointReply",
-      "shutdown",  "ack",        "kvSet",        "kvGet",      "kvReply",    "goodbye"};
+      "shutdown",  "ack",        "kvSet",        "kvGet",      "kvReply",    "goodbye",
+      "kvTryGet"};
   static_assert(std::size(kNames) == std::variant_size_v<Body>);
   return kNames[body.index()];
 }

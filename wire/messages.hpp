@@ -164,10 +164,13 @@ struct KvReply {
   std::string key;
   Bytes value;
 };
+struct KvTryGet {  // a KvGet answered at once: KvReply when set, Ack when not
+  std::string key;
+};
 
 using Body = std::variant<Hello, HelloReply, Heartbeat, Push, PushReply, PullRequest, PullReply,
                           Error, StatsRequest, StatsReply, CheckpointRequest, CheckpointReply,
-                          Shutdown, Ack, KvSet, KvGet, KvReply, Goodbye>;
+                          Shutdown, Ack, KvSet, KvGet, KvReply, Goodbye, KvTryGet>;
 
 struct Header {
   uint64_t request_id = 0;

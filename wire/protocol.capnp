@@ -137,5 +137,8 @@ struct Header {
     # A region leaves (its leader finished training): the server stops counting it at once, as if
     # it had been declared dead, so that no round waits dead_after for it. Answered with ack.
     goodbye @19 :Void;
+    # kvGet that does not wait: answered at once with kvReply when the key is set, with ack when
+    # it is not (a region's leader looks for workers asking to rejoin its group).
+    kvTryGet @20 :Text;
   }
 }

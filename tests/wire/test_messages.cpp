@@ -31,6 +31,7 @@ TEST_CASE("every message type survives encode and decode with its fields") {
       KvGet{"gloo/0"},
       KvReply{"gloo/0", Bytes{std::byte{7}}},
       Goodbye{},
+      KvTryGet{"gloo/a/join/1"},
   };
   REQUIRE(bodies.size() == std::variant_size_v<Body>);
   for (const auto& body : bodies) {

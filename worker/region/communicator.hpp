@@ -10,9 +10,18 @@
 
 #include <cstdint>
 
+#include "core/error_types.hpp"
 #include "core/span.hpp"
 
 namespace geotrain::worker {
+
+// A collective failed: a member died (its sockets closed) or did not answer within the group's
+// timeout. The communicator is unusable; an elastic region re-forms its group
+// (worker/region/region_group.hpp).
+class GroupBroken : public SystemError {
+ public:
+  using SystemError::SystemError;
+};
 
 class Communicator {
  public:

@@ -10,12 +10,14 @@
 #include <exception>
 
 #include "core/error.hpp"
+#include "worker/stopped.hpp"
 
 namespace geotrain::worker {
 namespace {
-// Gloo reports failures by throwing gloo::Exception (a std::runtime_error); give them our type.
-[[noreturn]] void rethrow_as_system_error(const char* what_call, const std::exception& e) {
-  throw SystemError("Gloo", what_call, __FILE__, __LINE__, e.what());
+// A collective that failed leaves the context unusable, whatever the cause (a peer's closed
+// connection, a timeout): the group is broken.
+[[noreturn]] void rethrow_as_group_broken(const char* what_call, const std::exception& e) {
+  throw GroupBroken("Gloo", what_call, __FILE__, __LINE__, e.what());
 }
 }  // namespace
 
@@ -34,8 +36,11 @@ GlooCommunicator::GlooCommunicator(gloo::rendezvous::Store& store, int rank, int
     context_ = std::move(context);
   } catch (const InputError&) {
     throw;
+  } catch (const Stopped&) {
+    throw;
   } catch (const std::exception& e) {
-    rethrow_as_system_error("connectFullMesh", e);
+    // A member that died while the others connected: the group to form is broken already.
+    rethrow_as_group_broken("connectFullMesh", e);
   }
 }
 
@@ -51,7 +56,7 @@ void GlooCommunicator::allreduce_sum(FloatSpan data) {
     opts.setTag(tag_++);
     gloo::allreduce(opts);
   } catch (const std::exception& e) {
-    rethrow_as_system_error("allreduce", e);
+    rethrow_as_group_broken("allreduce", e);
   }
 }
 
@@ -66,7 +71,7 @@ void GlooCommunicator::broadcast(FloatSpan data, int root) {
     opts.setTag(tag_++);
     gloo::broadcast(opts);
   } catch (const std::exception& e) {
-    rethrow_as_system_error("broadcast", e);
+    rethrow_as_group_broken("broadcast", e);
   }
 }
 

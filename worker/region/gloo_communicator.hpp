@@ -4,7 +4,8 @@
 // through a gloo::rendezvous::Store that the caller provides and that must outlive the
 // constructor call (the region's server key-value exchange in production, a shared HashStore
 // when ranks are threads of one process in tests); pass a PrefixStore to keep runs apart.
-// The constructor blocks until all `size` ranks have connected (or `timeout`, SystemError).
+// The constructor blocks until all `size` ranks have connected (or `timeout`: GroupBroken, as
+// for a collective that fails; Stopped from the store passes through).
 #pragma once
 
 #include <chrono>

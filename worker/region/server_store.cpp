@@ -61,6 +61,16 @@ std::vector<char> ServerStore::get(const std::string& key) {
   return out;
 }
 
+std::optional<std::vector<char>> ServerStore::try_get(const std::string& key) {
+  auto reply = call(wire::KvTryGet{prefix_ + key}, timeout_, key);
+  if (std::holds_alternative<wire::Ack>(reply.header.body)) return std::nullopt;  // not set
+  const auto* kv = std::get_if<wire::KvReply>(&reply.header.body);
+  GT_REQUIRE(kv != nullptr, "rendezvous: the server answered kvTryGet '{}' with {}", key,
+             wire::body_name(reply.header.body));
+  return std::vector<char>(reinterpret_cast<const char*>(kv->value.data()),
+                           reinterpret_cast<const char*>(kv->value.data()) + kv->value.size());
+}
+
 void ServerStore::wait(const std::vector<std::string>& keys) { wait(keys, timeout_); }
 
 void ServerStore::wait(const std::vector<std::string>& keys,

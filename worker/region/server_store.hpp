@@ -16,6 +16,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <stop_token>
 #include <string>
 #include <vector>
@@ -31,6 +32,9 @@ class ServerStore final : public gloo::rendezvous::Store {
               const wire::ChannelOptions& options = {}, std::stop_token stop = {});
 
   void set(const std::string& key, const std::vector<char>& data) override;
+  // The key's value if someone has set it, nullopt if not: does not wait for it (one round trip;
+  // SystemError when the server does not answer within the timeout).
+  std::optional<std::vector<char>> try_get(const std::string& key);
   std::vector<char> get(const std::string& key) override;
   void wait(const std::vector<std::string>& keys) override;
   void wait(const std::vector<std::string>& keys,

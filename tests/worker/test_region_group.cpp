@@ -1,0 +1,166 @@
+// The elastic region group: members as threads of one process, meeting at a real server's
+// key-value exchange over Gloo's TCP transport. A member "dies" by dropping its communicator (its
+// sockets close, as a killed process's do); the others' next collective fails, they re-form
+// without it, and it comes back as a joiner.
+#include <doctest/doctest.h>
+
+#include <future>
+#include <thread>
+
+#include "server/param_server.hpp"
+#include "worker/region/gloo_communicator.hpp"
+#include "worker/region/region_group.hpp"
+#include "worker/region/server_store.hpp"
+
+using namespace geotrain;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct Server {
+  std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / fmt::format("geotrain-group-{}", ::getpid());
+  zmq::context_t context;
+  std::unique_ptr<server::ParamServer> srv;
+  std::jthread loop;
+
+  explicit Server(const std::string& name) {
+    auto config = server::parse_server_config(fmt::format(R"(
+regions: [a]
+model: {{tensors: [{{name: w, size: 64}}]}}
+server: {{run_dir: "{}"}}
+)",
+                                                          dir.string()));
+    server::ServerOptions options;
+    options.endpoint = "inproc://" + name;
+    options.write_metrics = false;
+    options.poll = 5ms;
+    srv = std::make_unique<server::ParamServer>(config, 0, context, options);
+    loop = std::jthread([this](std::stop_token st) { srv->run(st); });
+  }
+  ~Server() {
+    loop.request_stop();
+    loop.join();
+    std::filesystem::remove_all(dir);
+  }
+  std::unique_ptr<worker::ServerStore> store() {
+    return std::make_unique<worker::ServerStore>(context, srv->endpoint(), "gloo/a/", 20s);
+  }
+};
+
+worker::RegionGroup::Connect gloo_connect() {
+  return [](gloo::rendezvous::Store& store, int rank, int size) {
+    return std::make_unique<worker::GlooCommunicator>(store, rank, size,
+                                                      worker::GlooOptions{"127.0.0.1", 10s});
+  };
+}
+
+// The sum over the group of (slot + 1).
+float slot_sum(worker::RegionGroup& g) {
+  std::vector<float> v(4096, float(g.slot() + 1));
+  g.comm().allreduce_sum(v);
+  for (const float x : v) REQUIRE(x == v[0]);
+  return v[0];
+}
+
+}  // namespace
+
+TEST_CASE("a region's group outlives a dead member and takes it back when it rejoins") {
+  Server server("group-a");
+  auto store0 = server.store(), store1 = server.store(), store2 = server.store();
+  auto f1 = std::async(std::launch::async,
+                       [&] { return worker::RegionGroup(*store1, 1, 3, gloo_connect()); });
+  auto f2 = std::async(std::launch::async,
+                       [&] { return worker::RegionGroup(*store2, 2, 3, gloo_connect()); });
+  worker::RegionGroup g0(*store0, 0, 3, gloo_connect());
+  auto g1 = f1.get();
+  auto g2 = f2.get();
+  auto s1 = std::async(std::launch::async, [&] { return slot_sum(g1); });
+  auto s2 = std::async(std::launch::async, [&] { return slot_sum(g2); });
+  CHECK(slot_sum(g0) == 6.0f);
+  CHECK(s1.get() == 6.0f);
+  CHECK(s2.get() == 6.0f);
+
+  // Slot 2 dies: its sockets close; the survivors' next collective fails at once.
+  g2.disconnect();
+  auto broken1 = std::async(std::launch::async, [&] {
+    CHECK_THROWS_AS(slot_sum(g1), worker::GroupBroken);
+    return g1.regroup(2s);
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK_THROWS_AS(slot_sum(g0), worker::GroupBroken);
+  const auto change0 = g0.regroup(300ms);
+  const auto change1 = broken1.get();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(change0.epoch == 1);
+  CHECK(change0.members == std::vector<uint32_t>{0, 1});
+  CHECK(change0.lost == std::vector<uint32_t>{2});
+  CHECK(change1.members == std::vector<uint32_t>{0, 1});
+  CHECK(change1.lost == std::vector<uint32_t>{2});
+  CHECK(seconds < 2.0);  // the leader's 0.3 s window for the dead member, then a new mesh
+  s1 = std::async(std::launch::async, [&] { return slot_sum(g1); });
+  CHECK(slot_sum(g0) == 3.0f);
+  CHECK(s1.get() == 3.0f);
+  CHECK_FALSE(g0.joiners_waiting());
+
+  // Slot 2 restarts and asks to join; the leader sees it and the group re-forms with it.
+  auto store2b = server.store();
+  auto joiner = std::async(std::launch::async, [&] {
+    return worker::RegionGroup::join(*store2b, 2, 3, gloo_connect(), 20s);
+  });
+  for (int i = 0; i < 200 && !g0.joiners_waiting(); ++i) std::this_thread::sleep_for(10ms);
+  REQUIRE(g0.joiners_waiting());
+  auto again1 = std::async(std::launch::async, [&] { return g1.regroup(2s); });
+  const auto change = g0.regroup(2s);
+  CHECK(change.epoch == 2);
+  CHECK(change.members == std::vector<uint32_t>{0, 1, 2});
+  CHECK(change.joined == std::vector<uint32_t>{2});
+  CHECK(change.lost.empty());
+  CHECK(again1.get().joined == std::vector<uint32_t>{2});
+  auto g2b = joiner.get();
+  REQUIRE(g2b.has_value());
+  CHECK(g2b->epoch() == 2);
+  s1 = std::async(std::launch::async, [&] { return slot_sum(g1); });
+  s2 = std::async(std::launch::async, [&] { return slot_sum(*g2b); });
+  CHECK(slot_sum(g0) == 6.0f);
+  CHECK(s1.get() == 6.0f);
+  CHECK(s2.get() == 6.0f);
+  // Admitted once: the same request is not a joiner again.
+  CHECK_FALSE(g0.joiners_waiting());
+}
+
+TEST_CASE("a member that announces itself after the leader's window is left out and told so") {
+  Server server("group-b");
+  auto store0 = server.store(), store1 = server.store();
+  auto f1 = std::async(std::launch::async,
+                       [&] { return worker::RegionGroup(*store1, 1, 2, gloo_connect()); });
+  worker::RegionGroup g0(*store0, 0, 2, gloo_connect());
+  auto g1 = f1.get();
+  // The leader re-forms alone (its member is slow); the member comes too late.
+  const auto change = g0.regroup(100ms);
+  CHECK(change.members == std::vector<uint32_t>{0});
+  CHECK(change.lost == std::vector<uint32_t>{1});
+  CHECK_THROWS_WITH_AS(g1.regroup(100ms), doctest::Contains("slot 1 was left out"), SystemError);
+}
+
+TEST_CASE("a joiner waiting when the leader closes the group leaves without joining") {
+  Server server("group-c");
+  auto store0 = server.store(), store1 = server.store();
+  auto f1 = std::async(std::launch::async,
+                       [&] { return worker::RegionGroup(*store1, 1, 2, gloo_connect()); });
+  worker::RegionGroup g0(*store0, 0, 2, gloo_connect());
+  auto g1 = f1.get();
+  g1.disconnect();
+  (void)g0.regroup(100ms);  // alone now
+  auto store1b = server.store();
+  auto joiner = std::async(std::launch::async, [&] {
+    return worker::RegionGroup::join(*store1b, 1, 2, gloo_connect(), 20s);
+  });
+  std::this_thread::sleep_for(100ms);
+  g0.close();
+  CHECK_FALSE(joiner.get().has_value());
+  // A slot that cannot join (the leader's, or past the region) is refused by name.
+  CHECK_THROWS_WITH_AS(worker::RegionGroup::join(*store1b, 0, 2, gloo_connect(), 1s),
+                       doctest::Contains("slot 0 cannot join"), InputError);
+}
