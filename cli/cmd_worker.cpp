@@ -36,6 +36,7 @@ struct WorkerArgs {
   std::vector<std::string> sets;  // --set section.key=value
   bool resume = false;
   uint32_t generation = 0;
+  bool rejoin = false;
 };
 
 int run_worker(const WorkerArgs& args) {
@@ -78,7 +79,8 @@ int run_worker(const WorkerArgs& args) {
   }
 
   zmq::context_t context;
-  worker::Trainer trainer(config, region, rank, context, {args.resume, args.generation});
+  worker::Trainer trainer(config, region, rank, context,
+                          {args.resume, args.generation, args.rejoin});
   std::stop_source stop;
   SignalWatcher watcher([&stop](int) { stop.request_stop(); });
   try {
@@ -123,6 +125,11 @@ void add_worker_command(CLI::App& app, CommandList& commands) {
                   "restarts of this region's worker group so far: keeps each restart's "
                   "rendezvous at the server apart (every rank of a group gives the same)")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--rejoin", args->rejoin,
+                "a restarted worker of an elastic region (worker.elastic, on the CPU): join the "
+                "region's live group at its next round boundary and take the leader's state, "
+                "instead of restarting the region from snapshots")
+      ->excludes("--resume");
   commands.emplace_back(cmd, [args] { return run_worker(*args); });
 }
 

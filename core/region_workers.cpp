@@ -147,4 +147,12 @@ RegionBatches read_region_batches(const YamlReader& in, const YAML::Node& root,
                                                    regions, 64, 1, 1 << 20));
 }
 
+bool read_regions_re_form(const YamlReader& in, const YAML::Node& root) {
+  const auto w = root["worker"];
+  if (!w || !w.IsMap()) return regions_re_form(true, "cpu");
+  const bool elastic = w["elastic"] ? in.boolean(w["elastic"], "worker.elastic") : true;
+  const auto device = w["device"] && w["device"].IsScalar() ? w["device"].as<std::string>() : "cpu";
+  return regions_re_form(elastic, device);
+}
+
 }  // namespace geotrain

@@ -102,4 +102,13 @@ RegionBatches read_region_batches(const YamlReader& in, const YAML::Node& root,
 RegionWorkers read_region_workers(const YamlReader& in, const YAML::Node& root,
                                   const std::vector<std::string>& regions, uint32_t most);
 
+// Whether a region's workers re-form their group without a dead member (worker.elastic, default
+// true) rather than restart it from snapshots: only CPU regions can (Gloo; worker.device cpu,
+// the default). The workers read it so; the launcher restarts a dead worker of such a region
+// alone (--rejoin). Validation of the two keys is the worker config's.
+inline bool regions_re_form(bool elastic, std::string_view device) {
+  return elastic && device == "cpu";
+}
+bool read_regions_re_form(const YamlReader& in, const YAML::Node& root);
+
 }  // namespace geotrain

@@ -282,6 +282,7 @@ const std::set<std::string> kWorkerKeys{"workers_per_region",
                                         "device",
                                         "precision",
                                         "leader_on_device",
+                                        "elastic",
                                         "data_dir",
                                         "data",
                                         "batch_size",
@@ -336,6 +337,7 @@ void parse_device_and_data(const YamlReader& in, const YAML::Node& w, WorkerConf
   if (auto n = w["device"]) c.device = in.choice(n, "worker.device", {"cpu", "cuda"});
   if (auto n = w["precision"]) c.precision = in.choice(n, "worker.precision", {"fp32", "bf16"});
   if (auto n = w["leader_on_device"]) c.leader_on_device = in.boolean(n, "worker.leader_on_device");
+  if (auto n = w["elastic"]) c.elastic = in.boolean(n, "worker.elastic");
   GT_REQUIRE(c.precision == "fp32" || c.device == "cuda",
              "{}: worker.precision bf16 needs worker.device cuda (the CPU trains in fp32)", source);
   GT_REQUIRE(c.precision == "fp32" || c.model.kind == "gpt",

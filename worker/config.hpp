@@ -70,6 +70,13 @@ struct WorkerConfig {
   // device: cuda with overlap: the leader's parameters stay on the GPU at its exchanges, and the
   // overlap rule runs there (worker/leader/leader_params.hpp); false: on the host mirror.
   bool leader_on_device = true;
+  // worker.elastic: a CPU region outlives a dead worker: the survivors re-form their Gloo group
+  // and go on, and the restarted worker rejoins from a live peer (worker/region/region_group.hpp;
+  // docs/run.md "When a worker dies"). false, or device cuda: the region's group restarts from
+  // its snapshots.
+  bool elastic = true;
+  // Whether this run's regions re-form their groups (worker.elastic, on the CPU).
+  bool elastic_regions() const { return regions_re_form(elastic, device); }
   DataConfig data;
   // worker.batch_size: per worker, per micro-batch; one size, or {region: size}. A worker's is
   // batch_size.in(its region); the fleet's global micro-batch, batch_size.global(workers).

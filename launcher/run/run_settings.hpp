@@ -66,6 +66,9 @@ struct RunSettings {
   // worker.external: the workers are the user's own processes (Python leaders, docs/python.md);
   // the launcher starts servers and netsim only and waits for every region's leader's `done`.
   bool external_workers = false;
+  // worker.elastic on the CPU: a dead worker other than a leader is restarted alone and rejoins
+  // its region's live group (--rejoin); otherwise its region's workers restart from snapshots.
+  bool elastic_regions = true;
 
   RunTarget target() const { return {target_accuracy, target_val_bpb}; }
 };

@@ -53,6 +53,10 @@ bool input_error(int status) { return status == kInputErrorExit; }
 std::vector<std::string> resume_args(uint32_t generation) {
   return {"--resume", "--generation", std::to_string(generation)};
 }
+// A restarted worker of an elastic region: it joins the live group of its region's generation.
+std::vector<std::string> rejoin_args(uint32_t generation) {
+  return {"--rejoin", "--generation", std::to_string(generation)};
+}
 
 fs::path server_metrics(const fs::path& run_dir, const std::string& region) {
   return run_dir / fmt::format("server-{}.metrics.jsonl", region);
@@ -66,9 +70,14 @@ bool Supervisor::poll() {
     if (p->spec.role == ProcessRole::worker) {
       if (!st) {
         workers_left = true;
+      } else if (p->phase == Running::Phase::backoff) {
+        workers_left = true;  // to be restarted alone, to rejoin its region's group
+        if (failure_.empty()) rejoin_when_due(*p);
+      } else if (*st == 0 && p->phase == Running::Phase::resuming) {
+        on_rejoin(p->spec.region, p->spec.rank);  // training was over before it was admitted
       } else if (*st != 0 && failure_.empty() &&
                  recovery_[p->spec.region].phase != RegionRecovery::Phase::backoff) {
-        on_worker_death(*p, *st);  // fails the run unless run.restart restarts the region
+        on_worker_death(*p, *st);  // fails the run unless run.restart restarts it
       }
     } else if (failure_.empty()) {
       supervise(*p, st);
@@ -134,6 +143,9 @@ void Supervisor::on_worker_death(Running& first_seen, int first_status) {
   }
   Running& p = *dead;
   auto& rr = recovery_[p.spec.region];
+  if (settings_.elastic_regions && p.spec.rank != 0 && rr.phase == RegionRecovery::Phase::running &&
+      leader_alive(p.spec.region))
+    return on_member_death(p, st);
   const bool again = rr.restarts < settings_.restart.max_restarts &&
                      !leader_finished(p.spec.region) && !input_error(st);
   rr.fault = faults_.fault(now_s(), p.spec.name, "worker", p.spec.region, describe_status(st),
@@ -154,11 +166,43 @@ void Supervisor::on_worker_death(Running& first_seen, int first_status) {
   rr.backoff_until = Clock::now() + seconds(settings_.restart.backoff_s);
 }
 
+bool Supervisor::leader_alive(const std::string& region) {
+  for (auto& p : fleet_.procs())
+    if (p->spec.role == ProcessRole::worker && p->spec.region == region && p->spec.rank == 0)
+      return !p->child.poll().has_value();
+  return false;
+}
+
+void Supervisor::on_member_death(Running& p, int st) {
+  const bool again = p.restarts < settings_.restart.max_restarts && !input_error(st);
+  p.fault = faults_.fault(now_s(), p.spec.name, "worker", p.spec.region, describe_status(st), again,
+                          again ? p.restarts + 1 : p.restarts);
+  if (!again) {
+    failure_ = restarts_used_up(p, st);
+    return;
+  }
+  ++p.restarts;
+  spdlog::warn(
+      "run: {} {} at {:.1f} s; the other workers of {} go on without it; restarting it in {} s "
+      "to rejoin them (restart {} of {})",
+      p.spec.name, describe_status(st), now_s(), p.spec.region, settings_.restart.backoff_s,
+      p.restarts, settings_.restart.max_restarts);
+  p.phase = Running::Phase::backoff;
+  p.phase_until = Clock::now() + seconds(settings_.restart.backoff_s);
+}
+
+void Supervisor::rejoin_when_due(Running& p) {
+  if (p.phase != Running::Phase::backoff || Clock::now() < p.phase_until) return;
+  fleet_.restart(p, rejoin_args(recovery_[p.spec.region].restarts));
+  p.phase = Running::Phase::resuming;  // until its `rejoin` event
+}
+
 void Supervisor::restart_region_when_due(RegionRecovery& rr, const std::string& region) {
   if (rr.phase != RegionRecovery::Phase::backoff || Clock::now() < rr.backoff_until) return;
   for (auto& p : fleet_.procs())
     if (p->spec.role == ProcessRole::worker && p->spec.region == region) {
       p->restarts = rr.restarts;
+      p->phase = Running::Phase::running;  // a worker restarted alone goes with the others
       fleet_.restart(*p, resume_args(rr.restarts));
     }
   rr.phase = RegionRecovery::Phase::resuming;
@@ -166,9 +210,10 @@ void Supervisor::restart_region_when_due(RegionRecovery& rr, const std::string& 
 
 void Supervisor::on_worker_event(const nlohmann::json& e) {
   if (!e.is_object() || !e.contains("region") || !e["region"].is_string()) return;
-  if (e.value("rank", 0) != 0) return;
   const auto kind = e.value("event", std::string());
   const auto region = e["region"].get<std::string>();
+  if (kind == "rejoin") return on_rejoin(region, e.value("rank", 0u));
+  if (e.value("rank", 0) != 0) return;
   auto& rr = recovery_[region];
   const uint64_t round =
       e.contains("round") && e["round"].is_number_unsigned() ? e["round"].get<uint64_t>() : 0;
@@ -201,6 +246,18 @@ void Supervisor::on_worker_event(const nlohmann::json& e) {
       rr.phase = RegionRecovery::Phase::running;
     }
   }
+}
+
+void Supervisor::on_rejoin(const std::string& region, uint32_t rank) {
+  for (auto& p : fleet_.procs())
+    if (p->spec.role == ProcessRole::worker && p->spec.region == region && p->spec.rank == rank &&
+        p->phase == Running::Phase::resuming) {
+      // Back in its region's group with the leader's state: nothing was trained again.
+      faults_.restarted(p->fault, now_s(), p->child.pid(), std::nullopt);
+      faults_.recovered(p->fault, now_s(), 0);
+      spdlog::info("run: {}", describe_fault(faults_.faults()[p->fault]));
+      p->phase = Running::Phase::running;
+    }
 }
 
 void Supervisor::supervise(Running& p, std::optional<int> st) {

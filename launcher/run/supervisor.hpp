@@ -1,8 +1,11 @@
 #pragma once
 // What `geotrain run` does when one of its processes dies (run.restart), and the record of it.
-// A server or netsim is restarted in place after run.restart.backoff_s; a worker's death takes
-// its region's whole Gloo/NCCL group down and starts it again from the workers' snapshots
-// (--resume, a new --generation). Each death, restart and recovery (with rounds lost) goes to
+// A server or netsim is restarted in place after run.restart.backoff_s. A worker's death in an
+// elastic region (worker.elastic, CPU), other than its leader's, costs only that worker: the
+// others re-form their group without it, and it is restarted after the backoff with --rejoin
+// (recovered at its `rejoin` event). Otherwise (a leader, or a GPU region) the death takes its
+// region's whole Gloo/NCCL group down and starts it again from the workers' snapshots (--resume, a
+// new --generation). Each death, restart and recovery (with rounds lost) goes to
 // the FaultLog, so the progress display, events.jsonl and the report show it. Beyond
 // run.restart.max_restarts, or a restart that never comes up, fails the run (failure()).
 // Not thread-safe: the launcher's loop calls it; poll() never blocks beyond a reap of killed
@@ -59,6 +62,11 @@ class Supervisor {
 
   void on_death(Running& p, int status);  // a server or netsim
   void on_worker_death(Running& first_seen, int first_status);
+  // An elastic region's member (not its leader) died: it alone is restarted, to rejoin.
+  void on_member_death(Running& p, int status);
+  void rejoin_when_due(Running& p);
+  void on_rejoin(const std::string& region, uint32_t rank);
+  bool leader_alive(const std::string& region);
   void restart_region_when_due(RegionRecovery& rr, const std::string& region);
   void supervise(Running& p, std::optional<int> status);  // a server or netsim, every poll
   bool leader_finished(const std::string& region);

@@ -3,7 +3,8 @@
 // fp32 codecs, worker and server checkpoints every round); under run.restart a leader killed
 // with SIGKILL, and a non-leader worker killed with SIGKILL, are restarted with their region's
 // whole worker group from its snapshots and the run completes, with the fault in summary.json
-// and events.jsonl. A small MLP on Fashion-MNIST, 8 rounds of 4 steps; each run takes a few
+// and events.jsonl; with worker.elastic (the default on the CPU) a non-leader killed so costs
+// only itself: the others go on, and it rejoins with the leader's state. A small MLP on Fashion-MNIST, 8 rounds of 4 steps; each run takes a few
 // seconds on 2 loaded cores.
 #include <doctest/doctest.h>
 #include <fcntl.h>
@@ -123,6 +124,12 @@ std::string config_text(const std::string& regions, uint32_t per_region, const s
          extra + "}\n";
 }
 const std::string kTwoRegions = "[us-east, eu-west]";
+
+// `text` with more keys in its worker section.
+std::string with_worker_keys(std::string text, const std::string& keys) {
+  text.replace(text.find("worker: {"), 9, "worker: {" + keys + ", ");
+  return text;
+}
 
 // One run to its end; returns its folder.
 fs::path run_to_end(const fs::path& dir, const std::string& text) {
@@ -266,11 +273,81 @@ TEST_CASE("a leader killed with SIGKILL is restarted from its snapshot and the r
     CHECK(s["final_test_accuracy"].get<double>() > 0.5);
 }
 
-TEST_CASE("a non-leader worker killed with SIGKILL restarts its region's worker group") {
+TEST_CASE(
+    "a non-leader worker killed with SIGKILL: the others go on without it, and it rejoins with "
+    "the leader's state") {
+  geotrain::test::TempDir tmp("recover-elastic");
+  std::string output;
+  // Three workers, 30 rounds: time for the restarted one to come back while the region trains.
+  auto text = config_text("[us-east]", 3, ", restart: {max_restarts: 2, backoff_s: 0.2}");
+  text.replace(text.find("rounds: 8"), 9, "rounds: 30");
+  auto [folder, code] = run_with(
+      tmp.path(), text,
+      [](const fs::path& run, pid_t) {
+        if (last_round(run, "us-east") < 3) return false;
+        const auto pid = pid_of(run, "worker-us-east-1");
+        return pid && ::kill(*pid, SIGKILL) == 0;
+      },
+      &output);
+  INFO(output);
+  CHECK(code == 0);
+  const auto s = summary_of(folder);
+  INFO(s.dump(2));
+  CHECK(s["status"] == "completed");
+  CHECK(s["rounds"] == 30);
+  REQUIRE(s["faults"].size() == 1);
+  const auto& f = s["faults"][0];
+  CHECK(f["process"] == "worker-us-east-1");
+  CHECK(f["restarted"] == true);
+  CHECK(f["rounds_lost"].get<int>() == 0);
+  // Only the dead worker was started again: the leader and rank 2 trained on.
+  int restarted = 0;
+  for (const auto& e : geotrain::launcher::read_jsonl(folder / "events.jsonl"))
+    if (e.value("event", "") == "start" && e.value("restart", 0) == 1) {
+      ++restarted;
+      CHECK(e.value("process", "") == "worker-us-east-1");
+    }
+  CHECK(restarted == 1);
+  // The leader re-formed its group without rank 1, within a second, then took it back.
+  std::vector<json> regroups;
+  for (const auto& e : geotrain::launcher::read_jsonl(folder / "worker-us-east-0.metrics.jsonl"))
+    if (e.value("event", "") == "regroup") regroups.push_back(e);
+  REQUIRE(regroups.size() == 2);
+  CHECK(regroups[0]["lost"] == json::array({1}));
+  CHECK(regroups[0]["members"] == json::array({0, 2}));
+  CHECK(regroups[0]["seconds"].get<double>() < 1.0);
+  CHECK(regroups[1]["joined"] == json::array({1}));
+  CHECK(regroups[1]["members"] == json::array({0, 1, 2}));
+  json rejoin;
+  for (const auto& e : geotrain::launcher::read_jsonl(folder / "worker-us-east-1.metrics.jsonl"))
+    if (e.value("event", "") == "rejoin") rejoin = e;
+  REQUIRE(rejoin.is_object());
+  CHECK(rejoin["round"] == regroups[1]["round"]);
+  // From the leader, not from disk: its state after the last round (parameters, momentum) is the
+  // leader's, bit for bit, as every rank's is in data-parallel training.
+  const auto last = [&](const std::string& worker) {
+    return folder / "worker-checkpoints" / worker / "ckpt-000000000030";
+  };
+  const auto manifest = json::parse(read_bytes(last("us-east-1") / "manifest.json"));
+  size_t floats = 0;
+  for (const auto& section : manifest["sections"]) floats += section["count"].get<size_t>();
+  const auto own = read_bytes(last("us-east-1") / "state.bin");
+  const auto leaders = read_bytes(last("us-east-0") / "state.bin");
+  REQUIRE(own.size() == 16 + floats * sizeof(float));  // the leader's has its residuals too
+  REQUIRE(leaders.size() >= own.size());
+  CHECK_MESSAGE(leaders.compare(0, own.size(), own) == 0,
+                "the rejoined worker's state differs from its leader's");
+  CHECK(s["final_test_accuracy"].get<double>() > 0.5);
+}
+
+TEST_CASE(
+    "without worker.elastic, a non-leader worker killed with SIGKILL restarts its region's group") {
   geotrain::test::TempDir tmp("recover-worker");
   std::string output;
   auto [folder, code] = run_with(
-      tmp.path(), config_text("[us-east]", 2, ", restart: {max_restarts: 2, backoff_s: 0.2}"),
+      tmp.path(),
+      with_worker_keys(config_text("[us-east]", 2, ", restart: {max_restarts: 2, backoff_s: 0.2}"),
+                       "elastic: false"),
       [](const fs::path& run, pid_t) {
         if (last_round(run, "us-east") < 3) return false;
         const auto pid = pid_of(run, "worker-us-east-1");

@@ -18,6 +18,11 @@ std::unique_ptr<Communicator> CpuModelBackend::connect_region(gloo::rendezvous::
   return comm;
 }
 
+void CpuModelBackend::disconnect_region() {
+  buckets_.reset();  // joins its communication thread, which uses *region_
+  region_ = nullptr;
+}
+
 CpuModelBackend::~CpuModelBackend() = default;
 
 models::BatchResult CpuModelBackend::forward_backward(ConstFloatSpan params, const Batch& batch,

@@ -100,6 +100,11 @@ class ModelBackend {
   // returned Communicator must not outlive the backend. Not called for a region of one worker.
   virtual std::unique_ptr<Communicator> connect_region(gloo::rendezvous::Store& store, int rank,
                                                        int size, const RegionOptions& options) = 0;
+  // Stops using connect_region's connection, which the caller is about to destroy (an elastic
+  // region re-forms its group, worker/region/region_group.hpp); connect_region may be called
+  // again. Whether the backend supports it: only the CPU's does (NCCL's region restarts instead).
+  virtual bool can_reconnect_region() const { return false; }
+  virtual void disconnect_region() {}
   // params: host (parameter_count). Accumulates this batch's gradient of the batch-mean loss;
   // where it accumulates is the backend's business: `grad` (host) holds it only after
   // reduce_gradient. `last`: the step's last micro-batch (its gradients are final, so their
@@ -125,6 +130,8 @@ class CpuModelBackend final : public ModelBackend {
   explicit CpuModelBackend(std::unique_ptr<models::Model> model) : model_(std::move(model)) {}
   std::unique_ptr<Communicator> connect_region(gloo::rendezvous::Store& store, int rank, int size,
                                                const RegionOptions& options) override;
+  bool can_reconnect_region() const override { return true; }
+  void disconnect_region() override;
   ~CpuModelBackend() override;
   models::BatchResult forward_backward(ConstFloatSpan params, const Batch& batch, FloatSpan grad,
                                        bool last = true) override;

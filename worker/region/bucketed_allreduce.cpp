@@ -39,6 +39,12 @@ BucketedAllReduce::BucketedAllReduce(Communicator& comm, const std::vector<Tenso
       if (queue_.empty()) return;  // stopping, nothing left
       const Job job = queue_.front();
       queue_.pop_front();
+      // After a failure the communicator is broken (a member died): the buckets still queued are
+      // not tried, so that finish() reports it at once.
+      if (error_) {
+        if (queue_.empty()) idle_.notify_all();
+        continue;
+      }
       busy_ = true;
       lock.unlock();
       try {

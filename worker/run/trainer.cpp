@@ -22,9 +22,10 @@
 #include "worker/leader/region_sync.hpp"
 #include "worker/leader/streaming_sync.hpp"
 #include "worker/region/leader_wait.hpp"
-#include "worker/region/server_store.hpp"
 #include "worker/run/final_model.hpp"
 #include "worker/run/metrics_log.hpp"
+#include "worker/run/region_collective.hpp"
+#include "worker/run/region_resync.hpp"
 #include "worker/run/snapshot_writer.hpp"
 #include "worker/run/worker_checkpoint.hpp"
 #include "worker/run/worker_events.hpp"
@@ -47,27 +48,34 @@ double since(Clock::time_point t0) {
 // One run of a worker, in the order Trainer::run calls it: the constructor builds what every
 // rank needs (model, data, the region's collective, the local step, a snapshot to resume
 // from); start() connects the leader to the servers and gives every rank the first round and
-// its parameters; plan_round() agrees on whether to go on and on the round's step count (H, or
-// what fits in worker.round_time_ms); train_round() is one round (its local steps, the exchanges
-// due, the round event, evaluation and snapshot); finish() takes in what is in flight, makes the
-// global model and writes the `done` event.
+// its parameters; train() runs the rounds: plan_round() agrees on whether to go on and on the
+// round's step count (H, or what fits in worker.round_time_ms), local_step() is one step (and the
+// exchanges due after it), end_round() the round event, evaluation and snapshot; when the
+// region's group breaks (an elastic region's member died) or admits a restarted worker, regroup()
+// re-forms it and every member takes the leader's state and place. finish() takes in what is in
+// flight, makes the global model and writes the `done` event.
 class WorkerRun {
  public:
   // `stop` ends the rendezvous with the region's other ranks (ServerStore).
   WorkerRun(const WorkerConfig& config, const std::string& region, uint32_t region_index,
             uint32_t rank, zmq::context_t& context, TrainerOptions options, std::stop_token stop);
-  // `stop` also ends the leader's waits for a dead server (RegionSync::stop_waits_on).
-  uint64_t start(std::stop_token stop);
+  // `stop` also ends the leader's waits for a dead server (RegionSync::stop_waits_on). Where
+  // training starts: a round's beginning, or for a restarted worker (--rejoin) the leader's place.
+  RegionPosition start(std::stop_token stop);
+  // The rounds from `at` on; returns the round after the last one trained.
+  uint64_t train(RegionPosition at, std::stop_token stop);
   // Whether any rank of the region was asked to stop: a stop (SIGTERM) reaches the ranks at
   // slightly different times, and a rank that left the loop while another began a round would
   // wait in a collective the other never joins (until the group's timeout); and the round's
   // step count, the leader's (RoundBudget). Two floats a round.
+  // And whether the region's group re-forms first: the leader saw a restarted worker asking to
+  // join.
   struct RoundPlan {
     bool stop = false;
+    bool regroup = false;
     uint32_t steps = 0;
   };
   RoundPlan plan_round(std::stop_token stop);
-  void train_round(uint64_t round, uint32_t steps, std::stop_token stop);
   TrainResult finish(uint64_t next_round);
 
  private:
@@ -79,6 +87,14 @@ class WorkerRun {
   // `final_model`), goodbye, the model file (the first region).
   void end_exchange(uint64_t next_round, std::optional<FinalModel>& final_model);
   void connect_region(std::stop_token stop);
+  // The region's collective; null alone (one worker, or a joiner that found training over).
+  Communicator* comm() { return region_group_ ? region_group_->comm() : nullptr; }
+  uint32_t group_size() { return region_group_ ? region_group_->size() : 1; }
+  // The group broke or admits a joiner (`why`): it re-forms, every member takes the leader's
+  // state, and `at` becomes the leader's place.
+  void regroup(RegionPosition& at, const std::string& why);
+  // After a regroup: the leader's state and place (worker/run/region_resync.hpp) on every member.
+  void take_leaders_state(RegionPosition& at);
   void restore_snapshot();
   uint64_t connect_leader(std::stop_token stop);
   void open_data(uint64_t first_micro_batch);
@@ -86,7 +102,8 @@ class WorkerRun {
   // One local step (h of `steps`, 0-based): the micro-batches' forward/backward, the region's
   // reduction, the optimizer step, and the exchanges due after it.
   void local_step(uint64_t round, uint32_t h, uint32_t steps);
-  void end_round(uint64_t round, uint32_t steps);
+  // The round's event, evaluation and snapshot, once per round on each rank.
+  void end_round(uint64_t round, uint32_t steps, std::stop_token stop);
   void write_snapshot(uint64_t round);
   // The `checkpoint` events of the snapshots written since the last call.
   void log_snapshots();
@@ -117,9 +134,8 @@ class WorkerRun {
   std::unique_ptr<LocalStep> step_;
   std::unique_ptr<StepEngine> engine_;
   std::optional<TrainingData> data_;
-  // Inside the region: Gloo (cpu) or NCCL (cuda), rendezvous at the region's own server.
-  std::unique_ptr<ServerStore> store_;
-  std::unique_ptr<Communicator> comm_;  // host spans, whatever the device
+  // Inside the region: Gloo (cpu, elastic) or NCCL (cuda), rendezvous at the region's own server.
+  std::optional<RegionCollective> region_group_;
   // Snapshots of this worker's state, and the one it resumes from (--resume).
   WorkerCheckpointStore snapshots_;
   SnapshotWriter snapshot_writer_{snapshots_};  // writes them while training goes on
@@ -139,6 +155,11 @@ class WorkerRun {
   std::chrono::milliseconds delay_{0};  // worker.step_delay_ms: an artificially slow region
   EmulatedStepTime emulated_;           // worker.step_time_ms, worker.slowdowns
   std::optional<RoundBudget> budget_;   // worker.round_time_ms (the leader's)
+  // The leader's plan for the round not begun yet (kept when the group re-forms before it).
+  std::optional<uint32_t> planned_;
+  uint64_t round_start_steps_ = 0;  // steps_taken_ when the round in progress began
+  uint64_t last_ended_round_ = 0;   // end_round's last
+  double last_step_s_ = 0;          // the last local step's wall time (the regroup window)
   TrainResult result_;
   double round_compute_ = 0, round_comm_ = 0, round_optimizer_ = 0, round_wait_ = 0;
 };
@@ -168,7 +189,7 @@ WorkerRun::WorkerRun(const WorkerConfig& config, const std::string& region, uint
       make_model_backend(config_.device, config_.model, static_cast<int>(rank_), config_.precision);
   // Data: read before anything connects, so that a bad corpus or dataset fails at once; a
   // resumed worker opens it once the servers said which round it trains (start()).
-  if (!options_.resume) open_data(0);
+  if (!options_.resume && !options_.rejoin) open_data(0);
   connect_region(std::move(stop));
   const auto lsc = local_step_config(config_, table_, *model_, world_);
   step_ = std::make_unique<LocalStep>(lsc, params_.size());
@@ -223,23 +244,12 @@ void WorkerRun::open_data(uint64_t first_micro_batch) {
 
 void WorkerRun::connect_region(std::stop_token stop) {
   if (per_region_ <= 1) return;
-  // A restarted group (generation > 0) must not meet the dead group's keys.
-  const std::string prefix =
-      (config_.device == "cuda" ? "nccl/" : "gloo/") + region_ + "/" +
-      (options_.generation > 0 ? fmt::format("g{}/", options_.generation) : std::string());
-  wire::ChannelOptions store_options;
-  store_options.curve_client = wire::curve_client(config_.security, region_, region_);
-  spdlog::info("worker {}-{}: meeting the region's other {} worker(s) at its server", region_,
-               rank_, per_region_ - 1);
-  store_ = std::make_unique<ServerStore>(context_, config_.server_endpoint(region_, region_),
-                                         prefix, config_.timeout, store_options, std::move(stop));
-  comm_ = backend_->connect_region(
-      *store_, static_cast<int>(rank_), static_cast<int>(per_region_),
-      RegionOptions{config_.gloo_host, config_.timeout, config_.bucket_cap_mb});
+  region_group_.emplace(config_, region_, rank_, context_, *backend_, options_.generation,
+                        options_.rejoin, std::move(stop));
 }
 
 void WorkerRun::restore_snapshot() {
-  resumed_ = agree_on_snapshot(snapshots_, identity_, comm_.get(), rank_, per_region_);
+  resumed_ = agree_on_snapshot(snapshots_, identity_, comm(), rank_, group_size());
   if (!resumed_) {
     spdlog::info("worker {}-{}: --resume without a snapshot every rank has: starting fresh",
                  region_, rank_);
@@ -289,7 +299,23 @@ uint64_t WorkerRun::connect_leader(std::stop_token stop) {
   return next;
 }
 
-uint64_t WorkerRun::start(std::stop_token stop) {
+RegionPosition WorkerRun::start(std::stop_token stop) {
+  if (options_.rejoin) {
+    // A restarted worker, admitted to its region's live group (or finding training over).
+    if (!comm()) return {config_.rounds + 1};
+    const auto t0 = Clock::now();
+    RegionPosition at;
+    take_leaders_state(at);
+    log_->write(events::name::rejoin, {{f::region, region_},
+                                       {f::rank, rank_},
+                                       {f::round, at.round},
+                                       {f::step, steps_taken_},
+                                       {f::epoch, region_group_->epoch()},
+                                       {f::seconds, since(t0)}});
+    spdlog::info("worker {}-{}: rejoined the region's group at round {} (step {} of {})", region_,
+                 rank_, at.round, at.done, at.steps);
+    return at;
+  }
   // The leader tells its region the round it trains first and the schedule (floats: exact for
   // counts below 2^24).
   std::vector<float> start{1.0f, static_cast<float>(schedule_.fragments),
@@ -307,9 +333,9 @@ uint64_t WorkerRun::start(std::stop_token stop) {
     start[1] = static_cast<float>(session_->schedule().fragments);
     start[2] = static_cast<float>(session_->schedule().delay);
   }
-  if (comm_) {
-    comm_->broadcast(start, 0);
-    comm_->broadcast(params_, 0);
+  if (comm()) {
+    comm()->broadcast(start, 0);
+    comm()->broadcast(params_, 0);
   }
   schedule_.fragments = static_cast<uint32_t>(start[1]);
   schedule_.delay = static_cast<uint32_t>(start[2]);
@@ -325,17 +351,20 @@ uint64_t WorkerRun::start(std::stop_token stop) {
     step_->set_steps(steps_taken_);
     open_data(own ? resumed_->micro_batches : steps_taken_ * config_.accumulation_steps);
   }
-  return first;
+  return {first};
 }
 
 WorkerRun::RoundPlan WorkerRun::plan_round(std::stop_token stop) {
-  const uint32_t steps = budget_ ? budget_->plan() : (leader_ ? config_.local_steps : 0);
-  std::vector<float> plan{stop.stop_requested() ? 1.0f : 0.0f, static_cast<float>(steps)};
-  if (comm_) comm_->allreduce_sum(plan);  // the leader's count: the others add 0
+  if (leader_ && !planned_) planned_ = budget_ ? budget_->plan() : config_.local_steps;
+  const uint32_t steps = leader_ ? *planned_ : 0;
+  const bool joiners = leader_ && region_group_ && region_group_->joiners_waiting();
+  std::vector<float> plan{stop.stop_requested() ? 1.0f : 0.0f, static_cast<float>(steps),
+                          joiners ? 1.0f : 0.0f};
+  if (comm()) comm()->allreduce_sum(plan);  // the leader's count: the others add 0
   const uint32_t agreed =
       config_.round_time_ms > 0 ? static_cast<uint32_t>(plan[1]) : config_.local_steps;
   GT_ASSERT(agreed >= 1, "a round of {} steps", agreed);
-  return {plan[0] > 0.0f, agreed};
+  return {plan[0] > 0.0f, plan[2] > 0.0f, agreed};
 }
 
 void WorkerRun::local_step(uint64_t round, uint32_t h, uint32_t steps) {
@@ -356,18 +385,18 @@ void WorkerRun::local_step(uint64_t round, uint32_t h, uint32_t steps) {
   if (delay_.count() > 0) std::this_thread::sleep_for(delay_);
   auto t0 = Clock::now();
   engine_->reduce_gradient();  // the region's sum (AllReduce when connected)
-  if (comm_) {
+  if (comm()) {
     // The region's mean loss, so that every worker's anomaly guard takes the same decision.
     std::vector<float> loss{static_cast<float>(loss_sum / config_.accumulation_steps)};
-    comm_->allreduce_sum(loss);
-    step_->set_loss(double(loss[0]) / per_region_);
+    comm()->allreduce_sum(loss);
+    step_->set_loss(double(loss[0]) / group_size());
   }
   comm_s += since(t0);
   // The optimizer's step as this thread sees it: on the host all of it (Muon's orthogonalisation
   // is a third of a CPU LM step); on the device-resident path its kernels are queued, and their
   // time shows in the next forward pass's compute_s, which waits for them.
   t0 = Clock::now();
-  const StepReport report = engine_->apply(params_, comm_ ? per_region_ : 1);
+  const StepReport report = engine_->apply(params_, group_size());
   const double optimizer_s = since(t0);
   // Emulated hardware: the step lasts its emulated time from its start, the wait counted as
   // compute (the emulated device is busy); a step whose work took longer is an overrun.
@@ -382,6 +411,7 @@ void WorkerRun::local_step(uint64_t round, uint32_t h, uint32_t steps) {
   // real work when that overran), not the host's wake-up after the wait.
   if (budget_) budget_->record_step(emulated_.on() ? worked + pad : since(step_start));
   ++result_.steps;
+  last_step_s_ = since(step_start);
   if (report.verdict != Verdict::kAccept) ++result_.skipped_steps;
   round_compute_ += compute;
   round_comm_ += comm_s;
@@ -411,38 +441,113 @@ void WorkerRun::local_step(uint64_t round, uint32_t h, uint32_t steps) {
   if (!exchanged) return;
   // The leader's parameters changed on the device: its region's other workers take them through
   // the host mirror.
-  if (params_on_device_ && comm_) engine_->to_host(params_);
-  if (comm_) comm_->broadcast(params_, 0);
+  if (params_on_device_ && comm()) engine_->to_host(params_);
+  if (comm()) comm()->broadcast(params_, 0);
   if (!params_on_device_) engine_->to_device(params_);
 }
 
-void WorkerRun::train_round(uint64_t round, uint32_t steps, std::stop_token stop) {
-  round_compute_ = round_comm_ = round_optimizer_ = round_wait_ = 0;
-  for (uint32_t h = 0; h < steps; ++h) local_step(round, h, steps);
-  end_round(round, steps);
+uint64_t WorkerRun::train(RegionPosition at, std::stop_token stop) {
+  while (at.round <= config_.rounds) {
+    try {
+      if (at.steps == 0) {  // a round to plan
+        const auto plan = plan_round(stop);
+        if (plan.stop) break;
+        if (plan.regroup) {
+          regroup(at, "a restarted worker rejoins");
+          continue;
+        }
+        at.steps = plan.steps;
+        planned_.reset();
+        round_start_steps_ = steps_taken_;
+        round_compute_ = round_comm_ = round_optimizer_ = round_wait_ = 0;
+      }
+      for (; at.done < at.steps; ++at.done) local_step(at.round, at.done, at.steps);
+      end_round(at.round, at.steps, stop);
+      at = {at.round + 1};
+    } catch (const GroupBroken& e) {
+      if (!region_group_ || !region_group_->elastic()) throw;
+      regroup(at, e.what());
+    }
+  }
+  if (leader_ && region_group_) region_group_->close();  // no more admissions
+  return at.round;
+}
+
+void WorkerRun::regroup(RegionPosition& at, const std::string& why) {
+  const auto t0 = Clock::now();
+  // The leader's place: a step it finished counts (its exchange is done), one it abandoned not.
+  if (leader_ && at.steps > 0) at.done = static_cast<uint32_t>(steps_taken_ - round_start_steps_);
+  // Long enough for a member in the middle of its step's compute to notice and announce itself.
+  const auto window = std::chrono::milliseconds(
+      200 + static_cast<int64_t>(3000 * std::min(last_step_s_, 10.0)));
+  spdlog::warn("worker {}-{}: the region's group re-forms: {}", region_, rank_, why);
+  const auto change = region_group_->regroup(window);
+  take_leaders_state(at);
+  round_start_steps_ = steps_taken_ - at.done;
+  spdlog::warn("worker {}-{}: the region's group is {} worker(s) at epoch {} after {:.2f} s; "
+               "round {} goes on from step {} of {}",
+               region_, rank_, change.members.size(), change.epoch, since(t0), at.round, at.done,
+               at.steps);
+  log_->write(events::name::regroup, {{f::region, region_},
+                                      {f::rank, rank_},
+                                      {f::round, at.round},
+                                      {f::epoch, change.epoch},
+                                      {f::members, change.members},
+                                      {f::lost, change.lost},
+                                      {f::joined, change.joined},
+                                      {f::reason, why},
+                                      {f::seconds, since(t0)}});
+}
+
+void WorkerRun::take_leaders_state(RegionPosition& at) {
+  RegionState mine{at, capture_worker_state(*step_, 0, 0, {})};
+  mine.at.steps_taken = steps_taken_;
+  mine.at.micro_batches = data_ ? data_->position() : 0;
+  mine.at.fragments = schedule_.fragments;
+  mine.at.delay = schedule_.delay;
+  engine_->capture(params_, mine.state);
+  const auto got = resync_from_leader(*comm(), std::move(mine));
+  step_->discard_accumulated();  // a step abandoned when the group broke
+  if (!leader_) {
+    const auto& st = got.state;
+    step_->optimizer().restore(st.optimizer_m, st.optimizer_v, st.optimizer_steps);
+    step_->guard().restore(st.guard_losses, st.guard_skipped);
+    step_->set_steps(st.steps);
+    std::copy(st.params.begin(), st.params.end(), params_.begin());
+    steps_taken_ = got.at.steps_taken;
+    schedule_.fragments = got.at.fragments;
+    schedule_.delay = got.at.delay;
+    calendar_.set_schedule(schedule_);
+    if (!data_ || data_->position() != got.at.micro_batches) open_data(got.at.micro_batches);
+  }
+  engine_->to_device(params_);
+  at = got.at;
+}
+
+// The leader's round event (and the evaluation every eval_every rounds); every rank's snapshot.
+void WorkerRun::end_round(uint64_t round, uint32_t steps, std::stop_token stop) {
+  if (round <= last_ended_round_) return;  // ended before its group re-formed
+  last_ended_round_ = round;
+  ++result_.rounds;
+  if (leader_) {
+    nlohmann::json fields{{f::region, region_},     {f::round, round},
+                          {f::steps, steps},        {f::compute_s, round_compute_},
+                          {f::comm_s, round_comm_}, {f::optimizer_s, round_optimizer_},
+                          {f::wait_s, round_wait_}};
+    fields.update(session_->take_round_fields());
+    log_->write(events::name::round, fields);
+    if (config_.eval_every > 0 && round % config_.eval_every == 0 && round < config_.rounds) {
+      engine_->to_host(params_);
+      log_->write(events::name::eval, eval_event(region_, data_->evaluate(*backend_, params_),
+                                                 round, result_.steps, tokens_per_step()));
+    }
+  }
   // worker.checkpoint: every N rounds, at the last round and when stopped, so that --resume
   // continues where this worker stops.
   if (config_.checkpoint.every > 0 &&
       (round % config_.checkpoint.every == 0 || round == config_.rounds || stop.stop_requested()))
     write_snapshot(round);
   log_snapshots();
-  ++result_.rounds;
-}
-
-// The leader's round event (and the evaluation every eval_every rounds).
-void WorkerRun::end_round(uint64_t round, uint32_t steps) {
-  if (!leader_) return;
-  nlohmann::json fields{{f::region, region_},     {f::round, round},
-                        {f::steps, steps},        {f::compute_s, round_compute_},
-                        {f::comm_s, round_comm_}, {f::optimizer_s, round_optimizer_},
-                        {f::wait_s, round_wait_}};
-  fields.update(session_->take_round_fields());
-  log_->write(events::name::round, fields);
-  if (config_.eval_every > 0 && round % config_.eval_every == 0 && round < config_.rounds) {
-    engine_->to_host(params_);
-    log_->write(events::name::eval, eval_event(region_, data_->evaluate(*backend_, params_), round,
-                                               result_.steps, tokens_per_step()));
-  }
 }
 
 void WorkerRun::write_snapshot(uint64_t round) {
@@ -468,12 +573,12 @@ void WorkerRun::log_snapshots() {
 }
 
 void WorkerRun::while_the_region_waits(const std::function<void()>& leader_work) {
-  if (!comm_) {
+  if (!comm()) {
     leader_work();
     return;
   }
   // A beat well inside the group's timeout (worker.timeout_ms).
-  wait_for_leader(*comm_,
+  wait_for_leader(*comm(),
                   std::min<std::chrono::milliseconds>(std::chrono::seconds(5), config_.timeout / 4),
                   leader_work);
 }
@@ -516,7 +621,7 @@ TrainResult WorkerRun::finish(uint64_t next_round) {
   while_the_region_waits([&] {
     if (session_) end_exchange(next_round, final_model);
   });
-  if (comm_) comm_->broadcast(params_, 0);
+  if (comm()) comm()->broadcast(params_, 0);
   // The last snapshot is on disk before the evaluation, whose activations are the run's largest
   // allocation (the state in flight is the parameters and optimizer state again), and before the
   // worker says it is done.
@@ -567,13 +672,7 @@ Trainer::Trainer(WorkerConfig config, std::string region, uint32_t rank, zmq::co
 
 TrainResult Trainer::run(std::stop_token stop) {
   WorkerRun run(config_, region_, region_index_, rank_, context_, options_, stop);
-  uint64_t round = run.start(stop);
-  for (; round <= config_.rounds; ++round) {
-    const auto plan = run.plan_round(stop);
-    if (plan.stop) break;
-    run.train_round(round, plan.steps, stop);
-  }
-  return run.finish(round);
+  return run.finish(run.train(run.start(stop), stop));
 }
 
 }  // namespace geotrain::worker

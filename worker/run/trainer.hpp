@@ -52,6 +52,9 @@ namespace geotrain::worker {
 struct TrainerOptions {
   bool resume = false;      // continue from this worker's snapshots (none: a fresh start)
   uint32_t generation = 0;  // restarts of the region's worker group so far
+  // A restarted worker of an elastic region: it joins the region's live group and takes its
+  // state from the leader (worker/run/region_collective.hpp), not from a snapshot.
+  bool rejoin = false;
 };
 
 class Trainer {

@@ -25,6 +25,12 @@ bool LocalStep::add_micro_batch(double mean_loss) {
   return ++micro_ == config_.accumulation_steps;
 }
 
+void LocalStep::discard_accumulated() {
+  std::fill(grad_.begin(), grad_.end(), 0.0f);
+  micro_ = 0;
+  loss_sum_ = 0;
+}
+
 StepReport LocalStep::begin_report(uint32_t reduced_over) const {
   GT_ASSERT(micro_ == config_.accumulation_steps, "a step after {} of {} micro-batches", micro_,
             config_.accumulation_steps);

@@ -64,6 +64,9 @@ class LocalStep {
 
   uint64_t steps() const { return step_; }
   uint64_t skipped() const { return guard_.skipped(); }
+  // Forgets the micro-batches recorded since the last step (their gradient and losses): a step
+  // abandoned when the region's group broke during it (worker/region/region_group.hpp).
+  void discard_accumulated();
 
   // Restoring from a worker checkpoint: the optimizer's and the guard's state, and the step the
   // schedule is at (the steps done so far).

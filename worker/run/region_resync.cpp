@@ -1,0 +1,104 @@
+#include "worker/run/region_resync.hpp"
+
+#include <array>
+#include <bit>
+#include <cstring>
+
+#include "core/error.hpp"
+
+namespace geotrain::worker {
+namespace {
+
+// The header's fields, each a 64-bit word sent as two floats' bits (a broadcast copies bytes).
+enum Word : size_t {
+  kRound,
+  kDone,
+  kSteps,
+  kStepsTaken,
+  kMicroBatches,
+  kFragments,
+  kDelay,
+  kScheduleSteps,
+  kOptimizerSteps,
+  kGuardSkipped,
+  kGuardLosses,
+  kParams,
+  kMoments1,
+  kMoments2,
+  kWords
+};
+using Header = std::array<uint64_t, kWords>;
+
+Header header_of(const RegionState& s) {
+  Header h{};
+  h[kRound] = s.at.round;
+  h[kDone] = s.at.done;
+  h[kSteps] = s.at.steps;
+  h[kStepsTaken] = s.at.steps_taken;
+  h[kMicroBatches] = s.at.micro_batches;
+  h[kFragments] = s.at.fragments;
+  h[kDelay] = s.at.delay;
+  h[kScheduleSteps] = s.state.steps;
+  h[kOptimizerSteps] = s.state.optimizer_steps;
+  h[kGuardSkipped] = s.state.guard_skipped;
+  h[kGuardLosses] = s.state.guard_losses.size();
+  h[kParams] = s.state.params.size();
+  h[kMoments1] = s.state.optimizer_m.size();
+  h[kMoments2] = s.state.optimizer_v.size();
+  return h;
+}
+
+void require_same_size(uint64_t leader, size_t mine, const char* what) {
+  GT_REQUIRE(leader == mine, "region resync: the leader has {} {}, this worker {}", leader, what,
+             mine);
+}
+
+}  // namespace
+
+RegionState resync_from_leader(Communicator& comm, RegionState mine) {
+  // The header: where the leader is, and the sizes of what follows.
+  Header h = header_of(mine);
+  std::vector<float> words(2 * kWords);
+  std::memcpy(words.data(), h.data(), sizeof(Header));
+  comm.broadcast(words, 0);
+  std::memcpy(h.data(), words.data(), sizeof(Header));
+  auto& st = mine.state;
+  require_same_size(h[kParams], st.params.size(), "parameters");
+  require_same_size(h[kMoments1], st.optimizer_m.size(), "first moments");
+  require_same_size(h[kMoments2], st.optimizer_v.size(), "second moments");
+  GT_REQUIRE(h[kGuardLosses] <= (uint64_t{1} << 20), "region resync: a guard window of {} losses",
+             h[kGuardLosses]);
+
+  // The state, in one broadcast: the guard's losses (doubles as float pairs), then the
+  // parameters and both moments.
+  const size_t losses = 2 * h[kGuardLosses];
+  std::vector<float> body(losses + st.params.size() + st.optimizer_m.size() +
+                          st.optimizer_v.size());
+  st.guard_losses.resize(h[kGuardLosses]);
+  std::memcpy(body.data(), st.guard_losses.data(), st.guard_losses.size() * sizeof(double));
+  auto at = body.begin() + static_cast<std::ptrdiff_t>(losses);
+  at = std::copy(st.params.begin(), st.params.end(), at);
+  at = std::copy(st.optimizer_m.begin(), st.optimizer_m.end(), at);
+  std::copy(st.optimizer_v.begin(), st.optimizer_v.end(), at);
+  comm.broadcast(body, 0);
+  std::memcpy(st.guard_losses.data(), body.data(), st.guard_losses.size() * sizeof(double));
+  auto from = body.begin() + static_cast<std::ptrdiff_t>(losses);
+  for (auto* v : {&st.params, &st.optimizer_m, &st.optimizer_v}) {
+    std::copy(from, from + static_cast<std::ptrdiff_t>(v->size()), v->begin());
+    from += static_cast<std::ptrdiff_t>(v->size());
+  }
+
+  mine.at = {h[kRound],
+             static_cast<uint32_t>(h[kDone]),
+             static_cast<uint32_t>(h[kSteps]),
+             h[kStepsTaken],
+             h[kMicroBatches],
+             static_cast<uint32_t>(h[kFragments]),
+             static_cast<uint32_t>(h[kDelay])};
+  st.steps = h[kScheduleSteps];
+  st.optimizer_steps = h[kOptimizerSteps];
+  st.guard_skipped = h[kGuardSkipped];
+  return mine;
+}
+
+}  // namespace geotrain::worker
