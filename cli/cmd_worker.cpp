@@ -1,10 +1,11 @@
-// `geotrain worker --config C --region R --rank I [--resume] [--generation G]`: one worker
+// `geotrain worker --config C --region R --rank I [--resume] [--generation G] [--rejoin]`: one worker
 // process (rank 0 is the region's leader). Trains until the configured number of rounds;
 // SIGINT/SIGTERM end it after the current round, with its metrics, a snapshot (with
 // worker.checkpoint) and (for leaders) final parameters written; a wait for a server that lasts
 // past half a second after the signal ends it at once, without that round
 // (worker/leader/reply_wait.hpp). --resume continues from the worker's snapshots; a supervisor that
-// restarts a region's workers passes each restart a new --generation (worker/run/trainer.hpp).
+// restarts a region's workers passes each restart a new --generation (worker/run/trainer.hpp);
+// --rejoin brings one restarted worker back into its elastic region's live group.
 #include <CLI/CLI.hpp>
 
 #include <memory>

@@ -214,6 +214,7 @@ void Supervisor::on_worker_event(const nlohmann::json& e) {
   const auto region = e["region"].get<std::string>();
   if (kind == "rejoin") return on_rejoin(region, e.value("rank", 0u));
   if (e.value("rank", 0) != 0) return;
+  if (kind == "regroup") return on_regroup(region, e);
   auto& rr = recovery_[region];
   const uint64_t round =
       e.contains("round") && e["round"].is_number_unsigned() ? e["round"].get<uint64_t>() : 0;
@@ -248,16 +249,32 @@ void Supervisor::on_worker_event(const nlohmann::json& e) {
   }
 }
 
-void Supervisor::on_rejoin(const std::string& region, uint32_t rank) {
+Running* Supervisor::member_restarted_alone(const std::string& region, uint32_t rank) {
   for (auto& p : fleet_.procs())
     if (p->spec.role == ProcessRole::worker && p->spec.region == region && p->spec.rank == rank &&
-        p->phase == Running::Phase::resuming) {
-      // Back in its region's group with the leader's state: nothing was trained again.
-      faults_.restarted(p->fault, now_s(), p->child.pid(), std::nullopt);
-      faults_.recovered(p->fault, now_s(), 0);
-      spdlog::info("run: {}", describe_fault(faults_.faults()[p->fault]));
-      p->phase = Running::Phase::running;
-    }
+        (p->phase == Running::Phase::backoff || p->phase == Running::Phase::resuming))
+      return p.get();
+  return nullptr;
+}
+
+void Supervisor::on_regroup(const std::string& region, const nlohmann::json& e) {
+  // The leader's group went on without the dead members: the region trains again.
+  if (!e.contains("lost") || !e["lost"].is_array()) return;
+  for (const auto& rank : e["lost"]) {
+    if (!rank.is_number_unsigned()) continue;
+    Running* p = member_restarted_alone(region, rank.get<uint32_t>());
+    if (p && !faults_.faults()[p->fault].recovery_s) faults_.recovered(p->fault, now_s(), 0);
+  }
+}
+
+void Supervisor::on_rejoin(const std::string& region, uint32_t rank) {
+  Running* p = member_restarted_alone(region, rank);
+  if (p == nullptr || p->phase != Running::Phase::resuming) return;
+  // Back in its region's group with the leader's state: nothing was trained again.
+  faults_.restarted(p->fault, now_s(), p->child.pid(), std::nullopt);
+  if (!faults_.faults()[p->fault].recovery_s) faults_.recovered(p->fault, now_s(), 0);
+  spdlog::info("run: {}", describe_fault(faults_.faults()[p->fault]));
+  p->phase = Running::Phase::running;
 }
 
 void Supervisor::supervise(Running& p, std::optional<int> st) {

@@ -2,8 +2,8 @@
 // What `geotrain run` does when one of its processes dies (run.restart), and the record of it.
 // A server or netsim is restarted in place after run.restart.backoff_s. A worker's death in an
 // elastic region (worker.elastic, CPU), other than its leader's, costs only that worker: the
-// others re-form their group without it, and it is restarted after the backoff with --rejoin
-// (recovered at its `rejoin` event). Otherwise (a leader, or a GPU region) the death takes its
+// others re-form their group without it (the fault's recovery, at the leader's `regroup` event),
+// and it is restarted after the backoff with --rejoin (restarted at its `rejoin` event). Otherwise (a leader, or a GPU region) the death takes its
 // region's whole Gloo/NCCL group down and starts it again from the workers' snapshots (--resume, a
 // new --generation). Each death, restart and recovery (with rounds lost) goes to
 // the FaultLog, so the progress display, events.jsonl and the report show it. Beyond
@@ -65,7 +65,11 @@ class Supervisor {
   // An elastic region's member (not its leader) died: it alone is restarted, to rejoin.
   void on_member_death(Running& p, int status);
   void rejoin_when_due(Running& p);
+  // The leader's `regroup` (the region trains on without the members it lost) and a restarted
+  // member's `rejoin` (back in the group): the fault's recovery, then its restart.
+  void on_regroup(const std::string& region, const nlohmann::json& e);
   void on_rejoin(const std::string& region, uint32_t rank);
+  Running* member_restarted_alone(const std::string& region, uint32_t rank);
   bool leader_alive(const std::string& region);
   void restart_region_when_due(RegionRecovery& rr, const std::string& region);
   void supervise(Running& p, std::optional<int> status);  // a server or netsim, every poll

@@ -300,6 +300,8 @@ TEST_CASE(
   CHECK(f["process"] == "worker-us-east-1");
   CHECK(f["restarted"] == true);
   CHECK(f["rounds_lost"].get<int>() == 0);
+  // The region trained again (its group re-formed) before the worker was back.
+  CHECK(f["recovery_seconds"].get<double>() < f["restart_seconds"].get<double>());
   // Only the dead worker was started again: the leader and rank 2 trained on.
   int restarted = 0;
   for (const auto& e : geotrain::launcher::read_jsonl(folder / "events.jsonl"))

@@ -48,9 +48,9 @@ Header header_of(const RegionState& s) {
   return h;
 }
 
-void require_same_size(uint64_t leader, size_t mine, const char* what) {
-  GT_REQUIRE(leader == mine, "region resync: the leader has {} {}, this worker {}", leader, what,
-             mine);
+std::string size_problem(uint64_t leader, size_t mine, const char* what) {
+  return leader == mine ? std::string()
+                        : fmt::format("the leader has {} {}, this worker {}", leader, what, mine);
 }
 
 }  // namespace
@@ -63,11 +63,19 @@ RegionState resync_from_leader(Communicator& comm, RegionState mine) {
   comm.broadcast(words, 0);
   std::memcpy(h.data(), words.data(), sizeof(Header));
   auto& st = mine.state;
-  require_same_size(h[kParams], st.params.size(), "parameters");
-  require_same_size(h[kMoments1], st.optimizer_m.size(), "first moments");
-  require_same_size(h[kMoments2], st.optimizer_v.size(), "second moments");
-  GT_REQUIRE(h[kGuardLosses] <= (uint64_t{1} << 20), "region resync: a guard window of {} losses",
-             h[kGuardLosses]);
+  // Every member refuses together (a member alone would leave the others waiting in the next
+  // broadcast until the group's timeout).
+  std::string problem = size_problem(h[kParams], st.params.size(), "parameters");
+  if (problem.empty()) problem = size_problem(h[kMoments1], st.optimizer_m.size(), "first moments");
+  if (problem.empty())
+    problem = size_problem(h[kMoments2], st.optimizer_v.size(), "second moments");
+  if (problem.empty() && h[kGuardLosses] > (uint64_t{1} << 20))
+    problem = fmt::format("a guard window of {} losses", h[kGuardLosses]);
+  std::vector<float> refused{problem.empty() ? 0.0f : 1.0f};
+  comm.allreduce_sum(refused);
+  GT_REQUIRE(problem.empty(), "region resync: {}", problem);
+  GT_REQUIRE(refused[0] == 0.0f,
+             "region resync: another member's model or optimizer differs from the leader's");
 
   // The state, in one broadcast: the guard's losses (doubles as float pairs), then the
   // parameters and both moments.

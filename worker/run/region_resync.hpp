@@ -7,7 +7,8 @@
 // the optimizer's moments and step count, the anomaly guard's loss window (a
 // WorkerCheckpointState's, without residuals: only the leader exchanges with the servers).
 // Blocking and collective: every member calls it, at the same point, right after the regroup.
-// InputError when the leader's sizes are not this member's (another model or optimizer).
+// InputError on every member when the leader's sizes are not some member's (another model or
+// optimizer), before any state is sent.
 #pragma once
 
 #include <cstdint>

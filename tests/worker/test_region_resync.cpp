@@ -1,0 +1,76 @@
+// resync_from_leader with ranks as threads of one process over Gloo (rendezvous in an in-memory
+// HashStore): after it, every rank holds the leader's place and training state, bit for bit.
+#include <doctest/doctest.h>
+
+#include <mutex>
+
+#include "ranks.hpp"
+#include "worker/region/gloo_communicator.hpp"
+#include "worker/run/region_resync.hpp"
+
+using namespace geotrain;
+using namespace geotrain::worker;
+
+namespace {
+
+// A rank's own state: every value depends on the rank, so that a value not sent shows.
+RegionState state_of(int rank, size_t params, size_t losses) {
+  RegionState s;
+  const auto r = static_cast<uint64_t>(rank);
+  s.at = {10 + r, static_cast<uint32_t>(2 + r), 16, 150 + r, 300 + r, 1 + static_cast<uint32_t>(r),
+          static_cast<uint32_t>(r)};
+  s.state.steps = 149 + r;
+  s.state.optimizer_steps = 148 + r;
+  s.state.guard_skipped = r;
+  for (size_t i = 0; i < losses; ++i) s.state.guard_losses.push_back(0.1 * double(i) + double(r));
+  for (size_t i = 0; i < params; ++i) {
+    s.state.params.push_back(float(i) + 0.25f * float(r));
+    s.state.optimizer_m.push_back(-float(i) - float(r));
+    s.state.optimizer_v.push_back(float(r) * 1e-7f + float(i) * 1e-9f);
+  }
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("after a resync every rank holds the leader's place and state, bit for bit") {
+  std::mutex mu;
+  std::vector<RegionState> got(3);
+  test::run_ranks<GlooCommunicator>(3, "resync", [&](GlooCommunicator& comm) {
+    // The ranks' guard windows differ in length too: the leader's wins.
+    auto s = resync_from_leader(comm, state_of(comm.rank(), 1000, comm.rank() == 0 ? 5 : 3));
+    std::lock_guard lock(mu);
+    got[comm.rank()] = std::move(s);
+  });
+  const auto leader = state_of(0, 1000, 5);
+  for (const auto& s : got) {
+    CHECK(s.at == leader.at);
+    CHECK(s.state.steps == leader.state.steps);
+    CHECK(s.state.optimizer_steps == leader.state.optimizer_steps);
+    CHECK(s.state.guard_skipped == leader.state.guard_skipped);
+    CHECK(s.state.guard_losses == leader.state.guard_losses);
+    CHECK(s.state.params == leader.state.params);
+    CHECK(s.state.optimizer_m == leader.state.optimizer_m);
+    CHECK(s.state.optimizer_v == leader.state.optimizer_v);
+  }
+}
+
+TEST_CASE("a resync refuses a leader whose model has another size, naming both") {
+  std::mutex mu;
+  std::vector<std::string> errors;
+  test::run_ranks<GlooCommunicator>(2, "resync-size", [&](GlooCommunicator& comm) {
+    try {
+      (void)resync_from_leader(comm, state_of(comm.rank(), comm.rank() == 0 ? 100 : 90, 1));
+    } catch (const InputError& e) {
+      std::lock_guard lock(mu);
+      errors.push_back(e.what());
+    }
+  });
+  // Both refuse, before the state is sent: the rank whose sizes differ names them.
+  REQUIRE(errors.size() == 2);
+  const bool named = errors[0].find("the leader has 100 parameters, this worker 90") !=
+                         std::string::npos ||
+                     errors[1].find("the leader has 100 parameters, this worker 90") !=
+                         std::string::npos;
+  CHECK(named);
+}
