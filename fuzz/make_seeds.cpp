@@ -80,6 +80,8 @@ size_t write_wire(const fs::path& out) {
       {"goodbye", wire::Goodbye{}},
       {"kv-set", wire::KvSet{"gloo/us-east/0", Bytes{std::byte{1}, std::byte{2}, std::byte{3}}}},
       {"kv-get", wire::KvGet{"gloo/us-east/0"}},
+      {"kv-try-get", wire::KvTryGet{"gloo/us-east/join/1"}},
+      {"heartbeat-reply", wire::HeartbeatReply{{3, 4, 5}}},
       {"kv-reply", wire::KvReply{"gloo/us-east/0", Bytes{std::byte{4}, std::byte{5}}}},
   };
   GT_ASSERT(messages.size() == std::variant_size_v<wire::Body>, "a message type has no seed");

@@ -277,7 +277,8 @@ ParamServer::Outcome ParamServer::dispatch(const std::string& peer, const wire::
             return on_pull(r, h, m);
           },
           [&](const wire::Heartbeat&) {
-            reply(peer, h.request_id, wire::Ack{});
+            // What it was answered last: a reply it awaits and never got was lost on the way.
+            reply(peer, h.request_id, wire::HeartbeatReply{answered_.recent(peer)});
             return Outcome::done;
           },
           [&](const wire::StatsRequest&) {
@@ -336,8 +337,10 @@ void ParamServer::on_hello(const std::string& peer, const wire::Header& h, const
   } catch (const InputError& e) {
     throw WireError(ErrorCode::malformed, e.what(), h.request_id);
   }
-  if (joined.old_peer)
+  if (joined.old_peer) {
     (void)parked_.take_peer(*joined.old_peer);  // the old connection's: never answered
+    answered_.forget(*joined.old_peer);
+  }
   const bool rejoin = joined.rejoined || metrics_.region(r).pushes > 0;
   for (auto& s : shards_) s.rejoin(r);
   spdlog::info("membership: region {} {}", m.region, rejoin ? "rejoined" : "joined");
@@ -519,6 +522,7 @@ void ParamServer::forget_parked(const std::string& peer, const std::string& why)
   // One refusal per request it had waiting (a refusal names no request: id 0).
   const size_t waiting = parked_.take_peer(peer).size();
   for (size_t i = 0; i < waiting; ++i) reply_error(peer, 0, ErrorCode::unregistered, why);
+  answered_.forget(peer);
 }
 
 bool ParamServer::sweep() {
@@ -594,6 +598,8 @@ void ParamServer::reply(const std::string& peer, uint64_t request_id, wire::Body
   for (auto& p : payloads) env.frames.push_back(std::move(p));
   if (!channel_->send(std::move(env)))
     spdlog::warn("reply to a peer dropped: it is gone or not reading");
+  else if (membership_.region_of(peer))
+    answered_.record(peer, request_id);
 }
 
 void ParamServer::reply_error(const std::string& peer, uint64_t request_id, ErrorCode code,

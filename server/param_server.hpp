@@ -36,6 +36,7 @@
 #include "server/config.hpp"
 #include "server/membership.hpp"
 #include "server/metrics.hpp"
+#include "server/answered_ledger.hpp"
 #include "server/parked_requests.hpp"
 #include "server/payload_pool.hpp"
 #include "server/push_payload.hpp"
@@ -148,6 +149,7 @@ class ParamServer {
   std::unique_ptr<wire::Channel> channel_;
   Membership membership_;
   ParkedRequests parked_;
+  AnsweredLedger answered_;  // what each region's connection was answered last (heartbeat replies)
   RendezvousStore kv_;  // the workers' rendezvous (open to every peer, bounded)
   CheckpointStore checkpoints_;
   uint64_t last_checkpoint_round_ = 0;

@@ -94,6 +94,9 @@ class Channel {
   // peer's could not carry a chunk and it sent an abort, or a lane broke): a reply among them will
   // never come. 0 for others.
   virtual uint64_t messages_lost() { return 0; }
+  // DEALER: whether a message from the peer is partly here (striped chunks of it): a reply on its
+  // way, not lost. One connection delivers a message whole: always false.
+  virtual bool receiving() { return false; }
   // Both: what a request waiting for its reply must watch (worker/leader/reply_wait.hpp).
   uint64_t breaks() { return disconnects() + messages_lost(); }
 };

@@ -140,6 +140,11 @@ void build(schema::Header::Builder h, const Body& body) {
           },
           [&](const KvGet& m) { h.setKvGet(m.key); },
           [&](const KvTryGet& m) { h.setKvTryGet(m.key); },
+          [&](const HeartbeatReply& m) {
+            auto ids = h.initHeartbeatReply(static_cast<unsigned>(m.answered.size()));
+            for (size_t i = 0; i < m.answered.size(); ++i)
+              ids.set(static_cast<unsigned>(i), m.answered[i]);
+          },
           [&](const KvReply& m) {
             auto b = h.initKvReply();
             b.setKey(m.key);
@@ -225,6 +230,17 @@ Body read(schema::Header::Reader h, uint64_t request_id) {
       return Goodbye{};
     case schema::Header::KV_TRY_GET:
       return KvTryGet{str(h.getKvTryGet())};
+    case schema::Header::HEARTBEAT_REPLY: {
+      auto ids = h.getHeartbeatReply();
+      if (ids.size() > kMaxAnsweredIds)
+        throw WireError(ErrorCode::malformed,
+                        fmt::format("heartbeatReply lists {} request ids, limit {}", ids.size(),
+                                    kMaxAnsweredIds),
+                        request_id);
+      HeartbeatReply m;
+      for (const uint64_t id : ids) m.answered.push_back(id);
+      return m;
+    }
   }
   throw WireError(
       ErrorCode::malformed,
@@ -248,7 +264,7 @@ const char* body_name(const Body& body) {
       "hello",     "helloReply", "heartbeat",    "push",       "pushReply",  "pull",
       "pullReply", "error",      "statsRequest", "statsReply", "checkpoint", "checkpointReply",
       "shutdown",  "ack",        "kvSet",        "kvGet",      "kvReply",    "goodbye",
-      "kvTryGet"};
+      "kvTryGet",  "heartbeatReply"};
   static_assert(std::size(kNames) == std::variant_size_v<Body>);
   return kNames[body.index()];
 }

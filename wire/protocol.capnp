@@ -140,5 +140,10 @@ struct Header {
     # kvGet that does not wait: answered at once with kvReply when the key is set, with ack when
     # it is not (a region's leader looks for workers asking to rejoin its group).
     kvTryGet @20 :Text;
+    # The answer to a registered region's heartbeat: the ids of the requests the server answered
+    # it last (at most kMaxAnsweredIds, newest last). A leader that awaits a reply the server says
+    # it sent, and has not received any of it, knows the reply was lost on the way (a connection
+    # that broke after the server queued it) and rejoins instead of waiting out its timeout.
+    heartbeatReply @21 :List(UInt64);
   }
 }

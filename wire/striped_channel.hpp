@@ -40,6 +40,7 @@ class StripedDealer final : public Channel {
   std::optional<Envelope> receive(std::chrono::milliseconds timeout) override;
   uint64_t disconnects() override;  // over every lane
   uint64_t messages_lost() override { return reassembler_.dropped(); }
+  bool receiving() override { return reassembler_.partial_messages() > 0; }
 
  private:
   void take(uint16_t lane, Envelope&& chunk);

@@ -17,7 +17,7 @@ TEST_CASE("a region marked dead stops blocking synchronous rounds, and rejoins w
   auto waiting = a.send(wire::PullRequest{0, 0, true, 1});  // round 1 needs b too
   REQUIRE(waiting);
   cluster.clock().set(600);
-  as<wire::Ack>(expect_reply(a, wire::Heartbeat{}));  // a is seen at 600, b last at 0
+  as<wire::HeartbeatReply>(expect_reply(a, wire::Heartbeat{}));  // a is seen at 600, b last at 0
   CHECK(stats(a)["shards"][0]["released_round"] == 0);
   cluster.clock().set(1200);  // b silent for 1200 ms > 1000: dead; a silent 600 ms: live
   std::optional<wire::Reply> r;
@@ -154,14 +154,14 @@ TEST_CASE(
   CHECK(st["regions"]["c"]["registered"] == false);
 
   cluster.clock().set(600);
-  as<wire::Ack>(expect_reply(a, wire::Heartbeat{}));
+  as<wire::HeartbeatReply>(expect_reply(a, wire::Heartbeat{}));
   cluster.clock().set(900);
-  as<wire::Ack>(expect_reply(b, wire::Heartbeat{}));
+  as<wire::HeartbeatReply>(expect_reply(b, wire::Heartbeat{}));
   // c: 1200 ms since the server started without a word, longer than dead_after_ms, within
   // join_within_ms: still awaited (its workers may still be starting).
   cluster.clock().set(1200);
-  as<wire::Ack>(expect_reply(a, wire::Heartbeat{}));
-  as<wire::Ack>(expect_reply(b, wire::Heartbeat{}));
+  as<wire::HeartbeatReply>(expect_reply(a, wire::Heartbeat{}));
+  as<wire::HeartbeatReply>(expect_reply(b, wire::Heartbeat{}));
   CHECK_FALSE(a.receive(100ms).has_value());
   CHECK(stats(a)["regions"]["c"]["live"] == true);
   cluster.clock().set(1600);  // past join_within_ms: dead
@@ -202,10 +202,10 @@ TEST_CASE(
   hello(a, "a", again.table_hash());
   REQUIRE(stats(a)["shards"][0]["released_round"] == 1);
   again.clock().set(900);
-  as<wire::Ack>(expect_reply(a, wire::Heartbeat{}));
+  as<wire::HeartbeatReply>(expect_reply(a, wire::Heartbeat{}));
   CHECK(stats(a)["regions"]["b"]["live"] == true);
   again.clock().set(1200);  // past dead_after_ms (1000), far within join_within_ms
-  as<wire::Ack>(expect_reply(a, wire::Heartbeat{}));
+  as<wire::HeartbeatReply>(expect_reply(a, wire::Heartbeat{}));
   auto st = stats(a);
   for (int tick = 0; tick < 100 && st["regions"]["b"]["live"] == true; ++tick) {
     std::this_thread::sleep_for(5ms);  // the server's next sweep
@@ -336,4 +336,29 @@ server:
   CHECK(alive(a));
   pull(b, false, 0, 1, n);
   CHECK(alive(a));
+}
+
+TEST_CASE("a registered region's heartbeat is answered with the request ids it was answered last") {
+  TempDir tmp("answered");
+  Cluster cluster(small_config(tmp.path(), 1, kOnlyRegistered));
+  auto a = cluster.client();
+  hello(a, "a", cluster.table_hash());
+  const auto pushed = a.send(wire::StatsRequest{});
+  REQUIRE(pushed);
+  REQUIRE(a.receive(20s));
+  const auto first = as<wire::HeartbeatReply>(expect_reply(a, wire::Heartbeat{}));
+  CHECK(std::find(first.answered.begin(), first.answered.end(), *pushed) !=
+        first.answered.end());
+  // At most kAnsweredKept, newest last: after many heartbeats the push has left the list.
+  uint64_t last = 0;
+  for (size_t i = 0; i < server::kAnsweredKept + 1; ++i) {
+    const auto id = a.send(wire::Heartbeat{});
+    REQUIRE(id);
+    REQUIRE(a.receive(20s));
+    last = *id;
+  }
+  const auto later = as<wire::HeartbeatReply>(expect_reply(a, wire::Heartbeat{}));
+  CHECK(later.answered.size() == server::kAnsweredKept);
+  CHECK(later.answered.back() == last);
+  CHECK(std::find(later.answered.begin(), later.answered.end(), *pushed) == later.answered.end());
 }

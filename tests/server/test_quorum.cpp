@@ -223,8 +223,8 @@ TEST_CASE(
   const auto waiting = a.send(wire::PullRequest{0, 0, true, 1});
   REQUIRE(waiting);
   cluster.clock().set(600);
-  as<wire::Ack>(expect_reply(a, wire::Heartbeat{}));
-  as<wire::Ack>(expect_reply(b, wire::Heartbeat{}));
+  as<wire::HeartbeatReply>(expect_reply(a, wire::Heartbeat{}));
+  as<wire::HeartbeatReply>(expect_reply(b, wire::Heartbeat{}));
   CHECK(stats(a)["shards"][0]["released_round"] == 0);  // c is live, quorum 2 waits for grace
   cluster.clock().set(1200);                            // c silent for 1200 ms > dead_after
   const auto r1 = reply_to(a, *waiting);

@@ -706,3 +706,68 @@ TEST_CASE(
                        doctest::Contains("within 150 ms"), SystemError);
   CHECK(std::chrono::steady_clock::now() - t1 < 600ms);
 }
+
+namespace {
+
+// A server that answers heartbeats at once, listing the requests it "answered": every other
+// request it got, whose replies it loses (a connection that broke after the server queued them).
+// `partly` says a message is partly received meanwhile (striped chunks on their way).
+class LosingChannel final : public wire::Channel {
+ public:
+  explicit LosingChannel(bool partly) : partly_(partly) {}
+  std::string endpoint() const override { return "inproc://losing"; }
+  bool send(wire::Envelope&& message) override {
+    const auto h = wire::decode_header(message.frames.front());
+    if (!std::holds_alternative<wire::Heartbeat>(h.body)) {
+      answered_.push_back(h.request_id);  // and lost
+      return true;
+    }
+    wire::Envelope reply{{}, {}};
+    reply.frames.push_back(
+        wire::encode_header(wire::Header{h.request_id, wire::HeartbeatReply{answered_}}));
+    replies_.push_back(std::move(reply));
+    return true;
+  }
+  std::optional<wire::Envelope> receive(std::chrono::milliseconds timeout) override {
+    if (replies_.empty()) {
+      std::this_thread::sleep_for(std::min(timeout, std::chrono::milliseconds(5)));
+      return std::nullopt;
+    }
+    auto r = std::move(replies_.front());
+    replies_.pop_front();
+    return r;
+  }
+  bool receiving() override { return partly_; }
+
+ private:
+  bool partly_;
+  std::vector<uint64_t> answered_;
+  std::deque<wire::Envelope> replies_;
+};
+
+}  // namespace
+
+TEST_CASE(
+    "a reply the server says it sent and that never came ends the wait with ServerLost after two "
+    "probes, unless some of it is on its way") {
+  worker::ReplyWait how;
+  how.probe = 50ms;
+  {
+    wire::Client client(std::make_unique<LosingChannel>(false));
+    const auto id = client.send(wire::PullRequest{});
+    REQUIRE(id.has_value());
+    const auto t0 = std::chrono::steady_clock::now();
+    CHECK_THROWS_WITH_AS(worker::collect(client, "b", {*id}, 60s, "pull (rejoined)", how),
+                         doctest::Contains("no reply came: lost on the way"),
+                         worker::ServerLost);
+    CHECK(std::chrono::steady_clock::now() - t0 < 10s);  // two probes: 0.1 s, not the 60 s
+  }
+  {
+    // Part of a message has come: the reply is on its way; the wait runs to its timeout.
+    wire::Client client(std::make_unique<LosingChannel>(true));
+    const auto id = client.send(wire::PullRequest{});
+    REQUIRE(id.has_value());
+    CHECK_THROWS_AS(worker::collect(client, "b", {*id}, 300ms, "pull (rejoined)", how),
+                    SystemError);
+  }
+}

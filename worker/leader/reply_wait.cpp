@@ -6,6 +6,21 @@ namespace geotrain::worker {
 
 using Clock = std::chrono::steady_clock;
 
+namespace {
+// The awaited ids that the server says it answered, though their replies are not here.
+std::vector<uint64_t> answered_not_received(const std::vector<uint64_t>& ids,
+                                            const std::map<uint64_t, wire::Reply>& replies,
+                                            const wire::HeartbeatReply& heartbeat) {
+  std::vector<uint64_t> out;
+  for (const uint64_t id : ids)
+    if (!replies.count(id) &&
+        std::find(heartbeat.answered.begin(), heartbeat.answered.end(), id) !=
+            heartbeat.answered.end())
+      out.push_back(id);
+  return out;
+}
+}  // namespace
+
 std::map<uint64_t, wire::Reply> collect(wire::Client& client, const std::string& region,
                                         const std::vector<uint64_t>& ids,
                                         std::chrono::milliseconds timeout, const char* what,
@@ -21,6 +36,9 @@ std::map<uint64_t, wire::Reply> collect(wire::Client& client, const std::string&
     return std::find(v.begin(), v.end(), id) != v.end();
   };
   std::vector<uint64_t> probes;
+  // Heartbeat replies in a row that said the server answered a request whose reply is not here
+  // (and none is partly here): two, a probe apart, and the reply was lost on the way.
+  int lost_strikes = 0;
   const auto probe = waiting.probe;
   const auto started = Clock::now();
   auto deadline = started + timeout;
@@ -83,6 +101,16 @@ std::map<uint64_t, wire::Reply> collect(wire::Client& client, const std::string&
     quiet_since = Clock::now();
     if (probed) {
       if (waiting.while_answered) deadline = quiet_since + timeout;
+      if (const auto* hb = std::get_if<wire::HeartbeatReply>(&reply->header.body)) {
+        const auto lost = answered_not_received(ids, replies, *hb);
+        lost_strikes = lost.empty() || client.channel().receiving() ? 0 : lost_strikes + 1;
+        if (lost_strikes >= 2)
+          throw ServerLost(fmt::format(
+              "the server of region {} answered {} of the {} requests of {} awaited (request "
+              "{}), but no reply came: lost on the way (a connection that broke after the "
+              "server sent it)",
+              region, lost.size(), ids.size() - replies.size(), what, lost.front()));
+      }
       continue;
     }
     if (e)
