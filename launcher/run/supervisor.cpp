@@ -143,8 +143,7 @@ void Supervisor::on_worker_death(Running& first_seen, int first_status) {
   }
   Running& p = *dead;
   auto& rr = recovery_[p.spec.region];
-  if (settings_.elastic_regions && p.spec.rank != 0 && rr.phase == RegionRecovery::Phase::running &&
-      leader_alive(p.spec.region))
+  if (settings_.elastic_regions && rr.phase == RegionRecovery::Phase::running && others_alive(p))
     return on_member_death(p, st);
   const bool again = rr.restarts < settings_.restart.max_restarts &&
                      !leader_finished(p.spec.region) && !input_error(st);
@@ -166,10 +165,11 @@ void Supervisor::on_worker_death(Running& first_seen, int first_status) {
   rr.backoff_until = Clock::now() + seconds(settings_.restart.backoff_s);
 }
 
-bool Supervisor::leader_alive(const std::string& region) {
+bool Supervisor::others_alive(const Running& dead) {
   for (auto& p : fleet_.procs())
-    if (p->spec.role == ProcessRole::worker && p->spec.region == region && p->spec.rank == 0)
-      return !p->child.poll().has_value();
+    if (p.get() != &dead && p->spec.role == ProcessRole::worker &&
+        p->spec.region == dead.spec.region && !p->child.poll().has_value())
+      return true;
   return false;
 }
 
@@ -183,10 +183,11 @@ void Supervisor::on_member_death(Running& p, int st) {
   }
   ++p.restarts;
   spdlog::warn(
-      "run: {} {} at {:.1f} s; the other workers of {} go on without it; restarting it in {} s "
-      "to rejoin them (restart {} of {})",
-      p.spec.name, describe_status(st), now_s(), p.spec.region, settings_.restart.backoff_s,
-      p.restarts, settings_.restart.max_restarts);
+      "run: {} {} at {:.1f} s; the other workers of {} {}; restarting it in {} s to rejoin them "
+      "(restart {} of {})",
+      p.spec.name, describe_status(st), now_s(), p.spec.region,
+      p.spec.rank == 0 ? "wait for it with the region's state" : "go on without it",
+      settings_.restart.backoff_s, p.restarts, settings_.restart.max_restarts);
   p.phase = Running::Phase::backoff;
   p.phase_until = Clock::now() + seconds(settings_.restart.backoff_s);
 }

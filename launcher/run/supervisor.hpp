@@ -1,11 +1,12 @@
 #pragma once
 // What `geotrain run` does when one of its processes dies (run.restart), and the record of it.
 // A server or netsim is restarted in place after run.restart.backoff_s. A worker's death in an
-// elastic region (worker.elastic, CPU), other than its leader's, costs only that worker: the
-// others re-form their group without it (the fault's recovery, at the leader's `regroup` event),
-// and it is restarted after the backoff with --rejoin (restarted at its `rejoin` event). Otherwise (a leader, or a GPU region) the death takes its
-// region's whole Gloo/NCCL group down and starts it again from the workers' snapshots (--resume, a
-// new --generation). Each death, restart and recovery (with rounds lost) goes to
+// elastic region (worker.elastic, CPU) while others of it live costs only that worker: it is
+// restarted after the backoff with --rejoin (restarted at its `rejoin` event). A non-leader's
+// region trains on without it meanwhile (the fault's recovery, at the leader's `regroup` event);
+// a leader's waits for it and gives it the region's state (recovered at its `rejoin`). Otherwise
+// (a GPU region, or no worker of the region left) the death takes the region's whole Gloo/NCCL
+// group down and starts it again from the workers' snapshots (--resume, a new --generation). Each death, restart and recovery (with rounds lost) goes to
 // the FaultLog, so the progress display, events.jsonl and the report show it. Beyond
 // run.restart.max_restarts, or a restart that never comes up, fails the run (failure()).
 // Not thread-safe: the launcher's loop calls it; poll() never blocks beyond a reap of killed
@@ -62,7 +63,8 @@ class Supervisor {
 
   void on_death(Running& p, int status);  // a server or netsim
   void on_worker_death(Running& first_seen, int first_status);
-  // An elastic region's member (not its leader) died: it alone is restarted, to rejoin.
+  // An elastic region's worker died while others of it live: it alone is restarted, to rejoin (a
+  // leader, to lead them again with their state).
   void on_member_death(Running& p, int status);
   void rejoin_when_due(Running& p);
   // The leader's `regroup` (the region trains on without the members it lost) and a restarted
@@ -70,7 +72,8 @@ class Supervisor {
   void on_regroup(const std::string& region, const nlohmann::json& e);
   void on_rejoin(const std::string& region, uint32_t rank);
   Running* member_restarted_alone(const std::string& region, uint32_t rank);
-  bool leader_alive(const std::string& region);
+  // Whether a worker of `dead`'s region other than it is running.
+  bool others_alive(const Running& dead);
   void restart_region_when_due(RegionRecovery& rr, const std::string& region);
   void supervise(Running& p, std::optional<int> status);  // a server or netsim, every poll
   bool leader_finished(const std::string& region);

@@ -343,6 +343,66 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "a leader killed with SIGKILL while its workers live is started alone, takes the region's "
+    "state from them, and leads them again") {
+  geotrain::test::TempDir tmp("recover-lead-again");
+  std::string output;
+  auto text = config_text("[us-east]", 3, ", restart: {max_restarts: 2, backoff_s: 0.2}");
+  text.replace(text.find("rounds: 8"), 9, "rounds: 20");
+  auto [folder, code] = run_with(
+      tmp.path(), text,
+      [](const fs::path& run, pid_t) {
+        if (last_round(run, "us-east") < 3) return false;
+        const auto pid = pid_of(run, "worker-us-east-0");
+        return pid && ::kill(*pid, SIGKILL) == 0;
+      },
+      &output);
+  INFO(output);
+  CHECK(code == 0);
+  const auto s = summary_of(folder);
+  INFO(s.dump(2));
+  CHECK(s["status"] == "completed");
+  CHECK(s["rounds"] == 20);
+  REQUIRE(s["faults"].size() == 1);
+  const auto& f = s["faults"][0];
+  CHECK(f["process"] == "worker-us-east-0");
+  CHECK(f["restarted"] == true);
+  // Only the leader was started again: its workers waited for it.
+  int restarted = 0;
+  for (const auto& e : geotrain::launcher::read_jsonl(folder / "events.jsonl"))
+    if (e.value("event", "") == "start" && e.value("restart", 0) == 1) {
+      ++restarted;
+      CHECK(e.value("process", "") == "worker-us-east-0");
+    }
+  CHECK(restarted == 1);
+  json rejoin;
+  for (const auto& e : geotrain::launcher::read_jsonl(folder / "worker-us-east-0.metrics.jsonl"))
+    if (e.value("event", "") == "rejoin") rejoin = e;
+  REQUIRE(rejoin.is_object());
+  // The survivors re-formed with it and took its state: the same after the last round.
+  for (const std::string worker : {"us-east-1", "us-east-2"}) {
+    int regroups = 0;
+    for (const auto& e :
+         geotrain::launcher::read_jsonl(folder / ("worker-" + worker + ".metrics.jsonl")))
+      regroups += e.value("event", "") == "regroup";
+    CHECK_MESSAGE(regroups == 1, worker << " re-formed its group " << regroups << " time(s)");
+  }
+  const auto last = [&](const std::string& worker) {
+    return folder / "worker-checkpoints" / worker / "ckpt-000000000020";
+  };
+  const auto manifest = json::parse(read_bytes(last("us-east-1") / "manifest.json"));
+  size_t floats = 0;
+  for (const auto& section : manifest["sections"]) floats += section["count"].get<size_t>();
+  const auto own = read_bytes(last("us-east-1") / "state.bin");
+  const auto leaders = read_bytes(last("us-east-0") / "state.bin");
+  REQUIRE(own.size() == 16 + floats * sizeof(float));
+  REQUIRE(leaders.size() >= own.size());
+  CHECK_MESSAGE(leaders.compare(0, own.size(), own) == 0,
+                "the leader's state differs from its workers' after it led them again");
+  CHECK(s["final_test_accuracy"].get<double>() > 0.5);
+}
+
+TEST_CASE(
     "without worker.elastic, a non-leader worker killed with SIGKILL restarts its region's group") {
   geotrain::test::TempDir tmp("recover-worker");
   std::string output;

@@ -1,4 +1,4 @@
-// resync_from_leader with ranks as threads of one process over Gloo (rendezvous in an in-memory
+// resync_from with ranks as threads of one process over Gloo (rendezvous in an in-memory
 // HashStore): after it, every rank holds the leader's place and training state, bit for bit.
 #include <doctest/doctest.h>
 
@@ -38,7 +38,7 @@ TEST_CASE("after a resync every rank holds the leader's place and state, bit for
   std::vector<RegionState> got(3);
   test::run_ranks<GlooCommunicator>(3, "resync", [&](GlooCommunicator& comm) {
     // The ranks' guard windows differ in length too: the leader's wins.
-    auto s = resync_from_leader(comm, state_of(comm.rank(), 1000, comm.rank() == 0 ? 5 : 3));
+    auto s = resync_from(comm, 0, state_of(comm.rank(), 1000, comm.rank() == 0 ? 5 : 3));
     std::lock_guard lock(mu);
     got[comm.rank()] = std::move(s);
   });
@@ -60,7 +60,7 @@ TEST_CASE("a resync refuses a leader whose model has another size, naming both")
   std::vector<std::string> errors;
   test::run_ranks<GlooCommunicator>(2, "resync-size", [&](GlooCommunicator& comm) {
     try {
-      (void)resync_from_leader(comm, state_of(comm.rank(), comm.rank() == 0 ? 100 : 90, 1));
+      (void)resync_from(comm, 0, state_of(comm.rank(), comm.rank() == 0 ? 100 : 90, 1));
     } catch (const InputError& e) {
       std::lock_guard lock(mu);
       errors.push_back(e.what());
@@ -68,9 +68,28 @@ TEST_CASE("a resync refuses a leader whose model has another size, naming both")
   });
   // Both refuse, before the state is sent: the rank whose sizes differ names them.
   REQUIRE(errors.size() == 2);
-  const bool named = errors[0].find("the leader has 100 parameters, this worker 90") !=
+  const bool named = errors[0].find("the source has 100 parameters, this worker 90") !=
                          std::string::npos ||
-                     errors[1].find("the leader has 100 parameters, this worker 90") !=
+                     errors[1].find("the source has 100 parameters, this worker 90") !=
                          std::string::npos;
   CHECK(named);
+}
+
+TEST_CASE("a leader started again takes the state of the first member that outlived it") {
+  std::mutex mu;
+  std::vector<RegionState> got(3);
+  test::run_ranks<GlooCommunicator>(3, "resync-root", [&](GlooCommunicator& comm) {
+    // The leader's own state is empty: it has none of its own yet.
+    auto mine = comm.rank() == 0 ? state_of(0, 1000, 0) : state_of(comm.rank(), 1000, 4);
+    auto s = resync_from(comm, 1, std::move(mine));
+    std::lock_guard lock(mu);
+    got[comm.rank()] = std::move(s);
+  });
+  const auto source = state_of(1, 1000, 4);
+  for (const auto& s : got) {
+    CHECK(s.at == source.at);
+    CHECK(s.state.params == source.state.params);
+    CHECK(s.state.optimizer_m == source.state.optimizer_m);
+    CHECK(s.state.guard_losses == source.state.guard_losses);
+  }
 }

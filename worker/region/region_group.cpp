@@ -122,9 +122,46 @@ std::map<uint32_t, std::string> RegionGroup::joiners() {
     auto nonce = store_->try_get(fmt::format("join/{}", s));
     if (!nonce) continue;
     const auto it = admitted_.find(s);
-    if (it == admitted_.end() || it->second != store_text(*nonce)) out[s] = store_text(*nonce);
+    if (it != admitted_.end() && it->second == store_text(*nonce)) continue;
+    // Admitted by an earlier leader of this region (the admission is in the store): not again.
+    if (store_->try_get(fmt::format("admit/{}/{}", s, store_text(*nonce)))) {
+      admitted_[s] = store_text(*nonce);
+      continue;
+    }
+    out[s] = store_text(*nonce);
   }
   return out;
+}
+
+std::optional<RegionGroup> RegionGroup::lead_again(ServerStore& store, uint32_t slots,
+                                                   Connect connect,
+                                                   std::chrono::milliseconds settle) {
+  const auto t0 = Clock::now();
+  // The epoch the members wait at: one past the last the dead leader formed, or later if it died
+  // while forming one (they announced themselves again at the next).
+  const auto last = store.try_get("epoch");
+  uint64_t next = (last ? number(store_text(*last), "epoch") : 0) + 1;
+  const auto announced = [&](uint64_t epoch) {
+    std::vector<uint32_t> alive;
+    for (uint32_t s = 1; s < slots; ++s)
+      if (store.try_get(epoch_key(epoch, fmt::format("alive/{}", s)))) alive.push_back(s);
+    return alive;
+  };
+  std::vector<uint32_t> alive = announced(next);
+  // Members still noticing the death announce themselves within the settle time.
+  while (Clock::now() - t0 < settle) {
+    std::this_thread::sleep_for(kGroupPoll);
+    while (!announced(next + 1).empty()) ++next;
+    alive = announced(next);
+  }
+  if (alive.empty()) return std::nullopt;  // nobody to take the region's state from
+  RegionGroup group(store, 0, slots, std::move(connect), next, {0});
+  group.members_.insert(group.members_.end(), alive.begin(), alive.end());
+  store.set(epoch_key(next, "fresh_leader"), store_value("1"));
+  store.set(epoch_key(next, "members"), store_value(members_text(group.members_)));
+  store.set("epoch", store_value(std::to_string(next)));
+  group.connect_at(next);
+  return group;
 }
 
 bool RegionGroup::joiners_waiting() {
@@ -163,6 +200,7 @@ RegionGroup::Change RegionGroup::regroup(std::chrono::milliseconds window) {
     }
     members_.assign(alive.begin(), alive.end());
     store_->set(epoch_key(next, "members"), store_value(members_text(members_)));
+    store_->set("epoch", store_value(std::to_string(next)));  // for a leader started again
     for (const auto slot : change.joined)
       store_->set(fmt::format("admit/{}/{}", slot, admitted_[slot]),
                   store_value(std::to_string(next)));
@@ -180,6 +218,7 @@ RegionGroup::Change RegionGroup::regroup(std::chrono::milliseconds window) {
       if (std::find(members_.begin(), members_.end(), m) == members_.end())
         change.joined.push_back(m);
     members_ = std::move(members);
+    change.fresh_leader = store_->try_get(epoch_key(next, "fresh_leader")).has_value();
   }
   epoch_ = next;
   change.members = members_;

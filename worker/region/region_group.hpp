@@ -3,8 +3,8 @@
 //
 // Every worker has a fixed slot: its rank in the region as launched, 0 .. slots-1. The group is
 // one Communicator over the members alive at an epoch; a member's rank in it is its slot's place
-// among the members. Slot 0 is the region's leader: a group never exists without it (the leader's
-// death restarts the region from its snapshots).
+// among the members. Slot 0 is the region's leader: a group never forms without it (when it
+// dies, the others wait for it in regroup() until it is started again: lead_again()).
 //
 // When a collective fails (GroupBroken: a member died and its sockets closed, or a timeout), every
 // member calls regroup(): the communicator is dropped at once (so that a member still waiting on
@@ -15,9 +15,13 @@
 // a round boundary, non-blocking) says when to call one. close() (the leader, when training ends)
 // tells waiting joiners that no admission will come.
 //
-// Keys under the store's prefix: e<k>/alive/<slot>, e<k>/members ("0,2"), e<k>/gloo/..., join/<slot>
-// (the joiner's nonce), admit/<slot>/<nonce> (the epoch it joins), closed. About 2 x members + 2
-// keys a regroup: the server's store (4096 keys) holds hundreds of regroups.
+// A leader that dies is started again alone (lead_again()): the members waiting in regroup() give
+// it their state, and it leads again.
+//
+// Keys under the store's prefix: e<k>/alive/<slot>, e<k>/members ("0,2"), e<k>/gloo/...,
+// e<k>/fresh_leader, epoch (the newest the leader formed), join/<slot> (the joiner's nonce),
+// admit/<slot>/<nonce> (the epoch it joins), closed. About 2 x members + 2 keys a regroup: the
+// server's store (4096 keys) holds hundreds of regroups.
 //
 // Blocking: the constructors and regroup() (the store's waits end on its stop: Stopped). Not
 // thread-safe: the trainer's thread.
@@ -53,6 +57,9 @@ class RegionGroup {
     uint64_t epoch = 0;
     std::vector<uint32_t> members, lost, joined;
     double seconds = 0;  // from the call to the new communicator
+    // The leader was started again (lead_again()): it has no state of its own; the members give
+    // it theirs (worker/run/region_resync.hpp).
+    bool fresh_leader = false;
   };
 
   // The group as launched: epoch 0, every slot. Borrows `store`, which outlives the group.
@@ -61,6 +68,11 @@ class RegionGroup {
   // closed the group, training is over) or `admission` has passed (SystemError).
   static std::optional<RegionGroup> join(ServerStore& store, uint32_t slot, uint32_t slots,
                                          Connect connect, std::chrono::milliseconds admission);
+  // A leader started again after its death (slot 0): the members that outlived it wait in
+  // regroup() at the next epoch; it names them after `settle` (for the last of them to notice the
+  // death), marks the epoch's leader fresh, and connects. nullopt when no member is left.
+  static std::optional<RegionGroup> lead_again(ServerStore& store, uint32_t slots, Connect connect,
+                                               std::chrono::milliseconds settle);
 
   RegionGroup(RegionGroup&&) noexcept;
   RegionGroup& operator=(RegionGroup&&) noexcept;

@@ -12,6 +12,9 @@ namespace {
 // How long a restarted worker waits to be admitted: the leader admits at its next round boundary
 // (or sooner, at a regroup), and rounds can be long; a stop ends the wait earlier.
 constexpr std::chrono::minutes kAdmission{30};
+// How long a leader started again gives the members that outlived it to announce themselves (they
+// noticed its death long before it is back; one in the middle of a step announces after it).
+constexpr std::chrono::milliseconds kSettle{300};
 }  // namespace
 
 RegionCollective::RegionCollective(const WorkerConfig& config, const std::string& region,
@@ -20,11 +23,10 @@ RegionCollective::RegionCollective(const WorkerConfig& config, const std::string
     : config_(config), region_(region), rank_(rank), backend_(backend) {
   const uint32_t slots = config.workers.in(region);
   const bool elastic = config.elastic_regions() && backend.can_reconnect_region();
-  GT_REQUIRE(!rejoin || (elastic && rank > 0),
-             "--rejoin: worker {}-{} cannot rejoin its group ({}); restart the region's workers "
-             "with --resume instead",
-             region, rank,
-             rank == 0 ? "rank 0 leads the region" : "worker.elastic is off, or not on the CPU");
+  GT_REQUIRE(!rejoin || elastic,
+             "--rejoin: worker {}-{} cannot rejoin its group (worker.elastic is off, or not on the "
+             "CPU); restart the region's workers with --resume instead",
+             region, rank);
   // A restarted group (generation > 0) must not meet the dead group's keys.
   const std::string prefix = (config.device == "cuda" ? "nccl/" : "gloo/") + region + "/" +
                              (generation > 0 ? fmt::format("g{}/", generation) : std::string());
@@ -42,6 +44,16 @@ RegionCollective::RegionCollective(const WorkerConfig& config, const std::string
   }
   if (!rejoin) {
     group_.emplace(*store_, rank, slots, connect_with_backend());
+    return;
+  }
+  if (rank == 0) {
+    // The leader, started again: the members that outlived it wait for it.
+    group_ = RegionGroup::lead_again(*store_, slots, connect_with_backend(), kSettle);
+    if (!group_)
+      throw SystemError("rendezvous", "lead_again", __FILE__, __LINE__,
+                        fmt::format("no worker of region {} outlived its leader to take the "
+                                    "region's state from; restart them all with --resume",
+                                    region));
     return;
   }
   group_ = RegionGroup::join(*store_, rank, slots, connect_with_backend(), kAdmission);

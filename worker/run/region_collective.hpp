@@ -33,8 +33,9 @@ class RegionCollective {
  public:
   // Meets the region's other workers: as launched (every rank, under `generation`'s keys), or, with
   // `rejoin`, as a restarted worker of an elastic region, which waits until its leader admits it
-  // (closed() when training ended first). InputError when `rejoin` is asked of a region that
-  // cannot take a worker back (not elastic, or rank 0).
+  // (closed() when training ended first), or, rank 0, leads the members that outlived it again
+  // (SystemError when none did). InputError when `rejoin` is asked of a region that cannot take a
+  // worker back (not elastic).
   RegionCollective(const WorkerConfig& config, const std::string& region, uint32_t rank,
                    zmq::context_t& context, ModelBackend& backend, uint32_t generation,
                    bool rejoin, std::stop_token stop);

@@ -50,17 +50,17 @@ Header header_of(const RegionState& s) {
 
 std::string size_problem(uint64_t leader, size_t mine, const char* what) {
   return leader == mine ? std::string()
-                        : fmt::format("the leader has {} {}, this worker {}", leader, what, mine);
+                        : fmt::format("the source has {} {}, this worker {}", leader, what, mine);
 }
 
 }  // namespace
 
-RegionState resync_from_leader(Communicator& comm, RegionState mine) {
-  // The header: where the leader is, and the sizes of what follows.
+RegionState resync_from(Communicator& comm, int root, RegionState mine) {
+  // The header: where the source is, and the sizes of what follows.
   Header h = header_of(mine);
   std::vector<float> words(2 * kWords);
   std::memcpy(words.data(), h.data(), sizeof(Header));
-  comm.broadcast(words, 0);
+  comm.broadcast(words, root);
   std::memcpy(h.data(), words.data(), sizeof(Header));
   auto& st = mine.state;
   // Every member refuses together (a member alone would leave the others waiting in the next
@@ -75,7 +75,7 @@ RegionState resync_from_leader(Communicator& comm, RegionState mine) {
   comm.allreduce_sum(refused);
   GT_REQUIRE(problem.empty(), "region resync: {}", problem);
   GT_REQUIRE(refused[0] == 0.0f,
-             "region resync: another member's model or optimizer differs from the leader's");
+             "region resync: another member's model or optimizer differs from the source's");
 
   // The state, in one broadcast: the guard's losses (doubles as float pairs), then the
   // parameters and both moments.
@@ -88,7 +88,7 @@ RegionState resync_from_leader(Communicator& comm, RegionState mine) {
   at = std::copy(st.params.begin(), st.params.end(), at);
   at = std::copy(st.optimizer_m.begin(), st.optimizer_m.end(), at);
   std::copy(st.optimizer_v.begin(), st.optimizer_v.end(), at);
-  comm.broadcast(body, 0);
+  comm.broadcast(body, root);
   std::memcpy(st.guard_losses.data(), body.data(), st.guard_losses.size() * sizeof(double));
   auto from = body.begin() + static_cast<std::ptrdiff_t>(losses);
   for (auto* v : {&st.params, &st.optimizer_m, &st.optimizer_v}) {

@@ -1,13 +1,14 @@
-// resync_from_leader: after a region's group re-formed (worker/region/region_group.hpp), every
-// member takes the leader's state, so that the ranks are identical again whatever collective each
-// was in when the group broke (one may have finished a step another abandoned), and a restarted
-// worker has the region's state from a live peer rather than from a snapshot on disk.
+// resync_from: after a region's group re-formed (worker/region/region_group.hpp), every member
+// takes one member's state, the leader's, so that the ranks are identical again whatever
+// collective each was in when the group broke (one may have finished a step another abandoned),
+// and a restarted worker has the region's state from a live peer rather than from a snapshot on
+// disk; a leader started again takes it from the first member that outlived it.
 //
-// What goes: where the leader is in the run (RegionPosition) and its training state: parameters,
+// What goes: where the source is in the run (RegionPosition) and its training state: parameters,
 // the optimizer's moments and step count, the anomaly guard's loss window (a
 // WorkerCheckpointState's, without residuals: only the leader exchanges with the servers).
 // Blocking and collective: every member calls it, at the same point, right after the regroup.
-// InputError on every member when the leader's sizes are not some member's (another model or
+// InputError on every member when the source's sizes are not some member's (another model or
 // optimizer), before any state is sent.
 #pragma once
 
@@ -35,7 +36,7 @@ struct RegionState {
   WorkerCheckpointState state;
 };
 
-// The leader's (rank 0's) `mine` on every member (the leader's own comes back unchanged).
-RegionState resync_from_leader(Communicator& comm, RegionState mine);
+// Rank `root`'s `mine` on every member (the root's own comes back unchanged).
+RegionState resync_from(Communicator& comm, int root, RegionState mine);
 
 }  // namespace geotrain::worker

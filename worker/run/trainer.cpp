@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <optional>
@@ -93,8 +94,14 @@ class WorkerRun {
   // The group broke or admits a joiner (`why`): it re-forms, every member takes the leader's
   // state, and `at` becomes the leader's place.
   void regroup(RegionPosition& at, const std::string& why);
-  // After a regroup: the leader's state and place (worker/run/region_resync.hpp) on every member.
-  void take_leaders_state(RegionPosition& at);
+  // After a regroup: the state and place of the member of rank `root` (the leader's, or for a
+  // leader started again the first member's) on every member (worker/run/region_resync.hpp).
+  // `open_data`: open the data at the root's position (false: the caller opens it itself).
+  void take_state(RegionPosition& at, int root, bool open_data = true);
+  // A leader started again (--rejoin, rank 0): it takes the region's state from the members that
+  // outlived it, rejoins the servers (which say where the region goes on, from their values) and
+  // gives every member that; returns where training goes on.
+  RegionPosition lead_again(std::stop_token stop);
   void restore_snapshot();
   uint64_t connect_leader(std::stop_token stop);
   void open_data(uint64_t first_micro_batch);
@@ -279,8 +286,9 @@ uint64_t WorkerRun::connect_leader(std::stop_token stop) {
   // The origin is the seed's initialisation, whatever a snapshot holds: the parameters
   // themselves unless a snapshot replaced them (initialising again costs seconds on a large
   // model: GPT-2 124M's takes 4.9 s on the development machine).
-  std::vector<float> origin = resumed_ ? std::vector<float>(params_.size()) : params_;
-  if (resumed_) model_->init(origin, config_.seed);
+  const bool replaced = resumed_ || options_.rejoin;  // by a snapshot, or by the members' state
+  std::vector<float> origin = replaced ? std::vector<float>(params_.size()) : params_;
+  if (replaced) model_->init(origin, config_.seed);
   sync.set_origin(origin);
   sync.stop_waits_on(std::move(stop));
   const uint64_t next = session_->connect(resumed_ ? resumed_->round + 1 : 0);
@@ -303,9 +311,10 @@ RegionPosition WorkerRun::start(std::stop_token stop) {
   if (options_.rejoin) {
     // A restarted worker, admitted to its region's live group (or finding training over).
     if (!comm()) return {config_.rounds + 1};
+    if (leader_) return lead_again(std::move(stop));
     const auto t0 = Clock::now();
     RegionPosition at;
-    take_leaders_state(at);
+    take_state(at, 0);
     log_->write(events::name::rejoin, {{f::region, region_},
                                        {f::rank, rank_},
                                        {f::round, at.round},
@@ -475,14 +484,16 @@ uint64_t WorkerRun::train(RegionPosition at, std::stop_token stop) {
 
 void WorkerRun::regroup(RegionPosition& at, const std::string& why) {
   const auto t0 = Clock::now();
-  // The leader's place: a step it finished counts (its exchange is done), one it abandoned not.
-  if (leader_ && at.steps > 0) at.done = static_cast<uint32_t>(steps_taken_ - round_start_steps_);
+  // This member's place (the leader's decides): a step it finished counts (its exchange is done),
+  // one it abandoned not.
+  if (at.steps > 0) at.done = static_cast<uint32_t>(steps_taken_ - round_start_steps_);
   // Long enough for a member in the middle of its step's compute to notice and announce itself.
   const auto window = std::chrono::milliseconds(
       200 + static_cast<int64_t>(3000 * std::min(last_step_s_, 10.0)));
   spdlog::warn("worker {}-{}: the region's group re-forms: {}", region_, rank_, why);
   const auto change = region_group_->regroup(window);
-  take_leaders_state(at);
+  if (change.fresh_leader) take_state(at, 1);  // the leader started again takes ours first
+  take_state(at, 0);
   round_start_steps_ = steps_taken_ - at.done;
   spdlog::warn("worker {}-{}: the region's group is {} worker(s) at epoch {} after {:.2f} s; "
                "round {} goes on from step {} of {}",
@@ -499,16 +510,51 @@ void WorkerRun::regroup(RegionPosition& at, const std::string& why) {
                                       {f::seconds, since(t0)}});
 }
 
-void WorkerRun::take_leaders_state(RegionPosition& at) {
+RegionPosition WorkerRun::lead_again(std::stop_token stop) {
+  const auto t0 = Clock::now();
+  RegionPosition at;
+  take_state(at, 1, /*open_data=*/false);  // opened below, at the servers' round
+  // The data, read meanwhile at the start of the members' round (where the servers most likely
+  // say the region goes on: a second or so for a dataset on 2 cores).
+  const uint64_t guess = at.round;
+  auto opening = std::async(std::launch::async, [this, guess] {
+    open_data((guess - 1) * config_.local_steps * config_.accumulation_steps);
+  });
+  // The servers' values and round: the region's progress since its last exchange, and the dead
+  // leader's uplink residuals, are lost (as from a snapshot); the optimizer state is the members'.
+  uint64_t next = connect_leader(std::move(stop));
+  opening.get();
+  if (session_->sync().flushed_before_connect()) next = config_.rounds + 1;
+  schedule_.fragments = session_->schedule().fragments;
+  schedule_.delay = session_->schedule().delay;
+  calendar_.set_schedule(schedule_);
+  steps_taken_ = (next - 1) * config_.local_steps;
+  step_->set_steps(steps_taken_);
+  if (next != guess) open_data(steps_taken_ * config_.accumulation_steps);
+  at = {next};
+  take_state(at, 0);
+  log_->write(events::name::rejoin, {{f::region, region_},
+                                     {f::rank, rank_},
+                                     {f::round, at.round},
+                                     {f::step, steps_taken_},
+                                     {f::epoch, region_group_->epoch()},
+                                     {f::seconds, since(t0)}});
+  spdlog::info("worker {}-{}: leads its region again from round {}, with the state of the {} "
+               "worker(s) that outlived it",
+               region_, rank_, at.round, group_size() - 1);
+  return at;
+}
+
+void WorkerRun::take_state(RegionPosition& at, int root, bool open_data) {
   RegionState mine{at, capture_worker_state(*step_, 0, 0, {})};
   mine.at.steps_taken = steps_taken_;
   mine.at.micro_batches = data_ ? data_->position() : 0;
   mine.at.fragments = schedule_.fragments;
   mine.at.delay = schedule_.delay;
   engine_->capture(params_, mine.state);
-  const auto got = resync_from_leader(*comm(), std::move(mine));
+  const auto got = resync_from(*comm(), root, std::move(mine));
   step_->discard_accumulated();  // a step abandoned when the group broke
-  if (!leader_) {
+  if (comm()->rank() != root) {
     const auto& st = got.state;
     step_->optimizer().restore(st.optimizer_m, st.optimizer_v, st.optimizer_steps);
     step_->guard().restore(st.guard_losses, st.guard_skipped);
@@ -518,7 +564,8 @@ void WorkerRun::take_leaders_state(RegionPosition& at) {
     schedule_.fragments = got.at.fragments;
     schedule_.delay = got.at.delay;
     calendar_.set_schedule(schedule_);
-    if (!data_ || data_->position() != got.at.micro_batches) open_data(got.at.micro_batches);
+    if (open_data && (!data_ || data_->position() != got.at.micro_batches))
+      this->open_data(got.at.micro_batches);
   }
   engine_->to_device(params_);
   at = got.at;
