@@ -101,7 +101,7 @@ void RegionSync::push_and_pull(ConstFloatSpan local, const Shards& shards, Round
   auto each_server = [&](const std::vector<bool>& busy, const char* what) {
     for (size_t s = 0; s < shards_.servers(); ++s) {
       if (redo_on[s]) {
-        redo(s, local, LeaderShards::on(s, shards), report, tally);
+        redo(s, local, LeaderShards::on(s, shards), clock, report, tally);
         continue;
       }
       if (!busy[s]) continue;
@@ -109,7 +109,7 @@ void RegionSync::push_and_pull(ConstFloatSpan local, const Shards& shards, Round
         await_round(s, clock, what, tally);
       } catch (const ServerLost& e) {
         shards_.lose(s, e.what());
-        redo(s, local, LeaderShards::on(s, shards), report, tally);
+        redo(s, local, LeaderShards::on(s, shards), clock, report, tally);
       }
     }
   };
@@ -137,8 +137,8 @@ void RegionSync::await_round(size_t s, const RoundClock& clock, const char* what
   }
 }
 
-void RegionSync::redo(size_t s, ConstFloatSpan local, const Shards& shards, RoundReport& report,
-                      ShardTally& tally) {
+void RegionSync::redo(size_t s, ConstFloatSpan local, const Shards& shards,
+                      const RoundClock& clock, RoundReport& report, ShardTally& tally) {
   const auto& config = shards_.config();
   auto& link = shards_.link(s);
   for (uint32_t attempt = 0; attempt < kMaxRejoinAttempts; ++attempt) {
@@ -152,7 +152,10 @@ void RegionSync::redo(size_t s, ConstFloatSpan local, const Shards& shards, Roun
       for (auto* sh : mine) shards_.send_push(*sh, local, false, report.bytes_pushed);
       shards_.await(s, mine, config.timeout, "push (rejoined)", shards_.waiting(s, true), tally);
       for (auto* sh : mine) shards_.send_pull(*sh, sh->server_round(shards_.our_round(*sh)));
-      shards_.await(s, mine, config.timeout, "pull (rejoined)", shards_.waiting(s, true), tally);
+      // Deferred like any pull of the round when it does not come in time: the region must not
+      // wait here for a region that deferred its own (lost) push here and waits in turn at
+      // another server (after a netsim restart, every region may be redoing a different one).
+      await_round(s, clock, "pull (rejoined)", tally);
       return;
     } catch (const ServerLost& e) {
       shards_.lose(s, e.what());

@@ -190,10 +190,10 @@ class RegionSync {
   // The replies of server s to this exchange's requests; what has not come when the wait ends
   // is deferred (its requests left in flight on the link).
   void await_round(size_t s, const RoundClock& clock, const char* what, ShardTally& tally);
-  // Rejoins server s, pulls `shards` (on s) in full and pushes and pulls them again; up to
-  // kMaxRejoinAttempts times, then SystemError.
-  void redo(size_t s, ConstFloatSpan local, const Shards& shards, RoundReport& report,
-            ShardTally& tally);
+  // Rejoins server s, pulls `shards` (on s) in full and pushes and pulls them again (the pulls
+  // deferred as the round's are, by `clock`); up to kMaxRejoinAttempts times, then SystemError.
+  void redo(size_t s, ConstFloatSpan local, const Shards& shards, const RoundClock& clock,
+            RoundReport& report, ShardTally& tally);
   // settle(): the deferred shards of server s, merged or pulled in full; appends their ranges.
   void settle_server(size_t s, std::vector<ElementRange>& out);
 
