@@ -1,5 +1,5 @@
-// `geotrain worker --config C --region R --rank I [--resume] [--generation G] [--rejoin]`: one worker
-// process (rank 0 is the region's leader). Trains until the configured number of rounds;
+// `geotrain worker --config C --region R --rank I [--resume] [--generation G] [--rejoin]`: one
+// worker process (rank 0 is the region's leader). Trains until the configured number of rounds;
 // SIGINT/SIGTERM end it after the current round, with its metrics, a snapshot (with
 // worker.checkpoint) and (for leaders) final parameters written; a wait for a server that lasts
 // past half a second after the signal ends it at once, without that round

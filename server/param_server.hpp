@@ -32,11 +32,11 @@
 
 #include "core/param_table.hpp"
 #include "server/admission.hpp"
+#include "server/answered_ledger.hpp"
 #include "server/checkpoint.hpp"
 #include "server/config.hpp"
 #include "server/membership.hpp"
 #include "server/metrics.hpp"
-#include "server/answered_ledger.hpp"
 #include "server/parked_requests.hpp"
 #include "server/payload_pool.hpp"
 #include "server/push_payload.hpp"
@@ -150,7 +150,7 @@ class ParamServer {
   Membership membership_;
   ParkedRequests parked_;
   AnsweredLedger answered_;  // what each region's connection was answered last (heartbeat replies)
-  RendezvousStore kv_;  // the workers' rendezvous (open to every peer, bounded)
+  RendezvousStore kv_;       // the workers' rendezvous (open to every peer, bounded)
   CheckpointStore checkpoints_;
   uint64_t last_checkpoint_round_ = 0;
   ServerMetrics metrics_;

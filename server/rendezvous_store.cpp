@@ -55,10 +55,10 @@ std::optional<Bytes> RendezvousStore::find(const std::string& key, const char* w
                                            uint64_t request_id) const {
   require_no_payload(what, payloads, request_id);
   if (key.empty() || key.size() > kMaxKvKeyBytes)
-    throw WireError(ErrorCode::too_large,
-                    fmt::format("{} key of {} bytes: limits are 1-{}", what, key.size(),
-                                kMaxKvKeyBytes),
-                    request_id);
+    throw WireError(
+        ErrorCode::too_large,
+        fmt::format("{} key of {} bytes: limits are 1-{}", what, key.size(), kMaxKvKeyBytes),
+        request_id);
   const auto it = entries_.find(key);
   if (it == entries_.end()) return std::nullopt;
   return it->second;

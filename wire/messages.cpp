@@ -261,10 +261,10 @@ const char* error_code_name(ErrorCode code) {
 
 const char* body_name(const Body& body) {
   static constexpr const char* kNames[] = {
-      "hello",     "helloReply", "heartbeat",    "push",       "pushReply",  "pull",
-      "pullReply", "error",      "statsRequest", "statsReply", "checkpoint", "checkpointReply",
-      "shutdown",  "ack",        "kvSet",        "kvGet",      "kvReply",    "goodbye",
-      "kvTryGet",  "heartbeatReply"};
+      "hello",      "helloReply",      "heartbeat", "push",         "pushReply",
+      "pull",       "pullReply",       "error",     "statsRequest", "statsReply",
+      "checkpoint", "checkpointReply", "shutdown",  "ack",          "kvSet",
+      "kvGet",      "kvReply",         "goodbye",   "kvTryGet",     "heartbeatReply"};
   static_assert(std::size(kNames) == std::variant_size_v<Body>);
   return kNames[body.index()];
 }

@@ -169,14 +169,13 @@ struct KvTryGet {  // a KvGet answered at once: KvReply when set, Ack when not
 };
 // The bound on HeartbeatReply::answered (a longer list is malformed).
 inline constexpr size_t kMaxAnsweredIds = 256;
-struct HeartbeatReply {  // a registered region's heartbeat, answered
+struct HeartbeatReply {            // a registered region's heartbeat, answered
   std::vector<uint64_t> answered;  // the request ids the server answered it last, newest last
 };
 
 using Body = std::variant<Hello, HelloReply, Heartbeat, Push, PushReply, PullRequest, PullReply,
                           Error, StatsRequest, StatsReply, CheckpointRequest, CheckpointReply,
-                          Shutdown, Ack, KvSet, KvGet, KvReply, Goodbye, KvTryGet,
-                          HeartbeatReply>;
+                          Shutdown, Ack, KvSet, KvGet, KvReply, Goodbye, KvTryGet, HeartbeatReply>;
 
 struct Header {
   uint64_t request_id = 0;

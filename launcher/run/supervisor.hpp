@@ -6,11 +6,11 @@
 // region trains on without it meanwhile (the fault's recovery, at the leader's `regroup` event);
 // a leader's waits for it and gives it the region's state (recovered at its `rejoin`). Otherwise
 // (a GPU region, or no worker of the region left) the death takes the region's whole Gloo/NCCL
-// group down and starts it again from the workers' snapshots (--resume, a new --generation). Each death, restart and recovery (with rounds lost) goes to
-// the FaultLog, so the progress display, events.jsonl and the report show it. Beyond
-// run.restart.max_restarts, or a restart that never comes up, fails the run (failure()).
-// Not thread-safe: the launcher's loop calls it; poll() never blocks beyond a reap of killed
-// workers.
+// group down and starts it again from the workers' snapshots (--resume, a new --generation). Each
+// death, restart and recovery (with rounds lost) goes to the FaultLog, so the progress display,
+// events.jsonl and the report show it. Beyond run.restart.max_restarts, or a restart that never
+// comes up, fails the run (failure()). Not thread-safe: the launcher's loop calls it; poll() never
+// blocks beyond a reap of killed workers.
 #include <nlohmann/json.hpp>
 
 #include <filesystem>

@@ -4,8 +4,8 @@
 // with SIGKILL, and a non-leader worker killed with SIGKILL, are restarted with their region's
 // whole worker group from its snapshots and the run completes, with the fault in summary.json
 // and events.jsonl; with worker.elastic (the default on the CPU) a non-leader killed so costs
-// only itself: the others go on, and it rejoins with the leader's state. A small MLP on Fashion-MNIST, 8 rounds of 4 steps; each run takes a few
-// seconds on 2 loaded cores.
+// only itself: the others go on, and it rejoins with the leader's state. A small MLP on
+// Fashion-MNIST, 8 rounds of 4 steps; each run takes a few seconds on 2 loaded cores.
 #include <doctest/doctest.h>
 #include <fcntl.h>
 #include <nlohmann/json.hpp>

@@ -347,8 +347,7 @@ TEST_CASE("a registered region's heartbeat is answered with the request ids it w
   REQUIRE(pushed);
   REQUIRE(a.receive(20s));
   const auto first = as<wire::HeartbeatReply>(expect_reply(a, wire::Heartbeat{}));
-  CHECK(std::find(first.answered.begin(), first.answered.end(), *pushed) !=
-        first.answered.end());
+  CHECK(std::find(first.answered.begin(), first.answered.end(), *pushed) != first.answered.end());
   // At most kAnsweredKept, newest last: after many heartbeats the push has left the list.
   uint64_t last = 0;
   for (size_t i = 0; i < server::kAnsweredKept + 1; ++i) {

@@ -48,10 +48,10 @@ TEST_CASE("every message type survives encode and decode with its fields") {
       std::get<HeartbeatReply>(decode_header(encode_header(Header{1, bodies.back()})).body);
   CHECK(heartbeat_reply.answered == std::vector<uint64_t>{7, 9, uint64_t{1} << 40});
   // A longer list than the protocol allows is refused by name.
-  CHECK_THROWS_WITH_AS(decode_header(encode_header(
-                           Header{1, HeartbeatReply{std::vector<uint64_t>(kMaxAnsweredIds + 1)}})),
-                       doctest::Contains("heartbeatReply lists 257 request ids, limit 256"),
-                       WireError);
+  CHECK_THROWS_WITH_AS(
+      decode_header(
+          encode_header(Header{1, HeartbeatReply{std::vector<uint64_t>(kMaxAnsweredIds + 1)}})),
+      doctest::Contains("heartbeatReply lists 257 request ids, limit 256"), WireError);
   auto hello_reply = std::get<HelloReply>(decode_header(encode_header(Header{1, bodies[1]})).body);
   REQUIRE(hello_reply.shards.size() == 2);
   CHECK(hello_reply.shards[0].offset == 1024);

@@ -758,8 +758,7 @@ TEST_CASE(
     REQUIRE(id.has_value());
     const auto t0 = std::chrono::steady_clock::now();
     CHECK_THROWS_WITH_AS(worker::collect(client, "b", {*id}, 60s, "pull (rejoined)", how),
-                         doctest::Contains("no reply came: lost on the way"),
-                         worker::ServerLost);
+                         doctest::Contains("no reply came: lost on the way"), worker::ServerLost);
     CHECK(std::chrono::steady_clock::now() - t0 < 10s);  // two probes: 0.1 s, not the 60 s
   }
   {

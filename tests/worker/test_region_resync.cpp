@@ -17,7 +17,12 @@ namespace {
 RegionState state_of(int rank, size_t params, size_t losses) {
   RegionState s;
   const auto r = static_cast<uint64_t>(rank);
-  s.at = {10 + r, static_cast<uint32_t>(2 + r), 16, 150 + r, 300 + r, 1 + static_cast<uint32_t>(r),
+  s.at = {10 + r,
+          static_cast<uint32_t>(2 + r),
+          16,
+          150 + r,
+          300 + r,
+          1 + static_cast<uint32_t>(r),
           static_cast<uint32_t>(r)};
   s.state.steps = 149 + r;
   s.state.optimizer_steps = 148 + r;
@@ -68,10 +73,9 @@ TEST_CASE("a resync refuses a leader whose model has another size, naming both")
   });
   // Both refuse, before the state is sent: the rank whose sizes differ names them.
   REQUIRE(errors.size() == 2);
-  const bool named = errors[0].find("the source has 100 parameters, this worker 90") !=
-                         std::string::npos ||
-                     errors[1].find("the source has 100 parameters, this worker 90") !=
-                         std::string::npos;
+  const bool named =
+      errors[0].find("the source has 100 parameters, this worker 90") != std::string::npos ||
+      errors[1].find("the source has 100 parameters, this worker 90") != std::string::npos;
   CHECK(named);
 }
 

@@ -137,8 +137,8 @@ void RegionSync::await_round(size_t s, const RoundClock& clock, const char* what
   }
 }
 
-void RegionSync::redo(size_t s, ConstFloatSpan local, const Shards& shards,
-                      const RoundClock& clock, RoundReport& report, ShardTally& tally) {
+void RegionSync::redo(size_t s, ConstFloatSpan local, const Shards& shards, const RoundClock& clock,
+                      RoundReport& report, ShardTally& tally) {
   const auto& config = shards_.config();
   auto& link = shards_.link(s);
   for (uint32_t attempt = 0; attempt < kMaxRejoinAttempts; ++attempt) {

@@ -13,9 +13,8 @@ std::vector<uint64_t> answered_not_received(const std::vector<uint64_t>& ids,
                                             const wire::HeartbeatReply& heartbeat) {
   std::vector<uint64_t> out;
   for (const uint64_t id : ids)
-    if (!replies.count(id) &&
-        std::find(heartbeat.answered.begin(), heartbeat.answered.end(), id) !=
-            heartbeat.answered.end())
+    if (!replies.count(id) && std::find(heartbeat.answered.begin(), heartbeat.answered.end(), id) !=
+                                  heartbeat.answered.end())
       out.push_back(id);
   return out;
 }

@@ -41,8 +41,8 @@ struct ReplyWait {
   // like any `unregistered` reply, throws ServerLost; a slow but healthy server answers it, and
   // the wait goes on, unless two answers in a row say the server answered an awaited request
   // whose reply has not come (none of it: Channel::receiving()): it was lost on the way, and
-  // that throws ServerLost too. `on_probe` runs at every probe: RegionSync keeps its other servers alive
-  // with it while this one keeps it waiting (heartbeat_others()).
+  // that throws ServerLost too. `on_probe` runs at every probe: RegionSync keeps its other servers
+  // alive with it while this one keeps it waiting (heartbeat_others()).
   std::chrono::milliseconds probe{};
   std::function<void()> on_probe;
   // Deferred shards' requests on this connection: their replies go to `parked` (an

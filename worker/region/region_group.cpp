@@ -41,7 +41,8 @@ std::vector<uint32_t> parse_members(const std::string& s, uint32_t slots) {
   while (at < s.size()) {
     const size_t comma = std::min(s.find(',', at), s.size());
     const uint64_t slot = number(s.substr(at, comma - at), "member slot");
-    GT_REQUIRE(slot < slots, "region group: member slot {} in '{}' is not below {}", slot, s, slots);
+    GT_REQUIRE(slot < slots, "region group: member slot {} in '{}' is not below {}", slot, s,
+               slots);
     out.push_back(static_cast<uint32_t>(slot));
     at = comma + 1;
   }
@@ -57,7 +58,6 @@ std::string fresh_nonce() {
   std::random_device rd;
   return fmt::format("{:08x}{:08x}", rd(), rd());
 }
-
 
 }  // namespace
 
@@ -82,8 +82,7 @@ RegionGroup& RegionGroup::operator=(RegionGroup&&) noexcept = default;
 RegionGroup::~RegionGroup() = default;
 
 std::optional<RegionGroup> RegionGroup::join(ServerStore& store, uint32_t slot, uint32_t slots,
-                                             Connect connect,
-                                             std::chrono::milliseconds admission) {
+                                             Connect connect, std::chrono::milliseconds admission) {
   GT_REQUIRE(slot > 0 && slot < slots, "region group: slot {} cannot join (1 .. {})", slot,
              slots - 1);
   const std::string nonce = fresh_nonce();

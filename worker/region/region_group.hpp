@@ -10,10 +10,11 @@
 // member calls regroup(): the communicator is dropped at once (so that a member still waiting on
 // this one fails as well), each announces itself under the next epoch, and the leader waits up to
 // `window` for the members it knew, then names the new members; all connect again. A member left
-// out (it announced itself too late) gets a SystemError and leaves; it comes back as a joiner. A restarted worker joins through join(): it asks under its slot and waits until the
-// leader admits it, which the leader does at its next regroup; joiners_waiting() (the leader, at
-// a round boundary, non-blocking) says when to call one. close() (the leader, when training ends)
-// tells waiting joiners that no admission will come.
+// out (it announced itself too late) gets a SystemError and leaves; it comes back as a joiner. A
+// restarted worker joins through join(): it asks under its slot and waits until the leader admits
+// it, which the leader does at its next regroup; joiners_waiting() (the leader, at a round
+// boundary, non-blocking) says when to call one. close() (the leader, when training ends) tells
+// waiting joiners that no admission will come.
 //
 // A leader that dies is started again alone (lead_again()): the members waiting in regroup() give
 // it their state, and it leads again.

@@ -37,9 +37,9 @@ RegionCollective::RegionCollective(const WorkerConfig& config, const std::string
   store_ = std::make_unique<ServerStore>(context, config.server_endpoint(region, region), prefix,
                                          config.timeout, store_options, std::move(stop));
   if (!elastic) {
-    fixed_ = backend.connect_region(*store_, static_cast<int>(rank), static_cast<int>(slots),
-                                    RegionOptions{config.gloo_host, config.timeout,
-                                                  config.bucket_cap_mb});
+    fixed_ = backend.connect_region(
+        *store_, static_cast<int>(rank), static_cast<int>(slots),
+        RegionOptions{config.gloo_host, config.timeout, config.bucket_cap_mb});
     return;
   }
   if (!rejoin) {
@@ -92,8 +92,8 @@ RegionGroup::Change RegionCollective::regroup(std::chrono::milliseconds window) 
     try {
       return group_->regroup(window);
     } catch (const GroupBroken& e) {
-      spdlog::warn("worker {}-{}: a member was lost while the group re-formed ({}); again",
-                   region_, rank_, e.what());
+      spdlog::warn("worker {}-{}: a member was lost while the group re-formed ({}); again", region_,
+                   rank_, e.what());
     }
   }
 }

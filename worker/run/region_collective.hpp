@@ -37,8 +37,8 @@ class RegionCollective {
   // (SystemError when none did). InputError when `rejoin` is asked of a region that cannot take a
   // worker back (not elastic).
   RegionCollective(const WorkerConfig& config, const std::string& region, uint32_t rank,
-                   zmq::context_t& context, ModelBackend& backend, uint32_t generation,
-                   bool rejoin, std::stop_token stop);
+                   zmq::context_t& context, ModelBackend& backend, uint32_t generation, bool rejoin,
+                   std::stop_token stop);
 
   // The group's communicator (host spans); null for a joiner that found training over.
   Communicator* comm();

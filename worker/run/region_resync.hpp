@@ -20,11 +20,11 @@
 namespace geotrain::worker {
 
 struct RegionPosition {
-  uint64_t round = 0;          // the round in progress
-  uint32_t done = 0;           // its local steps done
-  uint32_t steps = 0;          // its step count; 0: not planned yet
-  uint64_t steps_taken = 0;    // local steps over the run (the exchange calendar's clock)
-  uint64_t micro_batches = 0;  // data position
+  uint64_t round = 0;                 // the round in progress
+  uint32_t done = 0;                  // its local steps done
+  uint32_t steps = 0;                 // its step count; 0: not planned yet
+  uint64_t steps_taken = 0;           // local steps over the run (the exchange calendar's clock)
+  uint64_t micro_batches = 0;         // data position
   uint32_t fragments = 1, delay = 0;  // the fragment schedule the leader's servers set
   bool operator==(const RegionPosition&) const = default;
 };
