@@ -102,15 +102,21 @@ std::string Supervisor::restarts_used_up(const Running& p, int status) const {
                      why);
 }
 
-void Supervisor::on_death(Running& p, int st) {
-  const bool again = p.restarts < settings_.restart.max_restarts && !input_error(st);
-  p.fault = faults_.fault(now_s(), p.spec.name, to_string(p.spec.role), p.spec.region,
-                          describe_status(st), again, again ? p.restarts + 1 : p.restarts);
+bool Supervisor::count_restart(const Running& p, int st, uint32_t& restarts, bool allowed,
+                               size_t& fault) {
+  const bool again = allowed && restarts < settings_.restart.max_restarts && !input_error(st);
+  fault = faults_.fault(now_s(), p.spec.name, to_string(p.spec.role), p.spec.region,
+                        describe_status(st), again, again ? restarts + 1 : restarts);
   if (!again) {
     failure_ = restarts_used_up(p, st);
-    return;
+    return false;
   }
-  ++p.restarts;
+  ++restarts;
+  return true;
+}
+
+void Supervisor::on_death(Running& p, int st) {
+  if (!count_restart(p, st, p.restarts, true, p.fault)) return;
   spdlog::warn("run: {} {} at {:.1f} s; restarting it in {} s (restart {} of {})", p.spec.name,
                describe_status(st), now_s(), settings_.restart.backoff_s, p.restarts,
                settings_.restart.max_restarts);
@@ -145,15 +151,7 @@ void Supervisor::on_worker_death(Running& first_seen, int first_status) {
   auto& rr = recovery_[p.spec.region];
   if (settings_.elastic_regions && rr.phase == RegionRecovery::Phase::running && others_alive(p))
     return on_member_death(p, st);
-  const bool again = rr.restarts < settings_.restart.max_restarts &&
-                     !leader_finished(p.spec.region) && !input_error(st);
-  rr.fault = faults_.fault(now_s(), p.spec.name, "worker", p.spec.region, describe_status(st),
-                           again, again ? rr.restarts + 1 : rr.restarts);
-  if (!again) {
-    failure_ = restarts_used_up(p, st);
-    return;
-  }
-  ++rr.restarts;
+  if (!count_restart(p, st, rr.restarts, !leader_finished(p.spec.region), rr.fault)) return;
   spdlog::warn(
       "run: {} {} at {:.1f} s; restarting the workers of {} from their snapshots in {} s "
       "(restart {} of {})",
@@ -174,14 +172,7 @@ bool Supervisor::others_alive(const Running& dead) {
 }
 
 void Supervisor::on_member_death(Running& p, int st) {
-  const bool again = p.restarts < settings_.restart.max_restarts && !input_error(st);
-  p.fault = faults_.fault(now_s(), p.spec.name, "worker", p.spec.region, describe_status(st), again,
-                          again ? p.restarts + 1 : p.restarts);
-  if (!again) {
-    failure_ = restarts_used_up(p, st);
-    return;
-  }
-  ++p.restarts;
+  if (!count_restart(p, st, p.restarts, true, p.fault)) return;
   spdlog::warn(
       "run: {} {} at {:.1f} s; the other workers of {} {}; restarting it in {} s to rejoin them "
       "(restart {} of {})",

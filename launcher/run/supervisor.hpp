@@ -61,6 +61,10 @@ class Supervisor {
     bool down() const { return phase != Phase::running; }
   };
 
+  // A death into the FaultLog (`fault`), counted against `restarts` (a process's, or a region's):
+  // whether it may be restarted (`allowed`, run.restart's budget, no input error); sets failure_
+  // when not.
+  bool count_restart(const Running& p, int status, uint32_t& restarts, bool allowed, size_t& fault);
   void on_death(Running& p, int status);  // a server or netsim
   void on_worker_death(Running& first_seen, int first_status);
   // An elastic region's worker died while others of it live: it alone is restarted, to rejoin (a

@@ -273,133 +273,110 @@ TEST_CASE("a leader killed with SIGKILL is restarted from its snapshot and the r
     CHECK(s["final_test_accuracy"].get<double>() > 0.5);
 }
 
-TEST_CASE(
-    "a non-leader worker killed with SIGKILL: the others go on without it, and it rejoins with "
-    "the leader's state") {
-  geotrain::test::TempDir tmp("recover-elastic");
+namespace {
+
+// A region of three workers (elastic, the default) whose worker `rank` is killed with SIGKILL
+// after round 3 of `rounds`; the run must complete with that one fault, the process restarted.
+std::pair<fs::path, json> kill_in_elastic_region(const fs::path& dir, uint32_t rank,
+                                                 uint32_t rounds) {
   std::string output;
-  // Three workers, 30 rounds: time for the restarted one to come back while the region trains.
   auto text = config_text("[us-east]", 3, ", restart: {max_restarts: 2, backoff_s: 0.2}");
-  text.replace(text.find("rounds: 8"), 9, "rounds: 30");
+  text.replace(text.find("rounds: 8"), 9, fmt::format("rounds: {}", rounds));
+  const std::string victim = fmt::format("worker-us-east-{}", rank);
   auto [folder, code] = run_with(
-      tmp.path(), text,
-      [](const fs::path& run, pid_t) {
+      dir, text,
+      [&](const fs::path& run, pid_t) {
         if (last_round(run, "us-east") < 3) return false;
-        const auto pid = pid_of(run, "worker-us-east-1");
+        const auto pid = pid_of(run, victim);
         return pid && ::kill(*pid, SIGKILL) == 0;
       },
       &output);
   INFO(output);
   CHECK(code == 0);
-  const auto s = summary_of(folder);
+  auto s = summary_of(folder);
   INFO(s.dump(2));
   CHECK(s["status"] == "completed");
-  CHECK(s["rounds"] == 30);
+  CHECK(s["rounds"] == rounds);
   REQUIRE(s["faults"].size() == 1);
-  const auto& f = s["faults"][0];
-  CHECK(f["process"] == "worker-us-east-1");
-  CHECK(f["restarted"] == true);
-  CHECK(f["rounds_lost"].get<int>() == 0);
-  // The region trained again (its group re-formed) before the worker was back.
-  CHECK(f["recovery_seconds"].get<double>() < f["restart_seconds"].get<double>());
-  // Only the dead worker was started again: the leader and rank 2 trained on.
+  CHECK(s["faults"][0]["process"] == victim);
+  CHECK(s["faults"][0]["restarted"] == true);
+  // Only the dead worker was started again: the others trained on, or waited for their leader.
   int restarted = 0;
   for (const auto& e : geotrain::launcher::read_jsonl(folder / "events.jsonl"))
     if (e.value("event", "") == "start" && e.value("restart", 0) == 1) {
       ++restarted;
-      CHECK(e.value("process", "") == "worker-us-east-1");
+      CHECK(e.value("process", "") == victim);
     }
   CHECK(restarted == 1);
+  CHECK(s["final_test_accuracy"].get<double>() > 0.5);
+  return {folder, s};
+}
+
+// The events `name` of one worker's metrics.
+std::vector<json> events_of(const fs::path& run, const std::string& worker,
+                            const std::string& name) {
+  std::vector<json> out;
+  for (const auto& e :
+       geotrain::launcher::read_jsonl(run / ("worker-" + worker + ".metrics.jsonl")))
+    if (e.value("event", "") == name) out.push_back(e);
+  return out;
+}
+
+// Worker `other`'s state after `round` (parameters, momentum) is the leader's, bit for bit, as
+// every rank's is in data-parallel training (the leader's snapshot has its residuals too).
+void check_same_state_as_leader(const fs::path& run, const std::string& other, uint64_t round) {
+  const auto folder = [&](const std::string& worker) {
+    return run / "worker-checkpoints" / worker / fmt::format("ckpt-{:012}", round);
+  };
+  const auto manifest = json::parse(read_bytes(folder(other) / "manifest.json"));
+  size_t floats = 0;
+  for (const auto& section : manifest["sections"]) floats += section["count"].get<size_t>();
+  const auto own = read_bytes(folder(other) / "state.bin");
+  const auto leaders = read_bytes(folder("us-east-0") / "state.bin");
+  REQUIRE(own.size() == 16 + floats * sizeof(float));
+  REQUIRE(leaders.size() >= own.size());
+  CHECK_MESSAGE(leaders.compare(0, own.size(), own) == 0,
+                other << "'s state after round " << round << " differs from its leader's");
+}
+
+}  // namespace
+
+TEST_CASE(
+    "a non-leader worker killed with SIGKILL: the others go on without it, and it rejoins with "
+    "the leader's state") {
+  geotrain::test::TempDir tmp("recover-elastic");
+  // 30 rounds: time for the restarted one to come back while the region trains.
+  const auto [folder, s] = kill_in_elastic_region(tmp.path(), 1, 30);
+  const auto& f = s["faults"][0];
+  CHECK(f["rounds_lost"].get<int>() == 0);
+  // The region trained again (its group re-formed) before the worker was back.
+  CHECK(f["recovery_seconds"].get<double>() < f["restart_seconds"].get<double>());
   // The leader re-formed its group without rank 1, within a second, then took it back.
-  std::vector<json> regroups;
-  for (const auto& e : geotrain::launcher::read_jsonl(folder / "worker-us-east-0.metrics.jsonl"))
-    if (e.value("event", "") == "regroup") regroups.push_back(e);
+  const auto regroups = events_of(folder, "us-east-0", "regroup");
   REQUIRE(regroups.size() == 2);
   CHECK(regroups[0]["lost"] == json::array({1}));
   CHECK(regroups[0]["members"] == json::array({0, 2}));
   CHECK(regroups[0]["seconds"].get<double>() < 1.0);
   CHECK(regroups[1]["joined"] == json::array({1}));
   CHECK(regroups[1]["members"] == json::array({0, 1, 2}));
-  json rejoin;
-  for (const auto& e : geotrain::launcher::read_jsonl(folder / "worker-us-east-1.metrics.jsonl"))
-    if (e.value("event", "") == "rejoin") rejoin = e;
-  REQUIRE(rejoin.is_object());
-  CHECK(rejoin["round"] == regroups[1]["round"]);
-  // From the leader, not from disk: its state after the last round (parameters, momentum) is the
-  // leader's, bit for bit, as every rank's is in data-parallel training.
-  const auto last = [&](const std::string& worker) {
-    return folder / "worker-checkpoints" / worker / "ckpt-000000000030";
-  };
-  const auto manifest = json::parse(read_bytes(last("us-east-1") / "manifest.json"));
-  size_t floats = 0;
-  for (const auto& section : manifest["sections"]) floats += section["count"].get<size_t>();
-  const auto own = read_bytes(last("us-east-1") / "state.bin");
-  const auto leaders = read_bytes(last("us-east-0") / "state.bin");
-  REQUIRE(own.size() == 16 + floats * sizeof(float));  // the leader's has its residuals too
-  REQUIRE(leaders.size() >= own.size());
-  CHECK_MESSAGE(leaders.compare(0, own.size(), own) == 0,
-                "the rejoined worker's state differs from its leader's");
-  CHECK(s["final_test_accuracy"].get<double>() > 0.5);
+  const auto rejoins = events_of(folder, "us-east-1", "rejoin");
+  REQUIRE(rejoins.size() == 1);
+  CHECK(rejoins[0]["round"] == regroups[1]["round"]);
+  // From the leader, not from disk.
+  check_same_state_as_leader(folder, "us-east-1", 30);
 }
 
 TEST_CASE(
     "a leader killed with SIGKILL while its workers live is started alone, takes the region's "
     "state from them, and leads them again") {
   geotrain::test::TempDir tmp("recover-lead-again");
-  std::string output;
-  auto text = config_text("[us-east]", 3, ", restart: {max_restarts: 2, backoff_s: 0.2}");
-  text.replace(text.find("rounds: 8"), 9, "rounds: 20");
-  auto [folder, code] = run_with(
-      tmp.path(), text,
-      [](const fs::path& run, pid_t) {
-        if (last_round(run, "us-east") < 3) return false;
-        const auto pid = pid_of(run, "worker-us-east-0");
-        return pid && ::kill(*pid, SIGKILL) == 0;
-      },
-      &output);
-  INFO(output);
-  CHECK(code == 0);
-  const auto s = summary_of(folder);
-  INFO(s.dump(2));
-  CHECK(s["status"] == "completed");
-  CHECK(s["rounds"] == 20);
-  REQUIRE(s["faults"].size() == 1);
-  const auto& f = s["faults"][0];
-  CHECK(f["process"] == "worker-us-east-0");
-  CHECK(f["restarted"] == true);
-  // Only the leader was started again: its workers waited for it.
-  int restarted = 0;
-  for (const auto& e : geotrain::launcher::read_jsonl(folder / "events.jsonl"))
-    if (e.value("event", "") == "start" && e.value("restart", 0) == 1) {
-      ++restarted;
-      CHECK(e.value("process", "") == "worker-us-east-0");
-    }
-  CHECK(restarted == 1);
-  json rejoin;
-  for (const auto& e : geotrain::launcher::read_jsonl(folder / "worker-us-east-0.metrics.jsonl"))
-    if (e.value("event", "") == "rejoin") rejoin = e;
-  REQUIRE(rejoin.is_object());
-  // The survivors re-formed with it and took its state: the same after the last round.
+  const auto [folder, s] = kill_in_elastic_region(tmp.path(), 0, 20);
+  CHECK(events_of(folder, "us-east-0", "rejoin").size() == 1);
+  // The others re-formed with it once and took its state: the same after the last round.
   for (const std::string worker : {"us-east-1", "us-east-2"}) {
-    int regroups = 0;
-    for (const auto& e :
-         geotrain::launcher::read_jsonl(folder / ("worker-" + worker + ".metrics.jsonl")))
-      regroups += e.value("event", "") == "regroup";
-    CHECK_MESSAGE(regroups == 1, worker << " re-formed its group " << regroups << " time(s)");
+    CHECK_MESSAGE(events_of(folder, worker, "regroup").size() == 1, worker);
+    check_same_state_as_leader(folder, worker, 20);
   }
-  const auto last = [&](const std::string& worker) {
-    return folder / "worker-checkpoints" / worker / "ckpt-000000000020";
-  };
-  const auto manifest = json::parse(read_bytes(last("us-east-1") / "manifest.json"));
-  size_t floats = 0;
-  for (const auto& section : manifest["sections"]) floats += section["count"].get<size_t>();
-  const auto own = read_bytes(last("us-east-1") / "state.bin");
-  const auto leaders = read_bytes(last("us-east-0") / "state.bin");
-  REQUIRE(own.size() == 16 + floats * sizeof(float));
-  REQUIRE(leaders.size() >= own.size());
-  CHECK_MESSAGE(leaders.compare(0, own.size(), own) == 0,
-                "the leader's state differs from its workers' after it led them again");
-  CHECK(s["final_test_accuracy"].get<double>() > 0.5);
 }
 
 TEST_CASE(

@@ -7,7 +7,7 @@
 #include <future>
 #include <thread>
 
-#include "server/param_server.hpp"
+#include "region_server.hpp"
 #include "worker/region/gloo_communicator.hpp"
 #include "worker/region/region_group.hpp"
 #include "worker/region/server_store.hpp"
@@ -16,37 +16,6 @@ using namespace geotrain;
 using namespace std::chrono_literals;
 
 namespace {
-
-struct Server {
-  std::filesystem::path dir =
-      std::filesystem::temp_directory_path() / fmt::format("geotrain-group-{}", ::getpid());
-  zmq::context_t context;
-  std::unique_ptr<server::ParamServer> srv;
-  std::jthread loop;
-
-  explicit Server(const std::string& name) {
-    auto config = server::parse_server_config(fmt::format(R"(
-regions: [a]
-model: {{tensors: [{{name: w, size: 64}}]}}
-server: {{run_dir: "{}"}}
-)",
-                                                          dir.string()));
-    server::ServerOptions options;
-    options.endpoint = "inproc://" + name;
-    options.write_metrics = false;
-    options.poll = 5ms;
-    srv = std::make_unique<server::ParamServer>(config, 0, context, options);
-    loop = std::jthread([this](std::stop_token st) { srv->run(st); });
-  }
-  ~Server() {
-    loop.request_stop();
-    loop.join();
-    std::filesystem::remove_all(dir);
-  }
-  std::unique_ptr<worker::ServerStore> store() {
-    return std::make_unique<worker::ServerStore>(context, srv->endpoint(), "gloo/a/", 20s);
-  }
-};
 
 worker::RegionGroup::Connect gloo_connect() {
   return [](gloo::rendezvous::Store& store, int rank, int size) {
@@ -66,7 +35,7 @@ float slot_sum(worker::RegionGroup& g) {
 }  // namespace
 
 TEST_CASE("a region's group outlives a dead member and takes it back when it rejoins") {
-  Server server("group-a");
+  test::RegionServer server("group-a");
   auto store0 = server.store(), store1 = server.store(), store2 = server.store();
   auto f1 = std::async(std::launch::async,
                        [&] { return worker::RegionGroup(*store1, 1, 3, gloo_connect()); });
@@ -131,7 +100,7 @@ TEST_CASE("a region's group outlives a dead member and takes it back when it rej
 }
 
 TEST_CASE("a member that announces itself after the leader's window is left out and told so") {
-  Server server("group-b");
+  test::RegionServer server("group-b");
   auto store0 = server.store(), store1 = server.store();
   auto f1 = std::async(std::launch::async,
                        [&] { return worker::RegionGroup(*store1, 1, 2, gloo_connect()); });
@@ -145,7 +114,7 @@ TEST_CASE("a member that announces itself after the leader's window is left out 
 }
 
 TEST_CASE("a joiner waiting when the leader closes the group leaves without joining") {
-  Server server("group-c");
+  test::RegionServer server("group-c");
   auto store0 = server.store(), store1 = server.store();
   auto f1 = std::async(std::launch::async,
                        [&] { return worker::RegionGroup(*store1, 1, 2, gloo_connect()); });

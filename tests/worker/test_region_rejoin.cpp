@@ -644,21 +644,9 @@ TEST_CASE(
 
 namespace {
 
-// A server that answers heartbeats at once and holds every other request (a final pull waiting
-// for the slowest region's flush); `answering` false: silent.
-class HoldingChannel final : public wire::Channel {
+// A fake server connection: what send() decides to answer is queued and handed out by receive().
+class AnsweringChannel : public wire::Channel {
  public:
-  explicit HoldingChannel(const std::atomic<bool>& answering) : answering_(answering) {}
-  std::string endpoint() const override { return "inproc://holding"; }
-  bool send(wire::Envelope&& message) override {
-    const auto h = wire::decode_header(message.frames.front());
-    if (std::holds_alternative<wire::Heartbeat>(h.body) && answering_) {
-      wire::Envelope reply{{}, {}};
-      reply.frames.push_back(wire::encode_header(wire::Header{h.request_id, wire::Ack{}}));
-      replies_.push_back(std::move(reply));
-    }
-    return true;
-  }
   std::optional<wire::Envelope> receive(std::chrono::milliseconds timeout) override {
     if (replies_.empty()) {
       std::this_thread::sleep_for(std::min(timeout, std::chrono::milliseconds(5)));
@@ -669,9 +657,32 @@ class HoldingChannel final : public wire::Channel {
     return r;
   }
 
+ protected:
+  void answer(uint64_t request_id, wire::Body body) {
+    wire::Envelope reply{{}, {}};
+    reply.frames.push_back(wire::encode_header(wire::Header{request_id, std::move(body)}));
+    replies_.push_back(std::move(reply));
+  }
+
+ private:
+  std::deque<wire::Envelope> replies_;
+};
+
+// A server that answers heartbeats at once and holds every other request (a final pull waiting
+// for the slowest region's flush); `answering` false: silent.
+class HoldingChannel final : public AnsweringChannel {
+ public:
+  explicit HoldingChannel(const std::atomic<bool>& answering) : answering_(answering) {}
+  std::string endpoint() const override { return "inproc://holding"; }
+  bool send(wire::Envelope&& message) override {
+    const auto h = wire::decode_header(message.frames.front());
+    if (std::holds_alternative<wire::Heartbeat>(h.body) && answering_)
+      answer(h.request_id, wire::Ack{});
+    return true;
+  }
+
  private:
   const std::atomic<bool>& answering_;
-  std::deque<wire::Envelope> replies_;
 };
 
 }  // namespace
@@ -712,7 +723,7 @@ namespace {
 // A server that answers heartbeats at once, listing the requests it "answered": every other
 // request it got, whose replies it loses (a connection that broke after the server queued them).
 // `partly` says a message is partly received meanwhile (striped chunks on their way).
-class LosingChannel final : public wire::Channel {
+class LosingChannel final : public AnsweringChannel {
  public:
   explicit LosingChannel(bool partly) : partly_(partly) {}
   std::string endpoint() const override { return "inproc://losing"; }
@@ -722,27 +733,14 @@ class LosingChannel final : public wire::Channel {
       answered_.push_back(h.request_id);  // and lost
       return true;
     }
-    wire::Envelope reply{{}, {}};
-    reply.frames.push_back(
-        wire::encode_header(wire::Header{h.request_id, wire::HeartbeatReply{answered_}}));
-    replies_.push_back(std::move(reply));
+    answer(h.request_id, wire::HeartbeatReply{answered_});
     return true;
-  }
-  std::optional<wire::Envelope> receive(std::chrono::milliseconds timeout) override {
-    if (replies_.empty()) {
-      std::this_thread::sleep_for(std::min(timeout, std::chrono::milliseconds(5)));
-      return std::nullopt;
-    }
-    auto r = std::move(replies_.front());
-    replies_.pop_front();
-    return r;
   }
   bool receiving() override { return partly_; }
 
  private:
   bool partly_;
   std::vector<uint64_t> answered_;
-  std::deque<wire::Envelope> replies_;
 };
 
 }  // namespace

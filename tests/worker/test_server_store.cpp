@@ -5,7 +5,7 @@
 #include <future>
 #include <thread>
 
-#include "server/param_server.hpp"
+#include "region_server.hpp"
 #include "worker/region/gloo_communicator.hpp"
 #include "worker/region/server_store.hpp"
 #include "worker/stopped.hpp"
@@ -14,24 +14,10 @@ using namespace geotrain;
 using namespace std::chrono_literals;
 
 TEST_CASE("two workers rendezvous through the server and AllReduce over Gloo") {
-  auto dir = std::filesystem::temp_directory_path() / fmt::format("geotrain-store-{}", ::getpid());
-  auto config = server::parse_server_config(fmt::format(R"(
-regions: [a]
-model: {{tensors: [{{name: w, size: 64}}]}}
-server: {{run_dir: "{}"}}
-)",
-                                                        dir.string()));
-  zmq::context_t context;
-  server::ServerOptions options;
-  options.endpoint = "inproc://store-server";
-  options.write_metrics = false;
-  options.poll = 5ms;
-  server::ParamServer srv(config, 0, context, options);
-  std::jthread loop([&](std::stop_token st) { srv.run(st); });
-
+  test::RegionServer server("store-server");
   auto rank = [&](int r) {
-    worker::ServerStore store(context, srv.endpoint(), "gloo/a/", 20s);
-    worker::GlooCommunicator comm(store, r, 2);
+    auto store = server.store();
+    worker::GlooCommunicator comm(*store, r, 2);
     std::vector<float> v(1000, float(r + 1));
     comm.allreduce_sum(v);
     return v;
@@ -43,9 +29,6 @@ server: {{run_dir: "{}"}}
     REQUIRE(v0[i] == 3.0f);
     REQUIRE(v1[i] == 3.0f);
   }
-  loop.request_stop();
-  loop.join();
-  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("a rendezvous whose peer never comes times out with a message naming the server") {

@@ -101,6 +101,8 @@ class WorkerRun {
   // start() for a restarted worker (--rejoin): admitted to its region's live group, it takes the
   // leader's state and place (a leader: lead_again()); training over: the round past the last.
   RegionPosition rejoin(std::stop_token stop);
+  // The `rejoin` event: back in the group at `at`, `t0` when it began.
+  void log_rejoin(const RegionPosition& at, Clock::time_point t0);
   void restore_snapshot();
   // `resume_at`: the round the region trains next by its own count (0: the servers' first).
   uint64_t connect_leader(std::stop_token stop, uint64_t resume_at);

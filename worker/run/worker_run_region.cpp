@@ -9,6 +9,15 @@ namespace geotrain::worker {
 
 namespace f = events::field;
 
+void WorkerRun::log_rejoin(const RegionPosition& at, Clock::time_point t0) {
+  log_->write(events::name::rejoin, {{f::region, region_},
+                                     {f::rank, rank_},
+                                     {f::round, at.round},
+                                     {f::step, steps_taken_},
+                                     {f::epoch, region_group_->epoch()},
+                                     {f::seconds, since(t0)}});
+}
+
 RegionPosition WorkerRun::rejoin(std::stop_token stop) {
   // A restarted worker, admitted to its region's live group (or finding training over).
   if (!comm()) return {config_.rounds + 1};
@@ -16,12 +25,7 @@ RegionPosition WorkerRun::rejoin(std::stop_token stop) {
   const auto t0 = Clock::now();
   RegionPosition at;
   take_state(at, 0);
-  log_->write(events::name::rejoin, {{f::region, region_},
-                                     {f::rank, rank_},
-                                     {f::round, at.round},
-                                     {f::step, steps_taken_},
-                                     {f::epoch, region_group_->epoch()},
-                                     {f::seconds, since(t0)}});
+  log_rejoin(at, t0);
   spdlog::info("worker {}-{}: rejoined the region's group at round {} (step {} of {})", region_,
                rank_, at.round, at.done, at.steps);
   return at;
@@ -80,12 +84,7 @@ RegionPosition WorkerRun::lead_again(std::stop_token stop) {
   if (next != guess) open_data(steps_taken_ * config_.accumulation_steps);
   at = {next};
   take_state(at, 0);
-  log_->write(events::name::rejoin, {{f::region, region_},
-                                     {f::rank, rank_},
-                                     {f::round, at.round},
-                                     {f::step, steps_taken_},
-                                     {f::epoch, region_group_->epoch()},
-                                     {f::seconds, since(t0)}});
+  log_rejoin(at, t0);
   spdlog::info(
       "worker {}-{}: leads its region again from round {}, with the state of the {} "
       "worker(s) that outlived it",
