@@ -133,3 +133,40 @@ TEST_CASE("a joiner waiting when the leader closes the group leaves without join
   CHECK_THROWS_WITH_AS(worker::RegionGroup::join(*store1b, 0, 2, gloo_connect(), 1s),
                        doctest::Contains("slot 0 cannot join"), InputError);
 }
+
+TEST_CASE(
+    "a leader started again finds the members that outlived it where they wait, even when the "
+    "server lost the epoch it formed last") {
+  test::RegionServer server("group-d");
+  auto store0 = server.store(), store1 = server.store();
+  auto f1 = std::async(std::launch::async,
+                       [&] { return worker::RegionGroup(*store1, 1, 2, gloo_connect()); });
+  worker::RegionGroup g0(*store0, 0, 2, gloo_connect());
+  auto g1 = f1.get();
+  for (int i = 0; i < 2; ++i) {  // two re-formations with both alive: epoch 2
+    auto again = std::async(std::launch::async, [&] { return g1.regroup(2s); });
+    CHECK(g0.regroup(2s).members == std::vector<uint32_t>{0, 1});
+    CHECK(again.get().epoch == uint64_t(i) + 1);
+  }
+  // The leader dies; its member notices at its next collective and waits at epoch 3.
+  g0.disconnect();
+  auto waiting = std::async(std::launch::async, [&] {
+    CHECK_THROWS_AS(slot_sum(g1), worker::GroupBroken);
+    return g1.regroup(2s);
+  });
+  std::this_thread::sleep_for(200ms);
+  // What a restarted server's store would say of the last epoch the leader formed: nothing
+  // useful (here: a stale value).
+  server.store()->set("epoch", {'0'});
+  auto store0b = server.store();
+  auto led = worker::RegionGroup::lead_again(*store0b, 2, gloo_connect(), 300ms);
+  REQUIRE(led.has_value());
+  CHECK(led->epoch() == 3);
+  CHECK(led->members() == std::vector<uint32_t>{0, 1});
+  const auto change = waiting.get();
+  CHECK(change.fresh_leader);
+  CHECK(change.epoch == 3);
+  auto s1 = std::async(std::launch::async, [&] { return slot_sum(g1); });
+  CHECK(slot_sum(*led) == 3.0f);
+  CHECK(s1.get() == 3.0f);
+}

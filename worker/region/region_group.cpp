@@ -86,10 +86,15 @@ std::optional<RegionGroup> RegionGroup::join(ServerStore& store, uint32_t slot, 
   GT_REQUIRE(slot > 0 && slot < slots, "region group: slot {} cannot join (1 .. {})", slot,
              slots - 1);
   const std::string nonce = fresh_nonce();
-  store.set(fmt::format("join/{}", slot), store_value(nonce));
   const auto deadline = Clock::now() + admission;
   const std::string admit = fmt::format("admit/{}/{}", slot, nonce);
+  auto asked = Clock::time_point{};
   while (true) {
+    // Asked again every second: a server restarted meanwhile has lost its keys.
+    if (Clock::now() - asked > std::chrono::seconds(1)) {
+      store.set(fmt::format("join/{}", slot), store_value(nonce));
+      asked = Clock::now();
+    }
     if (auto epoch = store.try_get(admit)) {
       const uint64_t e = number(store_text(*epoch), "admitted epoch");
       auto members = parse_members(store_text(store.get(epoch_key(e, "members"))), slots);
@@ -132,14 +137,46 @@ std::map<uint32_t, std::string> RegionGroup::joiners() {
   return out;
 }
 
+void RegionGroup::announce(uint64_t epoch) {
+  store_->set(epoch_key(epoch, fmt::format("alive/{}", slot_)), store_value("1"));
+  store_->set(fmt::format("waiting/{}", slot_), store_value(std::to_string(epoch)));
+}
+
+std::string RegionGroup::await_members(uint64_t epoch) {
+  const auto deadline = Clock::now() + store_->timeout();
+  auto announced = Clock::now();
+  while (true) {
+    if (auto members = store_->try_get(epoch_key(epoch, "members"))) return store_text(*members);
+    if (Clock::now() > deadline)
+      throw SystemError("rendezvous", epoch_key(epoch, "members"), __FILE__, __LINE__,
+                        fmt::format("the region's leader named no members of epoch {} within {} "
+                                    "ms",
+                                    epoch, store_->timeout().count()));
+    // Again every second: a server restarted meanwhile (from its checkpoint) has lost its keys.
+    if (Clock::now() - announced > std::chrono::seconds(1)) {
+      announce(epoch);
+      announced = Clock::now();
+    }
+    std::this_thread::sleep_for(kGroupPoll);
+  }
+}
+
 std::optional<RegionGroup> RegionGroup::lead_again(ServerStore& store, uint32_t slots,
                                                    Connect connect,
                                                    std::chrono::milliseconds settle) {
   const auto t0 = Clock::now();
-  // The epoch the members wait at: one past the last the dead leader formed, or later if it died
-  // while forming one (they announced themselves again at the next).
+  // The epoch the members wait at: the newest any says it waits at (waiting/<slot>, set again every
+  // second, so a server restarted meanwhile has it again), else one past the last the dead leader
+  // formed (`epoch`).
+  const auto waited_at = [&] {
+    uint64_t newest = 0;
+    for (uint32_t s = 1; s < slots; ++s)
+      if (auto e = store.try_get(fmt::format("waiting/{}", s)))
+        newest = std::max(newest, number(store_text(*e), "waiting epoch"));
+    return newest;
+  };
   const auto last = store.try_get("epoch");
-  uint64_t next = (last ? number(store_text(*last), "epoch") : 0) + 1;
+  uint64_t next = std::max(waited_at(), (last ? number(store_text(*last), "epoch") : 0) + 1);
   const auto announced = [&](uint64_t epoch) {
     std::vector<uint32_t> alive;
     for (uint32_t s = 1; s < slots; ++s)
@@ -148,8 +185,9 @@ std::optional<RegionGroup> RegionGroup::lead_again(ServerStore& store, uint32_t 
   };
   std::vector<uint32_t> alive = announced(next);
   // Members still noticing the death announce themselves within the settle time.
-  while (Clock::now() - t0 < settle) {
+  while (Clock::now() - t0 < settle || (alive.empty() && Clock::now() - t0 < 4 * settle)) {
     std::this_thread::sleep_for(kGroupPoll);
+    next = std::max(next, waited_at());
     while (!announced(next + 1).empty()) ++next;
     alive = announced(next);
   }
@@ -172,7 +210,7 @@ RegionGroup::Change RegionGroup::regroup(std::chrono::milliseconds window) {
   const auto t0 = Clock::now();
   comm_.reset();  // closes this member's sockets: members still waiting on it fail now
   const uint64_t next = epoch_ + 1;
-  store_->set(epoch_key(next, fmt::format("alive/{}", slot_)), store_value("1"));
+  announce(next);
   Change change;
   change.epoch = next;
   if (leader()) {
@@ -204,7 +242,7 @@ RegionGroup::Change RegionGroup::regroup(std::chrono::milliseconds window) {
       store_->set(fmt::format("admit/{}/{}", slot, admitted_[slot]),
                   store_value(std::to_string(next)));
   } else {
-    auto members = parse_members(store_text(store_->get(epoch_key(next, "members"))), slots_);
+    auto members = parse_members(await_members(next), slots_);
     if (std::find(members.begin(), members.end(), slot_) == members.end())
       throw SystemError("rendezvous", epoch_key(next, "members"), __FILE__, __LINE__,
                         fmt::format("slot {} was left out of the region's group at epoch {} "

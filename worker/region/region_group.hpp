@@ -20,7 +20,8 @@
 // it their state, and it leads again.
 //
 // Keys under the store's prefix: e<k>/alive/<slot>, e<k>/members ("0,2"), e<k>/gloo/...,
-// e<k>/fresh_leader, epoch (the newest the leader formed), join/<slot> (the joiner's nonce),
+// e<k>/fresh_leader, epoch (the newest the leader formed), waiting/<slot> (the epoch a member
+// waits at, set again every second while it waits), join/<slot> (the joiner's nonce),
 // admit/<slot>/<nonce> (the epoch it joins), closed. About 2 x members + 2 keys a regroup: the
 // server's store (4096 keys) holds hundreds of regroups.
 //
@@ -103,6 +104,11 @@ class RegionGroup {
   RegionGroup(ServerStore& store, uint32_t slot, uint32_t slots, Connect connect, uint64_t epoch,
               std::vector<uint32_t> members);
   void connect_at(uint64_t epoch);
+  // This member is alive and waits at `epoch`: e<epoch>/alive/<slot>, waiting/<slot>.
+  void announce(uint64_t epoch);
+  // A member's wait for the leader's list of `epoch`'s members (up to the store's timeout),
+  // announcing itself again every second: a server restarted meanwhile has lost its keys.
+  std::string await_members(uint64_t epoch);
   // The leader: joiners asking now, slot -> nonce, not admitted before.
   std::map<uint32_t, std::string> joiners();
 

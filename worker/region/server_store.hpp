@@ -35,6 +35,7 @@ class ServerStore final : public gloo::rendezvous::Store {
   // The key's value if someone has set it, nullopt if not: does not wait for it (one round trip;
   // SystemError when the server does not answer within the timeout).
   std::optional<std::vector<char>> try_get(const std::string& key);
+  std::chrono::milliseconds timeout() const { return timeout_; }
   std::vector<char> get(const std::string& key) override;
   void wait(const std::vector<std::string>& keys) override;
   void wait(const std::vector<std::string>& keys,
