@@ -149,7 +149,11 @@ void Supervisor::on_worker_death(Running& first_seen, int first_status) {
   }
   Running& p = *dead;
   auto& rr = recovery_[p.spec.region];
-  if (settings_.elastic_regions && rr.phase == RegionRecovery::Phase::running && others_alive(p))
+  // A worker restarted alone that dies before it is back in its group (a leader that found no
+  // worker to take the state from, say) does not get a second try alone: the region restarts.
+  const bool rejoin_failed = p.phase == Running::Phase::resuming;
+  if (settings_.elastic_regions && rr.phase == RegionRecovery::Phase::running && !rejoin_failed &&
+      others_alive(p))
     return on_member_death(p, st);
   if (!count_restart(p, st, rr.restarts, !leader_finished(p.spec.region), rr.fault)) return;
   spdlog::warn(

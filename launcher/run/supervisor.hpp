@@ -4,7 +4,8 @@
 // elastic region (worker.elastic, CPU) while others of it live costs only that worker: it is
 // restarted after the backoff with --rejoin (restarted at its `rejoin` event). A non-leader's
 // region trains on without it meanwhile (the fault's recovery, at the leader's `regroup` event);
-// a leader's waits for it and gives it the region's state (recovered at its `rejoin`). Otherwise
+// a leader's waits for it and gives it the region's state (recovered at its `rejoin`); one that
+// dies again before it is back in the group falls back to the region's restart. Otherwise
 // (a GPU region, or no worker of the region left) the death takes the region's whole Gloo/NCCL
 // group down and starts it again from the workers' snapshots (--resume, a new --generation). Each
 // death, restart and recovery (with rounds lost) goes to the FaultLog, so the progress display,

@@ -1,5 +1,6 @@
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <future>
 
 #include "core/metrics_events.hpp"
@@ -65,7 +66,7 @@ RegionPosition WorkerRun::lead_again(std::stop_token stop) {
   take_state(at, 1, /*open_data=*/false);  // opened below, at the servers' round
   // The data, read meanwhile at the start of the members' round (where the servers most likely
   // say the region goes on: a second or so for a dataset on 2 cores).
-  const uint64_t guess = at.round;
+  const uint64_t guess = std::max<uint64_t>(at.round, 1);
   auto opening = std::async(std::launch::async, [this, guess] {
     open_data((guess - 1) * config_.local_steps * config_.accumulation_steps);
   });
