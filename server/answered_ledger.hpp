@@ -35,7 +35,6 @@ class AnsweredLedger {
     return {it->second.begin(), it->second.end()};
   }
   void forget(const std::string& peer) { answered_.erase(peer); }
-  size_t peers() const { return answered_.size(); }
 
  private:
   std::map<std::string, std::deque<uint64_t>> answered_;

@@ -57,8 +57,7 @@ RegionCollective::RegionCollective(const WorkerConfig& config, const std::string
     return;
   }
   group_ = RegionGroup::join(*store_, rank, slots, connect_with_backend(), kAdmission);
-  closed_ = !group_.has_value();
-  if (closed_)
+  if (!group_)
     spdlog::info("worker {}-{}: the region's training ended before this worker was admitted",
                  region, rank);
 }

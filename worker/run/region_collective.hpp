@@ -33,7 +33,7 @@ class RegionCollective {
  public:
   // Meets the region's other workers: as launched (every rank, under `generation`'s keys), or, with
   // `rejoin`, as a restarted worker of an elastic region, which waits until its leader admits it
-  // (closed() when training ended first), or, rank 0, leads the members that outlived it again
+  // (comm() null when training ended first), or, rank 0, leads the members that outlived it again
   // (SystemError when none did). InputError when `rejoin` is asked of a region that cannot take a
   // worker back (not elastic).
   RegionCollective(const WorkerConfig& config, const std::string& region, uint32_t rank,
@@ -43,8 +43,6 @@ class RegionCollective {
   // The group's communicator (host spans); null for a joiner that found training over.
   Communicator* comm();
   bool elastic() const { return group_.has_value(); }
-  // A joiner that found the region's training over: it has nothing to do.
-  bool closed() const { return closed_; }
   // Members now (the slots launched, until one dies).
   uint32_t size();
   uint64_t epoch() const { return group_ ? group_->epoch() : 0; }
@@ -67,7 +65,6 @@ class RegionCollective {
   std::unique_ptr<ServerStore> store_;
   std::optional<RegionGroup> group_;     // elastic
   std::unique_ptr<Communicator> fixed_;  // not elastic
-  bool closed_ = false;
 };
 
 }  // namespace geotrain::worker

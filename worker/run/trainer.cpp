@@ -183,8 +183,8 @@ RegionPosition WorkerRun::start(std::stop_token stop) {
   std::vector<float> start{1.0f, static_cast<float>(schedule_.fragments),
                            static_cast<float>(schedule_.delay)};
   if (leader_) {
-    start[0] = static_cast<float>(
-        connect_leader(std::move(stop), resumed_ ? resumed_->round + 1 : 0));
+    start[0] =
+        static_cast<float>(connect_leader(std::move(stop), resumed_ ? resumed_->round + 1 : 0));
     // Restarted during or after the region's flush (killed during its final evaluation, say):
     // the run's rounds are over; the end flushes what is still owed, pulls the global model
     // again and evaluates it.
