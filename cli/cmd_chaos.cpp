@@ -40,6 +40,7 @@ struct ChaosArgs {
   double min_goodput = -1;
   bool json = false;
   bool plots = false;
+  bool verify = false;
 };
 
 int run_chaos_command(const ChaosArgs& a) {
@@ -75,6 +76,7 @@ int run_chaos_command(const ChaosArgs& a) {
   }
   o.seed = a.seed;
   if (a.min_goodput >= 0) o.min_goodput = a.min_goodput;
+  o.verify = a.verify;
 
   std::stop_source stop;
   SignalWatcher watcher([&stop](int) { stop.request_stop(); });
@@ -124,6 +126,10 @@ void add_chaos_command(CLI::App& app, CommandList& commands) {
   cmd->add_option("--set", a->sets, "override a config key (as for geotrain run; repeatable)")
       ->allow_extra_args(false)
       ->type_name("KEY=VALUE");
+  cmd->add_flag("--verify", a->verify,
+                "let the chaos run finish the rounds the reference does in the window (no faults "
+                "after it) and check that every copy of its global model is the same (exit 1 if "
+                "not)");
   cmd->add_flag("--json", a->json, "print the result as JSON (chaos.json's keys)");
   cmd->add_flag("--plots", a->plots, "draw each run's plots (off by default)");
   commands.emplace_back(cmd, [a] { return run_chaos_command(*a); });

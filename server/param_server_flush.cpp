@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include "core/error.hpp"
+#include "core/values_hash.hpp"
 #include "server/param_server.hpp"
 #include "server/shard_kernels.hpp"
 
@@ -71,8 +72,13 @@ void ParamServer::release_flushes(const std::vector<bool>& live_now) {
     if (merged == 0) continue;
     spdlog::info("flush: shard {} released with {} region(s)' flushes, version {}", s.range().id,
                  merged, s.version());
-    metrics_.event("flush",
-                   {{"shard", s.range().id}, {"regions", merged}, {"version", s.version()}});
+    // The values every region's final pull gets (the change from the model's initial values, as
+    // the server holds them): `geotrain run` compares them with the regions'
+    // (global_model_identical).
+    metrics_.event("flush", {{"shard", s.range().id},
+                             {"regions", merged},
+                             {"version", s.version()},
+                             {"hash", values_hash_hex(s.values())}});
   }
 }
 

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <fstream>
 #include <map>
 #include <thread>
@@ -16,6 +17,7 @@
 #include "core/log.hpp"
 #include "core/run_summary_keys.hpp"
 #include "launcher/chaos/chaos_observer.hpp"
+#include "launcher/report/run_summary.hpp"
 #include "launcher/run/run_folder.hpp"
 #include "launcher/run/run_settings.hpp"
 
@@ -43,12 +45,13 @@ RunOutcome observe_run(const ChaosOptions& o, std::vector<ConfigOverride> overri
                        const fs::path& out_parent, const std::vector<std::string>& regions,
                        double window_s, std::vector<PlannedFault> faults,
                        const std::vector<std::string>& kinds, Clock::time_point t0,
-                       const std::stop_token& user_stop) {
+                       const std::stop_token& user_stop, bool finish_after_window = false) {
   LaunchOptions run = o.run;
   run.overrides.insert(run.overrides.end(), overrides.begin(), overrides.end());
   run.out_dir = out_parent;
   std::stop_source run_stop;
-  RunObserver observer(out_parent, regions, window_s, std::move(faults), kinds, t0, run_stop);
+  RunObserver observer(out_parent, regions, window_s, std::move(faults), kinds, t0, run_stop,
+                       finish_after_window);
   std::atomic<bool> over{false};
   std::thread watch([&] {
     while (!over.load() && observer.tick(user_stop))
@@ -148,7 +151,14 @@ std::vector<PlannedFault> plan_chaos(const ChaosOptions& o, const RunSettings& s
   in.partition_s = o.partition_s;
   in.regions = settings.regions;
   in.partitions_possible = settings.regions.size() > 1;  // netsim carries every WAN link then
-  return plan_faults(in);
+  auto faults = plan_faults(in);
+  // --verify: the run goes on past its window to finish its rounds, without faults; netsim would
+  // still cut the links planned then (the harness stops the other faults itself).
+  if (o.verify)
+    std::erase_if(faults, [&](const PlannedFault& f) {
+      return f.fault == ChaosFault::partition && f.at_s >= o.duration_s;
+    });
+  return faults;
 }
 
 // What both runs share: the same config under run.restart (so with the same checkpoints),
@@ -157,13 +167,16 @@ struct CommonRun {
   const RunSettings& settings;
   uint64_t restarts;
   double backoff;
-  std::vector<ConfigOverride> overrides(const std::string& suffix, double window) const {
-    return {
-        {"worker.rounds", std::to_string(kChaosRounds), kOrigin},
-        {"run.name", settings.name + "-" + suffix, kOrigin},
-        {"run.timeout_s", fmt::format("{}", window + settings.startup_timeout_s + 900), kOrigin},
-        {"run.restart", fmt::format("{{max_restarts: {}, backoff_s: {}}}", restarts, backoff),
-         kOrigin}};
+  // `rounds`: the run's (--verify); by default more than any window holds.
+  std::vector<ConfigOverride> overrides(const std::string& suffix, double window,
+                                        std::optional<uint64_t> rounds = std::nullopt) const {
+    // A run that finishes its rounds goes on past the window: as long again at most.
+    const double timeout = window * (rounds ? 2 : 1) + settings.startup_timeout_s + 900;
+    return {{"worker.rounds", std::to_string(rounds.value_or(kChaosRounds)), kOrigin},
+            {"run.name", settings.name + "-" + suffix, kOrigin},
+            {"run.timeout_s", fmt::format("{}", timeout), kOrigin},
+            {"run.restart", fmt::format("{{max_restarts: {}, backoff_s: {}}}", restarts, backoff),
+             kOrigin}};
   }
 };
 
@@ -203,11 +216,44 @@ Leg reference_leg(const ChaosOptions& o, const CommonRun& common, const fs::path
   return leg;
 }
 
+// --verify's part of chaos.json, from the chaos run's summary.json: the rounds it was given,
+// whether it finished them, whether its global model is the same everywhere, the rounds its
+// faults cost (trained again), and why not ok.
+json verify_report(const fs::path& run_dir, uint64_t rounds) {
+  json v{{"rounds", rounds}, {"identical", nullptr}, {"check", nullptr}};
+  const auto s = read_summary(run_dir);
+  if (!s) {
+    v["ok"] = false;
+    v["why"] = "the chaos run wrote no summary.json";
+    return v;
+  }
+  v["status"] = s->value(k::status, "");
+  v["rounds_done"] = s->value(k::rounds, 0);
+  if (s->contains(k::global_model_identical)) v["identical"] = (*s)[k::global_model_identical];
+  if (s->contains(k::global_model_check)) v["check"] = (*s)[k::global_model_check];
+  uint64_t lost = 0;
+  for (const auto& f : s->value(k::faults, json::array()))
+    if (f.contains(k::rounds_lost) && f[k::rounds_lost].is_number_unsigned())
+      lost += f[k::rounds_lost].get<uint64_t>();
+  v["rounds_lost"] = lost;
+  std::string why;
+  if (v["status"] != "completed")
+    why = fmt::format("the run {} before its {} rounds", v["status"].get<std::string>(), rounds);
+  else if (v["identical"] != true)
+    why = fmt::format("the global model is not the same everywhere: {}",
+                      v["check"].is_string() ? v["check"].get<std::string>() : "no check");
+  v["ok"] = why.empty();
+  v["why"] = why.empty() ? json() : json(why);
+  return v;
+}
+
 // The run with faults; `counts` gets the faults planned and injected, `injected` their list.
+// With `rounds` (--verify), the run finishes them and `report` gets `verify`.
 Leg chaos_leg(const ChaosOptions& o, const CommonRun& common, const std::string& text,
               const std::vector<PlannedFault>& faults, const fs::path& dir,
-              const std::vector<std::string>& kinds, const std::stop_token& stop, json& report) {
-  auto overrides = common.overrides("chaos", o.duration_s);
+              const std::vector<std::string>& kinds, std::optional<uint64_t> rounds,
+              const std::stop_token& stop, json& report) {
+  auto overrides = common.overrides("chaos", o.duration_s, rounds);
   YAML::Node user = YAML::Load(text);
   const bool partitions = std::any_of(faults.begin(), faults.end(), [](const PlannedFault& f) {
     return f.fault == ChaosFault::partition;
@@ -225,8 +271,9 @@ Leg chaos_leg(const ChaosOptions& o, const CommonRun& common, const std::string&
   spdlog::info("chaos: chaos run, one fault every ~{:.0f} s for {:.0f} s (seed {})", o.kill_every_s,
                o.duration_s, o.seed);
   const auto r = observe_run(o, overrides, dir / "chaos", common.settings.regions, o.duration_s,
-                             faults, kinds, t0, stop);
+                             faults, kinds, t0, stop, rounds.has_value());
   Leg leg;
+  leg.report["memory"] = r.seen.memory;
   leg.rate = window_rate(r.seen.timeline, r.seen.window_end_s);
   leg.report["run_dir"] = r.result.run_dir.string();
   leg.report["status"] = status_of(r);
@@ -240,8 +287,20 @@ Leg chaos_leg(const ChaosOptions& o, const CommonRun& common, const std::string&
   if (!as_planned(r) && !stop.stop_requested())
     leg.failure = fmt::format("the chaos run {} ({}): see its report.md", r.result.status,
                               r.result.run_dir.string());
+  if (rounds) {
+    report["verify"] = verify_report(r.result.run_dir, *rounds);
+    if (leg.failure.empty() && !stop.stop_requested() && !report["verify"]["ok"].get<bool>())
+      leg.failure = "--verify: " + report["verify"]["why"].get<std::string>();
+  }
   leg.leftovers = leftover_pids(r.result.run_dir);
   return leg;
+}
+
+// --verify: the rounds the reference does in the window (at least one past the first, which the
+// window starts after).
+std::optional<uint64_t> verify_rounds(const ChaosOptions& o, const std::optional<WindowRate>& ref) {
+  if (!o.verify || !ref) return std::nullopt;
+  return static_cast<uint64_t>(std::ceil(ref->rounds_per_s() * o.duration_s)) + 1;
 }
 
 json options_json(const ChaosOptions& o, const std::vector<std::string>& kinds) {
@@ -252,7 +311,8 @@ json options_json(const ChaosOptions& o, const std::vector<std::string>& kinds) 
           {"stop_s", o.stop_s},
           {"partition_s", o.partition_s},
           {"mix", {{"kill", o.mix.kill}, {"stop", o.mix.stop}, {"partition", o.mix.partition}}},
-          {"kill_kinds", kinds}};
+          {"kill_kinds", kinds},
+          {"verify", o.verify}};
 }
 
 }  // namespace
@@ -290,12 +350,16 @@ ChaosResult run_chaos(const ChaosOptions& o, std::stop_token stop) {
   const Leg ref = reference_leg(o, common, out.dir, kinds, given, stop);
   report["reference"] = ref.report;
   std::string failure = ref.failure;
+  if (failure.empty() && o.verify && !stop.stop_requested() &&
+      (!ref.rate || ref.rate->rounds_per_s() <= 0))
+    failure = "--verify: the reference has no rate to give the chaos run its rounds";
   std::vector<int> leftovers = ref.leftovers;
   Leg chaos;
   chaos.report = {{"run_dir", nullptr}, {"status", "not run"}};
   chaos.report.update(rate_json(std::nullopt));
   if (!stop.stop_requested() && failure.empty()) {
-    chaos = chaos_leg(o, common, text, faults, out.dir, kinds, stop, report);
+    chaos = chaos_leg(o, common, text, faults, out.dir, kinds, verify_rounds(o, ref.rate), stop,
+                      report);
     failure = chaos.failure;
     leftovers.insert(leftovers.end(), chaos.leftovers.begin(), chaos.leftovers.end());
   }
@@ -343,6 +407,24 @@ std::string describe_chaos(const json& r) {
         f.value("partition", 0), c.value("restarts", 0));
   }
   s += fmt::format("goodput: {} of fault-free\n", num(r["goodput"], "{:.3f}"));
+  if (r.contains("verify")) {
+    const auto& v = r["verify"];
+    s += fmt::format("verify: {} rounds, {}; global model {}; {} round(s) trained again\n",
+                     v.value("rounds", 0), v.value("status", std::string("no summary")),
+                     v["check"].is_string() ? v["check"].get<std::string>() : "not checked",
+                     v.value("rounds_lost", 0));
+  }
+  if (c.contains("memory") && c["memory"].contains("growth_kib") &&
+      !c["memory"]["growth_kib"].empty()) {
+    std::string growth;
+    for (const auto& [kind, kib] : c["memory"]["growth_kib"].items())
+      growth += fmt::format("{}{} {:+.1f} MiB", growth.empty() ? "" : ", ", kind,
+                            kib.get<double>() / 1024);
+    s += fmt::format(
+        "memory (largest growth, median of the last {:.0f} s over the first after "
+        "{:.0f} s): {}\n",
+        c["memory"].value("span_s", 0.0), c["memory"].value("settle_s", 0.0), growth);
+  }
   s += fmt::format("left behind: {}\n", r["leftover_pids"].empty() ? std::string("no process")
                                                                    : r["leftover_pids"].dump());
   s += r["ok"].get<bool>() ? "chaos: ok\n"

@@ -16,7 +16,9 @@
 // process of either run is left (by scanning /proc for their run folder in the command line).
 //
 // Layout: <out>/<time>-chaos-<name>/{reference,chaos}/<run folder>, and chaos.json there with
-// the result (the keys of ChaosResult::report, stable). Blocks for both runs; call it from the
+// the result (the keys of ChaosResult::report, stable). Each run's processes' memory is sampled
+// (RssSampler: `memory` in chaos.json). With `verify`, the chaos run finishes its rounds and its
+// global model is checked (`verify` in chaos.json). Blocks for both runs; call it from the
 // main thread (the launcher's children's PR_SET_PDEATHSIG follows it). `stop` (the user's
 // SIGINT/SIGTERM) ends the current run early and skips the rest.
 #pragma once
@@ -51,6 +53,11 @@ struct ChaosOptions {
   std::vector<std::string> kill_kinds;  // default: every kind in kRestartableKinds
   std::optional<double> first_fault_s;  // default: max(kill_every_s, 15) after the start
   std::optional<double> min_goodput;    // fail (exit 1) below this
+  // --verify: the chaos run gets the rounds the reference does in the window (its rate x the
+  // window), is not stopped at the window's end but finishes them without further faults, and
+  // must end with every copy of the global model identical (summary.json's
+  // global_model_identical); partitions planned past the window are dropped.
+  bool verify = false;
 };
 
 struct ChaosResult {

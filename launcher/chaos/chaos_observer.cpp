@@ -8,6 +8,7 @@
 #include <set>
 
 #include "core/log.hpp"
+#include "launcher/chaos/rss_sampler.hpp"
 #include "launcher/report/jsonl_tail.hpp"
 
 namespace geotrain::launcher {
@@ -35,8 +36,9 @@ class RunObserver::State {
  public:
   State(fs::path out_parent, std::vector<std::string> regions, double window_s,
         std::vector<PlannedFault> faults, std::vector<std::string> kill_kinds, Clock::time_point t0,
-        std::stop_source run_stop)
-      : out_parent_(std::move(out_parent)),
+        std::stop_source run_stop, bool finish_after_window)
+      : finish_after_window_(finish_after_window),
+        out_parent_(std::move(out_parent)),
         regions_(std::move(regions)),
         window_s_(window_s),
         faults_(std::move(faults)),
@@ -50,14 +52,23 @@ class RunObserver::State {
     if (!events_ && !find_run_folder()) return !user_stop.stop_requested();
     read_events(t);
     read_progress(t);
+    sample_memory(t);
     if (user_stop.stop_requested()) {
       end_faults(t);
       run_stop_.request_stop();
       return false;
     }
+    if (seen_.window_end_s) return true;  // the run finishes its rounds, without faults
     if (ready_ && t >= *ready_ + window_s_) {
       end_faults(t);
       seen_.window_end_s = t;
+      if (finish_after_window_) {
+        spdlog::info(
+            "chaos: {} window of {:.0f} s over; no more faults, the run finishes its "
+            "rounds",
+            faults_.empty() ? "reference" : "chaos", window_s_);
+        return true;
+      }
       spdlog::info("chaos: {} window of {:.0f} s over; stopping the run",
                    faults_.empty() ? "reference" : "chaos", window_s_);
       run_stop_.request_stop();
@@ -72,6 +83,7 @@ class RunObserver::State {
   ObservedRun finish() {
     for (const auto& f : faults_)
       if (f.at_s < (ready_ ? *ready_ + window_s_ : 0)) ++seen_.planned_in_window;
+    seen_.memory = memory_.report(std::min(kLongestSettle, window_s_ / 6));
     return seen_;
   }
 
@@ -88,6 +100,13 @@ class RunObserver::State {
   };
 
   double launcher_time(double t) const { return t - offset_.value_or(0); }
+
+  void sample_memory(double t) {
+    if (t < next_sample_) return;
+    next_sample_ = t + kSampleEvery;
+    for (const auto& [name, p] : procs_)
+      if (p.pid > 0) memory_.sample(t, p.pid, name, p.kind);
+  }
 
   bool find_run_folder() {
     if (!fs::is_directory(out_parent_)) return false;
@@ -319,6 +338,11 @@ class RunObserver::State {
       }
   }
 
+  // Memory: sampled every kSampleEvery s; the early span starts at most kLongestSettle s in.
+  static constexpr double kSampleEvery = 5;
+  static constexpr double kLongestSettle = 600;
+
+  bool finish_after_window_;
   fs::path out_parent_;
   std::vector<std::string> regions_;
   double window_s_;
@@ -339,14 +363,16 @@ class RunObserver::State {
   std::vector<Open> open_;       // stops and partitions not recovered yet
   std::optional<Open> killing_;  // a kill the launcher has not recovered from yet
   ObservedRun seen_;
+  RssSampler memory_;
+  double next_sample_ = 0;
 };
 
 RunObserver::RunObserver(fs::path out_parent, std::vector<std::string> regions, double window_s,
                          std::vector<PlannedFault> faults, std::vector<std::string> kill_kinds,
-                         Clock::time_point t0, std::stop_source run_stop)
+                         Clock::time_point t0, std::stop_source run_stop, bool finish_after_window)
     : state_(std::make_unique<State>(std::move(out_parent), std::move(regions), window_s,
                                      std::move(faults), std::move(kill_kinds), t0,
-                                     std::move(run_stop))) {}
+                                     std::move(run_stop), finish_after_window)) {}
 RunObserver::~RunObserver() = default;
 bool RunObserver::tick(const std::stop_token& user_stop) { return state_->tick(user_stop); }
 ObservedRun RunObserver::finish() { return state_->finish(); }

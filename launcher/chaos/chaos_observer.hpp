@@ -2,8 +2,9 @@
 // run_deployment() runs it on the main thread. It tails the run's events.jsonl (which processes
 // run, with which pid; the launcher's faults and recoveries) and its leaders' metrics (the
 // progress timeline goodput is measured on), stops the run (through `run_stop`) once the window
-// has passed since every region finished its first round, and, given planned faults, injects
-// them: SIGKILL and SIGSTOP/SIGCONT by pid, one at a time, and logs the partitions netsim
+// has passed since every region finished its first round (or, to let it finish its rounds, only
+// ends the faults then), samples its processes' memory (RssSampler), and, given planned faults,
+// injects them: SIGKILL and SIGSTOP/SIGCONT by pid, one at a time, and logs the partitions netsim
 // carries out on its own schedule. Its lines in events.jsonl carry "by": "chaos".
 //
 // tick() and finish() are for one thread (the observer thread, then the caller after joining
@@ -35,16 +36,19 @@ struct ObservedRun {
   std::map<std::string, uint32_t> count;  // per fault kind
   size_t planned_in_window = 0;
   bool launcher_gave_up = false;  // a process died once too often (the run fails)
+  nlohmann::json memory;          // RssSampler::report, over the run
 };
 
 class RunObserver {
  public:
   // `out_parent`: the folder the run's folder will appear in; `window_s`: the measurement window;
   // `faults`: the plan (empty for the reference); `kill_kinds`: process_kind()s a kill may hit;
-  // `t0`: the run's start on the harness's clock (time 0 of `faults`).
+  // `t0`: the run's start on the harness's clock (time 0 of `faults`). `finish_after_window`
+  // (--verify): at the window's end the faults end but the run goes on to finish its rounds.
   RunObserver(std::filesystem::path out_parent, std::vector<std::string> regions, double window_s,
               std::vector<PlannedFault> faults, std::vector<std::string> kill_kinds,
-              std::chrono::steady_clock::time_point t0, std::stop_source run_stop);
+              std::chrono::steady_clock::time_point t0, std::stop_source run_stop,
+              bool finish_after_window = false);
   ~RunObserver();
   RunObserver(const RunObserver&) = delete;
   RunObserver& operator=(const RunObserver&) = delete;

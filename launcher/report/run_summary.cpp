@@ -12,6 +12,7 @@
 #include "core/run_summary_keys.hpp"
 #include "core/yaml_reader.hpp"
 #include "launcher/report/fault_log.hpp"
+#include "launcher/report/global_model_check.hpp"
 #include "launcher/report/jsonl_tail.hpp"
 #include "launcher/report/run_report.hpp"
 
@@ -382,6 +383,12 @@ json build_summary(const fs::path& run_dir, const SummaryInputs& in) {
   s[k::final_val_bpb] = global ? global_val_bpb.value() : val_bpb.value();
   s[k::final_val_loss] = global ? global_val_loss.value() : val_loss.value();
   s[k::global_model] = global;
+  // Every copy of the global model the run ended with, compared bit for bit (hashes).
+  std::vector<std::string> names;
+  for (const auto& [name, r] : monitor.regions()) names.push_back(name);
+  const auto same = check_global_model(run_dir, names);
+  s[k::global_model_identical] = same.identical ? json(*same.identical) : json(nullptr);
+  s[k::global_model_check] = same.detail;
   // Written by the first region's leader (worker/run/final_model.hpp, global_model_path).
   s[k::model_file] =
       fs::exists(run_dir / "model.safetensors") ? json("model.safetensors") : json(nullptr);

@@ -48,7 +48,7 @@ using worker::StreamingConfig;
 using worker::StreamingSync;
 using worker::SyncConfig;
 
-// A flat JSON object (numbers, strings, booleans, null) as a Python dict.
+// A JSON object of numbers, strings, booleans, null and such objects as a Python dict.
 py::dict flat_dict(const nlohmann::json& j) {
   py::dict d;
   for (const auto& [key, v] : j.items()) {
@@ -62,6 +62,8 @@ py::dict flat_dict(const nlohmann::json& j) {
       d[key.c_str()] = v.get<double>();
     else if (v.is_string())
       d[key.c_str()] = v.get<std::string>();
+    else if (v.is_object())
+      d[key.c_str()] = flat_dict(v);
     else
       d[key.c_str()] = py::none();
   }
@@ -190,14 +192,7 @@ class RegionLeader {
     const auto base = session_->sync().base();
     std::copy(base.begin(), base.end(), v.span.begin());
     flushed_ = true;
-    py::dict d;
-    d["bytes_pushed"] = r.bytes_pushed;
-    d["bytes_pulled"] = r.bytes_pulled;
-    d["push_s"] = r.push_seconds;
-    d["pull_s"] = r.pull_seconds;
-    d["segments_owed"] = r.segments_owed;
-    d["rejoins"] = r.rejoins;
-    return d;
+    return flat_dict(worker::flush_fields(r));
   }
 
   void copy_base(const py::handle& out) {

@@ -183,8 +183,9 @@ TEST_CASE("geotrain chaos refuses to kill what geotrain run does not restart") {
 }
 
 TEST_CASE(
-    "the short chaos run: kills, stops and partitions every ~8 s for 40 s; the run lasts its "
-    "window, goodput stays above a floor, and no process is left behind") {
+    "the short chaos run: kills, stops and partitions every ~8 s for 40 s; the run finishes the "
+    "rounds of its window with one global model everywhere, goodput stays above a floor, and no "
+    "process is left behind") {
   geotrain::test::TempDir tmp("chaos-short");
   const auto config = tmp.path() / "chaos.yaml";
   std::ofstream(config)
@@ -201,7 +202,7 @@ TEST_CASE(
   const auto r = run_geotrain("chaos --config " + config.string() +
                               " --kill-every 8s --duration 40s --reference-duration 15s "
                               "--stop-for 4s --partition-for 4s --first-fault 12s --seed 8 --json "
-                              "--out " +
+                              "--verify --out " +
                               out.string());
   INFO(r.text);
   json j;
@@ -210,8 +211,19 @@ TEST_CASE(
   CHECK(j["ok"] == true);
   CHECK(j["leftover_pids"].empty());
   CHECK(j["reference"]["status"] == "stopped at window end");
-  CHECK(j["chaos"]["status"] == "stopped at window end");
+  CHECK(j["chaos"]["status"] == "completed");
   CHECK(j["reference"]["rounds"].get<int>() > 10);
+  // --verify: the chaos run had the rounds the reference does in 40 s, finished them, and every
+  // region and server holds the same global model.
+  const auto& v = j["verify"];
+  INFO(v.dump());
+  CHECK(v["ok"] == true);
+  CHECK(v["identical"] == true);
+  CHECK(v["rounds"].get<double>() >= 40 * j["reference"]["rounds_per_s"].get<double>());
+  CHECK(v["rounds_done"] == v["rounds"]);
+  // The processes' memory was sampled through the run.
+  CHECK(j["chaos"]["memory"]["samples"].get<int>() > 20);
+  CHECK(j["chaos"]["memory"]["processes"].contains("server-us-east"));
   // Faults: seed 8 plans kill, partition, kill, stop, partition from 12 s on, about 9 s apart;
   // kills and stops wait for the previous fault's recovery, so most of them, not all, happen.
   CHECK(j["faults"]["injected"].get<int>() >= 3);

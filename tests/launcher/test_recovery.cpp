@@ -297,6 +297,7 @@ std::pair<fs::path, json> kill_in_elastic_region(const fs::path& dir, uint32_t r
   INFO(s.dump(2));
   CHECK(s["status"] == "completed");
   CHECK(s["rounds"] == rounds);
+  CHECK(s["global_model_identical"] == true);
   REQUIRE(s["faults"].size() == 1);
   CHECK(s["faults"][0]["process"] == victim);
   CHECK(s["faults"][0]["restarted"] == true);

@@ -63,6 +63,8 @@ FlushReport RegionSync::flush(FloatSpan local, const MergeSettled& merge_settled
   }
   // The uplink residuals are left out of the final model: dropped.
   shards_.drop_residuals();
+  for (const auto* sh : shards_.where([](const LeaderShard&) { return true; }))
+    if (sh->final_hash) report.shard_hashes.emplace_back(sh->id, *sh->final_hash);
   spdlog::info(
       "region {}: flushed {} segment(s) ({} bytes) and pulled the global model ({} bytes) in "
       "{:.2f} s",

@@ -3,10 +3,25 @@
 #include <algorithm>
 
 #include "compression/payload.hpp"
+#include "core/values_hash.hpp"
 #include "worker/leader/reply_wait.hpp"
 #include "worker/leader/uplink.hpp"
 
 namespace geotrain::worker {
+
+namespace {
+// The hash of a full pull's values, its segments taken in the order of their offsets (they cover
+// the shard: the server's values, which it hashes whole).
+uint64_t values_hash_of(const wire::PullReply& pr, const std::vector<std::vector<float>>& decoded) {
+  std::vector<size_t> order(pr.segments.size());
+  for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return pr.segments[a].offset < pr.segments[b].offset; });
+  ValuesHasher hash;
+  for (const size_t k : order) hash.add(decoded[k]);
+  return hash.digest();
+}
+}  // namespace
 
 const char* shard_phase_name(ShardPhase phase) {
   switch (phase) {
@@ -187,6 +202,7 @@ void LeaderShard::apply_pull(const wire::Reply& reply, const std::string& region
   }
   tally.released =
       std::min(tally.released, static_cast<uint64_t>(static_cast<int64_t>(pr.round) + round_shift));
+  if (full_ == FullPull::final) final_hash = values_hash_of(pr, decoded);
   const auto kind = full_;
   full_.reset();
   if (!kind) {

@@ -109,6 +109,9 @@ class LeaderShard {
   // Its server holds this region's flush of it (said by a hello, or a flush answered): flush()
   // does not push it again. A server restarted from its checkpoint holds none.
   bool flush_held = false;
+  // The hash of the values its final pull brought (core/values_hash.hpp): the change from the
+  // origin its server holds, as the server hashes it when it releases the flush.
+  std::optional<uint64_t> final_hash;
 
   ElementRange range() const { return {offset, count}; }
   // Its slices of the region's view of the global model and of the origin (whole tables; an

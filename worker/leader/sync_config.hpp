@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "compression/codec_schedule.hpp"
@@ -86,6 +87,9 @@ struct FlushReport {
   // Servers that lost this region during the flush (a restart from a checkpoint): rejoined, and
   // what they no longer held flushed again; the bytes and seconds above include those attempts.
   uint32_t rejoins = 0;
+  // Each shard's id and the hash of the global values pulled for it (core/values_hash.hpp), in
+  // the shards' order: what `geotrain run` compares with the servers' (global_model_identical).
+  std::vector<std::pair<uint32_t, uint64_t>> shard_hashes;
 };
 
 }  // namespace geotrain::worker

@@ -39,12 +39,7 @@ void FinalModel::flush(LeaderSession& session, FloatSpan params, MetricsLog& log
     const auto base = session.sync().base();
     std::copy(base.begin(), base.end(), params.begin());
     global_ = true;
-    j[f::bytes_pushed] = r.bytes_pushed;
-    j[f::bytes_pulled] = r.bytes_pulled;
-    j[f::push_s] = r.push_seconds;
-    j[f::pull_s] = r.pull_seconds;
-    j[f::segments_owed] = r.segments_owed;
-    j[f::rejoins] = r.rejoins;
+    j.update(flush_fields(r));
   } catch (const Stopped&) {
     throw;  // the worker is stopping: no global model, and no more waiting for one
   } catch (const std::exception& e) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/metrics_events.hpp"
+#include "core/values_hash.hpp"
 #include "kernels/ops/threads.hpp"  // blas_config
 #include "worker/training/optimizer.hpp"
 
@@ -59,6 +60,18 @@ nlohmann::json report_fields(const RoundReport& r) {
           {f::released_round, r.released_round},
           {f::deferred_shards, r.deferred.size()},  // worker.shard_wait_ms: still on the WAN
           {f::late_shards, r.late_shards}};         // deferred earlier, merged in this exchange
+}
+
+nlohmann::json flush_fields(const FlushReport& r) {
+  nlohmann::json hashes = nlohmann::json::object();
+  for (const auto& [shard, hash] : r.shard_hashes) hashes[std::to_string(shard)] = hash_hex(hash);
+  return {{f::bytes_pushed, r.bytes_pushed},
+          {f::bytes_pulled, r.bytes_pulled},
+          {f::push_s, r.push_seconds},
+          {f::pull_s, r.pull_seconds},
+          {f::segments_owed, r.segments_owed},
+          {f::rejoins, r.rejoins},
+          {f::shard_hashes, hashes}};
 }
 
 nlohmann::json start_event(const WorkerConfig& c, const std::string& region, uint32_t rank,

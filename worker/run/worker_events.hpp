@@ -29,6 +29,11 @@ nlohmann::json exchange_fields(const std::vector<RoundReport>& reports);
 // and late shards.
 nlohmann::json report_fields(const RoundReport& r);
 
+// A successful flush's figures under the `flush` event's names (the native leaders' and the Python
+// API's): bytes and seconds of the pushes and final pulls, segments owed, rejoins, and
+// shard_hashes ({"<shard id>": "<hash_hex>"}, the global values each shard was pulled with).
+nlohmann::json flush_fields(const FlushReport& r);
+
 // The native trainer's `start` event: what this worker runs (its config, the model's kind and
 // size, where it sits in the deployment, whether it resumed and which generation it is).
 nlohmann::json start_event(const WorkerConfig& c, const std::string& region, uint32_t rank,
