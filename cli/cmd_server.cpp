@@ -60,7 +60,7 @@ int run_server(const ServerArgs& args) {
   zmq::context_t context;
   server::ParamServer srv(config, region, context, options);
   std::stop_source stop;
-  SignalWatcher watcher([&stop](int) { stop.request_stop(); });
+  SignalWatcher watcher([&stop](int) { stop.request_stop(); }, SignalWatcher::kOrphanGrace);
   srv.run(stop.get_token());
   return 0;
 }

@@ -83,7 +83,7 @@ int run_worker(const WorkerArgs& args) {
   worker::Trainer trainer(config, region, rank, context,
                           {args.resume, args.generation, args.rejoin});
   std::stop_source stop;
-  SignalWatcher watcher([&stop](int) { stop.request_stop(); });
+  SignalWatcher watcher([&stop](int) { stop.request_stop(); }, SignalWatcher::kOrphanGrace);
   try {
     trainer.run(stop.get_token());
   } catch (const std::exception& e) {

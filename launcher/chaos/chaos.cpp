@@ -175,7 +175,9 @@ struct CommonRun {
     return {{"worker.rounds", std::to_string(rounds.value_or(kChaosRounds)), kOrigin},
             {"run.name", settings.name + "-" + suffix, kOrigin},
             {"run.timeout_s", fmt::format("{}", timeout), kOrigin},
-            {"run.restart", fmt::format("{{max_restarts: {}, backoff_s: {}}}", restarts, backoff),
+            {"run.restart",
+             fmt::format("{{max_restarts: {}, backoff_s: {}, healthy_after_s: {}}}", restarts,
+                         backoff, settings.restart.healthy_after_s),
              kOrigin}};
   }
 };

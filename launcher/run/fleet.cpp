@@ -26,6 +26,7 @@ void Fleet::restart(Running& p, const std::vector<std::string>& extra) {
   auto args = p.spec.args;
   args.insert(args.end(), extra.begin(), extra.end());
   p.child = ChildProcess(binary_, args, p.log, group_);
+  p.started = Clock::now();
   spdlog::debug("run: restarted {} (pid {})", p.spec.name, p.child.pid());
   if (events_)
     events_->started(seconds_since(t0_), p.spec.name, to_string(p.spec.role), p.child.pid(),

@@ -36,7 +36,8 @@ struct Running {
   // every region has finished a round since), running.
   enum class Phase { running, backoff, starting, resuming } phase = Phase::running;
   uint32_t restarts = 0;
-  Clock::time_point phase_until{};  // end of the backoff, or the startup deadline
+  Clock::time_point started = Clock::now();  // its newest start
+  Clock::time_point phase_until{};           // end of the backoff, or the startup deadline
   size_t fault = 0;                 // its newest fault in the FaultLog
   // A server's own round when it died (server_round); fewest rounds any region had finished
   // when it died for the others.

@@ -87,11 +87,13 @@ RunSettings parse_run_settings(std::string_view yaml_text, std::string_view sour
       GT_REQUIRE(n.IsMap(),
                  "{}: run.restart must be a mapping like {{max_restarts: 3, backoff_s: 1}}",
                  source);
-      in.check_keys(n, "run.restart", {"max_restarts", "backoff_s"});
+      in.check_keys(n, "run.restart", {"max_restarts", "backoff_s", "healthy_after_s"});
       if (auto m = n["max_restarts"])
         s.restart.max_restarts = in.number<uint32_t>(m, "run.restart.max_restarts", 0, 1000);
       if (auto b = n["backoff_s"])
         s.restart.backoff_s = in.number<double>(b, "run.restart.backoff_s", 0, 3600);
+      if (auto h = n["healthy_after_s"])
+        s.restart.healthy_after_s = in.number<double>(h, "run.restart.healthy_after_s", 0, 86400);
     }
   }
   GT_REQUIRE(s.regions.size() == 1 || s.wan_profile,

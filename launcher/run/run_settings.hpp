@@ -42,7 +42,11 @@ namespace geotrain::launcher {
 // done. On by default, so that a run as shipped survives kill -9 of any one process.
 struct RestartPolicy {
   uint32_t max_restarts = 3;  // per process (per region for workers); 0: a death fails the run
-  double backoff_s = 1;       // from the death to the new process's start
+  double backoff_s = 1;       // from the death to the new process's start, when the backoff applies
+  // A process that had run this long when it died is started again at once: the backoff is for
+  // one that dies soon after its start (a crash loop, a port still taken), not for a healthy
+  // process that one fault took down.
+  double healthy_after_s = 30;
   bool enabled() const { return max_restarts > 0; }
 };
 

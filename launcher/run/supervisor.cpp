@@ -117,14 +117,19 @@ bool Supervisor::count_restart(const Running& p, int st, uint32_t& restarts, boo
 
 void Supervisor::on_death(Running& p, int st) {
   if (!count_restart(p, st, p.restarts, true, p.fault)) return;
+  const double backoff = backoff_of(p);
   spdlog::warn("run: {} {} at {:.1f} s; restarting it in {} s (restart {} of {})", p.spec.name,
-               describe_status(st), now_s(), settings_.restart.backoff_s, p.restarts,
-               settings_.restart.max_restarts);
+               describe_status(st), now_s(), backoff, p.restarts, settings_.restart.max_restarts);
   p.rounds_at_death = fewest_rounds(monitor_, settings_.regions);
   if (p.spec.role == ProcessRole::server)
     if (auto r = server_round(server_metrics(run_dir_, p.spec.region))) p.rounds_at_death = *r;
   p.phase = Running::Phase::backoff;
-  p.phase_until = Clock::now() + seconds(settings_.restart.backoff_s);
+  p.phase_until = Clock::now() + seconds(backoff);
+}
+
+double Supervisor::backoff_of(const Running& p) const {
+  return seconds_since(p.started) >= settings_.restart.healthy_after_s ? 0.0
+                                                                       : settings_.restart.backoff_s;
 }
 
 bool Supervisor::leader_finished(const std::string& region) {
@@ -156,15 +161,16 @@ void Supervisor::on_worker_death(Running& first_seen, int first_status) {
       others_alive(p))
     return on_member_death(p, st);
   if (!count_restart(p, st, rr.restarts, !leader_finished(p.spec.region), rr.fault)) return;
+  const double backoff = backoff_of(p);
   spdlog::warn(
       "run: {} {} at {:.1f} s; restarting the workers of {} from their snapshots in {} s "
       "(restart {} of {})",
-      p.spec.name, describe_status(st), now_s(), p.spec.region, settings_.restart.backoff_s,
-      rr.restarts, settings_.restart.max_restarts);
+      p.spec.name, describe_status(st), now_s(), p.spec.region, backoff, rr.restarts,
+      settings_.restart.max_restarts);
   fleet_.kill_region_workers(p.spec.region);
   rr.rounds_at_death = rr.last_round;
   rr.phase = RegionRecovery::Phase::backoff;
-  rr.backoff_until = Clock::now() + seconds(settings_.restart.backoff_s);
+  rr.backoff_until = Clock::now() + seconds(backoff);
 }
 
 bool Supervisor::others_alive(const Running& dead) {
@@ -177,14 +183,15 @@ bool Supervisor::others_alive(const Running& dead) {
 
 void Supervisor::on_member_death(Running& p, int st) {
   if (!count_restart(p, st, p.restarts, true, p.fault)) return;
+  const double backoff = backoff_of(p);
   spdlog::warn(
       "run: {} {} at {:.1f} s; the other workers of {} {}; restarting it in {} s to rejoin them "
       "(restart {} of {})",
       p.spec.name, describe_status(st), now_s(), p.spec.region,
       p.spec.rank == 0 ? "wait for it with the region's state" : "go on without it",
-      settings_.restart.backoff_s, p.restarts, settings_.restart.max_restarts);
+      backoff, p.restarts, settings_.restart.max_restarts);
   p.phase = Running::Phase::backoff;
-  p.phase_until = Clock::now() + seconds(settings_.restart.backoff_s);
+  p.phase_until = Clock::now() + seconds(backoff);
 }
 
 void Supervisor::rejoin_when_due(Running& p) {

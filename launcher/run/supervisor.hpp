@@ -1,6 +1,7 @@
 #pragma once
 // What `geotrain run` does when one of its processes dies (run.restart), and the record of it.
-// A server or netsim is restarted in place after run.restart.backoff_s. A worker's death in an
+// A server or netsim is restarted in place, at once when it had run run.restart.healthy_after_s,
+// else after run.restart.backoff_s (the same for the workers' restarts below). A worker's death in an
 // elastic region (worker.elastic, CPU) while others of it live costs only that worker: it is
 // restarted after the backoff with --rejoin (restarted at its `rejoin` event). A non-leader's
 // region trains on without it meanwhile (the fault's recovery, at the leader's `regroup` event);
@@ -79,6 +80,8 @@ class Supervisor {
   Running* member_restarted_alone(const std::string& region, uint32_t rank);
   // Whether a worker of `dead`'s region other than it is running.
   bool others_alive(const Running& dead);
+  // run.restart.backoff_s, or none for a process that had run healthy_after_s when it died.
+  double backoff_of(const Running& p) const;
   void restart_region_when_due(RegionRecovery& rr, const std::string& region);
   void supervise(Running& p, std::optional<int> status);  // a server or netsim, every poll
   bool leader_finished(const std::string& region);

@@ -37,7 +37,9 @@ using geotrain::test::pid_of;
 using geotrain::test::rounds_done;
 using geotrain::test::run_folder;
 
-std::string config_text() {
+constexpr const char* kRestart = "{max_restarts: 2, backoff_s: 0.5}";
+
+std::string config_text(const std::string& restart = kRestart) {
   return "regions: [us-east, eu-west]\n"
          "model: {arch: \"784-32-10\", critical: [\"fc2.*\"]}\n"
          "server: {staleness_bound: 0, dead_after_ms: 20000}\n"
@@ -47,15 +49,17 @@ std::string config_text() {
          "security: {curve: false}\n"
          "run: {name: restart, wan_profile: " GEOTRAIN_SOURCE_DIR
          "/configs/wan/lan.yaml, plots: false,\n"
-         "      timeout_s: 150, restart: {max_restarts: 2, backoff_s: 0.5}}\n";
+         "      timeout_s: 150, restart: " +
+         restart + "}\n";
 }
 
-// Runs the config, SIGKILLs `victim` once both leaders finished 4 rounds, and returns the
-// finished run's summary (after checking the run completed).
-json run_and_kill(const std::string& name, const std::string& victim) {
+// Runs the config (with `restart` as run.restart), SIGKILLs `victim` once both leaders finished 4
+// rounds, and returns the finished run's summary (after checking the run completed).
+json run_and_kill(const std::string& name, const std::string& victim,
+                  const std::string& restart = kRestart) {
   geotrain::test::TempDir tmp(name);
   const auto config = tmp.path() / "restart.yaml";
-  std::ofstream(config) << config_text();
+  std::ofstream(config) << config_text(restart);
   const auto out = tmp.path() / "runs";
   const auto t0 = std::chrono::steady_clock::now();
   Background run("run " + config.string() + " --out " + out.string());
@@ -128,6 +132,15 @@ TEST_CASE(
   CHECK(s["wan_wire_bytes_total"].get<double>() > 0);
 }
 
+TEST_CASE(
+    "a server that ran healthy_after_s before it died is restarted at once, without the backoff") {
+  // A backoff far longer than the whole recovery would take: the restart must skip it.
+  const auto s = run_and_kill("launcher-restart-healthy", "server-us-east",
+                              "{max_restarts: 2, backoff_s: 30, healthy_after_s: 0}");
+  const auto& f = s["faults"][0];
+  CHECK(f["restart_seconds"].get<double>() < 10);
+}
+
 TEST_CASE("run.restart is read strictly, is on by default, and turns server checkpoints on") {
   using geotrain::launcher::parse_run_settings;
   const std::string base = "regions: [a]\n";
@@ -142,6 +155,12 @@ TEST_CASE("run.restart is read strictly, is on by default, and turns server chec
                                      "t.yaml", ".", "t");
   CHECK(on.restart.max_restarts == 3);
   CHECK(on.restart.backoff_s == 0.5);
+  CHECK(dflt.restart.healthy_after_s == 30);
+  CHECK(parse_run_settings(base + "run: {restart: {healthy_after_s: 5}}\n", "t.yaml", ".", "t")
+            .restart.healthy_after_s == 5);
+  CHECK_THROWS_WITH_AS(
+      parse_run_settings(base + "run: {restart: {healthy_after_s: -1}}\n", "t.yaml", ".", "t"),
+      doctest::Contains("run.restart.healthy_after_s"), geotrain::InputError);
   CHECK_THROWS_WITH_AS(
       parse_run_settings(base + "run: {restart: {max_restart: 3}}\n", "t.yaml", ".", "t"),
       doctest::Contains("max_restart"), geotrain::InputError);

@@ -221,10 +221,16 @@ class TwoRegions(unittest.TestCase):
             self.assertTrue(np.array_equal(flat, a))
             settings = geotrain._core.leader_settings(open(servers.config).read(), "c", "a")
             self.assertIsInstance(settings["streams_per_server"], int)  # the config's, for Python
+            hashes = {}
             for region in ("a", "b"):
                 events = read_events(os.path.join(run, f"worker-{region}-0.metrics.jsonl"))
                 flush = [e for e in events if e["event"] == "flush"]
                 self.assertEqual(len(flush), 1)
+                # Each shard's hash of the values pulled (16 hex digits), as the native leaders
+                # write it: both regions pulled the same global model.
+                hashes[region] = flush[0]["shard_hashes"]
+                self.assertTrue(hashes[region])
+                self.assertTrue(all(len(h) == 16 for h in hashes[region].values()))
                 # The tensor motion, as the native leaders write it: every tensor moved.
                 motion = [e for e in events if e["event"] == "tensor_motion"]
                 self.assertEqual(len(motion), 1)
@@ -236,6 +242,7 @@ class TwoRegions(unittest.TestCase):
                 self.assertTrue(done["global_model"])
                 self.assertAlmostEqual(done["region_test_accuracy"], 0.5)
                 self.assertAlmostEqual(done["final_test_accuracy"], 0.75)
+            self.assertEqual(hashes["a"], hashes["b"])
 
     def test_overlap_merges_one_round_late(self):
         with tempfile.TemporaryDirectory() as tmp:
