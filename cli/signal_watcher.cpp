@@ -55,8 +55,8 @@ void SignalWatcher::watch(const std::function<void(int)>& on_signal) {
     int timeout_ms = -1;
     if (deadline)
       timeout_ms = static_cast<int>(std::max<int64_t>(
-          0, std::chrono::duration_cast<std::chrono::milliseconds>(*deadline - Clock::now())
-                 .count()));
+          0,
+          std::chrono::duration_cast<std::chrono::milliseconds>(*deadline - Clock::now()).count()));
     pollfd in{pipe_[0], POLLIN, 0};
     const int ready = ::poll(&in, 1, timeout_ms);
     if (ready < 0 && errno == EINTR) continue;

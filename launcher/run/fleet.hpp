@@ -38,7 +38,7 @@ struct Running {
   uint32_t restarts = 0;
   Clock::time_point started = Clock::now();  // its newest start
   Clock::time_point phase_until{};           // end of the backoff, or the startup deadline
-  size_t fault = 0;                 // its newest fault in the FaultLog
+  size_t fault = 0;                          // its newest fault in the FaultLog
   // A server's own round when it died (server_round); fewest rounds any region had finished
   // when it died for the others.
   uint64_t rounds_at_death = 0;

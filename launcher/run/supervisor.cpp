@@ -128,8 +128,9 @@ void Supervisor::on_death(Running& p, int st) {
 }
 
 double Supervisor::backoff_of(const Running& p) const {
-  return seconds_since(p.started) >= settings_.restart.healthy_after_s ? 0.0
-                                                                       : settings_.restart.backoff_s;
+  return seconds_since(p.started) >= settings_.restart.healthy_after_s
+             ? 0.0
+             : settings_.restart.backoff_s;
 }
 
 bool Supervisor::leader_finished(const std::string& region) {
@@ -188,8 +189,8 @@ void Supervisor::on_member_death(Running& p, int st) {
       "run: {} {} at {:.1f} s; the other workers of {} {}; restarting it in {} s to rejoin them "
       "(restart {} of {})",
       p.spec.name, describe_status(st), now_s(), p.spec.region,
-      p.spec.rank == 0 ? "wait for it with the region's state" : "go on without it",
-      backoff, p.restarts, settings_.restart.max_restarts);
+      p.spec.rank == 0 ? "wait for it with the region's state" : "go on without it", backoff,
+      p.restarts, settings_.restart.max_restarts);
   p.phase = Running::Phase::backoff;
   p.phase_until = Clock::now() + seconds(backoff);
 }

@@ -1,8 +1,8 @@
 #pragma once
 // What `geotrain run` does when one of its processes dies (run.restart), and the record of it.
 // A server or netsim is restarted in place, at once when it had run run.restart.healthy_after_s,
-// else after run.restart.backoff_s (the same for the workers' restarts below). A worker's death in an
-// elastic region (worker.elastic, CPU) while others of it live costs only that worker: it is
+// else after run.restart.backoff_s (the same for the workers' restarts below). A worker's death in
+// an elastic region (worker.elastic, CPU) while others of it live costs only that worker: it is
 // restarted after the backoff with --rejoin (restarted at its `rejoin` event). A non-leader's
 // region trains on without it meanwhile (the fault's recovery, at the leader's `regroup` event);
 // a leader's waits for it and gives it the region's state (recovered at its `rejoin`); one that

@@ -36,7 +36,8 @@ pid_t read_pid(int fd) {
 }
 }  // namespace
 
-TEST_CASE("a worker whose launcher was SIGKILLed leaves within its grace, though it ignores the stop") {
+TEST_CASE(
+    "a worker whose launcher was SIGKILLed leaves within its grace, though it ignores the stop") {
   // The test adopts the orphan (as init would), so that it can wait for it and read its status.
   REQUIRE(::prctl(PR_SET_CHILD_SUBREAPER, 1) == 0);
   int ready[2];

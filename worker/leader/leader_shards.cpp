@@ -1,5 +1,6 @@
 #include "worker/leader/leader_shards.hpp"
 
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -51,11 +52,13 @@ uint64_t LeaderShards::connect(uint64_t resume_at) {
     if (auto mine = on(s, pulled); !mine.empty())
       await(s, mine, config_.timeout, "pull", links_.waiting(s, false), tally);
   startup_bytes_pulled_ = tally.bytes_pulled;
+  std::vector<int64_t> shifts;
+  for (const auto& sh : shards_) shifts.push_back(sh.round_shift);
   spdlog::info(
       "region {}: connected to {} servers, {} shards in {} fragment(s), next round {}; pulled {} "
-      "shard(s) in full ({} bytes), {} still zero",
+      "shard(s) in full ({} bytes), {} still zero; round shift per shard {}",
       config_.region, links_.size(), shards_.size(), frags, first, pulled.size(),
-      startup_bytes_pulled_, shards_.size() - pulled.size());
+      startup_bytes_pulled_, shards_.size() - pulled.size(), fmt::join(shifts, " "));
   return first;
 }
 
