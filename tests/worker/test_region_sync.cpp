@@ -978,48 +978,6 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "shards deferred together are handed back together, so that the region's rounds keep one "
-    "offset at every server") {
-  // Both servers stop during a's first round: both shards deferred. Server a comes back first:
-  // its shard is merged but kept back while server b's is in flight; once b's is merged too both
-  // go back in the same round, with the same round offset. Handed back one by one, a round
-  // apart, they would map a's rounds onto the two servers' one round apart (and every region's
-  // rounds would cost four one-way delays instead of two).
-  ServerBStops s("defer-together");
-  auto& d = s.d;
-  auto& a = s.a;
-  const size_t n = s.n;
-  d.pause(0);
-  worker::StreamingSync sa(a, streaming_config(1, 1, worker::OverlapMode::carry));
-  std::vector<float> x(n, 1.0f);
-  CHECK(sa.after_step(1, x).empty());
-  s.start_b([&] { s.b_rounds(); });
-  std::this_thread::sleep_for(300ms);
-  auto merged = sa.after_step(2, x);  // round 1: both deferred
-  REQUIRE(merged.size() == 1);
-  CHECK(merged[0].deferred.size() == 2);
-  d.resume(0);
-  std::this_thread::sleep_for(300ms);  // server a's reply is in
-  merged = sa.after_step(3, x);
-  REQUIRE(merged.size() == 1);
-  CHECK(merged[0].late_shards == 0);  // server a's shard kept back: b's is in flight
-  CHECK(a.deferred_shards() == 2);
-  d.resume(1);
-  std::this_thread::sleep_for(300ms);
-  merged = sa.after_step(4, x);
-  REQUIRE(merged.size() == 1);
-  CHECK(merged[0].late_shards == 2);  // both back, in the same round
-  CHECK(a.deferred_shards() == 0);
-  const auto shifts = a.round_shifts();
-  REQUIRE(shifts.size() == 2);
-  CHECK(shifts[0] == shifts[1]);
-  sa.finish(4, x);
-  a.goodbye(2s);
-  s.region_b.join();
-  CHECK(s.b_error.empty());
-}
-
-TEST_CASE(
     "a run that flushes leaves a shard still deferred at its end to the flush, which merges it "
     "and sends it last") {
   // As above, but the run ends with the flush while server b is still stopped, and region b,

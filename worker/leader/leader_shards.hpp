@@ -75,7 +75,6 @@ class LeaderShards {
     for (auto& r : rounds_) ++r;
   }
 
-  const std::vector<LeaderShard>& all() const { return shards_; }
   // The shards `keep` is true for, in their order; those of them on server s.
   template <typename Keep>
   Shards where(Keep keep) {

@@ -28,10 +28,6 @@ RoundReport RegionSync::exchange(ConstFloatSpan local, std::optional<uint32_t> f
               config.region, sh->id);
     (sh->deferred() ? skipped : take).push_back(sh);
   }
-  // Merged shards take_ready() keeps back (to align their round offsets) stay with it.
-  Shards kept_back;
-  for (auto* sh : skipped)
-    if (sh->phase() == ShardPhase::merged) kept_back.push_back(sh);
   RoundReport report;
   report.fragment = fragment.value_or(0);
   report.round = shards_.round(report.fragment);
@@ -56,9 +52,7 @@ RoundReport RegionSync::exchange(ConstFloatSpan local, std::optional<uint32_t> f
   // Deferred shards pulled in full here (their server lost this region) go back to the caller;
   // their server expects them from the next exchange on, in the round it counts then.
   for (auto* sh : skipped)
-    if (sh->phase() == ShardPhase::merged &&
-        std::find(kept_back.begin(), kept_back.end(), sh) == kept_back.end())
-      sh->hand_back(shards_.our_round(*sh) + 1);
+    if (sh->phase() == ShardPhase::merged) sh->hand_back(shards_.our_round(*sh) + 1);
   for (auto* sh : wanted)
     if (sh->deferred()) report.deferred.push_back(sh->range());
   if (fragment) {
@@ -174,11 +168,8 @@ void RegionSync::redo(size_t s, ConstFloatSpan local, const Shards& shards, cons
 }
 
 std::vector<ElementRange> RegionSync::take_ready(uint32_t fragment) {
-  const auto of_fragment = [&](auto keep) {
-    return shards_.where(
-        [&](const LeaderShard& sh) { return sh.fragment == fragment && keep(sh); });
-  };
-  const Shards mine = of_fragment([](const LeaderShard& sh) { return sh.in_flight(); });
+  const Shards mine = shards_.where(
+      [&](const LeaderShard& sh) { return sh.fragment == fragment && sh.in_flight(); });
   for (size_t s = 0; s < shards_.servers(); ++s) {
     if (shards_.link(s).lost()) continue;
     try {
@@ -188,34 +179,12 @@ std::vector<ElementRange> RegionSync::take_ready(uint32_t fragment) {
     }
   }
   std::vector<ElementRange> out;
-  const Shards merged =
-      of_fragment([](const LeaderShard& sh) { return sh.phase() == ShardPhase::merged; });
-  const auto target = aligned_shift(fragment, merged);
-  for (auto* sh : merged) {
-    if (target && sh->shift_at(shards_.our_round(*sh)) < *target &&
-        sh->held_rounds() < kMaxHeldRounds) {
-      sh->hold();
-      continue;
-    }
+  for (auto* sh : mine) {
+    if (sh->phase() != ShardPhase::merged) continue;
     sh->hand_back(shards_.our_round(*sh));
     out.push_back(sh->range());
   }
   return out;
-}
-
-std::optional<int64_t> RegionSync::aligned_shift(uint32_t fragment, const Shards& merged) const {
-  // The shards not deferred map the fragment's rounds already: theirs.
-  for (const auto& sh : shards_.all())
-    if (sh.fragment == fragment && !sh.deferred()) return sh.round_shift;
-  // All deferred: while some are still in flight, the merged ones wait for them (nullopt would
-  // hand them back now); once every one is merged, the largest offset, which the others reach
-  // by waiting.
-  for (const auto& sh : shards_.all())
-    if (sh.fragment == fragment && sh.in_flight()) return INT64_MAX;
-  std::optional<int64_t> most;
-  for (const auto* sh : merged)
-    most = std::max(most.value_or(INT64_MIN), sh->shift_at(shards_.our_round(*sh)));
-  return most;
 }
 
 std::vector<ElementRange> RegionSync::settle() {

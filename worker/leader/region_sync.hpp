@@ -96,12 +96,6 @@ class RegionSync {
   // fragment again: the next exchange pushes them, so that no round of theirs is skipped at
   // their server beyond those they were deferred for (a region that skipped more would fall
   // behind the others there, and every later round would wait for it).
-  // A merged shard is handed back when its round offset (round_shift) equals that of the
-  // fragment's other shards, and is kept back up to kMaxHeldRounds rounds while waiting brings it
-  // there (its offset grows by one a round): while other shards deferred with it are in flight,
-  // or while its server expects an earlier round of this region than the others do. Offsets that
-  // differ across a region's servers cost every region, round after round: a round's dependency
-  // then runs through two regions and two servers, four one-way delays instead of two.
   std::vector<ElementRange> take_ready(uint32_t fragment);
   // Waits (up to config.timeout per server) for every deferred shard and merges it into base;
   // returns their ranges. Their progress since is pushed by the next exchange of their fragment.
@@ -110,13 +104,6 @@ class RegionSync {
   std::vector<ElementRange> settle();
   // Shards deferred now.
   size_t deferred_shards() const { return shards_.deferred(); }
-  // Each shard's round offset onto its server's count (LeaderShard::round_shift), in the shards'
-  // order: alike across a fragment's shards unless a fault left them apart.
-  std::vector<int64_t> round_shifts() const {
-    std::vector<int64_t> out;
-    for (const auto& sh : shards_.all()) out.push_back(sh.round_shift);
-    return out;
-  }
   // A shard's server said at connect() that this region had flushed it already: the region's run
   // ended before this leader started (it was restarted during or after its flush, which starts
   // only after its last round). Such a region trains no more rounds: those servers refuse its
@@ -178,16 +165,10 @@ class RegionSync {
 
  private:
   using Shards = LeaderShards::Shards;
-  // take_ready(): the round offset the fragment's merged shards are handed back at (INT64_MAX:
-  // not yet, shards deferred with them are in flight); nullopt when the fragment has no shard.
-  std::optional<int64_t> aligned_shift(uint32_t fragment, const Shards& merged) const;
   // Pipelining a shard's pull behind its push keeps two requests waiting at its server, which
   // holds wire::max_waiting_per_peer(its shards) of ours: every shard's pull goes right behind
   // its push (a leader never has more than all of a server's shards in flight).
   static constexpr uint32_t kMaxRejoinAttempts = 4;
-  // The most rounds take_ready() keeps a merged shard back to align its round offset: each one
-  // holds its server's round for every region by about a round.
-  static constexpr uint32_t kMaxHeldRounds = 2;
   // The flush's final pulls wait at their server: at most this many per server at once.
   static constexpr size_t kMaxFinalPulls = wire::kMaxWaitingPerPeer;
   static constexpr std::chrono::milliseconds kFlushPoll{20};

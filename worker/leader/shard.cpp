@@ -304,12 +304,11 @@ void LeaderShard::flush(uint64_t request) {
 
 void LeaderShard::hand_back(uint64_t our_next_round) {
   expect(phase_ == ShardPhase::merged || phase_ == ShardPhase::deferred_lost, "hand_back");
-  held_rounds_ = 0;
   if (phase_ == ShardPhase::deferred_lost) {
     phase_ = ShardPhase::needs_resync;  // the full pull maps its rounds again
     return;
   }
-  round_shift = shift_at(our_next_round);
+  round_shift = static_cast<int64_t>(our_next_round) - static_cast<int64_t>(expects_next_);
   phase_ = ShardPhase::idle;
 }
 

@@ -191,14 +191,6 @@ class LeaderShard {
   // which is this region's `our_next_round` (after a full pull, when its server lost this region
   // since it was merged).
   void hand_back(uint64_t our_next_round = 0);
-  // A merged shard's round_shift were it handed back with `our_next_round`.
-  int64_t shift_at(uint64_t our_next_round) const {
-    return static_cast<int64_t>(our_next_round) - static_cast<int64_t>(expects_next_);
-  }
-  // A merged shard kept from the caller one more round (RegionSync::take_ready: so that the
-  // region's shards map its rounds onto their servers' alike); hand_back() resets the count.
-  void hold() { ++held_rounds_; }
-  uint32_t held_rounds() const { return held_rounds_; }
 
  private:
   void expect(bool ok, const char* transition) const {
@@ -219,7 +211,6 @@ class LeaderShard {
   bool pulled_early_ = false;  // pushing: its pull answered before its push
   // The round its server expects next from this region, as last learnt (defer(), a resync).
   uint64_t expects_next_ = 0;
-  uint32_t held_rounds_ = 0;
 };
 
 }  // namespace geotrain::worker
