@@ -20,11 +20,9 @@ namespace {
 int run_netsim(const std::string& path) {
   auto cfg = netsim::load_netsim_config(path);
   std::promise<int> stopped;
-  SignalWatcher watcher(
-      [&stopped, once = std::make_shared<std::once_flag>()](int sig) {
-        std::call_once(*once, [&] { stopped.set_value(sig); });
-      },
-      SignalWatcher::kOrphanGrace);
+  SignalWatcher watcher([&stopped, once = std::make_shared<std::once_flag>()](
+                            int sig) { std::call_once(*once, [&] { stopped.set_value(sig); }); },
+                        SignalWatcher::kOrphanGrace);
   netsim::WanProxy proxy(cfg.links, cfg.options);
   for (std::size_t i = 0; i < cfg.links.size(); ++i) {
     const auto& l = cfg.links[i];
