@@ -49,6 +49,7 @@ nlohmann::json ServerMetrics::snapshot() const {
                           {"errors", c.errors},
                           {"gate_waits", c.gate_waits},
                           {"gate_wait_us", c.gate_wait_us},
+                          {"rounds_sat_out", c.rounds_sat_out},
                           {"staleness_histogram", c.staleness}};
   }
   return {{"applied_rounds", applied_rounds_}, {"regions", regions}};

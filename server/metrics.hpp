@@ -22,6 +22,7 @@ namespace geotrain::server {
 struct RegionCounters {
   uint64_t pushes = 0, pulls = 0, bytes_in = 0, bytes_out = 0, errors = 0;
   uint64_t gate_waits = 0, gate_wait_us = 0;
+  uint64_t rounds_sat_out = 0;      // rounds its pushes skipped (wire::Push::skip)
   std::vector<uint64_t> staleness;  // histogram, index = tau
 };
 

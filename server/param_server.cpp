@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <utility>
 
 #include "compression/codec.hpp"
 #include "compression/payload.hpp"
@@ -180,7 +181,7 @@ bool ParamServer::step(std::chrono::milliseconds timeout) {
   // the sweep weighs the regions' silence, not at the next tick, after it has marked them dead.
   excuse_own_stall(std::chrono::steady_clock::now(), std::chrono::milliseconds(0),
                    "was busy with one message");
-  changed = sweep() || changed;
+  changed = sweep() || changed || std::exchange(sat_out_, false);
   if (config_.shard.consistency.is_quorum()) {
     release_rounds();  // grace windows that expired
     changed = true;
@@ -328,10 +329,16 @@ ParamServer::Outcome ParamServer::on_push(uint32_t r, const wire::Header& h, con
                                           std::optional<TimePoint> parked_since) {
   const uint64_t id = h.request_id;
   Shard& shard = shard_for(m.shard, id);
-  if (m.round != shard.gate().clock(r) + 1)
+  const uint64_t next = shard.gate().clock(r) + 1;
+  if (m.round != next && !(m.skip && m.round > next))
     throw WireError(ErrorCode::bad_round,
-                    fmt::format("push.round is {}, region {} must push round {} next", m.round,
-                                config_.regions[r], shard.gate().clock(r) + 1),
+                    fmt::format("push.round is {}, region {} must push round {} next{}", m.round,
+                                config_.regions[r], next, m.skip ? " or a later one" : ""),
+                    id);
+  if (m.round > next && m.round - next > kMaxRoundsSatOut)
+    throw WireError(ErrorCode::bad_round,
+                    fmt::format("push.round is {}: region {} would sit out {} rounds, at most {}",
+                                m.round, config_.regions[r], m.round - next, kMaxRoundsSatOut),
                     id);
   if (m.base_version > shard.version())
     throw WireError(ErrorCode::bad_round,
@@ -347,6 +354,13 @@ ParamServer::Outcome ParamServer::on_push(uint32_t r, const wire::Header& h, con
                     fmt::format("region {} flushed shard {}: it pushes no more rounds",
                                 config_.regions[r], m.shard),
                     id);
+  // A push that skips rounds sits them out now, whatever the gate then says of the push itself:
+  // the region holds none of them back from here on (docs/protocol.md, "Sitting out rounds").
+  if (m.round > next) {
+    metrics_.region(r).rounds_sat_out += shard.sit_out(r, m.round - 1);
+    release_rounds();
+    sat_out_ = true;  // step(): parked requests may go on now
+  }
   // Everything about the header holds; now the gate decides whether this push may proceed.
   const auto live_now = in_rounds(shard, live());
   if (!shard.admits(m.round, live_now)) return Outcome::park;

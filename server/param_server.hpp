@@ -49,6 +49,10 @@
 
 namespace geotrain::server {
 
+// The most rounds one push may sit out (wire::Push::skip): about a day of rounds of a second; a
+// push asking for more names a round nobody will reach.
+inline constexpr uint64_t kMaxRoundsSatOut = 1u << 17;
+
 using Clock = std::function<std::chrono::steady_clock::time_point()>;
 
 struct ServerOptions {
@@ -160,6 +164,7 @@ class ParamServer {
   PayloadPool pool_;                        // pull reply payloads, reused once ZeroMQ sent them
   std::unique_ptr<PassSplitter> splitter_;  // second thread for the passes of large shards, if any
   bool shutdown_ = false;
+  bool sat_out_ = false;  // a push sat rounds out since the last step(): retry the parked
   std::optional<std::chrono::steady_clock::time_point> last_receive_end_;  // real clock
 };
 

@@ -53,6 +53,8 @@ constexpr RegionCounter kRegionCounters[] = {
     {"errors", "geotrain_error_replies_total", "Error replies sent to the region."},
     {"gate_waits", "geotrain_gate_waits_total",
      "Pushes of the region that waited at the staleness gate."},
+    {"rounds_sat_out", "geotrain_rounds_sat_out_total",
+     "Rounds the region sat out: its pushes skipped them (a shard deferred past them)."},
 };
 
 }  // namespace

@@ -301,19 +301,30 @@ std::vector<Shard::Released> Shard::release_ready(const std::vector<bool>& live,
   const auto& policy = settings_.consistency;
   std::vector<Released> out;
   for (;;) {
-    auto it = pending_.find(released_round_ + 1);
-    if (it == pending_.end()) break;
-    auto& round = it->second;
-    bool complete = true;
-    size_t pushed = 0;
+    const uint64_t t = released_round_ + 1;
+    // Every live region took part (pushed it in time, or sat it out: its clock is past it).
+    bool complete = true, any_live = false;
     for (size_t r = 0; r < live.size(); ++r) {
-      if (live[r] && !round.pushed[r]) complete = false;
-      if (round.pushed[r]) ++pushed;
+      if (!live[r]) continue;
+      any_live = true;
+      if (gate_.clock(r) < t) complete = false;
     }
+    auto it = pending_.find(t);
+    if (it == pending_.end()) {
+      // Nobody pushed it: every live region sat it out. Released with no step.
+      if (!any_live || !complete) break;
+      ++released_round_;
+      out.push_back({released_round_, 0, 0});
+      continue;
+    }
+    auto& round = it->second;
+    const auto pushed =
+        static_cast<size_t>(std::count(round.pushed.begin(), round.pushed.end(), true));
     const bool quorum_due = policy.is_quorum() && pushed >= policy.quorum && round.first_push &&
                             now >= *round.first_push + policy.grace;
-    if (pushed == 0 || !(complete || quorum_due)) break;
-    release(round);
+    if ((pushed == 0 && !any_live) || !(complete || quorum_due)) break;
+    // Sat out by every region that pushed nothing late into it either: no step, no new version.
+    if (!round.deltas.empty()) release(round);
     ++released_round_;
     Released rel{released_round_, round.deltas.size(), 0};
     for (const auto& c : round.deltas)
@@ -333,6 +344,16 @@ std::optional<Shard::TimePoint> Shard::grace_deadline() const {
   if (static_cast<size_t>(std::count(pushed.begin(), pushed.end(), true)) < policy.quorum)
     return std::nullopt;
   return *it->second.first_push + policy.grace;
+}
+
+uint64_t Shard::sit_out(size_t region, uint64_t last) {
+  GT_ASSERT(!staged_, "sit_out while a push is staged");
+  const uint64_t clock = gate_.clock(region);
+  GT_ASSERT(last >= clock, "region {} sits out up to round {}, behind its clock {}", region, last,
+            clock);
+  gate_.set_clock(region, last);
+  const uint64_t from = std::max(clock, released_round_);
+  return last > from ? last - from : 0;
 }
 
 void Shard::rejoin(size_t region) {

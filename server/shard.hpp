@@ -164,6 +164,13 @@ class Shard {
   // (it has a quorum); none otherwise. The server's loop wakes up then.
   std::optional<TimePoint> grace_deadline() const;
 
+  // The region sits out the rounds after its clock up to `last` (a push that skips them,
+  // wire::Push::skip): its clock moves to `last`, so that it holds none of them back, and it
+  // contributes nothing to them (no delta, no quorum vote). A round is complete when every live
+  // region's clock has reached it; one that every live region sat out is released without a step
+  // (no new version). Returns how many unreleased rounds it sat out.
+  uint64_t sit_out(size_t region, uint64_t last);
+
   // A region (re)joins: its pending deltas are dropped, its clock restarts at the last released
   // round, and it must pull full values before it can pull changes.
   void rejoin(size_t region);

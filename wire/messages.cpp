@@ -97,6 +97,7 @@ void build(schema::Header::Builder h, const Body& body) {
             put_segments(b.initSegments(static_cast<unsigned>(m.segments.size())), m.segments);
             b.setTokens(m.tokens);
             b.setFlush(m.flush);
+            b.setSkip(m.skip);
           },
           [&](const PushReply& m) {
             auto b = h.initPushReply();
@@ -180,7 +181,7 @@ Body read(schema::Header::Reader h, uint64_t request_id) {
     case schema::Header::PUSH: {
       auto r = h.getPush();
       return Push{r.getShard(),  r.getRound(), r.getBaseVersion(), get_segments(r.getSegments()),
-                  r.getTokens(), r.getFlush()};
+                  r.getTokens(), r.getFlush(), r.getSkip()};
     }
     case schema::Header::PUSH_REPLY: {
       auto r = h.getPushReply();

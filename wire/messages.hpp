@@ -116,6 +116,10 @@ struct Push {
   // did not push yet (not its uplink residual), kept by the server until every live region has
   // flushed it; no segments: nothing owed.
   bool flush = false;
+  // `round` may be later than the region's next round: the rounds between are rounds it sits out
+  // (a shard deferred past them, docs/protocol.md "Sitting out rounds"); it contributes nothing
+  // to them. Without it, a push must name the region's next round.
+  bool skip = false;
 };
 struct PushReply {
   uint32_t shard = 0;

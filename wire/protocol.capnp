@@ -60,6 +60,10 @@ struct Push {
   flush @5 :Bool;               # the end of a run: the progress the region did not push yet
                                 # (not its uplink EF residual), applied once every live region
                                 # has flushed (docs/protocol.md, "The flush")
+  skip @6 :Bool;                # round may be later than the region's next: it sits out the
+                                # rounds between (contributes nothing to them), so that its
+                                # rounds keep one offset on every server (docs/protocol.md,
+                                # "Sitting out rounds")
 }
 
 struct PushReply {

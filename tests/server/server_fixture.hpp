@@ -132,11 +132,13 @@ inline std::vector<wire::Frame> frames(Bytes payload) {
   return f;
 }
 
-// Sends a whole-shard fp32 push; returns the request id (reply not awaited).
+// Sends a whole-shard fp32 push (with `skip`, sitting out the rounds before `round`: wire::Push);
+// returns the request id (reply not awaited).
 inline uint64_t send_push(wire::Client& c, uint64_t round, const std::vector<float>& delta,
-                          uint64_t base = 0) {
+                          uint64_t base = 0, bool skip = false) {
   auto payload = encode(delta);
   auto h = push_header(0, round, base, payload);
+  h.skip = skip;
   auto id = c.send(h, frames(std::move(payload)));
   REQUIRE(id.has_value());
   return *id;

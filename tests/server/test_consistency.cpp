@@ -400,6 +400,68 @@ TEST_CASE("a pull sent right behind its push, for the round being pushed, waits 
   CHECK(std::get<wire::Error>(too_far.header.body).code == wire::ErrorCode::bad_round);
 }
 
+TEST_CASE("a push that skips rounds sits them out: they are released without it") {
+  TempDir tmp("sit-out");
+  Cluster cluster(small_config(tmp.path(), 0, kOnlyRegistered));  // a and b, staleness bound 0
+  auto a = cluster.client(), b = cluster.client();
+  hello(a, "a", cluster.table_hash());
+  hello(b, "b", cluster.table_hash());
+  push(a, 1, filled(kShard, 2.0f));
+  push(b, 1, filled(kShard, 4.0f));
+  // Without skip, a later round than the next is refused, and changes nothing.
+  auto refused = expect_reply(a, push_header(0, 4, 0, encode(filled(kShard, 1.0f))),
+                              frames(encode(filled(kShard, 1.0f))));
+  REQUIRE(std::holds_alternative<wire::Error>(refused.header.body));
+  CHECK(std::get<wire::Error>(refused.header.body).code == wire::ErrorCode::bad_round);
+  CHECK(stats(a)["shards"][0]["clocks"][0] == 1);
+  // With skip: a sits out rounds 2 and 3 at once; its round-4 push waits for b at the gate, and a
+  // pull right behind it may name round 4.
+  const auto skipping = send_push(a, 4, filled(kShard, 6.0f), 0, true);
+  const auto waiting = a.send(wire::PullRequest{0, 0, true, 4});
+  REQUIRE(waiting);
+  auto st = stats(a);  // after the push and the pull (one connection keeps their order)
+  CHECK(st["shards"][0]["clocks"][0] == 3);
+  CHECK(st["regions"]["a"]["rounds_sat_out"] == 2);
+  CHECK(st["parked"] == 2);
+  CHECK(st["shards"][0]["released_round"] == 1);
+  const auto version = st["shards"][0]["version"].get<uint64_t>();
+  // b's rounds 2 and 3 are released on b's deltas alone (critical: b's own, not halved).
+  push(b, 2, filled(kShard, 8.0f));
+  push(b, 3, filled(kShard, 8.0f));
+  auto r = a.receive(20s);
+  REQUIRE(r);
+  CHECK(r->header.request_id == skipping);
+  CHECK(as<wire::PushReply>(*r).round == 4);
+  push(b, 4, filled(kShard, 2.0f));
+  auto p = a.receive(20s);
+  REQUIRE(p);
+  CHECK(p->header.request_id == *waiting);
+  CHECK(as<wire::PullReply>(*p).round == 4);
+  std::vector<float> v(kShard);
+  compression::decode_payload(wire::frame_bytes(p->payloads.at(0)), v);
+  CHECK(v[0] == 3.0f + 8.0f + 8.0f + 4.0f);  // critical: (2+4)/2, 8, 8, (6+2)/2
+  CHECK(stats(b)["shards"][0]["version"].get<uint64_t>() > version);
+  // A round both sit out is released with no step (a step on no deltas would divide by zero).
+  const auto zeros = filled(kShard, 0.0f);
+  const auto a6 = send_push(a, 6, zeros, 0, true);
+  CHECK(as<wire::PushReply>(expect_reply(
+                                b,
+                                [&] {
+                                  auto h = push_header(0, 6, 0, encode(zeros));
+                                  h.skip = true;
+                                  return h;
+                                }(),
+                                frames(encode(zeros))))
+            .round == 6);
+  auto r6 = a.receive(20s);
+  REQUIRE(r6);
+  CHECK(r6->header.request_id == a6);
+  const auto after = pull(a, true, 0, 6);
+  CHECK(after.header.round == 6);
+  CHECK(after.values[0] == 23.0f);
+  CHECK(stats(b)["regions"]["b"]["rounds_sat_out"] == 1);
+}
+
 // Outer momentum under asynchrony (server/outer_optimizer.hpp, "Momentum under asynchrony"):
 // non-critical elements are stepped on every push, and their momentum still moves once a round.
 namespace {

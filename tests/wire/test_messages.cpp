@@ -70,6 +70,11 @@ TEST_CASE("every message type survives encode and decode with its fields") {
   CHECK(push.shard == 3);
   CHECK(push.round == 9);
   CHECK(push.base_version == 41);
+  CHECK(!push.skip);  // absent (an older leader) reads false: the push names the next round
+  const auto skipping = std::get<Push>(
+      decode_header(encode_header(Header{1, Push{3, 12, 41, {}, 0, false, true}})).body);
+  CHECK(skipping.round == 12);
+  CHECK(skipping.skip);
   REQUIRE(push.segments.size() == 2);
   CHECK(push.segments[1].offset == 1024);
   CHECK(push.segments[1].bytes == 60);

@@ -18,7 +18,7 @@ using namespace geotrain::worker;
 
 TEST_CASE("a pipelined push and pull: idle -> pushing -> pulling -> idle") {
   LeaderShard sh;
-  sh.push(7);
+  sh.push(7, 1);
   sh.pull(8);  // right behind the push
   CHECK(sh.phase() == ShardPhase::pushing);
   CHECK(sh.exchanging());
@@ -33,7 +33,7 @@ TEST_CASE("a pipelined push and pull: idle -> pushing -> pulling -> idle") {
 
 TEST_CASE("a pull sent after the push's answer: pushing -> pushed -> pulling -> idle") {
   LeaderShard sh;
-  sh.push(1);
+  sh.push(1, 1);
   sh.push_answered();
   CHECK(sh.phase() == ShardPhase::pushed);
   sh.pull(2);
@@ -44,7 +44,7 @@ TEST_CASE("a pull sent after the push's answer: pushing -> pushed -> pulling -> 
 
 TEST_CASE("a pull answered before its push stays pushing; the push's answer ends the exchange") {
   LeaderShard sh;
-  sh.push(1);
+  sh.push(1, 1);
   sh.pull(2);
   sh.pulled(5);
   CHECK(sh.phase() == ShardPhase::pushing);
@@ -54,7 +54,7 @@ TEST_CASE("a pull answered before its push stays pushing; the push's answer ends
   CHECK(sh.phase() == ShardPhase::idle);  // no second pull
   SUBCASE("deferred meanwhile: merged by the push's answer") {
     LeaderShard late;
-    late.push(1);
+    late.push(1, 1);
     late.pull(2);
     late.defer(3);
     late.pulled(5);
@@ -66,7 +66,7 @@ TEST_CASE("a pull answered before its push stays pushing; the push's answer ends
 
 TEST_CASE("deferred: in flight past the exchange, merged when the pull comes, handed back") {
   LeaderShard sh;
-  sh.push(10);
+  sh.push(10, 1);
   sh.defer(4);
   CHECK(sh.phase() == ShardPhase::deferred);
   CHECK(sh.deferred());
@@ -80,7 +80,7 @@ TEST_CASE("deferred: in flight past the exchange, merged when the pull comes, ha
   CHECK(sh.phase() == ShardPhase::merged);
   CHECK(sh.deferred());
   CHECK_FALSE(sh.in_flight());
-  sh.hand_back();
+  sh.hand_back(0, 0);
   CHECK(sh.phase() == ShardPhase::idle);
   CHECK_FALSE(sh.deferred());
 }
@@ -88,7 +88,7 @@ TEST_CASE("deferred: in flight past the exchange, merged when the pull comes, ha
 TEST_CASE("a lost server: needs a full pull; a deferred shard stays deferred until it") {
   SUBCASE("in step") {
     LeaderShard sh;
-    sh.push(1);
+    sh.push(1, 1);
     sh.lost();
     CHECK(sh.phase() == ShardPhase::needs_resync);
     CHECK(sh.needs_full_pull());
@@ -99,7 +99,7 @@ TEST_CASE("a lost server: needs a full pull; a deferred shard stays deferred unt
   }
   SUBCASE("deferred") {
     LeaderShard sh;
-    sh.push(1);
+    sh.push(1, 1);
     sh.pull(2);
     sh.defer(3);
     sh.lost();
@@ -109,19 +109,19 @@ TEST_CASE("a lost server: needs a full pull; a deferred shard stays deferred unt
     CHECK_FALSE(sh.pull_id());
     sh.resynced(8);
     CHECK(sh.phase() == ShardPhase::merged);
-    sh.hand_back();
+    sh.hand_back(0, 0);
     CHECK(sh.phase() == ShardPhase::idle);
   }
   SUBCASE("merged, then lost: handed back with a full pull due") {
     LeaderShard sh;
-    sh.push(1);
+    sh.push(1, 1);
     sh.defer(3);
     sh.push_answered();
     sh.pull(2);
     sh.pulled(4);
     sh.lost();
     CHECK(sh.phase() == ShardPhase::deferred_lost);
-    sh.hand_back();
+    sh.hand_back(0, 0);
     CHECK(sh.phase() == ShardPhase::needs_resync);
   }
 }
@@ -166,7 +166,7 @@ struct SliceFixture {
 TEST_CASE(
     "a shard takes only the replies to its own requests, and adds a pulled change to its slice") {
   SliceFixture f;
-  f.sh.push(7);
+  f.sh.push(7, 1);
   f.sh.pull(8);
   std::map<uint64_t, wire::Reply> replies;
   replies.emplace(99, push_reply(99, 0));  // another shard's
@@ -200,7 +200,7 @@ TEST_CASE(
   const std::vector<std::vector<float>> pulled = {{1, 2, 3}, {1, 1, -1}, {0, 0, 0}};
   for (uint64_t k = 0; k < pulled.size(); ++k) {  // a push, its pull right behind it
     const uint64_t push = 10 * (k + 1), pull = push + 1;
-    f.sh.push(push);
+    f.sh.push(push, k + 1);
     f.sh.pull(pull);
     replies.emplace(push, push_reply(push, 0));
     replies.emplace(pull, pull_reply(pull, 2 + k, 1 + k, k == 2, pulled[k]));
@@ -253,8 +253,8 @@ TEST_CASE(
   CHECK_FALSE(f.sh.pull_id());
 }
 
-TEST_CASE("a resync maps this region's rounds onto the server's count") {
-  SUBCASE("the server lost rounds: the round is pushed again, in its count") {
+TEST_CASE("a resync keeps the region's shift unless the server released our round") {
+  SUBCASE("the server lost rounds: the round is pushed again, the rounds between sat out") {
     SliceFixture f;
     f.sh.lost();
     f.sh.full_pull(1, FullPull::resync, 10);  // this region pushes round 10 next
@@ -263,11 +263,23 @@ TEST_CASE("a resync maps this region's rounds onto the server's count") {
     ShardTally tally;
     f.sh.take(replies, "r", tally);
     CHECK(f.sh.phase() == ShardPhase::idle);
-    CHECK(f.sh.server_round(10) == 7);  // it expects 7 next
+    CHECK(f.sh.expects_next() == 7);
+    CHECK(f.sh.server_round(10) == 10);  // the same count as before: 7, 8 and 9 are sat out
     CHECK_FALSE(f.sh.released_round(10));
-    CHECK(tally.released == 9);
+    CHECK(tally.released == 6);
   }
   SUBCASE("the server released our round already: not pushed again") {
+    SliceFixture f;
+    f.sh.lost();
+    f.sh.full_pull(1, FullPull::resync, 10);
+    std::map<uint64_t, wire::Reply> replies;
+    replies.emplace(1, pull_reply(1, 3, 10, true, {0, 0, 0}));  // it released our round 10
+    ShardTally tally;
+    f.sh.take(replies, "r", tally);
+    CHECK(f.sh.released_round(10));
+    CHECK(f.sh.server_round(11) == 11);  // our next round is its next
+  }
+  SUBCASE("the server went on without us: our rounds map onto its count from its released one") {
     SliceFixture f;
     f.sh.lost();
     f.sh.full_pull(1, FullPull::resync, 10);
@@ -276,11 +288,12 @@ TEST_CASE("a resync maps this region's rounds onto the server's count") {
     ShardTally tally;
     f.sh.take(replies, "r", tally);
     CHECK(f.sh.released_round(10));
+    CHECK(f.sh.round_shift == -2);
     CHECK(f.sh.server_round(11) == 13);  // our next round is its next
   }
-  SUBCASE("a deferred shard merged by the full pull goes back in the server's next round") {
+  SUBCASE("a deferred shard merged by the full pull goes back at the region's shift") {
     SliceFixture f;
-    f.sh.push(1);
+    f.sh.push(1, 4);
     f.sh.defer(4);
     f.sh.lost();
     f.sh.full_pull(2, FullPull::resync, 10);
@@ -289,21 +302,31 @@ TEST_CASE("a resync maps this region's rounds onto the server's count") {
     ShardTally tally;
     f.sh.take(replies, "r", tally);
     CHECK(f.sh.phase() == ShardPhase::merged);
-    f.sh.hand_back(11);  // the exchange that merged it ends: this region pushes 11 next
+    f.sh.hand_back(11, 0);  // the exchange that merged it ends: this region pushes 11 next
     CHECK(f.sh.phase() == ShardPhase::idle);
-    CHECK(f.sh.server_round(11) == 7);
+    CHECK(f.sh.server_round(11) == 11);  // 7 to 10 sat out
+    CHECK(f.sh.expects_next() == 7);
   }
 }
 
-TEST_CASE("a deferred shard merged late is pushed next in the round its server expects") {
+TEST_CASE("a deferred shard merged late sits out the rounds it missed, at the region's shift") {
   LeaderShard sh;
-  sh.push(1);
-  sh.defer(4);  // its server counts the push as round 4
+  sh.push(1, 4);  // its server counts the push as round 4
+  sh.defer(4);
   sh.push_answered();
   sh.pull(2);
   sh.pulled(9);
-  sh.hand_back(8);  // this region's fragment pushes round 8 next
-  CHECK(sh.server_round(8) == 5);
+  CHECK(sh.expects_next() == 5);
+  SUBCASE("the region's shift: rounds 5 to 7 sat out") {
+    sh.hand_back(8, 0);  // this region's fragment pushes round 8 next
+    CHECK(sh.server_round(8) == 8);
+  }
+  SUBCASE(
+      "a shift that would go back before the round its server expects: the largest that does not") {
+    sh.hand_back(8, 5);
+    CHECK(sh.round_shift == 3);
+    CHECK(sh.server_round(8) == 5);
+  }
 }
 
 TEST_CASE("a flush: idle -> flushing -> idle, its server holding it") {

@@ -317,80 +317,123 @@ TEST_CASE(
   CHECK(final_base[0] == final_base[1]);
 }
 
+// Both regions' leaders with worker.shard_wait, each on its own thread for `rounds` rounds, as an
+// overlapped region does: every round merges the deferred shards whose replies came (take_ready)
+// and starts each shard that is not deferred from the global values plus its progress (a: 0.01,
+// b: 0.02); a deferred one keeps its push. The rounds start together (a barrier), and a deferred
+// shard of a server that runs is waited for, so that both regions merge it in the same round: a
+// region that merged a round earlier would push a round the other sits out, and the values would
+// not be whole multiples of both regions' step.
+struct DeferringLeaders {
+  TwoServers& two;
+  int rounds;
+  std::atomic<bool> running[2] = {true, true};  // set by the test: server s's loop runs
+  std::atomic<int> rounds_done[2] = {0, 0};
+  int while_stopped[2] = {0, 0}, deferring[2] = {0, 0}, late[2] = {0, 0};
+  std::vector<std::vector<float>> final_base = std::vector<std::vector<float>>(2);
+  std::vector<std::string> errors = std::vector<std::string>(2);
+
+  // Runs the leaders; `meanwhile` on this thread (stopping and resuming servers) before they are
+  // joined.
+  void run(const std::function<void()>& meanwhile) {
+    const ParamTable table(two.config.tensors, two.config.critical);
+    bool runs[2] = {true, true};  // read once per round for both regions
+    std::barrier round_start(2, [&]() noexcept {
+      for (int s = 0; s < 2; ++s) runs[s] = running[s].load();
+    });
+    std::vector<std::jthread> leaders;
+    for (int r = 0; r < 2; ++r)
+      leaders.emplace_back([&, r] {
+        try {
+          zmq::context_t context;
+          worker::RegionSync sync(table, two.deferring_leader(r), context);
+          sync.connect();
+          const float step = step_of(r);
+          std::vector<float> local(sync.base().begin(), sync.base().end());
+          std::vector<ElementRange> deferred;
+          // Shard s lies on server s (one shard per region's server, in region order).
+          const auto ranges = sync.fragment_ranges(0);
+          const auto waits_for = [&] {
+            return std::any_of(deferred.begin(), deferred.end(), [&](const ElementRange& d) {
+              return runs[std::find(ranges.begin(), ranges.end(), d) - ranges.begin()];
+            });
+          };
+          for (int round = 0; round < rounds; ++round) {
+            round_start.arrive_and_wait();
+            // A running server's deferred shards: their replies come, wait for them.
+            for (int polls = 0; waits_for() && polls < 2000; ++polls) {
+              for (const auto& range : sync.take_ready(0)) {
+                deferred.erase(std::find(deferred.begin(), deferred.end(), range));
+                ++late[r];
+              }
+              if (waits_for()) std::this_thread::sleep_for(5ms);
+            }
+            for (const auto& range : ranges) {
+              if (std::find(deferred.begin(), deferred.end(), range) != deferred.end()) continue;
+              for (uint64_t i = range.offset; i < range.end(); ++i)
+                local[i] = sync.base()[i] + step;
+            }
+            std::this_thread::sleep_for(20ms);
+            const auto report = sync.exchange(local, std::nullopt, /*defer=*/true);
+            deferred = report.deferred;
+            deferring[r] += !deferred.empty();
+            while_stopped[r] += !(running[0] && running[1]) ? 1 : 0;
+            rounds_done[r] = round + 1;
+          }
+          CHECK(sync.settle().size() == deferred.size());
+          CHECK(sync.deferred_shards() == 0);
+          final_base[r].assign(sync.base().begin(), sync.base().end());
+        } catch (const std::exception& e) {
+          errors[r] = e.what();
+          round_start.arrive_and_drop();  // the other region goes on alone
+        }
+      });
+    meanwhile();
+    leaders.clear();  // joins
+  }
+  void wait_for_round(int round) const {
+    while (rounds_done[0] < round || rounds_done[1] < round) std::this_thread::sleep_for(1ms);
+  }
+  // Server s stops taking messages, as under SIGSTOP; resume() runs its loop again.
+  void stop(uint32_t s) {
+    running[s] = false;
+    two.stop_loop(s);
+  }
+  void resume(uint32_t s) {
+    auto* server = two.servers[s].server.get();
+    two.servers[s].thread = std::jthread([server](std::stop_token st) { server->run(st); });
+    running[s] = true;
+  }
+};
+
+// The clocks (last round pushed, per region) of server s's shard; its loop stopped to read them.
+std::vector<uint64_t> clocks_of(TwoServers& two, uint32_t s) {
+  if (two.servers[s].thread.joinable()) two.stop_loop(s);
+  return two.servers[s].server->shards().at(0).gate().clocks();
+}
+
 TEST_CASE(
     "with shard_wait, a stopped server's shards are deferred while the other server's go "
     "on, and every region merges them when it resumes") {
   TwoServers two("defer");
   const auto& config = two.config;
   auto& servers = two.servers;
-
   const ParamTable table(config.tensors, config.critical);
   constexpr int kRounds = 60;
-  std::atomic<int> rounds_done[2] = {0, 0};
-  std::atomic<bool> stopped{false};
-  // Read once per round for both regions (the barrier's completion), so that they merge their
-  // deferred shards in the same round: a region that merged a round earlier would be a push ahead
-  // at that server, and its last push would wait for one the other never makes (a run's end
-  // takes care of that: the flush, tested below; settle() does not).
-  bool server_stopped = false;
-  std::barrier round_start(2, [&]() noexcept { server_stopped = stopped.load(); });
-  int while_stopped[2] = {0, 0}, deferring[2] = {0, 0}, late[2] = {0, 0};
-  std::vector<std::vector<float>> final_base(2);
-  std::vector<std::string> errors(2);
-  std::vector<std::jthread> leaders;
-  for (int r = 0; r < 2; ++r)
-    leaders.emplace_back([&, r] {
-      try {
-        zmq::context_t context;
-        auto c = two.deferring_leader(r);
-        worker::RegionSync sync(table, c, context);
-        sync.connect();
-        // As an overlapped region does: every round merges the deferred shards whose replies
-        // came (take_ready) and starts each shard that is not deferred from the global values
-        // plus its progress (a: 0.01, b: 0.02); a deferred one keeps its push.
-        const float step = 0.01f * static_cast<float>(r + 1);
-        std::vector<float> local(sync.base().begin(), sync.base().end());
-        std::vector<ElementRange> deferred;
-        for (int round = 0; round < kRounds; ++round) {
-          round_start.arrive_and_wait();
-          // With the server running, every deferred shard's replies come: wait for them.
-          for (int polls = 0; !server_stopped && !deferred.empty() && polls < 2000; ++polls) {
-            for (const auto& range : sync.take_ready(0)) {
-              deferred.erase(std::find(deferred.begin(), deferred.end(), range));
-              ++late[r];
-            }
-            if (!deferred.empty()) std::this_thread::sleep_for(5ms);
-          }
-          for (const auto& range : sync.fragment_ranges(0)) {
-            if (std::find(deferred.begin(), deferred.end(), range) != deferred.end()) continue;
-            for (uint64_t i = range.offset; i < range.end(); ++i) local[i] = sync.base()[i] + step;
-          }
-          std::this_thread::sleep_for(20ms);
-          const auto report = sync.exchange(local, std::nullopt, /*defer=*/true);
-          deferred = report.deferred;
-          deferring[r] += !deferred.empty();
-          while_stopped[r] += stopped ? 1 : 0;
-          rounds_done[r] = round + 1;
-        }
-        CHECK(sync.settle().size() == deferred.size());
-        CHECK(sync.deferred_shards() == 0);
-        final_base[r].assign(sync.base().begin(), sync.base().end());
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-        round_start.arrive_and_drop();  // the other region goes on alone
-      }
-    });
-
+  DeferringLeaders fleet{two, kRounds};
   // Region b's server stops for 0.6 s after round 4, as under SIGSTOP: its loop does not run,
   // requests wait in its socket, and then it goes on with them.
-  while (rounds_done[0] < 4 || rounds_done[1] < 4) std::this_thread::sleep_for(1ms);
-  stopped = true;
-  two.stop_loop(1);
-  std::this_thread::sleep_for(600ms);
-  auto* b = servers[1].server.get();
-  servers[1].thread = std::jthread([b](std::stop_token st) { b->run(st); });
-  stopped = false;
-  leaders.clear();  // joins
+  fleet.run([&] {
+    fleet.wait_for_round(4);
+    fleet.stop(1);
+    std::this_thread::sleep_for(600ms);
+    fleet.resume(1);
+  });
+  const auto& errors = fleet.errors;
+  const auto& final_base = fleet.final_base;
+  const auto& while_stopped = fleet.while_stopped;
+  const auto& deferring = fleet.deferring;
+  const auto& late = fleet.late;
 
   for (int r = 0; r < 2; ++r) {
     INFO("region " << config.regions[r] << ": " << errors[r]);
@@ -416,8 +459,8 @@ TEST_CASE(
   CHECK(fewest >= 1);
   CHECK(most <= kRounds);
 
-  // The regions restart (as from snapshots of round kRounds): the stopped server counts fewer
-  // rounds for them, and they go on from kRounds + 1 all the same, mapped onto its count.
+  // The regions restart (as from snapshots of round kRounds): the stopped server counts the
+  // rounds they sat out there too (wire::Push::skip), so both servers expect kRounds + 1.
   std::vector<std::string> again_errors(2);
   std::vector<std::vector<float>> again(2);
   std::vector<uint64_t> plain_next(2), resumed_next(2);
@@ -444,7 +487,7 @@ TEST_CASE(
   for (int r = 0; r < 2; ++r) {
     INFO("region " << config.regions[r] << " restarted: " << again_errors[r]);
     REQUIRE(again_errors[r].empty());
-    CHECK(plain_next[r] == static_cast<uint64_t>(fewest) + 1);
+    CHECK(plain_next[r] == kRounds + 1);
     CHECK(resumed_next[r] == kRounds + 1);
   }
   wrong = 0;
@@ -452,6 +495,41 @@ TEST_CASE(
     wrong +=
         again[0][i] != again[1][i] || std::fabs(again[0][i] - final_base[0][i] - 0.015f) > 1e-5f;
   CHECK(wrong == 0);
+}
+
+TEST_CASE(
+    "every shard deferred, back a few rounds apart: the region's rounds keep one offset on every "
+    "server, the first shard back taking up where its server left off") {
+  // Both servers stop (every shard of both regions deferred, as when the servers hold their rounds
+  // for a region that is away); a's server resumes, and b's three rounds later. The shard on b's
+  // server comes back after the one on a's: it sits out the rounds between, so that both servers
+  // count the same rounds for each region. (Mapped one by one, it would count three fewer on b's
+  // server, and under staleness bound 0 every round would then wait for two exchanges.)
+  TwoServers two("defer-all");
+  constexpr int kRounds = 30;
+  DeferringLeaders fleet{two, kRounds};
+  fleet.run([&] {
+    fleet.wait_for_round(4);
+    fleet.stop(0);
+    fleet.stop(1);
+    std::this_thread::sleep_for(400ms);
+    const int back = std::max(fleet.rounds_done[0].load(), fleet.rounds_done[1].load());
+    fleet.resume(0);
+    fleet.wait_for_round(back + 3);
+    fleet.resume(1);
+  });
+  for (int r = 0; r < 2; ++r) {
+    INFO("region " << two.config.regions[r] << ": " << fleet.errors[r]);
+    REQUIRE(fleet.errors[r].empty());
+    CHECK(fleet.deferring[r] >= 5);
+    CHECK(fleet.late[r] >= 2);
+  }
+  const auto on_a = clocks_of(two, 0), on_b = clocks_of(two, 1);
+  CHECK(on_a == on_b);
+  // The first shard back went on from the round its server expected: the rounds every shard was
+  // deferred for are not counted as sat out, at either server.
+  for (auto clock : on_a) CHECK(clock < static_cast<uint64_t>(kRounds));
+  CHECK(fleet.final_base[0] == fleet.final_base[1]);
 }
 
 TEST_CASE(

@@ -38,10 +38,15 @@ uint64_t LeaderShards::connect(uint64_t resume_at) {
   const uint64_t first = std::max(hellos.first_round(), resume_at);
   rounds_.assign(frags, first);
   // A server that released rounds without us (we started late and were declared dead, or it
-  // restarted) expects a later round: map our rounds onto each server's (round_shift).
-  for (auto& sh : shards_)
+  // restarted) expects a later round: our rounds are mapped onto the furthest server's count
+  // (round_shift), and the others are told we sat out the rounds between.
+  shifts_.assign(frags, INT64_MAX);
+  for (auto& sh : shards_) {
+    sh.connected(hellos.next_round[sh.server]);
     sh.round_shift =
         static_cast<int64_t>(first) - static_cast<int64_t>(hellos.next_round[sh.server]);
+  }
+  for (uint32_t f = 0; f < frags; ++f) align(f);
   // A shard whose server still holds the zeros it started from needs no pull: base = origin.
   const Shards pulled = where([](const LeaderShard& sh) { return !sh.zero_start; });
   for (auto& sh : shards_)
@@ -60,6 +65,40 @@ uint64_t LeaderShards::connect(uint64_t resume_at) {
       config_.region, links_.size(), shards_.size(), frags, first, pulled.size(),
       startup_bytes_pulled_, shards_.size() - pulled.size(), fmt::join(shifts, " "));
   return first;
+}
+
+void LeaderShards::align(uint32_t fragment) {
+  auto& shift = shifts_.at(fragment);
+  const auto aligned = [&](const LeaderShard& sh) {
+    return sh.fragment == fragment && sh.phase() == ShardPhase::idle;
+  };
+  const int64_t before = shift;
+  for (const auto& sh : shards_)
+    if (aligned(sh)) shift = std::min(shift, sh.round_shift);
+  for (auto& sh : shards_)
+    if (aligned(sh)) sh.round_shift = shift;
+  if (before != INT64_MAX && shift != before)
+    spdlog::info("region {}: fragment {}'s rounds now map onto its servers' shifted by {} (was {})",
+                 config_.region, fragment, shift, before);
+}
+
+void LeaderShards::hand_back(LeaderShard& sh, uint64_t our_next_round) {
+  auto& shift = shifts_.at(sh.fragment);
+  // Every other shard of the fragment deferred too (its servers all held their rounds, for a
+  // region that was away): they take up their rounds where their servers left them, so the first
+  // one back sets the fragment's offset (its server's next round is our next), and the others
+  // follow it. Otherwise it takes the offset of the shards that went on.
+  const bool first_back = std::none_of(shards_.begin(), shards_.end(), [&](const LeaderShard& o) {
+    return &o != &sh && o.fragment == sh.fragment && o.phase() == ShardPhase::idle;
+  });
+  if (first_back) shift = INT64_MAX;
+  sh.hand_back(our_next_round, shift);
+  align(sh.fragment);
+  if (first_back)
+    spdlog::info(
+        "region {}: fragment {}'s first shard back from deferral maps its rounds onto its "
+        "servers' shifted by {}",
+        config_.region, sh.fragment, shift);
 }
 
 std::vector<ElementRange> LeaderShards::fragment_ranges(uint32_t fragment) const {
@@ -85,11 +124,12 @@ void LeaderShards::send_push(LeaderShard& sh, ConstFloatSpan local, bool flush, 
       sh.push_message(local, uplink_, sh.server_round(our_round(sh)),
                       flush ? config_.tokens_per_round : sh.tokens(), flush, frames, bytes, sent);
   if (segments) *segments += sent;
+  const uint64_t round = push.round;
   const uint64_t id = links_[sh.server].send(std::move(push), std::move(frames));
   if (flush)
     sh.flush(id);
   else
-    sh.push(id);
+    sh.push(id, round);
 }
 
 void LeaderShards::send_pull(LeaderShard& sh, uint64_t server_round) {

@@ -75,6 +75,16 @@ class LeaderShards {
     for (auto& r : rounds_) ++r;
   }
 
+  // One shift per fragment (LeaderShard::round_shift): the smallest of its idle shards', given to
+  // all of them, so that the region's rounds of the fragment map onto every server's count alike
+  // (rounds are released where every region has pushed them: a region a round further along on
+  // one server than on another makes every round wait for two exchanges). A shard whose shift
+  // falls sits out the rounds between at its next push.
+  void align(uint32_t fragment);
+  // A merged shard back to the caller (LeaderShard::hand_back) at the fragment's shift, or, the
+  // first of a fragment whose shards were all deferred, where its server left off; aligned.
+  void hand_back(LeaderShard& sh, uint64_t our_next_round);
+
   // The shards `keep` is true for, in their order; those of them on server s.
   template <typename Keep>
   Shards where(Keep keep) {
@@ -128,6 +138,7 @@ class LeaderShards {
   TensorMotion motion_;        // what the incremental pulls moved, per tensor
   Uplink uplink_;
   std::vector<uint64_t> rounds_;  // per fragment: the round it pushes next
+  std::vector<int64_t> shifts_;   // per fragment: its shards' round_shift (align())
   uint64_t startup_bytes_pulled_ = 0;
 };
 

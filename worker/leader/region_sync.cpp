@@ -42,6 +42,9 @@ RoundReport RegionSync::exchange(ConstFloatSpan local, std::optional<uint32_t> f
   std::erase_if(take, [&](auto* sh) {
     return std::find(released.begin(), released.end(), sh) != released.end();
   });
+  // One shift for the fragment's shards (a resync may have lowered one of them).
+  for (uint32_t f = 0; f < config.fragment_count(); ++f)
+    if (!fragment || f == *fragment) shards_.align(f);
   for (auto* sh : take) sh->set_tokens(tokens > 0 ? tokens : config.tokens_per_round);
   push_and_pull(local, take, report, tally, defer);
   report.released_round = tally.released == UINT64_MAX ? 0 : tally.released;
@@ -52,7 +55,7 @@ RoundReport RegionSync::exchange(ConstFloatSpan local, std::optional<uint32_t> f
   // Deferred shards pulled in full here (their server lost this region) go back to the caller;
   // their server expects them from the next exchange on, in the round it counts then.
   for (auto* sh : skipped)
-    if (sh->phase() == ShardPhase::merged) sh->hand_back(shards_.our_round(*sh) + 1);
+    if (sh->phase() == ShardPhase::merged) shards_.hand_back(*sh, shards_.our_round(*sh) + 1);
   for (auto* sh : wanted)
     if (sh->deferred()) report.deferred.push_back(sh->range());
   if (fragment) {
@@ -181,7 +184,7 @@ std::vector<ElementRange> RegionSync::take_ready(uint32_t fragment) {
   std::vector<ElementRange> out;
   for (auto* sh : mine) {
     if (sh->phase() != ShardPhase::merged) continue;
-    sh->hand_back(shards_.our_round(*sh));
+    shards_.hand_back(*sh, shards_.our_round(*sh));
     out.push_back(sh->range());
   }
   return out;
@@ -220,7 +223,7 @@ void RegionSync::settle_server(size_t s, std::vector<ElementRange>& out) {
           s, of_s([](const LeaderShard& sh) { return sh.phase() == ShardPhase::deferred_lost; }),
           tally);
       for (auto* sh : of_s([](const LeaderShard& sh) { return sh.deferred(); })) {
-        sh->hand_back(shards_.our_round(*sh));
+        shards_.hand_back(*sh, shards_.our_round(*sh));
         out.push_back(sh->range());
       }
       spdlog::info("region {}: settled the deferred shards of the server of region {} in {:.2f} s",

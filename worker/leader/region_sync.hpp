@@ -16,8 +16,9 @@
 //
 // Recovery (leader_shards.cpp and region_sync.cpp's redo; docs/run.md, "Restarts"): a server that
 // lost this region answers `unregistered` (a heartbeat finds out while a reply is awaited); the
-// leader rejoins it, pulls its shards in full and does the round again on them, their rounds mapped
-// onto the server's count (LeaderShard::round_shift); at most kMaxRejoinAttempts per exchange.
+// leader rejoins it, pulls its shards in full and does the round again on them; rounds the server
+// lost are sat out (wire::Push::skip), so that the region's rounds keep one offset on every server
+// (LeaderShards::align); at most kMaxRejoinAttempts per exchange.
 // Deferred shards (config.shard_wait > 0, overlapped exchanges; docs/training.md, "Deferred
 // shards"): what has not come within shard_wait stays in flight, its part of base unchanged and
 // its parameters local to the caller (RoundReport::deferred) until take_ready(), settle() or the
@@ -74,8 +75,8 @@ class RegionSync {
   // Returns the round the region pushes next (1 for a fresh start, later after a rejoin): the
   // earliest any server expects, or `resume_at` when that is later (a region resumed from its
   // snapshot of round resume_at - 1 goes on from there; a server that counts fewer rounds for it,
-  // having merged some of its shards late or restored an older checkpoint, is mapped through
-  // round_shift, and a delta against its values carries what it lost).
+  // having restored an older checkpoint, is told the region sat out the rounds between, and a
+  // delta against its values carries what it lost).
   // The servers' streaming layout (fragments, the critical fragment), which their hellos name,
   // becomes this region's: config().fragments and critical_fragment follow it (logged where the
   // config said otherwise); servers that disagree with each other are an InputError.

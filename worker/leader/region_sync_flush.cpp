@@ -118,7 +118,7 @@ void RegionSync::flush_deferred(FloatSpan local, const MergeSettled& merge_settl
       for (auto* sh : shards_.where([&](const LeaderShard& sh) {
              return sh.server == s && sh.phase() == ShardPhase::merged;
            })) {
-        sh->hand_back(shards_.our_round(*sh));
+        shards_.hand_back(*sh, shards_.our_round(*sh));
         merge_settled(sh->range());
         ready.push_back(sh);
       }

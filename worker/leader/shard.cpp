@@ -98,7 +98,8 @@ void LeaderShard::start_from_origin() {
 wire::Push LeaderShard::push_message(ConstFloatSpan local, Uplink& uplink, uint64_t round,
                                      uint64_t tokens, bool flush, std::vector<wire::Frame>& frames,
                                      uint64_t& bytes, uint32_t& segments_sent) const {
-  wire::Push push{id, round, version, {}, tokens, flush};
+  // A round past the one its server expects next: the rounds between are sat out.
+  wire::Push push{id, round, version, {}, tokens, flush, round > expects_next_};
   for (const auto& seg : segments) {
     const auto delta = uplink.delta(local.subspan(offset + seg.offset, seg.count),
                                     ConstFloatSpan(base_).subspan(seg.offset, seg.count));
@@ -190,15 +191,17 @@ void LeaderShard::apply_pull(const wire::Reply& reply, const std::string& region
   }
   tally.bytes_pulled += bytes;
   if (full_ == FullPull::resync) {
-    // A rejoined server sends the full values, and its round counter restarts at its released
-    // round: this region's rounds are mapped onto it again (round_shift).
+    // A rejoined server sends the full values, and its region clock restarts at its released
+    // round. The round this exchange pushes is released already when that round is ours or later
+    // (with our push, whose reply was lost; or without us, when it had declared this region
+    // dead): the full values are its result, and our rounds are mapped onto its count from there
+    // (round_shift). Otherwise it lost rounds (an older checkpoint, or our unreleased pushes
+    // dropped), and our delta against these values carries them again: the shift stays, and the
+    // next push sits out the rounds between (wire::Push::skip).
     const auto ours = static_cast<int64_t>(resync_round_);
-    const auto theirs = static_cast<int64_t>(pr.round) + 1;  // it expects next
-    // Released already (with our push: the reply was lost): the full values are the round's
-    // result, and our next round is its next. Otherwise it lost rounds (an older checkpoint, or
-    // our unreleased pushes dropped): our delta against these values carries them again.
-    round_shift = theirs > ours ? ours - static_cast<int64_t>(pr.round) : ours - theirs;
-    expects_next_ = static_cast<uint64_t>(theirs);
+    if (static_cast<int64_t>(pr.round) > ours - round_shift)
+      round_shift = ours - static_cast<int64_t>(pr.round);
+    expects_next_ = pr.round + 1;
   }
   tally.released =
       std::min(tally.released, static_cast<uint64_t>(static_cast<int64_t>(pr.round) + round_shift));
@@ -215,10 +218,11 @@ void LeaderShard::apply_pull(const wire::Reply& reply, const std::string& region
   }
 }
 
-void LeaderShard::push(uint64_t request) {
+void LeaderShard::push(uint64_t request, uint64_t server_round) {
   expect(phase_ == ShardPhase::idle, "push");
   phase_ = ShardPhase::pushing;
   push_id_ = request;
+  expects_next_ = server_round + 1;
   pulled_early_ = false;
 }
 
@@ -264,8 +268,9 @@ void LeaderShard::defer(uint64_t server_round) {
   expect(exchanging(), "defer");
   phase_ = ShardPhase::deferred;
   deferred_round_ = server_round;
-  expects_next_ = server_round + 1;
 }
+
+void LeaderShard::connected(uint64_t server_next_round) { expects_next_ = server_next_round; }
 
 void LeaderShard::lost() {
   push_id_.reset();
@@ -302,13 +307,16 @@ void LeaderShard::flush(uint64_t request) {
   push_id_ = request;
 }
 
-void LeaderShard::hand_back(uint64_t our_next_round) {
+void LeaderShard::hand_back(uint64_t our_next_round, int64_t region_shift) {
   expect(phase_ == ShardPhase::merged || phase_ == ShardPhase::deferred_lost, "hand_back");
   if (phase_ == ShardPhase::deferred_lost) {
     phase_ = ShardPhase::needs_resync;  // the full pull maps its rounds again
     return;
   }
-  round_shift = static_cast<int64_t>(our_next_round) - static_cast<int64_t>(expects_next_);
+  // The region's shift, the rounds it was deferred for sat out; a smaller one only when its
+  // server is further along (it released rounds without this region) than that would allow.
+  round_shift = std::min(
+      region_shift, static_cast<int64_t>(our_next_round) - static_cast<int64_t>(expects_next_));
   phase_ = ShardPhase::idle;
 }
 

@@ -99,8 +99,10 @@ class LeaderShard {
   uint64_t version = 0;  // last version pulled
   std::vector<Segment> segments;
   uint32_t fragment = 0;
-  // This region's round minus the round its server counts for it (non-zero after the server
-  // restarted from an older checkpoint, or after the shard was merged late).
+  // This region's round minus the round its server counts for it: the same for every shard of a
+  // fragment (LeaderShards::align), so that the region's rounds keep one offset on every server;
+  // a shard deferred past rounds sits them out instead (wire::Push::skip). Non-zero after a
+  // server released rounds without this region, or a leader restarted behind its servers.
   int64_t round_shift = 0;
   bool zero_start = false;  // hello: its values are still zero, so connect() pulls nothing
   // hello: this region flushed the shard before connect() (a leader restarted after its run's
@@ -120,6 +122,11 @@ class LeaderShard {
   void bind(FloatSpan base_table, ConstFloatSpan origin_table, TensorMotion& motion);
   // A fresh start: its server holds zeros, so base = origin, and nothing crosses the WAN.
   void start_from_origin();
+  // The hello at connect(): its server expects round `server_next_round` next from this region.
+  void connected(uint64_t server_next_round);
+  // The round its server expects next from this region, as last learnt (a hello, a push, a
+  // resync): a push of a later one sits out the rounds between.
+  uint64_t expects_next() const { return expects_next_; }
   // The round its server counts for this region's round `our_round`.
   uint64_t server_round(uint64_t our_round) const {
     return static_cast<uint64_t>(static_cast<int64_t>(our_round) - round_shift);
@@ -168,7 +175,8 @@ class LeaderShard {
   }
 
   // Transitions (the diagram above).
-  void push(uint64_t request);
+  // Its push of its server's round `server_round` sent.
+  void push(uint64_t request, uint64_t server_round);
   void push_answered();
   // Its pull sent: right behind its push (pushing), after the push's answer (pushed), or, when
   // deferred, once the push is answered.
@@ -187,10 +195,12 @@ class LeaderShard {
   void resynced(uint64_t version_pulled);
   // Its flush push sent.
   void flush(uint64_t request);
-  // A merged shard goes back to the caller: its next push is in the round its server expects next,
-  // which is this region's `our_next_round` (after a full pull, when its server lost this region
-  // since it was merged).
-  void hand_back(uint64_t our_next_round = 0);
+  // A merged shard goes back to the caller; this region's next round of its fragment is
+  // `our_next_round`, mapped onto its server's count by the region's shift `region_shift` (its
+  // next push sits out the rounds it was deferred for), or by a smaller one when its server
+  // expects a later round than that gives. A shard whose server lost this region since it was
+  // merged is pulled in full first.
+  void hand_back(uint64_t our_next_round, int64_t region_shift);
 
  private:
   void expect(bool ok, const char* transition) const {
@@ -209,7 +219,8 @@ class LeaderShard {
   uint64_t deferred_round_ = 0;
   uint64_t tokens_ = 0;
   bool pulled_early_ = false;  // pushing: its pull answered before its push
-  // The round its server expects next from this region, as last learnt (defer(), a resync).
+  // The round its server expects next from this region, as last learnt (connected(), push(), a
+  // resync).
   uint64_t expects_next_ = 0;
 };
 
