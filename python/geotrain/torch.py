@@ -192,16 +192,9 @@ class OuterSync:
         self._leader = leader
         if metrics:
             self._log = MetricsLog(worker_metrics_path(s["run_dir"], region, 0))
-            self._log.write("start", {
-                "region": region, "rank": 0, "world": len(s["regions"]) * self._group_size,
-                "model": s.get("model_name", "torch"), "parameters": self.size,
-                "batch_size": s.get("batch_size"), "local_steps": self.local_steps,
-                "rounds": self.rounds, "critical_codec": s["critical_codec"],
-                "noncritical_codec": s["noncritical_codec"],
-                "overlap": s["overlap"] != "false", "overlap_mode": s["overlap"],
-                "fragments": self.fragments, "fragment_delay": self._schedule.delay,
-                "stream_critical": bool(s["stream_critical"]),
-                "staleness_bound": int(s["staleness_bound"]), "frontend": "python"})
+            self._log.write("start", _core.start_event(
+                s["config_text"], s["source"], region, len(s["regions"]) * self._group_size,
+                s.get("model_name", "torch"), self.size, self.fragments, self._schedule.delay))
 
     # -- settings -------------------------------------------------------------------------
 
@@ -375,10 +368,8 @@ class OuterSync:
         self.steps += 1
         self._in_round += 1
         if self._log:
-            event = {"region": self.region, "rank": 0, "round": self.round, "step": self.steps,
-                     "compute_s": compute, "comm_s": 0.0}
-            if loss is not None:
-                event["loss"] = float(loss)
+            event = _core.step_event(self.region, self.round, self.steps, compute,
+                                     loss=None if loss is None else float(loss))
             event.update({k: float(v) for k, v in fields.items()})
             self._log.write("step", event)
         # The step over the run ((round - 1) * H + h + 1 with fixed H) and its place in a round
@@ -412,11 +403,9 @@ class OuterSync:
         # The exchange fields as the native trainer writes them (worker/run/worker_events.hpp).
         fields = self._leader.take_round_fields() if self._leader is not None else {}
         if self._log:
-            event = {"region": self.region, "round": self.round, "steps": self._round_steps,
-                     "compute_s": self._round_compute, "comm_s": 0.0,
-                     "wait_s": self._round_wait}
-            event.update(fields)
-            self._log.write("round", event)
+            self._log.write("round", _core.round_event(self.region, self.round,
+                                                       self._round_steps, self._round_compute,
+                                                       self._round_wait, fields))
         self._round_compute = 0.0
         self._round_wait = 0.0
         self._in_round = 0
@@ -427,7 +416,7 @@ class OuterSync:
         """Records an evaluation: test_accuracy / test_loss (classifiers) or val_loss / val_bpb
         / val_accuracy (language models), as the native worker's `eval` event."""
         if self._log:
-            event = {"region": self.region, "round": self.round - 1, "step": self.steps}
+            event = _core.eval_event(self.region, self.round - 1, self.steps)
             event.update({k: float(v) for k, v in fields.items()})
             self._log.write("eval", event)
 
@@ -463,13 +452,11 @@ class OuterSync:
                 self.last_report = reports[-1]
             fields = self._leader.take_round_fields()
             if reports and self._log:
-                event = {"region": self.region, "round": reports[-1]["round"], "steps": 0,
-                         "compute_s": 0.0, "comm_s": 0.0, "wait_s": time.monotonic() - t0}
-                event.update(fields)
-                self._log.write("round", event)
+                # The exchanges that drain at the end: no round (0 steps).
+                self._log.write("round", _core.round_event(self.region, reports[-1]["round"], 0,
+                                                           0.0, time.monotonic() - t0, fields))
             if self._log:
-                self._log.write("tensor_motion", {"region": self.region,
-                                                  "tensors": self._leader.tensor_motion()})
+                self._log.write("tensor_motion", self._leader.tensor_motion_event())
             if flush:
                 global_model, global_error = self._flush()
             else:
@@ -487,9 +474,8 @@ class OuterSync:
         if self._log:
             if figures:
                 self.log_eval(**figures)
-            done = {"region": self.region, "rank": 0, "rounds": self.rounds_done,
-                    "steps": self.steps, "skipped_steps": 0,
-                    "wall_s": time.monotonic() - self._start}
+            done = _core.done_event(self.region, self.rounds_done, self.steps,
+                                    time.monotonic() - self._start)
             # region_* and, only with a global model, final_*: the native leaders' rule.
             done.update(_core.end_figures({k: float(v) for k, v in final_eval.items()},
                                           {k: float(v) for k, v in figures.items()}
@@ -504,19 +490,10 @@ class OuterSync:
         """The leader's flush (RegionSync.flush): the global model into the flat buffer and the
         parameters, the `flush` event, and model.safetensors from the first region. Returns
         (global_model, error)."""
-        t0 = time.monotonic()
         self._gather()
-        own = self._flat_np.copy()
-        event = {"region": self.region}
-        try:
-            event.update(self._leader.flush(self._flat_np))
-            ok, error = True, None
-        except Exception as e:  # no global model: the region keeps its own parameters
-            self._flat_np[:] = own
-            ok, error = False, str(e)
-            event["error"] = error
-        event["global_model"] = ok
-        event["seconds"] = time.monotonic() - t0
+        # Without a global model (the flush failed) the region keeps its own parameters.
+        event = self._leader.flush(self._flat_np)
+        ok, error = event["global_model"], event.get("error")
         if self._log:
             self._log.write("flush", event)
         self._scatter()

@@ -1,6 +1,7 @@
 // The extension module geotrain._core (docs/python.md). The C++ core is the one implementation;
 // this module only binds it: codecs and error feedback (codec_bindings.cpp), the region leader's
-// sync (sync_bindings.cpp). The package geotrain/ (python/geotrain) wraps it for Python users.
+// sync (sync_bindings.cpp), a run's settings (run_bindings.cpp), the metrics events
+// (events_bindings.cpp). The package geotrain/ (python/geotrain) wraps it for Python users.
 // InputError (bad input: a spec, a payload, a config) is ValueError; SystemError (a failed
 // library call, a silent server) is RuntimeError.
 #include <pybind11/pybind11.h>
@@ -13,6 +14,7 @@ namespace py = pybind11;
 void bind_codecs(py::module_& m);
 void bind_sync(py::module_& m);
 void bind_run(py::module_& m);
+void bind_events(py::module_& m);
 }  // namespace geotrain::python
 
 PYBIND11_MODULE(_core, m) {
@@ -32,4 +34,5 @@ PYBIND11_MODULE(_core, m) {
   geotrain::python::bind_codecs(m);
   geotrain::python::bind_sync(m);
   geotrain::python::bind_run(m);
+  geotrain::python::bind_events(m);
 }

@@ -27,6 +27,7 @@
 #include "buffers.hpp"
 #include "core/error.hpp"
 #include "core/param_table.hpp"
+#include "json_dict.hpp"
 #include "wire/handshake_check.hpp"
 #include "wire/security_config.hpp"
 #include "worker/config.hpp"
@@ -35,6 +36,7 @@
 #include "worker/leader/overlap_merge.hpp"
 #include "worker/leader/region_sync.hpp"
 #include "worker/leader/streaming_sync.hpp"
+#include "worker/run/final_model.hpp"
 #include "worker/run/worker_events.hpp"
 #include "worker/training/round_budget.hpp"
 
@@ -48,29 +50,7 @@ using worker::StreamingConfig;
 using worker::StreamingSync;
 using worker::SyncConfig;
 
-// A JSON object of numbers, strings, booleans, null and such objects as a Python dict.
-py::dict flat_dict(const nlohmann::json& j) {
-  py::dict d;
-  for (const auto& [key, v] : j.items()) {
-    if (v.is_boolean())
-      d[key.c_str()] = v.get<bool>();
-    else if (v.is_number_unsigned())
-      d[key.c_str()] = v.get<uint64_t>();
-    else if (v.is_number_integer())
-      d[key.c_str()] = v.get<int64_t>();
-    else if (v.is_number())
-      d[key.c_str()] = v.get<double>();
-    else if (v.is_string())
-      d[key.c_str()] = v.get<std::string>();
-    else if (v.is_object())
-      d[key.c_str()] = flat_dict(v);
-    else
-      d[key.c_str()] = py::none();
-  }
-  return d;
-}
-
-py::dict report_dict(const RoundReport& r) { return flat_dict(worker::report_fields(r)); }
+py::dict report_dict(const RoundReport& r) { return to_dict(worker::report_fields(r)); }
 
 // A step's place in a round of any length: ValueError unless 1 <= in_round <= round_steps.
 void check_position(uint32_t in_round, uint32_t round_steps) {
@@ -167,32 +147,28 @@ class RegionLeader {
 
   // The `round` event's exchange fields of every exchange merged since the last call (after_step
   // and finish), as the native trainer writes them (worker::exchange_fields); {} when none.
-  py::dict take_round_fields() { return flat_dict(session_->take_round_fields()); }
+  py::dict take_round_fields() { return to_dict(session_->take_round_fields()); }
 
-  // The `tensor_motion` event's tensors (worker::motion_event): how far each tensor moved in the
-  // pulls so far, a list of dicts in the table's order.
-  py::list tensor_motion() const {
-    py::list out;
-    const auto event = worker::motion_event("", session_->sync().motion());
-    for (const auto& t : event.at("tensors")) out.append(flat_dict(t));
-    return out;
+  // The `tensor_motion` event (worker::motion_event): how far each tensor moved in the pulls so
+  // far, in the table's order.
+  py::dict tensor_motion_event() const {
+    return to_dict(worker::motion_event(region(), session_->sync().motion()));
   }
 
-  // The end of a run, after finish(): RegionSync::flush, then `local` = the global model (the
-  // mean of what the regions hold). Returns the `flush` event's figures. Raises what the flush
-  // raises (a server that does not answer or lacks the flush): `local` is then unchanged.
+  // The end of a run, after finish() (worker::flush_to_global, as the native leaders): `local`
+  // becomes the global model (the mean of what the regions hold), or, when the flush fails (a
+  // server that does not answer or lacks the flush), stays as it was. Returns the `flush` event.
   py::dict flush(const py::handle& local) {
     require_connected();
     auto v = float_view(local, true, "local");
-    worker::FlushReport r;
+    const std::vector<float> own(v.span.begin(), v.span.end());
+    worker::FlushOutcome outcome;
     {
       py::gil_scoped_release nogil;
-      r = session_->flush(v.span);
+      outcome = worker::flush_to_global(*session_, v.span, own, region());
     }
-    const auto base = session_->sync().base();
-    std::copy(base.begin(), base.end(), v.span.begin());
-    flushed_ = true;
-    return flat_dict(worker::flush_fields(r));
+    flushed_ = outcome.global();
+    return to_dict(outcome.event);
   }
 
   void copy_base(const py::handle& out) {
@@ -247,6 +223,7 @@ class RegionLeader {
           c.region, silent, c.timeout.count()));
   }
 
+  const std::string& region() const { return session_->sync().config().region; }
   void require_connected() const {
     if (flushed_) throw py::value_error("RegionSync: flush() ended the run: no exchange after it");
     if (!session_->connected() && !finished_) throw py::value_error("RegionSync: connect() first");
@@ -446,7 +423,7 @@ void bind_schedule(py::module_& m) {
       [](const py::dict& own, const py::object& global, const std::string& error) {
         std::optional<nlohmann::json> g;
         if (!global.is_none()) g = figures_json(global.cast<py::dict>());
-        return flat_dict(worker::end_figures(figures_json(own), g, error));
+        return to_dict(worker::end_figures(figures_json(own), g, error));
       },
       py::arg("own"), py::arg("global_figures"), py::arg("error") = "",
       "the done event's end figures as the native leaders write them (worker::end_figures): "
@@ -559,14 +536,14 @@ connect() raises HandshakeError (a ConnectionError) when a server refuses the co
            "the round event's exchange fields (bytes, seconds, staleness, merged_round, ...) of "
            "every exchange merged since the last call, as the native trainer writes them; {} when "
            "none")
-      .def("tensor_motion", &RegionLeader::tensor_motion,
-           "the tensor_motion event's tensors: each tensor's name, elements, critical and "
-           "relative_update (the RMS size of a pull's change against the tensor's), over the pulls "
-           "so far")
+      .def("tensor_motion_event", &RegionLeader::tensor_motion_event,
+           "the tensor_motion event: each tensor's name, elements, critical and relative_update "
+           "(the RMS size of a pull's change against the tensor's), over the pulls so far")
       .def("flush", &RegionLeader::flush, py::arg("local"),
            "the end of a run, after finish(): pushes the progress not pushed yet (fp32), waits "
            "for every live region's flush and pulls the global model into `local` (in place); "
-           "returns the flush's bytes and times. No exchange after it")
+           "returns the `flush` event (global_model false, with the error, when it failed: "
+           "`local` is then unchanged). No exchange after it")
       .def("goodbye", &RegionLeader::goodbye, py::arg("wait_ms") = 2000,
            "the region leaves: every server stops counting it at once (best effort, at most "
            "wait_ms per server); last, after flush()")

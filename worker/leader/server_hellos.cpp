@@ -46,9 +46,13 @@ void ServerHellos::adopt_layout(SyncConfig& config) const {
 ServerHellos greet(ServerLinks& links, const wire::Hello& hello, const ParamTable& layout,
                    bool tensor_segments, std::chrono::milliseconds timeout) {
   ServerHellos out;
+  // Every hello goes out before any reply is awaited: one round trip to the farthest server, not
+  // one per server in turn (their handshakes run side by side as well).
+  std::vector<uint64_t> sent;
+  for (size_t s = 0; s < links.size(); ++s) sent.push_back(links[s].send(hello));
   for (size_t s = 0; s < links.size(); ++s) {
     auto& link = links[s];
-    auto replies = link.collect({link.send(hello)}, timeout, "hello", links.waiting(s, false));
+    auto replies = link.collect({sent[s]}, timeout, "hello", links.waiting(s, false));
     const auto& reply = body_as<wire::HelloReply>(replies.begin()->second, link.region());
     const auto& caps = reply.capabilities;
     link.set_offers_flush(std::find(caps.begin(), caps.end(), "flush") != caps.end());

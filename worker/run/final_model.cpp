@@ -31,28 +31,37 @@ std::filesystem::path global_model_path(const std::filesystem::path& run_dir) {
 FinalModel::FinalModel(ConstFloatSpan own, std::string region)
     : own_(own.begin(), own.end()), region_(std::move(region)) {}
 
-void FinalModel::flush(LeaderSession& session, FloatSpan params, MetricsLog& log) {
+FlushOutcome flush_to_global(LeaderSession& session, FloatSpan params, ConstFloatSpan own,
+                             const std::string& region) {
+  GT_ASSERT(own.size() == params.size(), "own {} != params {}", own.size(), params.size());
   const auto t0 = std::chrono::steady_clock::now();
-  nlohmann::json j{{f::region, region_}};
+  FlushOutcome out{{{f::region, region}}, {}};
   try {
     const auto r = session.flush(params);
     const auto base = session.sync().base();
     std::copy(base.begin(), base.end(), params.begin());
-    global_ = true;
-    j.update(flush_fields(r));
+    out.event.update(flush_fields(r));
   } catch (const Stopped&) {
     throw;  // the worker is stopping: no global model, and no more waiting for one
   } catch (const std::exception& e) {
     // The parameters are the region's own again (a failed pull may have changed base, never
     // params); the bytes that went out before the failure are not counted.
-    std::copy(own_.begin(), own_.end(), params.begin());
-    error_ = e.what();
-    spdlog::warn("region {}: no global model: {}", region_, error_);
-    j[f::error] = error_;
+    std::copy(own.begin(), own.end(), params.begin());
+    out.error = e.what();
+    spdlog::warn("region {}: no global model: {}", region, out.error);
+    out.event[f::error] = out.error;
   }
-  j[f::global_model] = global_;
-  j[f::seconds] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  log.write(events::name::flush, j);
+  out.event[f::global_model] = out.global();
+  out.event[f::seconds] =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return out;
+}
+
+void FinalModel::flush(LeaderSession& session, FloatSpan params, MetricsLog& log) {
+  auto outcome = flush_to_global(session, params, own_, region_);
+  global_ = outcome.global();
+  error_ = outcome.error;
+  log.write(events::name::flush, std::move(outcome.event));
 }
 
 std::optional<std::filesystem::path> FinalModel::write(

@@ -42,6 +42,19 @@ namespace geotrain::worker {
 // The run folder's file of the global model.
 std::filesystem::path global_model_path(const std::filesystem::path& run_dir);
 
+// A flush's outcome: its `flush` event, and why there is no global model (empty: there is one).
+struct FlushOutcome {
+  nlohmann::json event;
+  std::string error;
+  bool global() const { return error.empty(); }
+};
+// The flush of region `region`'s leader (LeaderSession::flush): `params` become the global model,
+// or, when the flush fails, stay `own` (the region's own parameters) with the reason in the
+// outcome. Rethrows Stopped (the worker is stopping). The native leaders (FinalModel::flush) and
+// the Python API call it.
+FlushOutcome flush_to_global(LeaderSession& session, FloatSpan params, ConstFloatSpan own,
+                             const std::string& region);
+
 class FinalModel {
  public:
   // `own`: the region's final parameters (copied). `region` names it in events and logs.

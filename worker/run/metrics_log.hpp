@@ -34,16 +34,20 @@ class MetricsLog {
   }
 
   void write(const std::string& event, nlohmann::json fields) {
-    std::vector<std::string> keys;
-    for (const auto& item : fields.items()) keys.push_back(item.key());
-    const std::string wrong = events::check(event, keys);
+    const std::string wrong = check(event, fields, true);
     GT_ASSERT(wrong.empty(), "metrics event: {}", wrong);
-    fields["event"] = event;
-    fields["time"] = seconds();
-    out_ << fields.dump() << '\n';
-    out_.flush();
-    if (observer_) observer_(fields);
+    append(event, std::move(fields));
   }
+
+  // The Python API's writer: the user's own fields go into the events that take them (not
+  // `strict`), and a field the schema does not allow is an InputError, not a bug of ours.
+  void write_user(const std::string& event, nlohmann::json fields) {
+    const std::string wrong = check(event, fields, false);
+    GT_REQUIRE(wrong.empty(), "metrics event: {}", wrong);
+    append(event, std::move(fields));
+  }
+
+  void close() { out_.close(); }
 
   // Called with every line after it is written (on the writer's thread): the worker's
   // Prometheus metrics follow the same events (worker/run/worker_metrics.hpp).
@@ -52,6 +56,20 @@ class MetricsLog {
   }
 
  private:
+  static std::string check(const std::string& event, const nlohmann::json& fields, bool strict) {
+    std::vector<std::string> keys;
+    for (const auto& item : fields.items()) keys.push_back(item.key());
+    return events::check(event, keys, strict);
+  }
+  void append(const std::string& event, nlohmann::json fields) {
+    GT_REQUIRE(out_.is_open(), "metrics event '{}' written after the log was closed", event);
+    fields["event"] = event;
+    fields["time"] = seconds();
+    out_ << fields.dump() << '\n';
+    out_.flush();
+    if (observer_) observer_(fields);
+  }
+
   std::chrono::steady_clock::time_point start_;
   std::ofstream out_;
   std::function<void(const nlohmann::json&)> observer_;

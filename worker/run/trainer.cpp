@@ -279,18 +279,18 @@ void WorkerRun::local_step(uint64_t round, uint32_t h, uint32_t steps) {
   round_compute_ += compute;
   round_comm_ += comm_s;
   round_optimizer_ += optimizer_s;
-  log_->write(events::name::step, {{f::region, region_},
-                                   {f::rank, rank_},
-                                   {f::round, round},
-                                   {f::step, report.step},
-                                   {f::loss, report.loss},
-                                   {f::lr, report.lr},
-                                   {f::grad_norm, report.grad_norm},
-                                   {f::compute_s, compute},
-                                   {f::comm_s, comm_s},
-                                   {f::optimizer_s, optimizer_s},
-                                   {f::skipped, report.verdict != Verdict::kAccept},
-                                   {f::overrun, emulated_.overruns() > overruns_before}});
+  log_->write(events::name::step,
+              step_event(region_, {.rank = rank_,
+                                   .round = round,
+                                   .step = report.step,
+                                   .loss = report.loss,
+                                   .lr = report.lr,
+                                   .grad_norm = report.grad_norm,
+                                   .compute_s = compute,
+                                   .comm_s = comm_s,
+                                   .optimizer_s = optimizer_s,
+                                   .skipped = report.verdict != Verdict::kAccept,
+                                   .overrun = emulated_.overruns() > overruns_before}));
   // The exchanges due after this step (every fragment's push, and the merges `delay` steps
   // later); every rank knows the schedule, so all take part in the broadcast that follows.
   const StepPosition at{++steps_taken_, h + 1, steps};
@@ -342,12 +342,10 @@ void WorkerRun::end_round(uint64_t round, uint32_t steps, std::stop_token stop) 
   last_ended_round_ = round;
   ++result_.rounds;
   if (leader_) {
-    nlohmann::json fields{{f::region, region_},     {f::round, round},
-                          {f::steps, steps},        {f::compute_s, round_compute_},
-                          {f::comm_s, round_comm_}, {f::optimizer_s, round_optimizer_},
-                          {f::wait_s, round_wait_}};
-    fields.update(session_->take_round_fields());
-    log_->write(events::name::round, fields);
+    log_->write(events::name::round,
+                round_event(region_, round, steps,
+                            {round_compute_, round_comm_, round_optimizer_, round_wait_},
+                            session_->take_round_fields()));
     if (config_.eval_every > 0 && round % config_.eval_every == 0 && round < config_.rounds) {
       engine_->to_host(params_);
       log_->write(events::name::eval, eval_event(region_, data_->evaluate(*backend_, params_),

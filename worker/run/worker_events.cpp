@@ -11,6 +11,38 @@ namespace geotrain::worker {
 
 namespace f = events::field;
 
+nlohmann::json step_event(const std::string& region, const StepFigures& s) {
+  nlohmann::json j{{f::region, region}, {f::rank, s.rank},           {f::round, s.round},
+                   {f::step, s.step},   {f::compute_s, s.compute_s}, {f::comm_s, s.comm_s}};
+  if (s.loss) j[f::loss] = *s.loss;
+  if (s.lr) j[f::lr] = *s.lr;
+  if (s.grad_norm) j[f::grad_norm] = *s.grad_norm;
+  if (s.optimizer_s) j[f::optimizer_s] = *s.optimizer_s;
+  if (s.skipped) j[f::skipped] = *s.skipped;
+  if (s.overrun) j[f::overrun] = *s.overrun;
+  return j;
+}
+
+nlohmann::json round_event(const std::string& region, uint64_t round, uint32_t steps,
+                           const RoundTimes& t, const nlohmann::json& exchanges) {
+  nlohmann::json j{{f::region, region},   {f::round, round},
+                   {f::steps, steps},     {f::compute_s, t.compute_s},
+                   {f::comm_s, t.comm_s}, {f::optimizer_s, t.optimizer_s},
+                   {f::wait_s, t.wait_s}};
+  j.update(exchanges);
+  return j;
+}
+
+nlohmann::json done_event(const std::string& region, uint32_t rank, uint64_t rounds, uint64_t steps,
+                          uint64_t skipped_steps, double wall_s) {
+  return {{f::region, region},
+          {f::rank, rank},
+          {f::rounds, rounds},
+          {f::steps, steps},
+          {f::skipped_steps, skipped_steps},
+          {f::wall_s, wall_s}};
+}
+
 nlohmann::json exchange_fields(const std::vector<RoundReport>& reports) {
   nlohmann::json j = nlohmann::json::object();
   if (reports.empty()) return j;
@@ -116,10 +148,14 @@ nlohmann::json start_event(const WorkerConfig& c, const std::string& region, uin
           {f::blas, kernels::cpu::blas_config()}};
 }
 
+nlohmann::json eval_event(const std::string& region, uint64_t round, uint64_t step) {
+  return {{f::region, region}, {f::round, round}, {f::step, step}};
+}
+
 nlohmann::json eval_event(const std::string& region, const Evaluation& e, uint64_t round,
                           uint64_t step, uint64_t tokens_per_step) {
-  nlohmann::json j{
-      {f::region, region}, {f::round, round}, {f::step, step}, {f::tokens, step * tokens_per_step}};
+  auto j = eval_event(region, round, step);
+  j[f::tokens] = step * tokens_per_step;
   if (e.bits_per_byte) {
     j[f::val_loss] = e.loss;
     j[f::val_bpb] = *e.bits_per_byte;

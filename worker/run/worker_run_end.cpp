@@ -27,12 +27,9 @@ void WorkerRun::end_exchange(uint64_t next_round, std::optional<FinalModel>& fin
   const bool last = next_round > config_.rounds;  // else a stopped run: no global model
   auto reps = session_->finish(steps_taken_, params_, last ? RunEnd::flush : RunEnd::no_flush);
   if (!reps.empty()) {
-    nlohmann::json j{{f::region, region_},  {f::round, reps.back().round},
-                     {f::steps, 0},         {f::compute_s, 0.0},
-                     {f::comm_s, 0.0},      {f::optimizer_s, 0.0},
-                     {f::wait_s, since(t0)}};
-    j.update(session_->take_round_fields());
-    log_->write(events::name::round, j);
+    log_->write(events::name::round,
+                round_event(region_, reps.back().round, 0, {.wait_s = since(t0)},
+                            session_->take_round_fields()));
   }
   log_->write(events::name::tensor_motion, motion_event(region_, session_->sync().motion()));
   // One global model out of the regions' views (worker/run/final_model.hpp); not for a stopped
@@ -65,11 +62,7 @@ TrainResult WorkerRun::finish(uint64_t next_round) {
   snapshot_writer_.wait();
   log_snapshots();
 
-  nlohmann::json done{{f::region, region_},
-                      {f::rank, rank_},
-                      {f::rounds, result_.rounds},
-                      {f::steps, result_.steps},
-                      {f::skipped_steps, result_.skipped_steps}};
+  nlohmann::json done = nlohmann::json::object();
   if (emulated_.on()) done[f::step_overruns] = emulated_.overruns();
   if (leader_) {
     final_model->evaluate(*data_, *backend_, params_);
@@ -79,7 +72,8 @@ TrainResult WorkerRun::finish(uint64_t next_round) {
     final_model->write_own(config_.run_dir);
   }
   result_.wall_seconds = since(start_);
-  done[f::wall_s] = result_.wall_seconds;
+  done.update(done_event(region_, rank_, result_.rounds, result_.steps, result_.skipped_steps,
+                         result_.wall_seconds));
   log_->write(events::name::done, done);
   result_.params = std::move(params_);
   return std::move(result_);
