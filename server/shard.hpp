@@ -148,6 +148,14 @@ class Shard {
   [[nodiscard]] StagedPush start_push(size_t region, uint64_t round, ConstFloatSpan delta,
                                       const std::vector<bool>& live, PushMeta meta = {});
 
+  // The latest round a counted (`live`) region has pushed or sat out through: the largest clock.
+  uint64_t frontier(const std::vector<bool>& live) const {
+    uint64_t f = released_round_;
+    for (size_t r = 0; r < live.size(); ++r)
+      if (live[r]) f = std::max(f, gate_.clock(r));
+    return f;
+  }
+
   // Whether the gate admits a push of `round` now (ssp: StalenessGate::admits; quorum: counted
   // from max(slowest live clock, released round)).
   bool admits(uint64_t round, const std::vector<bool>& live) const;

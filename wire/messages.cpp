@@ -121,6 +121,7 @@ void build(schema::Header::Builder h, const Body& body) {
             b.setRound(m.round);
             b.setFull(m.full);
             put_segments(b.initSegments(static_cast<unsigned>(m.segments.size())), m.segments);
+            b.setFrontier(m.frontier);
           },
           [&](const Error& m) {
             auto b = h.initError();
@@ -194,8 +195,8 @@ Body read(schema::Header::Reader h, uint64_t request_id) {
     }
     case schema::Header::PULL_REPLY: {
       auto r = h.getPullReply();
-      return PullReply{r.getShard(), r.getVersion(), r.getRound(), r.getFull(),
-                       get_segments(r.getSegments())};
+      return PullReply{r.getShard(),  r.getVersion(), r.getRound(), r.getFull(),
+                       get_segments(r.getSegments()), r.getFrontier()};
     }
     case schema::Header::ERROR: {
       auto r = h.getError();

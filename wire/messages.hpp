@@ -141,6 +141,9 @@ struct PullReply {
   uint64_t round = 0;
   bool full = false;
   std::vector<Segment> segments;
+  // The latest round a counted region has pushed, or sat out through (its clock), of the shard:
+  // a leader further behind it than the staleness bound sits out the rounds up to it.
+  uint64_t frontier = 0;
 };
 struct Error {
   ErrorCode code = ErrorCode::internal;

@@ -88,6 +88,10 @@ struct PullReply {
   round @2 :UInt64;             # synchronous rounds released so far
   full @3 :Bool;                # segments are values, not changes
   segments @4 :List(Segment);
+  frontier @5 :UInt64;          # the latest round a counted region has pushed (or sat out
+                                # through) of this shard: a leader further behind than the
+                                # staleness bound sits out the rounds up to it (docs/protocol.md,
+                                # "Sitting out rounds"); 0 from an older server
 }
 
 enum ErrorCode {

@@ -425,6 +425,9 @@ TEST_CASE("a push that skips rounds sits them out: they are released without it"
   CHECK(st["parked"] == 2);
   CHECK(st["shards"][0]["released_round"] == 1);
   const auto version = st["shards"][0]["version"].get<uint64_t>();
+  // b's pulls say how far the others are: a's clock, 3 (b sits out up to it when it is further
+  // behind than the staleness bound).
+  CHECK(pull(b, true).header.frontier == 3);
   // b's rounds 2 and 3 are released on b's deltas alone (critical: b's own, not halved).
   push(b, 2, filled(kShard, 8.0f));
   push(b, 3, filled(kShard, 8.0f));

@@ -19,6 +19,7 @@
 #include <functional>
 #include <thread>
 
+#include "compression/factory.hpp"
 #include "server/param_server.hpp"
 #include "wire/channel.hpp"
 #include "wire/client.hpp"
@@ -499,12 +500,13 @@ TEST_CASE(
 
 TEST_CASE(
     "every shard deferred, back a few rounds apart: the region's rounds keep one offset on every "
-    "server, the first shard back taking up where its server left off") {
+    "server") {
   // Both servers stop (every shard of both regions deferred, as when the servers hold their rounds
-  // for a region that is away); a's server resumes, and b's three rounds later. The shard on b's
-  // server comes back after the one on a's: it sits out the rounds between, so that both servers
-  // count the same rounds for each region. (Mapped one by one, it would count three fewer on b's
-  // server, and under staleness bound 0 every round would then wait for two exchanges.)
+  // for a region that is away); a's server resumes, and b's three rounds later. Each shard sits
+  // out the rounds it was deferred for, so that both servers count every round of each region.
+  // (Mapped one by one, b's server would count three fewer, and under staleness bound 0 every
+  // round would then wait for two exchanges; re-derived from the first shard back, the regions'
+  // rounds could pair differently from before, a region a second ahead of another.)
   TwoServers two("defer-all");
   constexpr int kRounds = 30;
   DeferringLeaders fleet{two, kRounds};
@@ -526,10 +528,59 @@ TEST_CASE(
   }
   const auto on_a = clocks_of(two, 0), on_b = clocks_of(two, 1);
   CHECK(on_a == on_b);
-  // The first shard back went on from the round its server expected: the rounds every shard was
-  // deferred for are not counted as sat out, at either server.
-  for (auto clock : on_a) CHECK(clock < static_cast<uint64_t>(kRounds));
+  // Every region's rounds are the servers' (its shift stayed 0): its last round is kRounds there.
+  for (auto clock : on_a) CHECK(clock == static_cast<uint64_t>(kRounds));
   CHECK(fleet.final_base[0] == fleet.final_base[1]);
+}
+
+TEST_CASE(
+    "a region further behind a server's frontier than the staleness bound sits out the rounds up "
+    "to it, on every server") {
+  // Region a (a scripted client) sits out rounds 1 to 9 at both servers and pushes round 10, which
+  // waits at the gate for b (staleness bound 0). Region b's leader pushes round 1, and its pull
+  // says the servers' frontier is 9: its next exchange sits out rounds 2 to 8 and pushes 9 on
+  // both servers, which lets a's round 10 in; its third exchange is round 10 with a. (Pushing one
+  // round per exchange, b would hold a back for eight exchanges.)
+  TwoServers two("frontier");
+  const ParamTable table(two.config.tensors, two.config.critical);
+  zmq::context_t context;
+  std::vector<std::unique_ptr<wire::Client>> a;
+  std::vector<uint64_t> waiting;
+  for (uint32_t s = 0; s < 2; ++s) {
+    a.push_back(std::make_unique<wire::Client>(
+        wire::connect_dealer(context, two.servers[s].server->endpoint())));
+    auto hello = a[s]->call(wire::Hello{"a", wire::kProtocolVersion, table.layout_hash(), {}}, {},
+                            20s);
+    REQUIRE(hello);
+    const auto& info = std::get<wire::HelloReply>(hello->header.body).shards.at(0);
+    Bytes payload;
+    compression::make_codec("fp32")->encode(std::vector<float>(info.count, 0.0f), payload);
+    std::vector<wire::Frame> frames;
+    const uint64_t bytes = payload.size();
+    frames.push_back(wire::frame_from_bytes(std::move(payload)));
+    auto id = a[s]->send(wire::Push{info.id, 10, 0, {{0, bytes}}, 0, false, true},
+                         std::move(frames));
+    REQUIRE(id);
+    waiting.push_back(*id);
+  }
+  const auto b_config = leader_config(two.config, 1, two.servers[0].server->endpoint(),
+                                      two.servers[1].server->endpoint());
+  worker::RegionSync b(table, b_config, context);
+  REQUIRE(b.connect() == 1);
+  std::vector<float> local(b.base().begin(), b.base().end());
+  b.exchange(local);  // round 1: a sat it out
+  for (uint32_t s = 0; s < 2; ++s) CHECK(a[s]->receive(100ms) == std::nullopt);  // still waiting
+  b.exchange(local);  // sits out 2 to 8, pushes 9: a's round 10 goes in
+  for (uint32_t s = 0; s < 2; ++s) {
+    auto reply = a[s]->receive(20s);
+    REQUIRE(reply);
+    CHECK(reply->header.request_id == waiting[s]);
+    CHECK(std::get<wire::PushReply>(reply->header.body).round == 10);
+  }
+  b.exchange(local);  // round 10, with a
+  const auto on_a = clocks_of(two, 0), on_b = clocks_of(two, 1);
+  CHECK(on_a == std::vector<uint64_t>{10, 10});
+  CHECK(on_b == std::vector<uint64_t>{10, 10});
 }
 
 TEST_CASE(

@@ -75,30 +75,28 @@ void LeaderShards::align(uint32_t fragment) {
   const int64_t before = shift;
   for (const auto& sh : shards_)
     if (aligned(sh)) shift = std::min(shift, sh.round_shift);
+  // Behind a server's frontier by more than the staleness bound (the other regions sat out rounds
+  // this region still has to push there: it was away, or came back later than they did): sit
+  // out the rounds up to it, on every server alike.
+  const auto ours = static_cast<int64_t>(rounds_.at(fragment));
+  int64_t behind = 0;
+  for (const auto& sh : shards_)
+    if (aligned(sh))
+      behind = std::max(behind, static_cast<int64_t>(sh.frontier()) -
+                                    static_cast<int64_t>(config_.staleness_bound) -
+                                    (ours - shift));
+  shift -= behind;
   for (auto& sh : shards_)
     if (aligned(sh)) sh.round_shift = shift;
   if (before != INT64_MAX && shift != before)
-    spdlog::info("region {}: fragment {}'s rounds now map onto its servers' shifted by {} (was {})",
-                 config_.region, fragment, shift, before);
+    spdlog::info("region {}: fragment {}'s rounds now map onto its servers' shifted by {} (was {}){}",
+                 config_.region, fragment, shift, before,
+                 behind > 0 ? fmt::format(": {} round(s) behind a server's frontier", behind) : "");
 }
 
 void LeaderShards::hand_back(LeaderShard& sh, uint64_t our_next_round) {
-  auto& shift = shifts_.at(sh.fragment);
-  // Every other shard of the fragment deferred too (its servers all held their rounds, for a
-  // region that was away): they take up their rounds where their servers left them, so the first
-  // one back sets the fragment's offset (its server's next round is our next), and the others
-  // follow it. Otherwise it takes the offset of the shards that went on.
-  const bool first_back = std::none_of(shards_.begin(), shards_.end(), [&](const LeaderShard& o) {
-    return &o != &sh && o.fragment == sh.fragment && o.phase() == ShardPhase::idle;
-  });
-  if (first_back) shift = INT64_MAX;
-  sh.hand_back(our_next_round, shift);
+  sh.hand_back(our_next_round, shifts_.at(sh.fragment));
   align(sh.fragment);
-  if (first_back)
-    spdlog::info(
-        "region {}: fragment {}'s first shard back from deferral maps its rounds onto its "
-        "servers' shifted by {}",
-        config_.region, sh.fragment, shift);
 }
 
 std::vector<ElementRange> LeaderShards::fragment_ranges(uint32_t fragment) const {

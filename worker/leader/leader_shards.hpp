@@ -78,11 +78,14 @@ class LeaderShards {
   // One shift per fragment (LeaderShard::round_shift): the smallest of its idle shards', given to
   // all of them, so that the region's rounds of the fragment map onto every server's count alike
   // (rounds are released where every region has pushed them: a region a round further along on
-  // one server than on another makes every round wait for two exchanges). A shard whose shift
-  // falls sits out the rounds between at its next push.
+  // one server than on another makes every round wait for two exchanges); lowered further when a
+  // server's frontier (its last pull) is more than the staleness bound ahead of the fragment's
+  // next round there. A shard whose shift falls sits out the rounds between at its next push.
+  // The shift only falls: a region never re-derives it from one server's count (regions that did
+  // so at different moments paired their rounds differently, and every exchange then waited out
+  // shard_wait for a partner a second away).
   void align(uint32_t fragment);
-  // A merged shard back to the caller (LeaderShard::hand_back) at the fragment's shift, or, the
-  // first of a fragment whose shards were all deferred, where its server left off; aligned.
+  // A merged shard back to the caller (LeaderShard::hand_back) at the fragment's shift; aligned.
   void hand_back(LeaderShard& sh, uint64_t our_next_round);
 
   // The shards `keep` is true for, in their order; those of them on server s.

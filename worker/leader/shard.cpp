@@ -190,6 +190,7 @@ void LeaderShard::apply_pull(const wire::Reply& reply, const std::string& region
     }
   }
   tally.bytes_pulled += bytes;
+  frontier_ = pr.frontier;
   if (full_ == FullPull::resync) {
     // A rejoined server sends the full values, and its region clock restarts at its released
     // round. The round this exchange pushes is released already when that round is ours or later

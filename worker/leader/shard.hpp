@@ -127,6 +127,9 @@ class LeaderShard {
   // The round its server expects next from this region, as last learnt (a hello, a push, a
   // resync): a push of a later one sits out the rounds between.
   uint64_t expects_next() const { return expects_next_; }
+  // Its server's frontier as its last pull said (wire::PullReply::frontier): the latest round a
+  // counted region has pushed or sat out through.
+  uint64_t frontier() const { return frontier_; }
   // The round its server counts for this region's round `our_round`.
   uint64_t server_round(uint64_t our_round) const {
     return static_cast<uint64_t>(static_cast<int64_t>(our_round) - round_shift);
@@ -222,6 +225,7 @@ class LeaderShard {
   // The round its server expects next from this region, as last learnt (connected(), push(), a
   // resync).
   uint64_t expects_next_ = 0;
+  uint64_t frontier_ = 0;
 };
 
 }  // namespace geotrain::worker
