@@ -151,6 +151,21 @@ inline wire::PushReply push(wire::Client& c, uint64_t round, const std::vector<f
   return as<wire::PushReply>(r);
 }
 
+// The next reply that comes on `c` (within 20 s), which must answer request `id`.
+inline wire::Reply next_reply(wire::Client& c, uint64_t id) {
+  auto r = c.receive(20s);
+  REQUIRE_MESSAGE(r.has_value(), "no reply within 20 s");
+  CHECK(r->header.request_id == id);
+  return std::move(*r);
+}
+
+// A reply's first payload, decoded into n values.
+inline std::vector<float> payload_values(const wire::Reply& r, size_t n = kShard) {
+  std::vector<float> v(n);
+  compression::decode_payload(wire::frame_bytes(r.payloads.at(0)), v);
+  return v;
+}
+
 struct Pulled {
   wire::PullReply header;
   std::vector<float> values;

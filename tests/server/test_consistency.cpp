@@ -381,19 +381,12 @@ TEST_CASE("a pull sent right behind its push, for the round being pushed, waits 
   const auto pushed = send_push(a, 2, filled(kShard, 1.0f));
   auto pulled = a.send(wire::PullRequest{0, 0, true, 2});
   REQUIRE(pulled);
-  auto first = a.receive(20s);
-  REQUIRE(first);
-  CHECK(first->header.request_id == pushed);
-  CHECK(as<wire::PushReply>(*first).round == 2);
+  CHECK(as<wire::PushReply>(next_reply(a, pushed)).round == 2);
   CHECK(stats(b)["parked"] == 1);  // the pull waits for b's round 2
   push(b, 2, filled(kShard, 3.0f));
-  auto second = a.receive(20s);
-  REQUIRE(second);
-  CHECK(second->header.request_id == *pulled);
-  CHECK(as<wire::PullReply>(*second).round == 2);
-  std::vector<float> v(kShard);
-  compression::decode_payload(wire::frame_bytes(second->payloads.at(0)), v);
-  CHECK(v[0] == 5.0f);  // critical: (2 + 4) / 2 + (1 + 3) / 2
+  const auto second = next_reply(a, *pulled);
+  CHECK(as<wire::PullReply>(second).round == 2);
+  CHECK(payload_values(second)[0] == 5.0f);  // critical: (2 + 4) / 2 + (1 + 3) / 2
   // Two rounds ahead of what the region pushed is still an error.
   auto too_far = expect_reply(a, wire::PullRequest{0, 0, true, 4});
   REQUIRE(std::holds_alternative<wire::Error>(too_far.header.body));
@@ -431,18 +424,11 @@ TEST_CASE("a push that skips rounds sits them out: they are released without it"
   // b's rounds 2 and 3 are released on b's deltas alone (critical: b's own, not halved).
   push(b, 2, filled(kShard, 8.0f));
   push(b, 3, filled(kShard, 8.0f));
-  auto r = a.receive(20s);
-  REQUIRE(r);
-  CHECK(r->header.request_id == skipping);
-  CHECK(as<wire::PushReply>(*r).round == 4);
+  CHECK(as<wire::PushReply>(next_reply(a, skipping)).round == 4);
   push(b, 4, filled(kShard, 2.0f));
-  auto p = a.receive(20s);
-  REQUIRE(p);
-  CHECK(p->header.request_id == *waiting);
-  CHECK(as<wire::PullReply>(*p).round == 4);
-  std::vector<float> v(kShard);
-  compression::decode_payload(wire::frame_bytes(p->payloads.at(0)), v);
-  CHECK(v[0] == 3.0f + 8.0f + 8.0f + 4.0f);  // critical: (2+4)/2, 8, 8, (6+2)/2
+  const auto p = next_reply(a, *waiting);
+  CHECK(as<wire::PullReply>(p).round == 4);
+  CHECK(payload_values(p)[0] == 3.0f + 8.0f + 8.0f + 4.0f);  // critical: (2+4)/2, 8, 8, (6+2)/2
   CHECK(stats(b)["shards"][0]["version"].get<uint64_t>() > version);
   // A round both sit out is released with no step (a step on no deltas would divide by zero).
   const auto zeros = filled(kShard, 0.0f);
@@ -456,9 +442,7 @@ TEST_CASE("a push that skips rounds sits them out: they are released without it"
                                 }(),
                                 frames(encode(zeros))))
             .round == 6);
-  auto r6 = a.receive(20s);
-  REQUIRE(r6);
-  CHECK(r6->header.request_id == a6);
+  CHECK(as<wire::PushReply>(next_reply(a, a6)).round == 6);
   const auto after = pull(a, true, 0, 6);
   CHECK(after.header.round == 6);
   CHECK(after.values[0] == 23.0f);

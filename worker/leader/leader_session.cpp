@@ -16,8 +16,8 @@ LeaderSession::~LeaderSession() {
   sync_.reset();
 }
 
-uint64_t LeaderSession::connect(uint64_t resume_round) {
-  const uint64_t next = sync_->connect(resume_round);
+uint64_t LeaderSession::connect(uint64_t resume_round, ResumeRound how) {
+  const uint64_t next = sync_->connect(resume_round, how);
   // The schedule follows the servers' fragment count (their hellos; RegionSync took it), and a
   // default delay follows it (H / P).
   auto& sc = streaming_config_;

@@ -37,11 +37,11 @@ class LeaderSession {
   // The fragment schedule this region follows (after connect(): with the servers' count).
   FragmentSchedule schedule() const { return streaming_config_.schedule(); }
 
-  // RegionSync::connect(resume_round), then the schedule, with the servers' fragment count (their
-  // hellos say it; streaming_config().fragments and .delay follow it when the config said
+  // RegionSync::connect(resume_round, how), then the schedule, with the servers' fragment count
+  // (their hellos say it; streaming_config().fragments and .delay follow it when the config said
   // otherwise): InputError for a fragment delay beyond H, or more fragments than H. Returns the
   // round the region trains next.
-  uint64_t connect(uint64_t resume_round = 0);
+  uint64_t connect(uint64_t resume_round = 0, ResumeRound how = ResumeRound::at_least);
   bool connected() const { return streaming_ != nullptr; }
 
   // After local step `step` (1-based over the run): merges the exchanges due, starts those due

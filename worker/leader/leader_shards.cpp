@@ -28,14 +28,17 @@ void LeaderShards::set_origin(ConstFloatSpan origin) {
   origin_.assign(origin.begin(), origin.end());
 }
 
-uint64_t LeaderShards::connect(uint64_t resume_at) {
+uint64_t LeaderShards::connect(uint64_t resume_at, ResumeRound how) {
+  GT_ASSERT(how == ResumeRound::at_least || resume_at >= 1, "connect exactly at round {}",
+            resume_at);
   links_.open();
   auto hellos = greet(links_, hello(), layout_, config_.tensor_segments, config_.timeout);
   hellos.adopt_layout(config_);
   shards_ = std::move(hellos.shards);
   for (auto& sh : shards_) sh.bind(base_, origin_, motion_);
   const uint32_t frags = config_.fragment_count();
-  const uint64_t first = std::max(hellos.first_round(), resume_at);
+  const uint64_t first =
+      how == ResumeRound::exactly ? resume_at : std::max(hellos.first_round(), resume_at);
   rounds_.assign(frags, first);
   // A server that released rounds without us (we started late and were declared dead, or it
   // restarted) expects a later round: our rounds are mapped onto the furthest server's count
@@ -83,15 +86,15 @@ void LeaderShards::align(uint32_t fragment) {
   for (const auto& sh : shards_)
     if (aligned(sh))
       behind = std::max(behind, static_cast<int64_t>(sh.frontier()) -
-                                    static_cast<int64_t>(config_.staleness_bound) -
-                                    (ours - shift));
+                                    static_cast<int64_t>(config_.staleness_bound) - (ours - shift));
   shift -= behind;
   for (auto& sh : shards_)
     if (aligned(sh)) sh.round_shift = shift;
   if (before != INT64_MAX && shift != before)
-    spdlog::info("region {}: fragment {}'s rounds now map onto its servers' shifted by {} (was {}){}",
-                 config_.region, fragment, shift, before,
-                 behind > 0 ? fmt::format(": {} round(s) behind a server's frontier", behind) : "");
+    spdlog::info(
+        "region {}: fragment {}'s rounds now map onto its servers' shifted by {} (was {}){}",
+        config_.region, fragment, shift, before,
+        behind > 0 ? fmt::format(": {} round(s) behind a server's frontier", behind) : "");
 }
 
 void LeaderShards::hand_back(LeaderShard& sh, uint64_t our_next_round) {

@@ -36,6 +36,12 @@
 
 namespace geotrain::worker {
 
+// What connect()'s `resume_at` is: the earliest round the region may go on from (the servers'
+// count when they are further along: a snapshot's round, which the region left behind while it
+// was away), or the round it goes on from whatever the servers count (a leader started again
+// beside members that kept the region's state: their round, which their schedules follow).
+enum class ResumeRound : uint8_t { at_least, exactly };
+
 class LeaderShards {
  public:
   using Clock = std::chrono::steady_clock;
@@ -46,7 +52,7 @@ class LeaderShards {
   // RegionSync's calls of the same names (worker/leader/region_sync.hpp says what they do).
   void set_origin(ConstFloatSpan origin);
   void stop_waits_on(std::stop_token stop) { links_.stop_waits_on(std::move(stop)); }
-  uint64_t connect(uint64_t resume_at);
+  uint64_t connect(uint64_t resume_at, ResumeRound how);
   void keep_alive();
   void goodbye(std::chrono::milliseconds wait) { links_.goodbye(wait); }
   std::map<std::string, std::vector<float>> residuals() const { return uplink_.residuals(); }

@@ -80,7 +80,11 @@ class RegionSync {
   // The servers' streaming layout (fragments, the critical fragment), which their hellos name,
   // becomes this region's: config().fragments and critical_fragment follow it (logged where the
   // config said otherwise); servers that disagree with each other are an InputError.
-  uint64_t connect(uint64_t resume_at = 0) { return shards_.connect(resume_at); }
+  // With ResumeRound::exactly, the region goes on from `resume_at` whatever the servers count (a
+  // leader started again beside members that hold the region's state for that round).
+  uint64_t connect(uint64_t resume_at = 0, ResumeRound how = ResumeRound::at_least) {
+    return shards_.connect(resume_at, how);
+  }
 
   // One round: pushes local - base, pulls the new values into base. Returns what it measured.
   // With a fragment, only that fragment's shards (only their part of `local` is read, and only

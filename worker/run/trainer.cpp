@@ -139,7 +139,7 @@ void WorkerRun::restore_snapshot() {
 }
 
 // The leader's link to every region's server; returns the round the region trains next.
-uint64_t WorkerRun::connect_leader(std::stop_token stop, uint64_t resume_at) {
+uint64_t WorkerRun::connect_leader(std::stop_token stop, uint64_t resume_at, ResumeRound how) {
   // The samples one round's delta stands for (the servers' token-weighted merge).
   const uint64_t tokens_per_round = config_.local_steps * config_.samples_per_step(region_);
   auto streaming = leader_streaming_config(config_, region_);
@@ -160,7 +160,7 @@ uint64_t WorkerRun::connect_leader(std::stop_token stop, uint64_t resume_at) {
   if (replaced) model_->init(origin, config_.seed);
   sync.set_origin(origin);
   sync.stop_waits_on(std::move(stop));
-  const uint64_t next = session_->connect(resume_at);
+  const uint64_t next = session_->connect(resume_at, how);
   log_->write(events::name::connect, {{f::region, region_},
                                       {f::next_round, next},
                                       {f::startup_bytes_pulled, sync.startup_bytes_pulled()},

@@ -105,7 +105,8 @@ class WorkerRun {
   void log_rejoin(const RegionPosition& at, Clock::time_point t0);
   void restore_snapshot();
   // `resume_at`: the round the region trains next by its own count (0: the servers' first).
-  uint64_t connect_leader(std::stop_token stop, uint64_t resume_at);
+  uint64_t connect_leader(std::stop_token stop, uint64_t resume_at,
+                          ResumeRound how = ResumeRound::at_least);
   void open_data(uint64_t first_micro_batch);
   void serve_metrics();
   // One local step (h of `steps`, 0-based): the micro-batches' forward/backward, the region's

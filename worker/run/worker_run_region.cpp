@@ -70,11 +70,12 @@ RegionPosition WorkerRun::lead_again(std::stop_token stop) {
   auto opening = std::async(std::launch::async, [this, guess] {
     open_data((guess - 1) * config_.local_steps * config_.accumulation_steps);
   });
-  // The servers' values and round: the region's progress since its last exchange, and the dead
-  // leader's uplink residuals, are lost (as from a snapshot); the optimizer state is the members'.
-  // By the region's own round count, which runs ahead of a server that merged its shards late:
-  // the servers' would send it back rounds it has trained.
-  uint64_t next = connect_leader(std::move(stop), guess);
+  // The servers' values: the region's progress since its last exchange, and the dead leader's
+  // uplink residuals, are lost (as from a snapshot); the optimizer state is the members'. At the
+  // members' round, whatever the servers count (mapped onto it, LeaderShards::align): their
+  // schedules of merges follow it, and a leader at another round would meet them at a different
+  // collective (a step's AllReduce against a merge's broadcast) until Gloo's timeout.
+  uint64_t next = connect_leader(std::move(stop), guess, ResumeRound::exactly);
   opening.get();
   if (session_->sync().flushed_before_connect()) next = config_.rounds + 1;
   schedule_.fragments = session_->schedule().fragments;
