@@ -445,8 +445,8 @@ ParamServer::Outcome ParamServer::on_pull(uint32_t r, const wire::Header& h,
   }
   const uint64_t bytes = frames.back().size();
   // One segment over the whole shard: its payload's header says the codec and the count.
-  wire::PullReply out{m.shard,  shard.version(), shard.released_round(), values, {{0, bytes}},
-                      shard.frontier(in_rounds(shard, live()))};
+  wire::PullReply out{m.shard, shard.version(), shard.released_round(),
+                      values,  {{0, bytes}},    shard.frontier(in_rounds(shard, live()))};
   auto& c = metrics_.region(r);
   ++c.pulls;
   c.bytes_out += bytes;

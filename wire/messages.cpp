@@ -195,8 +195,9 @@ Body read(schema::Header::Reader h, uint64_t request_id) {
     }
     case schema::Header::PULL_REPLY: {
       auto r = h.getPullReply();
-      return PullReply{r.getShard(),  r.getVersion(), r.getRound(), r.getFull(),
-                       get_segments(r.getSegments()), r.getFrontier()};
+      return PullReply{
+          r.getShard(),   r.getVersion(), r.getRound(), r.getFull(), get_segments(r.getSegments()),
+          r.getFrontier()};
     }
     case schema::Header::ERROR: {
       auto r = h.getError();
