@@ -329,6 +329,7 @@ ParamServer::Outcome ParamServer::on_push(uint32_t r, const wire::Header& h, con
                                           std::optional<TimePoint> parked_since) {
   const uint64_t id = h.request_id;
   Shard& shard = shard_for(m.shard, id);
+  if (m.absent) return on_absent(r, h, m, shard);
   const uint64_t next = shard.gate().clock(r) + 1;
   if (m.round != next && !(m.skip && m.round > next))
     throw WireError(ErrorCode::bad_round,
@@ -395,6 +396,35 @@ ParamServer::Outcome ParamServer::on_push(uint32_t r, const wire::Header& h, con
         wire::PushReply{m.shard, m.round, result.staleness, waited_us});
   staged.commit();
   release_rounds();
+  return Outcome::done;
+}
+
+ParamServer::Outcome ParamServer::on_absent(uint32_t r, const wire::Header& h, const wire::Push& m,
+                                            Shard& shard) {
+  const uint64_t id = h.request_id;
+  if (!m.segments.empty() || m.flush)
+    throw WireError(ErrorCode::malformed,
+                    fmt::format("push.absent with {}: an absent push carries no delta",
+                                m.flush ? "flush" : fmt::format("{} segments", m.segments.size())),
+                    id);
+  if (shard.flushed(r))
+    throw WireError(ErrorCode::bad_round,
+                    fmt::format("region {} flushed shard {}: it sits out no more rounds",
+                                config_.regions[r], m.shard),
+                    id);
+  const uint64_t clock = shard.gate().clock(r);
+  if (m.round > clock && m.round - clock > kMaxRoundsSatOut)
+    throw WireError(ErrorCode::bad_round,
+                    fmt::format("push.round is {}: region {} would sit out {} rounds, at most {}",
+                                m.round, config_.regions[r], m.round - clock, kMaxRoundsSatOut),
+                    id);
+  // Rounds it pushed or sat out already stay as they are (a skipping push may have overtaken it).
+  if (m.round > clock) {
+    metrics_.region(r).rounds_sat_out += shard.sit_out(r, m.round);
+    release_rounds();
+    sat_out_ = true;  // step(): parked requests may go on now
+  }
+  reply(membership_.peer(r).value_or(std::string()), id, wire::PushReply{m.shard, m.round, 0, 0});
   return Outcome::done;
 }
 

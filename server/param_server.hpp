@@ -107,6 +107,8 @@ class ParamServer {
                   std::span<const wire::Frame> payloads,
                   std::optional<std::chrono::steady_clock::time_point> parked_since);
   Outcome on_pull(uint32_t r, const wire::Header& h, const wire::PullRequest& m);
+  // A push with `absent` (wire::Push::absent): the region sits out the rounds up to its round.
+  Outcome on_absent(uint32_t r, const wire::Header& h, const wire::Push& m, Shard& shard);
   // The end of a run (server/param_server_flush.cpp, docs/protocol.md "The flush"): a push with
   // `flush` (header checked by on_push), and the checks of a pull with `after_flush`.
   Outcome on_flush(uint32_t r, const wire::Header& h, const wire::Push& m,

@@ -98,6 +98,7 @@ void build(schema::Header::Builder h, const Body& body) {
             b.setTokens(m.tokens);
             b.setFlush(m.flush);
             b.setSkip(m.skip);
+            b.setAbsent(m.absent);
           },
           [&](const PushReply& m) {
             auto b = h.initPushReply();
@@ -182,7 +183,7 @@ Body read(schema::Header::Reader h, uint64_t request_id) {
     case schema::Header::PUSH: {
       auto r = h.getPush();
       return Push{r.getShard(),  r.getRound(), r.getBaseVersion(), get_segments(r.getSegments()),
-                  r.getTokens(), r.getFlush(), r.getSkip()};
+                  r.getTokens(), r.getFlush(), r.getSkip(), r.getAbsent()};
     }
     case schema::Header::PUSH_REPLY: {
       auto r = h.getPushReply();

@@ -120,6 +120,10 @@ struct Push {
   // (a shard deferred past them, docs/protocol.md "Sitting out rounds"); it contributes nothing
   // to them. Without it, a push must name the region's next round.
   bool skip = false;
+  // No delta (no segments): the region sits out every round up to `round` at once, those it
+  // pushed or sat out already left as they are (a deferred shard whose push of `round` will not
+  // come; docs/protocol.md "Sitting out rounds").
+  bool absent = false;
 };
 struct PushReply {
   uint32_t shard = 0;

@@ -64,6 +64,11 @@ struct Push {
                                 # rounds between (contributes nothing to them), so that its
                                 # rounds keep one offset on every server (docs/protocol.md,
                                 # "Sitting out rounds")
+  absent @7 :Bool;              # no delta: the region sits out every round up to and including
+                                # `round` now (a shard it deferred, whose push of this round
+                                # will not come), so that the others' rounds there are released
+                                # without waiting for it; no segments; a round it already pushed
+                                # or sat out is no change (docs/protocol.md, "Sitting out rounds")
 }
 
 struct PushReply {

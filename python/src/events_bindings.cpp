@@ -64,9 +64,13 @@ void bind_events(py::module_& m) {
       "step_event",
       [](const std::string& region, uint64_t round, uint64_t step, double compute_s,
          std::optional<double> loss, uint32_t rank) {
-        return to_dict(worker::step_event(
-            region,
-            {.rank = rank, .round = round, .step = step, .loss = loss, .compute_s = compute_s}));
+        worker::StepFigures figures;
+        figures.rank = rank;
+        figures.round = round;
+        figures.step = step;
+        figures.loss = loss;
+        figures.compute_s = compute_s;
+        return to_dict(worker::step_event(region, figures));
       },
       py::arg("region"), py::arg("round"), py::arg("step"), py::arg("compute_s"),
       py::arg("loss") = std::nullopt, py::arg("rank") = 0,

@@ -449,6 +449,56 @@ TEST_CASE("a push that skips rounds sits them out: they are released without it"
   CHECK(stats(b)["regions"]["b"]["rounds_sat_out"] == 1);
 }
 
+TEST_CASE("an absent push sits out every round up to its own at once, and carries no delta") {
+  TempDir tmp("absent");
+  Cluster cluster(small_config(tmp.path(), 0, kOnlyRegistered));  // a and b, staleness bound 0
+  auto a = cluster.client(), b = cluster.client();
+  hello(a, "a", cluster.table_hash());
+  hello(b, "b", cluster.table_hash());
+  push(a, 1, filled(kShard, 2.0f));
+  push(b, 1, filled(kShard, 4.0f));
+  // a pushes round 2 and pulls right behind it: the round waits for b.
+  const auto pushed = send_push(a, 2, filled(kShard, 6.0f));
+  const auto waiting = a.send(wire::PullRequest{0, 0, true, 2});
+  REQUIRE(waiting);
+  CHECK(as<wire::PushReply>(next_reply(a, pushed)).round == 2);
+  // b's shard is deferred: its push of rounds 2 and 3 will not come. Said at once, a's round 2
+  // is released on a's delta alone (critical: not halved), without waiting for b's next push.
+  wire::Push absent{0, 3, 0, {}, 0, false, false, true};
+  CHECK(as<wire::PushReply>(expect_reply(b, absent)).round == 3);
+  const auto released = next_reply(a, *waiting);
+  CHECK(as<wire::PullReply>(released).round == 2);
+  CHECK(payload_values(released)[0] == 3.0f + 6.0f);
+  auto st = stats(b);
+  CHECK(st["shards"][0]["clocks"][1] == 3);
+  CHECK(st["regions"]["b"]["rounds_sat_out"] == 2);
+  // Absent from a round it sat out already (a push that skipped overtook it): no change.
+  absent.round = 2;
+  CHECK(as<wire::PushReply>(expect_reply(b, absent)).round == 2);
+  st = stats(b);
+  CHECK(st["shards"][0]["clocks"][1] == 3);
+  CHECK(st["regions"]["b"]["rounds_sat_out"] == 2);
+  // An absent push with a delta, or one sitting out more than kMaxRoundsSatOut, is refused, and
+  // changes nothing.
+  auto payload = encode(filled(kShard, 1.0f));
+  auto with_delta = push_header(0, 5, 0, payload);
+  with_delta.absent = true;
+  auto refused = expect_reply(b, with_delta, frames(std::move(payload)));
+  REQUIRE(std::holds_alternative<wire::Error>(refused.header.body));
+  CHECK(std::get<wire::Error>(refused.header.body).code == wire::ErrorCode::malformed);
+  absent.round = 4 + server::kMaxRoundsSatOut;
+  refused = expect_reply(b, absent);
+  REQUIRE(std::holds_alternative<wire::Error>(refused.header.body));
+  CHECK(std::get<wire::Error>(refused.header.body).code == wire::ErrorCode::bad_round);
+  CHECK(stats(b)["shards"][0]["clocks"][1] == 3);
+  // Its next push is round 4, with a.
+  const auto b4 = send_push(b, 4, filled(kShard, 2.0f));
+  push(a, 3, filled(kShard, 1.0f));
+  push(a, 4, filled(kShard, 4.0f));
+  CHECK(as<wire::PushReply>(next_reply(b, b4)).round == 4);
+  CHECK(pull(a, true, 0, 4).values[0] == 9.0f + 1.0f + 3.0f);
+}
+
 // Outer momentum under asynchrony (server/outer_optimizer.hpp, "Momentum under asynchrony"):
 // non-critical elements are stepped on every push, and their momentum still moves once a round.
 namespace {

@@ -75,6 +75,13 @@ TEST_CASE("every message type survives encode and decode with its fields") {
       decode_header(encode_header(Header{1, Push{3, 12, 41, {}, 0, false, true}})).body);
   CHECK(skipping.round == 12);
   CHECK(skipping.skip);
+  CHECK(!push.absent);  // not said (an older leader): a push with a delta
+  CHECK(!skipping.absent);
+  const auto absent = std::get<Push>(
+      decode_header(encode_header(Header{1, Push{3, 13, 41, {}, 0, false, false, true}})).body);
+  CHECK(absent.round == 13);
+  CHECK(absent.absent);
+  CHECK(absent.segments.empty());
   REQUIRE(push.segments.size() == 2);
   CHECK(push.segments[1].offset == 1024);
   CHECK(push.segments[1].bytes == 60);

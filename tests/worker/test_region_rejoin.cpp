@@ -8,7 +8,7 @@
 // SyncConfig::shard_wait: the leaders defer its shards, go on with the other server's, and merge
 // them late, every region the same rounds; regions that merged them in different rounds, each a
 // push ahead on a shard, end their run with the flush without waiting for each other; and the
-// config rules for worker.shard_wait_ms.
+// config rules for worker.shard_wait_ms. (The rounds a region sits out: test_sit_out.cpp.)
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -21,6 +21,7 @@
 
 #include "compression/factory.hpp"
 #include "server/param_server.hpp"
+#include "tests/worker/two_servers.hpp"
 #include "wire/channel.hpp"
 #include "wire/client.hpp"
 #include "worker/config.hpp"
@@ -28,64 +29,16 @@
 #include "worker/leader/reply_wait.hpp"
 
 using namespace geotrain;
+using namespace geotrain::test;
 using namespace std::chrono_literals;
 
 namespace {
-
-server::ServerConfig config_in(const std::filesystem::path& dir, uint32_t fragments) {
-  return server::parse_server_config(fmt::format(R"(
-worker: {{fragments: {}}}
-regions: [a, b]
-model:
-  tensors: [{{name: crit.w, size: 1024}}, {{name: free.w, size: 2048}}]
-  critical: ["crit.*", "free.*"]
-server:
-  staleness_bound: 0
-  downlink_codec: fp32
-  dead_after_ms: 60000
-  checkpoint: {{every: 1, keep: 2}}
-  run_dir: "{}"
-)",
-                                                 fragments, dir.string()));
-}
-
-// Region r's leader on the two servers, fp32 codecs both ways.
-worker::SyncConfig leader_config(const server::ServerConfig& config, int r,
-                                 const std::string& a_endpoint, const std::string& b_endpoint) {
-  worker::SyncConfig c;
-  c.region = config.regions[r];
-  c.servers = {{"a", a_endpoint}, {"b", b_endpoint}};
-  c.critical_codec = c.noncritical_codec = "fp32";
-  c.timeout = 20s;
-  c.heartbeat = 200ms;
-  return c;
-}
-
-struct RunningServer {
-  std::unique_ptr<server::ParamServer> server;
-  std::jthread thread;
-};
-
-RunningServer start_server(const server::ServerConfig& config, uint32_t region,
-                           zmq::context_t& context, const std::string& endpoint) {
-  server::ServerOptions options;
-  options.endpoint = endpoint;
-  options.poll = 5ms;
-  RunningServer s;
-  s.server = std::make_unique<server::ParamServer>(config, region, context, options);
-  auto* raw = s.server.get();
-  s.thread = std::jthread([raw](std::stop_token st) { raw->run(st); });
-  return s;
-}
 
 // Values of `x` more than 1e-4 away from `want`.
 size_t count_off(ConstFloatSpan x, float want) {
   return static_cast<size_t>(
       std::count_if(x.begin(), x.end(), [&](float v) { return std::fabs(v - want) > 1e-4f; }));
 }
-
-// Region r's step in every round: a moves every parameter by 0.01, b by 0.02.
-float step_of(int r) { return 0.01f * static_cast<float>(r + 1); }
 
 // `rounds` synchronous rounds of region r, each its step from the global values then the
 // exchange (after `pause`); `done` counts them. Returns its local parameters, a step ahead.
@@ -101,85 +54,6 @@ std::vector<float> step_rounds(worker::RegionSync& sync, int r, int rounds, std:
   for (size_t i = 0; i < local.size(); ++i) local[i] = sync.base()[i] + step_of(r);
   return local;
 }
-
-// Both regions' servers over loopback TCP, with their run folder `geotrain-<name>-<pid>`.
-struct TwoServers {
-  explicit TwoServers(const std::string& name, uint32_t fragments = 1)
-      : dir(std::filesystem::temp_directory_path() /
-            fmt::format("geotrain-{}-{}", name, ::getpid())),
-        config((std::filesystem::remove_all(dir), config_in(dir, fragments))) {
-    for (uint32_t r = 0; r < 2; ++r)
-      servers.push_back(start_server(config, r, context, "tcp://127.0.0.1:0"));
-  }
-  // Region r's leader config with worker.shard_wait_ms 150: a stopped server's shards deferred.
-  worker::SyncConfig deferring_leader(int r) const {
-    auto c = leader_config(config, r, servers[0].server->endpoint(), servers[1].server->endpoint());
-    c.shard_wait = 150ms;
-    return c;
-  }
-  // Server s stops taking messages (its loop ends; they wait in its socket), as under SIGSTOP.
-  void stop_loop(uint32_t s) {
-    servers[s].thread.request_stop();
-    servers[s].thread.join();
-  }
-  // Server s dies (in-flight requests are lost with it) and, `down` later, comes back on the same
-  // address, restoring its newest checkpoint.
-  void restart(uint32_t s, std::chrono::milliseconds down = {}) {
-    const std::string endpoint = servers[s].server->endpoint();
-    if (servers[s].thread.joinable()) stop_loop(s);
-    servers[s].server.reset();
-    std::this_thread::sleep_for(down);
-    // The old socket is closed by ZeroMQ's I/O thread, a moment later: until then its port is
-    // taken.
-    for (int attempt = 0;; ++attempt) {
-      try {
-        servers[s] = start_server(config, s, context, endpoint);
-        return;
-      } catch (const std::exception& e) {
-        REQUIRE_MESSAGE(attempt < 200, "server ", s, " could not come back: ", e.what());
-        std::this_thread::sleep_for(std::chrono::milliseconds(25));
-      }
-    }
-  }
-  // The two leaders at once, each on its own thread with its own ZeroMQ context and a RegionSync
-  // connected with config_of(r), handed to body(r, sync); `meanwhile` runs on this thread before
-  // they are joined. Returns what each threw (empty: nothing); on_error(r) runs on its thread.
-  std::vector<std::string> run_leaders(const std::function<worker::SyncConfig(int)>& config_of,
-                                       const std::function<void(int, worker::RegionSync&)>& body,
-                                       const std::function<void()>& meanwhile,
-                                       const std::function<void(int)>& on_error = {}) {
-    const ParamTable table(config.tensors, config.critical);
-    std::vector<std::string> errors(2);
-    std::vector<std::jthread> leaders;
-    for (int r = 0; r < 2; ++r)
-      leaders.emplace_back([&, r] {
-        try {
-          zmq::context_t leader_context;
-          worker::RegionSync sync(table, config_of(r), leader_context);
-          sync.connect();
-          body(r, sync);
-        } catch (const std::exception& e) {
-          errors[r] = e.what();
-          if (on_error) on_error(r);
-        }
-      });
-    meanwhile();
-    leaders.clear();  // joins
-    return errors;
-  }
-  worker::SyncConfig leader(int r) const {
-    return leader_config(config, r, servers[0].server->endpoint(), servers[1].server->endpoint());
-  }
-  ~TwoServers() {
-    for (auto& s : servers) s.thread.request_stop();
-    servers.clear();
-    std::filesystem::remove_all(dir);
-  }
-  const std::filesystem::path dir;
-  const server::ServerConfig config;
-  zmq::context_t context;
-  std::vector<RunningServer> servers;
-};
 
 }  // namespace
 
@@ -318,101 +192,6 @@ TEST_CASE(
   CHECK(final_base[0] == final_base[1]);
 }
 
-// Both regions' leaders with worker.shard_wait, each on its own thread for `rounds` rounds, as an
-// overlapped region does: every round merges the deferred shards whose replies came (take_ready)
-// and starts each shard that is not deferred from the global values plus its progress (a: 0.01,
-// b: 0.02); a deferred one keeps its push. The rounds start together (a barrier), and a deferred
-// shard of a server that runs is waited for, so that both regions merge it in the same round: a
-// region that merged a round earlier would push a round the other sits out, and the values would
-// not be whole multiples of both regions' step.
-struct DeferringLeaders {
-  TwoServers& two;
-  int rounds;
-  std::atomic<bool> running[2] = {true, true};  // set by the test: server s's loop runs
-  std::atomic<int> rounds_done[2] = {0, 0};
-  int while_stopped[2] = {0, 0}, deferring[2] = {0, 0}, late[2] = {0, 0};
-  std::vector<std::vector<float>> final_base = std::vector<std::vector<float>>(2);
-  std::vector<std::string> errors = std::vector<std::string>(2);
-
-  // Runs the leaders; `meanwhile` on this thread (stopping and resuming servers) before they are
-  // joined.
-  void run(const std::function<void()>& meanwhile) {
-    const ParamTable table(two.config.tensors, two.config.critical);
-    bool runs[2] = {true, true};  // read once per round for both regions
-    std::barrier round_start(2, [&]() noexcept {
-      for (int s = 0; s < 2; ++s) runs[s] = running[s].load();
-    });
-    std::vector<std::jthread> leaders;
-    for (int r = 0; r < 2; ++r)
-      leaders.emplace_back([&, r] {
-        try {
-          zmq::context_t context;
-          worker::RegionSync sync(table, two.deferring_leader(r), context);
-          sync.connect();
-          const float step = step_of(r);
-          std::vector<float> local(sync.base().begin(), sync.base().end());
-          std::vector<ElementRange> deferred;
-          // Shard s lies on server s (one shard per region's server, in region order).
-          const auto ranges = sync.fragment_ranges(0);
-          const auto waits_for = [&] {
-            return std::any_of(deferred.begin(), deferred.end(), [&](const ElementRange& d) {
-              return runs[std::find(ranges.begin(), ranges.end(), d) - ranges.begin()];
-            });
-          };
-          for (int round = 0; round < rounds; ++round) {
-            round_start.arrive_and_wait();
-            // A running server's deferred shards: their replies come, wait for them.
-            for (int polls = 0; waits_for() && polls < 2000; ++polls) {
-              for (const auto& range : sync.take_ready(0)) {
-                deferred.erase(std::find(deferred.begin(), deferred.end(), range));
-                ++late[r];
-              }
-              if (waits_for()) std::this_thread::sleep_for(5ms);
-            }
-            for (const auto& range : ranges) {
-              if (std::find(deferred.begin(), deferred.end(), range) != deferred.end()) continue;
-              for (uint64_t i = range.offset; i < range.end(); ++i)
-                local[i] = sync.base()[i] + step;
-            }
-            std::this_thread::sleep_for(20ms);
-            const auto report = sync.exchange(local, std::nullopt, /*defer=*/true);
-            deferred = report.deferred;
-            deferring[r] += !deferred.empty();
-            while_stopped[r] += !(running[0] && running[1]) ? 1 : 0;
-            rounds_done[r] = round + 1;
-          }
-          CHECK(sync.settle().size() == deferred.size());
-          CHECK(sync.deferred_shards() == 0);
-          final_base[r].assign(sync.base().begin(), sync.base().end());
-        } catch (const std::exception& e) {
-          errors[r] = e.what();
-          round_start.arrive_and_drop();  // the other region goes on alone
-        }
-      });
-    meanwhile();
-    leaders.clear();  // joins
-  }
-  void wait_for_round(int round) const {
-    while (rounds_done[0] < round || rounds_done[1] < round) std::this_thread::sleep_for(1ms);
-  }
-  // Server s stops taking messages, as under SIGSTOP; resume() runs its loop again.
-  void stop(uint32_t s) {
-    running[s] = false;
-    two.stop_loop(s);
-  }
-  void resume(uint32_t s) {
-    auto* server = two.servers[s].server.get();
-    two.servers[s].thread = std::jthread([server](std::stop_token st) { server->run(st); });
-    running[s] = true;
-  }
-};
-
-// The clocks (last round pushed, per region) of server s's shard; its loop stopped to read them.
-std::vector<uint64_t> clocks_of(TwoServers& two, uint32_t s) {
-  if (two.servers[s].thread.joinable()) two.stop_loop(s);
-  return two.servers[s].server->shards().at(0).gate().clocks();
-}
-
 TEST_CASE(
     "with shard_wait, a stopped server's shards are deferred while the other server's go "
     "on, and every region merges them when it resumes") {
@@ -496,96 +275,6 @@ TEST_CASE(
     wrong +=
         again[0][i] != again[1][i] || std::fabs(again[0][i] - final_base[0][i] - 0.015f) > 1e-5f;
   CHECK(wrong == 0);
-}
-
-TEST_CASE(
-    "every shard deferred, back a few rounds apart: the region's rounds keep one offset on every "
-    "server") {
-  // Both servers stop (every shard of both regions deferred, as when the servers hold their rounds
-  // for a region that is away); a's server resumes, and b's three rounds later. Each shard sits
-  // out the rounds it was deferred for, so that both servers count every round of each region.
-  // (Mapped one by one, b's server would count three fewer, and under staleness bound 0 every
-  // round would then wait for two exchanges; re-derived from the first shard back, the regions'
-  // rounds could pair differently from before, a region a second ahead of another.)
-  TwoServers two("defer-all");
-  constexpr int kRounds = 30;
-  DeferringLeaders fleet{two, kRounds};
-  fleet.run([&] {
-    fleet.wait_for_round(4);
-    fleet.stop(0);
-    fleet.stop(1);
-    std::this_thread::sleep_for(400ms);
-    const int back = std::max(fleet.rounds_done[0].load(), fleet.rounds_done[1].load());
-    fleet.resume(0);
-    fleet.wait_for_round(back + 3);
-    fleet.resume(1);
-  });
-  for (int r = 0; r < 2; ++r) {
-    INFO("region " << two.config.regions[r] << ": " << fleet.errors[r]);
-    REQUIRE(fleet.errors[r].empty());
-    CHECK(fleet.deferring[r] >= 5);
-    CHECK(fleet.late[r] >= 2);
-  }
-  const auto on_a = clocks_of(two, 0), on_b = clocks_of(two, 1);
-  CHECK(on_a == on_b);
-  // Every region's rounds are the servers' (its shift stayed 0): its last round is kRounds there.
-  for (auto clock : on_a) CHECK(clock == static_cast<uint64_t>(kRounds));
-  CHECK(fleet.final_base[0] == fleet.final_base[1]);
-}
-
-TEST_CASE(
-    "a region further behind a server's frontier than the staleness bound sits out the rounds up "
-    "to it, on every server") {
-  // Region a (a scripted client) sits out rounds 1 to 9 at both servers and pushes round 10, which
-  // waits at the gate for b (staleness bound 0). Region b's leader pushes round 1, and its pull
-  // says the servers' frontier is 9: its next exchange sits out rounds 2 to 8 and pushes 9 on
-  // both servers, which lets a's round 10 in; its third exchange is round 10 with a. (Pushing one
-  // round per exchange, b would hold a back for eight exchanges.)
-  TwoServers two("frontier");
-  const ParamTable table(two.config.tensors, two.config.critical);
-  zmq::context_t context;
-  std::vector<std::unique_ptr<wire::Client>> a;
-  std::vector<uint64_t> waiting;
-  for (uint32_t s = 0; s < 2; ++s) {
-    a.push_back(std::make_unique<wire::Client>(
-        wire::connect_dealer(context, two.servers[s].server->endpoint())));
-    auto hello =
-        a[s]->call(wire::Hello{"a", wire::kProtocolVersion, table.layout_hash(), {}}, {}, 20s);
-    REQUIRE(hello);
-    const auto& info = std::get<wire::HelloReply>(hello->header.body).shards.at(0);
-    Bytes payload;
-    compression::make_codec("fp32")->encode(std::vector<float>(info.count, 0.0f), payload);
-    std::vector<wire::Frame> frames;
-    const uint64_t bytes = payload.size();
-    frames.push_back(wire::frame_from_bytes(std::move(payload)));
-    auto id =
-        a[s]->send(wire::Push{info.id, 10, 0, {{0, bytes}}, 0, false, true}, std::move(frames));
-    REQUIRE(id);
-    waiting.push_back(*id);
-  }
-  const auto b_config = leader_config(two.config, 1, two.servers[0].server->endpoint(),
-                                      two.servers[1].server->endpoint());
-  worker::RegionSync b(table, b_config, context);
-  REQUIRE(b.connect() == 1);
-  std::vector<float> local(b.base().begin(), b.base().end());
-  b.exchange(local);  // round 1: a sat it out
-  for (uint32_t s = 0; s < 2; ++s) CHECK(a[s]->receive(100ms) == std::nullopt);  // still waiting
-  b.exchange(local);  // sits out 2 to 8, pushes 9: a's round 10 goes in
-  for (uint32_t s = 0; s < 2; ++s) {
-    auto reply = a[s]->receive(20s);
-    REQUIRE(reply);
-    CHECK(reply->header.request_id == waiting[s]);
-    CHECK(std::get<wire::PushReply>(reply->header.body).round == 10);
-  }
-  b.exchange(local);  // round 10, with a
-  // b's leader started again at its own round 4 (its count, 7 behind the servers'): beside
-  // members that hold the region's state for round 4 it goes on from there (ResumeRound::exactly),
-  // mapped onto the servers' 11; from a snapshot it goes on from the servers' count.
-  CHECK(worker::RegionSync(table, b_config, context).connect(4, worker::ResumeRound::exactly) == 4);
-  CHECK(worker::RegionSync(table, b_config, context).connect(4) == 11);
-  const auto on_a = clocks_of(two, 0), on_b = clocks_of(two, 1);
-  CHECK(on_a == std::vector<uint64_t>{10, 10});
-  CHECK(on_b == std::vector<uint64_t>{10, 10});
 }
 
 TEST_CASE(

@@ -146,6 +146,14 @@ void LeaderShards::send_full_pull(LeaderShard& sh, FullPull kind) {
   sh.full_pull(id, kind, our_round(sh));
 }
 
+bool LeaderShards::send_absent(LeaderShard& sh) {
+  if (sh.phase() != ShardPhase::deferred || sh.push_id() || links_[sh.server].lost()) return false;
+  const uint64_t round = sh.server_round(our_round(sh));
+  if (round <= sh.deferred_round()) return false;
+  wire::Push absent{sh.id, round, sh.version, {}, 0, false, false, true};
+  return links_[sh.server].try_send(std::move(absent)).has_value();
+}
+
 void LeaderShards::await(size_t s, const Shards& shards, std::chrono::milliseconds timeout,
                          const char* what, ReplyWait how, ShardTally& tally) {
   std::vector<uint64_t> ids;

@@ -112,6 +112,12 @@ class LeaderShards {
                  uint32_t* segments = nullptr);
   void send_pull(LeaderShard& sh, uint64_t server_round);
   void send_full_pull(LeaderShard& sh, FullPull kind);
+  // A deferred shard whose push was answered, not pushed in this exchange: its server is told
+  // the region sits out the round it counts for this exchange (wire::Push::absent), so that the
+  // other regions' round there is released without waiting for the shard's next push. Not
+  // awaited: its answer is dropped, and the shard's next push skips to its round whatever came
+  // of it. Returns whether it was sent.
+  bool send_absent(LeaderShard& sh);
   // Waits on server s for the requests `shards` have in flight (ServerLink::collect with `how`)
   // and hands each reply to its shard (LeaderShard::take). Throws what collect() throws.
   void await(size_t s, const Shards& shards, std::chrono::milliseconds timeout, const char* what,

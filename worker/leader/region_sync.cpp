@@ -45,6 +45,8 @@ RoundReport RegionSync::exchange(ConstFloatSpan local, std::optional<uint32_t> f
   // One shift for the fragment's shards (a resync may have lowered one of them).
   for (uint32_t f = 0; f < config.fragment_count(); ++f)
     if (!fragment || f == *fragment) shards_.align(f);
+  // Deferred shards not pushed in this exchange: their servers release the round without them.
+  for (auto* sh : skipped) shards_.send_absent(*sh);
   for (auto* sh : take) sh->set_tokens(tokens > 0 ? tokens : config.tokens_per_round);
   push_and_pull(local, take, report, tally, defer);
   report.released_round = tally.released == UINT64_MAX ? 0 : tally.released;

@@ -1,0 +1,179 @@
+// Rounds a region sits out (docs/protocol.md, "Sitting out rounds"): a region's shards deferred
+// past rounds keep one offset on every server; a region further behind a server's frontier than
+// the staleness bound sits out the rounds up to it; a deferred shard not pushed in an exchange is
+// sat out at its server at once (wire::Push::absent), so that the other regions' round there
+// does not wait for it. Two regions, two ParamServers over loopback TCP (two_servers.hpp).
+#include <doctest/doctest.h>
+
+#include "compression/factory.hpp"
+#include "server/param_server.hpp"
+#include "tests/worker/two_servers.hpp"
+#include "wire/channel.hpp"
+#include "wire/client.hpp"
+#include "worker/leader/region_sync.hpp"
+
+using namespace geotrain;
+using namespace geotrain::test;
+using namespace std::chrono_literals;
+
+
+TEST_CASE(
+    "every shard deferred, back a few rounds apart: the region's rounds keep one offset on every "
+    "server") {
+  // Both servers stop (every shard of both regions deferred, as when the servers hold their rounds
+  // for a region that is away); a's server resumes, and b's three rounds later. Each shard sits
+  // out the rounds it was deferred for, so that both servers count every round of each region.
+  // (Mapped one by one, b's server would count three fewer, and under staleness bound 0 every
+  // round would then wait for two exchanges; re-derived from the first shard back, the regions'
+  // rounds could pair differently from before, a region a second ahead of another.)
+  TwoServers two("defer-all");
+  constexpr int kRounds = 30;
+  DeferringLeaders fleet{two, kRounds};
+  fleet.run([&] {
+    fleet.wait_for_round(4);
+    fleet.stop(0);
+    fleet.stop(1);
+    std::this_thread::sleep_for(400ms);
+    const int back = std::max(fleet.rounds_done[0].load(), fleet.rounds_done[1].load());
+    fleet.resume(0);
+    fleet.wait_for_round(back + 3);
+    fleet.resume(1);
+  });
+  for (int r = 0; r < 2; ++r) {
+    INFO("region " << two.config.regions[r] << ": " << fleet.errors[r]);
+    REQUIRE(fleet.errors[r].empty());
+    CHECK(fleet.deferring[r] >= 5);
+    CHECK(fleet.late[r] >= 2);
+  }
+  const auto on_a = clocks_of(two, 0), on_b = clocks_of(two, 1);
+  CHECK(on_a == on_b);
+  // Every region's rounds are the servers' (its shift stayed 0): its last round is kRounds there.
+  for (auto clock : on_a) CHECK(clock == static_cast<uint64_t>(kRounds));
+  CHECK(fleet.final_base[0] == fleet.final_base[1]);
+}
+
+TEST_CASE(
+    "a region further behind a server's frontier than the staleness bound sits out the rounds up "
+    "to it, on every server") {
+  // Region a (a scripted client) sits out rounds 1 to 9 at both servers and pushes round 10, which
+  // waits at the gate for b (staleness bound 0). Region b's leader pushes round 1, and its pull
+  // says the servers' frontier is 9: its next exchange sits out rounds 2 to 8 and pushes 9 on
+  // both servers, which lets a's round 10 in; its third exchange is round 10 with a. (Pushing one
+  // round per exchange, b would hold a back for eight exchanges.)
+  TwoServers two("frontier");
+  const ParamTable table(two.config.tensors, two.config.critical);
+  zmq::context_t context;
+  std::vector<std::unique_ptr<wire::Client>> a;
+  std::vector<uint64_t> waiting;
+  for (uint32_t s = 0; s < 2; ++s) {
+    a.push_back(std::make_unique<wire::Client>(
+        wire::connect_dealer(context, two.servers[s].server->endpoint())));
+    auto hello =
+        a[s]->call(wire::Hello{"a", wire::kProtocolVersion, table.layout_hash(), {}}, {}, 20s);
+    REQUIRE(hello);
+    const auto& info = std::get<wire::HelloReply>(hello->header.body).shards.at(0);
+    Bytes payload;
+    compression::make_codec("fp32")->encode(std::vector<float>(info.count, 0.0f), payload);
+    std::vector<wire::Frame> frames;
+    const uint64_t bytes = payload.size();
+    frames.push_back(wire::frame_from_bytes(std::move(payload)));
+    auto id =
+        a[s]->send(wire::Push{info.id, 10, 0, {{0, bytes}}, 0, false, true}, std::move(frames));
+    REQUIRE(id);
+    waiting.push_back(*id);
+  }
+  const auto b_config = leader_config(two.config, 1, two.servers[0].server->endpoint(),
+                                      two.servers[1].server->endpoint());
+  worker::RegionSync b(table, b_config, context);
+  REQUIRE(b.connect() == 1);
+  std::vector<float> local(b.base().begin(), b.base().end());
+  b.exchange(local);  // round 1: a sat it out
+  for (uint32_t s = 0; s < 2; ++s) CHECK(a[s]->receive(100ms) == std::nullopt);  // still waiting
+  b.exchange(local);  // sits out 2 to 8, pushes 9: a's round 10 goes in
+  for (uint32_t s = 0; s < 2; ++s) {
+    auto reply = a[s]->receive(20s);
+    REQUIRE(reply);
+    CHECK(reply->header.request_id == waiting[s]);
+    CHECK(std::get<wire::PushReply>(reply->header.body).round == 10);
+  }
+  b.exchange(local);  // round 10, with a
+  // b's leader started again at its own round 4 (its count, 7 behind the servers'): beside
+  // members that hold the region's state for round 4 it goes on from there (ResumeRound::exactly),
+  // mapped onto the servers' 11; from a snapshot it goes on from the servers' count.
+  CHECK(worker::RegionSync(table, b_config, context).connect(4, worker::ResumeRound::exactly) == 4);
+  CHECK(worker::RegionSync(table, b_config, context).connect(4) == 11);
+  const auto on_a = clocks_of(two, 0), on_b = clocks_of(two, 1);
+  CHECK(on_a == std::vector<uint64_t>{10, 10});
+  CHECK(on_b == std::vector<uint64_t>{10, 10});
+}
+
+TEST_CASE(
+    "a deferred shard not pushed in an exchange is sat out at its server at once: the other "
+    "regions' round there does not wait for its next push") {
+  // Region a is a scripted client; region b a leader with shard_wait. b's round 2 is deferred on
+  // both servers (a has not pushed it); b's next exchange pushes neither shard and says it sits
+  // out round 3 there (wire::Push::absent). a then pushes rounds 2 and 3: both are released
+  // without b doing anything more (before, round 3 waited for b's next push, an exchange later,
+  // and a's exchange waited out shard_wait: the deferral went back and forth between regions).
+  TwoServers two("absent");
+  const ParamTable table(two.config.tensors, two.config.critical);
+  zmq::context_t context;
+  std::vector<std::unique_ptr<wire::Client>> a;
+  std::vector<wire::ShardInfo> shards;
+  for (uint32_t s = 0; s < 2; ++s) {
+    a.push_back(std::make_unique<wire::Client>(
+        wire::connect_dealer(context, two.servers[s].server->endpoint())));
+    auto hello =
+        a[s]->call(wire::Hello{"a", wire::kProtocolVersion, table.layout_hash(), {}}, {}, 20s);
+    REQUIRE(hello);
+    shards.push_back(std::get<wire::HelloReply>(hello->header.body).shards.at(0));
+  }
+  // a's push of `round` on server s, a step of 0.01 everywhere; returns its request id.
+  const auto a_push = [&](uint32_t s, uint64_t round) {
+    Bytes payload;
+    compression::make_codec("fp32")->encode(std::vector<float>(shards[s].count, 0.01f), payload);
+    const uint64_t bytes = payload.size();
+    std::vector<wire::Frame> frames;
+    frames.push_back(wire::frame_from_bytes(std::move(payload)));
+    auto id = a[s]->send(wire::Push{shards[s].id, round, 0, {{0, bytes}}}, std::move(frames));
+    REQUIRE(id);
+    return *id;
+  };
+  const auto a_reply = [&](uint32_t s, uint64_t id) {
+    auto reply = a[s]->receive(5s);
+    REQUIRE_MESSAGE(reply, "server ", s, ": no reply to a's request within 5 s");
+    CHECK(reply->header.request_id == id);
+    return std::move(*reply);
+  };
+  worker::RegionSync b(table, two.deferring_leader(1), context);
+  REQUIRE(b.connect() == 1);
+  std::vector<float> local(b.base().begin(), b.base().end());
+  for (uint32_t s = 0; s < 2; ++s) a_reply(s, a_push(s, 1));
+  CHECK(b.exchange(local, std::nullopt, /*defer=*/true).deferred.empty());  // round 1, with a
+  CHECK(b.exchange(local, std::nullopt, true).deferred.size() == 2);        // round 2: a is late
+  CHECK(b.take_ready(0).empty());
+  CHECK(b.exchange(local, std::nullopt, true).deferred.size() == 2);  // round 3: pushes nothing
+  for (uint32_t s = 0; s < 2; ++s) {
+    a_reply(s, a_push(s, 2));
+    a_reply(s, a_push(s, 3));
+    const auto pulled = a_reply(s, *a[s]->send(wire::PullRequest{shards[s].id, 0, true, 3}));
+    CHECK(std::get<wire::PullReply>(pulled.header.body).round == 3);
+  }
+  // b merges round 2 and pushes round 4 (skipping to it) with a: no shard deferred.
+  std::vector<uint64_t> a4;
+  for (uint32_t s = 0; s < 2; ++s) a4.push_back(a_push(s, 4));
+  for (int polls = 0; b.deferred_shards() > 0 && polls < 1000; ++polls) {
+    b.take_ready(0);
+    std::this_thread::sleep_for(5ms);
+  }
+  REQUIRE(b.deferred_shards() == 0);
+  CHECK(b.exchange(local, std::nullopt, true).deferred.empty());
+  for (uint32_t s = 0; s < 2; ++s) a_reply(s, a4[s]);
+  for (uint32_t s = 0; s < 2; ++s) {
+    auto reply = a[s]->call(wire::StatsRequest{}, {}, 5s);
+    REQUIRE(reply);
+    const auto stats = nlohmann::json::parse(std::get<wire::StatsReply>(reply->header.body).json);
+    CHECK(stats["regions"]["b"]["rounds_sat_out"] == 1);
+    CHECK(clocks_of(two, s) == std::vector<uint64_t>{4, 4});
+  }
+}
