@@ -281,6 +281,7 @@ Leg chaos_leg(const ChaosOptions& o, const CommonRun& common, const std::string&
   leg.report["status"] = status_of(r);
   leg.report.update(rate_json(leg.rate));
   leg.report["restarts"] = restarts_of(r.result.run_dir).value_or(0);
+  leg.report["rounds_trained"] = r.seen.rounds_trained;
   json counts{{"planned", r.seen.planned_in_window}, {"injected", r.seen.injected.size()}};
   for (const char* k : {"kill", "stop", "partition"})
     counts[k] = r.seen.count.count(k) ? r.seen.count.at(k) : 0;

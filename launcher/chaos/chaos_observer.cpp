@@ -41,6 +41,7 @@ class RunObserver::State {
         out_parent_(std::move(out_parent)),
         regions_(std::move(regions)),
         window_s_(window_s),
+        trained_(regions_),
         faults_(std::move(faults)),
         kill_kinds_(std::move(kill_kinds)),
         t0_(t0),
@@ -84,6 +85,7 @@ class RunObserver::State {
     for (const auto& f : faults_)
       if (f.at_s < (ready_ ? *ready_ + window_s_ : 0)) ++seen_.planned_in_window;
     seen_.memory = memory_.report(std::min(kLongestSettle, window_s_ / 6));
+    seen_.rounds_trained = trained_.trained();
     return seen_;
   }
 
@@ -162,13 +164,10 @@ class RunObserver::State {
     for (auto& [region, tail] : leaders_)
       for (const auto& e : tail.read_new())
         if (e.value("event", "") == "round" && e.value("steps", 1.0) > 0 && e.contains("round") &&
-            e["round"].is_number()) {
-          auto& f = finished_[region];
-          const auto round = e["round"].get<uint64_t>();
-          if (round > f) f = round, changed = true;
-        }
+            e["round"].is_number())
+          changed |= trained_.finished(region, e["round"].get<uint64_t>());
     if (!changed) return;
-    const auto fewest = fewest_rounds(finished_, regions_);
+    const auto fewest = trained_.fewest();
     seen_.timeline.push_back({t, fewest});
     if (!ready_ && fewest >= 1) {
       ready_ = t;
@@ -182,9 +181,9 @@ class RunObserver::State {
   // Every region finished a round after those counted in `at_end`.
   bool all_moved_on(const std::map<std::string, uint64_t>& at_end) const {
     for (const auto& r : regions_) {
-      auto now = finished_.find(r);
+      auto now = trained_.trained().find(r);
       auto then = at_end.find(r);
-      if (now == finished_.end() || (then != at_end.end() && now->second <= then->second))
+      if (now == trained_.trained().end() || (then != at_end.end() && now->second <= then->second))
         return false;
     }
     return true;
@@ -195,7 +194,7 @@ class RunObserver::State {
   void settle(Open& o, double t) {
     if (!o.ended && t >= o.until_s) {
       o.ended = true;
-      o.rounds_at_end = finished_;
+      o.rounds_at_end = trained_.trained();
       if (o.pid > 0) {
         ::kill(o.pid, SIGCONT);
         write({{"time", launcher_time(t)},
@@ -356,7 +355,7 @@ class RunObserver::State {
   std::ofstream out_;
   std::optional<double> offset_;  // harness clock - launcher clock
   std::map<std::string, Proc> procs_;
-  std::map<std::string, uint64_t> finished_;  // region -> newest finished round
+  TrainedRounds trained_;
   std::optional<double> ready_;
   size_t next_ = 0;              // next kill or stop in faults_
   std::set<size_t> logged_;      // partitions logged

@@ -151,14 +151,21 @@ std::optional<WindowRate> window_rate(const std::vector<ProgressPoint>& timeline
   return w;
 }
 
-uint64_t fewest_rounds(const std::map<std::string, uint64_t>& finished,
-                       const std::vector<std::string>& regions) {
+bool TrainedRounds::finished(const std::string& region, uint64_t round) {
+  auto& newest = newest_[region];
+  if (round <= newest) return false;
+  newest = round;
+  ++trained_[region];
+  return true;
+}
+
+uint64_t TrainedRounds::fewest() const {
   uint64_t fewest = UINT64_MAX;
-  for (const auto& r : regions) {
-    auto it = finished.find(r);
-    fewest = std::min(fewest, it == finished.end() ? 0 : it->second);
+  for (const auto& r : regions_) {
+    auto it = trained_.find(r);
+    fewest = std::min(fewest, it == trained_.end() ? 0 : it->second);
   }
-  return regions.empty() ? 0 : fewest;
+  return regions_.empty() ? 0 : fewest;
 }
 
 std::vector<ProgressPoint> folder_timeline(const fs::path& run_dir) {
@@ -189,12 +196,10 @@ std::vector<ProgressPoint> folder_timeline(const fs::path& run_dir) {
              run_dir.string());
   std::stable_sort(events.begin(), events.end(),
                    [](const Event& a, const Event& b) { return a.t < b.t; });
-  std::map<std::string, uint64_t> finished;
+  TrainedRounds trained(regions);
   std::vector<ProgressPoint> out;
-  for (const auto& e : events) {
-    finished[e.region] = std::max(finished[e.region], e.round);
-    out.push_back({e.t, fewest_rounds(finished, regions)});
-  }
+  for (const auto& e : events)
+    if (trained.finished(e.region, e.round)) out.push_back({e.t, trained.fewest()});
   return out;
 }
 

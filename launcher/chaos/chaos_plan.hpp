@@ -69,7 +69,28 @@ std::vector<PlannedFault> plan_faults(const ScheduleInputs& in);
 // One region's leader finishing a round, as the harness saw it (seconds since its clock's zero).
 struct ProgressPoint {
   double t = 0;
-  uint64_t rounds = 0;  // the fewest rounds any region has finished by then
+  uint64_t rounds = 0;  // the fewest rounds any region has trained by then (TrainedRounds)
+};
+
+// The rounds each region has trained, from its leader's `round` events (those with steps): a
+// round counts once, when the region first finishes it. Rounds redone after a restore from a
+// snapshot do not count again, and rounds a region jumped over do not count at all (a region
+// that went on from its servers' count after a restart: the others trained them without it).
+// Goodput is measured on the fewest, the slowest region's useful rounds: a region stalled while
+// the others went on makes it fall, not rise.
+class TrainedRounds {
+ public:
+  explicit TrainedRounds(std::vector<std::string> regions) : regions_(std::move(regions)) {}
+  // Region `region` finished round `round`; true when it counts (a round newer than any before).
+  bool finished(const std::string& region, uint64_t round);
+  // The fewest any region has trained (0 while one has trained none).
+  uint64_t fewest() const;
+  // Per region: the rounds it has trained.
+  const std::map<std::string, uint64_t>& trained() const { return trained_; }
+
+ private:
+  std::vector<std::string> regions_;
+  std::map<std::string, uint64_t> trained_, newest_;
 };
 
 // Useful rounds per second over a window of a progress timeline: from the first point at which
@@ -91,11 +112,6 @@ std::optional<WindowRate> window_rate(const std::vector<ProgressPoint>& timeline
 // events with steps > 0; times are the leaders' own, which start within a fraction of a second
 // of each other): for `--reference RUN_DIR`. InputError when the folder has no leader metrics.
 std::vector<ProgressPoint> folder_timeline(const std::filesystem::path& run_dir);
-
-// The fewest rounds finished over `regions`, given each region's newest finished round (0 for a
-// region not in the map).
-uint64_t fewest_rounds(const std::map<std::string, uint64_t>& finished,
-                       const std::vector<std::string>& regions);
 
 // netsim.links with the planned partitions added to the user's entries (a link's `faults` list
 // is appended to; a link the user did not list gets an entry), as YAML flow text for an

@@ -114,8 +114,24 @@ TEST_CASE("goodput's window runs from every region's first round to the window's
   CHECK(all->end_s == 40);
   CHECK(all->rounds_per_s() == doctest::Approx(24.0 / 32.0));
   CHECK_FALSE(window_rate({{1, 0}}, std::nullopt).has_value());
-  CHECK(fewest_rounds({{"a", 4}, {"b", 2}}, {"a", "b"}) == 2);
-  CHECK(fewest_rounds({{"a", 4}}, {"a", "b"}) == 0);
+}
+
+TEST_CASE("goodput counts the rounds each region trained: not those it redid, nor those it jumped") {
+  TrainedRounds trained({"a", "b"});
+  for (uint64_t r = 1; r <= 4; ++r) CHECK(trained.finished("a", r));
+  CHECK(trained.fewest() == 0);  // b has trained none
+  CHECK(trained.finished("b", 1));
+  CHECK(trained.finished("b", 2));
+  CHECK(trained.fewest() == 2);
+  // a restored from its snapshot of round 2 redoes rounds 3 and 4: they count once.
+  CHECK_FALSE(trained.finished("a", 3));
+  CHECK_FALSE(trained.finished("a", 4));
+  CHECK(trained.finished("a", 5));
+  CHECK(trained.trained().at("a") == 5);
+  // b went on from its servers' count, round 40: the rounds it jumped count nothing.
+  CHECK(trained.finished("b", 40));
+  CHECK(trained.trained().at("b") == 3);
+  CHECK(trained.fewest() == 3);
 }
 
 TEST_CASE("a reference run folder's rate comes from its leaders' round events") {
