@@ -494,8 +494,10 @@ WorkerConfig parse_worker_config(std::string_view yaml_text, std::string_view so
     c.timeout =
         std::chrono::milliseconds(in.number<int64_t>(n, "worker.timeout_ms", 100, 86'400'000));
   if (auto n = w["shard_wait_ms"]) {
-    c.shard_wait =
-        std::chrono::milliseconds(in.number<int64_t>(n, "worker.shard_wait_ms", 0, 86'400'000));
+    c.shard_wait_auto = n.IsScalar() && n.Scalar() == "auto";
+    c.shard_wait = c.shard_wait_auto ? std::min(WorkerConfig::kAutoShardWaitStart, c.timeout / 2)
+                                     : std::chrono::milliseconds(in.number<int64_t>(
+                                           n, "worker.shard_wait_ms", 0, 86'400'000));
     GT_REQUIRE(c.shard_wait < c.timeout,
                "{}: worker.shard_wait_ms is {}, must be below worker.timeout_ms = {} (after "
                "timeout_ms without an answer a server counts as gone)",

@@ -143,6 +143,10 @@ struct WorkerConfig {
   // overlap, fragment_delay 0) never defer, whatever it says: a config shared by overlapped and
   // synchronous runs (a sweep's base) keeps it.
   std::chrono::milliseconds shard_wait{0};
+  // worker.shard_wait_ms: auto: the wait follows the region's healthy exchanges (twice their 90th
+  // percentile, worker/leader/shard_wait.hpp), starting from kAutoShardWaitStart.
+  bool shard_wait_auto = false;
+  static constexpr std::chrono::milliseconds kAutoShardWaitStart{1'000};
   // worker.streams_per_server: TCP connections from a leader to each server, a message striped
   // over them (wire/striped_channel.hpp): one connection moves at most window / RTT over a long
   // link. 1..64 (1: one plain connection), or `auto` (0, the default): per server, from the

@@ -32,7 +32,7 @@ struct ObservedRun {
   std::filesystem::path run_dir;
   std::vector<ProgressPoint> timeline;  // seconds since the run's start, on the harness's clock
   std::map<std::string, uint64_t> rounds_trained;  // per region, over the run (TrainedRounds)
-  std::optional<double> window_end_s;   // set when the harness stopped the run at its window's end
+  std::optional<double> window_end_s;  // set when the harness stopped the run at its window's end
   nlohmann::json injected = nlohmann::json::array();
   std::map<std::string, uint32_t> count;  // per fault kind
   size_t planned_in_window = 0;

@@ -92,7 +92,10 @@ py::dict leader_settings(const std::string& yaml_text, const std::string& source
   d["seed"] = c.seed;
   d["eval_every"] = c.eval_every;
   d["timeout_ms"] = c.timeout.count();
-  d["shard_wait_ms"] = c.shard_wait.count();
+  if (c.shard_wait_auto)
+    d["shard_wait_ms"] = "auto";
+  else
+    d["shard_wait_ms"] = c.shard_wait.count();
   d["streams_per_server"] = c.streams_per_server;  // 0: auto
   d["link_mbps"] = c.link_mbps;
   d["socket_buffer_kib"] = c.socket_buffer_kib;

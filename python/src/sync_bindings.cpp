@@ -295,7 +295,7 @@ std::unique_ptr<RegionLeader> make_region_leader(
     std::optional<uint32_t> fragment_delay, float outer_lr, float outer_momentum,
     bool outer_nesterov, const py::object& keys_dir, bool stream_critical,
     const std::string& chunk_align, uint32_t streams_per_server, double link_mbps,
-    uint32_t socket_buffer_kib, float error_feedback_decay, int64_t shard_wait_ms) {
+    uint32_t socket_buffer_kib, float error_feedback_decay, const py::object& shard_wait_ms) {
   if (streams_per_server > 64)
     throw py::value_error(fmt::format(
         "streams_per_server is {}, allowed: 1..64, or 0 for auto (worker.streams_per_server)",
@@ -312,10 +312,13 @@ std::unique_ptr<RegionLeader> make_region_leader(
     throw py::value_error(
         fmt::format("error_feedback_decay is {}, allowed: (0, 1] (worker.error_feedback.decay)",
                     error_feedback_decay));
-  if (shard_wait_ms < 0)
+  const bool shard_wait_auto =
+      py::isinstance<py::str>(shard_wait_ms) && shard_wait_ms.cast<std::string>() == "auto";
+  if (!shard_wait_auto &&
+      (!py::isinstance<py::int_>(shard_wait_ms) || shard_wait_ms.cast<int64_t>() < 0))
     throw py::value_error(fmt::format(
-        "shard_wait_ms is {}, must be 0 (never defer) or positive (worker.shard_wait_ms)",
-        shard_wait_ms));
+        "shard_wait_ms is {}, must be 0 (never defer), positive, or 'auto' (worker.shard_wait_ms)",
+        py::repr(shard_wait_ms).cast<std::string>()));
   std::vector<TensorSpec> specs;
   for (const auto& [name, size] : tensors) specs.push_back({name, size});
   // The arguments as the worker's config: the endpoints given are the ones this
@@ -334,7 +337,10 @@ std::unique_ptr<RegionLeader> make_region_leader(
   w.link_mbps = link_mbps;
   w.socket_buffer_kib = socket_buffer_kib;
   w.error_feedback_decay = error_feedback_decay;
-  w.shard_wait = std::chrono::milliseconds(shard_wait_ms);
+  w.shard_wait_auto = shard_wait_auto;
+  w.shard_wait = shard_wait_auto
+                     ? std::min(worker::WorkerConfig::kAutoShardWaitStart, w.timeout / 2)
+                     : std::chrono::milliseconds(shard_wait_ms.cast<int64_t>());
   w.overlap_mode = overlap_from_py(overlap);
   w.overlap = w.overlap_mode != OverlapMode::off;
   w.local_steps = local_steps;
@@ -487,7 +493,7 @@ one flat float32 array in the table's order. Usually used through geotrain.torch
   error_feedback_decay: the uplink residual's decay, e <- decay * e + delta before encoding
              (worker.error_feedback.decay; 1: none); shard_wait_ms: with overlap, how long an
              exchange waits for a server before its shards are deferred (worker.shard_wait_ms;
-             0: never)
+             0: never; "auto": twice the 90th percentile of the region's healthy exchanges)
   staleness_bound: rounds this region may run ahead of the slowest (server.staleness_bound)
   local_steps: H; overlap: False/True/"false"/"true"/"eager"/"delayed" (worker.overlap)
   fragments: P (worker.fragments; connect() takes the servers' count instead where they say
@@ -515,7 +521,7 @@ connect() raises HandshakeError (a ConnectionError) when a server refuses the co
            py::arg("stream_critical") = true, py::arg("chunk_align") = "segment",
            py::arg("streams_per_server") = 0, py::arg("link_mbps") = 1000.0,
            py::arg("socket_buffer_kib") = 0, py::arg("error_feedback_decay") = 1.0f,
-           py::arg("shard_wait_ms") = 0)
+           py::arg("shard_wait_ms") = py::int_(0))
       .def("connect", &RegionLeader::connect, py::arg("origin") = py::none(),
            "register with every server and pull the global values; origin: the common initial "
            "parameters (the servers hold the sum of deltas from it). Returns the next round")
@@ -562,8 +568,11 @@ connect() raises HandshakeError (a ConnectionError) when a server refuses the co
       .def_property_readonly(
           "error_feedback_decay",
           [](const RegionLeader& l) { return l.sync_config().error_feedback_decay; })
-      .def_property_readonly(
-          "shard_wait_ms", [](const RegionLeader& l) { return l.sync_config().shard_wait.count(); })
+      .def_property_readonly("shard_wait_ms",
+                             [](const RegionLeader& l) -> py::object {
+                               if (l.sync_config().shard_wait_auto) return py::str("auto");
+                               return py::int_(l.sync_config().shard_wait.count());
+                             })
       .def_property_readonly(
           "schedule", [](const RegionLeader& l) { return l.streaming().schedule(); },
           "the FragmentSchedule this region follows (after connect(): with the servers' count)")

@@ -384,6 +384,24 @@ double final_accuracy_of(const std::filesystem::path& metrics) {
   return done.back()["final_test_accuracy"].get<double>();
 }
 
+// What a leader's rounds say of its exchanges, for a failure's message: rounds, shards deferred
+// and merged late, the longest shard wait, the largest staleness.
+std::string exchanges_of(const std::filesystem::path& metrics) {
+  const auto rounds = events(metrics, "round");
+  uint64_t deferred = 0, late = 0, staleness = 0;
+  double wait = 0;
+  for (const auto& e : rounds) {
+    deferred += e.value("deferred_shards", uint64_t{0});
+    late += e.value("late_shards", uint64_t{0});
+    staleness = std::max(staleness, e.value("staleness", uint64_t{0}));
+    wait = std::max(wait, e.value("shard_wait_s", 0.0));
+  }
+  return fmt::format(
+      "{}: {} rounds, {} deferred and {} late shards, shard wait up to {:.3f} s, "
+      "staleness up to {}",
+      metrics.filename().string(), rounds.size(), deferred, late, wait, staleness);
+}
+
 }  // namespace
 
 TEST_CASE("three sites run the demo's config to the accuracy `geotrain run` reaches on one host") {
@@ -405,6 +423,11 @@ TEST_CASE("three sites run the demo's config to the accuracy `geotrain run` reac
   const double apart = final_accuracy_of(launched / "worker-a-0.metrics.jsonl");
   const double together = final_accuracy_of(run_dir / "worker-a-0.metrics.jsonl");
   MESSAGE("24 demo rounds: three sites ", apart, ", geotrain run ", together);
+  std::string exchanges;
+  for (const char* r : {"a", "b", "c"})
+    exchanges += exchanges_of(launched / fmt::format("worker-{}-0.metrics.jsonl", r)) + "; ";
+  INFO("three sites: " << exchanges
+                       << "one host: " << exchanges_of(run_dir / "worker-a-0.metrics.jsonl"));
   CHECK(apart > 0.75);
   CHECK(std::abs(apart - together) < 0.01);
   // Every site's leader ended on the same global model.

@@ -116,7 +116,8 @@ TEST_CASE("goodput's window runs from every region's first round to the window's
   CHECK_FALSE(window_rate({{1, 0}}, std::nullopt).has_value());
 }
 
-TEST_CASE("goodput counts the rounds each region trained: not those it redid, nor those it jumped") {
+TEST_CASE(
+    "goodput counts the rounds each region trained: not those it redid, nor those it jumped") {
   TrainedRounds trained({"a", "b"});
   for (uint64_t r = 1; r <= 4; ++r) CHECK(trained.finished("a", r));
   CHECK(trained.fewest() == 0);  // b has trained none

@@ -189,7 +189,8 @@ class TwoRegions(unittest.TestCase):
                                      "  shard_wait_ms: 300\n", 1))
             for options, decay, wait in (({}, 0.7, 300),
                                          ({"error_feedback": {"decay": 0.5},
-                                           "shard_wait_ms": 0}, 0.5, 0)):
+                                           "shard_wait_ms": 0}, 0.5, 0),
+                                         ({"shard_wait_ms": "auto"}, 0.7, "auto")):
                 sync = OuterSync(tiny_model(), config=config, region="a", metrics=False,
                                  **options)
                 self.assertAlmostEqual(sync._leader.error_feedback_decay, decay, places=6)

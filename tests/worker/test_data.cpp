@@ -15,9 +15,11 @@
 
 #include "core/error.hpp"
 #include "tests/temp_dir.hpp"
+#include "worker/config.hpp"
 #include "worker/data/batch_loader.hpp"
 #include "worker/data/idx_dataset.hpp"
 #include "worker/data/sampler.hpp"
+#include "worker/data/training_data.hpp"
 
 namespace fs = std::filesystem;
 using namespace geotrain;
@@ -224,4 +226,32 @@ TEST_CASE("the installed Fashion-MNIST test split has 10000 labelled 28x28 image
   const auto [lo, hi] = std::minmax_element(d.x.begin(), d.x.end());
   CHECK(*lo == 0.0f);
   CHECK(*hi == 1.0f);
+}
+
+TEST_CASE("training data moved to a micro-batch gives what a stream started there gives") {
+  // A worker that takes its region's position after a regroup moves its stream there without
+  // reading the data again; the batches must be those of a stream constructed at that position.
+  geotrain::test::TempDir tmp("data-reposition");
+  const fs::path dir = tmp.path();
+  write_split(dir, "train", 100);
+  const auto config = parse_worker_config(
+      "regions: [a]\nmodel: {arch: \"6-10\"}\nworker: {batch_size: 8, data: {path: \"" +
+          dir.string() + "\"}}\n",
+      "t.yaml");
+  constexpr uint64_t kRun = 60;  // 13 micro-batches per epoch: the stream crosses epochs
+  for (uint64_t to : {uint64_t{17}, uint64_t{5}, uint64_t{39}}) {
+    TrainingData fresh(config, 1, 0, false, kRun, to);
+    TrainingData moved(config, 1, 0, false, kRun, 0);
+    for (int i = 0; i < 3; ++i) moved.next();
+    moved.reposition(to);
+    CHECK(moved.position() == to);
+    for (uint64_t k = to; k < kRun; ++k) {
+      const auto want = fresh.next(), got = moved.next();
+      INFO("moved to " << to << ", micro-batch " << k);
+      CHECK(got.epoch == want.epoch);
+      CHECK(got.index == want.index);
+      CHECK(got.x == want.x);
+      CHECK(got.y == want.y);
+    }
+  }
 }

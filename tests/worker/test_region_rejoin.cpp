@@ -7,8 +7,8 @@
 // Then a server that stops for a while (its loop does not run, as under SIGSTOP) with
 // SyncConfig::shard_wait: the leaders defer its shards, go on with the other server's, and merge
 // them late, every region the same rounds; regions that merged them in different rounds, each a
-// push ahead on a shard, end their run with the flush without waiting for each other; and the
-// config rules for worker.shard_wait_ms. (The rounds a region sits out: test_sit_out.cpp.)
+// push ahead on a shard, end their run with the flush without waiting for each other. (The
+// rounds a region sits out: test_sit_out.cpp; how long it waits: test_shard_wait.cpp.)
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -399,25 +399,6 @@ TEST_CASE(
     wrong += std::fabs(final_base[0][i] - want) > 1e-5f;
   }
   CHECK(wrong == 0);
-}
-
-TEST_CASE("worker.shard_wait_ms is read in milliseconds and stays below timeout_ms") {
-  using worker::parse_worker_config;
-  const std::string base = "regions: [a]\nmodel: {arch: \"4-3\"}\n";
-  CHECK(parse_worker_config(base, "t.yaml").shard_wait == 0ms);
-  CHECK(parse_worker_config(base + "worker: {overlap: eager, shard_wait_ms: 1000}\n", "t.yaml")
-            .shard_wait == 1000ms);
-  CHECK(parse_worker_config(base + "worker: {shard_wait_ms: 0}\n", "t.yaml").shard_wait == 0ms);
-  // Blocking exchanges never defer, but keep the key: a sweep's base config serves both kinds.
-  CHECK(parse_worker_config(base + "worker: {shard_wait_ms: 1000}\n", "t.yaml").shard_wait ==
-        1000ms);
-  CHECK_THROWS_WITH_AS(
-      parse_worker_config(
-          base + "worker: {overlap: eager, timeout_ms: 2000, shard_wait_ms: 2000}\n", "t.yaml"),
-      doctest::Contains("must be below worker.timeout_ms = 2000"), InputError);
-  CHECK_THROWS_WITH_AS(
-      parse_worker_config(base + "worker: {overlap: eager, shard_wait_ms: -1}\n", "t.yaml"),
-      doctest::Contains("worker.shard_wait_ms"), InputError);
 }
 
 namespace {

@@ -16,7 +16,6 @@ using namespace geotrain;
 using namespace geotrain::test;
 using namespace std::chrono_literals;
 
-
 TEST_CASE(
     "every shard deferred, back a few rounds apart: the region's rounds keep one offset on every "
     "server") {

@@ -45,7 +45,8 @@ server:
 
 // Region r's leader on the two servers, fp32 codecs both ways.
 inline worker::SyncConfig leader_config(const server::ServerConfig& config, int r,
-                                 const std::string& a_endpoint, const std::string& b_endpoint) {
+                                        const std::string& a_endpoint,
+                                        const std::string& b_endpoint) {
   worker::SyncConfig c;
   c.region = config.regions[r];
   c.servers = {{"a", a_endpoint}, {"b", b_endpoint}};
@@ -61,7 +62,7 @@ struct RunningServer {
 };
 
 inline RunningServer start_server(const server::ServerConfig& config, uint32_t region,
-                           zmq::context_t& context, const std::string& endpoint) {
+                                  zmq::context_t& context, const std::string& endpoint) {
   server::ServerOptions options;
   options.endpoint = endpoint;
   options.poll = 5ms;

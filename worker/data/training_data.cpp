@@ -54,18 +54,29 @@ TrainingData::TrainingData(const WorkerConfig& config, uint32_t world, uint32_t 
   }
   sampler_ = std::make_unique<DistributedSampler>(
       SamplerOptions{train_->count, world, rank, true, config.seed, false});
-  const uint32_t batch = config.batch_size.of_rank(config.workers, rank);
-  const uint64_t batches_per_epoch = (sampler_->samples_per_rank() + batch - 1) / batch;
+  batch_ = config.batch_size.of_rank(config.workers, rank);
+  micro_batches_ = micro_batches;
+  start_loader(first_micro_batch);
+}
+
+void TrainingData::start_loader(uint64_t first_micro_batch) {
+  loader_.reset();  // its prefetch ends before the next one starts
+  const uint64_t batches_per_epoch = (sampler_->samples_per_rank() + batch_ - 1) / batch_;
   LoaderOptions lo;
-  lo.batch_size = batch;
+  lo.batch_size = batch_;
   const uint64_t epochs =
-      std::max<uint64_t>(1, (micro_batches + batches_per_epoch - 1) / batches_per_epoch);
+      std::max<uint64_t>(1, (micro_batches_ + batches_per_epoch - 1) / batches_per_epoch);
   lo.first_epoch = first_micro_batch / batches_per_epoch;
   lo.epochs = std::max<uint64_t>(1, epochs > lo.first_epoch ? epochs - lo.first_epoch : 1);
   loader_ = std::make_unique<BatchLoader>(*train_, *sampler_, lo);
   for (uint64_t skip = first_micro_batch % batches_per_epoch; skip > 0; --skip)
     GT_ASSERT(loader_->next().has_value(), "the loader ran out while skipping to micro-batch {}",
               first_micro_batch);
+}
+
+void TrainingData::reposition(uint64_t first_micro_batch) {
+  next_micro_batch_ = first_micro_batch;
+  if (!windows_) start_loader(first_micro_batch);  // text windows are drawn by their index
 }
 
 TrainingData::~TrainingData() = default;

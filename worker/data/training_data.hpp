@@ -57,15 +57,22 @@ class TrainingData {
   // Micro-batches taken so far, counting from the start of the run (the data position a worker
   // checkpoint records).
   uint64_t position() const { return next_micro_batch_; }
+  // The stream from `first_micro_batch` on, as if constructed there, without reading the data
+  // again (a worker that takes its region's position after a regroup: a second or so saved).
+  void reposition(uint64_t first_micro_batch);
   // Loss and accuracy of `params` on the held-out set (leaders only: GT_ASSERT otherwise).
   Evaluation evaluate(ModelBackend& model, ConstFloatSpan params) const;
 
  private:
-  // fashion-mnist
+  // fashion-mnist: the loader from `first_micro_batch` on.
+  void start_loader(uint64_t first_micro_batch);
+
   std::unique_ptr<Dataset> train_, test_;
   std::vector<int32_t> test_labels_;
   std::unique_ptr<DistributedSampler> sampler_;
   std::unique_ptr<BatchLoader> loader_;
+  uint32_t batch_ = 0;
+  uint64_t micro_batches_ = 0;
   // text
   std::unique_ptr<TextCorpus> corpus_;
   std::unique_ptr<TextWindows> windows_;

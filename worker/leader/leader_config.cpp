@@ -22,6 +22,7 @@ SyncConfig leader_sync_config(const WorkerConfig& c, const std::string& region,
   sc.tokens_per_round = tokens_per_round;
   sc.timeout = c.timeout;
   sc.shard_wait = c.shard_wait;
+  sc.shard_wait_auto = c.shard_wait_auto;
   sc.streams_per_server = c.streams_per_server;
   sc.link_mbps = c.link_mbps;
   sc.socket_buffer_bytes = static_cast<int>(c.socket_buffer_kib) * 1024;

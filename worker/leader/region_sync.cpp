@@ -49,6 +49,12 @@ RoundReport RegionSync::exchange(ConstFloatSpan local, std::optional<uint32_t> f
   for (auto* sh : skipped) shards_.send_absent(*sh);
   for (auto* sh : take) sh->set_tokens(tokens > 0 ? tokens : config.tokens_per_round);
   push_and_pull(local, take, report, tally, defer);
+  if (defer) {
+    report.shard_wait_seconds = std::chrono::duration<double>(shard_wait_.current()).count();
+    if (!take.empty() && std::none_of(take.begin(), take.end(),
+                                      [](const LeaderShard* sh) { return sh->deferred(); }))
+      shard_wait_.healthy_exchange(report.push_seconds);
+  }
   report.released_round = tally.released == UINT64_MAX ? 0 : tally.released;
   report.bytes_pulled += tally.bytes_pulled;
   report.max_staleness = tally.max_staleness;
@@ -100,7 +106,7 @@ void RegionSync::push_and_pull(ConstFloatSpan local, const Shards& shards, Round
       shards_.send_pull(*sh, sh->server_round(shards_.our_round(*sh)));
   // Deferring: every server gets until shard_wait after the pushes; what has not come by then
   // stays in flight (the shard is deferred).
-  const RoundClock clock{t0 + config.shard_wait, defer, config.timeout};
+  const RoundClock clock{t0 + shard_wait_.current(), defer, config.timeout};
   // Servers in the same order in every region: a leader that redoes its round on one server
   // (below) never waits there for a leader that waits on it at another.
   auto each_server = [&](const std::vector<bool>& busy, const char* what) {

@@ -46,6 +46,7 @@
 #include "core/span.hpp"
 #include "wire/client.hpp"
 #include "worker/leader/leader_shards.hpp"
+#include "worker/leader/shard_wait.hpp"
 #include "worker/leader/sync_config.hpp"
 
 namespace geotrain::worker {
@@ -55,7 +56,9 @@ class RegionSync {
   using Clock = std::chrono::steady_clock;
 
   RegionSync(const ParamTable& layout, SyncConfig config, zmq::context_t& context)
-      : shards_(layout, std::move(config), context) {}
+      : shards_(layout, std::move(config), context),
+        shard_wait_(shards_.config().shard_wait, shards_.config().shard_wait_auto,
+                    shards_.config().timeout / 2) {}
   RegionSync(const RegionSync&) = delete;
   RegionSync& operator=(const RegionSync&) = delete;
 
@@ -214,6 +217,7 @@ class RegionSync {
   void pull_final(FlushReport& report);
 
   LeaderShards shards_;
+  ShardWait shard_wait_;  // how long an exchange that may defer waits for a server
 };
 
 }  // namespace geotrain::worker

@@ -42,6 +42,9 @@ struct SyncConfig {
   // worker.shard_wait_ms: the longest an exchange that may defer waits for a server (see above);
   // 0: never defer.
   std::chrono::milliseconds shard_wait{0};
+  // worker.shard_wait_ms: auto: shard_wait is where the wait starts, and it then follows the
+  // region's healthy exchanges (worker/leader/shard_wait.hpp).
+  bool shard_wait_auto = false;
   std::chrono::milliseconds heartbeat{1'000};
   // worker.streams_per_server: connections to each server, messages striped over them
   // (wire::ChannelOptions::lanes); 0 (auto): connect() measures the round trip to each server
@@ -75,6 +78,9 @@ struct RoundReport {
   // deferred earlier were merged (StreamingSync counts those take_ready() merged).
   std::vector<ElementRange> deferred;
   uint32_t late_shards = 0;
+  // How long this exchange would wait for a server before deferring its shards (0: it would
+  // not defer): worker.shard_wait_ms, or what `auto` made of it.
+  double shard_wait_seconds = 0;
 };
 
 // What the flush at the end of a run moved (RegionSync::flush).

@@ -114,6 +114,7 @@ void WorkerRun::serve_metrics() {
 }
 
 void WorkerRun::open_data(uint64_t first_micro_batch) {
+  if (data_) return data_->reposition(first_micro_batch);
   data_.emplace(config_, world_, config_.workers.first_rank(region_) + rank_, leader_,
                 config_.max_total_steps() * config_.accumulation_steps, first_micro_batch);
 }

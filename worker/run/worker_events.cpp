@@ -76,6 +76,7 @@ nlohmann::json exchange_fields(const std::vector<RoundReport>& reports) {
   // merged late in them.
   j[f::deferred_shards] = deferred;
   j[f::late_shards] = late;
+  j[f::shard_wait_s] = reports.back().shard_wait_seconds;
   return j;
 }
 
@@ -91,7 +92,8 @@ nlohmann::json report_fields(const RoundReport& r) {
           {f::gate_wait_s, double(r.gate_wait_us) / 1e6},
           {f::released_round, r.released_round},
           {f::deferred_shards, r.deferred.size()},  // worker.shard_wait_ms: still on the WAN
-          {f::late_shards, r.late_shards}};         // deferred earlier, merged in this exchange
+          {f::late_shards, r.late_shards},          // deferred earlier, merged in this exchange
+          {f::shard_wait_s, r.shard_wait_seconds}};
 }
 
 nlohmann::json flush_fields(const FlushReport& r) {
