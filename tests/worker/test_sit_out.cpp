@@ -16,6 +16,46 @@ using namespace geotrain;
 using namespace geotrain::test;
 using namespace std::chrono_literals;
 
+namespace {
+
+// Region a as a scripted client of both servers: its hellos, its pushes (a whole-shard fp32 step
+// of `value`), and the replies it waits for.
+struct ScriptedRegion {
+  ScriptedRegion(TwoServers& two, const ParamTable& table, zmq::context_t& context) {
+    for (uint32_t s = 0; s < 2; ++s) {
+      clients.push_back(std::make_unique<wire::Client>(
+          wire::connect_dealer(context, two.servers[s].server->endpoint())));
+      auto hello = clients[s]->call(
+          wire::Hello{"a", wire::kProtocolVersion, table.layout_hash(), {}}, {}, 20s);
+      REQUIRE(hello);
+      shards.push_back(std::get<wire::HelloReply>(hello->header.body).shards.at(0));
+    }
+  }
+  // Its push of `round` on server s (with `skip`, sitting out the rounds before it); the id.
+  uint64_t push(uint32_t s, uint64_t round, float value, bool skip = false) {
+    Bytes payload;
+    compression::make_codec("fp32")->encode(std::vector<float>(shards[s].count, value), payload);
+    const uint64_t bytes = payload.size();
+    std::vector<wire::Frame> frames;
+    frames.push_back(wire::frame_from_bytes(std::move(payload)));
+    auto id = clients[s]->send(wire::Push{shards[s].id, round, 0, {{0, bytes}}, 0, false, skip},
+                               std::move(frames));
+    REQUIRE(id);
+    return *id;
+  }
+  // The next reply from server s, within `wait`, which must answer request `id`.
+  wire::Reply reply(uint32_t s, uint64_t id, std::chrono::milliseconds wait = 5s) {
+    auto reply = clients[s]->receive(wait);
+    REQUIRE_MESSAGE(reply, "server ", s, ": no reply to a's request within ", wait.count(), " ms");
+    CHECK(reply->header.request_id == id);
+    return std::move(*reply);
+  }
+  std::vector<std::unique_ptr<wire::Client>> clients;
+  std::vector<wire::ShardInfo> shards;
+};
+
+}  // namespace
+
 TEST_CASE(
     "every shard deferred, back a few rounds apart: the region's rounds keep one offset on every "
     "server") {
@@ -62,39 +102,20 @@ TEST_CASE(
   TwoServers two("frontier");
   const ParamTable table(two.config.tensors, two.config.critical);
   zmq::context_t context;
-  std::vector<std::unique_ptr<wire::Client>> a;
+  ScriptedRegion a(two, table, context);
   std::vector<uint64_t> waiting;
-  for (uint32_t s = 0; s < 2; ++s) {
-    a.push_back(std::make_unique<wire::Client>(
-        wire::connect_dealer(context, two.servers[s].server->endpoint())));
-    auto hello =
-        a[s]->call(wire::Hello{"a", wire::kProtocolVersion, table.layout_hash(), {}}, {}, 20s);
-    REQUIRE(hello);
-    const auto& info = std::get<wire::HelloReply>(hello->header.body).shards.at(0);
-    Bytes payload;
-    compression::make_codec("fp32")->encode(std::vector<float>(info.count, 0.0f), payload);
-    std::vector<wire::Frame> frames;
-    const uint64_t bytes = payload.size();
-    frames.push_back(wire::frame_from_bytes(std::move(payload)));
-    auto id =
-        a[s]->send(wire::Push{info.id, 10, 0, {{0, bytes}}, 0, false, true}, std::move(frames));
-    REQUIRE(id);
-    waiting.push_back(*id);
-  }
+  for (uint32_t s = 0; s < 2; ++s) waiting.push_back(a.push(s, 10, 0.0f, /*skip=*/true));
   const auto b_config = leader_config(two.config, 1, two.servers[0].server->endpoint(),
                                       two.servers[1].server->endpoint());
   worker::RegionSync b(table, b_config, context);
   REQUIRE(b.connect() == 1);
   std::vector<float> local(b.base().begin(), b.base().end());
   b.exchange(local);  // round 1: a sat it out
-  for (uint32_t s = 0; s < 2; ++s) CHECK(a[s]->receive(100ms) == std::nullopt);  // still waiting
+  for (uint32_t s = 0; s < 2; ++s)
+    CHECK(a.clients[s]->receive(100ms) == std::nullopt);  // still waiting
   b.exchange(local);  // sits out 2 to 8, pushes 9: a's round 10 goes in
-  for (uint32_t s = 0; s < 2; ++s) {
-    auto reply = a[s]->receive(20s);
-    REQUIRE(reply);
-    CHECK(reply->header.request_id == waiting[s]);
-    CHECK(std::get<wire::PushReply>(reply->header.body).round == 10);
-  }
+  for (uint32_t s = 0; s < 2; ++s)
+    CHECK(std::get<wire::PushReply>(a.reply(s, waiting[s], 20s).header.body).round == 10);
   b.exchange(local);  // round 10, with a
   // b's leader started again at its own round 4 (its count, 7 behind the servers'): beside
   // members that hold the region's state for round 4 it goes on from there (ResumeRound::exactly),
@@ -117,59 +138,34 @@ TEST_CASE(
   TwoServers two("absent");
   const ParamTable table(two.config.tensors, two.config.critical);
   zmq::context_t context;
-  std::vector<std::unique_ptr<wire::Client>> a;
-  std::vector<wire::ShardInfo> shards;
-  for (uint32_t s = 0; s < 2; ++s) {
-    a.push_back(std::make_unique<wire::Client>(
-        wire::connect_dealer(context, two.servers[s].server->endpoint())));
-    auto hello =
-        a[s]->call(wire::Hello{"a", wire::kProtocolVersion, table.layout_hash(), {}}, {}, 20s);
-    REQUIRE(hello);
-    shards.push_back(std::get<wire::HelloReply>(hello->header.body).shards.at(0));
-  }
-  // a's push of `round` on server s, a step of 0.01 everywhere; returns its request id.
-  const auto a_push = [&](uint32_t s, uint64_t round) {
-    Bytes payload;
-    compression::make_codec("fp32")->encode(std::vector<float>(shards[s].count, 0.01f), payload);
-    const uint64_t bytes = payload.size();
-    std::vector<wire::Frame> frames;
-    frames.push_back(wire::frame_from_bytes(std::move(payload)));
-    auto id = a[s]->send(wire::Push{shards[s].id, round, 0, {{0, bytes}}}, std::move(frames));
-    REQUIRE(id);
-    return *id;
-  };
-  const auto a_reply = [&](uint32_t s, uint64_t id) {
-    auto reply = a[s]->receive(5s);
-    REQUIRE_MESSAGE(reply, "server ", s, ": no reply to a's request within 5 s");
-    CHECK(reply->header.request_id == id);
-    return std::move(*reply);
-  };
+  ScriptedRegion a(two, table, context);
   worker::RegionSync b(table, two.deferring_leader(1), context);
   REQUIRE(b.connect() == 1);
   std::vector<float> local(b.base().begin(), b.base().end());
-  for (uint32_t s = 0; s < 2; ++s) a_reply(s, a_push(s, 1));
+  for (uint32_t s = 0; s < 2; ++s) a.reply(s, a.push(s, 1, 0.01f));
   CHECK(b.exchange(local, std::nullopt, /*defer=*/true).deferred.empty());  // round 1, with a
   CHECK(b.exchange(local, std::nullopt, true).deferred.size() == 2);        // round 2: a is late
   CHECK(b.take_ready(0).empty());
   CHECK(b.exchange(local, std::nullopt, true).deferred.size() == 2);  // round 3: pushes nothing
   for (uint32_t s = 0; s < 2; ++s) {
-    a_reply(s, a_push(s, 2));
-    a_reply(s, a_push(s, 3));
-    const auto pulled = a_reply(s, *a[s]->send(wire::PullRequest{shards[s].id, 0, true, 3}));
+    a.reply(s, a.push(s, 2, 0.01f));
+    a.reply(s, a.push(s, 3, 0.01f));
+    const auto pulled =
+        a.reply(s, *a.clients[s]->send(wire::PullRequest{a.shards[s].id, 0, true, 3}));
     CHECK(std::get<wire::PullReply>(pulled.header.body).round == 3);
   }
   // b merges round 2 and pushes round 4 (skipping to it) with a: no shard deferred.
   std::vector<uint64_t> a4;
-  for (uint32_t s = 0; s < 2; ++s) a4.push_back(a_push(s, 4));
+  for (uint32_t s = 0; s < 2; ++s) a4.push_back(a.push(s, 4, 0.01f));
   for (int polls = 0; b.deferred_shards() > 0 && polls < 1000; ++polls) {
     b.take_ready(0);
     std::this_thread::sleep_for(5ms);
   }
   REQUIRE(b.deferred_shards() == 0);
   CHECK(b.exchange(local, std::nullopt, true).deferred.empty());
-  for (uint32_t s = 0; s < 2; ++s) a_reply(s, a4[s]);
+  for (uint32_t s = 0; s < 2; ++s) a.reply(s, a4[s]);
   for (uint32_t s = 0; s < 2; ++s) {
-    auto reply = a[s]->call(wire::StatsRequest{}, {}, 5s);
+    auto reply = a.clients[s]->call(wire::StatsRequest{}, {}, 5s);
     REQUIRE(reply);
     const auto stats = nlohmann::json::parse(std::get<wire::StatsReply>(reply->header.body).json);
     CHECK(stats["regions"]["b"]["rounds_sat_out"] == 1);
