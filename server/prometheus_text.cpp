@@ -54,7 +54,8 @@ constexpr RegionCounter kRegionCounters[] = {
     {"gate_waits", "geotrain_gate_waits_total",
      "Pushes of the region that waited at the staleness gate."},
     {"rounds_sat_out", "geotrain_rounds_sat_out_total",
-     "Rounds the region sat out: its pushes skipped them (a shard deferred past them)."},
+     "Rounds the region sat out: its pushes skipped them, or said it was absent (a shard deferred "
+     "past them)."},
 };
 
 }  // namespace

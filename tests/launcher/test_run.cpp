@@ -34,8 +34,10 @@ struct Output {
 
 // mode: ok | fail (worker eu-west/1 exits 3 after a message) | badinput (the same, exit 2: an
 // input error) | hang (workers sleep) | afterflush (eu-west's leader dies by SIGKILL after its
-// last round, before `done`; restarted, its region says it resumed after its last round and is
-// done at once, as a leader restarted after its flush does)
+// last round, before `done`, its member having finished; the region restarted from snapshots, it
+// says it resumed after its last round and is done at once, as a leader restarted after its flush
+// does) | afterflush_rejoin (the same while its member is still finishing: restarted alone with
+// --rejoin, it rejoins and is done at once)
 void write_fake_binary(const fs::path& file, const std::string& mode) {
   std::ofstream f(file);
   f << "#!/bin/sh\n"
@@ -51,7 +53,12 @@ void write_fake_binary(const fs::path& file, const std::string& mode) {
        "if [ $mode = badinput ] && [ $region = eu-west ] && [ $rank = 1 ]; then echo 'worker "
        "eu-west/1: worker.data.path cannot be read'; exit 2; fi\n"
        "e() { echo \"{\\\"region\\\":\\\"$region\\\",\\\"rank\\\":$rank,$1}\" >> \"$out\"; }\n"
-       "if [ $mode = afterflush ] && [ $region = eu-west ]; then case \"$*\" in *--resume*)\n"
+       "af=no; case $mode in afterflush*) af=yes;; esac\n"
+       "if [ $af = yes ] && [ $region = eu-west ]; then case \"$*\" in *--rejoin*)\n"
+       "  e '\"event\":\"rejoin\",\"time\":0,\"round\":4,\"step\":3,\"epoch\":1,\"seconds\":0'\n"
+       "  e '\"event\":\"done\",\"time\":1,\"rounds\":0,\"steps\":0,\"wall_s\":1'\n"
+       "  exit 0;; esac; fi\n"
+       "if [ $af = yes ] && [ $region = eu-west ]; then case \"$*\" in *--resume*)\n"
        "  if [ $rank = 0 ]; then e "
        "'\"event\":\"resume\",\"time\":0,\"round\":4,\"checkpoint_round\":3'; fi\n"
        "  e '\"event\":\"done\",\"time\":1,\"rounds\":0,\"steps\":0,\"wall_s\":1'\n"
@@ -71,8 +78,9 @@ void write_fake_binary(const fs::path& file, const std::string& mode) {
        "9\"\n"
        "  fi\n"
        "done\n"
-       "sleep 0.3\n"
-       "if [ $mode = afterflush ] && [ $region = eu-west ] && [ $rank = 0 ]; then kill -9 $$; fi\n"
+       "if [ $rank = 1 ] && [ $mode = afterflush ]; then sleep 0.05;\n"
+       "elif [ $rank = 1 ] && [ $mode = afterflush_rejoin ]; then sleep 2; else sleep 0.3; fi\n"
+       "if [ $af = yes ] && [ $region = eu-west ] && [ $rank = 0 ]; then kill -9 $$; fi\n"
        "e "
        "'\"event\":\"done\",\"time\":1,\"rounds\":3,\"steps\":3,\"wall_s\":1,\"final_test_"
        "accuracy\":0.9'\n";
@@ -188,14 +196,19 @@ TEST_CASE("a worker that exits with an input error is not restarted: the run fai
 }
 
 TEST_CASE("a leader killed after its last round is restarted, is done at once, and the run ends") {
-  geotrain::test::TempDir tmp("launcher-afterflush");
+  // Its member finished before it died: the region's workers restart from their snapshots. Still
+  // finishing: the leader is restarted alone to rejoin it.
+  std::string mode;
+  SUBCASE("from snapshots") { mode = "afterflush"; }
+  SUBCASE("alone, to rejoin its member") { mode = "afterflush_rejoin"; }
+  geotrain::test::TempDir tmp("launcher-" + mode);
   std::stop_source stop;
   std::jthread watchdog([&stop] {  // a launcher waiting for rounds that never come hangs
     for (int i = 0; i < 600 && !stop.stop_requested(); ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     stop.request_stop();
   });
-  const auto r = run_deployment(options(tmp.path(), "afterflush"), stop.get_token());
+  const auto r = run_deployment(options(tmp.path(), mode), stop.get_token());
   stop.request_stop();
   CHECK(r.exit_code == 0);
   CHECK(r.status == "completed");
@@ -209,6 +222,11 @@ TEST_CASE("a leader killed after its last round is restarted, is done at once, a
   CHECK(s["faults"][0]["rounds_lost"] == 0);
   CHECK(s["faults"][0]["recovery_seconds"].is_number());  // it counts as recovered
   CHECK(processes_mentioning(r.run_dir.string()) == 0);
+  // From snapshots, the restored round is the snapshot's; rejoining, no snapshot is read.
+  if (mode == "afterflush")
+    CHECK(s["faults"][0]["restored_round"] == 3);
+  else
+    CHECK(s["faults"][0]["restored_round"].is_null());
 }
 
 TEST_CASE("a stop request interrupts the run, stops every process and writes a partial summary") {
