@@ -183,7 +183,7 @@ Body read(schema::Header::Reader h, uint64_t request_id) {
     case schema::Header::PUSH: {
       auto r = h.getPush();
       return Push{r.getShard(),  r.getRound(), r.getBaseVersion(), get_segments(r.getSegments()),
-                  r.getTokens(), r.getFlush(), r.getSkip(), r.getAbsent()};
+                  r.getTokens(), r.getFlush(), r.getSkip(),        r.getAbsent()};
     }
     case schema::Header::PUSH_REPLY: {
       auto r = h.getPushReply();
