@@ -52,7 +52,8 @@ void ParamServer::on_hello(const std::string& peer, const wire::Header& h, const
   uint64_t next = UINT64_MAX;
   for (auto& s : shards_) {
     out.shards.push_back({s.range().id, s.range().offset, s.range().count,
-                          s.start_downlink_from_zero(r), s.range().fragment, s.flushed(r)});
+                          s.start_downlink_from_zero(r), s.range().fragment, s.flushed(r),
+                          s.gate().clock(r) + 1});
     next = std::min(next, s.released_round() + 1);
   }
   out.next_round = shards_.empty() ? 1 : next;

@@ -80,6 +80,7 @@ void build(schema::Header::Builder h, const Body& body) {
               shards[static_cast<unsigned>(i)].setZeroValues(m.shards[i].zero_values);
               shards[static_cast<unsigned>(i)].setFragment(m.shards[i].fragment);
               shards[static_cast<unsigned>(i)].setFlushed(m.shards[i].flushed);
+              shards[static_cast<unsigned>(i)].setNextRound(m.shards[i].next_round);
             }
             b.setNextRound(m.next_round);
             b.setHeartbeatMs(m.heartbeat_ms);
@@ -175,7 +176,7 @@ Body read(schema::Header::Reader h, uint64_t request_id) {
                    r.getCriticalFragment()};
       for (auto s : r.getShards())
         m.shards.push_back({s.getId(), s.getOffset(), s.getCount(), s.getZeroValues(),
-                            s.getFragment(), s.getFlushed()});
+                            s.getFragment(), s.getFlushed(), s.getNextRound()});
       return m;
     }
     case schema::Header::HEARTBEAT:

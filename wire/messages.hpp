@@ -93,6 +93,9 @@ struct ShardInfo {
   // This region flushed the shard before this hello (a leader restarted after the end of its
   // run): it pushes no more rounds there; its final pull is answered (docs/protocol.md).
   bool flushed = false;
+  // The round this region pushes next to this shard (0: not said; HelloReply::next_round then):
+  // streaming fragments of one server may be at different rounds.
+  uint64_t next_round = 0;
 };
 struct HelloReply {
   std::string server_region;

@@ -36,6 +36,10 @@ struct ShardInfo {
                          # worker.stream_critical false, fragment P holds the critical tensors)
   flushed @5 :Bool;      # this region flushed the shard (the end of its run) before this hello:
                          # it pushes no more rounds there, and its final pull is answered
+  nextRound @6 :UInt64;  # the round this region pushes next to this shard: with streaming
+                         # fragments, shards of one server may be at different rounds (a leader
+                         # that died between its fragments' pushes). 0: not said (a server from
+                         # before this field): HelloReply.nextRound holds for every shard
 }
 
 struct HelloReply {

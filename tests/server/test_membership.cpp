@@ -361,3 +361,30 @@ TEST_CASE("a registered region's heartbeat is answered with the request ids it w
   CHECK(later.answered.back() == last);
   CHECK(std::find(later.answered.begin(), later.answered.end(), *pushed) == later.answered.end());
 }
+
+TEST_CASE("a hello says, shard by shard, the round the region pushes next there") {
+  TempDir tmp("next-per-shard");
+  // Two fragments: the server of region a owns one shard of each (ids 0 and 3, fragment-major).
+  Cluster cluster(
+      small_config(tmp.path(), 0, std::string(kOnlyRegistered) + "\nworker: {fragments: 2}"));
+  auto a = cluster.client();
+  const auto first = hello(a, "a", cluster.table_hash());
+  REQUIRE(first.shards.size() == 2);
+  for (const auto& s : first.shards) CHECK(s.next_round == 1);
+  // Round 1 of fragment 0 only: its leader died before it pushed fragment 1's.
+  const auto f0 = first.shards[0].fragment == 0 ? first.shards[0] : first.shards[1];
+  const auto f1 = first.shards[0].fragment == 0 ? first.shards[1] : first.shards[0];
+  REQUIRE(f0.fragment == 0);
+  REQUIRE(f1.fragment == 1);
+  auto payload = encode(filled(f0.count, 1.0f));
+  const auto header = push_header(f0.id, 1, 0, payload);
+  as<wire::PushReply>(expect_reply(a, header, frames(std::move(payload))));
+  // Its successor's hello: round 2 next for fragment 0, round 1 still for fragment 1; the
+  // server's one figure is the lower (a leader that took it for both would push fragment 0's
+  // round 1 again: refused, badRound).
+  auto again = cluster.client();
+  const auto second = hello(again, "a", cluster.table_hash());
+  REQUIRE(second.shards.size() == 2);
+  for (const auto& s : second.shards) CHECK(s.next_round == (s.id == f0.id ? 2u : 1u));
+  CHECK(second.next_round == 1);
+}

@@ -9,7 +9,7 @@ TEST_CASE("every message type survives encode and decode with its fields") {
   std::vector<Body> bodies = {
       Hello{"us-east", kProtocolVersion, 0x1234567890abcdefull, {"ef-downlink", "full-pull"}},
       HelloReply{"eu-west",
-                 {{1, 1024, 2048, true}, {2, 3072, 100, false, 0, true}},
+                 {{1, 1024, 2048, true}, {2, 3072, 100, false, 0, true, 18}},
                  17,
                  500,
                  {"kv"},
@@ -56,11 +56,13 @@ TEST_CASE("every message type survives encode and decode with its fields") {
   REQUIRE(hello_reply.shards.size() == 2);
   CHECK(hello_reply.shards[0].offset == 1024);
   CHECK(hello_reply.shards[0].count == 2048);
-  CHECK(hello_reply.shards[0].zero_values);   // still zero: the leader needs no full pull
-  CHECK(!hello_reply.shards[1].zero_values);  // absent (an older server) reads false: pull it
-  CHECK(!hello_reply.shards[0].flushed);      // absent reads false: the region trains on
-  CHECK(hello_reply.shards[1].flushed);       // this region flushed it before the hello
-  CHECK(hello_reply.fragments == 4);          // the servers' streaming layout
+  CHECK(hello_reply.shards[0].zero_values);       // still zero: the leader needs no full pull
+  CHECK(!hello_reply.shards[1].zero_values);      // absent (an older server) reads false: pull it
+  CHECK(!hello_reply.shards[0].flushed);          // absent reads false: the region trains on
+  CHECK(hello_reply.shards[1].flushed);           // this region flushed it before the hello
+  CHECK(hello_reply.shards[0].next_round == 0);   // absent: the reply's next_round holds
+  CHECK(hello_reply.shards[1].next_round == 18);  // one shard a round further on
+  CHECK(hello_reply.fragments == 4);              // the servers' streaming layout
   CHECK(hello_reply.critical_fragment);
   // An older server's reply has no layout: 0 fragments, which the leader reads as "not said".
   auto old_reply = std::get<HelloReply>(

@@ -66,6 +66,9 @@ class MergeCalendar {
  public:
   explicit MergeCalendar(FragmentSchedule schedule) : schedule_(schedule) {}
   void set_schedule(FragmentSchedule schedule) { schedule_ = schedule; }
+  // No merge is due any more: the leader that pushed them died, and the one started again has
+  // no exchange in flight (WorkerRun::regroup).
+  void clear() { merges_.clear(); }
   // Whether the leader's exchanges change the parameters after the step at `at`.
   bool changes_after(const StepPosition& at);
 

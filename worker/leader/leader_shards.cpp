@@ -45,9 +45,10 @@ uint64_t LeaderShards::connect(uint64_t resume_at, ResumeRound how) {
   // (round_shift), and the others are told we sat out the rounds between.
   shifts_.assign(frags, INT64_MAX);
   for (auto& sh : shards_) {
-    sh.connected(hellos.next_round[sh.server]);
-    sh.round_shift =
-        static_cast<int64_t>(first) - static_cast<int64_t>(hellos.next_round[sh.server]);
+    const uint64_t next =
+        sh.hello_next_round > 0 ? sh.hello_next_round : hellos.next_round[sh.server];
+    sh.connected(next);
+    sh.round_shift = static_cast<int64_t>(first) - static_cast<int64_t>(next);
   }
   for (uint32_t f = 0; f < frags; ++f) align(f);
   // A shard whose server still holds the zeros it started from needs no pull: base = origin.

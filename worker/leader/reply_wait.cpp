@@ -112,6 +112,12 @@ std::map<uint64_t, wire::Reply> collect(wire::Client& client, const std::string&
       }
       continue;
     }
+    // The server counts this region's rounds otherwise than we do (a leader restarted between
+    // its pushes of one round, or a reply lost): not bad input but a lost place, which a rejoin
+    // (a hello, a full pull, the rounds mapped again) finds again.
+    if (e && e->code == wire::ErrorCode::bad_round && ours)
+      throw ServerLost(fmt::format("server of region {} refused {}: {} (badRound): rejoining it",
+                                   region, what, e->message));
     if (e)
       throw InputError(fmt::format("server of region {} refused {}: {} ({})", region, what,
                                    e->message, wire::error_code_name(e->code)));

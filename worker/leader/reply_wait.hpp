@@ -2,7 +2,9 @@
 // How a region leader waits for a server's replies (internal to worker/leader/: ServerLink and
 // LeaderShards). collect() blocks until every id has its reply or the timeout passes;
 // on the way it probes a silent server with heartbeats, parks the replies of deferred shards, and
-// turns an `unregistered` answer into ServerLost. Not thread-safe: one caller per wire::Client.
+// turns an `unregistered` answer, or a `badRound` refusal of an awaited request (the server counts
+// this region's rounds otherwise: a rejoin maps them again), into ServerLost; any other refusal
+// is an InputError. Not thread-safe: one caller per wire::Client.
 #include <chrono>
 #include <cstdint>
 #include <functional>

@@ -55,6 +55,7 @@ LeaderShard::LeaderShard(const wire::ShardInfo& info, size_t server_index, const
       server(server_index),
       fragment(info.fragment),
       zero_start(info.zero_values),
+      hello_next_round(info.next_round),
       flushed_before(info.flushed),
       flush_held(info.flushed) {
   const uint64_t total = layout.total_elements();

@@ -105,6 +105,10 @@ class LeaderShard {
   // server released rounds without this region, or a leader restarted behind its servers.
   int64_t round_shift = 0;
   bool zero_start = false;  // hello: its values are still zero, so connect() pulls nothing
+  // hello: the round its server expects next from this region for this shard (0: not said, the
+  // hello's one for all its shards holds). Shards of one fragment may differ: a leader died
+  // between its pushes of a round to two servers; of one server too: between two fragments'.
+  uint64_t hello_next_round = 0;
   // hello: this region flushed the shard before connect() (a leader restarted after its run's
   // end): flush() does not push it again, and only pulls the global values.
   bool flushed_before = false;

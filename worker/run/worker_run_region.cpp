@@ -42,7 +42,12 @@ void WorkerRun::regroup(RegionPosition& at, const std::string& why) {
       std::chrono::milliseconds(200 + static_cast<int64_t>(3000 * std::min(last_step_s_, 10.0)));
   spdlog::warn("worker {}-{}: the region's group re-forms: {}", region_, rank_, why);
   const auto change = region_group_->regroup(window);
-  if (change.fresh_leader) take_state(at, 1);  // the leader started again takes ours first
+  if (change.fresh_leader) {
+    take_state(at, 1);  // the leader started again takes ours first
+    // It has no exchange in flight: the merges its predecessor's pushes were due are not coming
+    // (it broadcasts at the merges of its own pushes only).
+    calendar_.clear();
+  }
   take_state(at, 0);
   round_start_steps_ = steps_taken_ - at.done;
   spdlog::warn(
