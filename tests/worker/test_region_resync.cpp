@@ -24,6 +24,9 @@ RegionState state_of(int rank, size_t params, size_t losses) {
           300 + r,
           1 + static_cast<uint32_t>(r),
           static_cast<uint32_t>(r)};
+  // The merges its calendar has due: as many as the rank's number (a restarted rank has none).
+  for (uint64_t m = 0; m < r; ++m)
+    s.at.merges.push_back({(uint64_t{1} << 40) + 150 + r + m, static_cast<uint32_t>(m)});
   s.state.steps = 149 + r;
   s.state.optimizer_steps = 148 + r;
   s.state.guard_skipped = r;
@@ -49,6 +52,7 @@ TEST_CASE("after a resync every rank holds the leader's place and state, bit for
   });
   const auto leader = state_of(0, 1000, 5);
   for (const auto& s : got) {
+    CHECK(s.at.merges.empty());  // the leader's calendar: none due
     CHECK(s.at == leader.at);
     CHECK(s.state.steps == leader.state.steps);
     CHECK(s.state.optimizer_steps == leader.state.optimizer_steps);
@@ -90,10 +94,26 @@ TEST_CASE("a leader started again takes the state of the first member that outli
     got[comm.rank()] = std::move(s);
   });
   const auto source = state_of(1, 1000, 4);
+  REQUIRE(source.at.merges.size() == 1);
   for (const auto& s : got) {
-    CHECK(s.at == source.at);
+    CHECK(s.at == source.at);  // the merges its calendar has due too
     CHECK(s.state.params == source.state.params);
     CHECK(s.state.optimizer_m == source.state.optimizer_m);
     CHECK(s.state.guard_losses == source.state.guard_losses);
   }
+}
+
+TEST_CASE("a restarted worker takes the merges its leader's exchange calendar has due") {
+  std::mutex mu;
+  std::vector<RegionState> got(2);
+  test::run_ranks<GlooCommunicator>(2, "resync-merges", [&](GlooCommunicator& comm) {
+    // The leader has three merges due (steps past 2^40: all 64 bits go); the joiner, just
+    // started, none: without the leader's it would skip their broadcasts.
+    auto s = resync_from(comm, 0, state_of(comm.rank() == 0 ? 3 : 0, 100, 1));
+    std::lock_guard lock(mu);
+    got[comm.rank()] = std::move(s);
+  });
+  const auto source = state_of(3, 100, 1);
+  REQUIRE(source.at.merges.size() == 3);
+  for (const auto& s : got) CHECK(s.at.merges == source.at.merges);
 }

@@ -99,10 +99,19 @@ struct TwoServers {
   // Server s dies (in-flight requests are lost with it) and, `down` later, comes back on the same
   // address, restoring its newest checkpoint.
   void restart(uint32_t s, std::chrono::milliseconds down = {}) {
-    const std::string endpoint = servers[s].server->endpoint();
+    const std::string endpoint = kill(s);
+    std::this_thread::sleep_for(down);
+    come_back(s, endpoint);
+  }
+  // Server s dies (in-flight requests are lost with it); returns its address.
+  std::string kill(uint32_t s) {
+    std::string endpoint = servers[s].server->endpoint();
     if (servers[s].thread.joinable()) stop_loop(s);
     servers[s].server.reset();
-    std::this_thread::sleep_for(down);
+    return endpoint;
+  }
+  // Server s, killed, starts again on `endpoint`, restoring its newest checkpoint.
+  void come_back(uint32_t s, const std::string& endpoint) {
     // The old socket is closed by ZeroMQ's I/O thread, a moment later: until then its port is
     // taken.
     for (int attempt = 0;; ++attempt) {

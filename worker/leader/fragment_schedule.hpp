@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <deque>
 #include <optional>
+#include <vector>
 
 #include "worker/leader/overlap_merge.hpp"  // OverlapMode
 
@@ -64,19 +65,23 @@ struct FragmentSchedule {
 // are merged. One per rank; feed it every step in order.
 class MergeCalendar {
  public:
+  struct Merge {
+    uint64_t step = 0;  // after which a push made earlier is merged
+    uint32_t fragment = 0;
+    bool operator==(const Merge&) const = default;
+  };
+
   explicit MergeCalendar(FragmentSchedule schedule) : schedule_(schedule) {}
   void set_schedule(FragmentSchedule schedule) { schedule_ = schedule; }
-  // No merge is due any more: the leader that pushed them died, and the one started again has
-  // no exchange in flight (WorkerRun::regroup).
-  void clear() { merges_.clear(); }
+  // The merges due, in the order of their pushes: what a rank that joins its region's group
+  // takes from the leader (a restarted worker's calendar is empty, its leader's is not), and a
+  // leader started again gives its members (empty: it has no exchange in flight).
+  std::vector<Merge> pending() const { return {merges_.begin(), merges_.end()}; }
+  void restore(const std::vector<Merge>& merges) { merges_.assign(merges.begin(), merges.end()); }
   // Whether the leader's exchanges change the parameters after the step at `at`.
   bool changes_after(const StepPosition& at);
 
  private:
-  struct Merge {
-    uint64_t step;  // after which a push made earlier is merged
-    uint32_t fragment;
-  };
   FragmentSchedule schedule_;
   std::deque<Merge> merges_;  // in the order of their pushes
 };

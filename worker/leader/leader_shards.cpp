@@ -209,12 +209,20 @@ wire::Hello LeaderShards::hello() const {
   return wire::Hello{config_.region, wire::kProtocolVersion, layout_.layout_hash(), {}};
 }
 
-void LeaderShards::rejoin(size_t s) {
+bool LeaderShards::rejoin(size_t s, std::optional<std::chrono::milliseconds> within) {
+  const auto reply = links_.rejoin(s, hello(), within);
+  if (!reply) return false;
   // What it holds of this region's flush: nothing after a restart from its checkpoint, all of
   // it when it only declared the region dead (a partition during the flush).
-  for (const auto& info : links_.rejoin(s, hello()).shards)
+  for (const auto& info : reply->shards)
     for (auto& sh : shards_)
       if (sh.server == s && sh.id == info.id) sh.flush_held = info.flushed;
+  return true;
+}
+
+void LeaderShards::defer_away(size_t s, const Shards& shards) {
+  for (auto* sh : on(s, shards))
+    if (sh->phase() == ShardPhase::needs_resync) sh->defer_lost(sh->server_round(our_round(*sh)));
 }
 
 LeaderShards::Shards LeaderShards::resync(size_t s, const Shards& shards, ShardTally& tally) {
@@ -231,7 +239,8 @@ LeaderShards::Shards LeaderShards::resync(size_t s, const Shards& shards, ShardT
 
 LeaderShards::Shards LeaderShards::resync_lost(
     const Shards& shards, ShardTally& tally,
-    const std::function<void(size_t, const ServerLost&)>& on_lost) {
+    const std::function<void(size_t, const ServerLost&)>& on_lost,
+    std::optional<std::chrono::milliseconds> within) {
   Shards released;
   for (size_t s = 0; s < links_.size(); ++s) {
     const Shards mine = on(s, shards);
@@ -240,7 +249,10 @@ LeaderShards::Shards LeaderShards::resync_lost(
                      });
     if (!due) continue;
     try {
-      if (links_[s].lost()) rejoin(s);
+      if (links_[s].lost() && !rejoin(s, within)) {
+        defer_away(s, mine);
+        continue;
+      }
       for (auto* sh : resync(s, mine, tally)) released.push_back(sh);
     } catch (const ServerLost& e) {
       on_lost(s, e);
@@ -259,7 +271,10 @@ void LeaderShards::keep_alive() {
         lose(s, e.what());
       }
     }
-    rejoin(s);  // register again now; its shards are pulled in full at their next exchange
+    // Register again now (its shards are pulled in full at their next exchange); a server still
+    // away is tried again at the next call (an answer that comes later counts then), so that an
+    // exchange waiting for this thread does not wait for it.
+    rejoin(s, std::min(config_.heartbeat, kKeepAliveLook));
   }
 }
 

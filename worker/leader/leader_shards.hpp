@@ -129,19 +129,30 @@ class LeaderShards {
 
   // The server answered `unregistered`: its requests are gone, its shards need full pulls.
   void lose(size_t s, const std::string& why);
-  // Hello to a server that lost this region; notes what it holds of this region's flush.
-  void rejoin(size_t s);
+  // Hello to a server that lost this region; notes what it holds of this region's flush. Given
+  // `within`, false when it has not answered by then (it is still away: the link stays lost).
+  bool rejoin(size_t s, std::optional<std::chrono::milliseconds> within = {});
+  // Those of `shards` on s that need a full pull and are not deferred yet, deferred until their
+  // server is back (LeaderShard::defer_lost): it is away, and the exchange does not wait for it.
+  void defer_away(size_t s, const Shards& shards);
   // Full pulls of those of `shards` on s that need one; returns those whose round their server
   // released already (not pushed again). Throws ServerLost when it lost this region again.
   Shards resync(size_t s, const Shards& shards, ShardTally& tally);
   // Rejoins the servers that lost this region and resyncs `shards` there (before an exchange or
   // the flush); returns those whose round was released already. A ServerLost goes to `on_lost`.
+  // Given `within` (an exchange that defers), a server that has not answered by then is left
+  // lost, its shards among `shards` deferred (defer_away()).
   Shards resync_lost(const Shards& shards, ShardTally& tally,
-                     const std::function<void(size_t, const ServerLost&)>& on_lost);
+                     const std::function<void(size_t, const ServerLost&)>& on_lost,
+                     std::optional<std::chrono::milliseconds> within = {});
   // The uplink's residuals of every shard dropped (the flush leaves them out of the final model).
   void drop_residuals() { uplink_.reset(shards_); }
 
  private:
+  // How long keep_alive() looks for a lost server's answer to its hello before it lets an
+  // exchange have the links again (it looks again at its next call).
+  static constexpr std::chrono::milliseconds kKeepAliveLook{100};
+
   wire::Hello hello() const;
 
   const ParamTable& layout_;

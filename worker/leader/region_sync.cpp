@@ -35,12 +35,18 @@ RoundReport RegionSync::exchange(ConstFloatSpan local, std::optional<uint32_t> f
   // Servers that lost this region since the last round (keep_alive rejoined them) or that it
   // could not rejoin then: hello and full pulls first (neither waits on any round). A deferred
   // shard pulled in full here is merged with those values; a shard whose round its server
-  // released already is not pushed again.
-  const Shards released = shards_.resync_lost(wanted, tally, [&](size_t s, const ServerLost& e) {
-    shards_.lose(s, e.what());  // redone in push_and_pull, in its turn
-  });
+  // released already is not pushed again. Deferring, a server still away is not waited for
+  // beyond the shard wait: its shards are deferred until it is back.
+  const auto within = defer ? std::optional(shard_wait_.current()) : std::nullopt;
+  const Shards released = shards_.resync_lost(
+      wanted, tally,
+      [&](size_t s, const ServerLost& e) {
+        shards_.lose(s, e.what());  // redone in push_and_pull, in its turn
+      },
+      within);
   std::erase_if(take, [&](auto* sh) {
-    return std::find(released.begin(), released.end(), sh) != released.end();
+    if (sh->deferred()) skipped.push_back(sh);  // its server is away
+    return sh->deferred() || std::find(released.begin(), released.end(), sh) != released.end();
   });
   // One shift for the fragment's shards (a resync may have lowered one of them).
   for (uint32_t f = 0; f < config.fragment_count(); ++f)
@@ -154,19 +160,25 @@ void RegionSync::redo(size_t s, ConstFloatSpan local, const Shards& shards, cons
   auto& link = shards_.link(s);
   for (uint32_t attempt = 0; attempt < kMaxRejoinAttempts; ++attempt) {
     try {
-      if (link.lost()) shards_.rejoin(s);
+      // Deferring, a server that is away (killed, restarting) is given what is left of the shard
+      // wait: the region trains on, its shards there deferred until it is back.
+      if (link.lost() &&
+          !shards_.rejoin(s, clock.defer ? std::optional(clock.left()) : std::nullopt)) {
+        shards_.defer_away(s, shards);
+        return;
+      }
       const Shards released = shards_.resync(s, shards, tally);
       Shards mine;
       for (auto* sh : shards)
         if (std::find(released.begin(), released.end(), sh) == released.end()) mine.push_back(sh);
       if (mine.empty()) return;  // it had released the round already
+      // Each pull right behind its push, as in push_and_pull; deferred like any of the round when
+      // they do not come in time: the region must not wait here for a region that deferred its
+      // own (lost) push here and waits in turn at another server (after a netsim restart, every
+      // region may be redoing a different one), nor for a push its server's gate holds.
       for (auto* sh : mine) shards_.send_push(*sh, local, false, report.bytes_pushed);
-      shards_.await(s, mine, config.timeout, "push (rejoined)", shards_.waiting(s, true), tally);
       for (auto* sh : mine) shards_.send_pull(*sh, sh->server_round(shards_.our_round(*sh)));
-      // Deferred like any pull of the round when it does not come in time: the region must not
-      // wait here for a region that deferred its own (lost) push here and waits in turn at
-      // another server (after a netsim restart, every region may be redoing a different one).
-      await_round(s, clock, "pull (rejoined)", tally);
+      await_round(s, clock, "push and pull (rejoined)", tally);
       return;
     } catch (const ServerLost& e) {
       shards_.lose(s, e.what());

@@ -22,7 +22,9 @@
 // Deferred shards (config.shard_wait > 0, overlapped exchanges; docs/training.md, "Deferred
 // shards"): what has not come within shard_wait stays in flight, its part of base unchanged and
 // its parameters local to the caller (RoundReport::deferred) until take_ready(), settle() or the
-// flush (region_sync_flush.cpp) merges it.
+// flush (region_sync_flush.cpp) merges it. A server that lost this region and does not answer
+// its hello within the shard wait (killed, restarting) is not waited for either: its shards are
+// deferred (LeaderShard::defer_lost) until a later exchange finds it back and pulls them in full.
 //
 // Blocking: connect() and exchange() block on the network, up to `timeout` per reply (a missing
 // reply is a SystemError naming the server). Not thread-safe: one thread (see StreamingSync

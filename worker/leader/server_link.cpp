@@ -87,6 +87,7 @@ std::map<uint64_t, wire::Reply> ServerLink::collect_in_flight(const std::vector<
 }
 
 void ServerLink::lose() {
+  if (!lost_) hellos_sent_.clear();
   lost_ = true;
   in_flight_.clear();
   parked_.clear();
@@ -97,19 +98,33 @@ wire::HelloReply ServerLink::rejoin(const wire::Hello& hello, std::chrono::milli
                                     std::chrono::milliseconds heartbeat,
                                     const std::function<void()>& while_waiting,
                                     std::stop_token stop) {
+  auto reply = try_rejoin(hello, timeout, heartbeat, while_waiting, std::move(stop));
+  if (!reply)
+    throw SystemError("wire", "hello (rejoin)", __FILE__, __LINE__,
+                      fmt::format("region {}: the server of region {} did not answer a hello "
+                                  "within {} ms",
+                                  hello.region, region_, timeout.count()));
+  return std::move(*reply);
+}
+
+std::optional<wire::HelloReply> ServerLink::try_rejoin(const wire::Hello& hello,
+                                                       std::chrono::milliseconds timeout,
+                                                       std::chrono::milliseconds heartbeat,
+                                                       const std::function<void()>& while_waiting,
+                                                       std::stop_token stop) {
   const auto t0 = Clock::now();
   const auto deadline = t0 + timeout;
-  std::vector<uint64_t> ids;
+  // The hellos of earlier tries count too: over a link slower than one try's wait, the answer to
+  // one of them comes during a later one.
+  auto& ids = hellos_sent_;
   std::optional<wire::Reply> answer;
-  for (auto next_send = t0; !answer;) {
+  // At least one hello sent and one look for an answer, however short the timeout.
+  bool looked = false;
+  for (auto next_send = t0; !answer; looked = true) {
     const auto now = Clock::now();
     if (stop.stop_requested() && now - t0 >= kStopGrace)
       throw Stopped(fmt::format("stopped while rejoining the server of region {}", region_));
-    if (now >= deadline)
-      throw SystemError("wire", "hello (rejoin)", __FILE__, __LINE__,
-                        fmt::format("region {}: the server of region {} did not answer a hello "
-                                    "within {} ms",
-                                    hello.region, region_, timeout.count()));
+    if (now >= deadline && looked) return std::nullopt;
     if (now >= next_send) {
       if (auto id = client_->send(hello)) ids.push_back(*id);
       if (while_waiting) while_waiting();
@@ -128,6 +143,7 @@ wire::HelloReply ServerLink::rejoin(const wire::Hello& hello, std::chrono::milli
                                  hello.region, region_, e->message,
                                  wire::error_code_name(e->code)));
   auto reply = body_as<wire::HelloReply>(*answer, region_);
+  ids.clear();
   lost_ = false;
   // Registered again over the connections as they are now: what broke before is accounted for.
   seen_disconnects_ = client_->channel().breaks();

@@ -102,6 +102,13 @@ class ServerLink {
   wire::HelloReply rejoin(const wire::Hello& hello, std::chrono::milliseconds timeout,
                           std::chrono::milliseconds heartbeat,
                           const std::function<void()>& while_waiting, std::stop_token stop = {});
+  // The same, but nullopt when `timeout` passes unanswered (the server is still away; the link
+  // stays lost, and a later rejoin says hello again).
+  std::optional<wire::HelloReply> try_rejoin(const wire::Hello& hello,
+                                             std::chrono::milliseconds timeout,
+                                             std::chrono::milliseconds heartbeat,
+                                             const std::function<void()>& while_waiting,
+                                             std::stop_token stop = {});
 
   // Contact: when the server last answered or was sent a heartbeat.
   void heard_from() { last_contact_ = Clock::now(); }
@@ -118,7 +125,8 @@ class ServerLink {
   std::unique_ptr<wire::Client> client_;
   Clock::time_point last_contact_{};
   bool lost_ = false;
-  uint64_t seen_disconnects_ = 0;  // the channel's breaks() when last in step (attach, rejoin)
+  std::vector<uint64_t> hellos_sent_;  // since the link was lost, unanswered (try_rejoin)
+  uint64_t seen_disconnects_ = 0;      // the channel's breaks() when last in step (attach, rejoin)
   bool flush_ = false;
   std::set<uint64_t> in_flight_;
   std::map<uint64_t, wire::Reply> parked_;

@@ -62,10 +62,16 @@ void ServerLinks::heartbeat_others(size_t busy) {
     if (o != busy) links_[o].heartbeat_if_quiet(config_.heartbeat);
 }
 
-wire::HelloReply ServerLinks::rejoin(size_t s, const wire::Hello& hello) {
+std::optional<wire::HelloReply> ServerLinks::rejoin(
+    size_t s, const wire::Hello& hello, std::optional<std::chrono::milliseconds> within) {
   const auto t0 = std::chrono::steady_clock::now();
-  auto reply = links_[s].rejoin(
-      hello, config_.timeout, config_.heartbeat, [this, s] { heartbeat_others(s); }, stop_);
+  const auto others = [this, s] { heartbeat_others(s); };
+  std::optional<wire::HelloReply> reply;
+  if (within)
+    reply = links_[s].try_rejoin(hello, *within, config_.heartbeat, others, stop_);
+  else
+    reply = links_[s].rejoin(hello, config_.timeout, config_.heartbeat, others, stop_);
+  if (!reply) return reply;
   ++rejoins_;
   spdlog::warn("region {}: rejoined the server of region {} after {:.2f} s", config_.region,
                links_[s].region(), seconds_since(t0));

@@ -47,9 +47,11 @@ class ServerLinks {
   ReplyWait waiting(size_t s, bool probe);
   // A heartbeat to each server but `busy` not contacted within config.heartbeat (fire and forget).
   void heartbeat_others(size_t busy);
-  // Hello to server s, which lost this region, re-sent until answered (ServerLink::rejoin);
-  // logged and counted. Returns its answer.
-  wire::HelloReply rejoin(size_t s, const wire::Hello& hello);
+  // Hello to server s, which lost this region, re-sent until answered (ServerLink::rejoin), or,
+  // given `within`, until that has passed (nullopt: still away); logged and counted. Returns its
+  // answer.
+  std::optional<wire::HelloReply> rejoin(size_t s, const wire::Hello& hello,
+                                         std::optional<std::chrono::milliseconds> within = {});
   // How often a server was rejoined.
   uint64_t rejoins() const { return rejoins_; }
   // A heartbeat to server s when it has not been contacted within config.heartbeat and has no

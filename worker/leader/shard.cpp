@@ -272,6 +272,12 @@ void LeaderShard::defer(uint64_t server_round) {
   deferred_round_ = server_round;
 }
 
+void LeaderShard::defer_lost(uint64_t server_round) {
+  expect(phase_ == ShardPhase::needs_resync, "defer_lost");
+  phase_ = ShardPhase::deferred_lost;
+  deferred_round_ = server_round;
+}
+
 void LeaderShard::connected(uint64_t server_next_round) { expects_next_ = server_next_round; }
 
 void LeaderShard::lost() {

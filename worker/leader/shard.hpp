@@ -15,6 +15,8 @@
 //   pushing / pulling, left in flight when an exchange stops waiting --defer()--> deferred
 //   deferred --push_answered(), pull(), pulled()--> merged --hand_back()--> idle
 //   its server lost this region --lost()--> needs_resync (deferred_lost when deferred or merged);
+//   needs_resync, its server still away when an exchange stops waiting --defer_lost()-->
+//   deferred_lost;
 //   the full pull after the rejoin --resynced()--> idle (merged when it was deferred)
 //   merged --hand_back()--> idle; deferred_lost --hand_back()--> needs_resync (merged, then lost)
 //   idle --flush()--> flushing --push_answered()--> idle (its server holds its flush)
@@ -194,6 +196,10 @@ class LeaderShard {
   // Its server lost this region: its requests will not be answered, and a full pull is due
   // once the server is rejoined (a deferred shard stays deferred until then).
   void lost();
+  // Its server, which lost this region, is still away when an exchange stops waiting: deferred
+  // (the caller keeps its parameters local) until the full pull after the rejoin merges it;
+  // `server_round` is the round its server counts for it.
+  void defer_lost(uint64_t server_round);
   // A full pull sent (`our_round`: this region's next round of its fragment, for a resync).
   void full_pull(uint64_t request, FullPull kind, uint64_t our_round = 0);
   // A final pull given up on (its server lost this region meanwhile): its reply is not awaited.

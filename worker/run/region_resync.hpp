@@ -4,7 +4,8 @@
 // and a restarted worker has the region's state from a live peer rather than from a snapshot on
 // disk; a leader started again takes it from the first member that outlived it.
 //
-// What goes: where the source is in the run (RegionPosition) and its training state: parameters,
+// What goes: where the source is in the run (RegionPosition, with the merges its exchange
+// calendar has due: every rank takes part in their broadcasts) and its training state: parameters,
 // the optimizer's moments and step count, the anomaly guard's loss window (a
 // WorkerCheckpointState's, without residuals: only the leader exchanges with the servers).
 // Blocking and collective: every member calls it, at the same point, right after the regroup.
@@ -13,7 +14,9 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
+#include "worker/leader/fragment_schedule.hpp"
 #include "worker/region/communicator.hpp"
 #include "worker/run/worker_checkpoint.hpp"
 
@@ -26,6 +29,7 @@ struct RegionPosition {
   uint64_t steps_taken = 0;           // local steps over the run (the exchange calendar's clock)
   uint64_t micro_batches = 0;         // data position
   uint32_t fragments = 1, delay = 0;  // the fragment schedule the leader's servers set
+  std::vector<MergeCalendar::Merge> merges;  // due (MergeCalendar::pending), at most 65536
   bool operator==(const RegionPosition&) const = default;
 };
 

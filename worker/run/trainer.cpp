@@ -262,14 +262,15 @@ void WorkerRun::local_step(uint64_t round, uint32_t h, uint32_t steps) {
   t0 = Clock::now();
   const StepReport report = engine_->apply(params_, group_size());
   const double optimizer_s = since(t0);
-  // Emulated hardware: the step lasts its emulated time from its start, the wait counted as
-  // compute (the emulated device is busy); a step whose work took longer is an overrun.
+  // Emulated hardware: the step lasts its emulated time from its start, all of it but the
+  // exchange and the optimizer counted as compute (the emulated device is busy, reading its
+  // batches included); a step whose work took longer is an overrun.
   const uint64_t overruns_before = emulated_.overruns();
   const double worked = since(step_start);
   const double pad = emulated_.pad_s(worked, since(start_));
   if (pad > 0) {
     std::this_thread::sleep_for(std::chrono::duration<double>(pad));
-    compute += pad;
+    compute = std::max(compute, worked + pad - comm_s - optimizer_s);
   }
   // The step's time on the hardware the region stands for: emulated, its emulated time (or its
   // real work when that overran), not the host's wake-up after the wait.

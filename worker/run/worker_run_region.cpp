@@ -42,12 +42,7 @@ void WorkerRun::regroup(RegionPosition& at, const std::string& why) {
       std::chrono::milliseconds(200 + static_cast<int64_t>(3000 * std::min(last_step_s_, 10.0)));
   spdlog::warn("worker {}-{}: the region's group re-forms: {}", region_, rank_, why);
   const auto change = region_group_->regroup(window);
-  if (change.fresh_leader) {
-    take_state(at, 1);  // the leader started again takes ours first
-    // It has no exchange in flight: the merges its predecessor's pushes were due are not coming
-    // (it broadcasts at the merges of its own pushes only).
-    calendar_.clear();
-  }
+  if (change.fresh_leader) take_state(at, 1);  // the leader started again takes ours first
   take_state(at, 0);
   round_start_steps_ = steps_taken_ - at.done;
   spdlog::warn(
@@ -69,6 +64,9 @@ RegionPosition WorkerRun::lead_again(std::stop_token stop) {
   const auto t0 = Clock::now();
   RegionPosition at;
   take_state(at, 1, /*open_data=*/false);  // opened below, at the servers' round
+  // No exchange in flight: the merges its predecessor's pushes were due are not coming (it
+  // broadcasts at the merges of its own pushes only); its members take its empty calendar.
+  calendar_.restore({});
   // The data, read meanwhile at the start of the members' round (where the servers most likely
   // say the region goes on: a second or so for a dataset on 2 cores).
   const uint64_t guess = std::max<uint64_t>(at.round, 1);
@@ -105,6 +103,7 @@ void WorkerRun::take_state(RegionPosition& at, int root, bool open_data) {
   mine.at.micro_batches = data_ ? data_->position() : 0;
   mine.at.fragments = schedule_.fragments;
   mine.at.delay = schedule_.delay;
+  mine.at.merges = calendar_.pending();
   engine_->capture(params_, mine.state);
   const auto got = resync_from(*comm(), root, std::move(mine));
   step_->discard_accumulated();  // a step abandoned when the group broke
@@ -118,6 +117,7 @@ void WorkerRun::take_state(RegionPosition& at, int root, bool open_data) {
     schedule_.fragments = got.at.fragments;
     schedule_.delay = got.at.delay;
     calendar_.set_schedule(schedule_);
+    calendar_.restore(got.at.merges);  // a restarted worker's is empty, its leader's not
     if (open_data && (!data_ || data_->position() != got.at.micro_batches))
       this->open_data(got.at.micro_batches);
   }

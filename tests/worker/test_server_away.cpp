@@ -1,0 +1,129 @@
+// A server killed mid-run while the leaders defer (SyncConfig::shard_wait): the other regions do
+// not wait for its restart. Each exchange gives a server that lost the region no more than the
+// shard wait to answer its hello; until it is back, its shards are deferred (their parameters
+// local to the region, as for a stopped server's: test_region_rejoin.cpp), and the exchange after
+// its return pulls them in full and takes them back. Two regions, two ParamServers over loopback
+// TCP (tests/worker/two_servers.hpp), each leader on its own thread.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <barrier>
+#include <chrono>
+#include <cmath>
+#include <thread>
+#include <vector>
+
+#include "tests/worker/two_servers.hpp"
+#include "worker/leader/region_sync.hpp"
+
+using namespace geotrain;
+using namespace geotrain::test;
+using namespace std::chrono_literals;
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double elapsed_s(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+}  // namespace
+
+TEST_CASE(
+    "with shard_wait, a killed server costs the other regions a shard wait per exchange, not its "
+    "restart: its shards are deferred until it is back, then pulled in full") {
+  TwoServers two("server-away");
+  constexpr int kRounds = 40, kKilledAt = 3;
+  constexpr auto kDown = 1500ms;  // from the kill to the restart (from its checkpoint)
+  // The rounds start together (the two leaders and this thread, which kills and restarts server
+  // b between two rounds): both regions find it gone, and back, in the same round.
+  std::barrier round_start(3);
+  std::atomic<bool> away{false}, failed{false};
+  std::atomic<int> rounds_done[2] = {0, 0};
+  double slowest_away[2] = {0, 0};
+  int exchanges_away[2] = {0, 0}, deferred_away[2] = {0, 0};
+  std::vector<std::vector<float>> final_base(2);
+  const auto errors = two.run_leaders(
+      [&](int r) { return two.deferring_leader(r); },
+      [&](int r, worker::RegionSync& sync) {
+        std::vector<float> local(sync.base().begin(), sync.base().end());
+        std::vector<ElementRange> deferred;
+        const auto ranges = sync.fragment_ranges(0);  // shard s on server s
+        const auto is_deferred = [&](const ElementRange& range) {
+          return std::find(deferred.begin(), deferred.end(), range) != deferred.end();
+        };
+        for (int round = 0; round < kRounds; ++round) {
+          round_start.arrive_and_wait();
+          // Server a runs throughout: a shard of it deferred on a loaded machine is waited for,
+          // so that every round there averages both regions' steps.
+          for (int polls = 0; is_deferred(ranges[0]) && polls < 2000; ++polls) {
+            for (const auto& range : sync.take_ready(0))
+              deferred.erase(std::find(deferred.begin(), deferred.end(), range));
+            if (is_deferred(ranges[0])) std::this_thread::sleep_for(5ms);
+          }
+          // A deferred shard keeps its local values; the others step from the global ones.
+          for (const auto& range : ranges) {
+            if (is_deferred(range)) continue;
+            for (uint64_t i = range.offset; i < range.end(); ++i)
+              local[i] = sync.base()[i] + step_of(r);
+          }
+          const bool was_away = away;
+          const auto t0 = Clock::now();
+          deferred = sync.exchange(local, std::nullopt, /*defer=*/true).deferred;
+          if (was_away) {
+            slowest_away[r] = std::max(slowest_away[r], elapsed_s(t0));
+            ++exchanges_away[r];
+            deferred_away[r] += is_deferred(ranges[1]);
+          }
+          rounds_done[r] = round + 1;
+          std::this_thread::sleep_for(20ms);
+        }
+        sync.settle();
+        CHECK(sync.deferred_shards() == 0);
+        final_base[r].assign(sync.base().begin(), sync.base().end());
+      },
+      [&] {
+        std::string endpoint;
+        Clock::time_point killed;
+        for (int round = 0; round < kRounds; ++round) {
+          // Between two rounds: both leaders are done with the last one.
+          while (!failed && (rounds_done[0] < round || rounds_done[1] < round))
+            std::this_thread::sleep_for(1ms);
+          if (round == kKilledAt) {  // region b's server dies
+            endpoint = two.kill(1);
+            killed = Clock::now();
+            away = true;
+          } else if (away && Clock::now() - killed >= kDown) {  // and is started again
+            two.come_back(1, endpoint);
+            away = false;
+          }
+          round_start.arrive_and_wait();
+        }
+      },
+      [&](int) {
+        failed = true;
+        round_start.arrive_and_drop();
+      });
+
+  for (int r = 0; r < 2; ++r) {
+    INFO("region " << two.config.regions[r] << ": " << errors[r]);
+    REQUIRE(errors[r].empty());
+    // The region trained on while the server was away: several exchanges, its shard deferred in
+    // each, none of them waiting for the server (a shard wait of 150 ms, and a look for the
+    // hello's answer; the restart came 1.5 s after the kill).
+    CHECK(exchanges_away[r] >= 3);
+    CHECK(deferred_away[r] == exchanges_away[r]);
+    CHECK(slowest_away[r] < 1.0);
+  }
+  CHECK_FALSE(away);
+  // Server a's shard never left: every round averaged both regions' steps (0.01 and 0.02).
+  const auto& kept = two.servers[0].server->shards().at(0).range();
+  for (int r = 0; r < 2; ++r) {
+    size_t off = 0;
+    for (uint64_t i = kept.offset; i < kept.offset + kept.count; ++i)
+      off += std::fabs(final_base[r][i] - 0.015f * kRounds) > 1e-3f;
+    CHECK_MESSAGE(off == 0, "region " << r);
+  }
+  // Both regions hold the same global model at the end, server b's shard included.
+  CHECK(final_base[0] == final_base[1]);
+  for (float v : final_base[0]) REQUIRE(std::isfinite(v));
+}
