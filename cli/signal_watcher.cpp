@@ -44,6 +44,12 @@ SignalWatcher::SignalWatcher(std::function<void(int)> on_signal,
   sa.sa_flags = SA_RESTART;
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  // A write to a peer that closed its end (a Gloo rank that died while this one sent to it)
+  // fails with EPIPE, which the caller handles, instead of ending the process with SIGPIPE.
+  struct sigaction ignore {};
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  sigaction(SIGPIPE, &ignore, nullptr);
   thread_ = std::thread([this, on_signal = std::move(on_signal)] { watch(on_signal); });
 }
 
@@ -87,6 +93,7 @@ SignalWatcher::~SignalWatcher() {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGPIPE, &sa, nullptr);
   g_signal_pipe.store(-1);
   const unsigned char stop = 0;
   [[maybe_unused]] ssize_t n = write(pipe_[1], &stop, 1);

@@ -1,5 +1,7 @@
 // SignalWatcher: turns SIGINT and SIGTERM into a stop request, for the long-running commands
-// (server, worker, netsim, run).
+// (server, worker, netsim, run), and ignores SIGPIPE meanwhile: a write to a peer that closed its
+// end (a Gloo rank that died while this one sent to it) fails with EPIPE, which the caller
+// handles (its region re-forms without that rank), instead of ending this process too.
 //
 // Why a handler and a pipe, not sigwait: libraries start threads before main() (OpenBLAS's
 // pool), and those never block the signals, so the kernel may deliver SIGTERM to them; only a

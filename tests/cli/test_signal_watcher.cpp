@@ -6,9 +6,11 @@
 #include <doctest/doctest.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 
 #include "cli/signal_watcher.hpp"
@@ -73,6 +75,26 @@ TEST_CASE(
   CHECK(seconds < 2.0);
   ::close(ready[0]);
   ::close(ready[1]);
+}
+
+TEST_CASE("under a SignalWatcher a write to a closed peer fails with EPIPE, not with SIGPIPE") {
+  // In a child: a default SIGPIPE would end it, and this test process with it.
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    SignalWatcher watcher([](int) {});
+    int ends[2];
+    if (::socketpair(AF_UNIX, SOCK_STREAM, 0, ends) != 0) ::_exit(3);
+    ::close(ends[1]);  // the peer died
+    const char byte = 1;
+    const bool epipe = ::write(ends[0], &byte, 1) < 0 && errno == EPIPE;
+    ::_exit(epipe ? 0 : 4);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  CHECK_FALSE(WIFSIGNALED(status));
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
 }
 
 TEST_CASE("a worker stopped by its live launcher is not cut short by the orphan deadline") {
