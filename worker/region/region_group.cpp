@@ -184,8 +184,11 @@ std::optional<RegionGroup> RegionGroup::lead_again(ServerStore& store, uint32_t 
     return alive;
   };
   std::vector<uint32_t> alive = announced(next);
-  // Members still noticing the death announce themselves within the settle time.
-  while (Clock::now() - t0 < settle || (alive.empty() && Clock::now() - t0 < 4 * settle)) {
+  // Members still noticing the death announce themselves within the settle time; once every
+  // other slot has, nobody is left to wait for.
+  const auto everyone = [&] { return alive.size() + 1 == slots; };
+  while ((!everyone() && Clock::now() - t0 < settle) ||
+         (alive.empty() && Clock::now() - t0 < 4 * settle)) {
     std::this_thread::sleep_for(kGroupPoll);
     next = std::max(next, waited_at());
     while (!announced(next + 1).empty()) ++next;

@@ -71,8 +71,9 @@ class RegionGroup {
   static std::optional<RegionGroup> join(ServerStore& store, uint32_t slot, uint32_t slots,
                                          Connect connect, std::chrono::milliseconds admission);
   // A leader started again after its death (slot 0): the members that outlived it wait in
-  // regroup() at the next epoch; it names them after `settle` (for the last of them to notice the
-  // death), marks the epoch's leader fresh, and connects. nullopt when no member is left.
+  // regroup() at the next epoch; it names them once every other slot is there, or after `settle`
+  // (for the last of them to notice the death), marks the epoch's leader fresh, and connects.
+  // nullopt when no member is left.
   static std::optional<RegionGroup> lead_again(ServerStore& store, uint32_t slots, Connect connect,
                                                std::chrono::milliseconds settle);
 
