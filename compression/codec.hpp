@@ -12,16 +12,30 @@
 // Error feedback is a decorator (compression/error_feedback.hpp). A codec may offer a fused
 // fast path for it, encode_with_feedback(), which must produce exactly the bytes and residual
 // of the reference order implemented there.
+//
+// Shapes: a span is flat to every codec but one. powersgd factorises a matrix, so a caller that
+// knows the span is a row-major matrix (a leader's per-tensor segment) says so through
+// encode_matrix(); powersgd also keeps state per error-feedback stream across encodes (its
+// warm-started Q), which stream_states() exposes for snapshots. The other codecs ignore both.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "compression/payload.hpp"
 #include "core/span.hpp"
 
 namespace geotrain::compression {
+
+// A span seen as a row-major matrix of rows x cols; cols 0: not a matrix (or not known).
+struct MatrixShape {
+  uint64_t rows = 0;
+  uint64_t cols = 0;
+  bool matrix() const { return cols != 0; }
+};
 
 class Codec {
  public:
@@ -46,6 +60,21 @@ class Codec {
     (void)g, (void)residual, (void)out;
     return false;
   }
+
+  // Whether encode_matrix differs from encode (ErrorFeedback then takes the reference order with
+  // encode_matrix for spans with a shape).
+  virtual bool uses_shape() const { return false; }
+  // out = payload encoding x, a `shape` matrix (shape.rows * shape.cols == x.size()), for the
+  // error-feedback stream `stream`, whose state (powersgd's Q) it may read and update.
+  virtual void encode_matrix(ConstFloatSpan x, MatrixShape shape, uint64_t stream, Bytes& out) {
+    (void)shape, (void)stream;
+    encode(x, out);
+  }
+  // The state kept per stream across encodes (empty for codecs that keep none), and its restore
+  // from a snapshot: InputError naming the stream when `values` cannot be that stream's state
+  // for a `shape` matrix (nothing changes then).
+  virtual std::map<uint64_t, std::vector<float>> stream_states() const { return {}; }
+  virtual void restore_stream_state(uint64_t stream, MatrixShape shape, ConstFloatSpan values);
 
   // y = D(payload). y.size() must equal the payload's element count.
   virtual void decode(ConstByteSpan payload, FloatSpan y) const = 0;

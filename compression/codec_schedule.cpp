@@ -130,4 +130,10 @@ YAML::Node CodecSchedule::to_yaml() const {
 
 bool is_fp32_spec(const std::string& spec) { return make_codec(spec)->id() == CodecId::fp32; }
 
+bool CodecSchedule::uses_shapes() const {
+  for (const auto& p : phases_)
+    if (make_codec(p.codec)->uses_shape()) return true;
+  return false;
+}
+
 }  // namespace geotrain::compression

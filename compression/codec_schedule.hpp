@@ -63,6 +63,9 @@ class CodecSchedule {
   // lossy phase may still come, and writes payload headers with the values while an fp32 one may.
   bool fp32_from(uint64_t round) const;
   bool lossy_from(uint64_t round) const;
+  // Whether a phase's codec needs to know which spans are matrices (Codec::uses_shape: powersgd),
+  // so that a leader cuts its shards into one segment per tensor.
+  bool uses_shapes() const;
 
   // One line for logs and events: the spec itself for one phase, else
   // "int8 until round 10, then onebit".

@@ -12,6 +12,10 @@
 //   topk     the k = ceil(ratio*n) largest |x|: fp32 values + delta-varint indices
 //   topk with bits = 2, 4 or 8 (wire id qtopk): the k = ceil(ratio*chunk) largest |x| of each
 //            chunk, values as sign + level of the chunk's absmax, chunk-relative packed indices
+//   powersgd the rank-r factorisation P Q^T of a matrix (Vogels et al. 2019: one power iteration
+//            from the stream's last Q, P orthonormalised), P and Q in fp32: 32 r (rows + cols)
+//            bits per rows x cols matrix; a span without a matrix shape goes through a named
+//            fallback codec (fp16 unless said)
 //   +zstd    a zstd stage after any of the above
 #pragma once
 
@@ -51,6 +55,15 @@ struct TopkOptions {
   uint32_t chunk = kDefaultChunk;  // selection chunk (bits != 0 only), as for int8
 };
 
+inline constexpr uint32_t kMaxPowerSgdRank = 256;
+
+struct PowerSgdOptions {
+  uint32_t rank = 4;  // in [1, kMaxPowerSgdRank]; a matrix gets min(rank, rows, cols)
+  CodecId fallback = CodecId::fp16;  // for spans that are not matrices: fp32, fp16, bf16, int8,
+                                     // int4, fp4 or onebit, with their default options
+  uint64_t seed = 0;  // of the first Q of each stream (normal, per stream and column)
+};
+
 // A codec spec (compression/factory.hpp) as typed settings: what make_codec builds from, and what
 // code that encodes elsewhere (compression/device_feedback.hpp) reads its parameters from.
 struct CodecSettings {
@@ -58,6 +71,7 @@ struct CodecSettings {
   QuantOptions quant;          // int8, int4: all of it; onebit, fp4: chunk
   OnebitScale onebit_scale = OnebitScale::mean;
   TopkOptions topk;               // topk, qtopk
+  PowerSgdOptions powersgd;       // powersgd
   std::optional<int> zstd_level;  // a zstd stage after the codec, at this level
 };
 
@@ -71,6 +85,8 @@ std::unique_ptr<Codec> make_onebit_codec(uint32_t chunk = kDefaultChunk,
                                          OnebitScale scale = OnebitScale::mean);
 // options.bits == 0: topk; 2, 4 or 8: qtopk.
 std::unique_ptr<Codec> make_topk_codec(TopkOptions options = {});
+// InputError when options.rank or options.fallback is not allowed.
+std::unique_ptr<Codec> make_powersgd_codec(PowerSgdOptions options = {});
 // zstd after `inner`; level in [1, 19].
 std::unique_ptr<Codec> make_zstd_stage(std::unique_ptr<Codec> inner, int level = 3);
 

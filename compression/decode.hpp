@@ -20,6 +20,7 @@ void decode_dense(const PayloadHeader& h, ConstByteSpan body, FloatSpan y, bool 
 void decode_topk(const PayloadHeader& h, ConstByteSpan body, FloatSpan y, bool add);
 void decode_qtopk(const PayloadHeader& h, ConstByteSpan body, FloatSpan y, bool add);
 void decode_zstd(const PayloadHeader& h, ConstByteSpan body, FloatSpan y, bool add);
+void decode_powersgd(const PayloadHeader& h, ConstByteSpan body, FloatSpan y, bool add);
 
 // Wire buffers need not be aligned: `body`'s data where floats can be read from it, or, when it
 // is not aligned for them, an aligned copy made in `copy`.

@@ -230,6 +230,9 @@ void decode_parsed(const PayloadHeader& h, ConstByteSpan body, FloatSpan y, bool
     case CodecId::zstd:
       decode_zstd(h, body, y, add);
       return;
+    case CodecId::powersgd:
+      decode_powersgd(h, body, y, add);
+      return;
   }
   GT_REQUIRE(false, "codec payload: unknown codec id {}", static_cast<unsigned>(h.codec));
 }
@@ -297,6 +300,12 @@ void decode_add_payload(ConstByteSpan payload, FloatSpan y) {
   detail::decode_checked(payload, y, true, {});
 }
 uint64_t payload_elements(ConstByteSpan payload) { return parse_header(payload).elements; }
+
+void Codec::restore_stream_state(uint64_t stream, MatrixShape shape, ConstFloatSpan values) {
+  (void)shape;
+  GT_REQUIRE(values.empty(), "{}: keeps no state per stream, but stream {} was given {} values",
+             spec(), stream, values.size());
+}
 
 ConstFloatSpan decode_view(const PayloadHeader& h, ConstByteSpan payload, FloatSpan scratch) {
   // A cheap guard against a header of another payload; the checksum itself is not recomputed.

@@ -22,7 +22,8 @@ kc::QtopkLayout qtopk_layout(const TopkOptions& t, uint64_t n) {
 }
 
 bool is_dense(CodecId id) {
-  return id != CodecId::topk && id != CodecId::qtopk && id != CodecId::zstd;
+  return id != CodecId::topk && id != CodecId::qtopk && id != CodecId::zstd &&
+         id != CodecId::powersgd;
 }
 
 }  // namespace
@@ -56,6 +57,10 @@ void DeviceFeedback::set_codec(std::string_view codec_spec) {
   GT_REQUIRE(settings.quant.step == 0.0f,
              "codec spec '{}': step is not available on the device (its kernels scale by the "
              "absmax); encode on the host",
+             codec_spec);
+  GT_REQUIRE(settings.id != CodecId::powersgd,
+             "codec spec '{}': powersgd is not available on the device (no kernel factorises on "
+             "it); encode on the host",
              codec_spec);
   auto zstd =
       settings.zstd_level ? std::make_unique<detail::ZstdPacker>(*settings.zstd_level) : nullptr;

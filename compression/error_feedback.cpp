@@ -32,10 +32,11 @@ std::vector<float>& ErrorFeedback::decayed(std::vector<float>& e) {
   return decayed_;
 }
 
-void ErrorFeedback::encode(uint64_t stream, ConstFloatSpan g, Bytes& out) {
+void ErrorFeedback::encode(uint64_t stream, ConstFloatSpan g, Bytes& out, MatrixShape shape) {
   std::vector<float>& e = residual_for(stream, g.size());
   std::vector<float>& r = decayed(e);  // beta e
-  if (options_.use_fused && codec_->encode_with_feedback(g, r, out)) {
+  const bool shaped = shape.matrix() && codec_->uses_shape();
+  if (!shaped && options_.use_fused && codec_->encode_with_feedback(g, r, out)) {
     if (&r != &e) e.swap(r);  // the codec left x - D(c) in r
     return;
   }
@@ -44,8 +45,11 @@ void ErrorFeedback::encode(uint64_t stream, ConstFloatSpan g, Bytes& out) {
   const size_t n = g.size();
   x_.resize(n);
   decoded_.resize(n);
-  for (size_t i = 0; i < n; ++i) x_[i] = g[i] + r[i];         // x = g + beta e
-  codec_->encode(x_, out);                                    // c = C(x)
+  for (size_t i = 0; i < n; ++i) x_[i] = g[i] + r[i];  // x = g + beta e
+  if (shaped)
+    codec_->encode_matrix(x_, shape, stream, out);  // c = C(x)
+  else
+    codec_->encode(x_, out);
   codec_->decode(out, decoded_);                              //     D(c)
   for (size_t i = 0; i < n; ++i) e[i] = x_[i] - decoded_[i];  // e = x - D(c)
 }

@@ -44,7 +44,9 @@ class ErrorFeedback {
 
   // Encodes g for `stream`, carrying that stream's residual. The first call for a stream fixes
   // its length; later calls must pass the same length (InputError otherwise, residual kept).
-  void encode(uint64_t stream, ConstFloatSpan g, Bytes& out);
+  // A `shape` says g is a matrix: a codec that uses shapes (powersgd) encodes x = g + beta e
+  // through Codec::encode_matrix, in the reference order.
+  void encode(uint64_t stream, ConstFloatSpan g, Bytes& out, MatrixShape shape = {});
 
   // Encodes with `codec` from now on (a codec schedule's switch); every stream keeps its
   // residual: e is in parameter units, x - D(c) whichever codec made c, so the new codec sends

@@ -152,9 +152,25 @@ CodecSettings parse_base(std::string_view text, std::string_view whole) {
     s.id = quantised ? CodecId::qtopk : CodecId::topk;
     return s;
   }
+  if (o.codec == "powersgd") {
+    allow_only(o, {"rank", "fallback", "seed"}, whole);
+    s.id = CodecId::powersgd;
+    PowerSgdOptions& p = s.powersgd;
+    p.rank = parse_number<uint32_t>(o, "rank", p.rank, whole);
+    p.seed = parse_number<uint64_t>(o, "seed", p.seed, whole);
+    static constexpr std::pair<std::string_view, CodecId> kFallbacks[] = {
+        {"fp32", CodecId::fp32},    {"fp16", CodecId::fp16}, {"bf16", CodecId::bf16},
+        {"int8", CodecId::int8},    {"int4", CodecId::int4}, {"fp4", CodecId::fp4},
+        {"onebit", CodecId::onebit}};
+    const std::string_view fallback = take_choice(
+        o, "fallback", {"fp32", "fp16", "bf16", "int8", "int4", "fp4", "onebit"}, "fp16", whole);
+    for (const auto& [name, id] : kFallbacks)
+      if (name == fallback) p.fallback = id;
+    return s;
+  }
   GT_REQUIRE(false,
              "codec spec '{}': unknown codec '{}' (allowed: fp32, fp16, bf16, int8, int4, fp4, "
-             "onebit, topk)",
+             "onebit, topk, powersgd)",
              whole, o.codec);
   return s;
 }
@@ -178,6 +194,8 @@ std::unique_ptr<Codec> make_base(const CodecSettings& s) {
     case CodecId::topk:
     case CodecId::qtopk:
       return make_topk_codec(s.topk);
+    case CodecId::powersgd:
+      return make_powersgd_codec(s.powersgd);
     case CodecId::zstd:
       break;
   }
@@ -192,7 +210,8 @@ namespace {
 // The spec's settings, checked for form only (make_codec's constructors check the values).
 CodecSettings parse_form(std::string_view spec) {
   GT_REQUIRE(!spec.empty(),
-             "codec spec is empty (allowed: fp32, fp16, bf16, int8, int4, fp4, onebit, topk)");
+             "codec spec is empty (allowed: fp32, fp16, bf16, int8, int4, fp4, onebit, topk, "
+             "powersgd)");
   const size_t plus = spec.find('+');
   CodecSettings s = parse_base(spec.substr(0, plus), spec);
   if (plus != std::string_view::npos) {
@@ -236,7 +255,8 @@ std::vector<std::string> standard_codec_specs() {
           "int8+zstd",
           "fp4",
           "topk:ratio=0.02,bits=2",
-          "topk:ratio=0.02,bits=2+zstd"};
+          "topk:ratio=0.02,bits=2+zstd",
+          "powersgd:rank=4"};
 }
 
 }  // namespace geotrain::compression

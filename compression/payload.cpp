@@ -46,6 +46,8 @@ std::string codec_name(uint8_t raw) {
       return "fp4";
     case CodecId::qtopk:
       return "qtopk";
+    case CodecId::powersgd:
+      return "powersgd";
   }
   return fmt::format("unknown({})", raw);
 }

@@ -5,9 +5,10 @@
 //        4    1 codec        CodecId
 //        5    1 version      body format version of that codec
 //        6    2 flags        bit 0: stochastic rounding was used (informational)
-//        8    4 chunk        elements per scale chunk (0 for codecs without chunks)
+//        8    4 chunk        elements per scale chunk (0 for codecs without chunks); powersgd:
+//                            the matrix's columns
 //       12    4 aux          codec-specific: topk's k, zstd's inner codec id, qtopk's k per
-//                            chunk (bits 0-23) and value bits (bits 24-31)
+//                            chunk (bits 0-23) and value bits (bits 24-31), powersgd's rank
 //       16    8 elements     fp32 elements encoded
 //       24    8 body_bytes   bytes after the header; the payload is exactly 40 + body_bytes
 //       32    8 checksum     XXH3-64 of the body, seeded with XXH3-64 of header bytes 0..31
@@ -38,11 +39,12 @@ enum class CodecId : uint8_t {
   zstd = 8,
   fp4 = 9,     // E2M1 with a per-chunk scale
   qtopk = 10,  // topk with chunked selection and quantised values ("topk:...,bits=B")
+  powersgd = 11,  // a rank-r factorisation P Q^T of a matrix (chunk: its columns, aux: r)
 };
 
 // True for the raw values that name a codec above (for fields read off the wire).
 inline bool is_codec_id(uint8_t raw) {
-  return raw >= static_cast<uint8_t>(CodecId::fp32) && raw <= static_cast<uint8_t>(CodecId::qtopk);
+  return raw >= static_cast<uint8_t>(CodecId::fp32) && raw <= static_cast<uint8_t>(CodecId::powersgd);
 }
 
 // "int8" for CodecId::int8; "unknown(42)" for values that are not codecs.

@@ -50,6 +50,18 @@ class ZstdStage final : public Codec {
     return true;
   }
 
+  bool uses_shape() const override { return inner_->uses_shape(); }
+  void encode_matrix(ConstFloatSpan x, MatrixShape shape, uint64_t stream, Bytes& out) override {
+    inner_->encode_matrix(x, shape, stream, inner_payload_);
+    compress(x.size(), out);
+  }
+  std::map<uint64_t, std::vector<float>> stream_states() const override {
+    return inner_->stream_states();
+  }
+  void restore_stream_state(uint64_t stream, MatrixShape shape, ConstFloatSpan values) override {
+    inner_->restore_stream_state(stream, shape, values);
+  }
+
   void decode(ConstByteSpan payload, FloatSpan y) const override {
     detail::decode_checked(payload, y, false, CodecId::zstd);
   }
@@ -58,7 +70,10 @@ class ZstdStage final : public Codec {
   }
 
  private:
-  void compress(size_t n, Bytes& out) { packer_.pack(inner_payload_, n, inner_->id(), out); }
+  // The inner payload's own codec, which is not always the inner codec's (powersgd's fallback).
+  void compress(size_t n, Bytes& out) {
+    packer_.pack(inner_payload_, n, peek_header(inner_payload_).codec, out);
+  }
 
   std::unique_ptr<Codec> inner_;
   int level_;

@@ -47,7 +47,10 @@ ParamTable::ParamTable(const std::vector<TensorSpec>& tensors,
     GT_REQUIRE(seen.insert(t.name).second, "parameter table: tensor '{}' appears twice", t.name);
     GT_REQUIRE(t.size > 0 && t.size <= (uint64_t{1} << 36),
                "parameter table: tensor '{}' has size {}, must be in [1, 2^36]", t.name, t.size);
-    TensorInfo info{t.name, offset, t.size, false};
+    GT_REQUIRE(t.cols == 0 || t.size % t.cols == 0,
+               "parameter table: tensor '{}' of {} elements is not a matrix of {} columns", t.name,
+               t.size, t.cols);
+    TensorInfo info{t.name, offset, t.size, false, t.cols};
     for (const auto& g : critical_globs) info.critical = info.critical || glob_match(g, t.name);
     fnv(hash_, t.name.data(), t.name.size() + 0);
     fnv(hash_, "\0", 1);

@@ -21,6 +21,9 @@ namespace geotrain {
 struct TensorSpec {
   std::string name;
   uint64_t size = 0;  // fp32 elements
+  // A matrix's columns (its last dimension; rows are the rest), 0 when it is not a matrix or
+  // not known: what a codec that factorises matrices (powersgd) needs. Not part of the layout.
+  uint64_t cols = 0;
 };
 
 struct TensorInfo {
@@ -28,6 +31,7 @@ struct TensorInfo {
   uint64_t offset = 0;  // first element in the flat buffer
   uint64_t size = 0;
   bool critical = false;
+  uint64_t cols = 0;  // TensorSpec::cols
 };
 
 // True when `name` matches the glob `pattern` ('*' = any run of characters, '?' = one character).

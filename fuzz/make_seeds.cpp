@@ -103,6 +103,14 @@ std::vector<float> values(size_t n) {
   return x;
 }
 
+// n elements as the squarest matrix they make: what a codec that factorises matrices encodes.
+compression::MatrixShape squarest(size_t n) {
+  size_t cols = 1;
+  for (size_t c = 1; c * c <= n; ++c)
+    if (n % c == 0) cols = c;
+  return {n / cols, cols};
+}
+
 size_t write_codecs(const fs::path& out) {
   std::vector<std::string> specs;
   for (const std::string& spec : compression::standard_codec_specs()) {
@@ -117,7 +125,7 @@ size_t write_codecs(const fs::path& out) {
     for (size_t n : {size_t{1}, size_t{37}, size_t{300}, size_t{1500}}) {
       auto codec = compression::make_codec(spec);
       Bytes payload;
-      codec->encode(values(n), payload);
+      codec->encode_matrix(values(n), squarest(n), 0, payload);
       if (payload.size() > 4096) continue;  // small seeds mutate faster
       std::vector<float> y(n);
       codec->decode(payload, y);  // accepted
@@ -127,7 +135,7 @@ size_t write_codecs(const fs::path& out) {
       write(out / "codec_zstd" / (stem + ".bin"), std::string("\x00\x01", 2) + body);
       auto zstd = compression::make_codec(spec + "+zstd");
       Bytes packed;
-      zstd->encode(values(n), packed);
+      zstd->encode_matrix(values(n), squarest(n), 0, packed);
       zstd->decode(packed, y);  // accepted
       write(out / "codec_zstd" / (stem + "-raw.bin"),
             std::string("\x00\x11", 2) + as_string(packed.data(), packed.size()));

@@ -49,8 +49,11 @@ class Model {
   // Each tensor's shape, in tensor_specs() order (weights (out, in) as nn.Linear): what files
   // for other tools (safetensors) record. The product of a shape is the tensor's size.
   virtual std::vector<std::vector<uint64_t>> tensor_shapes() const = 0;
+  // The tensors with their matrix columns (TensorSpec::cols) from tensor_shapes(): a 2-D
+  // tensor's second dimension.
+  std::vector<TensorSpec> shaped_specs() const;
   ParamTable make_table(const std::vector<std::string>& critical_globs = {}) const {
-    return ParamTable(tensor_specs(), critical_globs);
+    return ParamTable(shaped_specs(), critical_globs);
   }
   // Deterministic initialisation from `seed` (the same parameters in every process).
   virtual void init(FloatSpan params, uint64_t seed) const = 0;

@@ -80,6 +80,15 @@ std::unique_ptr<Model> make_model(const ModelSpec& spec) {
   return std::make_unique<Mlp>(parse_mlp_config(spec.arch));
 }
 
+std::vector<TensorSpec> Model::shaped_specs() const {
+  std::vector<TensorSpec> specs = tensor_specs();
+  const auto shapes = tensor_shapes();
+  GT_ASSERT(shapes.size() == specs.size(), "{} tensors but {} shapes", specs.size(), shapes.size());
+  for (size_t t = 0; t < specs.size(); ++t)
+    if (shapes[t].size() >= 2) specs[t].cols = shapes[t].back();
+  return specs;
+}
+
 std::vector<TensorSpec> model_tensor_specs(const ModelSpec& spec) {
   if (!spec.tensors.empty()) return spec.tensors;
   return make_model(spec)->tensor_specs();

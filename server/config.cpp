@@ -99,16 +99,24 @@ void parse_consistency(const Ctx& c, const YAML::Node& n, ServerConfig& cfg) {
 // how the server compresses what each region pulls. Each codec is a spec or a schedule of them
 // by round (compression/codec_schedule.hpp).
 void parse_downlink(const Ctx& c, const YAML::Node& s, ServerConfig& cfg) {
-  if (auto n = s["downlink_codec"])
-    cfg.shard.downlink_codec = compression::CodecSchedule::parse(c.in, n, "server.downlink_codec");
+  // A pull reply is a shard, without tensor shapes: nothing for a codec that factorises matrices.
+  const auto downlink = [&](const YAML::Node& n, const std::string& key) {
+    auto schedule = compression::CodecSchedule::parse(c.in, n, key);
+    GT_REQUIRE(!schedule.uses_shapes(),
+               "{}: {} is '{}': powersgd factorises matrices, and a server's pull replies are "
+               "shards without tensor shapes; use it on the uplink (worker.critical_codec, "
+               "worker.noncritical_codec) and another codec here",
+               c.source, key, schedule.text());
+    return schedule;
+  };
+  if (auto n = s["downlink_codec"]) cfg.shard.downlink_codec = downlink(n, "server.downlink_codec");
   if (auto n = s["downlink_codecs"]) {
     check_keys(c, n, "server.downlink_codecs",
                std::set<std::string>(cfg.regions.begin(), cfg.regions.end()));
     for (const auto& kv : n) {
       const auto region = kv.first.as<std::string>();
       const auto key = "server.downlink_codecs." + region;
-      cfg.shard.downlink_codec_for[cfg.region_index(region)] =
-          compression::CodecSchedule::parse(c.in, kv.second, key);
+      cfg.shard.downlink_codec_for[cfg.region_index(region)] = downlink(kv.second, key);
     }
   }
   if (auto ef = s["downlink_error_feedback"]) {

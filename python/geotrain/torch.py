@@ -182,7 +182,8 @@ class OuterSync:
         # Planned from the config text (with this OuterSync's arguments applied to it) by the
         # parser and planner the native worker uses: every key that shapes a leader reaches it.
         leader = _core.RegionSync.from_config(
-            [(n, int(p.numel())) for n, p in self._named], s["config_text"], s["source"], region)
+            [(n, int(p.numel())) for n, p in self._named], s["config_text"], s["source"], region,
+            matrix_cols=[int(p.shape[-1]) if p.dim() >= 2 else 0 for _, p in self._named])
         self._gather()
         self.round = int(leader.connect(self._flat_np))
         # The servers' fragment count (their hellos), and the delay that follows from it.

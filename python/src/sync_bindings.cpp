@@ -284,6 +284,25 @@ uint32_t merge_delay(uint32_t local_steps, uint32_t fragments, const py::object&
                                                fragment_delay);
 }
 
+// The table a Python leader keeps: (name, size) in order, and each tensor's matrix columns
+// (its last dimension when it has two or more; 0 otherwise; empty: none known), which powersgd
+// needs. ValueError when the two lists differ in length or a size is not rows of its columns.
+std::vector<TensorSpec> table_specs(const std::vector<std::pair<std::string, uint64_t>>& tensors,
+                                    const std::vector<uint64_t>& matrix_cols) {
+  if (!matrix_cols.empty() && matrix_cols.size() != tensors.size())
+    throw py::value_error(fmt::format("matrix_cols has {} entries for {} tensors",
+                                      matrix_cols.size(), tensors.size()));
+  std::vector<TensorSpec> specs;
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    const uint64_t cols = matrix_cols.empty() ? 0 : matrix_cols[t];
+    if (cols != 0 && tensors[t].second % cols != 0)
+      throw py::value_error(fmt::format("tensor '{}' of {} elements is not rows of {} columns",
+                                        tensors[t].first, tensors[t].second, cols));
+    specs.push_back({tensors[t].first, tensors[t].second, cols});
+  }
+  return specs;
+}
+
 // A RegionSync from the Python arguments (documented on the class): they become the worker's
 // config, so the leader is planned exactly as the native trainer plans it.
 std::unique_ptr<RegionLeader> make_region_leader(
@@ -295,7 +314,8 @@ std::unique_ptr<RegionLeader> make_region_leader(
     std::optional<uint32_t> fragment_delay, float outer_lr, float outer_momentum,
     bool outer_nesterov, const py::object& keys_dir, bool stream_critical,
     const std::string& chunk_align, uint32_t streams_per_server, double link_mbps,
-    uint32_t socket_buffer_kib, float error_feedback_decay, const py::object& shard_wait_ms) {
+    uint32_t socket_buffer_kib, float error_feedback_decay, const py::object& shard_wait_ms,
+    const std::vector<uint64_t>& matrix_cols) {
   if (streams_per_server > 64)
     throw py::value_error(fmt::format(
         "streams_per_server is {}, allowed: 1..64, or 0 for auto (worker.streams_per_server)",
@@ -319,8 +339,7 @@ std::unique_ptr<RegionLeader> make_region_leader(
     throw py::value_error(fmt::format(
         "shard_wait_ms is {}, must be 0 (never defer), positive, or 'auto' (worker.shard_wait_ms)",
         py::repr(shard_wait_ms).cast<std::string>()));
-  std::vector<TensorSpec> specs;
-  for (const auto& [name, size] : tensors) specs.push_back({name, size});
+  const std::vector<TensorSpec> specs = table_specs(tensors, matrix_cols);
   // The arguments as the worker's config: the endpoints given are the ones this
   // region dials (routes already applied), so they are server.endpoints.
   worker::WorkerConfig w;
@@ -366,10 +385,10 @@ std::unique_ptr<RegionLeader> make_region_leader(
 // globs are the config's model.critical.
 std::unique_ptr<RegionLeader> region_leader_from_config(
     const std::vector<std::pair<std::string, uint64_t>>& tensors, const std::string& yaml_text,
-    const std::string& source, const std::string& region) {
+    const std::string& source, const std::string& region,
+    const std::vector<uint64_t>& matrix_cols) {
   const auto w = worker::parse_worker_config(yaml_text, source);
-  std::vector<TensorSpec> specs;
-  for (const auto& [name, size] : tensors) specs.push_back({name, size});
+  const std::vector<TensorSpec> specs = table_specs(tensors, matrix_cols);
   auto plan = leader_plan(w, region);  // InputError naming the regions, or a key file
   return std::make_unique<RegionLeader>(specs, w.model.critical, std::move(plan), w.security);
 }
@@ -479,7 +498,9 @@ A region leader's exchange with every region's server: the C++ LeaderSession (Re
 driven by StreamingSync) that the native trainer uses (worker.overlap modes, worker.fragments). Parameters are
 one flat float32 array in the table's order. Usually used through geotrain.torch.OuterSync.
 
-  tensors   [(name, size), ...]: the table, as the servers' model.tensors
+  tensors   [(name, size), ...]: the table, as the servers' model.tensors; matrix_cols: each
+             tensor's last dimension when it has two or more, else 0 (a codec that factorises
+             matrices, powersgd, needs them; empty: none is a matrix)
   critical  globs of the tensors exchanged synchronously (model.critical)
   region    this region's name; servers: [(region, endpoint), ...] for every region
   critical_codec, noncritical_codec: codec specs, or schedules of them by round,
@@ -508,9 +529,11 @@ connect() raises HandshakeError (a ConnectionError) when a server refuses the co
 )doc")
       .def_static("from_config", &region_leader_from_config, py::arg("tensors"),
                   py::arg("yaml_text"), py::arg("source"), py::arg("region"),
+                  py::arg("matrix_cols") = std::vector<uint64_t>{},
                   "the leader of `region` planned from a deployment config's text as the native "
                   "worker plans its own (every worker and shared key read by the same parser); "
-                  "`tensors` [(name, size)] is the model's table")
+                  "`tensors` [(name, size)] is the model's table, `matrix_cols` each tensor's "
+                  "last dimension when it has two or more, else 0 (for powersgd)")
       .def(py::init(&make_region_leader), py::arg("tensors"), py::arg("critical"),
            py::arg("region"), py::arg("servers"), py::arg("critical_codec") = "fp32",
            py::arg("noncritical_codec") = "fp32", py::arg("staleness_bound") = 0,
@@ -521,7 +544,7 @@ connect() raises HandshakeError (a ConnectionError) when a server refuses the co
            py::arg("stream_critical") = true, py::arg("chunk_align") = "segment",
            py::arg("streams_per_server") = 0, py::arg("link_mbps") = 1000.0,
            py::arg("socket_buffer_kib") = 0, py::arg("error_feedback_decay") = 1.0f,
-           py::arg("shard_wait_ms") = py::int_(0))
+           py::arg("shard_wait_ms") = py::int_(0), py::arg("matrix_cols") = std::vector<uint64_t>{})
       .def("connect", &RegionLeader::connect, py::arg("origin") = py::none(),
            "register with every server and pull the global values; origin: the common initial "
            "parameters (the servers hold the sum of deltas from it). Returns the next round")

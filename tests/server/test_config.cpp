@@ -100,6 +100,14 @@ server:
                        doctest::Contains("server.downlink_codecs.mars"), InputError);
   CHECK_THROWS_WITH_AS(bad("  downlink_codecs: {eu: int9}\n"),
                        doctest::Contains("server.downlink_codecs.eu"), InputError);
+  // A pull reply is a shard, not the tensors' matrices: powersgd is an uplink codec only.
+  CHECK_THROWS_WITH_AS(bad("  downlink_codec: \"powersgd:rank=4\"\n"),
+                       doctest::Contains("server.downlink_codec is 'powersgd:rank=4': powersgd "
+                                         "factorises matrices"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(
+      bad("  downlink_codecs: {eu: [{until_round: 3, codec: int8}, {codec: powersgd}]}\n"),
+      doctest::Contains("server.downlink_codecs.eu is"), InputError);
   CHECK_THROWS_WITH_AS(bad("  wait_for_all_regions: maybe\n"),
                        doctest::Contains("server.wait_for_all_regions"), InputError);
   CHECK_THROWS_WITH_AS(bad("  join_within_ms: 0\n"), doctest::Contains("server.join_within_ms"),

@@ -341,3 +341,30 @@ TEST_CASE("a flush: idle -> flushing -> idle, its server holding it") {
   CHECK(sh.phase() == ShardPhase::idle);
   CHECK(sh.flush_held);
 }
+
+TEST_CASE("a segment is a matrix when it is whole rows of one matrix tensor") {
+  // m: 8 x 16 (cols 16), v: 40 elements, not a matrix.
+  const ParamTable table({{"m", 128, 16}, {"v", 40, 0}}, {});
+  auto segments_of = [&](uint64_t offset, uint64_t count, bool tensor_segments) {
+    wire::ShardInfo info;
+    info.offset = offset;
+    info.count = count;
+    return LeaderShard(info, 0, table, tensor_segments, "a").segments;
+  };
+  const auto whole = segments_of(0, 168, true);
+  REQUIRE(whole.size() == 2);
+  CHECK(whole[0].shape().rows == 8);
+  CHECK(whole[0].shape().cols == 16);
+  CHECK_FALSE(whole[1].shape().matrix());
+  // Rows 2..7 of m: still a matrix; from the middle of a row: not.
+  const auto rows = segments_of(32, 136, true);
+  CHECK(rows[0].shape().rows == 6);
+  CHECK(rows[0].shape().cols == 16);
+  CHECK_FALSE(segments_of(40, 128, true)[0].shape().matrix());
+  // Segments across tensors (no tensor_segments, one class): no shape.
+  const auto merged = segments_of(0, 168, false);
+  REQUIRE(merged.size() == 1);
+  CHECK_FALSE(merged[0].shape().matrix());
+  // A matrix alone in its shard keeps its shape without tensor_segments too.
+  CHECK(segments_of(0, 128, false)[0].shape().cols == 16);
+}

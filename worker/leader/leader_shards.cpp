@@ -32,7 +32,10 @@ uint64_t LeaderShards::connect(uint64_t resume_at, ResumeRound how) {
   GT_ASSERT(how == ResumeRound::at_least || resume_at >= 1, "connect exactly at round {}",
             resume_at);
   links_.open();
-  auto hellos = greet(links_, hello(), layout_, config_.tensor_segments, config_.timeout);
+  // A codec that factorises matrices needs each tensor in a segment of its own.
+  const bool tensor_segments = config_.tensor_segments || config_.critical_codec.uses_shapes() ||
+                               config_.noncritical_codec.uses_shapes();
+  auto hellos = greet(links_, hello(), layout_, tensor_segments, config_.timeout);
   hellos.adopt_layout(config_);
   shards_ = std::move(hellos.shards);
   for (auto& sh : shards_) sh.bind(base_, origin_, motion_);

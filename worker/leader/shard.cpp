@@ -71,10 +71,14 @@ LeaderShard::LeaderShard(const wire::ShardInfo& info, size_t server_index, const
     if (lo >= hi) continue;
     auto* last = segments.empty() ? nullptr : &segments.back();
     if (!tensor_segments && last && last->critical == t.critical &&
-        offset + last->offset + last->count == lo)
+        offset + last->offset + last->count == lo) {
       last->count += hi - lo;
-    else
-      segments.push_back({lo - offset, hi - lo, t.critical, 0});
+      last->cols = 0;  // more than one tensor
+    } else {
+      // A piece of a matrix is a matrix when it is whole rows of it.
+      const bool rows = t.cols != 0 && (lo - t.offset) % t.cols == 0 && (hi - lo) % t.cols == 0;
+      segments.push_back({lo - offset, hi - lo, t.critical, 0, rows ? t.cols : 0});
+    }
   }
   GT_REQUIRE(segments.size() <= 0x10000,
              "shard {} has {} segments, at most 65536 (worker.chunk_align: tensor makes one per "
@@ -113,7 +117,7 @@ wire::Push LeaderShard::push_message(ConstFloatSpan local, Uplink& uplink, uint6
     if (flush)
       uplink.encode_fp32(delta, payload);
     else
-      uplink.encode(seg.critical, seg.stream, delta, payload);
+      uplink.encode(seg.critical, seg.stream, delta, payload, seg.shape());
     push.segments.push_back({seg.offset, payload.size()});
     bytes += payload.size();
     ++segments_sent;

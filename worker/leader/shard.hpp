@@ -39,6 +39,7 @@
 #include <string>
 #include <vector>
 
+#include "compression/codec.hpp"
 #include "core/error.hpp"
 #include "core/fragments.hpp"
 #include "core/param_table.hpp"
@@ -84,7 +85,9 @@ class LeaderShard {
     uint64_t offset;  // relative to the shard
     uint64_t count;
     bool critical;
-    uint64_t stream;  // EF residual stream id
+    uint64_t stream;    // EF residual stream id
+    uint64_t cols = 0;  // whole rows of one matrix tensor of this many columns; 0: not a matrix
+    compression::MatrixShape shape() const { return {cols ? count / cols : 0, cols}; }
   };
 
   LeaderShard() = default;

@@ -45,9 +45,9 @@ ConstFloatSpan Uplink::delta(ConstFloatSpan local, ConstFloatSpan base) {
 }
 
 compression::CodecId Uplink::encode(bool critical, uint64_t stream, ConstFloatSpan delta,
-                                    Bytes& out) {
+                                    Bytes& out, compression::MatrixShape shape) {
   auto& ef = of(critical).ef;
-  ef.encode(stream, delta, out);
+  ef.encode(stream, delta, out, shape);
   return ef.codec().id();
 }
 
@@ -68,6 +68,9 @@ std::map<std::string, std::vector<float>> Uplink::residuals() const {
       const auto r = c->ef.residual(stream);
       out[fmt::format("{}.{}", c->name, stream)].assign(r.begin(), r.end());
     }
+  for (const Class* c : {&critical_, &noncritical_})
+    for (auto& [stream, state] : c->ef.codec().stream_states())
+      out[fmt::format("{}.state.{}", c->name, stream)] = std::move(state);
   return out;
 }
 
@@ -75,11 +78,16 @@ void Uplink::restore(const std::map<std::string, std::vector<float>>& residuals,
                      const std::vector<LeaderShard>& shards) {
   // Every stream is one segment of one shard: check them all before changing any.
   std::vector<std::tuple<Class*, uint64_t, const std::vector<float>*>> restores;
+  std::vector<std::tuple<Class*, const LeaderShard::Segment*, const std::vector<float>*>> states;
   for (const auto& [name, values] : residuals) {
     bool found = false;
     for (const auto& sh : shards)
       for (const auto& seg : sh.segments) {
         Class& c = of(seg.critical);
+        if (fmt::format("{}.state.{}", c.name, seg.stream) == name) {
+          states.emplace_back(&c, &seg, &values);
+          found = true;
+        }
         if (fmt::format("{}.{}", c.name, seg.stream) != name) continue;
         GT_REQUIRE(values.size() == seg.count,
                    "region {}: error-feedback residual '{}' has {} values, its segment {}", region_,
@@ -91,7 +99,15 @@ void Uplink::restore(const std::map<std::string, std::vector<float>>& residuals,
                "region {}: error-feedback residual '{}' is not a stream of this table's shards",
                region_, name);
   }
+  // A codec's state is checked by the codec: restored into a copy's first, so that a bad one
+  // leaves every stream as it was.
+  for (auto& [c, seg, values] : states) {
+    auto check = compression::make_codec(c->ef.codec().spec());
+    check->restore_stream_state(seg->stream, seg->shape(), *values);
+  }
   for (auto& [c, stream, values] : restores) c->ef.set_residual(stream, *values);
+  for (auto& [c, seg, values] : states)
+    c->ef.codec().restore_stream_state(seg->stream, seg->shape(), *values);
 }
 
 }  // namespace geotrain::worker

@@ -29,18 +29,20 @@ class Uplink {
   void use_codecs(uint64_t round);
   // local - base, in the scratch.
   ConstFloatSpan delta(ConstFloatSpan local, ConstFloatSpan base);
-  // `delta` encoded with its class's codec and error feedback on `stream`; returns the codec
-  // that wrote the payload.
-  compression::CodecId encode(bool critical, uint64_t stream, ConstFloatSpan delta, Bytes& out);
+  // `delta` encoded with its class's codec and error feedback on `stream` (`shape`: the
+  // segment's matrix, for powersgd); returns the codec that wrote the payload.
+  compression::CodecId encode(bool critical, uint64_t stream, ConstFloatSpan delta, Bytes& out,
+                              compression::MatrixShape shape = {});
   // `delta` in fp32, no error feedback (the flush).
   compression::CodecId encode_fp32(ConstFloatSpan delta, Bytes& out);
   // Drops every segment's residual of `shards` (the flush leaves them out of the final model).
   void reset(const std::vector<LeaderShard>& shards);
 
-  // The residuals, "critical.<stream>" / "noncritical.<stream>".
+  // The residuals, "critical.<stream>" / "noncritical.<stream>", and the codecs' state per
+  // stream (powersgd's Q), "critical.state.<stream>" / "noncritical.state.<stream>".
   std::map<std::string, std::vector<float>> residuals() const;
   // Restores them. InputError naming the stream when it is not one of `shards`' segments or has
-  // another length; nothing changes then.
+  // another length (a state: not one its codec keeps for that segment); nothing changes then.
   void restore(const std::map<std::string, std::vector<float>>& residuals,
                const std::vector<LeaderShard>& shards);
 
