@@ -66,6 +66,7 @@ std::string resolved_config_text(const std::string& text, const std::string& sou
     YAML::Node n;
     n["name"] = t.name;
     n["size"] = t.size;
+    if (t.cols != 0) n["cols"] = t.cols;  // a matrix's columns (powersgd on the downlink)
     tensors.push_back(n);
   }
   model["tensors"] = tensors;

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,13 @@ struct MatrixShape {
   uint64_t rows = 0;
   uint64_t cols = 0;
   bool matrix() const { return cols != 0; }
+};
+
+// A span laid out as consecutive pieces (a server's shard: its tensors' pieces, each a matrix
+// or not), `count` elements each.
+struct SpanPiece {
+  uint64_t count = 0;
+  MatrixShape shape;  // a matrix when shape.matrix() (rows x cols == count)
 };
 
 class Codec {
@@ -70,6 +78,16 @@ class Codec {
     (void)shape, (void)stream;
     encode(x, out);
   }
+  // out = payload encoding x, laid out as `pieces` (their counts sum to x.size()), for `stream`:
+  // powersgd factorises each matrix piece and sends the rest through its fallback, in one
+  // payload. Default: encode(x, out).
+  virtual void encode_pieces(ConstFloatSpan x, std::span<const SpanPiece> pieces, uint64_t stream,
+                             Bytes& out) {
+    (void)pieces, (void)stream;
+    encode(x, out);
+  }
+  // Forgets a stream's state (a region that pulled full values starts its downlink again).
+  virtual void reset_stream(uint64_t stream) { (void)stream; }
   // The state kept per stream across encodes (empty for codecs that keep none), and its restore
   // from a snapshot: InputError naming the stream when `values` cannot be that stream's state
   // for a `shape` matrix (nothing changes then).

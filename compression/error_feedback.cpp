@@ -35,21 +35,32 @@ std::vector<float>& ErrorFeedback::decayed(std::vector<float>& e) {
 void ErrorFeedback::encode(uint64_t stream, ConstFloatSpan g, Bytes& out, MatrixShape shape) {
   std::vector<float>& e = residual_for(stream, g.size());
   std::vector<float>& r = decayed(e);  // beta e
-  const bool shaped = shape.matrix() && codec_->uses_shape();
-  if (!shaped && options_.use_fused && codec_->encode_with_feedback(g, r, out)) {
+  if (shape.matrix() && codec_->uses_shape())
+    return encode_reference(e, r, g, out, [&] { codec_->encode_matrix(x_, shape, stream, out); });
+  if (options_.use_fused && codec_->encode_with_feedback(g, r, out)) {
     if (&r != &e) e.swap(r);  // the codec left x - D(c) in r
     return;
   }
+  encode_reference(e, r, g, out, [&] { codec_->encode(x_, out); });
+}
 
+void ErrorFeedback::encode(uint64_t stream, ConstFloatSpan g, Bytes& out,
+                           std::span<const SpanPiece> pieces) {
+  if (!codec_->uses_shape()) return encode(stream, g, out);
+  std::vector<float>& e = residual_for(stream, g.size());
+  std::vector<float>& r = decayed(e);  // beta e
+  encode_reference(e, r, g, out, [&] { codec_->encode_pieces(x_, pieces, stream, out); });
+}
+
+template <typename EncodeX>
+void ErrorFeedback::encode_reference(std::vector<float>& e, const std::vector<float>& r,
+                                     ConstFloatSpan g, Bytes& out, EncodeX&& encode_x) {
   // The reference order. Kept in this one place; fused kernels must match it exactly.
   const size_t n = g.size();
   x_.resize(n);
   decoded_.resize(n);
-  for (size_t i = 0; i < n; ++i) x_[i] = g[i] + r[i];  // x = g + beta e
-  if (shaped)
-    codec_->encode_matrix(x_, shape, stream, out);  // c = C(x)
-  else
-    codec_->encode(x_, out);
+  for (size_t i = 0; i < n; ++i) x_[i] = g[i] + r[i];         // x = g + beta e
+  encode_x();                                                 // c = C(x)
   codec_->decode(out, decoded_);                              //     D(c)
   for (size_t i = 0; i < n; ++i) e[i] = x_[i] - decoded_[i];  // e = x - D(c)
 }
@@ -63,7 +74,10 @@ void ErrorFeedback::set_residual(uint64_t stream, ConstFloatSpan values) {
   residuals_[stream].assign(values.begin(), values.end());
 }
 
-void ErrorFeedback::reset(uint64_t stream) { residuals_.erase(stream); }
+void ErrorFeedback::reset(uint64_t stream) {
+  residuals_.erase(stream);
+  codec_->reset_stream(stream);
+}
 
 std::unique_ptr<Codec> ErrorFeedback::set_codec(std::unique_ptr<Codec> codec) {
   GT_ASSERT(codec != nullptr, "ErrorFeedback needs a codec");

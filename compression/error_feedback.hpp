@@ -47,6 +47,9 @@ class ErrorFeedback {
   // A `shape` says g is a matrix: a codec that uses shapes (powersgd) encodes x = g + beta e
   // through Codec::encode_matrix, in the reference order.
   void encode(uint64_t stream, ConstFloatSpan g, Bytes& out, MatrixShape shape = {});
+  // The same for g laid out as `pieces` (Codec::encode_pieces), in the reference order when the
+  // codec uses shapes; otherwise encode(stream, g, out).
+  void encode(uint64_t stream, ConstFloatSpan g, Bytes& out, std::span<const SpanPiece> pieces);
 
   // Encodes with `codec` from now on (a codec schedule's switch); every stream keeps its
   // residual: e is in parameter units, x - D(c) whichever codec made c, so the new codec sends
@@ -64,12 +67,17 @@ class ErrorFeedback {
   ConstFloatSpan residual(uint64_t stream) const;
   // Replaces a stream's residual (restoring from a checkpoint).
   void set_residual(uint64_t stream, ConstFloatSpan values);
-  // Forgets a stream's residual (e.g. a region that rejoined and pulled full values).
+  // Forgets a stream's residual and its codec's state (e.g. a region that rejoined and pulled
+  // full values).
   void reset(uint64_t stream);
   std::vector<uint64_t> streams() const;
 
  private:
   std::vector<float>& residual_for(uint64_t stream, size_t n);
+  // The reference order, with `encode_x` writing c = C(x) for x = g + beta e.
+  template <typename EncodeX>
+  void encode_reference(std::vector<float>& e, const std::vector<float>& r, ConstFloatSpan g,
+                        Bytes& out, EncodeX&& encode_x);
   // e itself when beta = 1; else beta e, in scratch (e stays as it is until the encode succeeds).
   std::vector<float>& decayed(std::vector<float>& e);
 

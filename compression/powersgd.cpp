@@ -6,14 +6,23 @@
 // segment that is not whole rows of one tensor, a server's downlink) is encoded by the fallback
 // codec, whose own payload then travels: the receiver decodes either by its header.
 //
+// A span laid out as pieces (encode_pieces: a server's shard, its tensors' pieces) is one payload
+// of format version 2: header chunk 0, aux 0; body: u32 piece count, u32 0, then per piece u64
+// elements and u64 payload bytes, then the pieces' own payloads in order (a matrix's version-1
+// payload, or the fallback's). The decoder checks the table and every nested header before it
+// writes anything.
+//
 // State: each error-feedback stream's last Q (cols x r), the start of its next power iteration
 // (the warm start that makes one iteration a round enough: over rounds it follows the residual-
 // corrected deltas' dominant subspace). A stream's first Q, and any column of Q that came back
 // zero (a zero delta, or a column dependent on the others), is drawn from N(0, 1) by (seed,
-// stream, column), so two runs with the same seed encode the same bytes.
+// stream, column), so two runs with the same seed encode the same bytes; a piece's (encode_pieces)
+// by (seed, piece, column), the same for every stream.
 #include <cmath>
 #include <cstring>
 #include <numbers>
+#include <span>
+#include <utility>
 #include <vector>
 
 #include "compression/codecs.hpp"
@@ -45,6 +54,11 @@ bool column_is_zero(const std::vector<float>& q, size_t cols, size_t r, size_t k
 }
 
 uint64_t body_bytes(uint64_t rows, uint64_t cols, uint64_t r) { return 4 * r * (rows + cols); }
+
+// Version 2: pieces in one payload.
+constexpr uint8_t kPiecesVersion = 2;
+constexpr uint32_t kMaxPieces = 1u << 16;
+constexpr size_t kPieceEntryBytes = 16;  // u64 elements, u64 payload bytes
 
 std::unique_ptr<Codec> make_fallback(CodecId id) {
   switch (id) {
@@ -101,27 +115,53 @@ class PowerSgdCodec final : public Codec {
   bool uses_shape() const override { return true; }
   void encode_matrix(ConstFloatSpan x, MatrixShape shape, uint64_t stream, Bytes& out) override {
     if (!shape.matrix()) return encode(x, out);
-    GT_REQUIRE(shape.rows * shape.cols == x.size() && shape.cols <= 0xffffffffu,
-               "powersgd: a {} x {} matrix given {} elements", shape.rows, shape.cols, x.size());
-    GT_REQUIRE(x.size() <= kMaxElements, "powersgd: {} elements exceed the payload limit {}",
-               x.size(), kMaxElements);
-    const size_t rows = shape.rows, cols = shape.cols;
-    const size_t r = std::min<size_t>({options_.rank, rows, cols});
-    std::vector<float>& q = warm_q(stream, cols, r);
-    out.resize(kHeaderBytes + body_bytes(rows, cols, r));
-    // The body starts 40 bytes into a heap buffer: aligned for float.
-    auto* p = reinterpret_cast<float*>(out.data() + kHeaderBytes);
-    float* q_out = p + rows * r;
-    pk::powersgd_left(x.data(), q.data(), rows, cols, r, p);
-    pk::powersgd_orthonormalise(p, rows, r);
-    pk::powersgd_right(x.data(), p, rows, cols, r, q_out);
-    std::memcpy(q.data(), q_out, 4 * cols * r);
+    factorise(x, shape, q_[stream], stream, out);
+  }
+
+  void encode_pieces(ConstFloatSpan x, std::span<const SpanPiece> pieces, uint64_t stream,
+                     Bytes& out) override {
+    GT_REQUIRE(!pieces.empty() && pieces.size() <= kMaxPieces,
+               "powersgd: {} pieces (allowed: 1 to {})", pieces.size(), kMaxPieces);
+    std::vector<Bytes> parts(pieces.size());
+    uint64_t at = 0, bytes = 0;
+    for (size_t k = 0; k < pieces.size(); ++k) {
+      const SpanPiece& piece = pieces[k];
+      GT_REQUIRE(piece.count <= x.size() - at, "powersgd: the pieces hold more than {} elements",
+                 x.size());
+      const ConstFloatSpan part = x.subspan(at, piece.count);
+      if (piece.shape.matrix())
+        // The first Q by the piece alone: streams (a server's regions) given the same
+        // changes send the same bytes, so their views of the model stay equal.
+        factorise(part, piece.shape, piece_q_[{stream, k}], k, parts[k]);
+      else
+        fallback_->encode(part, parts[k]);
+      at += piece.count;
+      bytes += parts[k].size();
+    }
+    GT_REQUIRE(at == x.size(), "powersgd: the pieces hold {} elements, the span {}", at, x.size());
+    const size_t table = 8 + kPieceEntryBytes * pieces.size();
+    out.resize(kHeaderBytes + table + bytes);
+    std::byte* body = out.data() + kHeaderBytes;
+    const uint32_t count = static_cast<uint32_t>(pieces.size()), zero = 0;
+    std::memcpy(body, &count, 4);
+    std::memcpy(body + 4, &zero, 4);
+    std::byte* next = body + table;
+    for (size_t k = 0; k < parts.size(); ++k) {
+      const uint64_t entry[2] = {pieces[k].count, parts[k].size()};
+      std::memcpy(body + 8 + kPieceEntryBytes * k, entry, sizeof entry);
+      std::memcpy(next, parts[k].data(), parts[k].size());
+      next += parts[k].size();
+    }
     PayloadHeader h;
     h.codec = CodecId::powersgd;
-    h.chunk = static_cast<uint32_t>(cols);
-    h.aux = static_cast<uint32_t>(r);
+    h.version = kPiecesVersion;
     h.elements = x.size();
     write_header(h, out);
+  }
+
+  void reset_stream(uint64_t stream) override {
+    q_.erase(stream);
+    std::erase_if(piece_q_, [&](const auto& kv) { return kv.first.first == stream; });
   }
 
   std::map<uint64_t, std::vector<float>> stream_states() const override { return q_; }
@@ -142,20 +182,48 @@ class PowerSgdCodec final : public Codec {
   }
 
  private:
-  // The stream's Q for a matrix of `cols` columns at rank r: its last one, or drawn when it has
-  // none (or one of another size: the shape changed); zero columns drawn again.
-  std::vector<float>& warm_q(uint64_t stream, size_t cols, size_t r) {
-    std::vector<float>& q = q_[stream];
+  // out = the version-1 payload of x, a `shape` matrix, from `q` (the stream's last Q, updated);
+  // `key` draws a Q's columns where there is none.
+  void factorise(ConstFloatSpan x, MatrixShape shape, std::vector<float>& q, uint64_t key,
+                 Bytes& out) {
+    GT_REQUIRE(shape.rows * shape.cols == x.size() && shape.cols <= 0xffffffffu,
+               "powersgd: a {} x {} matrix given {} elements", shape.rows, shape.cols, x.size());
+    GT_REQUIRE(x.size() <= kMaxElements, "powersgd: {} elements exceed the payload limit {}",
+               x.size(), kMaxElements);
+    const size_t rows = shape.rows, cols = shape.cols;
+    const size_t r = std::min<size_t>({options_.rank, rows, cols});
+    warm_q(q, cols, r, key);
+    out.resize(kHeaderBytes + body_bytes(rows, cols, r));
+    // The body starts 40 bytes into a heap buffer: aligned for float.
+    auto* p = reinterpret_cast<float*>(out.data() + kHeaderBytes);
+    float* q_out = p + rows * r;
+    pk::powersgd_left(x.data(), q.data(), rows, cols, r, p);
+    pk::powersgd_orthonormalise(p, rows, r);
+    pk::powersgd_right(x.data(), p, rows, cols, r, q_out);
+    std::memcpy(q.data(), q_out, 4 * cols * r);
+    PayloadHeader h;
+    h.codec = CodecId::powersgd;
+    h.chunk = static_cast<uint32_t>(cols);
+    h.aux = static_cast<uint32_t>(r);
+    h.elements = x.size();
+    write_header(h, out);
+  }
+
+  // q as a start for a matrix of `cols` columns at rank r: as it is, or drawn when it is empty
+  // (or of another size: the shape changed); zero columns drawn again.
+  void warm_q(std::vector<float>& q, size_t cols, size_t r, uint64_t key) const {
     const bool fresh = q.size() != cols * r;
     if (fresh) q.assign(cols * r, 0.0f);
     for (size_t k = 0; k < r; ++k)
-      if (fresh || column_is_zero(q, cols, r, k)) draw_column(q, cols, r, k, options_.seed, stream);
-    return q;
+      if (fresh || column_is_zero(q, cols, r, k)) draw_column(q, cols, r, k, options_.seed, key);
   }
 
   PowerSgdOptions options_;
   std::unique_ptr<Codec> fallback_;
-  std::map<uint64_t, std::vector<float>> q_;
+  std::map<uint64_t, std::vector<float>> q_;  // per stream: encode_matrix's Q
+  // per (stream, piece): encode_pieces' Q (not in stream_states: servers keep no downlink state
+  // across a restart, their regions pull in full)
+  std::map<std::pair<uint64_t, size_t>, std::vector<float>> piece_q_;
 };
 
 }  // namespace
@@ -166,7 +234,57 @@ std::unique_ptr<Codec> make_powersgd_codec(PowerSgdOptions options) {
 
 namespace detail {
 
+namespace {
+
+// Version 2: checks the piece table and every piece's header, decodes each piece into a copy,
+// and only then writes y.
+void decode_pieces(const PayloadHeader& h, ConstByteSpan body, FloatSpan y, bool add) {
+  GT_REQUIRE(h.chunk == 0 && h.aux == 0,
+             "codec payload: powersgd pieces: chunk {} and aux {}, must be 0", h.chunk, h.aux);
+  GT_REQUIRE(body.size() >= 8, "codec payload: powersgd pieces: body of {} bytes has no table",
+             body.size());
+  uint32_t count = 0, zero = 0;
+  std::memcpy(&count, body.data(), 4);
+  std::memcpy(&zero, body.data() + 4, 4);
+  GT_REQUIRE(count >= 1 && count <= kMaxPieces && zero == 0,
+             "codec payload: powersgd pieces: {} pieces (allowed: 1 to {})", count, kMaxPieces);
+  const uint64_t table = 8 + kPieceEntryBytes * uint64_t{count};
+  GT_REQUIRE(body.size() >= table,
+             "codec payload: powersgd pieces: body of {} bytes is shorter than its table of {} "
+             "pieces",
+             body.size(), count);
+  std::vector<float> decoded(y.size());
+  uint64_t at = 0, from = table;
+  for (uint32_t k = 0; k < count; ++k) {
+    uint64_t entry[2];
+    std::memcpy(entry, body.data() + 8 + kPieceEntryBytes * k, sizeof entry);
+    const uint64_t elements = entry[0], bytes = entry[1];
+    GT_REQUIRE(elements <= y.size() - at && bytes <= body.size() - from,
+               "codec payload: powersgd pieces: piece {} ({} elements, {} bytes) runs past the "
+               "payload",
+               k, elements, bytes);
+    const ConstByteSpan part = body.subspan(from, bytes);
+    const PayloadHeader ph = parse_header(part);
+    GT_REQUIRE(detail::is_chunked(ph.codec) || ph.codec == CodecId::fp32 ||
+                   ph.codec == CodecId::fp16 || ph.codec == CodecId::bf16 ||
+                   (ph.codec == CodecId::powersgd && ph.version == 1),
+               "codec payload: powersgd pieces: piece {} is {}, not a matrix's factors or a "
+               "dense codec",
+               k, codec_name(static_cast<uint8_t>(ph.codec)));
+    decode_checked(part, FloatSpan(decoded).subspan(at, elements), false, std::nullopt);
+    at += elements;
+    from += bytes;
+  }
+  GT_REQUIRE(at == y.size() && from == body.size(),
+             "codec payload: powersgd pieces: {} elements in {} bytes, the payload holds {} in {}",
+             at, from, y.size(), body.size());
+  for (size_t i = 0; i < y.size(); ++i) y[i] = add ? y[i] + decoded[i] : decoded[i];
+}
+
+}  // namespace
+
 void decode_powersgd(const PayloadHeader& h, ConstByteSpan body, FloatSpan y, bool add) {
+  if (h.version == kPiecesVersion) return decode_pieces(h, body, y, add);
   const uint64_t cols = h.chunk, r = h.aux;
   GT_REQUIRE(cols >= 1 && h.elements % cols == 0,
              "codec payload: powersgd: {} elements are not a matrix of {} columns", h.elements,

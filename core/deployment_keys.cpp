@@ -42,15 +42,24 @@ const std::set<std::string>& model_keys() {
 }
 
 std::vector<TensorSpec> read_model_tensors(const YamlReader& in, const YAML::Node& tensors) {
-  GT_REQUIRE(tensors.IsSequence(), "{}: model.tensors must be a list of {{name, size}}",
+  GT_REQUIRE(tensors.IsSequence(), "{}: model.tensors must be a list of {{name, size[, cols]}}",
              in.source());
   std::vector<TensorSpec> out;
   for (const auto& t : tensors) {
-    in.check_keys(t, "model.tensors[]", {"name", "size"});
+    in.check_keys(t, "model.tensors[]", {"name", "size", "cols"});
     GT_REQUIRE(t["name"] && t["size"], "{}: every model.tensors entry needs name and size",
                in.source());
-    out.push_back({in.string(t["name"], "model.tensors[].name"),
-                   in.number<uint64_t>(t["size"], "model.tensors[].size", 1, uint64_t{1} << 36)});
+    TensorSpec spec{in.string(t["name"], "model.tensors[].name"),
+                    in.number<uint64_t>(t["size"], "model.tensors[].size", 1, uint64_t{1} << 36)};
+    // cols: the tensor is a matrix of this many columns (its last dimension), for powersgd.
+    if (auto cols = t["cols"]) {
+      spec.cols = in.number<uint64_t>(cols, "model.tensors[].cols", 1, spec.size);
+      GT_REQUIRE(spec.size % spec.cols == 0,
+                 "{}: model.tensors: '{}' of size {} is not a matrix of {} columns (cols must "
+                 "divide size)",
+                 in.source(), spec.name, spec.size, spec.cols);
+    }
+    out.push_back(std::move(spec));
   }
   return out;
 }

@@ -82,6 +82,32 @@ std::vector<uint8_t> ParamTable::critical_mask(uint64_t begin, uint64_t end) con
   return mask;
 }
 
+std::vector<TensorPiece> ParamTable::pieces(uint64_t begin, uint64_t end) const {
+  GT_REQUIRE(begin <= end && end <= values_.size(),
+             "parameter table: range [{}, {}) lies outside the {} parameters", begin, end,
+             values_.size());
+  std::vector<TensorPiece> out;
+  const auto add = [&](uint64_t lo, uint64_t hi, const TensorInfo& t, uint64_t cols) {
+    if (lo < hi) out.push_back({lo - begin, hi - lo, t.critical, cols});
+  };
+  for (const auto& t : tensors_) {
+    const uint64_t lo = std::max(begin, t.offset), hi = std::min(end, t.offset + t.size);
+    if (lo >= hi) continue;
+    // A matrix cut inside a row: its whole rows are a matrix, the partial rows before and
+    // after them are not.
+    const uint64_t first = t.cols ? t.offset + (lo - t.offset + t.cols - 1) / t.cols * t.cols : hi;
+    const uint64_t last = t.cols ? t.offset + (hi - t.offset) / t.cols * t.cols : hi;
+    if (first >= last) {
+      add(lo, hi, t, 0);
+      continue;
+    }
+    add(lo, first, t, 0);
+    add(first, last, t, t.cols);
+    add(last, hi, t, 0);
+  }
+  return out;
+}
+
 std::vector<ElementRange> ParamTable::critical_ranges() const {
   std::vector<ElementRange> out;
   for (const auto& t : tensors_) {

@@ -34,6 +34,18 @@ struct TensorInfo {
   uint64_t cols = 0;  // TensorSpec::cols
 };
 
+// A run of one tensor's elements inside a range of the flat buffer: a matrix of `cols` columns
+// when they are whole rows of a matrix tensor (TensorSpec::cols), else cols 0. A matrix that
+// the range cuts inside a row is up to three pieces: the partial row, its whole rows, the
+// partial row after them.
+struct TensorPiece {
+  uint64_t offset = 0;  // first element, relative to the range
+  uint64_t count = 0;
+  bool critical = false;
+  uint64_t cols = 0;
+  uint64_t rows() const { return cols ? count / cols : 0; }
+};
+
 // True when `name` matches the glob `pattern` ('*' = any run of characters, '?' = one character).
 bool glob_match(std::string_view pattern, std::string_view name);
 
@@ -55,6 +67,8 @@ class ParamTable {
 
   // One byte per element: 1 when the element belongs to a critical tensor, for [begin, end).
   std::vector<uint8_t> critical_mask(uint64_t begin, uint64_t end) const;
+  // The tensors' pieces inside [begin, end), in buffer order (InputError outside the table).
+  std::vector<TensorPiece> pieces(uint64_t begin, uint64_t end) const;
   // The critical tensors' elements as ranges, adjacent tensors merged, in buffer order.
   std::vector<ElementRange> critical_ranges() const;
 

@@ -91,7 +91,7 @@ std::vector<TensorSpec> Model::shaped_specs() const {
 
 std::vector<TensorSpec> model_tensor_specs(const ModelSpec& spec) {
   if (!spec.tensors.empty()) return spec.tensors;
-  return make_model(spec)->tensor_specs();
+  return make_model(spec)->shaped_specs();
 }
 
 }  // namespace geotrain::models

@@ -99,13 +99,14 @@ void parse_consistency(const Ctx& c, const YAML::Node& n, ServerConfig& cfg) {
 // how the server compresses what each region pulls. Each codec is a spec or a schedule of them
 // by round (compression/codec_schedule.hpp).
 void parse_downlink(const Ctx& c, const YAML::Node& s, ServerConfig& cfg) {
-  // A pull reply is a shard, without tensor shapes: nothing for a codec that factorises matrices.
+  // A codec that factorises matrices needs to know which tensors are matrices.
+  const bool matrices = std::any_of(cfg.tensors.begin(), cfg.tensors.end(),
+                                    [](const TensorSpec& t) { return t.cols != 0; });
   const auto downlink = [&](const YAML::Node& n, const std::string& key) {
     auto schedule = compression::CodecSchedule::parse(c.in, n, key);
-    GT_REQUIRE(!schedule.uses_shapes(),
-               "{}: {} is '{}': powersgd factorises matrices, and a server's pull replies are "
-               "shards without tensor shapes; use it on the uplink (worker.critical_codec, "
-               "worker.noncritical_codec) and another codec here",
+    GT_REQUIRE(matrices || !schedule.uses_shapes(),
+               "{}: {} is '{}': powersgd factorises matrices, but model.tensors gives no tensor's "
+               "columns (model.tensors[].cols; a model's kind and preset give them)",
                c.source, key, schedule.text());
     return schedule;
   };

@@ -74,9 +74,13 @@ ParamServer::ParamServer(const ServerConfig& config, uint32_t region, zmq::conte
                    : std::nullopt) {
   // A leader keeps a push and its pull waiting for each of our shards.
   parked_ = ParkedRequests(wire::max_waiting_per_peer(map_.owned_by(region).size()));
-  for (const auto& range : map_.owned_by(region))
+  for (const auto& range : map_.owned_by(region)) {
+    std::vector<compression::SpanPiece> pieces;  // for a downlink that factorises matrices
+    for (const auto& p : table_.pieces(range.offset, range.offset + range.count))
+      pieces.push_back({p.count, {p.rows(), p.cols}});
     shards_.emplace_back(range, table_.critical_mask(range.offset, range.offset + range.count),
-                         config.regions.size(), config.shard);
+                         config.regions.size(), config.shard, std::move(pieces));
+  }
   // A helper thread only where some shard is large enough to split its passes.
   if (std::any_of(shards_.begin(), shards_.end(),
                   [](const Shard& s) { return s.range().count >= kSplitElements; })) {

@@ -15,7 +15,7 @@ float staleness_weight(StalenessWeighting weighting, uint32_t tau) {
 }
 
 Shard::Shard(ShardRange range, std::vector<uint8_t> critical_mask, size_t regions,
-             const ShardSettings& settings)
+             const ShardSettings& settings, std::vector<compression::SpanPiece> pieces)
     : range_(range),
       mask_(std::move(critical_mask)),
       settings_(settings),
@@ -25,7 +25,8 @@ Shard::Shard(ShardRange range, std::vector<uint8_t> critical_mask, size_t region
       gate_(regions, settings.staleness_bound),
       pulled_(regions, false),
       base_(regions),
-      sent_version_(regions, 0) {
+      sent_version_(regions, 0),
+      pieces_(std::move(pieces)) {
   for (size_t r = 0; r < regions; ++r) {
     for (const auto& phase : settings.downlink_schedule(r).phases()) {
       if (downlinks_.count(phase.codec)) continue;
@@ -409,7 +410,11 @@ bool Shard::start_downlink_from_zero(size_t region) {
 }
 
 size_t Shard::change_bytes(size_t region) const {
-  return scheduled_downlink(region).codec().max_payload_bytes(values_->size());
+  // A size to start the buffer at, which the encode grows if it must: a lossy change is smaller
+  // than the values (powersgd's bound, for a matrix of any shape, is not).
+  const size_t n = values_->size();
+  return std::min(scheduled_downlink(region).codec().max_payload_bytes(n),
+                  compression::kHeaderBytes + 4 * n);
 }
 
 void Shard::pull_change(size_t region, Bytes& out) {
@@ -426,7 +431,10 @@ void Shard::pull_change(size_t region, Bytes& out) {
   downlink_of_.at(region) = &downlink;
   scratch_.resize(values_->size());
   take_change(values(), *base, scratch_);
-  downlink.encode(region, scratch_, out);
+  if (pieces_.empty())
+    downlink.encode(region, scratch_, out);
+  else
+    downlink.encode(region, scratch_, out, pieces_);
   sent_version_.at(region) = version_;
 }
 

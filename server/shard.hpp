@@ -97,8 +97,10 @@ class Shard {
  public:
   using TimePoint = std::chrono::steady_clock::time_point;
 
+  // `pieces`: the shard's tensors' pieces, in order (ParamTable::pieces), for a downlink codec
+  // that factorises matrices (powersgd); empty: the shard is one flat span.
   Shard(ShardRange range, std::vector<uint8_t> critical_mask, size_t regions,
-        const ShardSettings& settings);
+        const ShardSettings& settings, std::vector<compression::SpanPiece> pieces = {});
 
   const ShardRange& range() const { return range_; }
   StalenessGate& gate() { return gate_; }
@@ -343,6 +345,7 @@ class Shard {
   // values pull keeps what it sent.
   bool keeps_sent_values(size_t region) const;
   ShardBuffer scratch_;
+  std::vector<compression::SpanPiece> pieces_;  // the tensors' pieces; empty: one span
   PassSplitter* splitter_ = nullptr;
   std::optional<Staged> staged_;
   // The end of a run: per region, whether it flushed (sized at the first flush); the flushes

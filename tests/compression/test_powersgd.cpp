@@ -293,3 +293,128 @@ TEST_CASE("powersgd specs: options, the canonical spec, and refusals naming what
   CHECK_THROWS_WITH_AS(make_codec("powersgd:chunk=64"),
                        doctest::Contains("unknown option 'chunk' for powersgd"), InputError);
 }
+
+TEST_CASE(
+    "powersgd pieces: a shard's matrices factorised and its vectors in the fallback, in one "
+    "payload") {
+  // A 12 x 8 matrix of rank 1, 5 vector elements, a 6 x 4 matrix of rank 2.
+  std::vector<float> x(96 + 5 + 24);
+  for (size_t i = 0; i < 12; ++i)
+    for (size_t j = 0; j < 8; ++j) x[i * 8 + j] = 0.1f * float(i + 1) * float(int(j) - 3);
+  for (size_t k = 0; k < 5; ++k) x[96 + k] = 1.0f + 0.001f * float(k);
+  const auto a = test::gaussian(6 * 2, 21), b = test::gaussian(4 * 2, 22);
+  for (size_t i = 0; i < 6; ++i)
+    for (size_t j = 0; j < 4; ++j)
+      x[101 + i * 4 + j] = a[i * 2] * b[j * 2] + a[i * 2 + 1] * b[j * 2 + 1];
+  const std::vector<SpanPiece> pieces = {{96, {12, 8}}, {5, {}}, {24, {6, 4}}};
+  auto codec = make_codec("powersgd:rank=2");
+  Bytes p;
+  codec->encode_pieces(x, pieces, 3, p);
+  const PayloadHeader h = parse_header(p);
+  CHECK(h.codec == CodecId::powersgd);
+  CHECK(h.version == 2);
+  CHECK(h.elements == x.size());
+  // Table (8 + 3 x 16), two factor payloads, one fp16 payload.
+  CHECK(p.size() == kHeaderBytes + 8 + 48 + (40 + 4 * 2 * 20) + (40 + 10) + (40 + 4 * 2 * 10));
+  const auto y = decoded(p, x.size());
+  for (size_t i = 0; i < 96; ++i) REQUIRE(y[i] == doctest::Approx(x[i]).epsilon(1e-5));
+  for (size_t k = 96; k < 101; ++k) REQUIRE(std::abs(y[k] - x[k]) <= 1e-3f);  // fp16
+  for (size_t i = 101; i < x.size(); ++i) REQUIRE(std::abs(y[i] - x[i]) <= 1e-5f);
+  std::vector<float> acc(x.size(), 1.0f);
+  codec->decode_add(p, acc);
+  for (size_t i = 0; i < x.size(); ++i) REQUIRE(acc[i] == 1.0f + y[i]);
+
+  // With error feedback (the server's downlink): what was sent plus the residual is what was
+  // given, over rounds; the stream's reset forgets its Qs (the next encode is a fresh codec's).
+  ErrorFeedback ef(make_codec("powersgd:rank=1"));
+  std::vector<double> given(x.size(), 0.0), sent(x.size(), 0.0);
+  for (unsigned round = 0; round < 4; ++round) {
+    const auto g = test::gaussian(x.size(), 30 + round);
+    Bytes q;
+    ef.encode(2, g, q, pieces);
+    const auto d = decoded(q, g.size());
+    for (size_t i = 0; i < g.size(); ++i) given[i] += g[i], sent[i] += d[i];
+  }
+  const auto e = ef.residual(2);
+  for (size_t i = 0; i < given.size(); ++i)
+    REQUIRE(sent[i] + e[i] == doctest::Approx(given[i]).epsilon(1e-4));
+  ef.reset(2);
+  Bytes after, fresh;
+  ef.encode(2, x, after, pieces);
+  ErrorFeedback(make_codec("powersgd:rank=1")).encode(2, x, fresh, pieces);
+  CHECK(after == fresh);
+  // A codec without shapes ignores the pieces.
+  Bytes flat, direct;
+  ErrorFeedback(make_codec("onebit")).encode(0, x, flat, pieces);
+  make_codec("onebit")->encode(x, direct);
+  CHECK(flat == direct);
+  // Pieces that do not cover the span are refused.
+  const std::vector<SpanPiece> short_pieces = {{96, {12, 8}}};
+  CHECK_THROWS_WITH_AS(codec->encode_pieces(x, short_pieces, 0, p),
+                       doctest::Contains("the pieces hold 96 elements, the span 125"), InputError);
+}
+
+TEST_CASE(
+    "powersgd pieces payloads with a wrong table or piece are refused before anything is "
+    "written") {
+  std::vector<float> x = test::gaussian(4 * 4 + 3, 23);
+  const std::vector<SpanPiece> pieces = {{16, {4, 4}}, {3, {}}};
+  Bytes clean;
+  make_codec("powersgd:rank=2")->encode_pieces(x, pieces, 0, clean);
+  const size_t table = kHeaderBytes + 8;  // the first piece's entry
+  auto rejected = [&](Bytes p, const std::string& needle) {
+    reseal(p);
+    std::vector<float> y(x.size(), -7.25f);
+    CHECK_THROWS_WITH_AS(decode_payload(p, y), doctest::Contains(needle.c_str()), InputError);
+    for (float v : y) REQUIRE(v == -7.25f);
+  };
+  {
+    Bytes p = clean;
+    poke<uint32_t>(p, kHeaderBytes, 0);
+    rejected(p, "0 pieces (allowed: 1 to 65536)");
+  }
+  {
+    Bytes p = clean;
+    poke<uint64_t>(p, table, 17);  // the first piece claims 17 elements: 17 + 3 != 19
+    rejected(p, "holds 16 elements, but the output has 17");
+  }
+  {
+    Bytes p = clean;
+    poke<uint64_t>(p, table + 8, 1u << 20);  // its bytes run past the payload
+    rejected(p, "runs past the payload");
+  }
+  {
+    Bytes p = clean;
+    // The second piece's payload (fp16 of 3) garbled: its own checksum fails.
+    p[p.size() - 1] ^= std::byte{0x40};
+    rejected(p, "checksum");
+  }
+  {
+    Bytes p = clean;
+    p.push_back(std::byte{0});  // a byte past the last piece
+    rejected(p, "the payload holds 19");
+  }
+  {
+    Bytes p = clean;
+    poke<uint32_t>(p, 12, 2);  // aux must be 0 in version 2
+    rejected(p, "chunk 0 and aux 2, must be 0");
+  }
+  // A version-2 payload nested in one is not a piece.
+  Bytes nested;
+  const std::vector<SpanPiece> one = {{16, {4, 4}}};
+  make_codec("powersgd:rank=2")->encode_pieces(ConstFloatSpan(x).first(16), one, 0, nested);
+  Bytes outer(kHeaderBytes + 8 + 16 + nested.size());
+  poke<uint32_t>(outer, kHeaderBytes, 1);
+  poke<uint64_t>(outer, kHeaderBytes + 8, 16);
+  poke<uint64_t>(outer, kHeaderBytes + 16, nested.size());
+  std::memcpy(outer.data() + kHeaderBytes + 24, nested.data(), nested.size());
+  PayloadHeader h;
+  h.codec = CodecId::powersgd;
+  h.version = 2;
+  h.elements = 16;
+  write_header(h, outer);
+  std::vector<float> y(16, -7.25f);
+  CHECK_THROWS_WITH_AS(decode_payload(outer, y),
+                       doctest::Contains("piece 0 is powersgd, not a matrix's factors"),
+                       InputError);
+}

@@ -100,14 +100,32 @@ server:
                        doctest::Contains("server.downlink_codecs.mars"), InputError);
   CHECK_THROWS_WITH_AS(bad("  downlink_codecs: {eu: int9}\n"),
                        doctest::Contains("server.downlink_codecs.eu"), InputError);
-  // A pull reply is a shard, not the tensors' matrices: powersgd is an uplink codec only.
+  // powersgd on the downlink needs the tensors' columns, which these model.tensors do not give.
   CHECK_THROWS_WITH_AS(bad("  downlink_codec: \"powersgd:rank=4\"\n"),
                        doctest::Contains("server.downlink_codec is 'powersgd:rank=4': powersgd "
-                                         "factorises matrices"),
+                                         "factorises matrices, but model.tensors gives no tensor's "
+                                         "columns"),
                        InputError);
   CHECK_THROWS_WITH_AS(
       bad("  downlink_codecs: {eu: [{until_round: 3, codec: int8}, {codec: powersgd}]}\n"),
       doctest::Contains("server.downlink_codecs.eu is"), InputError);
+  // With the columns given, it is taken; cols must divide the size.
+  const auto shaped = server::parse_server_config(R"(
+regions: [us, eu]
+model:
+  tensors: [{name: w, size: 4096, cols: 64}, {name: b, size: 64}]
+server:
+  downlink_codec: "powersgd:rank=4"
+)");
+  CHECK(shaped.tensors[0].cols == 64);
+  CHECK(shaped.tensors[1].cols == 0);
+  CHECK_THROWS_WITH_AS(server::parse_server_config(R"(
+regions: [us, eu]
+model:
+  tensors: [{name: w, size: 4096, cols: 100}]
+)"),
+                       doctest::Contains("'w' of size 4096 is not a matrix of 100 columns"),
+                       InputError);
   CHECK_THROWS_WITH_AS(bad("  wait_for_all_regions: maybe\n"),
                        doctest::Contains("server.wait_for_all_regions"), InputError);
   CHECK_THROWS_WITH_AS(bad("  join_within_ms: 0\n"), doctest::Contains("server.join_within_ms"),

@@ -360,7 +360,12 @@ TEST_CASE("a segment is a matrix when it is whole rows of one matrix tensor") {
   const auto rows = segments_of(32, 136, true);
   CHECK(rows[0].shape().rows == 6);
   CHECK(rows[0].shape().cols == 16);
-  CHECK_FALSE(segments_of(40, 128, true)[0].shape().matrix());
+  // From the middle of row 2: the rest of row 2 (not a matrix), rows 3..7 (a matrix), v.
+  const auto cut = segments_of(40, 128, true);
+  REQUIRE(cut.size() == 3);
+  CHECK_FALSE(cut[0].shape().matrix());
+  CHECK(cut[1].shape().rows == 5);
+  CHECK_FALSE(cut[2].shape().matrix());
   // Segments across tensors (no tensor_segments, one class): no shape.
   const auto merged = segments_of(0, 168, false);
   REQUIRE(merged.size() == 1);

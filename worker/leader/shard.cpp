@@ -64,20 +64,14 @@ LeaderShard::LeaderShard(const wire::ShardInfo& info, size_t server_index, const
              "server of region {}: shard {} [{}, {}) lies outside the {} parameters", region, id,
              offset, offset + count, total);
   // Runs of tensors of one class inside [offset, offset + count): one segment each (with
-  // tensor_segments, one per tensor).
-  const uint64_t end = offset + count;
-  for (const auto& t : layout.tensors()) {
-    const uint64_t lo = std::max(offset, t.offset), hi = std::min(end, t.offset + t.size);
-    if (lo >= hi) continue;
+  // tensor_segments, one per tensor, a matrix when it is whole rows of one).
+  for (const auto& piece : layout.pieces(offset, offset + count)) {
     auto* last = segments.empty() ? nullptr : &segments.back();
-    if (!tensor_segments && last && last->critical == t.critical &&
-        offset + last->offset + last->count == lo) {
-      last->count += hi - lo;
+    if (!tensor_segments && last && last->critical == piece.critical) {
+      last->count += piece.count;
       last->cols = 0;  // more than one tensor
     } else {
-      // A piece of a matrix is a matrix when it is whole rows of it.
-      const bool rows = t.cols != 0 && (lo - t.offset) % t.cols == 0 && (hi - lo) % t.cols == 0;
-      segments.push_back({lo - offset, hi - lo, t.critical, 0, rows ? t.cols : 0});
+      segments.push_back({piece.offset, piece.count, piece.critical, 0, piece.cols});
     }
   }
   GT_REQUIRE(segments.size() <= 0x10000,
