@@ -34,6 +34,8 @@ void require_step(float step, std::string_view what);
 // scales, the exact body size for n elements, and the checks of a parsed dense payload's own
 // fields (after them every bit pattern of the body is a valid encoding).
 bool is_chunked(CodecId id);
+// fp32, fp16, bf16 and the chunked ones.
+bool is_dense(CodecId id);
 uint64_t dense_body_bytes(CodecId id, uint64_t n, uint32_t chunk);
 void check_dense(const PayloadHeader& h);
 // What every decoder checks beyond parse_header: the codec (when `expected`), the format

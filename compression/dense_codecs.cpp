@@ -19,6 +19,10 @@ bool is_chunked(CodecId id) {
   return id == CodecId::int8 || id == CodecId::int4 || id == CodecId::fp4 || id == CodecId::onebit;
 }
 
+bool is_dense(CodecId id) {
+  return id == CodecId::fp32 || id == CodecId::fp16 || id == CodecId::bf16 || is_chunked(id);
+}
+
 // Exact body size of a dense codec; callers bound n by kMaxElements, so nothing overflows.
 uint64_t dense_body_bytes(CodecId id, uint64_t n, uint32_t chunk) {
   const uint64_t scales = is_chunked(id) ? 4 * kc::chunk_count(n, chunk) : 0;

@@ -21,11 +21,6 @@ kc::QtopkLayout qtopk_layout(const TopkOptions& t, uint64_t n) {
   return {n, t.chunk, static_cast<uint32_t>(topk_count(t.chunk, t.ratio)), t.bits};
 }
 
-bool is_dense(CodecId id) {
-  return id != CodecId::topk && id != CodecId::qtopk && id != CodecId::zstd &&
-         id != CodecId::powersgd;
-}
-
 }  // namespace
 
 PinnedBuffer::~PinnedBuffer() {
@@ -209,7 +204,7 @@ void DeviceDecoder::run(ConstByteSpan payload, float* y, size_t n, bool add) {
   const PayloadHeader h = parse_header(payload);
   detail::check_parsed(h, n, std::nullopt);
   const cudaStream_t cs = cuda_stream_;
-  if (!is_dense(h.codec)) {
+  if (!detail::is_dense(h.codec)) {
     // Decoded (and its indices checked) on the host; the values cross PCIe as fp32.
     auto* values = reinterpret_cast<float*>(staging_.reserve(4 * n));
     decode_payload(payload, FloatSpan(values, n));

@@ -27,6 +27,7 @@
 
 #include "compression/codecs.hpp"
 #include "compression/decode.hpp"
+#include "compression/factory.hpp"
 #include "core/error.hpp"
 #include "core/splitmix64.hpp"
 #include "kernels/powersgd_cpu.hpp"
@@ -60,28 +61,15 @@ constexpr uint8_t kPiecesVersion = 2;
 constexpr uint32_t kMaxPieces = 1u << 16;
 constexpr size_t kPieceEntryBytes = 16;  // u64 elements, u64 payload bytes
 
+// The fallback: a dense codec with its default options.
 std::unique_ptr<Codec> make_fallback(CodecId id) {
-  switch (id) {
-    case CodecId::fp32:
-      return make_fp32_codec();
-    case CodecId::fp16:
-      return make_fp16_codec();
-    case CodecId::bf16:
-      return make_bf16_codec();
-    case CodecId::int8:
-      return make_int8_codec();
-    case CodecId::int4:
-      return make_int4_codec();
-    case CodecId::fp4:
-      return make_fp4_codec();
-    case CodecId::onebit:
-      return make_onebit_codec();
-    default:
-      break;
-  }
-  throw InputError(fmt::format(
+  GT_REQUIRE(
+      detail::is_dense(id),
       "powersgd: fallback {} is invalid (allowed: fp32, fp16, bf16, int8, int4, fp4, onebit)",
-      codec_name(id)));
+      codec_name(id));
+  CodecSettings settings;
+  settings.id = id;
+  return make_codec(settings);
 }
 
 class PowerSgdCodec final : public Codec {
@@ -265,9 +253,7 @@ void decode_pieces(const PayloadHeader& h, ConstByteSpan body, FloatSpan y, bool
                k, elements, bytes);
     const ConstByteSpan part = body.subspan(from, bytes);
     const PayloadHeader ph = parse_header(part);
-    GT_REQUIRE(detail::is_chunked(ph.codec) || ph.codec == CodecId::fp32 ||
-                   ph.codec == CodecId::fp16 || ph.codec == CodecId::bf16 ||
-                   (ph.codec == CodecId::powersgd && ph.version == 1),
+    GT_REQUIRE(is_dense(ph.codec) || (ph.codec == CodecId::powersgd && ph.version == 1),
                "codec payload: powersgd pieces: piece {} is {}, not a matrix's factors or a "
                "dense codec",
                k, codec_name(static_cast<uint8_t>(ph.codec)));

@@ -142,7 +142,16 @@ size_t write_codecs(const fs::path& out) {
       count += 3;
     }
   }
-  return count;
+  // powersgd's second format: a span's pieces (a 10 x 12 matrix, 7 other values, a 3 x 5 matrix)
+  // in one payload, as a server sends a shard's change.
+  const std::vector<compression::SpanPiece> pieces = {{120, {10, 12}}, {7, {}}, {15, {3, 5}}};
+  Bytes payload;
+  compression::make_codec("powersgd:rank=2")->encode_pieces(values(142), pieces, 0, payload);
+  std::vector<float> y(142);
+  compression::decode_payload(payload, y);  // accepted
+  write(out / "codec_decode" / "seed-powersgd-pieces-n142.bin",
+        std::string("\x00\x01", 2) + as_string(payload.data(), payload.size()));
+  return count + 1;
 }
 
 size_t write_checkpoint(const fs::path& out) {
