@@ -19,6 +19,7 @@
 //   +zstd    a zstd stage after any of the above
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -56,6 +57,14 @@ struct TopkOptions {
 };
 
 inline constexpr uint32_t kMaxPowerSgdRank = 256;
+// Pieces in one powersgd payload (Codec::encode_pieces), and the bytes a payload of n elements
+// in as many pieces as it may have can take: a table entry and a header per piece, and a
+// matrix's factors (r (rows + cols) <= 2 rows cols floats) or a dense code (at most 8 bytes an
+// element: onebit's scale and word for one element) per element.
+inline constexpr uint32_t kMaxPowerSgdPieces = 1u << 16;
+inline uint64_t powersgd_max_payload_bytes(uint64_t n) {
+  return kHeaderBytes + 8 + 56 * std::min<uint64_t>(n, kMaxPowerSgdPieces) + 8 * n;
+}
 
 struct PowerSgdOptions {
   uint32_t rank = 4;  // in [1, kMaxPowerSgdRank]; a matrix gets min(rank, rows, cols)

@@ -58,7 +58,7 @@ uint64_t body_bytes(uint64_t rows, uint64_t cols, uint64_t r) { return 4 * r * (
 
 // Version 2: pieces in one payload.
 constexpr uint8_t kPiecesVersion = 2;
-constexpr uint32_t kMaxPieces = 1u << 16;
+constexpr uint32_t kMaxPieces = kMaxPowerSgdPieces;
 constexpr size_t kPieceEntryBytes = 16;  // u64 elements, u64 payload bytes
 
 // The fallback: a dense codec with its default options.
@@ -88,11 +88,7 @@ class PowerSgdCodec final : public Codec {
     if (options_.seed != 0) s += fmt::format(",seed={}", options_.seed);
     return s;
   }
-  // A matrix of n elements has rows + cols <= n + 1.
-  size_t max_payload_bytes(size_t n) const override {
-    return std::max<size_t>(fallback_->max_payload_bytes(n),
-                            kHeaderBytes + body_bytes(n, 1, options_.rank));
-  }
+  size_t max_payload_bytes(size_t n) const override { return powersgd_max_payload_bytes(n); }
 
   // Without a shape: the fallback codec.
   void encode(ConstFloatSpan x, Bytes& out) override { fallback_->encode(x, out); }

@@ -19,7 +19,10 @@ struct DCtxDeleter {
 
 // Largest inner payload any codec produces for n elements (topk at ratio 1: 4 + 10 bytes each;
 // qtopk at most 4/32 + 1 + 20/8 bytes each, plus a byte of padding per chunk).
-uint64_t max_inner_payload(uint64_t n) { return kHeaderBytes + 14 * n + 64; }
+// powersgd's pieces may take more for few elements in many pieces.
+uint64_t max_inner_payload(uint64_t n) {
+  return std::max<uint64_t>(kHeaderBytes + 14 * n + 64, powersgd_max_payload_bytes(n));
+}
 
 class ZstdStage final : public Codec {
  public:
@@ -55,6 +58,12 @@ class ZstdStage final : public Codec {
     inner_->encode_matrix(x, shape, stream, inner_payload_);
     compress(x.size(), out);
   }
+  void encode_pieces(ConstFloatSpan x, std::span<const SpanPiece> pieces, uint64_t stream,
+                     Bytes& out) override {
+    inner_->encode_pieces(x, pieces, stream, inner_payload_);
+    compress(x.size(), out);
+  }
+  void reset_stream(uint64_t stream) override { inner_->reset_stream(stream); }
   std::map<uint64_t, std::vector<float>> stream_states() const override {
     return inner_->stream_states();
   }

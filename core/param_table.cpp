@@ -88,7 +88,9 @@ std::vector<TensorPiece> ParamTable::pieces(uint64_t begin, uint64_t end) const 
              values_.size());
   std::vector<TensorPiece> out;
   const auto add = [&](uint64_t lo, uint64_t hi, const TensorInfo& t, uint64_t cols) {
-    if (lo < hi) out.push_back({lo - begin, hi - lo, t.critical, cols});
+    if (lo < hi)
+      out.push_back(
+          {lo - begin, hi - lo, t.critical, cols, static_cast<size_t>(&t - tensors_.data())});
   };
   for (const auto& t : tensors_) {
     const uint64_t lo = std::max(begin, t.offset), hi = std::min(end, t.offset + t.size);

@@ -43,6 +43,7 @@ struct TensorPiece {
   uint64_t count = 0;
   bool critical = false;
   uint64_t cols = 0;
+  size_t tensor = 0;  // its index in tensors()
   uint64_t rows() const { return cols ? count / cols : 0; }
 };
 

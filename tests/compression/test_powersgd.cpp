@@ -418,3 +418,22 @@ TEST_CASE(
                        doctest::Contains("piece 0 is powersgd, not a matrix's factors"),
                        InputError);
 }
+
+TEST_CASE("powersgd's size bound holds for a payload of many small pieces, through zstd too") {
+  // The worst case per element: one-element pieces through onebit (a scale and a word each), and
+  // 1 x 1 matrices (two factors).
+  std::vector<SpanPiece> pieces;
+  for (size_t k = 0; k < 60; ++k) pieces.push_back(k % 2 ? SpanPiece{1, {}} : SpanPiece{1, {1, 1}});
+  const auto x = test::gaussian(pieces.size(), 40);
+  auto codec = make_codec("powersgd:rank=4,fallback=onebit");
+  Bytes p;
+  codec->encode_pieces(x, pieces, 0, p);
+  CHECK(p.size() <= codec->max_payload_bytes(x.size()));
+  CHECK(p.size() > kHeaderBytes + 14 * x.size() + 64);  // past what other codecs may take
+  auto stage = make_codec("powersgd:rank=4,fallback=onebit+zstd:level=1");
+  Bytes packed;
+  stage->encode_pieces(x, pieces, 0, packed);
+  std::vector<float> y(x.size());
+  stage->decode(packed, y);  // the zstd stage's bound lets it through
+  CHECK(y == decoded(p, x.size()));
+}

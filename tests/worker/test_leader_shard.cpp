@@ -345,31 +345,38 @@ TEST_CASE("a flush: idle -> flushing -> idle, its server holding it") {
 TEST_CASE("a segment is a matrix when it is whole rows of one matrix tensor") {
   // m: 8 x 16 (cols 16), v: 40 elements, not a matrix.
   const ParamTable table({{"m", 128, 16}, {"v", 40, 0}}, {});
-  auto segments_of = [&](uint64_t offset, uint64_t count, bool tensor_segments) {
+  auto segments_of = [&](uint64_t offset, uint64_t count, Segments cut) {
     wire::ShardInfo info;
     info.offset = offset;
     info.count = count;
-    return LeaderShard(info, 0, table, tensor_segments, "a").segments;
+    return LeaderShard(info, 0, table, cut, "a").segments;
   };
-  const auto whole = segments_of(0, 168, true);
-  REQUIRE(whole.size() == 2);
-  CHECK(whole[0].shape().rows == 8);
-  CHECK(whole[0].shape().cols == 16);
-  CHECK_FALSE(whole[1].shape().matrix());
-  // Rows 2..7 of m: still a matrix; from the middle of a row: not.
-  const auto rows = segments_of(32, 136, true);
-  CHECK(rows[0].shape().rows == 6);
-  CHECK(rows[0].shape().cols == 16);
-  // From the middle of row 2: the rest of row 2 (not a matrix), rows 3..7 (a matrix), v.
-  const auto cut = segments_of(40, 128, true);
+  for (const Segments cut : {Segments::per_tensor, Segments::per_matrix_rows}) {
+    const auto whole = segments_of(0, 168, cut);
+    REQUIRE(whole.size() == 2);
+    CHECK(whole[0].shape().rows == 8);
+    CHECK(whole[0].shape().cols == 16);
+    CHECK_FALSE(whole[1].shape().matrix());
+    // Rows 2..7 of m: still a matrix.
+    const auto rows = segments_of(32, 136, cut);
+    CHECK(rows[0].shape().rows == 6);
+    CHECK(rows[0].shape().cols == 16);
+  }
+  // From the middle of row 2: per matrix rows, the rest of row 2 (not a matrix), rows 3..7 (a
+  // matrix), v; per tensor (chunk_align: tensor, as before powersgd), m's part whole, no shape.
+  const auto cut = segments_of(40, 128, Segments::per_matrix_rows);
   REQUIRE(cut.size() == 3);
   CHECK_FALSE(cut[0].shape().matrix());
   CHECK(cut[1].shape().rows == 5);
   CHECK_FALSE(cut[2].shape().matrix());
-  // Segments across tensors (no tensor_segments, one class): no shape.
-  const auto merged = segments_of(0, 168, false);
+  const auto joined = segments_of(40, 128, Segments::per_tensor);
+  REQUIRE(joined.size() == 2);
+  CHECK(joined[0].count == 88);
+  CHECK_FALSE(joined[0].shape().matrix());
+  // Segments across tensors (one class): no shape.
+  const auto merged = segments_of(0, 168, Segments::per_class);
   REQUIRE(merged.size() == 1);
   CHECK_FALSE(merged[0].shape().matrix());
-  // A matrix alone in its shard keeps its shape without tensor_segments too.
-  CHECK(segments_of(0, 128, false)[0].shape().cols == 16);
+  // A matrix alone in its shard keeps its shape per class too.
+  CHECK(segments_of(0, 128, Segments::per_class)[0].shape().cols == 16);
 }

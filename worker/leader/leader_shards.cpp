@@ -32,10 +32,13 @@ uint64_t LeaderShards::connect(uint64_t resume_at, ResumeRound how) {
   GT_ASSERT(how == ResumeRound::at_least || resume_at >= 1, "connect exactly at round {}",
             resume_at);
   links_.open();
-  // A codec that factorises matrices needs each tensor in a segment of its own.
-  const bool tensor_segments = config_.tensor_segments || config_.critical_codec.uses_shapes() ||
-                               config_.noncritical_codec.uses_shapes();
-  auto hellos = greet(links_, hello(), layout_, tensor_segments, config_.timeout);
+  // A codec that factorises matrices needs each matrix's whole rows in a segment of their own.
+  const Segments segments =
+      config_.critical_codec.uses_shapes() || config_.noncritical_codec.uses_shapes()
+          ? Segments::per_matrix_rows
+      : config_.tensor_segments ? Segments::per_tensor
+                                : Segments::per_class;
+  auto hellos = greet(links_, hello(), layout_, segments, config_.timeout);
   hellos.adopt_layout(config_);
   shards_ = std::move(hellos.shards);
   for (auto& sh : shards_) sh.bind(base_, origin_, motion_);

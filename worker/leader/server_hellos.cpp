@@ -44,7 +44,7 @@ void ServerHellos::adopt_layout(SyncConfig& config) const {
 }
 
 ServerHellos greet(ServerLinks& links, const wire::Hello& hello, const ParamTable& layout,
-                   bool tensor_segments, std::chrono::milliseconds timeout) {
+                   Segments segments, std::chrono::milliseconds timeout) {
   ServerHellos out;
   // Every hello goes out before any reply is awaited: one round trip to the farthest server, not
   // one per server in turn (their handshakes run side by side as well).
@@ -69,7 +69,7 @@ ServerHellos greet(ServerLinks& links, const wire::Hello& hello, const ParamTabl
       out.layout = said;
     }
     for (const auto& info : reply.shards)
-      out.shards.emplace_back(info, s, layout, tensor_segments, link.region());
+      out.shards.emplace_back(info, s, layout, segments, link.region());
   }
   uint64_t covered = 0;
   for (const auto& sh : out.shards) {

@@ -41,8 +41,8 @@ struct ServerHellos {
 };
 
 // Sends `hello` to every link and reads the answers; records in each link whether it offers the
-// flush. Shards are cut into segments per `tensor_segments` (LeaderShard).
+// flush. Shards are cut into segments as `segments` says (LeaderShard).
 ServerHellos greet(ServerLinks& links, const wire::Hello& hello, const ParamTable& layout,
-                   bool tensor_segments, std::chrono::milliseconds timeout);
+                   Segments segments, std::chrono::milliseconds timeout);
 
 }  // namespace geotrain::worker

@@ -48,7 +48,7 @@ const char* shard_phase_name(ShardPhase phase) {
 }
 
 LeaderShard::LeaderShard(const wire::ShardInfo& info, size_t server_index, const ParamTable& layout,
-                         bool tensor_segments, const std::string& region)
+                         Segments cut, const std::string& region)
     : id(info.id),
       offset(info.offset),
       count(info.count),
@@ -63,16 +63,21 @@ LeaderShard::LeaderShard(const wire::ShardInfo& info, size_t server_index, const
   GT_REQUIRE(count <= total && offset <= total - count,
              "server of region {}: shard {} [{}, {}) lies outside the {} parameters", region, id,
              offset, offset + count, total);
-  // Runs of tensors of one class inside [offset, offset + count): one segment each (with
-  // tensor_segments, one per tensor, a matrix when it is whole rows of one).
+  // The tensors' pieces inside [offset, offset + count), joined per class or per tensor unless
+  // each piece is a segment of its own.
+  size_t last_tensor = 0;
   for (const auto& piece : layout.pieces(offset, offset + count)) {
     auto* last = segments.empty() ? nullptr : &segments.back();
-    if (!tensor_segments && last && last->critical == piece.critical) {
+    const bool join = last && (cut == Segments::per_class    ? last->critical == piece.critical
+                               : cut == Segments::per_tensor ? last_tensor == piece.tensor
+                                                             : false);
+    if (join) {
       last->count += piece.count;
-      last->cols = 0;  // more than one tensor
+      last->cols = 0;  // not one matrix's whole rows
     } else {
       segments.push_back({piece.offset, piece.count, piece.critical, 0, piece.cols});
     }
+    last_tensor = piece.tensor;
   }
   GT_REQUIRE(segments.size() <= 0x10000,
              "shard {} has {} segments, at most 65536 (worker.chunk_align: tensor makes one per "

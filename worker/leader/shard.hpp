@@ -79,6 +79,12 @@ struct ShardTally {
   uint64_t released = UINT64_MAX;
 };
 
+// How a leader cuts a shard into segments (one payload and error-feedback stream each): runs of
+// tensors of one class (the default), one per tensor (worker.chunk_align: tensor), or one per
+// tensor piece, a matrix's whole rows apart from a partial row a shard's bound cuts (a codec
+// that factorises matrices: powersgd).
+enum class Segments { per_class, per_tensor, per_matrix_rows };
+
 class LeaderShard {
  public:
   struct Segment {
@@ -92,10 +98,10 @@ class LeaderShard {
 
   LeaderShard() = default;
   // A shard of `layout` as a server's hello describes it, on server `server` (an index into
-  // RegionSync's links), cut into segments of one tensor class each (with `tensor_segments`, one
-  // per tensor). InputError when it lies outside the table or has more than 65536 segments.
+  // RegionSync's links), cut into segments as `segments` says. InputError when it lies outside the
+  // table or has more than 65536 segments.
   LeaderShard(const wire::ShardInfo& info, size_t server, const ParamTable& layout,
-              bool tensor_segments, const std::string& region);
+              Segments segments, const std::string& region);
 
   uint32_t id = 0;
   uint64_t offset = 0;  // in the flat buffer
