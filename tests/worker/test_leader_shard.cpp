@@ -12,6 +12,7 @@
 #include "wire/client.hpp"
 #include "worker/leader/shard.hpp"
 #include "worker/leader/tensor_motion.hpp"
+#include "worker/leader/uplink.hpp"
 
 using namespace geotrain;
 using namespace geotrain::worker;
@@ -379,4 +380,34 @@ TEST_CASE("a segment is a matrix when it is whole rows of one matrix tensor") {
   CHECK_FALSE(merged[0].shape().matrix());
   // A matrix alone in its shard keeps its shape per class too.
   CHECK(segments_of(0, 128, Segments::per_class)[0].shape().cols == 16);
+}
+
+TEST_CASE("an uplink's snapshot keeps powersgd's Q per matrix segment; another codec drops it") {
+  const ParamTable table({{"m", 128, 16}, {"v", 40, 0}}, {});
+  wire::ShardInfo info;
+  info.count = 168;
+  const std::vector<LeaderShard> shards = {
+      LeaderShard(info, 0, table, Segments::per_matrix_rows, "a")};
+  Uplink up("a", "powersgd:rank=2", "powersgd:rank=2", 1.0f);
+  std::vector<float> delta(168);
+  for (size_t i = 0; i < delta.size(); ++i) delta[i] = std::sin(0.1f * float(i));
+  for (const auto& seg : shards[0].segments) {
+    Bytes out;
+    up.encode(seg.critical, seg.stream, ConstFloatSpan(delta).subspan(seg.offset, seg.count), out,
+              seg.shape());
+  }
+  const auto snapshot = up.residuals();
+  const std::string state = fmt::format("noncritical.state.{}", shards[0].segments[0].stream);
+  REQUIRE(snapshot.count(state) == 1);
+  CHECK(snapshot.at(state).size() == 16 * 2);  // m's Q: 16 columns at rank 2
+  CHECK(snapshot.size() == 3);                 // two residuals, one state (v keeps none)
+
+  Uplink same("a", "powersgd:rank=2", "powersgd:rank=2", 1.0f);
+  same.restore(snapshot, shards);
+  CHECK(same.residuals() == snapshot);
+  Uplink other("a", "onebit", "onebit", 1.0f);  // a resume with another codec
+  other.restore(snapshot, shards);
+  const auto kept = other.residuals();
+  CHECK(kept.size() == 2);
+  CHECK(kept.count(state) == 0);
 }

@@ -99,8 +99,14 @@ void Uplink::restore(const std::map<std::string, std::vector<float>>& residuals,
                "region {}: error-feedback residual '{}' is not a stream of this table's shards",
                region_, name);
   }
-  // A codec's state is checked by the codec: restored into a copy's first, so that a bad one
-  // leaves every stream as it was.
+  // A codec's state is its own (powersgd's Q): a snapshot of another codec's is dropped (the
+  // residuals, in parameter units, go on with any codec). It is checked by the codec: restored
+  // into a copy's first, so that a bad one leaves every stream as it was.
+  const size_t before = states.size();
+  std::erase_if(states, [](const auto& s) { return !std::get<0>(s)->ef.codec().uses_shape(); });
+  if (states.size() != before)
+    spdlog::info("region {}: {} codec state(s) in the snapshot dropped: the codec now keeps none",
+                 region_, before - states.size());
   for (auto& [c, seg, values] : states) {
     auto check = compression::make_codec(c->ef.codec().spec());
     check->restore_stream_state(seg->stream, seg->shape(), *values);
