@@ -1192,6 +1192,47 @@ server:
   CHECK(bytes[1] - bytes[0] <= 2 * (compression::kHeaderBytes + 4));  // a header and a scale more
 }
 
+namespace {
+// The powersgd tests' table: a.w (32 x 32), ln.g (64), b.w (32 x 32); one round in which both
+// regions step by `step` (rank 1 in each matrix), and the error of what a's base moved by.
+struct RankOneRound {
+  static std::vector<float> step() {
+    std::vector<float> s(2112);
+    for (size_t i = 0; i < 32; ++i)
+      for (size_t j = 0; j < 32; ++j) {
+        s[i * 32 + j] = 0.01f * float(i + 1) * float(int(j % 5) - 2);                    // a.w
+        s[1088 + i * 32 + j] = 0.002f * std::sin(float(i)) * std::cos(0.3f * float(j));  // b.w
+      }
+    for (size_t k = 0; k < 64; ++k) s[1024 + k] = 0.5f + 0.01f * float(k % 7);  // ln.g
+    return s;
+  }
+  // Both leaders (connected) push base + step; a's report; `before`: a's base before.
+  static worker::RoundReport run(worker::RegionSync& a, worker::RegionSync& b,
+                                 const std::vector<float>& step, std::vector<float>& before) {
+    std::vector<float> la(step.size()), lb(step.size());
+    for (size_t i = 0; i < step.size(); ++i) {
+      la[i] = a.base()[i] + step[i];
+      lb[i] = b.base()[i] + step[i];
+    }
+    before.assign(a.base().begin(), a.base().end());
+    auto fa = std::async(std::launch::async, [&] { return a.exchange(la); });
+    b.exchange(lb);
+    return fa.get();
+  }
+  // The relative error of [from, from + count) of what `base` moved by, against `step`.
+  static double error(ConstFloatSpan base, const std::vector<float>& before,
+                      const std::vector<float>& step, size_t from, size_t count) {
+    double err = 0, norm = 0;
+    for (size_t i = from; i < from + count; ++i) {
+      const double moved = double(base[i]) - before[i];
+      err += (moved - step[i]) * (moved - step[i]);
+      norm += double(step[i]) * step[i];
+    }
+    return std::sqrt(err / norm);
+  }
+};
+}  // namespace
+
 TEST_CASE(
     "powersgd on the uplink: each matrix is a segment of its own without chunk_align, a rank-1 "
     "delta arrives whole, a vector goes through the fallback, and each matrix's Q is state the "
@@ -1210,13 +1251,7 @@ server:
   // The leader's table knows the matrices (a model's make_table does); the servers' need not.
   const ParamTable table({{"a.w", 1024, 32}, {"ln.g", 64, 0}, {"b.w", 1024, 32}}, {});
   const size_t n = table.total_elements();
-  std::vector<float> step(n);
-  for (size_t i = 0; i < 32; ++i)
-    for (size_t j = 0; j < 32; ++j) {
-      step[i * 32 + j] = 0.01f * float(i + 1) * float(int(j % 5) - 2);                    // a.w
-      step[1088 + i * 32 + j] = 0.002f * std::sin(float(i)) * std::cos(0.3f * float(j));  // b.w
-    }
-  for (size_t k = 0; k < 64; ++k) step[1024 + k] = 0.5f + 0.01f * float(k % 7);  // ln.g
+  const auto step = RankOneRound::step();
   auto sync = [&](const std::string& region) {
     auto c = d.sync(region, "powersgd:rank=2", "powersgd:rank=2", 0);
     CHECK_FALSE(c.tensor_segments);
@@ -1225,23 +1260,10 @@ server:
   worker::RegionSync a(table, sync("a"), d.context()), b(table, sync("b"), d.context());
   a.connect();
   b.connect();
-  std::vector<float> la(n), lb(n);
-  for (size_t i = 0; i < n; ++i) {
-    la[i] = a.base()[i] + step[i];
-    lb[i] = b.base()[i] + step[i];
-  }
-  const std::vector<float> before(a.base().begin(), a.base().end());
-  auto fa = std::async(std::launch::async, [&] { return a.exchange(la); });
-  b.exchange(lb);
-  const auto ra = fa.get();
+  std::vector<float> before;
+  const auto ra = RankOneRound::run(a, b, step, before);
   auto relative_error = [&](size_t from, size_t count) {
-    double err = 0, norm = 0;
-    for (size_t i = from; i < from + count; ++i) {
-      const double moved = double(a.base()[i]) - before[i];
-      err += (moved - step[i]) * (moved - step[i]);
-      norm += double(step[i]) * step[i];
-    }
-    return std::sqrt(err / norm);
+    return RankOneRound::error(a.base(), before, step, from, count);
   };
   // fp16 would be about 1e-4 off: only the factors bring a rank-1 matrix this close.
   CHECK(relative_error(0, 1024) < 1e-5);
@@ -1288,34 +1310,15 @@ server:
   Deployment d(config, "powersgd-down");
   const ParamTable table = d.table();
   const size_t n = table.total_elements();
-  std::vector<float> step(n);
-  for (size_t i = 0; i < 32; ++i)
-    for (size_t j = 0; j < 32; ++j) {
-      step[i * 32 + j] = 0.01f * float(i + 1) * float(int(j % 5) - 2);
-      step[1088 + i * 32 + j] = 0.002f * std::sin(float(i)) * std::cos(0.3f * float(j));
-    }
-  for (size_t k = 0; k < 64; ++k) step[1024 + k] = 0.5f + 0.01f * float(k % 7);
+  const auto step = RankOneRound::step();
   worker::RegionSync a(table, d.sync("a", "fp32", "fp32", 0), d.context()),
       b(table, d.sync("b", "fp32", "fp32", 0), d.context());
   a.connect();
   b.connect();
-  std::vector<float> la(n), lb(n);
-  for (size_t i = 0; i < n; ++i) {
-    la[i] = a.base()[i] + step[i];
-    lb[i] = b.base()[i] + step[i];
-  }
-  const std::vector<float> before(a.base().begin(), a.base().end());
-  auto fa = std::async(std::launch::async, [&] { return a.exchange(la); });
-  b.exchange(lb);
-  const auto ra = fa.get();
+  std::vector<float> before;
+  const auto ra = RankOneRound::run(a, b, step, before);
   auto relative_error = [&](size_t from, size_t count) {
-    double err = 0, norm = 0;
-    for (size_t i = from; i < from + count; ++i) {
-      const double moved = double(a.base()[i]) - before[i];
-      err += (moved - step[i]) * (moved - step[i]);
-      norm += double(step[i]) * step[i];
-    }
-    return std::sqrt(err / norm);
+    return RankOneRound::error(a.base(), before, step, from, count);
   };
   CHECK(relative_error(0, 1024) < 1e-5);  // factors: a rank-1 matrix whole
   CHECK(relative_error(1088, 1024) < 1e-5);
