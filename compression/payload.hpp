@@ -37,14 +37,15 @@ enum class CodecId : uint8_t {
   onebit = 6,
   topk = 7,
   zstd = 8,
-  fp4 = 9,     // E2M1 with a per-chunk scale
-  qtopk = 10,  // topk with chunked selection and quantised values ("topk:...,bits=B")
+  fp4 = 9,        // E2M1 with a per-chunk scale
+  qtopk = 10,     // topk with chunked selection and quantised values ("topk:...,bits=B")
   powersgd = 11,  // a rank-r factorisation P Q^T of a matrix (chunk: its columns, aux: r)
 };
 
 // True for the raw values that name a codec above (for fields read off the wire).
 inline bool is_codec_id(uint8_t raw) {
-  return raw >= static_cast<uint8_t>(CodecId::fp32) && raw <= static_cast<uint8_t>(CodecId::powersgd);
+  return raw >= static_cast<uint8_t>(CodecId::fp32) &&
+         raw <= static_cast<uint8_t>(CodecId::powersgd);
 }
 
 // "int8" for CodecId::int8; "unknown(42)" for values that are not codecs.
