@@ -45,6 +45,15 @@ double frobenius(const std::vector<float>& a, const std::vector<float>& b) {
   return std::sqrt(s);
 }
 
+// p, resealed (so that the field itself must be caught), is refused naming `needle`, and an
+// output of n elements stays as it was.
+void refused(Bytes p, size_t n, const std::string& needle) {
+  reseal(p);
+  std::vector<float> y(n, -7.25f);
+  CHECK_THROWS_WITH_AS(decode_payload(p, y), doctest::Contains(needle.c_str()), InputError);
+  for (float v : y) REQUIRE(v == -7.25f);
+}
+
 std::vector<float> decoded(ConstByteSpan payload, size_t n) {
   std::vector<float> y(n, 123.0f);
   decode_payload(payload, y);
@@ -231,12 +240,7 @@ TEST_CASE("powersgd payloads with a wrong field are refused before anything is w
   const auto m = test::gaussian(8 * 6, 12);
   Bytes clean;
   make_codec("powersgd:rank=2")->encode_matrix(m, {8, 6}, 0, clean);
-  auto rejected = [&](Bytes p, const std::string& needle) {
-    reseal(p);
-    std::vector<float> y(m.size(), -7.25f);
-    CHECK_THROWS_WITH_AS(decode_payload(p, y), doctest::Contains(needle.c_str()), InputError);
-    for (float v : y) REQUIRE(v == -7.25f);
-  };
+  auto rejected = [&](Bytes p, const std::string& needle) { refused(p, m.size(), needle); };
   {
     Bytes p = clean;
     poke<uint32_t>(p, 12, 7);  // rank 7 > 6 columns
@@ -362,12 +366,7 @@ TEST_CASE(
   Bytes clean;
   make_codec("powersgd:rank=2")->encode_pieces(x, pieces, 0, clean);
   const size_t table = kHeaderBytes + 8;  // the first piece's entry
-  auto rejected = [&](Bytes p, const std::string& needle) {
-    reseal(p);
-    std::vector<float> y(x.size(), -7.25f);
-    CHECK_THROWS_WITH_AS(decode_payload(p, y), doctest::Contains(needle.c_str()), InputError);
-    for (float v : y) REQUIRE(v == -7.25f);
-  };
+  auto rejected = [&](Bytes p, const std::string& needle) { refused(p, x.size(), needle); };
   {
     Bytes p = clean;
     poke<uint32_t>(p, kHeaderBytes, 0);
