@@ -320,6 +320,7 @@ const std::set<std::string> kWorkerKeys{"workers_per_region",
                                         "routes",
                                         "blas_threads",
                                         "bucket_cap_mb",
+                                        "zero_stage",
                                         "external",
                                         "fragments",
                                         "fragment_delay",
@@ -352,6 +353,21 @@ void parse_device_and_data(const YamlReader& in, const YAML::Node& w, WorkerConf
              "{}: model.kind {} cannot train on worker.data.kind {} (a gpt trains on text, an mlp "
              "on fashion-mnist)",
              source, c.model.kind, c.data.kind);
+}
+
+// worker.zero_stage, and what it cannot run with (reads device and elastic: after them).
+void parse_zero_stage(const YamlReader& in, const YAML::Node& n, WorkerConfig& c) {
+  c.zero_stage = in.number<uint32_t>(n, "worker.zero_stage", 0, 2);
+  if (c.zero_stage == 0) return;
+  GT_REQUIRE(c.device == "cpu",
+             "{}: worker.zero_stage {} shards the optimizer state on the CPU only (worker.device "
+             "cuda keeps all of it on each GPU)",
+             in.source(), c.zero_stage);
+  GT_REQUIRE(!c.elastic,
+             "{}: worker.zero_stage {} shards the optimizer state over the region's workers, and "
+             "a dead worker's shard cannot be taken from a live peer: set worker.elastic: false "
+             "(the region then restarts from its snapshots)",
+             in.source(), c.zero_stage);
 }
 
 // worker.lr_scaling (or its older spelling scale_lr: true, linear) and lr_reference_batch.
@@ -477,6 +493,7 @@ WorkerConfig parse_worker_config(std::string_view yaml_text, std::string_view so
   parse_schedule(in, w, c);
   if (auto n = w["bucket_cap_mb"])
     c.bucket_cap_mb = in.number<double>(n, "worker.bucket_cap_mb", 0, 4096);
+  if (auto n = w["zero_stage"]) parse_zero_stage(in, n, c);
   if (auto n = w["max_grad_norm"])
     c.max_grad_norm = in.number<double>(n, "worker.max_grad_norm", 0, 1e9);
   if (auto g = w["anomaly_guard"]) parse_guard(in, g, c);

@@ -135,6 +135,10 @@ struct WorkerConfig {
   std::string metrics_host = "0.0.0.0";
   uint32_t blas_threads = 1;  // OpenBLAS threads per worker
   double bucket_cap_mb = 25;  // AllReduce bucket size; 0: one AllReduce after backward
+  // worker.zero_stage: ZeRO inside a region (worker/training/zero_shards.hpp): 0 (every worker
+  // holds the whole optimizer state), 1 (the state sharded over the region's workers) or 2 (the
+  // gradient's reduction too: a reduce-scatter). CPU only, and with worker.elastic false.
+  uint32_t zero_stage = 0;
   std::filesystem::path run_dir = "runs/worker";
   WorkerCheckpointConfig checkpoint;
   std::chrono::milliseconds timeout{120'000};

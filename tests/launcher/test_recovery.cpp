@@ -467,6 +467,55 @@ TEST_CASE(
   CHECK(s["final_test_accuracy"].get<double>() > 0.5);
 }
 
+TEST_CASE(
+    "with worker.zero_stage 2 a region of two workers ends with the unsharded region's bits, "
+    "snapshots its shards, and a worker killed with SIGKILL restarts the group from them") {
+  geotrain::test::TempDir tmp("recover-zero");
+  const auto one_region = [](const std::string& worker_keys, const std::string& run_keys) {
+    return with_worker_keys(config_text("[us-east]", 2, run_keys), worker_keys);
+  };
+  fs::create_directories(tmp.path() / "plain");
+  fs::create_directories(tmp.path() / "zero");
+  const auto plain = run_to_end(tmp.path() / "plain", one_region("elastic: false", ""));
+  const auto zero =
+      run_to_end(tmp.path() / "zero", one_region("elastic: false, zero_stage: 2", ""));
+  const auto final_params = [](const fs::path& run) {
+    return read_bytes(run / "params-us-east.f32");
+  };
+  REQUIRE(final_params(plain).size() == (784 * 32 + 32 + 32 * 10 + 10) * sizeof(float));
+  CHECK(final_params(zero) == final_params(plain));
+  // Each worker's snapshot holds its half of the momentum.
+  for (const std::string worker : {"us-east-0", "us-east-1"}) {
+    const auto manifest = json::parse(read_bytes(zero / "worker-checkpoints" / worker /
+                                                 fmt::format("ckpt-{:012}", 8) / "manifest.json"));
+    int momentum_sections = 0;
+    for (const auto& section : manifest["sections"])
+      if (section["name"] == "optimizer.m") {
+        ++momentum_sections;
+        CHECK(section["count"] == 25450 / 2);
+      }
+    CHECK_MESSAGE(momentum_sections == 1, worker);
+  }
+  fs::create_directories(tmp.path() / "killed");
+  auto [folder, code] = run_with(
+      tmp.path() / "killed",
+      one_region("elastic: false, zero_stage: 2", ", restart: {max_restarts: 2, backoff_s: 0.2}"),
+      [](const fs::path& run, pid_t) {
+        if (last_round(run, "us-east") < 3) return false;
+        const auto pid = pid_of(run, "worker-us-east-1");
+        return pid && ::kill(*pid, SIGKILL) == 0;
+      });
+  CHECK(code == 0);
+  const auto s = summary_of(folder);
+  INFO(s.dump(2));
+  CHECK(s["status"] == "completed");
+  CHECK(s["rounds"] == 8);
+  REQUIRE(s["faults"].size() == 1);
+  CHECK(s["faults"][0]["restarted"] == true);
+  CHECK(s["faults"][0]["restored_round"].get<int>() >= 2);
+  CHECK(s["final_test_accuracy"].get<double>() > 0.5);
+}
+
 TEST_CASE("run.restart turns worker snapshots on unless the config sets them") {
   geotrain::test::TempDir tmp("recover-plan");
   const auto plan_with = [&](const std::string& text) {

@@ -14,6 +14,7 @@
 
 #include "core/error.hpp"
 #include "core/param_table.hpp"
+#include "core/splitmix64.hpp"
 #include "ranks.hpp"
 #include "worker/region/bucketed_allreduce.hpp"
 #include "worker/region/gloo_communicator.hpp"
@@ -181,4 +182,85 @@ TEST_CASE("the leader's error in the work it waited on reaches the leader, after
   for (auto& t : threads) t.join();
   CHECK(errors[0].find("the flush failed") != std::string::npos);
   CHECK(errors[1].empty());
+}
+
+namespace {
+
+// A communicator with only allreduce_sum and broadcast of its own (Gloo's underneath): the
+// reduce-scatter and allgather it offers are Communicator's defaults.
+struct DefaultsOnly final : Communicator {
+  explicit DefaultsOnly(GlooCommunicator& gloo) : gloo(gloo) {}
+  int rank() const override { return gloo.rank(); }
+  int size() const override { return gloo.size(); }
+  void allreduce_sum(FloatSpan data) override { gloo.allreduce_sum(data); }
+  void broadcast(FloatSpan data, int root) override { gloo.broadcast(data, root); }
+  GlooCommunicator& gloo;
+};
+
+// Rank r's value at i: (r + 1) (i % 1000); the sum over 3 ranks is 6 (i % 1000), exact in fp32.
+float value(int rank, size_t i) { return static_cast<float>((rank + 1) * (i % 1000)); }
+
+}  // namespace
+
+TEST_CASE(
+    "reduce-scatter sums each rank's range, in pieces, and allgather copies every range "
+    "back: Gloo's and the defaults alike") {
+  // Rank 0's range spans two pieces (kPieceElements = 262144), rank 1's is empty.
+  const std::vector<uint64_t> counts{300000, 0, 270001};
+  const uint64_t total = 570001;
+  for (bool defaults : {false, true}) {
+    CAPTURE(defaults);
+    std::mutex mu;
+    std::vector<std::vector<float>> gathered(3);
+    run_ranks(3, [&](GlooCommunicator& gloo) {
+      DefaultsOnly fallback(gloo);
+      Communicator& comm = defaults ? static_cast<Communicator&>(fallback) : gloo;
+      const int r = comm.rank();
+      std::vector<float> x(total);
+      for (size_t i = 0; i < x.size(); ++i) x[i] = value(r, i);
+      comm.reduce_scatter_sum(x, counts);
+      const uint64_t begin = r == 0 ? 0 : 300000;
+      for (uint64_t i = begin; i < begin + counts[r]; ++i)
+        REQUIRE(x[i] == 6.0f * static_cast<float>(i % 1000));
+      // Each rank's range now marked with its rank, then gathered.
+      for (uint64_t i = begin; i < begin + counts[r]; ++i) x[i] = static_cast<float>(r) + 0.5f;
+      comm.allgather(x, counts);
+      std::lock_guard lock(mu);
+      gathered[r] = x;
+    });
+    for (int r = 0; r < 3; ++r) {
+      CHECK(gathered[r][0] == 0.5f);
+      CHECK(gathered[r][299999] == 0.5f);
+      CHECK(gathered[r][300000] == 2.5f);
+      CHECK(gathered[r][total - 1] == 2.5f);
+      CHECK(gathered[r] == gathered[0]);
+    }
+  }
+  run_ranks(2, [&](GlooCommunicator& comm) {
+    std::vector<float> x(10);
+    const std::vector<uint64_t> wrong{5, 4};
+    CHECK_THROWS_WITH_AS(comm.reduce_scatter_sum(x, wrong), doctest::Contains("add up to 9"),
+                         InputError);
+    CHECK_THROWS_WITH_AS(comm.allgather(x, std::vector<uint64_t>{10}),
+                         doctest::Contains("1 shard counts for a group of 2"), InputError);
+  });
+}
+
+TEST_CASE("with two ranks, reduce-scatter gives each range the bits AllReduce gives it") {
+  std::mutex mu;
+  std::vector<std::vector<float>> reduced(2), scattered(2);
+  run_ranks(2, [&](GlooCommunicator& comm) {
+    uint64_t state = 17 + static_cast<uint64_t>(comm.rank());
+    std::vector<float> x(100001);
+    for (float& v : x)
+      v = static_cast<float>(splitmix64(state) % 1000003) / 7919.0f - 60.0f;  // inexact sums
+    std::vector<float> y = x;
+    comm.allreduce_sum(x);
+    comm.reduce_scatter_sum(y, std::vector<uint64_t>{50000, 50001});
+    std::lock_guard lock(mu);
+    reduced[comm.rank()] = x;
+    scattered[comm.rank()] = y;
+  });
+  CHECK(std::equal(scattered[0].begin(), scattered[0].begin() + 50000, reduced[0].begin()));
+  CHECK(std::equal(scattered[1].begin() + 50000, scattered[1].end(), reduced[1].begin() + 50000));
 }

@@ -208,6 +208,22 @@ TEST_CASE("worker.streams_per_server is 1..64 or auto (the default), with link_m
                        doctest::Contains("worker.streams_per_server"), InputError);
 }
 
+TEST_CASE("worker.zero_stage is 0, 1 or 2, on the CPU and with worker.elastic false") {
+  const auto parse = [](const std::string& worker) {
+    return worker::parse_worker_config(
+        "regions: [a]\nmodel: {arch: 784-10}\nworker: {" + worker + "}\n", "w.yaml");
+  };
+  CHECK(parse("").zero_stage == 0);
+  CHECK(parse("zero_stage: 2, elastic: false").zero_stage == 2);
+  CHECK(parse("zero_stage: 0").zero_stage == 0);  // elastic stays on
+  CHECK_THROWS_WITH_AS(parse("zero_stage: 3, elastic: false"),
+                       doctest::Contains("worker.zero_stage"), InputError);
+  CHECK_THROWS_WITH_AS(parse("zero_stage: 1"), doctest::Contains("set worker.elastic: false"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(parse("zero_stage: 1, elastic: false, device: cuda"),
+                       doctest::Contains("on the CPU only"), InputError);
+}
+
 TEST_CASE("an anomaly guard that could never judge a step is refused when the config is read") {
   const auto parse = [](const std::string& guard) {
     return worker::parse_worker_config(

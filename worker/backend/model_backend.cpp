@@ -11,7 +11,7 @@ std::unique_ptr<Communicator> CpuModelBackend::connect_region(gloo::rendezvous::
   auto comm = std::make_unique<GlooCommunicator>(store, rank, size,
                                                  GlooOptions{options.gloo_host, options.timeout});
   region_ = comm.get();
-  if (options.bucket_cap_mb > 0)
+  if (options.bucket_cap_mb > 0 && !options.reduce_scatter)
     buckets_ = std::make_unique<BucketedAllReduce>(*region_, model_->make_table().tensors(),
                                                    options.bucket_cap_mb,
                                                    /*background=*/true);
@@ -38,6 +38,12 @@ void CpuModelBackend::reduce_gradient(FloatSpan grad) {
     buckets_->finish(grad);  // waits for the buckets still in flight
   else
     region_->allreduce_sum(grad);
+}
+
+void CpuModelBackend::reduce_scatter_gradient(FloatSpan grad, std::span<const uint64_t> counts) {
+  if (region_ == nullptr) return;
+  GT_ASSERT(buckets_ == nullptr, "a reduce-scatter after bucketed AllReduces");
+  region_->reduce_scatter_sum(grad, counts);
 }
 
 models::BatchResult CpuModelBackend::evaluate(ConstFloatSpan params,

@@ -22,8 +22,10 @@
 
 #include <chrono>
 #include <memory>
+#include <span>
 #include <string>
 
+#include "core/error.hpp"
 #include "core/span.hpp"
 #include "models/model.hpp"
 #include "models/model_spec.hpp"
@@ -45,6 +47,9 @@ struct RegionOptions {
   // CPU: gradient AllReduce in buckets of about this many MiB, each started on a communication
   // thread as soon as backward has finished its layers (0: one AllReduce in reduce_gradient).
   double bucket_cap_mb = 25;
+  // ZeRO stage 2 (worker/training/zero_shards.hpp): the gradient is reduce-scattered after
+  // backward (reduce_scatter_gradient), not AllReduced in buckets during it.
+  bool reduce_scatter = false;
 };
 
 // One device-side optimizer step (ResidentTraining::apply_step).
@@ -115,6 +120,16 @@ class ModelBackend {
   // grad += the sum over the region (over this worker alone when not connected) of the
   // gradients accumulated since the last call; the backend's own accumulator is then zero.
   virtual void reduce_gradient(FloatSpan grad) = 0;
+  // reduce_gradient's reduce-scatter (ZeRO stage 2; connect_region with reduce_scatter): grad's
+  // range of this worker (Communicator::reduce_scatter_sum's `counts`) += the region's sum of it;
+  // the rest of grad is unspecified. InputError on a backend that does not shard (the device's).
+  virtual void reduce_scatter_gradient(FloatSpan grad, std::span<const uint64_t> counts) {
+    (void)grad;
+    (void)counts;
+    GT_REQUIRE(false,
+               "this worker's device does not reduce-scatter its gradient (ZeRO stage 2 "
+               "is CPU-only)");
+  }
   // Forward only; params and the batch are host memory.
   virtual models::BatchResult evaluate(ConstFloatSpan params, const models::BatchView& batch) = 0;
 };
@@ -136,6 +151,7 @@ class CpuModelBackend final : public ModelBackend {
   models::BatchResult forward_backward(ConstFloatSpan params, const Batch& batch, FloatSpan grad,
                                        bool last = true) override;
   void reduce_gradient(FloatSpan grad) override;  // in place: grad already holds the accumulation
+  void reduce_scatter_gradient(FloatSpan grad, std::span<const uint64_t> counts) override;
   models::BatchResult evaluate(ConstFloatSpan params, const models::BatchView& batch) override;
 
  private:

@@ -1,5 +1,8 @@
 #include "worker/backend/step_engine.hpp"
 
+#include <cstring>
+
+#include "core/error.hpp"
 #include "worker/run/worker_checkpoint.hpp"
 
 namespace geotrain::worker {
@@ -7,14 +10,27 @@ namespace {
 
 class HostStepEngine final : public StepEngine {
  public:
-  HostStepEngine(ModelBackend& backend, LocalStep& step) : backend_(backend), step_(step) {}
+  HostStepEngine(ModelBackend& backend, LocalStep& step, ZeroRegion zero)
+      : backend_(backend), step_(step), zero_(std::move(zero)) {}
 
   models::BatchResult accumulate(ConstFloatSpan params, const Batch& batch, bool last) override {
     return backend_.forward_backward(params, batch, step_.grad(), last);
   }
-  void reduce_gradient() override { backend_.reduce_gradient(step_.grad()); }
+  void reduce_gradient() override {
+    Communicator* comm = region();
+    if (comm != nullptr && zero_.shards.stage == 2)
+      backend_.reduce_scatter_gradient(step_.grad(), zero_.shards.counts);
+    else
+      backend_.reduce_gradient(step_.grad());
+  }
   StepReport apply(FloatSpan params, uint32_t reduced_over) override {
-    return step_.apply(params, reduced_over);
+    Communicator* comm = region();
+    if (comm == nullptr) return step_.apply(params, reduced_over);
+    const StepReport report = step_.apply(
+        params, reduced_over, [comm](double partial) { return sum_over_region(*comm, partial); });
+    // Every worker stepped its own range (or, refused, none): each takes the others'.
+    comm->allgather(params, zero_.shards.counts);
+    return report;
   }
   void capture(ConstFloatSpan params, WorkerCheckpointState& state) override {
     const auto& opt = step_.optimizer();
@@ -24,8 +40,29 @@ class HostStepEngine final : public StepEngine {
   }
 
  private:
+  // The region's communicator when the optimizer is sharded over it.
+  Communicator* region() const {
+    return zero_.shards.sharded() && zero_.comm ? zero_.comm() : nullptr;
+  }
+  // Every worker's `partial`, summed in rank order: the same bits on every worker. The doubles
+  // travel as the bit patterns of two floats each through an allgather, which only copies.
+  static double sum_over_region(Communicator& comm, double partial) {
+    const auto k = static_cast<size_t>(comm.size());
+    std::vector<float> slots(2 * k);
+    std::memcpy(&slots[2 * static_cast<size_t>(comm.rank())], &partial, sizeof partial);
+    comm.allgather(slots, std::vector<uint64_t>(k, 2));
+    double total = 0;
+    for (size_t r = 0; r < k; ++r) {
+      double x = 0;
+      std::memcpy(&x, &slots[2 * r], sizeof x);
+      total += x;
+    }
+    return total;
+  }
+
   ModelBackend& backend_;
   LocalStep& step_;
+  ZeroRegion zero_;
 };
 
 class ResidentStepEngine final : public StepEngine {
@@ -73,10 +110,16 @@ class ResidentStepEngine final : public StepEngine {
 
 std::unique_ptr<StepEngine> make_step_engine(ModelBackend& backend, LocalStep& step,
                                              const OptimizerConfig& optimizer,
-                                             const std::vector<uint8_t>& decay_mask) {
-  if (auto* device = backend.resident())
+                                             const std::vector<uint8_t>& decay_mask,
+                                             ZeroRegion zero) {
+  if (auto* device = backend.resident()) {
+    GT_REQUIRE(zero.shards.stage == 0,
+               "worker.zero_stage {}: the optimizer state is sharded on the CPU only (a "
+               "device-resident worker keeps all of it)",
+               zero.shards.stage);
     return std::make_unique<ResidentStepEngine>(*device, step, optimizer, decay_mask);
-  return std::make_unique<HostStepEngine>(backend, step);
+  }
+  return std::make_unique<HostStepEngine>(backend, step, std::move(zero));
 }
 
 }  // namespace geotrain::worker

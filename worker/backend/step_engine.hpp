@@ -2,7 +2,8 @@
 // it the same way whatever the device. Two implementations (make_step_engine picks by the
 // backend):
 //  - host: forward/backward into LocalStep's host gradient, the region's AllReduce, the
-//    optimizer (LocalStep) on the host parameters;
+//    optimizer (LocalStep) on the host parameters; with ZeRO, the optimizer on this worker's
+//    range, a reduce-scatter for the AllReduce at stage 2, and the parameters' allgather;
 //  - device-resident (ModelBackend::resident(), `worker.device: cuda`): parameters, gradient
 //    and optimizer state stay on the device; LocalStep only decides (guard, clipping,
 //    schedule) and the device applies. The host parameters are then a mirror: to_host() before
@@ -12,12 +13,15 @@
 // Borrows the backend and the LocalStep, which must outlive it. Not thread-safe.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
 #include "core/span.hpp"
 #include "worker/backend/model_backend.hpp"
+#include "worker/region/communicator.hpp"
 #include "worker/training/local_step.hpp"
+#include "worker/training/zero_shards.hpp"
 
 namespace geotrain::worker {
 
@@ -46,10 +50,21 @@ class StepEngine {
   virtual void optimizer_to_device() {}
 };
 
+// ZeRO inside a region (worker/training/zero_shards.hpp), host engine only: the ranges, which
+// `step` was built for (LocalStepConfig::shard_begin/end, gradient_sharded), and the region's
+// communicator now (null: a region of one worker).
+struct ZeroRegion {
+  ZeroShards shards;
+  std::function<Communicator*()> comm;
+};
+
 // The host engine, or the device-resident one when backend.resident() is not null (whose
-// optimizer state it allocates for `optimizer`; decay_mask as LocalStepConfig's).
+// optimizer state it allocates for `optimizer`; decay_mask as LocalStepConfig's). A sharded
+// `zero` makes the host engine's reduction a reduce-scatter (stage 2) and follows each step with
+// the parameters' allgather; InputError with a device-resident backend.
 std::unique_ptr<StepEngine> make_step_engine(ModelBackend& backend, LocalStep& step,
                                              const OptimizerConfig& optimizer,
-                                             const std::vector<uint8_t>& decay_mask);
+                                             const std::vector<uint8_t>& decay_mask,
+                                             ZeroRegion zero = {});
 
 }  // namespace geotrain::worker

@@ -1,12 +1,15 @@
 #include "worker/region/gloo_communicator.hpp"
 
+#include <gloo/allgatherv.h>
 #include <gloo/allreduce.h>
+#include <gloo/alltoallv.h>
 #include <gloo/broadcast.h>
 #include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <algorithm>
 #include <exception>
 
 #include "core/error.hpp"
@@ -72,6 +75,61 @@ void GlooCommunicator::broadcast(FloatSpan data, int root) {
     gloo::broadcast(opts);
   } catch (const std::exception& e) {
     rethrow_as_group_broken("broadcast", e);
+  }
+}
+
+void GlooCommunicator::reduce_scatter_sum(FloatSpan data, std::span<const uint64_t> counts) {
+  check_counts(data.size(), counts);
+  if (size_ == 1) return;
+  const auto k = static_cast<size_t>(size_);
+  std::vector<uint64_t> offsets(k, 0);
+  for (size_t r = 1; r < k; ++r) offsets[r] = offsets[r - 1] + counts[r - 1];
+  const uint64_t longest = *std::max_element(counts.begin(), counts.end());
+  const uint64_t mine = counts[rank_];
+  float* out = data.data() + offsets[rank_];
+  try {
+    for (uint64_t at = 0; at < longest; at += kPieceElements) {
+      // Piece `at` of every rank's range, packed in rank order; this rank receives piece `at` of
+      // its own range from every rank.
+      std::vector<int64_t> send_counts(k), receive_counts(k);
+      size_t packed = 0;
+      send_.resize(k * kPieceElements);
+      for (size_t r = 0; r < k; ++r) {
+        const uint64_t n = counts[r] > at ? std::min(kPieceElements, counts[r] - at) : 0;
+        std::copy_n(data.data() + offsets[r] + at, n, send_.data() + packed);
+        send_counts[r] = static_cast<int64_t>(n);
+        packed += n;
+      }
+      const uint64_t piece = mine > at ? std::min(kPieceElements, mine - at) : 0;
+      std::fill(receive_counts.begin(), receive_counts.end(), static_cast<int64_t>(piece));
+      receive_.resize(k * kPieceElements);
+      gloo::AlltoallvOptions opts(context_);
+      opts.setInput(send_.data(), send_counts);
+      opts.setOutput(receive_.data(), receive_counts);
+      opts.setTag(tag_++);
+      gloo::alltoallv(opts);
+      // The sum in rank order: the same bits on every rank.
+      for (uint64_t i = 0; i < piece; ++i) {
+        float s = receive_[i];
+        for (size_t r = 1; r < k; ++r) s += receive_[r * piece + i];
+        out[at + i] = s;
+      }
+    }
+  } catch (const std::exception& e) {
+    rethrow_as_group_broken("alltoallv", e);
+  }
+}
+
+void GlooCommunicator::allgather(FloatSpan data, std::span<const uint64_t> counts) {
+  check_counts(data.size(), counts);
+  if (size_ == 1 || data.empty()) return;
+  try {
+    gloo::AllgathervOptions opts(context_);
+    opts.setOutput(data.data(), std::vector<size_t>(counts.begin(), counts.end()));
+    opts.setTag(tag_++);
+    gloo::allgatherv(opts);
+  } catch (const std::exception& e) {
+    rethrow_as_group_broken("allgatherv", e);
   }
 }
 

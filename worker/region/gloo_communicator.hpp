@@ -11,6 +11,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "worker/region/communicator.hpp"
 
@@ -41,11 +42,21 @@ class GlooCommunicator final : public Communicator {
   int size() const override { return size_; }
   void allreduce_sum(FloatSpan data) override;
   void broadcast(FloatSpan data, int root) override;
+  // An all-to-all of each rank's range (in pieces of at most kPieceElements per rank, through
+  // scratch buffers owned here: 2 x size x kPieceElements floats at most), each rank summing the
+  // pieces it receives in rank order: the same bits on every rank and from run to run; with two
+  // ranks the same bits as allreduce_sum (a + b = b + a).
+  void reduce_scatter_sum(FloatSpan data, std::span<const uint64_t> counts) override;
+  // Gloo's ring allgatherv, in place.
+  void allgather(FloatSpan data, std::span<const uint64_t> counts) override;
+
+  static constexpr uint64_t kPieceElements = uint64_t{1} << 18;  // 1 MiB of fp32 per rank
 
  private:
   int rank_, size_;
   std::shared_ptr<gloo::Context> context_;
   uint32_t tag_ = 0;  // advanced per collective, so consecutive operations never mix messages
+  std::vector<float> send_, receive_;  // reduce_scatter_sum's pieces
 };
 
 }  // namespace geotrain::worker

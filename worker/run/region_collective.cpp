@@ -37,9 +37,9 @@ RegionCollective::RegionCollective(const WorkerConfig& config, const std::string
   store_ = std::make_unique<ServerStore>(context, config.server_endpoint(region, region), prefix,
                                          config.timeout, store_options, std::move(stop));
   if (!elastic) {
-    fixed_ = backend.connect_region(
-        *store_, static_cast<int>(rank), static_cast<int>(slots),
-        RegionOptions{config.gloo_host, config.timeout, config.bucket_cap_mb});
+    fixed_ = backend.connect_region(*store_, static_cast<int>(rank), static_cast<int>(slots),
+                                    RegionOptions{config.gloo_host, config.timeout,
+                                                  config.bucket_cap_mb, config.zero_stage == 2});
     return;
   }
   if (!rejoin) {
@@ -64,9 +64,9 @@ RegionCollective::RegionCollective(const WorkerConfig& config, const std::string
 
 RegionGroup::Connect RegionCollective::connect_with_backend() {
   return [this](gloo::rendezvous::Store& store, int rank, int size) {
-    return backend_.connect_region(
-        store, rank, size,
-        RegionOptions{config_.gloo_host, config_.timeout, config_.bucket_cap_mb});
+    return backend_.connect_region(store, rank, size,
+                                   RegionOptions{config_.gloo_host, config_.timeout,
+                                                 config_.bucket_cap_mb, config_.zero_stage == 2});
   };
 }
 

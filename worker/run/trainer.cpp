@@ -67,9 +67,15 @@ WorkerRun::WorkerRun(const WorkerConfig& config, const std::string& region, uint
   // resumed worker opens it once the servers said which round it trains (start()).
   if (!options_.resume && !options_.rejoin) open_data(0);
   connect_region(std::move(stop));
-  const auto lsc = local_step_config(config_, table_, *model_, world_);
+  auto lsc = local_step_config(config_, table_, *model_, world_);
+  // ZeRO: this worker's range of the optimizer state.
+  ZeroRegion zero{zero_shards(params_.size(), per_region_, config_.zero_stage, lsc.muon_matrices),
+                  [this] { return comm(); }};
+  lsc.shard_begin = zero.shards.begin(rank_);
+  lsc.shard_end = zero.shards.end(rank_);
+  lsc.gradient_sharded = zero.shards.stage == 2 && zero.shards.sharded();
   step_ = std::make_unique<LocalStep>(lsc, params_.size());
-  engine_ = make_step_engine(*backend_, *step_, config_.optimizer, lsc.decay_mask);
+  engine_ = make_step_engine(*backend_, *step_, config_.optimizer, lsc.decay_mask, std::move(zero));
   if (options_.resume) restore_snapshot();
   log_.emplace(worker_metrics_path(config_.run_dir, region_, rank_));
   if (config_.metrics_port > 0 || config_.metrics_port_auto) serve_metrics();

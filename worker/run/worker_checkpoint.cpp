@@ -74,6 +74,8 @@ uint64_t worker_identity(const WorkerConfig& c, uint64_t layout_hash) {
   if (c.optimizer.kind == OptimizerKind::kMuon)
     for (const auto& glob : c.optimizer.adamw_tensors) h = mix(h, glob);
   h = mix(h, c.data.kind);
+  // ZeRO: a snapshot holds its worker's range of the optimizer state (unsharded hash as before).
+  if (c.zero_stage > 0) h = mix(h, uint64_t{c.zero_stage});
   return h;
 }
 

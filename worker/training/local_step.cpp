@@ -7,9 +7,42 @@
 
 namespace geotrain::worker {
 
+namespace {
+
+// The optimizer of [begin, end): its slice of the decay mask, and the Muon matrices inside it
+// rebased to it (InputError when one straddles an edge).
+Optimizer range_optimizer(const LocalStepConfig& c, uint64_t parameters, uint64_t begin,
+                          uint64_t end) {
+  GT_REQUIRE(begin <= end && end <= parameters,
+             "local step: optimizer range [{}, {}) outside the {} parameters", begin, end,
+             parameters);
+  if (begin == 0 && end == parameters)
+    return Optimizer(c.optimizer, parameters, c.decay_mask, c.muon_matrices);
+  std::vector<uint8_t> mask;
+  if (!c.decay_mask.empty())
+    mask.assign(c.decay_mask.begin() + static_cast<ptrdiff_t>(begin),
+                c.decay_mask.begin() + static_cast<ptrdiff_t>(end));
+  std::vector<MatrixBlock> matrices;
+  for (MatrixBlock m : c.muon_matrices) {
+    const uint64_t m_end = m.offset + m.rows * m.cols;
+    if (m_end <= begin || m.offset >= end) continue;
+    GT_REQUIRE(m.offset >= begin && m_end <= end,
+               "local step: Muon matrix {} [{}, {}) is cut by the optimizer range [{}, {})", m.name,
+               m.offset, m_end, begin, end);
+    m.offset -= begin;
+    matrices.push_back(std::move(m));
+  }
+  return Optimizer(c.optimizer, end - begin, std::move(mask), std::move(matrices),
+                   /*part=*/true);
+}
+
+}  // namespace
+
 LocalStep::LocalStep(const LocalStepConfig& config, size_t parameters)
     : config_(config),
-      optimizer_(config.optimizer, parameters, config.decay_mask, config.muon_matrices),
+      shard_begin_(config.shard_end == 0 ? 0 : config.shard_begin),
+      shard_end_(config.shard_end == 0 ? parameters : config.shard_end),
+      optimizer_(range_optimizer(config, parameters, shard_begin_, shard_end_)),
       guard_(config.guard),
       grad_(parameters, 0.0f) {
   GT_REQUIRE(config.accumulation_steps >= 1, "accumulation_steps {} must be >= 1",
@@ -42,21 +75,40 @@ StepReport LocalStep::begin_report(uint32_t reduced_over) const {
   return r;
 }
 
-StepReport LocalStep::apply(FloatSpan params, uint32_t reduced_over) {
+void LocalStep::judge(StepReport& r, uint32_t reduced_over, const RegionSum& region_sum) {
+  const float scale = 1.0f / static_cast<float>(micro_ * reduced_over);
+  if (!config_.gradient_sharded) {
+    if (scale != 1.0f)
+      for (float& g : grad_) g *= scale;
+    // Guard first, on the unclipped gradient: clipping would turn an infinity into NaNs.
+    r.verdict = guard_.check(step_, r.loss, grad_);
+    if (r.verdict == Verdict::kAccept)
+      r.grad_norm = config_.max_grad_norm > 0 ? clip_grad_norm(grad_, config_.max_grad_norm)
+                                              : global_grad_norm(grad_);
+    return;
+  }
+  // Stage 2: the same arithmetic on this worker's range, the squared norm summed over the
+  // region's ranges (a non-finite one: a NaN or an infinity somewhere).
+  GT_REQUIRE(region_sum != nullptr, "local step: a sharded gradient needs the region's norm");
+  const FloatSpan mine = range(FloatSpan(grad_));
+  if (scale != 1.0f)
+    for (float& g : mine) g *= scale;
+  const double norm_sq = region_sum(squared_norm(mine));
+  r.verdict = guard_.check(step_, r.loss, std::isfinite(norm_sq));
+  if (r.verdict != Verdict::kAccept) return;
+  r.grad_norm = std::sqrt(norm_sq);
+  if (config_.max_grad_norm > 0) clip_to_norm(mine, r.grad_norm, config_.max_grad_norm);
+}
+
+StepReport LocalStep::apply(FloatSpan params, uint32_t reduced_over, const RegionSum& region_sum) {
   GT_REQUIRE(params.size() == grad_.size(), "local step: {} parameters, gradient has {}",
              params.size(), grad_.size());
   StepReport r = begin_report(reduced_over);
-  const float scale = 1.0f / static_cast<float>(micro_ * reduced_over);
-  if (scale != 1.0f)
-    for (float& g : grad_) g *= scale;
-  // Guard first, on the unclipped gradient: clipping would turn an infinity into NaNs.
-  r.verdict = guard_.check(step_, r.loss, grad_);
+  judge(r, reduced_over, region_sum);
   if (r.verdict == Verdict::kAccept) {
-    r.grad_norm = config_.max_grad_norm > 0 ? clip_grad_norm(grad_, config_.max_grad_norm)
-                                            : global_grad_norm(grad_);
     // Muon's matrices: their own peak lr, under the same schedule multiplier.
     const float muon_lr = config_.optimizer.muon_lr * (r.lr / config_.schedule.base_lr);
-    optimizer_.step(params, grad_, r.lr, muon_lr);
+    optimizer_.step(range(params), range(FloatSpan(grad_)), r.lr, muon_lr);
   }
   std::fill(grad_.begin(), grad_.end(), 0.0f);
   micro_ = 0;

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -30,6 +31,12 @@ struct LocalStepConfig {
   // optimizer.muon_lr * schedule.at(step) / schedule.base_lr.
   std::vector<MatrixBlock> muon_matrices{};
   std::vector<uint8_t> decay_mask;  // per parameter, 1 = weight decay applies; empty: all
+  // ZeRO (worker/training/zero_shards.hpp): the range [shard_begin, shard_end) of the flat
+  // parameters whose optimizer state this worker holds and steps; shard_end 0: all of them. A
+  // Muon matrix lies wholly inside or outside it. gradient_sharded (stage 2): after the region's
+  // reduction, grad() holds the region's sum in that range only.
+  uint64_t shard_begin = 0, shard_end = 0;
+  bool gradient_sharded = false;
 };
 
 struct StepReport {
@@ -51,10 +58,15 @@ class LocalStep {
   // Replaces the mean loss of the micro-batches recorded so far (e.g. with the region's mean
   // after an AllReduce), so that every worker of a region takes the same guard decision.
   void set_loss(double mean_loss) { loss_sum_ = mean_loss * static_cast<double>(micro_); }
+  // The sum over the region's workers of each one's partial squared gradient norm (stage 2: each
+  // holds its range's), the same on every worker.
+  using RegionSum = std::function<double(double)>;
   // Averages grad() over micro-batches and over `reduced_over` workers (grad() holds their sum
-  // after an AllReduce; 1 without one), clips, asks the guard, steps. InputError on a size
-  // mismatch; GT_ASSERT when called before the micro-batches are complete.
-  StepReport apply(FloatSpan params, uint32_t reduced_over = 1);
+  // after an AllReduce; 1 without one), clips, asks the guard, steps the optimizer's range of
+  // params. gradient_sharded: only the range's gradient is read; its squared norm, summed over
+  // the region by `region_sum` (required), decides the guard and the clipping. InputError on a
+  // size mismatch; GT_ASSERT when called before the micro-batches are complete.
+  StepReport apply(FloatSpan params, uint32_t reduced_over = 1, const RegionSum& region_sum = {});
   // apply()'s decisions for a step whose gradient, parameters and optimizer state live on a
   // device (ModelBackend::resident()): from the region's summed gradient's squared norm, the
   // average, the guard's verdict, the clipping; counts the optimizer's step when accepted and
@@ -83,8 +95,16 @@ class LocalStep {
  private:
   // The step's report as far as apply() and decide() agree: step, mean loss, lr.
   StepReport begin_report(uint32_t reduced_over) const;
+  // apply()'s guard and clipping on the averaged gradient: sets verdict and grad_norm.
+  void judge(StepReport& r, uint32_t reduced_over, const RegionSum& region_sum);
+  // The optimizer's range of a flat buffer.
+  template <typename Span>
+  Span range(Span all) const {
+    return all.subspan(shard_begin_, shard_end_ - shard_begin_);
+  }
 
   LocalStepConfig config_;
+  uint64_t shard_begin_ = 0, shard_end_ = 0;
   Optimizer optimizer_;
   AnomalyGuard guard_;
   std::vector<float> grad_;

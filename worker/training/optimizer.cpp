@@ -67,14 +67,14 @@ namespace {
 
 // The Muon settings and matrices, checked for the constructor.
 void check_muon(const OptimizerConfig& c, size_t parameters,
-                const std::vector<MatrixBlock>& matrices) {
+                const std::vector<MatrixBlock>& matrices, bool part) {
   GT_REQUIRE(c.muon_momentum >= 0 && c.muon_momentum < 1,
              "optimizer muon_momentum {} not in [0, 1)", c.muon_momentum);
   GT_REQUIRE(c.muon_ns_steps >= 1 && c.muon_ns_steps <= 100,
              "optimizer muon_ns_steps {} not in [1, 100]", c.muon_ns_steps);
   GT_REQUIRE(std::isfinite(c.muon_lr) && c.muon_lr > 0, "optimizer muon_lr {} must be > 0",
              c.muon_lr);
-  GT_REQUIRE(!matrices.empty(),
+  GT_REQUIRE(part || !matrices.empty(),
              "optimizer muon: no 2-D weight matrix to orthogonalise (every tensor is 1-D or "
              "matches a worker.optimizer.adamw_tensors glob)");
   uint64_t end = 0;
@@ -97,7 +97,7 @@ inline float torch_lerp(float a, float b, float w) {
 }  // namespace
 
 Optimizer::Optimizer(const OptimizerConfig& config, size_t parameters,
-                     std::vector<uint8_t> decay_mask, std::vector<MatrixBlock> matrices)
+                     std::vector<uint8_t> decay_mask, std::vector<MatrixBlock> matrices, bool part)
     : config_(config), decay_mask_(std::move(decay_mask)) {
   GT_REQUIRE(decay_mask_.empty() || decay_mask_.size() == parameters,
              "optimizer: decay mask has {} elements, {} parameters", decay_mask_.size(),
@@ -112,7 +112,7 @@ Optimizer::Optimizer(const OptimizerConfig& config, size_t parameters,
   GT_REQUIRE(config.weight_decay >= 0, "optimizer weight_decay {} must be >= 0",
              config.weight_decay);
   if (config.kind == OptimizerKind::kMuon) {
-    check_muon(config, parameters, matrices);
+    check_muon(config, parameters, matrices, part);
     matrices_ = std::move(matrices);
   }
   if (config.kind == OptimizerKind::kAdamW || config.kind == OptimizerKind::kMuon) {
@@ -266,19 +266,25 @@ float LrSchedule::at(uint64_t step) const {
          (peak - min_lr) * static_cast<float>(0.5 * (1.0 + std::cos(std::numbers::pi * t)));
 }
 
-double global_grad_norm(ConstFloatSpan grad) {
+double squared_norm(ConstFloatSpan grad) {
   double s = 0;
   for (float g : grad) s += static_cast<double>(g) * g;
-  return std::sqrt(s);
+  return s;
 }
 
-double clip_grad_norm(FloatSpan grad, double max_norm) {
+double global_grad_norm(ConstFloatSpan grad) { return std::sqrt(squared_norm(grad)); }
+
+void clip_to_norm(FloatSpan grad, double norm, double max_norm) {
   GT_REQUIRE(max_norm > 0, "max_grad_norm {} must be > 0", max_norm);
-  const double norm = global_grad_norm(grad);
   if (norm > max_norm) {
     const auto scale = static_cast<float>(max_norm / (norm + 1e-6));
     for (float& g : grad) g *= scale;
   }
+}
+
+double clip_grad_norm(FloatSpan grad, double max_norm) {
+  const double norm = global_grad_norm(grad);
+  clip_to_norm(grad, norm, max_norm);
   return norm;
 }
 

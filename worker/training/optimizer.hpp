@@ -88,9 +88,10 @@ class Optimizer {
   // of another size. decay_mask: 1 where weight decay applies (weight_decay_mask); empty: every
   // parameter is decayed. matrices (muon_matrices): what Muon updates; kind muon needs at least
   // one, in offset order, not overlapping, inside the parameters (InputError otherwise); other
-  // kinds ignore them.
+  // kinds ignore them. part: the optimizer of one range of a model's parameters (ZeRO,
+  // worker/training/zero_shards.hpp), which may hold none of Muon's matrices.
   Optimizer(const OptimizerConfig& config, size_t parameters, std::vector<uint8_t> decay_mask = {},
-            std::vector<MatrixBlock> matrices = {});
+            std::vector<MatrixBlock> matrices = {}, bool part = false);
 
   // params -= lr * update(grad). Muon: the matrices step at muon_lr (> 0, InputError otherwise;
   // LocalStep passes config.muon_lr scaled as the schedule scales lr), the rest at lr; other
@@ -155,8 +156,12 @@ struct LrSchedule {
   float at(uint64_t step) const;
 };
 
+// sum g^2 in double, in element order.
+double squared_norm(ConstFloatSpan grad);
 // sqrt(sum g^2) in double.
 double global_grad_norm(ConstFloatSpan grad);
+// clip_grad_norm's scaling for a gradient (or a range of one) whose whole norm is `norm`.
+void clip_to_norm(FloatSpan grad, double norm, double max_norm);
 // PyTorch's clip_grad_norm_: when the norm exceeds max_norm (> 0), scales grad by
 // max_norm / (norm + 1e-6). Returns the norm before clipping.
 double clip_grad_norm(FloatSpan grad, double max_norm);
