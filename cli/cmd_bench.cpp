@@ -9,6 +9,7 @@
 #include "bench/server_bench.hpp"
 #include "bench/train_bench.hpp"
 #include "bench/wan_bench.hpp"
+#include "bench/zero_bench.hpp"
 #include "cli/commands.hpp"
 
 namespace geotrain::cli {
@@ -147,6 +148,34 @@ void add_train_bench(CLI::App& bench, CommandList& commands) {
   commands.emplace_back(train, [train_opts] { return bench::run_train_bench(*train_opts); });
 }
 
+// `bench zero`: bench/zero_bench.hpp.
+void add_zero_bench(CLI::App& bench, CommandList& commands) {
+  auto opts = std::make_shared<bench::ZeroBenchOptions>();
+  auto* zero = bench.add_subcommand(
+      "zero", "ZeRO stage 0, 1, 2 in a CPU region: optimizer state per worker and tokens/s");
+  zero->add_option("--model", opts->model, "gpt-tiny, gpt-small, gpt2-124m, or an MLP spec")
+      ->capture_default_str();
+  zero->add_option("--seq-len", opts->seq_len, "GPT: context length instead of the preset's")
+      ->check(CLI::Range(1u, 1u << 16));
+  zero->add_option("--batch", opts->batch, "sequences (samples) per worker per step")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 1u << 16));
+  zero->add_option("--workers", opts->workers, "region sizes to measure (2..64 each)")
+      ->capture_default_str()
+      ->delimiter(',');
+  zero->add_option("--steps", opts->steps, "timed steps per turn")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000));
+  zero->add_option("--warmup-steps", opts->warmup_steps, "untimed first steps of each turn")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1000));
+  zero->add_option("--turns", opts->turns, "rounds of stage 0, 1, 2 (alternating)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
+  zero->add_flag("--json", opts->json, "print one JSON document instead of a table");
+  commands.emplace_back(zero, [opts] { return bench::run_zero_bench(*opts); });
+}
+
 }  // namespace
 
 void add_bench_command(CLI::App& app, CommandList& commands) {
@@ -158,6 +187,7 @@ void add_bench_command(CLI::App& app, CommandList& commands) {
   add_server_bench(*bench, commands);
   add_wan_bench(*bench, commands);
   add_train_bench(*bench, commands);
+  add_zero_bench(*bench, commands);
 }
 
 }  // namespace geotrain::cli

@@ -495,7 +495,14 @@ TEST_CASE(
         CHECK(section["count"] == 25450 / 2);
       }
     CHECK_MESSAGE(momentum_sections == 1, worker);
+    // And its start event says so: the momentum's range, in bytes.
+    const auto starts = events_of(zero, worker, "start");
+    REQUIRE(starts.size() == 1);
+    CHECK(starts[0]["zero_stage"] == 2);
+    CHECK(starts[0]["optimizer_state_bytes"] == 25450 / 2 * sizeof(float));
   }
+  CHECK(events_of(plain, "us-east-1", "start").at(0)["optimizer_state_bytes"] ==
+        25450 * sizeof(float));
   fs::create_directories(tmp.path() / "killed");
   auto [folder, code] = run_with(
       tmp.path() / "killed",

@@ -269,3 +269,32 @@ TEST_CASE("geotrain bench train --json reports the rate, the split and the FLOPs
   CHECK(bf16_cpu.code == 2);
   CHECK(contains(bf16_cpu.text, "--precision bf16 needs --device cuda"));
 }
+
+TEST_CASE(
+    "geotrain bench zero --json reports each stage's optimizer state and rate against "
+    "stage 0's") {
+  const auto r = run_binary(
+      "--log-level warn bench zero --model 64-32-10 --batch 8 --workers 2,3 --steps 2 "
+      "--warmup-steps 0 --turns 1 --json");
+  INFO(r.text);
+  REQUIRE(r.code == 0);
+  // The progress lines go to stderr, after the document in this capture or before it.
+  const auto doc = nlohmann::json::parse(
+      r.text.substr(r.text.find('{'), r.text.rfind('}') - r.text.find('{') + 1));
+  const uint64_t n = 64 * 32 + 32 + 32 * 10 + 10;  // 2,410: 1,205 per worker of two
+  REQUIRE(doc["rows"].size() == 6);
+  for (const auto& row : doc["rows"]) {
+    const uint32_t k = row["workers"], stage = row["stage"];
+    CAPTURE(k);
+    CAPTURE(stage);
+    CHECK(row["parameters"] == n);
+    // AdamW's two moments, whole at stage 0, the most loaded worker's range otherwise.
+    const uint64_t held = stage == 0 ? n : (n + k - 1) / k;
+    CHECK(row["optimizer_state_bytes"] == 2 * held * sizeof(float));
+    CHECK(row["tokens_per_s"].get<double>() > 0);
+    CHECK(row["speed_ratio"].get<double>() > 0);
+  }
+  const auto bad = run_binary("bench zero --workers 1 --steps 1");
+  CHECK(bad.code == 2);
+  CHECK(contains(bad.text, "--workers 1 is not in [2, 64]"));
+}

@@ -79,9 +79,14 @@ WorkerRun::WorkerRun(const WorkerConfig& config, const std::string& region, uint
   if (options_.resume) restore_snapshot();
   log_.emplace(worker_metrics_path(config_.run_dir, region_, rank_));
   if (config_.metrics_port > 0 || config_.metrics_port_auto) serve_metrics();
-  log_->write(events::name::start,
-              start_event(config_, region_, rank_, world_, model_->kind(), params_.size(),
-                          options_.resume, options_.generation));
+  auto start = start_event(config_, region_, rank_, world_, model_->kind(), params_.size(),
+                           options_.resume, options_.generation);
+  // What ZeRO leaves this worker (worker.zero_stage): its range of the optimizer state.
+  start[f::zero_stage] = config_.zero_stage;
+  start[f::optimizer_state_bytes] =
+      (step_->optimizer().first_moment().size() + step_->optimizer().second_moment().size()) *
+      sizeof(float);
+  log_->write(events::name::start, start);
   if (exporter_)
     log_->write(events::name::metrics_endpoint,
                 {{f::region, region_}, {f::rank, rank_}, {f::url, exporter_->url()}});
