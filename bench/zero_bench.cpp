@@ -96,9 +96,7 @@ Turn run_region(const ZeroBenchOptions& o, const models::ModelSpec& spec, uint32
         lsc.decay_mask = worker::weight_decay_mask(table, lsc.optimizer.no_decay);
         worker::ZeroRegion zero{worker::zero_shards(params.size(), k, stage),
                                 [&comm] { return comm.get(); }};
-        lsc.shard_begin = zero.shards.begin(r);
-        lsc.shard_end = zero.shards.end(r);
-        lsc.gradient_sharded = stage == 2;
+        lsc.take_range(zero.shards, r);
         worker::LocalStep step(lsc, params.size());
         auto engine = worker::make_step_engine(backend, step, lsc.optimizer, lsc.decay_mask, zero);
         Clock::time_point t0;

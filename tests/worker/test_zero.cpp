@@ -102,9 +102,7 @@ std::vector<Worker> train(const Region& region, uint64_t first, uint64_t last,
               muon_matrices(table, model->tensor_shapes(), lsc.optimizer.adamw_tensors);
         ZeroRegion zero{zero_shards(params.size(), region.workers, region.stage, lsc.muon_matrices),
                         [&comm] { return comm.get(); }};
-        lsc.shard_begin = zero.shards.begin(r);
-        lsc.shard_end = zero.shards.end(r);
-        lsc.gradient_sharded = region.stage == 2;
+        lsc.take_range(zero.shards, r);
         LocalStep step(lsc, params.size());
         auto engine = make_step_engine(backend, step, lsc.optimizer, lsc.decay_mask, zero);
         Worker& w = out[r];

@@ -71,9 +71,7 @@ WorkerRun::WorkerRun(const WorkerConfig& config, const std::string& region, uint
   // ZeRO: this worker's range of the optimizer state.
   ZeroRegion zero{zero_shards(params_.size(), per_region_, config_.zero_stage, lsc.muon_matrices),
                   [this] { return comm(); }};
-  lsc.shard_begin = zero.shards.begin(rank_);
-  lsc.shard_end = zero.shards.end(rank_);
-  lsc.gradient_sharded = zero.shards.stage == 2 && zero.shards.sharded();
+  lsc.take_range(zero.shards, rank_);
   step_ = std::make_unique<LocalStep>(lsc, params_.size());
   engine_ = make_step_engine(*backend_, *step_, config_.optimizer, lsc.decay_mask, std::move(zero));
   if (options_.resume) restore_snapshot();

@@ -18,6 +18,7 @@
 #include "core/span.hpp"
 #include "worker/training/anomaly_guard.hpp"
 #include "worker/training/optimizer.hpp"
+#include "worker/training/zero_shards.hpp"
 
 namespace geotrain::worker {
 
@@ -37,6 +38,13 @@ struct LocalStepConfig {
   // reduction, grad() holds the region's sum in that range only.
   uint64_t shard_begin = 0, shard_end = 0;
   bool gradient_sharded = false;
+
+  // The range and gradient_sharded of worker `rank` under `shards`.
+  void take_range(const ZeroShards& shards, uint32_t rank) {
+    shard_begin = shards.begin(rank);
+    shard_end = shards.end(rank);
+    gradient_sharded = shards.stage == 2 && shards.sharded();
+  }
 };
 
 struct StepReport {
