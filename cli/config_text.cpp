@@ -100,7 +100,8 @@ void check_launch_config(const std::string& text, const std::string& source) {
   // starts, with the worker's own message.
   if (!worker.external) {
     try {
-      worker::require_device_available(worker.device);
+      for (const auto& region : worker.regions)
+        worker::require_device_available(worker.device_in(region));
     } catch (const InputError& e) {
       throw InputError(fmt::format("{}: {}", source, e.what()));
     }

@@ -147,12 +147,70 @@ RegionBatches read_region_batches(const YamlReader& in, const YAML::Node& root,
                                                    regions, 64, 1, 1 << 20));
 }
 
-bool read_regions_re_form(const YamlReader& in, const YAML::Node& root) {
+RegionDevices::RegionDevices(std::string device) : uniform_(std::move(device)) {}
+
+RegionDevices::RegionDevices(std::vector<std::string> regions, std::vector<std::string> devices)
+    : regions_(std::move(regions)), devices_(std::move(devices)) {
+  GT_ASSERT(regions_.size() == devices_.size(), "{} regions, {} devices", regions_.size(),
+            devices_.size());
+  if (!devices_.empty() && std::all_of(devices_.begin(), devices_.end(), [&](const std::string& d) {
+        return d == devices_.front();
+      })) {
+    uniform_ = devices_.front();  // one device for every region, written either way
+    regions_.clear();
+    devices_.clear();
+  }
+}
+
+const std::string& RegionDevices::in(std::string_view region) const {
+  if (regions_.empty()) return uniform_;
+  const auto it = std::find(regions_.begin(), regions_.end(), region);
+  GT_REQUIRE(it != regions_.end(), "region '{}' is not one of the config's regions ({})", region,
+             fmt::join(regions_, ", "));
+  return devices_[static_cast<size_t>(it - regions_.begin())];
+}
+
+bool RegionDevices::any(std::string_view device) const {
+  if (regions_.empty()) return uniform_ == device;
+  return std::find(devices_.begin(), devices_.end(), device) != devices_.end();
+}
+
+std::string RegionDevices::text() const {
+  if (regions_.empty()) return uniform_;
+  std::string out = "{";
+  for (size_t i = 0; i < regions_.size(); ++i)
+    out += fmt::format("{}{}: {}", i ? ", " : "", regions_[i], devices_[i]);
+  return out + "}";
+}
+
+RegionDevices read_region_devices(const YamlReader& in, const YAML::Node& root,
+                                  const std::vector<std::string>& regions) {
   const auto w = root["worker"];
-  if (!w || !w.IsMap()) return regions_re_form(true, "cpu");
-  const bool elastic = w["elastic"] ? in.boolean(w["elastic"], "worker.elastic") : true;
-  const auto device = w["device"] && w["device"].IsScalar() ? w["device"].as<std::string>() : "cpu";
-  return regions_re_form(elastic, device);
+  if (!w || !w.IsMap() || !w["device"]) return RegionDevices();
+  const auto n = w["device"];
+  const std::set<std::string> allowed{"cpu", "cuda"};
+  if (!n.IsMap()) return RegionDevices(in.choice(n, "worker.device", allowed));
+  in.check_keys(n, "worker.device", std::set<std::string>(regions.begin(), regions.end()));
+  std::vector<std::string> devices;
+  for (const auto& r : regions) {
+    GT_REQUIRE(n[r],
+               "{}: worker.device has no value for region '{}' (a mapping names every region)",
+               in.source(), r);
+    devices.push_back(in.choice(n[r], "worker.device." + r, allowed));
+  }
+  return RegionDevices(regions, std::move(devices));
+}
+
+std::vector<std::string> read_elastic_regions(const YamlReader& in, const YAML::Node& root,
+                                              const std::vector<std::string>& regions) {
+  const auto w = root["worker"];
+  const bool elastic =
+      w && w.IsMap() && w["elastic"] ? in.boolean(w["elastic"], "worker.elastic") : true;
+  const RegionDevices devices = read_region_devices(in, root, regions);
+  std::vector<std::string> out;
+  for (const auto& r : regions)
+    if (regions_re_form(elastic, devices.in(r))) out.push_back(r);
+  return out;
 }
 
 }  // namespace geotrain

@@ -102,6 +102,34 @@ RegionBatches read_region_batches(const YamlReader& in, const YAML::Node& root,
 RegionWorkers read_region_workers(const YamlReader& in, const YAML::Node& root,
                                   const std::vector<std::string>& regions, uint32_t most);
 
+// RegionDevices: worker.device, where each region's workers train: `cpu` (the default) or `cuda`
+// for every region, or {region: device} naming each region (a mixed fleet: GPU regions beside
+// CPU ones, each region's workers alike). Plain value; read once by read_region_devices.
+class RegionDevices {
+ public:
+  RegionDevices(std::string device = "cpu");  // NOLINT(google-explicit-constructor): every region's
+  // `devices` parallel to `regions`.
+  RegionDevices(std::vector<std::string> regions, std::vector<std::string> devices);
+
+  // The region's device (InputError naming the regions for an unknown one, when per region).
+  const std::string& in(std::string_view region) const;
+  // Whether some region trains on `device`.
+  bool any(std::string_view device) const;
+  bool uneven() const { return !regions_.empty(); }
+  // As the config says it: "cuda", or "{us-east: cuda, eu-west: cpu}" when mixed.
+  std::string text() const;
+
+ private:
+  std::string uniform_ = "cpu";
+  std::vector<std::string> regions_;  // empty: uniform_ for every region
+  std::vector<std::string> devices_;
+};
+
+// worker.device (default cpu; each cpu or cuda): uniform unless given per region. InputError
+// naming the key on another value, an unknown region or a region left out.
+RegionDevices read_region_devices(const YamlReader& in, const YAML::Node& root,
+                                  const std::vector<std::string>& regions);
+
 // Whether a region's workers re-form their group without a dead member (worker.elastic, default
 // true) rather than restart it from snapshots: only CPU regions can (Gloo; worker.device cpu,
 // the default). The workers read it so; the launcher restarts a dead worker of such a region
@@ -109,6 +137,9 @@ RegionWorkers read_region_workers(const YamlReader& in, const YAML::Node& root,
 inline bool regions_re_form(bool elastic, std::string_view device) {
   return elastic && device == "cpu";
 }
-bool read_regions_re_form(const YamlReader& in, const YAML::Node& root);
+// The regions of `regions` whose groups re-form (regions_re_form of worker.elastic and each
+// region's device).
+std::vector<std::string> read_elastic_regions(const YamlReader& in, const YAML::Node& root,
+                                              const std::vector<std::string>& regions);
 
 }  // namespace geotrain

@@ -79,10 +79,10 @@ void parse_optimizer(const YamlReader& in, const YAML::Node& o, WorkerConfig& c)
                "{}: worker.optimizer.{} is SGD's; with kind muon the matrices' is "
                "worker.optimizer.muon_{}",
                in.source(), key, key);
-  GT_REQUIRE(!muon || c.device == "cpu",
+  GT_REQUIRE(!muon || !c.devices.any("cuda"),
              "{}: worker.optimizer.kind muon runs on the CPU only (worker.device is {}; the "
              "device-resident step has sgd and adamw)",
-             in.source(), c.device);
+             in.source(), c.devices.text());
   if (auto n = o["no_decay"]) oc.no_decay = in.strings(n, "worker.optimizer.no_decay");
   if (auto n = o["momentum"])
     oc.momentum = in.number<float>(n, "worker.optimizer.momentum", 0, 0.999999f);
@@ -335,11 +335,10 @@ const std::set<std::string> kWorkerKeys{"workers_per_region",
 // model and worker.data: after them).
 void parse_device_and_data(const YamlReader& in, const YAML::Node& w, WorkerConfig& c) {
   const auto& source = in.source();
-  if (auto n = w["device"]) c.device = in.choice(n, "worker.device", {"cpu", "cuda"});
   if (auto n = w["precision"]) c.precision = in.choice(n, "worker.precision", {"fp32", "bf16"});
   if (auto n = w["leader_on_device"]) c.leader_on_device = in.boolean(n, "worker.leader_on_device");
   if (auto n = w["elastic"]) c.elastic = in.boolean(n, "worker.elastic");
-  GT_REQUIRE(c.precision == "fp32" || c.device == "cuda",
+  GT_REQUIRE(c.precision == "fp32" || c.devices.any("cuda"),
              "{}: worker.precision bf16 needs worker.device cuda (the CPU trains in fp32)", source);
   GT_REQUIRE(c.precision == "fp32" || c.model.kind == "gpt",
              "{}: worker.precision bf16 is for model.kind gpt (model.kind is {})", source,
@@ -359,7 +358,7 @@ void parse_device_and_data(const YamlReader& in, const YAML::Node& w, WorkerConf
 void parse_zero_stage(const YamlReader& in, const YAML::Node& n, WorkerConfig& c) {
   c.zero_stage = in.number<uint32_t>(n, "worker.zero_stage", 0, 2);
   if (c.zero_stage == 0) return;
-  GT_REQUIRE(c.device == "cpu",
+  GT_REQUIRE(!c.devices.any("cuda"),
              "{}: worker.zero_stage {} shards the optimizer state on the CPU only (worker.device "
              "cuda keeps all of it on each GPU)",
              in.source(), c.zero_stage);
@@ -479,6 +478,7 @@ WorkerConfig parse_worker_config(std::string_view yaml_text, std::string_view so
   get_u64("warmup_steps", c.warmup_steps, 0, uint64_t{1} << 32);
   get_u64("eval_every", c.eval_every, 0, uint64_t{1} << 32);
   get_u64("seed", c.seed, 0, UINT64_MAX);
+  c.devices = read_region_devices(in, root, c.regions);
   parse_device_and_data(in, w, c);
   for (auto [key, out] : {std::pair{"critical_codec", &c.critical_codec},
                           {"noncritical_codec", &c.noncritical_codec}}) {

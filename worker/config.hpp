@@ -64,7 +64,15 @@ struct WorkerConfig {
 
   // worker.workers_per_region: a count for every region, or {region: count} (an uneven fleet).
   RegionWorkers workers;
-  std::string device = "cpu";  // cpu | cuda
+  // worker.device: cpu | cuda for every region, or {region: device} (a mixed fleet). A region's
+  // workers all train on its device.
+  RegionDevices devices;
+  const std::string& device_in(std::string_view region) const { return devices.in(region); }
+  // worker.precision where it applies: the region's on a cuda region; a CPU region trains in
+  // fp32 (a mixed fleet's bf16 is its GPU regions').
+  std::string precision_in(std::string_view region) const {
+    return device_in(region) == "cuda" ? precision : "fp32";
+  }
   // fp32 | bf16 (bf16 mixed precision: a GPT on cuda only; models/gpt_cuda.hpp).
   std::string precision = "fp32";
   // device: cuda with overlap: the leader's parameters stay on the GPU at its exchanges, and the
@@ -75,8 +83,10 @@ struct WorkerConfig {
   // docs/run.md "When a worker dies"). false, or device cuda: the region's group restarts from
   // its snapshots.
   bool elastic = true;
-  // Whether this run's regions re-form their groups (worker.elastic, on the CPU).
-  bool elastic_regions() const { return regions_re_form(elastic, device); }
+  // Whether the region re-forms its group (worker.elastic, on the CPU).
+  bool elastic_in(std::string_view region) const {
+    return regions_re_form(elastic, device_in(region));
+  }
   DataConfig data;
   // worker.batch_size: per worker, per micro-batch; one size, or {region: size}. A worker's is
   // batch_size.in(its region); the fleet's global micro-batch, batch_size.global(workers).

@@ -42,7 +42,7 @@ RunSettings parse_run_settings(std::string_view yaml_text, std::string_view sour
   s.workers = read_region_workers(in, root, s.regions, 64);
   if (auto w = root["worker"]; w && w.IsMap() && w["external"])
     s.external_workers = in.boolean(w["external"], "worker.external");
-  s.elastic_regions = read_regions_re_form(in, root);
+  s.elastic_regions = read_elastic_regions(in, root, s.regions);
 
   auto run = root["run"];
   if (run) {

@@ -26,6 +26,7 @@
 // of range. Plain struct; parsing only reads text.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <optional>
@@ -70,9 +71,13 @@ struct RunSettings {
   // worker.external: the workers are the user's own processes (Python leaders, docs/python.md);
   // the launcher starts servers and netsim only and waits for every region's leader's `done`.
   bool external_workers = false;
-  // worker.elastic on the CPU: a dead worker other than a leader is restarted alone and rejoins
-  // its region's live group (--rejoin); otherwise its region's workers restart from snapshots.
-  bool elastic_regions = true;
+  // worker.elastic on the CPU: a dead worker of these regions is restarted alone and rejoins its
+  // region's live group (--rejoin); in the others its region's workers restart from snapshots.
+  std::vector<std::string> elastic_regions;
+  bool elastic(const std::string& region) const {
+    return std::find(elastic_regions.begin(), elastic_regions.end(), region) !=
+           elastic_regions.end();
+  }
 
   RunTarget target() const { return {target_accuracy, target_val_bpb}; }
 };

@@ -158,8 +158,8 @@ void Supervisor::on_worker_death(Running& first_seen, int first_status) {
   // A worker restarted alone that dies before it is back in its group (a leader that found no
   // worker to take the state from, say) does not get a second try alone: the region restarts.
   const bool rejoin_failed = p.phase == Running::Phase::resuming;
-  if (settings_.elastic_regions && rr.phase == RegionRecovery::Phase::running && !rejoin_failed &&
-      others_alive(p))
+  if (settings_.elastic(p.spec.region) && rr.phase == RegionRecovery::Phase::running &&
+      !rejoin_failed && others_alive(p))
     return on_member_death(p, st);
   if (!count_restart(p, st, rr.restarts, !leader_finished(p.spec.region), rr.fault)) return;
   const double backoff = backoff_of(p);

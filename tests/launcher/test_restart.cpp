@@ -139,6 +139,23 @@ TEST_CASE(
   CHECK(f["restart_seconds"].get<double>() < 10);
 }
 
+TEST_CASE("the launcher restarts a dead worker alone in the regions that re-form, per device") {
+  using geotrain::launcher::parse_run_settings;
+  const std::string regions = "regions: [a, b]\nrun: {wan_profile: lan}\n";
+  const std::string configs = GEOTRAIN_SOURCE_DIR "/configs";
+  const auto cpu = parse_run_settings(regions, "t.yaml", configs, "t");
+  CHECK(cpu.elastic("a"));
+  CHECK(cpu.elastic("b"));
+  const auto mixed =
+      parse_run_settings(regions + "worker: {device: {a: cpu, b: cuda}}\n", "t.yaml", configs, "t");
+  CHECK(mixed.elastic("a"));
+  CHECK_FALSE(mixed.elastic("b"));  // an NCCL group restarts from its snapshots
+  const auto off = parse_run_settings(
+      regions + "worker: {device: {a: cpu, b: cuda}, elastic: false}\n", "t.yaml", configs, "t");
+  CHECK_FALSE(off.elastic("a"));
+  CHECK_FALSE(off.elastic("b"));
+}
+
 TEST_CASE("run.restart is read strictly, is on by default, and turns server checkpoints on") {
   using geotrain::launcher::parse_run_settings;
   const std::string base = "regions: [a]\n";

@@ -71,6 +71,50 @@ TEST_CASE(
                        doctest::Contains("allowed values are cpu and cuda"), InputError);
 }
 
+TEST_CASE(
+    "worker.device per region: a mixed fleet's CPU regions train on the CPU, in fp32, and re-form; "
+    "its GPU regions are NCCL groups that restart, and are refused here without a GPU") {
+  const auto parse = [](const std::string& worker) {
+    return parse_worker_config(
+        "regions: [a, b]\nmodel: {kind: gpt, preset: gpt-tiny}\n"
+        "server: {endpoints: {a: \"tcp://127.0.0.1:1\", b: \"tcp://127.0.0.1:2\"}}\n"
+        "worker: {data: {kind: text, path: /x}, run_dir: /nonexistent, " +
+            worker + "}\n",
+        "w.yaml");
+  };
+  const auto c = parse("device: {a: cpu, b: cuda}, precision: bf16");
+  CHECK(c.device_in("a") == "cpu");
+  CHECK(c.device_in("b") == "cuda");
+  CHECK(c.devices.text() == "{a: cpu, b: cuda}");
+  CHECK(c.precision_in("a") == "fp32");  // bf16 is the GPU regions'
+  CHECK(c.precision_in("b") == "bf16");
+  CHECK(c.elastic_in("a"));
+  CHECK_FALSE(c.elastic_in("b"));
+  // Written per region but alike: one device.
+  CHECK_FALSE(parse("device: {a: cuda, b: cuda}").devices.uneven());
+  CHECK(parse("device: cuda").device_in("a") == "cuda");
+  CHECK_THROWS_WITH_AS(parse("device: {a: cpu}"),
+                       doctest::Contains("worker.device has no value for region 'b'"), InputError);
+  CHECK_THROWS_WITH_AS(parse("device: {a: cpu, b: tpu}"),
+                       doctest::Contains("worker.device.b is 'tpu'"), InputError);
+  CHECK_THROWS_WITH_AS(parse("device: {a: cpu, c: cuda, b: cpu}"),
+                       doctest::Contains("worker.device"), InputError);
+  // What runs on the CPU only is refused when any region is a GPU's.
+  CHECK_THROWS_WITH_AS(parse("device: {a: cpu, b: cuda}, optimizer: {kind: muon}"),
+                       doctest::Contains("muon runs on the CPU only (worker.device is {a: cpu, "
+                                         "b: cuda}"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(parse("device: {a: cpu, b: cuda}, zero_stage: 1, elastic: false"),
+                       doctest::Contains("on the CPU only"), InputError);
+  // Region a's worker is built here; region b's is refused as device: cuda is, when this build
+  // or machine has no GPU.
+  zmq::context_t context;
+  CHECK_NOTHROW(Trainer(c, "a", 0, context));
+  if (!cuda_refusal().empty())
+    CHECK_THROWS_WITH_AS(Trainer(c, "b", 0, context), doctest::Contains("worker.device is 'cuda'"),
+                         InputError);
+}
+
 // Regressions (fuzz/corpus/worker_config/crash-*): `worker: <scalar>` reached worker["data"] and
 // escaped as YAML::BadSubscript; a complex key escaped as YAML::TypedBadConversion.
 TEST_CASE(

@@ -204,7 +204,7 @@ TEST_CASE(
   // resolution here. Three: Gloo's ring AllReduce and the reduce-scatter add the three gradients
   // in different orders (about 1e-7 relative per step; AdamW's steps are lr-sized, so 10 steps
   // stay within 10 x lr x that; measured: 1.5e-8).
-  Region region{.step = adamw(/*max_grad_norm=*/0.5), .workers = 2};
+  Region region{.step = adamw(/*max_grad_norm=*/0.5, /*accumulation=*/2), .workers = 2};
   const auto two = train(region, 0, 10);
   region.stage = 2;
   const auto two_sharded = train(region, 0, 10);

@@ -22,13 +22,14 @@ RegionCollective::RegionCollective(const WorkerConfig& config, const std::string
                                    uint32_t generation, bool rejoin, std::stop_token stop)
     : config_(config), region_(region), rank_(rank), backend_(backend) {
   const uint32_t slots = config.workers.in(region);
-  const bool elastic = config.elastic_regions() && backend.can_reconnect_region();
+  const bool elastic = config.elastic_in(region) && backend.can_reconnect_region();
   GT_REQUIRE(!rejoin || elastic,
              "--rejoin: worker {}-{} cannot rejoin its group (worker.elastic is off, or not on the "
              "CPU); restart the region's workers with --resume instead",
              region, rank);
   // A restarted group (generation > 0) must not meet the dead group's keys.
-  const std::string prefix = (config.device == "cuda" ? "nccl/" : "gloo/") + region + "/" +
+  const std::string prefix = (config.device_in(region) == "cuda" ? "nccl/" : "gloo/") + region +
+                             "/" +
                              (generation > 0 ? fmt::format("g{}/", generation) : std::string());
   wire::ChannelOptions store_options;
   store_options.curve_client = wire::curve_client(config.security, region, region);

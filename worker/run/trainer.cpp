@@ -61,8 +61,8 @@ WorkerRun::WorkerRun(const WorkerConfig& config, const std::string& region, uint
       identity_(worker_identity(config, table_.layout_hash())) {
   kernels::cpu::set_blas_threads(static_cast<int>(config_.blas_threads));
   model_->init(params_, config_.seed);
-  backend_ =
-      make_model_backend(config_.device, config_.model, static_cast<int>(rank_), config_.precision);
+  backend_ = make_model_backend(config_.device_in(region_), config_.model, static_cast<int>(rank_),
+                                config_.precision_in(region_));
   // Data: read before anything connects, so that a bad corpus or dataset fails at once; a
   // resumed worker opens it once the servers said which round it trains (start()).
   if (!options_.resume && !options_.rejoin) open_data(0);
@@ -404,7 +404,8 @@ Trainer::Trainer(WorkerConfig config, std::string region, uint32_t rank, zmq::co
   GT_REQUIRE(rank_ < config_.workers.in(region_),
              "rank {} is not below region {}'s worker.workers_per_region = {}", rank_, region_,
              config_.workers.in(region_));
-  require_device_available(config_.device);  // device: cuda needs a CUDA + NCCL build and a GPU
+  require_device_available(
+      config_.device_in(region_));  // device: cuda needs a CUDA + NCCL build and a GPU
   for (const auto& r : config_.regions)
     GT_REQUIRE(
         config_.server_endpoints.count(r) ||

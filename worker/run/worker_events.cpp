@@ -123,7 +123,7 @@ nlohmann::json start_event(const WorkerConfig& c, const std::string& region, uin
           {f::model, model},
           {f::parameters, parameters},
           {f::workers_per_region, c.workers.in(region)},  // this region's
-          {f::device, c.device},
+          {f::device, c.device_in(region)},               // this region's
           {f::optimizer, optimizer_kind_name(c.optimizer.kind)},
           {f::lr, c.lr},
           {f::batch_size, c.batch_size.in(region)},  // this region's

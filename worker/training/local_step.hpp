@@ -7,7 +7,10 @@
 // model.forward_backward(params, ..., step.grad()); if (step.add_micro_batch(mean_loss)) {
 // allreduce_sum(step.grad()) (optional); auto r = step.apply(params, world); }. A refused step
 // leaves the parameters and the optimizer state untouched, and still clears the accumulator and
-// advances the schedule. Nothing blocks; not thread-safe.
+// advances the schedule. Under ZeRO (LocalStepConfig::shard_begin/end) the Optimizer holds and
+// steps one range of the parameters only; the caller allgathers the rest
+// (worker/backend/step_engine.hpp). Nothing blocks (but a stage-2 apply() calls the region's
+// collective through region_sum); not thread-safe.
 #pragma once
 
 #include <cstdint>
