@@ -442,27 +442,20 @@ class OuterSync:
         self._finished = True
         global_model, global_error = False, "no flush: this process is not the region's leader"
         if self._leader is not None:
-            t0 = time.monotonic()
             self._gather()
-            flush = self.round > self.rounds
-            reports = self._merged + self._leader.finish(self._first_step + self.steps,
-                                                         self._flat_np, flush_follows=flush)
-            self._merged = []
+            # The native leaders' end (worker::end_exchange): the exchanges in flight, their
+            # events, the flush to the global model after the last round, and the goodbye.
+            unlogged = self._merged[-1]["round"] if self._merged else None
+            end = self._leader.end(self._first_step + self.steps, self._flat_np,
+                                   flush_follows=self.round > self.rounds, log=self._log,
+                                   unlogged_round=unlogged)
+            reports, self._merged = self._merged + end["reports"], []
             self._scatter()
             if reports:
                 self.last_report = reports[-1]
-            fields = self._leader.take_round_fields()
-            if reports and self._log:
-                # The exchanges that drain at the end: no round (0 steps).
-                self._log.write("round", _core.round_event(self.region, reports[-1]["round"], 0,
-                                                           0.0, time.monotonic() - t0, fields))
-            if self._log:
-                self._log.write("tensor_motion", self._leader.tensor_motion_event())
-            if flush:
-                global_model, global_error = self._flush()
-            else:
-                global_error = "the run stopped before its last round"
-            self._leader.goodbye()
+            global_model, global_error = end["global_model"], end["error"]
+            if global_model and self.region == self.settings["regions"][0]:
+                self._write_global_model()
             # Disconnect now, before `done` tells `geotrain serve` it may stop the servers: the
             # RegionSync's background thread (overlap) heartbeats them until it is destroyed,
             # and a heartbeat to a server that is gone would hold its destruction for up to
@@ -486,21 +479,6 @@ class OuterSync:
             path = os.path.join(self.settings["run_dir"], f"params-{self.region}.f32")
             self._gather()
             self._flat_np.tofile(path)
-
-    def _flush(self):
-        """The leader's flush (RegionSync.flush): the global model into the flat buffer and the
-        parameters, the `flush` event, and model.safetensors from the first region. Returns
-        (global_model, error)."""
-        self._gather()
-        # Without a global model (the flush failed) the region keeps its own parameters.
-        event = self._leader.flush(self._flat_np)
-        ok, error = event["global_model"], event.get("error")
-        if self._log:
-            self._log.write("flush", event)
-        self._scatter()
-        if ok and self.region == self.settings["regions"][0]:
-            self._write_global_model()
-        return ok, error
 
     def _write_global_model(self):
         """<run_dir>/model.safetensors: the global model under the model's parameter names and

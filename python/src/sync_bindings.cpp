@@ -37,6 +37,7 @@
 #include "worker/leader/region_sync.hpp"
 #include "worker/leader/streaming_sync.hpp"
 #include "worker/run/final_model.hpp"
+#include "worker/run/metrics_log.hpp"
 #include "worker/run/worker_events.hpp"
 #include "worker/training/round_budget.hpp"
 
@@ -169,6 +170,34 @@ class RegionLeader {
     }
     flushed_ = outcome.global();
     return to_dict(outcome.event);
+  }
+
+  // The end of the region's exchange, as the native leaders end it (worker::end_exchange): what
+  // is in flight merged into `local`, the `round` (drained exchanges, or the caller's unlogged
+  // merges up to `unlogged_round`), `tensor_motion` and `flush` events into `log` (None: not
+  // logged), with `flush_follows` the flush (`local` becomes the global model, or stays the
+  // region's own), and the goodbye. Returns {"reports", "global_model", "error"}.
+  py::dict end(uint64_t last_step, const py::handle& local, bool flush_follows,
+               worker::MetricsLog* log, std::optional<uint64_t> unlogged_round, int64_t wait_ms) {
+    require_training();
+    auto v = float_view(local, true, "local");
+    worker::ExchangeEnd end;
+    {
+      py::gil_scoped_release nogil;
+      end = worker::end_exchange(
+          *session_, last_step, v.span, flush_follows, region(), std::chrono::milliseconds(wait_ms),
+          [log](const std::string& name, nlohmann::json fields) {
+            if (log != nullptr) log->write(name, std::move(fields));
+          },
+          unlogged_round);
+    }
+    finished_ = true;
+    flushed_ = end.flush.global();
+    py::dict out;
+    out["reports"] = report_list(end.reports);
+    out["global_model"] = end.flush.global();
+    out["error"] = end.flush.global() ? py::object(py::none()) : py::str(end.flush.error);
+    return out;
   }
 
   void copy_base(const py::handle& out) {
@@ -573,6 +602,13 @@ connect() raises HandshakeError (a ConnectionError) when a server refuses the co
            "for every live region's flush and pulls the global model into `local` (in place); "
            "returns the `flush` event (global_model false, with the error, when it failed: "
            "`local` is then unchanged). No exchange after it")
+      .def("end", &RegionLeader::end, py::arg("last_step"), py::arg("local"),
+           py::arg("flush_follows"), py::arg("log") = py::none(),
+           py::arg("unlogged_round") = py::none(), py::arg("wait_ms") = 2000,
+           "the end of the exchange as the native leaders end it: finish, the events that close "
+           "the run's exchanges (into `log`, a MetricsLog, when given), the flush when "
+           "`flush_follows` (the global model into `local`), and goodbye; returns {reports, "
+           "global_model, error}")
       .def("goodbye", &RegionLeader::goodbye, py::arg("wait_ms") = 2000,
            "the region leaves: every server stops counting it at once (best effort, at most "
            "wait_ms per server); last, after flush()")

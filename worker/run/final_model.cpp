@@ -28,8 +28,11 @@ std::filesystem::path global_model_path(const std::filesystem::path& run_dir) {
   return run_dir / "model.safetensors";
 }
 
-FinalModel::FinalModel(ConstFloatSpan own, std::string region)
-    : own_(own.begin(), own.end()), region_(std::move(region)) {}
+FinalModel::FinalModel(ExchangeEnd end, std::string region)
+    : own_(std::move(end.own)),
+      region_(std::move(region)),
+      global_(end.flush.global()),
+      error_(std::move(end.flush.error)) {}
 
 FlushOutcome flush_to_global(LeaderSession& session, FloatSpan params, ConstFloatSpan own,
                              const std::string& region) {
@@ -57,11 +60,29 @@ FlushOutcome flush_to_global(LeaderSession& session, FloatSpan params, ConstFloa
   return out;
 }
 
-void FinalModel::flush(LeaderSession& session, FloatSpan params, MetricsLog& log) {
-  auto outcome = flush_to_global(session, params, own_, region_);
-  global_ = outcome.global();
-  error_ = outcome.error;
-  log.write(events::name::flush, std::move(outcome.event));
+ExchangeEnd end_exchange(LeaderSession& session, uint64_t last_step, FloatSpan params, bool last,
+                         const std::string& region, std::chrono::milliseconds goodbye_wait,
+                         const EventSink& write, std::optional<uint64_t> unlogged_round) {
+  const auto t0 = std::chrono::steady_clock::now();
+  ExchangeEnd end;
+  end.reports = session.finish(last_step, params, last ? RunEnd::flush : RunEnd::no_flush);
+  if (!end.reports.empty()) unlogged_round = end.reports.back().round;
+  if (unlogged_round) {
+    const double wait_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    write(events::name::round,
+          round_event(region, *unlogged_round, 0, {.wait_s = wait_s}, session.take_round_fields()));
+  }
+  write(events::name::tensor_motion, motion_event(region, session.sync().motion()));
+  end.own.assign(params.begin(), params.end());
+  if (last) {
+    end.flush = flush_to_global(session, params, end.own, region);
+    write(events::name::flush, end.flush.event);
+  } else {
+    end.flush.error = "the run stopped before its last round";
+  }
+  session.goodbye(goodbye_wait);
+  return end;
 }
 
 std::optional<std::filesystem::path> FinalModel::write(

@@ -1,12 +1,13 @@
 // FinalModel: the end of a run, seen from a region's leader (docs/training.md, "The end of a
 // run"). Until then each region holds its own view of the parameters: what it trained, merged
 // with what the servers sent back through a lossy downlink, while error feedback still holds
-// part of its deltas (uplink) and of the servers' changes (downlink). FinalModel keeps the
-// region's own final parameters, then
-//   1. flush(): pushes the progress the region did not push yet (not its residuals) and pulls
+// part of its deltas (uplink) and of the servers' changes (downlink).
+//   1. end_exchange() (below: the native trainer and the Python API) drains the exchange and
+//      flushes: pushes the progress the region did not push yet (not its residuals) and pulls
 //      the global values in full fp32 (LeaderSession::flush), once every live region has flushed:
 //      the global model, the mean of what the regions hold, the same in every region that flushed;
 //      logs the `flush` event (its bytes count in the run's WAN bytes);
+//      FinalModel then keeps the region's own final parameters and the flush's outcome;
 //   2. write(): the first region's leader writes it as <run_dir>/model.safetensors, in the
 //      layout `geotrain export-init` writes (models/model_file.hpp);
 //   3. evaluate() and report(): every leader evaluates both (the global model once, when it is
@@ -23,7 +24,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -34,7 +37,6 @@
 #include "models/model_spec.hpp"
 #include "worker/data/training_data.hpp"
 #include "worker/leader/leader_session.hpp"
-#include "worker/run/metrics_log.hpp"
 #include "worker/run/train_result.hpp"
 
 namespace geotrain::worker {
@@ -55,16 +57,35 @@ struct FlushOutcome {
 FlushOutcome flush_to_global(LeaderSession& session, FloatSpan params, ConstFloatSpan own,
                              const std::string& region);
 
+// Writes one event: the worker's MetricsLog, or the Python API's log.
+using EventSink = std::function<void(const std::string& name, nlohmann::json fields)>;
+
+// What a leader's end of the exchange leaves (end_exchange).
+struct ExchangeEnd {
+  std::vector<RoundReport> reports;  // the exchanges that drained
+  std::vector<float> own;            // the region's own final parameters, before the flush
+  FlushOutcome flush;                // its error says why there is no global model
+};
+
+// The end of a region leader's exchange, the native trainer's and the Python API's alike:
+// LeaderSession::finish (what is in flight merged into `params`; with `last`, the fragments' last
+// progress pushed), the `round` event of the exchanges that drained (0 steps, its wait since the
+// call; also when the caller merged exchanges it has not logged, the last at `unlogged_round`),
+// the `tensor_motion` event, then with `last` the flush (flush_to_global; the `flush` event) and
+// without it no global model ("the run stopped before its last round": a stopped run's snapshots
+// hold the residuals), and the goodbye (at most `goodbye_wait` per server) so that the servers
+// stop counting the region. Rethrows Stopped.
+ExchangeEnd end_exchange(LeaderSession& session, uint64_t last_step, FloatSpan params, bool last,
+                         const std::string& region, std::chrono::milliseconds goodbye_wait,
+                         const EventSink& write,
+                         std::optional<uint64_t> unlogged_round = std::nullopt);
+
 class FinalModel {
  public:
-  // `own`: the region's final parameters (copied). `region` names it in events and logs.
-  FinalModel(ConstFloatSpan own, std::string region);
+  // From the end of the region's exchange (end_exchange): the region's own final parameters and
+  // whether the flush gave a global model. `region` names it in events and logs.
+  FinalModel(ExchangeEnd end, std::string region);
 
-  // Flushes and pulls the global model into `params` (which hold the region's own parameters
-  // until then); logs the `flush` event. Once.
-  void flush(LeaderSession& session, FloatSpan params, MetricsLog& log);
-  // The flush was not done (a stopped run); `why` is reported.
-  void skip(std::string why) { error_ = std::move(why); }
   bool global() const { return global_; }
 
   // After flush(), with the global model in `params`: writes it to global_model_path(run_dir),

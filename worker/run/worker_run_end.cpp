@@ -21,27 +21,17 @@ void WorkerRun::while_the_region_waits(const std::function<void()>& leader_work)
 }
 
 void WorkerRun::end_exchange(uint64_t next_round, std::optional<FinalModel>& final_model) {
-  // Overlap and streaming: take in what is still in flight, push the fragments' last
-  // progress, and give every worker the result.
-  const auto t0 = Clock::now();
-  const bool last = next_round > config_.rounds;  // else a stopped run: no global model
-  auto reps = session_->finish(steps_taken_, params_, last ? RunEnd::flush : RunEnd::no_flush);
-  if (!reps.empty()) {
-    log_->write(events::name::round,
-                round_event(region_, reps.back().round, 0, {.wait_s = since(t0)},
-                            session_->take_round_fields()));
-  }
-  log_->write(events::name::tensor_motion, motion_event(region_, session_->sync().motion()));
-  // One global model out of the regions' views (worker/run/final_model.hpp); not for a stopped
-  // run, whose snapshots hold the residuals.
-  final_model.emplace(params_, region_);
-  if (last)
-    final_model->flush(*session_, params_, *log_);
-  else
-    final_model->skip("the run stopped before its last round");
-  // Training is over for this region: the servers stop counting it now rather than after
-  // dead_after, so that another region's last round never waits for it.
-  session_->goodbye(std::min(config_.timeout, std::chrono::milliseconds(2000)));
+  // What is in flight, the flush to one global model (not for a stopped run: next_round is not
+  // past the last) and the goodbye, so that the servers stop counting this region now rather
+  // than after dead_after (worker/run/final_model.hpp).
+  const bool last = next_round > config_.rounds;
+  final_model.emplace(
+      worker::end_exchange(*session_, steps_taken_, params_, last, region_,
+                           std::min(config_.timeout, std::chrono::milliseconds(2000)),
+                           [this](const std::string& name, nlohmann::json fields) {
+                             log_->write(name, std::move(fields));
+                           }),
+      region_);
   if (region_index_ == 0)
     final_model->write(config_.run_dir, *model_, table_, params_, config_.model, config_.seed,
                        next_round - 1);
