@@ -1,16 +1,13 @@
 #include "bench/zero_bench.hpp"
 
-#include <gloo/rendezvous/hash_store.h>
-#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/rendezvous/store.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <exception>
 #include <mutex>
 #include <random>
-#include <thread>
 
 #include "core/error.hpp"
 #include "kernels/ops/threads.hpp"
@@ -18,6 +15,7 @@
 #include "models/model_spec.hpp"
 #include "worker/backend/model_backend.hpp"
 #include "worker/backend/step_engine.hpp"
+#include "worker/region/local_ranks.hpp"
 #include "worker/training/local_step.hpp"
 #include "worker/training/zero_shards.hpp"
 
@@ -72,22 +70,19 @@ struct Turn {
 // One region of `k` workers at `stage` for warmup + timed steps.
 Turn run_region(const ZeroBenchOptions& o, const models::ModelSpec& spec, uint32_t k,
                 uint32_t stage, uint32_t turn) {
-  gloo::rendezvous::HashStore store;
-  std::vector<std::thread> threads;
-  std::exception_ptr error;
   std::mutex mu;
   Turn out;
-  for (uint32_t r = 0; r < k; ++r)
-    threads.emplace_back([&, r] {
-      try {
+  worker::run_local_ranks(
+      static_cast<int>(k), fmt::format("zero-{}-{}-{}", k, stage, turn),
+      [&](int rank, gloo::rendezvous::Store& store) {
+        const auto r = static_cast<uint32_t>(rank);
         auto model = models::make_model(spec);
         const ParamTable table = model->make_table();
         std::vector<float> params(table.total_elements());
         model->init(params, 1);
         const worker::Batch batch = random_batch(spec, *model, o.batch, r);
         worker::CpuModelBackend backend(std::move(model));
-        gloo::rendezvous::PrefixStore prefixed(fmt::format("zero-{}-{}-{}", k, stage, turn), store);
-        auto comm = backend.connect_region(prefixed, static_cast<int>(r), static_cast<int>(k),
+        auto comm = backend.connect_region(store, rank, static_cast<int>(k),
                                            worker::RegionOptions{.reduce_scatter = stage == 2});
         worker::LocalStepConfig lsc;
         lsc.optimizer = {.kind = worker::OptimizerKind::kAdamW, .weight_decay = 0.1f};
@@ -119,13 +114,7 @@ Turn run_region(const ZeroBenchOptions& o, const models::ModelSpec& spec, uint32
         out.seconds = std::max(out.seconds, seconds);
         out.most_state = std::max(out.most_state, held);
         if (r == 0) out.loss = loss;
-      } catch (...) {
-        std::lock_guard lock(mu);
-        if (!error) error = std::current_exception();
-      }
-    });
-  for (auto& t : threads) t.join();
-  if (error) std::rethrow_exception(error);
+      });
   return out;
 }
 

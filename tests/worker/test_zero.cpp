@@ -5,15 +5,11 @@
 // the reduction order allows; the optimizer state each worker holds; a snapshot of the sharded
 // state restored and trained on.
 #include <doctest/doctest.h>
-#include <gloo/rendezvous/hash_store.h>
-#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/rendezvous/store.h>
 
 #include <algorithm>
 #include <cmath>
-#include <exception>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "../temp_dir.hpp"
@@ -22,6 +18,7 @@
 #include "models/model_spec.hpp"
 #include "worker/backend/model_backend.hpp"
 #include "worker/backend/step_engine.hpp"
+#include "worker/region/local_ranks.hpp"
 #include "worker/run/worker_checkpoint.hpp"
 #include "worker/training/local_step.hpp"
 #include "worker/training/zero_shards.hpp"
@@ -78,23 +75,17 @@ struct Worker {
 // else every worker's snapshot, restored), taking a snapshot after `snapshot_at` steps.
 std::vector<Worker> train(const Region& region, uint64_t first, uint64_t last,
                           const std::vector<Worker>& start = {}, uint64_t snapshot_at = 0) {
-  gloo::rendezvous::HashStore store;
   std::vector<Worker> out(region.workers);
-  std::vector<std::thread> threads;
-  std::exception_ptr error;
-  std::mutex mu;
-  for (uint32_t r = 0; r < region.workers; ++r)
-    threads.emplace_back([&, r] {
-      try {
+  run_local_ranks(
+      static_cast<int>(region.workers), "zero", [&](int rank, gloo::rendezvous::Store& store) {
+        const auto r = static_cast<uint32_t>(rank);
         auto model = models::make_model(region.spec);
         const ParamTable table = model->make_table();
         std::vector<float> params(table.total_elements());
         model->init(params, 42);
         CpuModelBackend backend(models::make_model(region.spec));
-        gloo::rendezvous::PrefixStore prefixed("zero", store);
-        auto comm =
-            backend.connect_region(prefixed, static_cast<int>(r), static_cast<int>(region.workers),
-                                   RegionOptions{.reduce_scatter = region.stage == 2});
+        auto comm = backend.connect_region(store, rank, static_cast<int>(region.workers),
+                                           RegionOptions{.reduce_scatter = region.stage == 2});
         LocalStepConfig lsc = region.step;
         lsc.decay_mask = weight_decay_mask(table, lsc.optimizer.no_decay);
         if (lsc.optimizer.kind == OptimizerKind::kMuon)
@@ -105,7 +96,7 @@ std::vector<Worker> train(const Region& region, uint64_t first, uint64_t last,
         lsc.take_range(zero.shards, r);
         LocalStep step(lsc, params.size());
         auto engine = make_step_engine(backend, step, lsc.optimizer, lsc.decay_mask, zero);
-        Worker& w = out[r];
+        Worker& w = out[r];  // this thread's alone
         if (!start.empty()) {
           restore_worker_state(start[r].snapshot, "snapshot", step, params);
           step.set_steps(first);
@@ -126,13 +117,7 @@ std::vector<Worker> train(const Region& region, uint64_t first, uint64_t last,
         w.params = params;
         w.optimizer_values =
             step.optimizer().first_moment().size() + step.optimizer().second_moment().size();
-      } catch (...) {
-        std::lock_guard lock(mu);
-        if (!error) error = std::current_exception();
-      }
-    });
-  for (auto& t : threads) t.join();
-  if (error) std::rethrow_exception(error);
+      });
   return out;
 }
 
