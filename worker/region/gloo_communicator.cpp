@@ -86,6 +86,9 @@ void GlooCommunicator::reduce_scatter_sum(FloatSpan data, std::span<const uint64
   for (size_t r = 1; r < k; ++r) offsets[r] = offsets[r - 1] + counts[r - 1];
   const uint64_t longest = *std::max_element(counts.begin(), counts.end());
   const uint64_t mine = counts[rank_];
+  const uint64_t cap = std::min(kPieceElements, longest);  // a small model's scratch is small
+  send_.resize(k * cap);
+  receive_.resize(k * cap);
   float* out = data.data() + offsets[rank_];
   try {
     for (uint64_t at = 0; at < longest; at += kPieceElements) {
@@ -93,7 +96,6 @@ void GlooCommunicator::reduce_scatter_sum(FloatSpan data, std::span<const uint64
       // its own range from every rank.
       std::vector<int64_t> send_counts(k), receive_counts(k);
       size_t packed = 0;
-      send_.resize(k * kPieceElements);
       for (size_t r = 0; r < k; ++r) {
         const uint64_t n = counts[r] > at ? std::min(kPieceElements, counts[r] - at) : 0;
         std::copy_n(data.data() + offsets[r] + at, n, send_.data() + packed);
@@ -102,7 +104,6 @@ void GlooCommunicator::reduce_scatter_sum(FloatSpan data, std::span<const uint64
       }
       const uint64_t piece = mine > at ? std::min(kPieceElements, mine - at) : 0;
       std::fill(receive_counts.begin(), receive_counts.end(), static_cast<int64_t>(piece));
-      receive_.resize(k * kPieceElements);
       gloo::AlltoallvOptions opts(context_);
       opts.setInput(send_.data(), send_counts);
       opts.setOutput(receive_.data(), receive_counts);

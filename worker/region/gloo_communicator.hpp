@@ -43,9 +43,9 @@ class GlooCommunicator final : public Communicator {
   void allreduce_sum(FloatSpan data) override;
   void broadcast(FloatSpan data, int root) override;
   // An all-to-all of each rank's range (in pieces of at most kPieceElements per rank, through
-  // scratch buffers owned here: 2 x size x kPieceElements floats at most), each rank summing the
-  // pieces it receives in rank order: the same bits on every rank and from run to run; with two
-  // ranks the same bits as allreduce_sum (a + b = b + a).
+  // scratch buffers owned here: 2 x size x min(kPieceElements, the longest range) floats), each
+  // rank summing the pieces it receives in rank order: the same bits on every rank and from run
+  // to run; with two ranks the same bits as allreduce_sum (a + b = b + a).
   void reduce_scatter_sum(FloatSpan data, std::span<const uint64_t> counts) override;
   // Gloo's ring allgatherv, in place.
   void allgather(FloatSpan data, std::span<const uint64_t> counts) override;
