@@ -331,8 +331,8 @@ const std::set<std::string> kWorkerKeys{"workers_per_region",
                                         "socket_buffer_kib",
                                         "checkpoint"};
 
-// worker.device, precision and data_dir, and whether the model can train on the data (reads
-// model and worker.data: after them).
+// worker.precision, leader_on_device, elastic and data_dir, and whether the model can train on
+// the data (reads model, worker.data and the devices, read_region_devices: after them).
 void parse_device_and_data(const YamlReader& in, const YAML::Node& w, WorkerConfig& c) {
   const auto& source = in.source();
   if (auto n = w["precision"]) c.precision = in.choice(n, "worker.precision", {"fp32", "bf16"});
