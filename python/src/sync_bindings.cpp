@@ -518,71 +518,10 @@ void bind_schedule(py::module_& m) {
       .def_property_readonly("pace_s", &worker::RoundBudget::pace_s);
 }
 
-}  // namespace
-
-void bind_sync(py::module_& m) {
-  py::register_exception<HandshakeRefused>(m, "HandshakeError", PyExc_ConnectionError);
-  py::class_<RegionLeader>(m, "RegionSync", R"doc(
-A region leader's exchange with every region's server: the C++ LeaderSession (RegionSync
-driven by StreamingSync) that the native trainer uses (worker.overlap modes, worker.fragments). Parameters are
-one flat float32 array in the table's order. Usually used through geotrain.torch.OuterSync.
-
-  tensors   [(name, size), ...]: the table, as the servers' model.tensors; matrix_cols: each
-             tensor's last dimension when it has two or more, else 0 (a codec that factorises
-             matrices, powersgd, needs them; empty: none is a matrix)
-  critical  globs of the tensors exchanged synchronously (model.critical)
-  region    this region's name; servers: [(region, endpoint), ...] for every region
-  critical_codec, noncritical_codec: codec specs, or schedules of them by round,
-             [{"until_round": 10, "codec": "int8"}, {"codec": "onebit"}] (rounds counted from 1;
-             a phase covers its until_round; error feedback always on, kept at a switch)
-  chunk_align: "segment" (default) or "tensor": one segment per tensor, so that codec chunks
-             restart at each tensor boundary (worker.chunk_align)
-  streams_per_server: connections to each server, messages striped over them; 0: auto, from
-             the measured round trip, link_mbps and the TCP window (worker.streams_per_server);
-             socket_buffer_kib: SO_SNDBUF/SO_RCVBUF, 0: the OS default
-  error_feedback_decay: the uplink residual's decay, e <- decay * e + delta before encoding
-             (worker.error_feedback.decay; 1: none); shard_wait_ms: with overlap, how long an
-             exchange waits for a server before its shards are deferred (worker.shard_wait_ms;
-             0: never; "auto": twice the 90th percentile of the region's healthy exchanges)
-  staleness_bound: rounds this region may run ahead of the slowest (server.staleness_bound)
-  local_steps: H; overlap: False/True/"false"/"true"/"eager"/"delayed" (worker.overlap)
-  fragments: P (worker.fragments; connect() takes the servers' count instead where they say
-             another, see the `fragments` property); fragment_delay: steps from a fragment's
-             push to its merge (None: H / P with overlap, 0 without, following that P)
-  outer_lr, outer_momentum, outer_nesterov: the servers' outer optimizer (server.optimizer),
-             which the eager and delayed merges predict
-  keys_dir   CURVE: the folder `geotrain keygen` wrote (security.keys_dir); this region's client
-             keypair and every server's public key are read from it. None: no CURVE.
-connect() raises HandshakeError (a ConnectionError) when a server refuses the connection
-(no keys, wrong keys, CURVE on one side only), naming the server and the reason.
-)doc")
-      .def_static("from_config", &region_leader_from_config, py::arg("tensors"),
-                  py::arg("yaml_text"), py::arg("source"), py::arg("region"),
-                  py::arg("matrix_cols") = std::vector<uint64_t>{},
-                  "the leader of `region` planned from a deployment config's text as the native "
-                  "worker plans its own (every worker and shared key read by the same parser); "
-                  "`tensors` [(name, size)] is the model's table, `matrix_cols` each tensor's "
-                  "last dimension when it has two or more, else 0 (for powersgd)")
-      .def(py::init(&make_region_leader), py::arg("tensors"), py::arg("critical"),
-           py::arg("region"), py::arg("servers"), py::arg("critical_codec") = "fp32",
-           py::arg("noncritical_codec") = "fp32", py::arg("staleness_bound") = 0,
-           py::arg("overlap") = false, py::arg("timeout_ms") = 120000, py::arg("local_steps") = 1,
-           py::arg("fragments") = 1, py::arg("fragment_delay") = py::none(),
-           py::arg("outer_lr") = 1.0f, py::arg("outer_momentum") = 0.0f,
-           py::arg("outer_nesterov") = false, py::arg("keys_dir") = py::none(),
-           py::arg("stream_critical") = true, py::arg("chunk_align") = "segment",
-           py::arg("streams_per_server") = 0, py::arg("link_mbps") = 1000.0,
-           py::arg("socket_buffer_kib") = 0, py::arg("error_feedback_decay") = 1.0f,
-           py::arg("shard_wait_ms") = py::int_(0), py::arg("matrix_cols") = std::vector<uint64_t>{})
-      .def("connect", &RegionLeader::connect, py::arg("origin") = py::none(),
-           "register with every server and pull the global values; origin: the common initial "
-           "parameters (the servers hold the sum of deltas from it). Returns the next round")
-      .def("after_step", &RegionLeader::after_step, py::arg("step"), py::arg("local"),
-           py::arg("in_round") = 0, py::arg("round_steps") = 0,
-           "after local step `step` (1-based over the run: (round - 1) * H + h + 1), in place on "
-           "the flat parameters: merges the exchanges due, starts the fragments due; returns "
-           "the merged exchanges' reports (a list of dicts, often empty). Time-budgeted rounds: "
-           "round_steps, the round's count, and in_round, the step's place in it (1-based)")
+// RegionSync's end of training: finish, the round fields and tensor motion it logs, the flush,
+// end (all of it as the native leaders do it) and goodbye.
+void bind_run_end(py::class_<RegionLeader>& leader) {
+  leader
       .def("finish", &RegionLeader::finish, py::arg("last_step"), py::arg("local"),
            py::arg("flush_follows") = false,
            "the end of training after `last_step`: merges what is in flight and exchanges every "
@@ -611,7 +550,12 @@ connect() raises HandshakeError (a ConnectionError) when a server refuses the co
            "global_model, error}")
       .def("goodbye", &RegionLeader::goodbye, py::arg("wait_ms") = 2000,
            "the region leaves: every server stops counting it at once (best effort, at most "
-           "wait_ms per server); last, after flush()")
+           "wait_ms per server); last, after flush()");
+}
+
+// RegionSync's views: the global values it holds, its settings and its table.
+void bind_views(py::class_<RegionLeader>& leader) {
+  leader
       .def("copy_base", &RegionLeader::copy_base, py::arg("out"),
            "out[:] = the newest global parameters this region has received")
       .def_property_readonly("next_round", &RegionLeader::next_round)
@@ -645,6 +589,77 @@ connect() raises HandshakeError (a ConnectionError) when a server refuses the co
           out.append(py::make_tuple(t.name, t.offset, t.size, t.critical));
         return out;
       });
+  ;
+}
+
+}  // namespace
+
+void bind_sync(py::module_& m) {
+  py::register_exception<HandshakeRefused>(m, "HandshakeError", PyExc_ConnectionError);
+  py::class_<RegionLeader> leader(m, "RegionSync", R"doc(
+A region leader's exchange with every region's server: the C++ LeaderSession (RegionSync
+driven by StreamingSync) that the native trainer uses (worker.overlap modes, worker.fragments). Parameters are
+one flat float32 array in the table's order. Usually used through geotrain.torch.OuterSync.
+
+  tensors   [(name, size), ...]: the table, as the servers' model.tensors; matrix_cols: each
+             tensor's last dimension when it has two or more, else 0 (a codec that factorises
+             matrices, powersgd, needs them; empty: none is a matrix)
+  critical  globs of the tensors exchanged synchronously (model.critical)
+  region    this region's name; servers: [(region, endpoint), ...] for every region
+  critical_codec, noncritical_codec: codec specs, or schedules of them by round,
+             [{"until_round": 10, "codec": "int8"}, {"codec": "onebit"}] (rounds counted from 1;
+             a phase covers its until_round; error feedback always on, kept at a switch)
+  chunk_align: "segment" (default) or "tensor": one segment per tensor, so that codec chunks
+             restart at each tensor boundary (worker.chunk_align)
+  streams_per_server: connections to each server, messages striped over them; 0: auto, from
+             the measured round trip, link_mbps and the TCP window (worker.streams_per_server);
+             socket_buffer_kib: SO_SNDBUF/SO_RCVBUF, 0: the OS default
+  error_feedback_decay: the uplink residual's decay, e <- decay * e + delta before encoding
+             (worker.error_feedback.decay; 1: none); shard_wait_ms: with overlap, how long an
+             exchange waits for a server before its shards are deferred (worker.shard_wait_ms;
+             0: never; "auto": twice the 90th percentile of the region's healthy exchanges)
+  staleness_bound: rounds this region may run ahead of the slowest (server.staleness_bound)
+  local_steps: H; overlap: False/True/"false"/"true"/"eager"/"delayed" (worker.overlap)
+  fragments: P (worker.fragments; connect() takes the servers' count instead where they say
+             another, see the `fragments` property); fragment_delay: steps from a fragment's
+             push to its merge (None: H / P with overlap, 0 without, following that P)
+  outer_lr, outer_momentum, outer_nesterov: the servers' outer optimizer (server.optimizer),
+             which the eager and delayed merges predict
+  keys_dir   CURVE: the folder `geotrain keygen` wrote (security.keys_dir); this region's client
+             keypair and every server's public key are read from it. None: no CURVE.
+connect() raises HandshakeError (a ConnectionError) when a server refuses the connection
+(no keys, wrong keys, CURVE on one side only), naming the server and the reason.
+)doc");
+  leader
+      .def_static("from_config", &region_leader_from_config, py::arg("tensors"),
+                  py::arg("yaml_text"), py::arg("source"), py::arg("region"),
+                  py::arg("matrix_cols") = std::vector<uint64_t>{},
+                  "the leader of `region` planned from a deployment config's text as the native "
+                  "worker plans its own (every worker and shared key read by the same parser); "
+                  "`tensors` [(name, size)] is the model's table, `matrix_cols` each tensor's "
+                  "last dimension when it has two or more, else 0 (for powersgd)")
+      .def(py::init(&make_region_leader), py::arg("tensors"), py::arg("critical"),
+           py::arg("region"), py::arg("servers"), py::arg("critical_codec") = "fp32",
+           py::arg("noncritical_codec") = "fp32", py::arg("staleness_bound") = 0,
+           py::arg("overlap") = false, py::arg("timeout_ms") = 120000, py::arg("local_steps") = 1,
+           py::arg("fragments") = 1, py::arg("fragment_delay") = py::none(),
+           py::arg("outer_lr") = 1.0f, py::arg("outer_momentum") = 0.0f,
+           py::arg("outer_nesterov") = false, py::arg("keys_dir") = py::none(),
+           py::arg("stream_critical") = true, py::arg("chunk_align") = "segment",
+           py::arg("streams_per_server") = 0, py::arg("link_mbps") = 1000.0,
+           py::arg("socket_buffer_kib") = 0, py::arg("error_feedback_decay") = 1.0f,
+           py::arg("shard_wait_ms") = py::int_(0), py::arg("matrix_cols") = std::vector<uint64_t>{})
+      .def("connect", &RegionLeader::connect, py::arg("origin") = py::none(),
+           "register with every server and pull the global values; origin: the common initial "
+           "parameters (the servers hold the sum of deltas from it). Returns the next round")
+      .def("after_step", &RegionLeader::after_step, py::arg("step"), py::arg("local"),
+           py::arg("in_round") = 0, py::arg("round_steps") = 0,
+           "after local step `step` (1-based over the run: (round - 1) * H + h + 1), in place on "
+           "the flat parameters: merges the exchanges due, starts the fragments due; returns "
+           "the merged exchanges' reports (a list of dicts, often empty). Time-budgeted rounds: "
+           "round_steps, the round's count, and in_round, the step's place in it (1-based)");
+  bind_run_end(leader);
+  bind_views(leader);
   bind_schedule(m);
 }
 
