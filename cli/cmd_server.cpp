@@ -57,11 +57,40 @@ int run_server(const ServerArgs& args) {
   // regions look dead to this server (docs/server.md, "Partitions and stopped servers").
   options.excuse_stalls_over = config.heartbeat;
 
-  zmq::context_t context;
-  server::ParamServer srv(config, region, context, options);
   std::stop_source stop;
   SignalWatcher watcher([&stop](int) { stop.request_stop(); }, SignalWatcher::kOrphanGrace);
-  srv.run(stop.get_token());
+  // server.standby: this process also holds the previous region's standby shards
+  // (server/standby.hpp), in a loop of its own, started first so that a restarting primary finds
+  // it; its own context, as another server's would be.
+  zmq::context_t standby_context;
+  std::exception_ptr standby_failed;
+  std::jthread standby;
+  if (config.standby.on) {
+    server::ServerOptions guest;
+    guest.standby = true;
+    guest.excuse_stalls_over = config.heartbeat;
+    auto srv = std::make_unique<server::ParamServer>(
+        config, standby_guest(region, config.regions.size()), standby_context, guest);
+    standby = std::jthread([&stop, &standby_failed, srv = std::move(srv)] {
+      try {
+        srv->run(stop.get_token());
+      } catch (...) {
+        standby_failed = std::current_exception();
+        stop.request_stop();
+      }
+    });
+  }
+  zmq::context_t context;
+  try {
+    server::ParamServer srv(config, region, context, options);
+    srv.run(stop.get_token());
+  } catch (...) {
+    stop.request_stop();
+    throw;
+  }
+  stop.request_stop();
+  if (standby.joinable()) standby.join();
+  if (standby_failed) std::rethrow_exception(standby_failed);
   return 0;
 }
 }  // namespace

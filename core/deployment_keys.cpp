@@ -20,17 +20,47 @@ std::vector<std::string> read_regions(const YamlReader& in, const YAML::Node& ro
 }
 
 std::map<std::string, std::string> read_endpoints(const YamlReader& in, const YAML::Node& endpoints,
-                                                  const std::vector<std::string>& regions) {
-  GT_REQUIRE(endpoints.IsMap(), "{}: server.endpoints must map region names to endpoints",
-             in.source());
-  in.check_keys(endpoints, "server.endpoints",
-                std::set<std::string>(regions.begin(), regions.end()));
+                                                  const std::vector<std::string>& regions,
+                                                  const std::string& key) {
+  GT_REQUIRE(endpoints.IsMap(), "{}: {} must map region names to endpoints", in.source(), key);
+  in.check_keys(endpoints, key, std::set<std::string>(regions.begin(), regions.end()));
   std::map<std::string, std::string> out;
   for (const auto& kv : endpoints) {
     const auto region = kv.first.as<std::string>();
-    out[region] = in.string(kv.second, "server.endpoints." + region);
-    require_endpoint(out[region], in.source() + ": server.endpoints." + region);
+    out[region] = in.string(kv.second, key + "." + region);
+    require_endpoint(out[region], in.source() + ": " + key + "." + region);
   }
+  return out;
+}
+
+StandbySettings read_standby(const YamlReader& in, const YAML::Node& server,
+                             const std::vector<std::string>& regions) {
+  StandbySettings out;
+  const YAML::Node n = server && server.IsMap() ? server["standby"] : YAML::Node();
+  if (!n) return out;
+  if (n.IsScalar()) {
+    const auto v = in.string(n, "server.standby");
+    GT_REQUIRE(v == "on" || v == "off",
+               "{}: server.standby is '{}', allowed: on, off, or a mapping {{endpoints, "
+               "every_rounds, takeover_after_ms}}",
+               in.source(), v);
+    out.on = v == "on";
+  } else {
+    GT_REQUIRE(n.IsMap(), "{}: server.standby must be on, off or a mapping", in.source());
+    in.check_keys(n, "server.standby", {"endpoints", "every_rounds", "takeover_after_ms"});
+    out.on = true;
+    if (auto e = n["endpoints"])
+      out.endpoints = read_endpoints(in, e, regions, "server.standby.endpoints");
+    if (auto k = n["every_rounds"])
+      out.every_rounds = in.number<uint64_t>(k, "server.standby.every_rounds", 1, 1000000);
+    if (auto k = n["takeover_after_ms"])
+      out.takeover_after = std::chrono::milliseconds(
+          in.number<int64_t>(k, "server.standby.takeover_after_ms", 1, 3600000));
+  }
+  GT_REQUIRE(!out.on || regions.size() >= 2,
+             "{}: server.standby needs two regions or more (a region's standby is in the next "
+             "region's server); this config has one",
+             in.source());
   return out;
 }
 

@@ -7,6 +7,7 @@
 // Stateless; InputError (naming the config's source and the key) on bad input.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <map>
 #include <set>
@@ -25,9 +26,35 @@ inline constexpr std::size_t kMaxRegions = 64;
 // The config's top-level `regions`: a list of 1 to kMaxRegions distinct names.
 std::vector<std::string> read_regions(const YamlReader& in, const YAML::Node& root);
 
-// `server.endpoints`: a mapping of region names, each one of `regions`, to endpoints.
+// `server.endpoints` (or another `key` of the same form): a mapping of region names, each one of
+// `regions`, to endpoints.
 std::map<std::string, std::string> read_endpoints(const YamlReader& in, const YAML::Node& endpoints,
-                                                  const std::vector<std::string>& regions);
+                                                  const std::vector<std::string>& regions,
+                                                  const std::string& key = "server.endpoints");
+
+// `server.standby` (docs/server.md, "Standby shards"): each region's shards have a standby in the
+// next region's server process (a ring), kept current by their primary, which serves them when the
+// primary is gone and hands them back when it restarts. `off` (the default), `on`, or a mapping
+// {endpoints, every_rounds, takeover_after_ms}. The servers and the region leaders read it.
+struct StandbySettings {
+  bool on = false;
+  // Region -> where the standby of its shards listens (in standby_host()'s server process). A
+  // launched run fills them in; `geotrain server` needs them.
+  std::map<std::string, std::string> endpoints;
+  uint64_t every_rounds = 1;  // a replica after every this many released rounds
+  // A standby serves the shards only once its primary was silent this long and a leader asks.
+  std::chrono::milliseconds takeover_after{2000};
+};
+StandbySettings read_standby(const YamlReader& in, const YAML::Node& server,
+                             const std::vector<std::string>& regions);
+// The region whose server process holds region r's standby: the next one, round the ring.
+inline uint32_t standby_host(uint32_t region, std::size_t regions) {
+  return static_cast<uint32_t>((region + 1) % regions);
+}
+// The region whose standby the server of region r holds: the previous one.
+inline uint32_t standby_guest(uint32_t region, std::size_t regions) {
+  return static_cast<uint32_t>((region + regions - 1) % regions);
+}
 
 // The keys of the `model` section: the layout every process reads (tensors, critical) and the
 // model's own (kind, arch and the GPT's), which models/model_spec.hpp reads and cli/ expands

@@ -155,8 +155,10 @@ void parse_server(const Ctx& c, const YAML::Node& s, ServerConfig& cfg) {
               "metrics_host",
               "max_connections_per_address",
               "downlink_error_feedback",
-              "socket_buffer_kib"});
+              "socket_buffer_kib",
+              "standby"});
   if (auto n = s["endpoints"]) cfg.endpoints = read_endpoints(c.in, n, cfg.regions);
+  cfg.standby = read_standby(c.in, s, cfg.regions);
 
   cfg.shards_per_region =
       read_region_counts(c.in, s, "server", "shards_per_region", cfg.regions, 1, 1, 1024);
@@ -222,6 +224,10 @@ void parse_server(const Ctx& c, const YAML::Node& s, ServerConfig& cfg) {
     }
   }
   if (auto n = s["metrics_host"]) cfg.metrics_host = get_str(c, n, "server.metrics_host");
+  GT_REQUIRE(!cfg.standby.on || cfg.standby.takeover_after > cfg.heartbeat,
+             "{}: server.standby.takeover_after_ms ({}) must exceed server.heartbeat_ms ({}): a "
+             "primary heartbeats its standby once a heartbeat period",
+             c.source, cfg.standby.takeover_after.count(), cfg.heartbeat.count());
   GT_REQUIRE(cfg.dead_after > cfg.heartbeat,
              "{}: server.dead_after_ms ({}) must exceed server.heartbeat_ms ({})", c.source,
              cfg.dead_after.count(), cfg.heartbeat.count());

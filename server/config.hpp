@@ -21,6 +21,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/deployment_keys.hpp"
 #include "core/param_table.hpp"
 #include "server/shard.hpp"
 #include "wire/security_config.hpp"
@@ -70,6 +71,7 @@ struct ServerConfig {
   uint32_t max_connections_per_address = 256;
   wire::SecurityConfig security;  // top-level `security:` (CURVE)
   CheckpointConfig checkpoint;
+  StandbySettings standby;  // server.standby (core/deployment_keys.hpp; docs/server.md)
   std::filesystem::path run_dir = "runs/server";
   std::chrono::milliseconds metrics_every{5000};
   // server.metrics_port (docs/monitoring.md): the Prometheus endpoint, GET /metrics over HTTP.

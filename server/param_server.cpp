@@ -41,6 +41,14 @@ std::string listen_endpoint(const ServerConfig& config, uint32_t region,
     require_endpoint(*options.endpoint, "the server's listen endpoint (--endpoint)");
     return *options.endpoint;
   }
+  if (options.standby) {
+    const auto it = config.standby.endpoints.find(config.regions[region]);
+    GT_REQUIRE(it != config.standby.endpoints.end(),
+               "server.standby.endpoints has no entry for region '{}' (where the standby of its "
+               "shards listens)",
+               config.regions[region]);
+    return it->second;
+  }
   const auto it = config.endpoints.find(config.regions[region]);
   GT_REQUIRE(it != config.endpoints.end(),
              "server.endpoints has no entry for region '{}' (where its server listens; or give "
@@ -65,13 +73,19 @@ ParamServer::ParamServer(const ServerConfig& config, uint32_t region, zmq::conte
            config.stream_critical ? std::vector<ElementRange>{} : table_.critical_ranges()),
       membership_(config.regions, config.dead_after, config.wait_for_all_regions, options_.clock(),
                   config.join_within),
-      checkpoints_(under(config.run_dir, config.checkpoint.dir) / config.regions.at(region),
+      // A standby's own: what it writes once it serves must not mix with its primary's.
+      checkpoints_(under(config.run_dir, config.checkpoint.dir) /
+                       (config.regions.at(region) + (options_.standby ? "-standby" : "")),
                    config.checkpoint.keep),
-      metrics_(config.regions, config.shard.staleness_bound,
-               options_.write_metrics
-                   ? std::optional(config.run_dir / fmt::format("server-{}.metrics.jsonl",
-                                                                config.regions.at(region)))
-                   : std::nullopt) {
+      metrics_(
+          config.regions, config.shard.staleness_bound,
+          options_.write_metrics
+              ? std::optional(config.run_dir / fmt::format("{}-{}.metrics.jsonl",
+                                                           options_.standby ? "standby" : "server",
+                                                           config.regions.at(region)))
+              : std::nullopt),
+      serving_(!options_.standby),
+      primary_heard_(options_.clock()) {
   // A leader keeps a push and its pull waiting for each of our shards.
   parked_ = ParkedRequests(wire::max_waiting_per_peer(map_.owned_by(region).size()));
   for (const auto& range : map_.owned_by(region)) {
@@ -102,6 +116,8 @@ ParamServer::ParamServer(const ServerConfig& config, uint32_t region, zmq::conte
         b.receive_bytes / 1024, b.send_max, b.receive_max);
   }
   admission_ = admit_clients(config, region, context, options_.authenticator, channel);
+  if (config.standby.on && !options_.standby)
+    standby_link_ = std::make_unique<StandbyLink>(config, region, context);
   // Restored before the port opens: once it accepts connections (what `geotrain run` waits for
   // after a restart), the checkpoint is in and its `restore` event written.
   restore();
@@ -123,12 +139,14 @@ ParamServer::ParamServer(const ServerConfig& config, uint32_t region, zmq::conte
 }
 
 void ParamServer::restore() {
+  if (options_.standby) return;  // its primary's replicas are what it holds
   std::vector<ShardRange> ranges;
   for (const auto& s : shards_) ranges.push_back(s.range());
   std::vector<std::string> skipped;
   auto state =
       checkpoints_.restore_latest(config_.state_hash(table_.layout_hash()), ranges, &skipped);
   for (const auto& why : skipped) spdlog::warn("checkpoint skipped, not loaded: {}", why);
+  if (take_back(state ? std::optional(state->round) : std::nullopt)) return;
   if (!state) return;
   for (size_t i = 0; i < shards_.size(); ++i) {
     const auto& s = state->shards[i];
@@ -193,6 +211,8 @@ bool ParamServer::step(std::chrono::milliseconds timeout) {
   if (changed) retry_parked();
   if (metrics_endpoint_)
     metrics_endpoint_->serve([&] { return prometheus_text(stats(), wire::read_process_stats()); });
+  if (standby_link_)
+    standby_link_->pump(shards_, config_.shard.optimizer.momentum != 0.0f, options_.clock());
   return !shutdown_;
 }
 
@@ -235,9 +255,14 @@ ParamServer::Outcome ParamServer::dispatch(const std::string& peer, const wire::
                                            std::span<const wire::Frame> payloads,
                                            std::optional<TimePoint> parked_since) {
   if (auto* hello = std::get_if<wire::Hello>(&h.body)) {
+    if (!serving_ && !take_over(h)) return Outcome::refused;
     on_hello(peer, h, *hello);
     return Outcome::done;
   }
+  // Standby shards: the primary is no region's peer (server/standby.hpp).
+  if (auto* replica = std::get_if<wire::Replica>(&h.body))
+    return on_replica(peer, h, *replica, payloads);
+  if (std::holds_alternative<wire::TakeBack>(h.body)) return on_take_back(peer, h);
   // The key-value exchange is open to every peer (server/rendezvous_store.hpp).
   if (auto* set = std::get_if<wire::KvSet>(&h.body)) {
     kv_.set(*set, payloads, h.request_id);
@@ -534,6 +559,15 @@ nlohmann::json ParamServer::stats() const {
                       {"released_round", s.released_round()},
                       {"clocks", s.gate().clocks()}});
   j["shards"] = shards;
+  if (options_.standby)
+    j["standby"] = {{"role", serving_ ? "serving" : "standby"},
+                    {"has_replica", has_replica_},
+                    {"takeovers", takeovers_}};
+  else if (standby_link_)
+    j["standby"] = {{"role", "primary"},
+                    {"endpoint", standby_link_->endpoint()},
+                    {"replicas_sent", standby_link_->replicas_sent()},
+                    {"replica_bytes", standby_link_->bytes_sent()}};
   if (const auto* authenticator = admission_.authenticator) {
     const auto a = authenticator->counts();
     if (authenticator->policy().curve)

@@ -42,6 +42,7 @@
 #include "server/push_payload.hpp"
 #include "server/rendezvous_store.hpp"
 #include "server/shard.hpp"
+#include "server/standby.hpp"
 #include "wire/channel.hpp"
 #include "wire/messages.hpp"
 #include "wire/metrics_endpoint.hpp"
@@ -70,6 +71,10 @@ struct ServerOptions {
   // with the real steady clock, whatever `clock` is; 0 = off (tests that move a manual clock on
   // purpose). `geotrain server` sets it to server.heartbeat_ms.
   std::chrono::milliseconds excuse_stalls_over{0};
+  // This server is the standby of `region`'s shards (server/standby.hpp), run in another region's
+  // server process: it listens at config.standby.endpoints[region] (unless `endpoint` is given),
+  // keeps its primary's replicas, and serves the shards only once it has taken them over.
+  bool standby = false;
 };
 
 class ParamServer {
@@ -91,6 +96,8 @@ class ParamServer {
   bool step(std::chrono::milliseconds timeout);
   // Writes a checkpoint of every shard now; returns the round it records.
   uint64_t checkpoint();
+  // A standby (ServerOptions::standby) that serves its shards now: it took them over.
+  bool serving() const { return serving_; }
 
  private:
   // done: state changed; answered: replied, nothing changed; refused: answered with an Error,
@@ -136,6 +143,20 @@ class ParamServer {
   void excuse_own_stall(std::chrono::steady_clock::time_point waited_from,
                         std::chrono::milliseconds timeout, const char* what);
   void retry_parked();
+  // Standby shards (server/standby.hpp; param_server_standby.cpp). The standby's side: a replica
+  // from its primary, the primary's TakeBack, and a leader's hello while the primary may be alive
+  // (true: go on, it serves now; refused otherwise).
+  Outcome on_replica(const std::string& peer, const wire::Header& h, const wire::Replica& m,
+                     std::span<const wire::Frame> payloads);
+  Outcome on_take_back(const std::string& peer, const wire::Header& h);
+  bool take_over(const wire::Header& h);
+  // The primary's side: at the start, the shards from the standby when they are newer than
+  // `checkpoint_round` (returns whether it restored them); after a stall, whether the standby took
+  // over (Replaced); after every step, the next replica or heartbeat.
+  bool take_back(std::optional<uint64_t> checkpoint_round);
+  void after_stall(std::chrono::milliseconds stalled);
+  // Who counts as registered starts afresh (a standby's takeover and hand-back).
+  void forget_regions(const std::string& why);
   void forget_parked(const std::string& peer, const std::string& why);
   std::vector<bool> live() const { return membership_.live(); }
   nlohmann::json stats() const;
@@ -166,6 +187,12 @@ class ParamServer {
   PayloadPool pool_;                        // pull reply payloads, reused once ZeroMQ sent them
   std::unique_ptr<PassSplitter> splitter_;  // second thread for the passes of large shards, if any
   bool shutdown_ = false;
+  // Standby shards: a primary's link to its standby; a standby's state.
+  std::unique_ptr<StandbyLink> standby_link_;
+  bool serving_ = true;  // a standby: false until it takes its shards over
+  bool has_replica_ = false;
+  TimePoint primary_heard_{};
+  uint64_t takeovers_ = 0;
   bool sat_out_ = false;  // a push sat rounds out since the last step(): retry the parked
   std::optional<std::chrono::steady_clock::time_point> last_receive_end_;  // real clock
 };

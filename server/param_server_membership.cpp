@@ -70,6 +70,7 @@ void ParamServer::forget_parked(const std::string& peer, const std::string& why)
 }
 
 bool ParamServer::sweep() {
+  if (!serving_) return false;  // a standby counts nobody until it serves
   const auto deaths = membership_.expire(options_.clock());
   for (const auto& d : deaths) {
     const auto& name = config_.regions[d.region];
@@ -86,11 +87,11 @@ void ParamServer::excuse_own_stall(std::chrono::steady_clock::time_point waited_
   const auto now = std::chrono::steady_clock::now();
   const auto since = last_receive_end_.value_or(waited_from);
   last_receive_end_ = now;
-  if (options_.excuse_stalls_over.count() <= 0) return;
   // The previous message's work, this tick's sweep and the wait in receive, beyond the wait asked
   // for: the regions' messages of that time sat unread in the socket.
   const auto stalled = std::chrono::duration_cast<std::chrono::milliseconds>(now - since - timeout);
-  if (stalled <= options_.excuse_stalls_over) return;
+  after_stall(stalled);
+  if (options_.excuse_stalls_over.count() <= 0 || stalled <= options_.excuse_stalls_over) return;
   membership_.excuse(stalled, options_.clock());
   spdlog::warn(
       "server {} for {:.1f} s (stopped, starved of CPU, or a long piece of work): the regions' "

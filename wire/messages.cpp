@@ -154,6 +154,19 @@ void build(schema::Header::Builder h, const Body& body) {
             b.setKey(m.key);
             b.setValue(data(m.value));
           },
+          [&](const Replica& m) {
+            auto b = h.initReplica();
+            b.setEpoch(m.epoch);
+            auto list = b.initShards(static_cast<unsigned>(m.shards.size()));
+            for (size_t i = 0; i < m.shards.size(); ++i) {
+              auto s = list[static_cast<unsigned>(i)];
+              s.setId(m.shards[i].id);
+              s.setVersion(m.shards[i].version);
+              s.setReleasedRound(m.shards[i].released_round);
+              s.setMomentum(m.shards[i].momentum);
+            }
+          },
+          [&](const TakeBack&) { h.setTakeBack(); },
       },
       body);
 }
@@ -204,7 +217,7 @@ Body read(schema::Header::Reader h, uint64_t request_id) {
     case schema::Header::ERROR: {
       auto r = h.getError();
       auto code = static_cast<uint16_t>(r.getCode());
-      if (code > static_cast<uint16_t>(ErrorCode::internal))
+      if (code > static_cast<uint16_t>(ErrorCode::replaced))
         throw WireError(ErrorCode::malformed, fmt::format("error code {} is unknown", code),
                         request_id);
       return Error{static_cast<ErrorCode>(code), str(r.getMessage())};
@@ -246,6 +259,21 @@ Body read(schema::Header::Reader h, uint64_t request_id) {
       for (const uint64_t id : ids) m.answered.push_back(id);
       return m;
     }
+    case schema::Header::REPLICA: {
+      auto r = h.getReplica();
+      if (r.getShards().size() > kMaxReplicaShards)
+        throw WireError(ErrorCode::malformed,
+                        fmt::format("replica lists {} shards, limit {}", r.getShards().size(),
+                                    kMaxReplicaShards),
+                        request_id);
+      Replica m;
+      m.epoch = r.getEpoch();
+      for (auto s : r.getShards())
+        m.shards.push_back({s.getId(), s.getVersion(), s.getReleasedRound(), s.getMomentum()});
+      return m;
+    }
+    case schema::Header::TAKE_BACK:
+      return TakeBack{};
   }
   throw WireError(
       ErrorCode::malformed,
@@ -259,7 +287,7 @@ const char* error_code_name(ErrorCode code) {
   static constexpr const char* kNames[] = {
       "malformed", "badVersion",    "unregistered", "badTableHash", "badShard",
       "badRange",  "badCodec",      "badRound",     "badPayload",   "tooLarge",
-      "busy",      "unknownRegion", "internal"};
+      "busy",      "unknownRegion", "internal",     "notServing",   "replaced"};
   auto i = static_cast<size_t>(code);
   return i < std::size(kNames) ? kNames[i] : "unknown";
 }
@@ -269,7 +297,8 @@ const char* body_name(const Body& body) {
       "hello",      "helloReply",      "heartbeat", "push",         "pushReply",
       "pull",       "pullReply",       "error",     "statsRequest", "statsReply",
       "checkpoint", "checkpointReply", "shutdown",  "ack",          "kvSet",
-      "kvGet",      "kvReply",         "goodbye",   "kvTryGet",     "heartbeatReply"};
+      "kvGet",      "kvReply",         "goodbye",   "kvTryGet",     "heartbeatReply",
+      "replica",    "takeBack"};
   static_assert(std::size(kNames) == std::variant_size_v<Body>);
   return kNames[body.index()];
 }

@@ -51,6 +51,8 @@ enum class ErrorCode : uint16_t {
   busy,
   unknown_region,
   internal,
+  not_serving,  // a standby whose primary is alive (docs/server.md, "Standby shards")
+  replaced,     // a primary whose standby took its shards over
 };
 const char* error_code_name(ErrorCode code);
 
@@ -187,9 +189,26 @@ struct HeartbeatReply {            // a registered region's heartbeat, answered
   std::vector<uint64_t> answered;  // the request ids the server answered it last, newest last
 };
 
-using Body = std::variant<Hello, HelloReply, Heartbeat, Push, PushReply, PullRequest, PullReply,
-                          Error, StatsRequest, StatsReply, CheckpointRequest, CheckpointReply,
-                          Shutdown, Ack, KvSet, KvGet, KvReply, Goodbye, KvTryGet, HeartbeatReply>;
+// Standby shards (docs/server.md, "Standby shards"): a primary's state of its shards, sent to
+// their standby (none: a heartbeat), and handed back by the standby at a TakeBack. Frames, per
+// shard in order: the values (fp32), then the momentum when `momentum`.
+struct ReplicaShard {
+  uint32_t id = 0;
+  uint64_t version = 0;
+  uint64_t released_round = 0;
+  bool momentum = false;
+};
+inline constexpr size_t kMaxReplicaShards = 1024;  // a longer list is malformed
+struct Replica {
+  std::vector<ReplicaShard> shards;
+  uint64_t epoch = 0;  // the sender's takeovers so far
+};
+struct TakeBack {};  // a restarted primary asks its standby for its shards back
+
+using Body =
+    std::variant<Hello, HelloReply, Heartbeat, Push, PushReply, PullRequest, PullReply, Error,
+                 StatsRequest, StatsReply, CheckpointRequest, CheckpointReply, Shutdown, Ack, KvSet,
+                 KvGet, KvReply, Goodbye, KvTryGet, HeartbeatReply, Replica, TakeBack>;
 
 struct Header {
   uint64_t request_id = 0;

@@ -117,11 +117,30 @@ enum ErrorCode {
   busy @10;
   unknownRegion @11;
   internal @12;
+  notServing @13;     # a standby asked to serve while its primary is alive (docs/server.md,
+                      # "Standby shards"): the asker tries the primary
+  replaced @14;       # a primary whose standby took its shards over: it must restart and take
+                      # them back (TakeBack) before it serves again
 }
 
 struct Error {
   code @0 :ErrorCode;
   message @1 :Text;             # names the field and the value
+}
+
+# Standby shards (docs/server.md, "Standby shards"): a primary's state of one shard, sent to its
+# standby. Frames, per shard in order: the values (count x fp32, little-endian), then the momentum
+# when `momentum` (the same size).
+struct ReplicaShard {
+  id @0 :UInt32;
+  version @1 :UInt64;
+  releasedRound @2 :UInt64;
+  momentum @3 :Bool;
+}
+
+struct Replica {
+  shards @0 :List(ReplicaShard);  # none: a heartbeat of the primary
+  epoch @1 :UInt64;               # the sender's takeovers so far (one more at each promotion)
 }
 
 struct KeyValue {
@@ -162,5 +181,11 @@ struct Header {
     # it sent, and has not received any of it, knows the reply was lost on the way (a connection
     # that broke after the server queued it) and rejoins instead of waiting out its timeout.
     heartbeatReply @21 :List(UInt64);
+    # A primary to its standby: its shards' state (or none: a heartbeat). Answered with ack, or
+    # with Error{replaced} once the standby serves the shards itself. A standby answers a
+    # takeBack with it too: the state it holds, handed back to the restarted primary.
+    replica @22 :Replica;
+    # A restarted primary to its standby: hand my shards back and stop serving them.
+    takeBack @23 :Void;
   }
 }

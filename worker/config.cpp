@@ -112,6 +112,7 @@ void parse_shared_keys(const YamlReader& in, const YAML::Node& root, WorkerConfi
   if (auto server = root["server"]) {
     GT_REQUIRE(server.IsMap(), "{}: 'server' must be a mapping", in.source());
     if (auto e = server["endpoints"]) c.server_endpoints = read_endpoints(in, e, c.regions);
+    c.standby = read_standby(in, server, c.regions);
   }
   const SharedProtocol shared = read_shared_protocol(in, root);
   c.staleness_bound = shared.staleness_bound;

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "compression/codec_schedule.hpp"
+#include "core/deployment_keys.hpp"
 #include "core/region_workers.hpp"
 #include "models/model_spec.hpp"
 #include "wire/security_config.hpp"
@@ -61,6 +62,7 @@ struct WorkerConfig {
   // netsim): routes[from_region][to_region] = endpoint.
   std::map<std::string, std::map<std::string, std::string>> routes;
   uint32_t staleness_bound = 0;
+  StandbySettings standby;  // server.standby (core/deployment_keys.hpp): leaders ask the standby
 
   // worker.workers_per_region: a count for every region, or {region: count} (an uneven fleet).
   RegionWorkers workers;

@@ -24,18 +24,24 @@ struct Released {
 };
 
 // Every server's released shards: the last release of each (a server restarted from its
-// checkpoint after the end may release a shard again).
+// checkpoint after the end may release a shard again). A standby that served shards at the end
+// (server.standby) released them in its own file, standby-<region>.metrics.jsonl.
 std::map<std::string, Released> released_shards(const fs::path& run_dir) {
   std::map<std::string, Released> out;
   std::error_code ec;
   std::set<fs::path> files;  // in name order: the same answer on every file system
+  const std::string tail = ".metrics.jsonl";
   for (const auto& e : fs::directory_iterator(run_dir, ec)) {
     const auto name = e.path().filename().string();
-    if (name.starts_with("server-") && name.ends_with(".metrics.jsonl")) files.insert(e.path());
+    if ((name.starts_with("server-") || name.starts_with("standby-")) && name.ends_with(tail))
+      files.insert(e.path());
   }
   for (const auto& file : files) {
     const auto name = file.filename().string();
-    const auto server = name.substr(7, name.size() - 7 - std::string(".metrics.jsonl").size());
+    const bool standby = name.starts_with("standby-");
+    const size_t head = standby ? 8 : 7;
+    const auto server = name.substr(head, name.size() - head - tail.size()) +
+                        (standby ? " (standby)" : "");
     for (const auto& e : read_jsonl(file)) {
       if (e.value("event", "") != "flush" || !e.contains("hash") || !e["hash"].is_string() ||
           !e.contains("shard") || !e["shard"].is_number_unsigned())

@@ -87,6 +87,18 @@ void resolve_server_section(YAML::Node& root, const YamlReader& in, const RunSet
   for (const auto& r : s.regions) endpoints[r] = tcp(d.host, d.server_ports[r]);
   server["endpoints"] = endpoints;
   server["run_dir"] = run.string();
+  // server.standby (docs/server.md, "Standby shards"): each region's standby listens on a port of
+  // its own, in the next region's server process; `on` becomes the mapping with the endpoints.
+  if (YAML::Node standby = server["standby"];
+      standby && !(standby.IsScalar() && standby.Scalar() == "off")) {
+    YAML::Node resolved = standby.IsMap() ? standby : YAML::Node(YAML::NodeType::Map);
+    if (!resolved["endpoints"]) {
+      YAML::Node at(YAML::NodeType::Map);
+      for (const auto& r : s.regions) at[r] = tcp(d.host, ports.allocate());
+      resolved["endpoints"] = at;
+    }
+    server["standby"] = resolved;
+  }
   // server.metrics_port (docs/monitoring.md): each server on this machine needs a port of its
   // own. A port P gives the regions P, P + 1, ... in config order (so a fixed scrape config can
   // name them), `auto` free ones; a map is used as written. The resolved config has the map.

@@ -1,5 +1,6 @@
 #include "worker/leader/leader_config.hpp"
 
+#include "core/error.hpp"
 #include "wire/security_config.hpp"
 
 namespace geotrain::worker {
@@ -9,9 +10,18 @@ SyncConfig leader_sync_config(const WorkerConfig& c, const std::string& region,
   c.region_index(region);  // InputError naming the allowed regions
   SyncConfig sc;
   sc.region = region;
-  for (const auto& r : c.regions)
+  for (const auto& r : c.regions) {
     sc.servers.push_back(
         {r, c.server_endpoint(region, r), wire::curve_client(c.security, region, r)});
+    if (!c.standby.on) continue;
+    const auto standby = c.standby.endpoints.find(r);
+    GT_REQUIRE(standby != c.standby.endpoints.end(),
+               "server.standby.endpoints has no entry for region '{}' (where the standby of its "
+               "shards listens)",
+               r);
+    sc.servers.back().standby = standby->second;
+  }
+  sc.takeover_after = c.standby.takeover_after;
   sc.critical_codec = c.critical_codec;
   sc.noncritical_codec = c.noncritical_codec;
   sc.error_feedback_decay = c.error_feedback_decay;

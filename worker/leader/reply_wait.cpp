@@ -51,6 +51,14 @@ std::map<uint64_t, wire::Reply> collect(wire::Client& client, const std::string&
           "or a lane not reconnected to a restarted server): they may be lost",
           region, ids.size() - replies.size(), ids.size(), what));
     const auto now = Clock::now();
+    if (waiting.silent_lost.count() > 0 && waiting.last_answer &&
+        now - *waiting.last_answer >= waiting.silent_lost)
+      throw ServerLost(fmt::format(
+          "the server of region {} has answered nothing for {} ms (server.standby."
+          "takeover_after_ms) while {} of {} replies to {} were awaited: its standby takes over",
+          region,
+          std::chrono::duration_cast<std::chrono::milliseconds>(now - *waiting.last_answer).count(),
+          ids.size() - replies.size(), ids.size(), what));
     if (waiting.stop.stop_requested() && now - started >= kStopGrace)
       throw Stopped(
           fmt::format("stopped while waiting {} ms for {} of {} replies to {} from the "
@@ -68,6 +76,8 @@ std::map<uint64_t, wire::Reply> collect(wire::Client& client, const std::string&
               : fmt::format("server of region {} sent {} of {} replies within {} ms", region,
                             replies.size(), ids.size(), timeout.count()));
     auto until = deadline;
+    if (waiting.silent_lost.count() > 0 && waiting.last_answer)
+      until = std::min(until, *waiting.last_answer + waiting.silent_lost);
     if (probe.count() > 0 && !late) {
       if (now - quiet_since >= probe) {
         if (auto id = client.send(wire::Heartbeat{})) probes.push_back(*id);
@@ -83,6 +93,7 @@ std::map<uint64_t, wire::Reply> collect(wire::Client& client, const std::string&
                         std::chrono::milliseconds(1)));
     if (!reply && late) break;
     if (!reply) continue;
+    if (waiting.last_answer) *waiting.last_answer = Clock::now();
     const uint64_t id = reply->header.request_id;
     const bool ours = contains(ids, id);
     const bool probed = contains(probes, id);

@@ -64,6 +64,11 @@ struct ReplyWait {
   // lasts as long as the server is alive and holds the requests, and `timeout` bounds only its
   // silence (the final pull, which waits for the slowest region's flush).
   bool while_answered = false;
+  // Standby shards (server.standby): a server that has answered nothing for `silent_lost` is lost
+  // (ServerLost), so that the caller says hello to its standby too. `last_answer` (the link's,
+  // kept across waits) is when it last answered anything, moved on by every reply.
+  std::chrono::milliseconds silent_lost{};
+  std::chrono::steady_clock::time_point* last_answer = nullptr;
 };
 
 // Replies of one server, by request id; throws SystemError when they do not all come within

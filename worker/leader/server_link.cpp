@@ -63,6 +63,10 @@ std::map<uint64_t, wire::Reply> ServerLink::collect(const std::vector<uint64_t>&
   if (probe_) how.parked_ids.push_back(*probe_);
   how.parked = &parked_;
   how.disconnects_seen = seen_disconnects_;
+  if (other_) {
+    how.silent_lost = takeover_after_;
+    how.last_answer = &last_answer_;
+  }
   auto replies = worker::collect(*client_, region_, ids, timeout, what, how);
   if (!replies.empty()) heard_from();
   return replies;
@@ -118,6 +122,17 @@ std::optional<wire::HelloReply> ServerLink::try_rejoin(const wire::Hello& hello,
   // one of them comes during a later one.
   auto& ids = hellos_sent_;
   std::optional<wire::Reply> answer;
+  bool from_other = false;  // standby shards: the other connection answered
+  // An answer to one of our hellos on `client` (a standby's not_serving is none: it waits on).
+  const auto look = [](wire::Client& client, const std::vector<uint64_t>& sent,
+                       std::chrono::milliseconds wait) -> std::optional<wire::Reply> {
+    auto reply = client.receive(wait);
+    if (!reply || std::find(sent.begin(), sent.end(), reply->header.request_id) == sent.end())
+      return std::nullopt;
+    const auto* e = std::get_if<wire::Error>(&reply->header.body);
+    if (e && e->code == wire::ErrorCode::not_serving) return std::nullopt;
+    return reply;
+  };
   // At least one hello sent and one look for an answer, however short the timeout.
   bool looked = false;
   for (auto next_send = t0; !answer; looked = true) {
@@ -127,17 +142,31 @@ std::optional<wire::HelloReply> ServerLink::try_rejoin(const wire::Hello& hello,
     if (now >= deadline && looked) return std::nullopt;
     if (now >= next_send) {
       if (auto id = client_->send(hello)) ids.push_back(*id);
+      if (other_)
+        if (auto id = other_->send(hello)) other_hellos_.push_back(*id);
       if (while_waiting) while_waiting();
       next_send = now + heartbeat;
     }
     auto until = std::min(next_send, deadline);
     if (stop.stop_possible()) until = std::min(until, now + std::chrono::milliseconds(100));
-    auto reply = client_->receive(
-        std::max(std::chrono::duration_cast<std::chrono::milliseconds>(until - now),
-                 std::chrono::milliseconds(1)));
-    if (reply && std::find(ids.begin(), ids.end(), reply->header.request_id) != ids.end())
-      answer = std::move(reply);
+    // With a standby, both connections are looked at in turns.
+    if (other_) until = std::min(until, now + std::chrono::milliseconds(10));
+    answer = look(*client_, ids,
+                  std::max(std::chrono::duration_cast<std::chrono::milliseconds>(until - now),
+                           std::chrono::milliseconds(1)));
+    if (!answer && other_) {
+      answer = look(*other_, other_hellos_, std::chrono::milliseconds(0));
+      from_other = answer.has_value();
+    }
   }
+  if (from_other) {
+    std::swap(client_, other_);
+    std::swap(ids, other_hellos_);
+    on_standby_ = !on_standby_;
+    spdlog::warn("region {}: the shards of region {}'s server are served by its {} now",
+                 hello.region, region_, on_standby_ ? "standby" : "primary");
+  }
+  other_hellos_.clear();
   if (auto* e = std::get_if<wire::Error>(&answer->header.body))
     throw InputError(fmt::format("region {}: the server of region {} refused the hello: {} ({})",
                                  hello.region, region_, e->message,
@@ -148,6 +177,7 @@ std::optional<wire::HelloReply> ServerLink::try_rejoin(const wire::Hello& hello,
   // Registered again over the connections as they are now: what broke before is accounted for.
   seen_disconnects_ = client_->channel().breaks();
   heard_from();
+  last_answer_ = Clock::now();
   return reply;
 }
 

@@ -31,6 +31,9 @@ struct ServerAddress {
   std::string endpoint;
   // security.curve: connect as a CURVE client (this region's keypair, that server's key).
   std::optional<wire::ChannelOptions::CurveClient> curve{};
+  // server.standby: where the standby of its shards listens (server/standby.hpp), with the same
+  // keys (it serves them as that server); none without standby shards.
+  std::optional<std::string> standby{};
 };
 
 // A client for `server` over `streams` connections (wire::ChannelOptions::lanes), with socket
@@ -58,7 +61,19 @@ class ServerLink {
   void attach(std::unique_ptr<wire::Client> client) {
     client_ = std::move(client);
     seen_disconnects_ = client_->channel().breaks();
+    last_answer_ = Clock::now();
   }
+  // Standby shards: a connection to the standby of the server's shards. A server silent for
+  // `takeover_after` while replies are awaited is lost (ServerLost), and every rejoin says hello
+  // to both: whichever serves the shards answers (the other refuses with not_serving), and the
+  // link talks to it from then on.
+  void attach_standby(std::unique_ptr<wire::Client> client,
+                      std::chrono::milliseconds takeover_after) {
+    other_ = std::move(client);
+    takeover_after_ = takeover_after;
+  }
+  // Talking to the standby now (it took the shards over).
+  bool on_standby() const { return on_standby_; }
 
   // Sends a request; SystemError naming the server when its send queue is full.
   uint64_t send(wire::Body body, std::vector<wire::Frame> frames = {});
@@ -126,7 +141,14 @@ class ServerLink {
   Clock::time_point last_contact_{};
   bool lost_ = false;
   std::vector<uint64_t> hellos_sent_;  // since the link was lost, unanswered (try_rejoin)
-  uint64_t seen_disconnects_ = 0;      // the channel's breaks() when last in step (attach, rejoin)
+  // Standby shards: the connection not in use (the standby's, or the primary's once the standby
+  // serves), its unanswered hellos, and when the one in use last answered anything.
+  std::unique_ptr<wire::Client> other_;
+  std::vector<uint64_t> other_hellos_;
+  std::chrono::milliseconds takeover_after_{};
+  bool on_standby_ = false;
+  Clock::time_point last_answer_{};
+  uint64_t seen_disconnects_ = 0;  // the channel's breaks() when last in step (attach, rejoin)
   bool flush_ = false;
   std::set<uint64_t> in_flight_;
   std::map<uint64_t, wire::Reply> parked_;

@@ -11,13 +11,9 @@ namespace geotrain::worker {
 ServerLinks::ServerLinks(const SyncConfig& config, zmq::context_t& context)
     : config_(config), context_(context) {
   GT_REQUIRE(!config_.servers.empty(), "region {}: no servers to synchronise with", config_.region);
-  for (const auto& s : config_.servers) {
-    ServerLink link(s.region);
-    if (config_.streams_per_server > 0)
-      link.attach(
-          open_server_client(context_, s, config_.streams_per_server, config_.socket_buffer_bytes));
-    links_.push_back(std::move(link));
-  }
+  for (const auto& s : config_.servers) links_.emplace_back(s.region);
+  if (config_.streams_per_server > 0)
+    for (size_t s = 0; s < links_.size(); ++s) connect(s, config_.streams_per_server);
   if (config_.streams_per_server != 1 || config_.socket_buffer_bytes > 0) {
     const auto b = wire::effective_socket_buffer(config_.socket_buffer_bytes);
     spdlog::info("region {}: {} connection(s) per server; socket buffers {}", config_.region,
@@ -41,8 +37,19 @@ void ServerLinks::open() {
     const uint32_t streams =
         choose_streams(context_, server, config_.region, config_.link_mbps,
                        config_.socket_buffer_bytes, config_.timeout, probe_wait);
-    links_[s].attach(open_server_client(context_, server, streams, config_.socket_buffer_bytes));
+    connect(s, streams);
   }
+}
+
+void ServerLinks::connect(size_t s, uint32_t streams) {
+  const auto& server = config_.servers[s];
+  links_[s].attach(open_server_client(context_, server, streams, config_.socket_buffer_bytes));
+  if (!server.standby) return;
+  ServerAddress standby = server;
+  standby.endpoint = *server.standby;
+  links_[s].attach_standby(
+      open_server_client(context_, standby, streams, config_.socket_buffer_bytes),
+      config_.takeover_after);
 }
 
 ReplyWait ServerLinks::waiting(size_t s, bool probe) {

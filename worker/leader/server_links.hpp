@@ -63,6 +63,9 @@ class ServerLinks {
   void goodbye(std::chrono::milliseconds wait);
 
  private:
+  // Attaches server s's connection (and its standby's, with server.standby) over `streams` each.
+  void connect(size_t s, uint32_t streams);
+
   SyncConfig config_;
   zmq::context_t& context_;
   std::vector<ServerLink> links_;

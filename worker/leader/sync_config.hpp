@@ -46,6 +46,9 @@ struct SyncConfig {
   // region's healthy exchanges (worker/leader/shard_wait.hpp).
   bool shard_wait_auto = false;
   std::chrono::milliseconds heartbeat{1'000};
+  // server.standby.takeover_after_ms, for servers with a standby (ServerAddress::standby): a
+  // server silent this long while replies are awaited is lost, and its standby asked.
+  std::chrono::milliseconds takeover_after{2'000};
   // worker.streams_per_server: connections to each server, messages striped over them
   // (wire::ChannelOptions::lanes); 0 (auto): connect() measures the round trip to each server
   // first and asks wire::streams_for_link with link_mbps and this host's TCP window.
