@@ -42,17 +42,21 @@ StandbySettings read_standby(const YamlReader& in, const YAML::Node& server,
     const auto v = in.string(n, "server.standby");
     GT_REQUIRE(v == "on" || v == "off",
                "{}: server.standby is '{}', allowed: on, off, or a mapping {{endpoints, "
-               "every_rounds, takeover_after_ms}}",
+               "every_rounds, takeover_after_ms, codec, anchor_every}}",
                in.source(), v);
     out.on = v == "on";
   } else {
     GT_REQUIRE(n.IsMap(), "{}: server.standby must be on, off or a mapping", in.source());
-    in.check_keys(n, "server.standby", {"endpoints", "every_rounds", "takeover_after_ms"});
+    in.check_keys(n, "server.standby",
+                  {"endpoints", "every_rounds", "takeover_after_ms", "codec", "anchor_every"});
     out.on = true;
     if (auto e = n["endpoints"])
       out.endpoints = read_endpoints(in, e, regions, "server.standby.endpoints");
     if (auto k = n["every_rounds"])
       out.every_rounds = in.number<uint64_t>(k, "server.standby.every_rounds", 1, 1000000);
+    if (auto k = n["codec"]) out.codec = in.string(k, "server.standby.codec");
+    if (auto k = n["anchor_every"])
+      out.anchor_every = in.number<uint64_t>(k, "server.standby.anchor_every", 1, 1000000);
     if (auto k = n["takeover_after_ms"])
       out.takeover_after = std::chrono::milliseconds(
           in.number<int64_t>(k, "server.standby.takeover_after_ms", 1, 3600000));

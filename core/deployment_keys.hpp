@@ -42,6 +42,11 @@ struct StandbySettings {
   // launched run fills them in; `geotrain server` needs them.
   std::map<std::string, std::string> endpoints;
   uint64_t every_rounds = 1;  // a replica after every this many released rounds
+  // How a replica travels: `fp32` (the values themselves, exact), or a codec spec: the change
+  // since the last replica through that codec with error feedback, and the exact values every
+  // anchor_every replicas (and whenever the standby lacks the base of a change).
+  std::string codec = "fp32";
+  uint64_t anchor_every = 100;
   // A standby serves the shards only once its primary was silent this long and a leader asks.
   std::chrono::milliseconds takeover_after{2000};
 };

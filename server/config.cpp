@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "compression/error_feedback.hpp"
+#include "compression/factory.hpp"
 #include "core/deployment_keys.hpp"
 #include "core/error.hpp"
 #include "core/region_workers.hpp"
@@ -159,6 +160,18 @@ void parse_server(const Ctx& c, const YAML::Node& s, ServerConfig& cfg) {
               "standby"});
   if (auto n = s["endpoints"]) cfg.endpoints = read_endpoints(c.in, n, cfg.regions);
   cfg.standby = read_standby(c.in, s, cfg.regions);
+  if (cfg.standby.on) {
+    std::unique_ptr<compression::Codec> codec;
+    try {
+      codec = compression::make_codec(cfg.standby.codec);
+    } catch (const InputError& e) {
+      throw InputError(fmt::format("{}: server.standby.codec: {}", c.source, e.what()));
+    }
+    GT_REQUIRE(!codec->uses_shape(),
+               "{}: server.standby.codec is '{}': a replica is a flat change, and {} factorises "
+               "matrices (allowed: fp32 or any codec that does not)",
+               c.source, cfg.standby.codec, cfg.standby.codec);
+  }
 
   cfg.shards_per_region =
       read_region_counts(c.in, s, "server", "shards_per_region", cfg.regions, 1, 1, 1024);

@@ -70,6 +70,14 @@ ParamServer::Outcome ParamServer::on_replica(const std::string& peer, const wire
                     fmt::format("the standby of region {} took its shards over at round {}", name,
                                 released_of(shards_)),
                     h.request_id);
+  const bool change = std::any_of(m.shards.begin(), m.shards.end(),
+                                  [](const wire::ReplicaShard& s) { return s.change; });
+  if (change && !has_replica_)
+    throw WireError(ErrorCode::bad_round,
+                    fmt::format("replica of a change, but the standby of region {} holds no "
+                                "replica to add it to: send the values",
+                                name),
+                    h.request_id);
   if (!m.shards.empty()) {
     restore_from_replica(shards_, m, payloads, h.request_id);
     has_replica_ = true;

@@ -7,6 +7,8 @@
 #include <cstring>
 #include <set>
 
+#include "compression/factory.hpp"
+#include "compression/payload.hpp"
 #include "core/error.hpp"
 #include "wire/channel.hpp"
 #include "wire/security_config.hpp"
@@ -19,6 +21,24 @@ using wire::WireError;
 namespace {
 
 wire::Frame floats_frame(ConstFloatSpan v) { return wire::Frame(v.data(), v.size_bytes()); }
+
+// `base` plus the change a payload frame holds (of base.size() elements), checked whole.
+std::vector<float> changed(ConstFloatSpan base, const wire::Frame& f, uint32_t shard,
+                           const char* what, uint64_t request_id) {
+  std::vector<float> out(base.begin(), base.end());
+  try {
+    compression::decode_add_payload(f.bytes(), out);
+  } catch (const InputError& e) {
+    throw WireError(ErrorCode::bad_payload,
+                    fmt::format("replica of shard {}: its {} change: {}", shard, what, e.what()),
+                    request_id);
+  }
+  if (!std::all_of(out.begin(), out.end(), [](float x) { return std::isfinite(x); }))
+    throw WireError(ErrorCode::bad_payload,
+                    fmt::format("replica of shard {}: its {} hold NaN or infinity", shard, what),
+                    request_id);
+  return out;
+}
 
 // The frame's floats, checked for its size; copied out (a frame's bytes need not be aligned).
 std::vector<float> floats_of(const wire::Frame& f, size_t count, uint32_t shard, const char* what,
@@ -85,16 +105,29 @@ uint64_t restore_from_replica(std::vector<Shard>& shards, const wire::Replica& r
                       fmt::format("replica names shard {}, which this server {}", r.id,
                                   it == shards.end() ? "does not hold" : "was given twice"),
                       request_id);
-    const size_t n = it->range().count;
-    Restore one{&*it, &r, floats_of(frames[f++], n, r.id, "values", request_id), {}};
-    one.momentum = r.momentum ? floats_of(frames[f++], n, r.id, "momentum", request_id)
-                              : std::vector<float>(it->momentum().size(), 0.0f);
-    if (one.momentum.size() != it->momentum().size())
+    if (r.change && it->version() != r.base_version)
+      throw WireError(ErrorCode::bad_round,
+                      fmt::format("replica of shard {} is a change since version {}, this standby "
+                                  "holds version {}: send the values",
+                                  r.id, r.base_version, it->version()),
+                      request_id);
+    if (r.momentum && it->momentum().empty())
       throw WireError(ErrorCode::malformed,
                       fmt::format("replica of shard {} carries momentum; this server keeps none "
                                   "(server.optimizer.momentum differs between the two servers)",
                                   r.id),
                       request_id);
+    const auto& values_frame = frames[f++];
+    const wire::Frame* momentum_frame = r.momentum ? &frames[f++] : nullptr;
+    Restore one{&*it, &r, {}, {}};
+    one.values = r.change ? changed(it->values(), values_frame, r.id, "values", request_id)
+                          : floats_of(values_frame, it->range().count, r.id, "values", request_id);
+    if (!momentum_frame)
+      one.momentum.assign(it->momentum().size(), 0.0f);
+    else if (r.change)
+      one.momentum = changed(it->momentum(), *momentum_frame, r.id, "momentum", request_id);
+    else
+      one.momentum = floats_of(*momentum_frame, it->range().count, r.id, "momentum", request_id);
     restores.push_back(std::move(one));
   }
   uint64_t round = restores.empty() ? 0 : UINT64_MAX;
@@ -105,10 +138,66 @@ uint64_t restore_from_replica(std::vector<Shard>& shards, const wire::Replica& r
   return round;
 }
 
+ReplicaEncoder::ReplicaEncoder(const std::string& codec_spec, uint64_t anchor_every)
+    : anchor_every_(anchor_every) {
+  auto codec = compression::make_codec(codec_spec);
+  if (!codec->lossless()) codec_ = std::move(codec);
+}
+
+void ReplicaEncoder::anchor(ConstFloatSpan now, Stream& s) {
+  if (!codec_) return;  // fp32: nothing to track
+  s.held.assign(now.begin(), now.end());
+  s.residual.assign(now.size(), 0.0f);
+}
+
+wire::Frame ReplicaEncoder::change(ConstFloatSpan now, Stream& s) {
+  // x = (now - held) + residual; the standby adds D(C(x)); the residual keeps what it missed.
+  auto& x = s.residual;
+  for (size_t i = 0; i < x.size(); ++i) x[i] += now[i] - s.held[i];
+  codec_->encode(x, scratch_);
+  decoded_.assign(x.size(), 0.0f);
+  compression::decode_payload(scratch_, decoded_);
+  for (size_t i = 0; i < x.size(); ++i) {
+    x[i] -= decoded_[i];
+    s.held[i] += decoded_[i];
+  }
+  return wire::Frame(scratch_.data(), scratch_.size());
+}
+
+ReplicaMessage ReplicaEncoder::next(const std::vector<Shard>& shards, bool momentum) {
+  const bool exact = !codec_ || anchor_due_ || since_anchor_ + 1 >= anchor_every_;
+  ReplicaMessage out = replica_of(shards, momentum, 0);
+  if (exact) {
+    for (const auto& s : shards) {
+      auto& st = streams_[s.range().id];
+      anchor(s.values(), st.values);
+      anchor(s.momentum(), st.momentum);
+      st.version = s.version();
+    }
+    anchor_due_ = false;
+    since_anchor_ = 0;
+    return out;
+  }
+  ++since_anchor_;
+  out.frames.clear();
+  for (size_t i = 0; i < shards.size(); ++i) {
+    const auto& s = shards[i];
+    auto& st = streams_.at(s.range().id);
+    auto& meta = out.replica.shards[i];
+    meta.change = true;
+    meta.base_version = st.version;
+    out.frames.push_back(change(s.values(), st.values));
+    if (meta.momentum) out.frames.push_back(change(s.momentum(), st.momentum));
+    st.version = s.version();
+  }
+  return out;
+}
+
 StandbyLink::StandbyLink(const ServerConfig& config, uint32_t region, zmq::context_t& context)
     : region_(config.regions.at(region)),
       every_rounds_(config.standby.every_rounds),
-      heartbeat_(config.heartbeat) {
+      heartbeat_(config.heartbeat),
+      encoder_(config.standby.codec, config.standby.anchor_every) {
   const auto it = config.standby.endpoints.find(region_);
   GT_REQUIRE(it != config.standby.endpoints.end(),
              "server.standby.endpoints has no entry for region '{}' (where the standby of its "
@@ -122,16 +211,18 @@ StandbyLink::StandbyLink(const ServerConfig& config, uint32_t region, zmq::conte
   client_ = std::make_unique<wire::Client>(wire::connect_dealer(context, endpoint_, options));
 }
 
-void StandbyLink::check(const wire::Reply& reply) const {
+void StandbyLink::check(const wire::Reply& reply) {
   const auto* e = std::get_if<wire::Error>(&reply.header.body);
   if (e && e->code == ErrorCode::replaced)
     throw Replaced(
         fmt::format("server {}: its standby at {} serves its shards now ({}): this "
                     "server stops; restarted, it takes them back",
                     region_, endpoint_, e->message));
-  if (e)
-    spdlog::warn("server {}: its standby at {} refused a replica: {} ({})", region_, endpoint_,
-                 e->message, wire::error_code_name(e->code));
+  if (!e) return;
+  spdlog::warn("server {}: its standby at {} refused a replica: {} ({}); the next one carries "
+               "the values",
+               region_, endpoint_, e->message, wire::error_code_name(e->code));
+  encoder_.anchor_next();
 }
 
 void StandbyLink::drain() {
@@ -168,7 +259,7 @@ void StandbyLink::pump(const std::vector<Shard>& shards, bool momentum, TimePoin
   if (!due && last_send_ && now - *last_send_ < heartbeat_) return;
   std::optional<uint64_t> id;
   if (due) {
-    auto m = replica_of(shards, momentum, 0);
+    auto m = encoder_.next(shards, momentum);
     uint64_t bytes = 0;
     for (const auto& f : m.frames) bytes += f.size();
     id = client_->send(std::move(m.replica), std::move(m.frames));

@@ -14,8 +14,8 @@
 // back what it holds, newest first, stops serving, and the primary restores from it when it is
 // newer than its own checkpoint.
 //
-// This file: the Replica's frames (written and read, each refusal naming what is wrong) and the
-// primary's side, StandbyLink. The standby's side is ParamServer's (param_server_standby.cpp).
+// This file: the Replica's frames (written and read, each refusal naming what is wrong), the
+// primary's encoder of them and its side of the link, StandbyLink. The standby's side is ParamServer's (param_server_standby.cpp).
 // Not thread-safe: the server loop's thread.
 #pragma once
 
@@ -23,6 +23,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -30,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "compression/codec.hpp"
 #include "server/config.hpp"
 #include "server/shard.hpp"
 #include "wire/client.hpp"
@@ -50,6 +52,42 @@ struct ReplicaMessage {
   std::vector<wire::Frame> frames;
 };
 ReplicaMessage replica_of(const std::vector<Shard>& shards, bool momentum, uint64_t epoch);
+
+// The primary's replicas (server.standby.codec): with fp32 every replica is replica_of()'s exact
+// values; with a lossy codec, the change of each shard's values (and momentum) since the last
+// replica, through that codec with error feedback (the residual carried to the next replica, as
+// on the downlink), so the standby's copy trails the primary's by one codec step at most; and the
+// exact values every `anchor_every` replicas, at the first, and after the standby refused a
+// change (it lacked its base: restarted). The standby's copy after a change is exactly what this
+// encoder believes it is (both add the same decoded change to the same floats).
+class ReplicaEncoder {
+ public:
+  ReplicaEncoder(const std::string& codec_spec, uint64_t anchor_every);
+  ReplicaMessage next(const std::vector<Shard>& shards, bool momentum);
+  // The next replica carries the values themselves.
+  void anchor_next() { anchor_due_ = true; }
+
+ private:
+  // One span's replica stream: what the standby holds of it, and the error-feedback residual.
+  struct Stream {
+    std::vector<float> held, residual;
+  };
+  // The change of `now` since `s.held` (plus the residual) as a payload; `s` moved on by it.
+  wire::Frame change(ConstFloatSpan now, Stream& s);
+  void anchor(ConstFloatSpan now, Stream& s);
+
+  std::unique_ptr<compression::Codec> codec_;  // null: fp32, every replica exact
+  uint64_t anchor_every_;
+  uint64_t since_anchor_ = 0;
+  bool anchor_due_ = true;
+  struct ShardStreams {
+    Stream values, momentum;
+    uint64_t version = 0;  // of the last replica sent
+  };
+  std::map<uint32_t, ShardStreams> streams_;  // by shard id
+  Bytes scratch_;
+  std::vector<float> decoded_;
+};
 // Checks a Replica against `shards` (every id one of theirs, once; frames of the right count and
 // sizes; values finite) and restores them from it: WireError{malformed / bad_shard / bad_payload}
 // naming the problem, with nothing restored. Returns the lowest released round it restored (0 for
@@ -92,8 +130,9 @@ class StandbyLink {
   uint64_t replicas_sent() const { return replicas_sent_; }
 
  private:
-  // Replies come in order; a Replaced one throws.
-  void check(const wire::Reply& reply) const;
+  // Replies come in order; a Replaced one throws; any other refusal makes the next replica an
+  // anchor.
+  void check(const wire::Reply& reply);
   void drain();
 
   std::string region_;
@@ -101,6 +140,7 @@ class StandbyLink {
   uint64_t every_rounds_;
   std::chrono::milliseconds heartbeat_;
   std::unique_ptr<wire::Client> client_;
+  ReplicaEncoder encoder_;
   uint64_t sent_round_ = 0;  // the released round of the last replica sent
   std::optional<TimePoint> last_send_;
   uint64_t bytes_sent_ = 0;

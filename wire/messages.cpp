@@ -164,6 +164,8 @@ void build(schema::Header::Builder h, const Body& body) {
               s.setVersion(m.shards[i].version);
               s.setReleasedRound(m.shards[i].released_round);
               s.setMomentum(m.shards[i].momentum);
+              s.setChange(m.shards[i].change);
+              s.setBaseVersion(m.shards[i].base_version);
             }
           },
           [&](const TakeBack&) { h.setTakeBack(); },
@@ -269,7 +271,8 @@ Body read(schema::Header::Reader h, uint64_t request_id) {
       Replica m;
       m.epoch = r.getEpoch();
       for (auto s : r.getShards())
-        m.shards.push_back({s.getId(), s.getVersion(), s.getReleasedRound(), s.getMomentum()});
+        m.shards.push_back({s.getId(), s.getVersion(), s.getReleasedRound(), s.getMomentum(),
+                            s.getChange(), s.getBaseVersion()});
       return m;
     }
     case schema::Header::TAKE_BACK:

@@ -197,6 +197,10 @@ struct ReplicaShard {
   uint64_t version = 0;
   uint64_t released_round = 0;
   bool momentum = false;
+  // The frames are codec payloads of the change since the replica of base_version (to be added),
+  // not fp32 values (server.standby.codec).
+  bool change = false;
+  uint64_t base_version = 0;
 };
 inline constexpr size_t kMaxReplicaShards = 1024;  // a longer list is malformed
 struct Replica {

@@ -130,12 +130,16 @@ struct Error {
 
 # Standby shards (docs/server.md, "Standby shards"): a primary's state of one shard, sent to its
 # standby. Frames, per shard in order: the values (count x fp32, little-endian), then the momentum
-# when `momentum` (the same size).
+# when `momentum` (the same size); with `change`, a payload of each's change instead.
 struct ReplicaShard {
   id @0 :UInt32;
   version @1 :UInt64;
   releasedRound @2 :UInt64;
   momentum @3 :Bool;
+  # The frames are codec payloads (compression/payload.hpp) of the change since the replica of
+  # `baseVersion`, to add to it (server.standby.codec), not the fp32 values themselves.
+  change @4 :Bool;
+  baseVersion @5 :UInt64;
 }
 
 struct Replica {

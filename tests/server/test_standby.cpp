@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <limits>
+#include <random>
 
 #include "core/error.hpp"
 #include "server/standby.hpp"
@@ -223,6 +224,96 @@ TEST_CASE("standby: a standby with no replica never serves; bad replicas are ref
   CHECK(p.values == filled(kShard, 1.5f));
   // Serving, it answers replicas with `replaced`.
   CHECK(error_of(expect_reply(c, wire::Replica{})).code == wire::ErrorCode::replaced);
+}
+
+TEST_CASE("standby: lossy replicas carry changes with error feedback, anchored by the values") {
+  constexpr size_t n = 4096;
+  server::ShardSettings settings;
+  settings.optimizer.momentum = 0.9f;  // momentum travels too
+  const auto make = [&] {
+    return server::Shard({0, 0, n, 0}, std::vector<uint8_t>(n, 0), 2, settings);
+  };
+  std::vector<server::Shard> primary, standby, fresh;
+  primary.push_back(make());
+  standby.push_back(make());
+  fresh.push_back(make());
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> values(n), momentum(n);
+  const auto move_on = [&](uint64_t version) {
+    for (size_t i = 0; i < n; ++i) {
+      values[i] += 0.01f * normal(rng);
+      momentum[i] = 0.5f * momentum[i] + 0.01f * normal(rng);
+    }
+    primary[0].restore(version, version, values, momentum);
+  };
+  const auto max_gap = [&] {
+    float gap = 0.0f;
+    for (size_t i = 0; i < n; ++i)
+      gap = std::max(gap, std::abs(standby[0].values()[i] - primary[0].values()[i]));
+    return gap;
+  };
+  const auto apply = [&](server::ReplicaMessage& m, std::vector<server::Shard>& to) {
+    return server::restore_from_replica(to, m.replica, m.frames, 1);
+  };
+  const auto bytes_of = [](const server::ReplicaMessage& m) {
+    size_t b = 0;
+    for (const auto& f : m.frames) b += f.size();
+    return b;
+  };
+  server::ReplicaEncoder encoder("onebit", 4);
+  move_on(1);
+  auto first = encoder.next(primary, true);
+  CHECK_FALSE(first.replica.shards[0].change);  // the first replica is the values
+  CHECK(apply(first, standby) == 1);
+  CHECK(max_gap() == 0.0f);
+  const float step_scale = 0.05f;  // about five steps of 0.01
+  for (uint64_t v = 2; v <= 4; ++v) {
+    move_on(v);
+    auto m = encoder.next(primary, true);
+    REQUIRE(m.replica.shards[0].change);
+    CHECK(m.replica.shards[0].base_version == v - 1);
+    CHECK(bytes_of(m) < n * sizeof(float) / 8);  // two one-bit payloads, not 2 x fp32
+    apply(m, standby);
+    CHECK(standby[0].version() == v);
+    CHECK(max_gap() > 0.0f);
+    CHECK(max_gap() < step_scale);
+    // A change is refused by a standby that lacks its base, which then restores nothing.
+    auto again = encoder.next(primary, true);  // (a further replica of the same values)
+    if (again.replica.shards[0].change) {
+      CHECK_THROWS_WITH_AS(apply(again, fresh), doctest::Contains("send the values"), InputError);
+      CHECK(fresh[0].version() == 0);
+      apply(again, standby);
+    }
+  }
+  // Every anchor_every-th replica, and after anchor_next(), the values again: exact.
+  move_on(5);
+  encoder.anchor_next();
+  auto anchored = encoder.next(primary, true);
+  CHECK_FALSE(anchored.replica.shards[0].change);
+  apply(anchored, standby);
+  CHECK(max_gap() == 0.0f);
+  CHECK(std::equal(standby[0].momentum().begin(), standby[0].momentum().end(),
+                   primary[0].momentum().begin()));
+  // Unchanged values sent again and again: error feedback brings the copy to them.
+  move_on(6);
+  auto m = encoder.next(primary, true);
+  apply(m, standby);
+  const float after_one = max_gap();
+  m = encoder.next(primary, true);
+  apply(m, standby);
+  CHECK(max_gap() <= after_one);
+  // A corrupt change payload is refused whole.
+  move_on(7);
+  auto bad = encoder.next(primary, true);
+  REQUIRE(bad.replica.shards[0].change);
+  std::vector<wire::Frame> cut;
+  cut.emplace_back(bad.frames[0].data(), bad.frames[0].size() - 3);
+  cut.emplace_back(bad.frames[1].data(), bad.frames[1].size());
+  const auto before = standby[0].version();
+  CHECK_THROWS_WITH_AS(server::restore_from_replica(standby, bad.replica, cut, 1),
+                       doctest::Contains("values change"), InputError);
+  CHECK(standby[0].version() == before);
 }
 
 TEST_CASE("standby: a primary refuses replicas and take-backs") {
