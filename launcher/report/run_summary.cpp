@@ -60,6 +60,31 @@ std::optional<double> netsim_bytes(const fs::path& file) {
   return total;
 }
 
+// server.standby: the bytes of the replicas every primary sent its standby (its stats' last
+// `standby.replica_bytes`; a restarted server counts from zero again, as netsim does). None when
+// no server has a standby.
+std::optional<double> standby_bytes(const fs::path& run_dir) {
+  std::optional<double> total;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(run_dir, ec)) {
+    const auto name = e.path().filename().string();
+    if (!name.starts_with("server-") || !name.ends_with(".metrics.jsonl")) continue;
+    double last = 0, before_restarts = 0;
+    bool any = false;
+    for (const auto& r : read_jsonl(e.path())) {
+      if (!r.contains("standby") || !r["standby"].is_object() ||
+          !r["standby"].contains("replica_bytes") || !r["standby"]["replica_bytes"].is_number())
+        continue;
+      const double b = r["standby"]["replica_bytes"].get<double>();
+      if (b < last) before_restarts += last;
+      last = b;
+      any = true;
+    }
+    if (any) total = total.value_or(0) + last + before_restarts;
+  }
+  return total;
+}
+
 // The codec schedules of a run's config (compression/codec_schedule.hpp): each uplink class's,
 // the servers' downlink and any region's own downlink. Absent keys are fp32, as the parsers'
 // defaults; InputError on a bad schedule.
@@ -403,6 +428,7 @@ json build_summary(const fs::path& run_dir, const SummaryInputs& in) {
   } catch (const InputError&) {
   }
   if (auto b = netsim_bytes(run_dir / "netsim.jsonl")) s[k::wan_wire_bytes_total] = *b;
+  if (auto b = standby_bytes(run_dir)) s[k::standby_bytes] = *b;
   s[k::rounds] = rounds;
   s[k::steps] = steps;
   s[k::skipped_steps] = skipped_steps;

@@ -1,0 +1,144 @@
+// Standby shards end to end (issue 50, item 2; docs/server.md "Standby shards"): `geotrain run` on
+// 2 regions x 1 worker (a small MLP, synchronous rounds, netsim on the lan profile) with
+// server.standby on. A stopped server's shards are served by its standby in the other region's
+// server process within takeover_after_ms, so training goes on through the stop (without a standby
+// it waits: test_faults); the stopped server, continued, finds it was replaced, exits, and its
+// restart takes the shards back. A killed server's restart takes its shards back from the standby
+// too. Every copy of the global model is identical at the end.
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+#include <signal.h>
+
+#include <chrono>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "launcher/report/jsonl_tail.hpp"
+#include "tests/launcher/run_in_background.hpp"
+#include "tests/temp_dir.hpp"
+
+namespace fs = std::filesystem;
+using geotrain::launcher::read_jsonl;
+using nlohmann::json;
+
+namespace {
+
+using geotrain::test::Background;
+using geotrain::test::pid_of;
+using geotrain::test::rounds_done;
+using geotrain::test::run_folder;
+
+constexpr double kTakeoverS = 1.5;
+
+std::string config_text(int rounds) {
+  return "regions: [us-east, eu-west]\n"
+         "model: {arch: \"784-32-10\", critical: [\"fc2.*\"]}\n"
+         "server: {staleness_bound: 0, dead_after_ms: 6000, heartbeat_ms: 500,\n"
+         "         standby: {codec: onebit, anchor_every: 10, takeover_after_ms: 1500}}\n"
+         "worker: {workers_per_region: 1, batch_size: 32, local_steps: 4, rounds: " +
+         std::to_string(rounds) +
+         ", lr: 0.1,\n"
+         "         critical_codec: fp32, noncritical_codec: int8, eval_every: 0,\n"
+         "         step_delay_ms: {us-east: 40, eu-west: 40}}\n"
+         "security: {curve: false}\n"
+         "run: {name: standby, wan_profile: " GEOTRAIN_SOURCE_DIR
+         "/configs/wan/lan.yaml, plots: false, timeout_s: 240}\n";
+}
+
+// The events of `kind` in a metrics file.
+std::vector<json> events(const fs::path& file, const std::string& kind) {
+  std::vector<json> out;
+  for (auto& e : read_jsonl(file))
+    if (e.value("event", "") == kind) out.push_back(std::move(e));
+  return out;
+}
+
+// Runs the config, applies `fault` to server-eu-west once both regions did 4 rounds, and returns
+// the run folder and the summary.
+struct Outcome {
+  fs::path dir;
+  json summary;
+};
+template <class Fault>
+Outcome run_with(const geotrain::test::TempDir& tmp, int rounds, Fault fault) {
+  const auto config = tmp.path() / "standby.yaml";
+  std::ofstream(config) << config_text(rounds);
+  const auto out = tmp.path() / "runs";
+  Background run("run " + config.string() + " --out " + out.string());
+  std::optional<fs::path> dir;
+  bool done = false;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (!done && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (!dir) dir = run_folder(out);
+    if (!dir || rounds_done(*dir, "us-east") < 4 || rounds_done(*dir, "eu-west") < 4) continue;
+    const auto pid = pid_of(*dir, "server-eu-west");
+    REQUIRE(pid.has_value());
+    fault(*pid, *dir);
+    done = true;
+  }
+  const auto& result = run.wait();
+  REQUIRE(done);
+  REQUIRE(dir.has_value());
+  INFO(result.text);
+  CHECK(result.code == 0);
+  std::ifstream sf(*dir / "summary.json");
+  auto s = json::parse(sf);
+  INFO(s.dump(2));
+  CHECK(s["status"] == "completed");
+  CHECK(s["rounds"] == rounds);
+  CHECK(s["global_model_identical"] == true);
+  CHECK(s["standby_bytes"].get<double>() > 0);
+  CHECK(s["final_test_accuracy"].get<double>() > 0.5);
+  return {*dir, s};
+}
+
+// The newest `restore` event of the restarted server-eu-west: where its shards came from.
+std::string restored_from(const fs::path& dir) {
+  std::string from = "none";
+  for (const auto& e : events(dir / "server-eu-west.metrics.jsonl", "restore"))
+    from = e.value("from", std::string("checkpoint"));
+  return from;
+}
+
+}  // namespace
+
+TEST_CASE("standby: a stopped server's shards are served by its standby, and training goes on") {
+  geotrain::test::TempDir tmp("launcher-standby-stop");
+  constexpr int kRounds = 60;
+  constexpr double kStopS = 6;
+  int before = 0, during = 0;
+  const auto o = run_with(tmp, kRounds, [&](int pid, const fs::path& dir) {
+    REQUIRE(::kill(pid, SIGSTOP) == 0);
+    before = rounds_done(dir, "us-east");
+    std::this_thread::sleep_for(std::chrono::duration<double>(kStopS));
+    during = rounds_done(dir, "us-east");
+    REQUIRE(::kill(pid, SIGCONT) == 0);
+  });
+  MESSAGE("SIGSTOP of server-eu-west for " << kStopS << " s: us-east trained rounds " << before
+                                           << " to " << during);
+  // The standby in us-east's server process took eu-west's shards over, and both regions
+  // trained on meanwhile (a round of 4 x 40 ms; without a standby: at most one, test_faults).
+  const auto takeovers = events(o.dir / "standby-eu-west.metrics.jsonl", "takeover");
+  REQUIRE(takeovers.size() == 1);
+  CHECK(takeovers[0]["primary_silent_ms"].get<double>() >= kTakeoverS * 1000);
+  CHECK(during >= before + 5);
+  // Continued, the old primary found it was replaced, left, and was restarted: its shards taken
+  // back from the standby.
+  REQUIRE(o.summary["faults"].size() == 1);
+  CHECK(o.summary["faults"][0]["process"] == "server-eu-west");
+  CHECK(restored_from(o.dir) == "standby");
+  CHECK(events(o.dir / "standby-eu-west.metrics.jsonl", "hand_back").size() == 1);
+}
+
+TEST_CASE("standby: a killed server's restart takes its shards back from the standby") {
+  geotrain::test::TempDir tmp("launcher-standby-kill");
+  constexpr int kRounds = 40;
+  const auto o = run_with(tmp, kRounds,
+                          [](int pid, const fs::path&) { REQUIRE(::kill(pid, SIGKILL) == 0); });
+  REQUIRE(o.summary["faults"].size() == 1);
+  CHECK(o.summary["faults"][0]["process"] == "server-eu-west");
+  CHECK(restored_from(o.dir) == "standby");
+}
