@@ -150,6 +150,9 @@ class ParamServer {
                      std::span<const wire::Frame> payloads);
   Outcome on_take_back(const std::string& peer, const wire::Header& h);
   bool take_over(const wire::Header& h);
+  // WireError{malformed} unless this server is a standby: "<what> sent to the primary server of
+  // region R: only a standby <does>".
+  void require_standby(const wire::Header& h, const char* what, const char* does) const;
   // The primary's side: at the start, the shards from the standby when they are newer than
   // `checkpoint_round` (returns whether it restored them); after a stall, whether the standby took
   // over (Replaced); after every step, the next replica or heartbeat.

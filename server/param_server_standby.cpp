@@ -26,6 +26,15 @@ void ParamServer::forget_regions(const std::string& why) {
   membership_.regions_were_running();
 }
 
+void ParamServer::require_standby(const wire::Header& h, const char* what, const char* does) const {
+  if (!options_.standby)
+    throw WireError(ErrorCode::malformed,
+                    fmt::format("{} sent to the primary server of region {}: only a standby {} "
+                                "(server.standby.endpoints)",
+                                what, config_.regions[region_], does),
+                    h.request_id);
+}
+
 bool ParamServer::take_over(const wire::Header& h) {
   const auto now = options_.clock();
   const auto& name = config_.regions[region_];
@@ -59,12 +68,7 @@ ParamServer::Outcome ParamServer::on_replica(const std::string& peer, const wire
                                              const wire::Replica& m,
                                              std::span<const wire::Frame> payloads) {
   const auto& name = config_.regions[region_];
-  if (!options_.standby)
-    throw WireError(ErrorCode::malformed,
-                    fmt::format("replica sent to the primary server of region {}: only a standby "
-                                "keeps replicas (server.standby.endpoints)",
-                                name),
-                    h.request_id);
+  require_standby(h, "replica", "keeps replicas");
   if (serving_)
     throw WireError(ErrorCode::replaced,
                     fmt::format("the standby of region {} took its shards over at round {}", name,
@@ -93,12 +97,7 @@ ParamServer::Outcome ParamServer::on_replica(const std::string& peer, const wire
 
 ParamServer::Outcome ParamServer::on_take_back(const std::string& peer, const wire::Header& h) {
   const auto& name = config_.regions[region_];
-  if (!options_.standby)
-    throw WireError(ErrorCode::malformed,
-                    fmt::format("takeBack sent to the primary server of region {}: only a "
-                                "standby hands shards back",
-                                name),
-                    h.request_id);
+  require_standby(h, "takeBack", "hands shards back");
   auto m = has_replica_ ? replica_of(shards_, config_.shard.optimizer.momentum != 0.0f, takeovers_)
                         : ReplicaMessage{};
   if (serving_) {

@@ -219,43 +219,52 @@ void StandbyLink::check(const wire::Reply& reply) {
                     "server stops; restarted, it takes them back",
                     region_, endpoint_, e->message));
   if (!e) return;
-  spdlog::warn("server {}: its standby at {} refused a replica: {} ({}); the next one carries "
-               "the values",
-               region_, endpoint_, e->message, wire::error_code_name(e->code));
+  spdlog::warn(
+      "server {}: its standby at {} refused a replica: {} ({}); the next one carries "
+      "the values",
+      region_, endpoint_, e->message, wire::error_code_name(e->code));
   encoder_.anchor_next();
+  resend_ = true;  // at once, not at the next release: the standby holds nothing usable now
 }
 
 void StandbyLink::drain() {
   while (auto reply = client_->receive(std::chrono::milliseconds(0))) check(*reply);
 }
 
-std::optional<StandbyLink::TakenBack> StandbyLink::take_back(std::chrono::milliseconds wait) {
-  const auto id = client_->send(wire::TakeBack{});
-  if (!id) return std::nullopt;
+std::optional<wire::Reply> StandbyLink::await(uint64_t id, std::chrono::milliseconds wait) {
   const auto deadline = std::chrono::steady_clock::now() + wait;
   while (true) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) break;
+    if (left.count() <= 0) return std::nullopt;
     auto reply = client_->receive(left);
-    if (!reply) break;
-    if (reply->header.request_id != *id) continue;
-    if (auto* r = std::get_if<wire::Replica>(&reply->header.body))
-      return TakenBack{*r, std::move(reply->payloads)};
-    const auto* e = std::get_if<wire::Error>(&reply->header.body);
-    spdlog::warn("server {}: its standby at {} refused to hand its shards back: {}", region_,
-                 endpoint_, e ? e->message : wire::body_name(reply->header.body));
+    if (!reply) return std::nullopt;
+    if (reply->header.request_id == id) return reply;
+    check(*reply);
+  }
+}
+
+std::optional<StandbyLink::TakenBack> StandbyLink::take_back(std::chrono::milliseconds wait) {
+  const auto id = client_->send(wire::TakeBack{});
+  if (!id) return std::nullopt;
+  auto reply = await(*id, wait);
+  if (!reply) {
+    spdlog::warn("server {}: its standby at {} did not answer within {} ms: no shards taken back",
+                 region_, endpoint_, wait.count());
     return std::nullopt;
   }
-  spdlog::warn("server {}: its standby at {} did not answer within {} ms: no shards taken back",
-               region_, endpoint_, wait.count());
+  if (auto* r = std::get_if<wire::Replica>(&reply->header.body))
+    return TakenBack{*r, std::move(reply->payloads)};
+  const auto* e = std::get_if<wire::Error>(&reply->header.body);
+  spdlog::warn("server {}: its standby at {} refused to hand its shards back: {}", region_,
+               endpoint_, e ? e->message : wire::body_name(reply->header.body));
   return std::nullopt;
 }
 
 void StandbyLink::pump(const std::vector<Shard>& shards, bool momentum, TimePoint now) {
   drain();
   const uint64_t released = released_of(shards);
-  const bool due = released >= sent_round_ + every_rounds_;
+  const bool due = released >= sent_round_ + every_rounds_ || resend_;
   if (!due && last_send_ && now - *last_send_ < heartbeat_) return;
   std::optional<uint64_t> id;
   if (due) {
@@ -264,6 +273,7 @@ void StandbyLink::pump(const std::vector<Shard>& shards, bool momentum, TimePoin
     for (const auto& f : m.frames) bytes += f.size();
     id = client_->send(std::move(m.replica), std::move(m.frames));
     if (id) {
+      resend_ = false;
       sent_round_ = released;
       bytes_sent_ += bytes;
       ++replicas_sent_;
@@ -278,16 +288,7 @@ void StandbyLink::confirm(std::chrono::milliseconds wait) {
   drain();
   const auto id = client_->send(wire::Replica{});
   if (!id) return;
-  const auto deadline = std::chrono::steady_clock::now() + wait;
-  while (true) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) return;
-    auto reply = client_->receive(left);
-    if (!reply) return;
-    check(*reply);
-    if (reply->header.request_id == *id) return;
-  }
+  if (auto reply = await(*id, wait)) check(*reply);
 }
 
 }  // namespace geotrain::server

@@ -15,8 +15,8 @@
 // newer than its own checkpoint.
 //
 // This file: the Replica's frames (written and read, each refusal naming what is wrong), the
-// primary's encoder of them and its side of the link, StandbyLink. The standby's side is ParamServer's (param_server_standby.cpp).
-// Not thread-safe: the server loop's thread.
+// primary's encoder of them and its side of the link, StandbyLink. The standby's side is
+// ParamServer's (param_server_standby.cpp). Not thread-safe: the server loop's thread.
 #pragma once
 
 #include <zmq.hpp>
@@ -134,6 +134,9 @@ class StandbyLink {
   // anchor.
   void check(const wire::Reply& reply);
   void drain();
+  // The reply to request `id`, waiting up to `wait` (nullopt: none came); the others that come
+  // first are checked.
+  std::optional<wire::Reply> await(uint64_t id, std::chrono::milliseconds wait);
 
   std::string region_;
   std::string endpoint_;
@@ -142,6 +145,7 @@ class StandbyLink {
   std::unique_ptr<wire::Client> client_;
   ReplicaEncoder encoder_;
   uint64_t sent_round_ = 0;  // the released round of the last replica sent
+  bool resend_ = false;      // the standby refused the last one: the values go at once
   std::optional<TimePoint> last_send_;
   uint64_t bytes_sent_ = 0;
   uint64_t replicas_sent_ = 0;

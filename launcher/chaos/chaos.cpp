@@ -344,8 +344,10 @@ ChaosResult run_chaos(const ChaosOptions& o, std::stop_token stop) {
   out.dir = create_run_folder(o.out_dir.value_or(settings.out_dir), "chaos-" + settings.name,
                               std::chrono::system_clock::now());
   const auto faults = plan_chaos(o, settings);
+  // A stopped server may end in a restart too: with server.standby, one continued after its
+  // standby took over leaves, to be restarted (docs/server.md, "Standby shards").
   size_t kills = 0;
-  for (const auto& f : faults) kills += f.fault == ChaosFault::kill;
+  for (const auto& f : faults) kills += f.fault == ChaosFault::kill || f.fault == ChaosFault::stop;
   const CommonRun common{settings, std::max<uint64_t>(settings.restart.max_restarts, kills + 1),
                          settings.restart.enabled() ? settings.restart.backoff_s : 1.0};
 

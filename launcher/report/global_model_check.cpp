@@ -40,8 +40,8 @@ std::map<std::string, Released> released_shards(const fs::path& run_dir) {
     const auto name = file.filename().string();
     const bool standby = name.starts_with("standby-");
     const size_t head = standby ? 8 : 7;
-    const auto server = name.substr(head, name.size() - head - tail.size()) +
-                        (standby ? " (standby)" : "");
+    const auto server =
+        name.substr(head, name.size() - head - tail.size()) + (standby ? " (standby)" : "");
     for (const auto& e : read_jsonl(file)) {
       if (e.value("event", "") != "flush" || !e.contains("hash") || !e["hash"].is_string() ||
           !e.contains("shard") || !e["shard"].is_number_unsigned())

@@ -136,8 +136,8 @@ TEST_CASE("standby: a stopped server's shards are served by its standby, and tra
 TEST_CASE("standby: a killed server's restart takes its shards back from the standby") {
   geotrain::test::TempDir tmp("launcher-standby-kill");
   constexpr int kRounds = 40;
-  const auto o = run_with(tmp, kRounds,
-                          [](int pid, const fs::path&) { REQUIRE(::kill(pid, SIGKILL) == 0); });
+  const auto o =
+      run_with(tmp, kRounds, [](int pid, const fs::path&) { REQUIRE(::kill(pid, SIGKILL) == 0); });
   REQUIRE(o.summary["faults"].size() == 1);
   CHECK(o.summary["faults"][0]["process"] == "server-eu-west");
   CHECK(restored_from(o.dir) == "standby");

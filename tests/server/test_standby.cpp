@@ -10,43 +10,72 @@
 
 #include "core/error.hpp"
 #include "server/standby.hpp"
+#include "tests/free_port.hpp"
 #include "tests/server/server_fixture.hpp"
 
 namespace geotrain::test {
 namespace {
 
-std::string standby_yaml(const std::string& tag) {
+std::string standby_yaml(const std::string& tag, const std::string& codec = "fp32",
+                         const std::string& a = "") {
   return fmt::format(R"(  standby:
-    endpoints: {{a: "inproc://standby-a-{0}", b: "inproc://standby-b-{0}", c: "inproc://standby-c-{0}"}}
+    endpoints: {{a: "{3}", b: "inproc://standby-b-{0}", c: "inproc://standby-c-{0}"}}
     takeover_after_ms: 500
+    codec: {2}
 {1})",
-                     tag, kOnlyRegistered);
+                     tag, kOnlyRegistered, codec, a.empty() ? "inproc://standby-a-" + tag : a);
 }
 
 // The primary of region a (real clock) and its standby (manual clock), one context.
 class StandbyPair {
  public:
-  explicit StandbyPair(const std::filesystem::path& dir)
+  // `tcp`: the standby listens on loopback TCP (a connection that comes back when the standby
+  // does, as between two server processes; inproc does not reconnect).
+  explicit StandbyPair(const std::filesystem::path& dir, const std::string& codec = "fp32",
+                       bool tcp = false)
       : tag_(std::to_string(reinterpret_cast<uintptr_t>(this))),
-        config_(small_config(dir, 1, standby_yaml(tag_))) {
+        standby_at_(tcp ? fmt::format("tcp://127.0.0.1:{}", free_port())
+                        : "inproc://standby-a-" + tag_),
+        config_(small_config(dir, 1, standby_yaml(tag_, codec, standby_at_))) {
+    start_standby();
+    start_primary();
+  }
+  ~StandbyPair() {
+    stop_primary();
+    stop_standby();
+  }
+
+  void start_standby() {
     server::ServerOptions s;
     s.standby = true;
     s.clock = standby_clock_.clock();
     s.poll = 5ms;
     s.write_metrics = false;
-    standby_ = std::make_unique<server::ParamServer>(config_, 0, context_, s);
+    // Started again on the same address: the old socket's close (ZeroMQ's reaper thread) may
+    // not have released it yet.
+    for (int tries = 0; !standby_; ++tries) {
+      try {
+        standby_ = std::make_unique<server::ParamServer>(config_, 0, context_, s);
+      } catch (const std::exception& e) {
+        if (tries >= 100) throw;
+        std::this_thread::sleep_for(20ms);
+      }
+    }
     standby_thread_ = std::jthread([this](std::stop_token st) { standby_->run(st); });
-    start_primary();
   }
-  ~StandbyPair() {
-    stop_primary();
+  // The standby's process is lost: a new one starts with nothing.
+  void stop_standby() {
     standby_thread_.request_stop();
     standby_thread_.join();
+    standby_.reset();
   }
 
   void start_primary() {
     server::ServerOptions p;
-    p.endpoint = "inproc://primary-a-" + tag_;
+    // A name of its own each start: an inproc name is free again only once ZeroMQ's reaper has
+    // closed the old socket.
+    primary_at_ = fmt::format("inproc://primary-a-{}-{}", tag_, ++starts_);
+    p.endpoint = primary_at_;
     p.poll = 5ms;
     p.write_metrics = false;
     primary_ = std::make_unique<server::ParamServer>(config_, 0, context_, p);
@@ -63,8 +92,8 @@ class StandbyPair {
     primary_.reset();
   }
 
-  wire::Client primary_client() { return client("inproc://primary-a-" + tag_); }
-  wire::Client standby_client() { return client("inproc://standby-a-" + tag_); }
+  wire::Client primary_client() { return client(primary_at_); }
+  wire::Client standby_client() { return client(standby_at_); }
   ManualClock& standby_clock() { return standby_clock_; }
   const server::ServerConfig& config() const { return config_; }
   const server::ParamServer& standby() const { return *standby_; }
@@ -75,6 +104,9 @@ class StandbyPair {
     return wire::Client(wire::connect_dealer(context_, endpoint));
   }
   std::string tag_;
+  std::string standby_at_;
+  std::string primary_at_;
+  int starts_ = 0;
   server::ServerConfig config_;
   zmq::context_t context_;
   ManualClock standby_clock_;
@@ -172,6 +204,38 @@ TEST_CASE("standby: follows its primary, takes over when it is silent, hands the
   CHECK(error_of(say_hello(at_standby, pair.hash())).code == wire::ErrorCode::not_serving);
 }
 
+TEST_CASE("standby: a lost standby starts again empty, and its primary sends it the values") {
+  TempDir dir("standby");
+  StandbyPair pair(dir.path(), "onebit", /*tcp=*/true);
+  auto leader = pair.primary_client();
+  hello(leader, "a", pair.hash());
+  push(leader, 1, filled(kShard, 0.25f));
+  wait_for_replica(pair);
+  push(leader, 2, filled(kShard, 0.5f));  // a change, through onebit
+  // The standby is lost and starts again with no replica: the primary's next change has no base
+  // there and is refused; the primary sends the values at the next release, and the primary,
+  // meanwhile, serves on undisturbed.
+  pair.stop_standby();
+  pair.start_standby();
+  push(leader, 3, filled(kShard, 0.125f));
+  push(leader, 4, filled(kShard, 0.0625f));
+  const auto now = pull(leader, true);
+  CHECK(now.header.round == 4);
+  wait_for_replica(pair);
+  // Taken over now, it serves the primary's values: exact after an anchor, else within onebit's
+  // error feedback of them (the last change went through onebit).
+  pair.pause_primary();
+  pair.standby_clock().set(1000);
+  auto at_standby = pair.standby_client();
+  hello(at_standby, "a", pair.hash());
+  const auto served = pull(at_standby, true);
+  CHECK(served.header.round >= 3);
+  float gap = 0;
+  for (size_t i = 0; i < kShard; ++i)
+    gap = std::max(gap, std::abs(served.values[i] - now.values[i]));
+  CHECK(gap < 0.5f);
+}
+
 TEST_CASE("standby: a standby with no replica never serves; bad replicas are refused whole") {
   TempDir dir("standby");
   auto config = small_config(dir.path(), 1, standby_yaml("alone"));
@@ -200,8 +264,8 @@ TEST_CASE("standby: a standby with no replica never serves; bad replicas are ref
     f.emplace_back(v.data(), v.size() * sizeof(float));
     return f;
   };
-  CHECK(error_of(expect_reply(c, replica(0, false), values_frame(filled(kShard - 1, 1.0f))))
-            .code == wire::ErrorCode::malformed);
+  CHECK(error_of(expect_reply(c, replica(0, false), values_frame(filled(kShard - 1, 1.0f)))).code ==
+        wire::ErrorCode::malformed);
   CHECK(error_of(expect_reply(c, replica(7, false), values_frame(filled(kShard, 1.0f)))).code ==
         wire::ErrorCode::bad_shard);
   CHECK(error_of(expect_reply(c, replica(0, true), values_frame(filled(kShard, 1.0f)))).code ==
