@@ -48,12 +48,20 @@ ServerHellos greet(ServerLinks& links, const wire::Hello& hello, const ParamTabl
   ServerHellos out;
   // Every hello goes out before any reply is awaited: one round trip to the farthest server, not
   // one per server in turn (their handshakes run side by side as well).
-  std::vector<uint64_t> sent;
-  for (size_t s = 0; s < links.size(); ++s) sent.push_back(links[s].send(hello));
+  // A server with a standby (server.standby) is greeted on both connections, its answer taken
+  // from whichever serves its shards (a leader may start while the standby does).
+  std::vector<uint64_t> sent(links.size());
+  for (size_t s = 0; s < links.size(); ++s)
+    if (!links[s].has_standby()) sent[s] = links[s].send(hello);
   for (size_t s = 0; s < links.size(); ++s) {
     auto& link = links[s];
-    auto replies = link.collect({sent[s]}, timeout, "hello", links.waiting(s, false));
-    const auto& reply = body_as<wire::HelloReply>(replies.begin()->second, link.region());
+    wire::HelloReply reply;
+    if (link.has_standby()) {
+      reply = links.hello_either(s, hello, timeout);
+    } else {
+      auto replies = link.collect({sent[s]}, timeout, "hello", links.waiting(s, false));
+      reply = body_as<wire::HelloReply>(replies.begin()->second, link.region());
+    }
     const auto& caps = reply.capabilities;
     link.set_offers_flush(std::find(caps.begin(), caps.end(), "flush") != caps.end());
     out.next_round.push_back(reply.next_round);

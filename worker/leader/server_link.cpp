@@ -63,7 +63,7 @@ std::map<uint64_t, wire::Reply> ServerLink::collect(const std::vector<uint64_t>&
   if (probe_) how.parked_ids.push_back(*probe_);
   how.parked = &parked_;
   how.disconnects_seen = seen_disconnects_;
-  if (other_) {
+  if (other_ && joined_) {
     how.silent_lost = takeover_after_;
     how.last_answer = &last_answer_;
   }
@@ -178,6 +178,7 @@ std::optional<wire::HelloReply> ServerLink::try_rejoin(const wire::Hello& hello,
   seen_disconnects_ = client_->channel().breaks();
   heard_from();
   last_answer_ = Clock::now();
+  joined_ = true;
   return reply;
 }
 

@@ -63,15 +63,16 @@ class ServerLink {
     seen_disconnects_ = client_->channel().breaks();
     last_answer_ = Clock::now();
   }
-  // Standby shards: a connection to the standby of the server's shards. A server silent for
-  // `takeover_after` while replies are awaited is lost (ServerLost), and every rejoin says hello
-  // to both: whichever serves the shards answers (the other refuses with not_serving), and the
-  // link talks to it from then on.
+  // Standby shards: a connection to the standby of the server's shards. Once a hello was
+  // answered, a server silent for `takeover_after` while replies are awaited is lost
+  // (ServerLost), and every rejoin says hello to both: whichever serves the shards answers (the
+  // other refuses with not_serving), and the link talks to it from then on.
   void attach_standby(std::unique_ptr<wire::Client> client,
                       std::chrono::milliseconds takeover_after) {
     other_ = std::move(client);
     takeover_after_ = takeover_after;
   }
+  bool has_standby() const { return other_ != nullptr; }
   // Talking to the standby now (it took the shards over).
   bool on_standby() const { return on_standby_; }
 
@@ -147,6 +148,7 @@ class ServerLink {
   std::vector<uint64_t> other_hellos_;
   std::chrono::milliseconds takeover_after_{};
   bool on_standby_ = false;
+  bool joined_ = false;  // a hello answered: from then on a silent server is lost (takeover_after)
   Clock::time_point last_answer_{};
   uint64_t seen_disconnects_ = 0;  // the channel's breaks() when last in step (attach, rejoin)
   bool flush_ = false;

@@ -85,6 +85,12 @@ std::optional<wire::HelloReply> ServerLinks::rejoin(
   return reply;
 }
 
+wire::HelloReply ServerLinks::hello_either(size_t s, const wire::Hello& hello,
+                                           std::chrono::milliseconds timeout) {
+  return links_[s].rejoin(
+      hello, timeout, config_.heartbeat, [this, s] { heartbeat_others(s); }, stop_);
+}
+
 void ServerLinks::probe_if_quiet(size_t s) {
   auto& link = links_[s];
   if (!link.quiet_for(config_.heartbeat) || link.has_in_flight()) return;

@@ -52,6 +52,10 @@ class ServerLinks {
   // answer.
   std::optional<wire::HelloReply> rejoin(size_t s, const wire::Hello& hello,
                                          std::optional<std::chrono::milliseconds> within = {});
+  // At connect, for a server with a standby: hello to both, re-sent every heartbeat until one
+  // answers (the one serving its shards) or `timeout` passes (SystemError).
+  wire::HelloReply hello_either(size_t s, const wire::Hello& hello,
+                                std::chrono::milliseconds timeout);
   // How often a server was rejoined.
   uint64_t rejoins() const { return rejoins_; }
   // A heartbeat to server s when it has not been contacted within config.heartbeat and has no
