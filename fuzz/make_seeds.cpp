@@ -83,6 +83,8 @@ size_t write_wire(const fs::path& out) {
       {"kv-try-get", wire::KvTryGet{"gloo/us-east/join/1"}},
       {"heartbeat-reply", wire::HeartbeatReply{{3, 4, 5}}},
       {"kv-reply", wire::KvReply{"gloo/us-east/0", Bytes{std::byte{4}, std::byte{5}}}},
+      {"replica", wire::Replica{{{0, 12, 3, true}, {1, 7, 3, false, true, 6}}, 1}},
+      {"take-back", wire::TakeBack{}},
   };
   GT_ASSERT(messages.size() == std::variant_size_v<wire::Body>, "a message type has no seed");
   uint64_t id = 1;

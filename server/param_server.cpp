@@ -130,7 +130,8 @@ ParamServer::ParamServer(const ServerConfig& config, uint32_t region, zmq::conte
     metrics_.event("metrics_endpoint",
                    {{"port", metrics_endpoint_->port()}, {"url", metrics_endpoint_->url()}});
   }
-  spdlog::info("server {}: {} shard(s) of {} elements, {}, {} on {}{}", config.regions[region],
+  spdlog::info("{} {}: {} shard(s) of {} elements, {}, {} on {}{}",
+               options_.standby ? "standby of region" : "server", config.regions[region],
                shards_.size(), table_.total_elements(), config.shard.optimizer.describe(),
                config.shard.consistency.describe(), channel_->endpoint(),
                admission_.curve
