@@ -165,9 +165,7 @@ wire::Frame ReplicaEncoder::change(ConstFloatSpan now, Stream& s) {
 }
 
 ReplicaMessage ReplicaEncoder::next(const std::vector<Shard>& shards, bool momentum) {
-  const bool exact = !codec_ || anchor_due_ || since_anchor_ + 1 >= anchor_every_;
-  ReplicaMessage out = replica_of(shards, momentum, 0);
-  if (exact) {
+  if (!codec_ || anchor_due_ || since_anchor_ + 1 >= anchor_every_) {
     for (const auto& s : shards) {
       auto& st = streams_[s.range().id];
       anchor(s.values(), st.values);
@@ -176,18 +174,17 @@ ReplicaMessage ReplicaEncoder::next(const std::vector<Shard>& shards, bool momen
     }
     anchor_due_ = false;
     since_anchor_ = 0;
-    return out;
+    return replica_of(shards, momentum, 0);
   }
   ++since_anchor_;
-  out.frames.clear();
-  for (size_t i = 0; i < shards.size(); ++i) {
-    const auto& s = shards[i];
+  ReplicaMessage out;
+  for (const auto& s : shards) {
     auto& st = streams_.at(s.range().id);
-    auto& meta = out.replica.shards[i];
-    meta.change = true;
-    meta.base_version = st.version;
+    const bool m = momentum && !s.momentum().empty();
+    out.replica.shards.push_back(
+        {s.range().id, s.version(), s.released_round(), m, /*change=*/true, st.version});
     out.frames.push_back(change(s.values(), st.values));
-    if (meta.momentum) out.frames.push_back(change(s.momentum(), st.momentum));
+    if (m) out.frames.push_back(change(s.momentum(), st.momentum));
     st.version = s.version();
   }
   return out;

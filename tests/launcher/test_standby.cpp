@@ -133,6 +133,35 @@ TEST_CASE("standby: a stopped server's shards are served by its standby, and tra
   CHECK(events(o.dir / "standby-eu-west.metrics.jsonl", "hand_back").size() == 1);
 }
 
+TEST_CASE(
+    "standby: a leader restarted while the standby serves greets it there, and the run "
+    "completes") {
+  geotrain::test::TempDir tmp("launcher-standby-leader");
+  constexpr int kRounds = 60;
+  const auto o = run_with(tmp, kRounds, [](int pid, const fs::path& dir) {
+    REQUIRE(::kill(pid, SIGSTOP) == 0);
+    // Once the standby serves (its takeover event), us-east's leader dies and is restarted: it
+    // must find eu-west's shards at the standby, the primary being stopped still.
+    const auto file = dir / "standby-eu-west.metrics.jsonl";
+    for (int i = 0; i < 100 && events(file, "takeover").empty(); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    REQUIRE(events(file, "takeover").size() == 1);
+    const auto leader = pid_of(dir, "worker-us-east-0");
+    REQUIRE(leader.has_value());
+    REQUIRE(::kill(*leader, SIGKILL) == 0);
+    // The restarted leader trains rounds while the primary is still stopped.
+    const int before = rounds_done(dir, "us-east");
+    int after = before;
+    for (int i = 0; i < 100 && after < before + 3; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      after = rounds_done(dir, "us-east");
+    }
+    CHECK(after >= before + 3);
+    REQUIRE(::kill(pid, SIGCONT) == 0);
+  });
+  CHECK(o.summary["faults"].size() == 2);  // the leader, and the replaced server
+}
+
 TEST_CASE("standby: a killed server's restart takes its shards back from the standby") {
   geotrain::test::TempDir tmp("launcher-standby-kill");
   constexpr int kRounds = 40;
