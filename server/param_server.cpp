@@ -139,27 +139,6 @@ ParamServer::ParamServer(const ServerConfig& config, uint32_t region, zmq::conte
                    : std::string());
 }
 
-void ParamServer::restore() {
-  if (options_.standby) return;  // its primary's replicas are what it holds
-  std::vector<ShardRange> ranges;
-  for (const auto& s : shards_) ranges.push_back(s.range());
-  std::vector<std::string> skipped;
-  auto state =
-      checkpoints_.restore_latest(config_.state_hash(table_.layout_hash()), ranges, &skipped);
-  for (const auto& why : skipped) spdlog::warn("checkpoint skipped, not loaded: {}", why);
-  if (take_back(state ? std::optional(state->round) : std::nullopt)) return;
-  if (!state) return;
-  for (size_t i = 0; i < shards_.size(); ++i) {
-    const auto& s = state->shards[i];
-    shards_[i].restore(s.version, s.released_round, s.values, s.momentum);
-  }
-  last_checkpoint_round_ = state->round;
-  membership_.regions_were_running();
-  spdlog::info("restored checkpoint of round {} from {}", state->round,
-               checkpoints_.dir().string());
-  metrics_.event("restore", {{"round", state->round}});
-}
-
 void ParamServer::run(std::stop_token stop) {
   auto last_snapshot = options_.clock();
   while (!stop.stop_requested() && step(options_.poll)) {
@@ -525,23 +504,6 @@ void ParamServer::release_rounds() {
   uint64_t round = UINT64_MAX;
   for (const auto& s : shards_) round = std::min(round, s.released_round());
   if (round >= last_checkpoint_round_ + config_.checkpoint.every) checkpoint();
-}
-
-uint64_t ParamServer::checkpoint() {
-  CheckpointState state;
-  state.state_hash = config_.state_hash(table_.layout_hash());
-  state.round = shards_.empty() ? 0 : UINT64_MAX;
-  for (const auto& s : shards_) {
-    state.round = std::min(state.round, s.released_round());
-    state.shards.push_back({s.range(), s.version(), s.released_round(),
-                            std::vector<float>(s.values().begin(), s.values().end()),
-                            std::vector<float>(s.momentum().begin(), s.momentum().end())});
-  }
-  auto folder = checkpoints_.write(state);
-  last_checkpoint_round_ = state.round;
-  spdlog::info("checkpoint of round {} written to {}", state.round, folder.string());
-  metrics_.event("checkpoint", {{"round", state.round}, {"path", folder.string()}});
-  return state.round;
 }
 
 void ParamServer::retry_parked() {

@@ -16,7 +16,8 @@
 // The clock is injectable so tests decide when a silent region is dead.
 // Who may connect (CURVE keys, the connection cap) is server/admission.hpp's; the workers'
 // key-value rendezvous is server/rendezvous_store.hpp's; the end of a run's flush is in
-// param_server_flush.cpp.
+// param_server_flush.cpp; checkpoints and the shards at the start in param_server_state.cpp;
+// standby shards in param_server_standby.cpp (server/standby.hpp).
 #pragma once
 
 #include <zmq.hpp>

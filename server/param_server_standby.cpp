@@ -1,7 +1,7 @@
 // ParamServer's part in standby shards (server/standby.hpp, docs/server.md "Standby shards"):
 // as a standby, the replicas its primary sends, the takeover at a leader's hello once the primary
-// is silent, and the hand-back when the primary restarts; as a primary, taking its shards back at
-// the start and finding out, after a stall, that its standby serves them now.
+// is silent, and the hand-back when the primary restarts; as a primary, finding out after a stall
+// that its standby serves them now. (Taking them back at the start is param_server_state.cpp's.)
 #include <spdlog/spdlog.h>
 
 #include "core/error.hpp"
@@ -112,41 +112,6 @@ ParamServer::Outcome ParamServer::on_take_back(const std::string& peer, const wi
   primary_heard_ = options_.clock();
   reply(peer, h.request_id, std::move(m.replica), std::move(m.frames));
   return Outcome::done;
-}
-
-bool ParamServer::take_back(std::optional<uint64_t> checkpoint_round) {
-  if (!standby_link_) return false;
-  auto got = standby_link_->take_back(config_.standby.takeover_after);
-  if (!got || got->replica.shards.empty()) return false;
-  const auto& name = config_.regions[region_];
-  if (got->replica.shards.size() != shards_.size()) {
-    spdlog::warn(
-        "server {}: its standby handed back {} shard(s), this server holds {}: not "
-        "taken",
-        name, got->replica.shards.size(), shards_.size());
-    return false;
-  }
-  uint64_t round = UINT64_MAX;
-  for (const auto& s : got->replica.shards) round = std::min(round, s.released_round);
-  if (checkpoint_round && *checkpoint_round > round) {
-    spdlog::info(
-        "server {}: its checkpoint (round {}) is newer than its standby's shards (round "
-        "{}): restoring the checkpoint",
-        name, *checkpoint_round, round);
-    return false;
-  }
-  try {
-    restore_from_replica(shards_, got->replica, got->frames, 0);
-  } catch (const InputError& e) {
-    spdlog::warn("server {}: the shards its standby handed back are refused: {}", name, e.what());
-    return false;
-  }
-  last_checkpoint_round_ = round;
-  membership_.regions_were_running();
-  spdlog::info("server {}: took its shards back from its standby at {} (round {})", name,
-               standby_link_->endpoint(), round);
-  metrics_.event("restore", {{"round", round}, {"from", "standby"}});
-  return true;
 }
 
 void ParamServer::after_stall(std::chrono::milliseconds stalled) {

@@ -69,4 +69,28 @@ inline int rounds_done(const std::filesystem::path& run, const std::string& regi
   return n;
 }
 
+#ifdef GEOTRAIN_SOURCE_DIR
+// The fault suites' deployment: 2 regions x 1 worker, a small MLP, synchronous rounds, a region
+// dead after 6 s of silence (heartbeats every 0.5 s), netsim on the lan profile. `server` goes
+// into the server section, `sections` (netsim: ...) before `run`.
+inline std::string two_region_config(int rounds, const std::string& name,
+                                     const std::string& server = "",
+                                     const std::string& sections = "") {
+  return "regions: [us-east, eu-west]\n"
+         "model: {arch: \"784-32-10\", critical: [\"fc2.*\"]}\n"
+         "server: {staleness_bound: 0, dead_after_ms: 6000, heartbeat_ms: 500" +
+         (server.empty() ? "" : ",\n         " + server) +
+         "}\n"
+         "worker: {workers_per_region: 1, batch_size: 32, local_steps: 4, rounds: " +
+         std::to_string(rounds) +
+         ", lr: 0.1,\n"
+         "         critical_codec: fp32, noncritical_codec: int8, eval_every: 0,\n"
+         "         step_delay_ms: {us-east: 40, eu-west: 40}}\n"
+         "security: {curve: false}\n" +
+         sections + "run: {name: " + name +
+         ", wan_profile: " GEOTRAIN_SOURCE_DIR
+         "/configs/wan/lan.yaml, plots: false, timeout_s: 240}\n";
+}
+#endif
+
 }  // namespace geotrain::test

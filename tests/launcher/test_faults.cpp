@@ -75,18 +75,7 @@ bool contains(const std::vector<std::string>& v, const std::string& s) {
 constexpr double kDeadAfterS = 6;
 
 std::string config_text(int rounds, const std::string& netsim) {
-  return "regions: [us-east, eu-west]\n"
-         "model: {arch: \"784-32-10\", critical: [\"fc2.*\"]}\n"
-         "server: {staleness_bound: 0, dead_after_ms: 6000, heartbeat_ms: 500}\n"
-         "worker: {workers_per_region: 1, batch_size: 32, local_steps: 4, rounds: " +
-         std::to_string(rounds) +
-         ", lr: 0.1,\n"
-         "         critical_codec: fp32, noncritical_codec: int8, eval_every: 0,\n"
-         "         step_delay_ms: {us-east: 40, eu-west: 40}}\n"
-         "security: {curve: false}\n" +
-         netsim +
-         "run: {name: faults, wan_profile: " GEOTRAIN_SOURCE_DIR
-         "/configs/wan/lan.yaml, plots: false, timeout_s: 240}\n";
+  return geotrain::test::two_region_config(rounds, "faults", "", netsim);
 }
 
 // The run completed on its own: no process died, nothing restarted.

@@ -33,18 +33,8 @@ using geotrain::test::run_folder;
 constexpr double kTakeoverS = 1.5;
 
 std::string config_text(int rounds) {
-  return "regions: [us-east, eu-west]\n"
-         "model: {arch: \"784-32-10\", critical: [\"fc2.*\"]}\n"
-         "server: {staleness_bound: 0, dead_after_ms: 6000, heartbeat_ms: 500,\n"
-         "         standby: {codec: onebit, anchor_every: 10, takeover_after_ms: 1500}}\n"
-         "worker: {workers_per_region: 1, batch_size: 32, local_steps: 4, rounds: " +
-         std::to_string(rounds) +
-         ", lr: 0.1,\n"
-         "         critical_codec: fp32, noncritical_codec: int8, eval_every: 0,\n"
-         "         step_delay_ms: {us-east: 40, eu-west: 40}}\n"
-         "security: {curve: false}\n"
-         "run: {name: standby, wan_profile: " GEOTRAIN_SOURCE_DIR
-         "/configs/wan/lan.yaml, plots: false, timeout_s: 240}\n";
+  return geotrain::test::two_region_config(
+      rounds, "standby", "standby: {codec: onebit, anchor_every: 10, takeover_after_ms: 1500}");
 }
 
 // The events of `kind` in a metrics file.
