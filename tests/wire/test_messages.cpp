@@ -48,8 +48,7 @@ TEST_CASE("every message type survives encode and decode with its fields") {
   }
   const auto heartbeat_reply =
       std::get<HeartbeatReply>(decode_header(encode_header(Header{1, bodies[19]})).body);
-  const auto replica =
-      std::get<Replica>(decode_header(encode_header(Header{1, bodies[20]})).body);
+  const auto replica = std::get<Replica>(decode_header(encode_header(Header{1, bodies[20]})).body);
   CHECK(replica.epoch == 3);
   REQUIRE(replica.shards.size() == 2);
   CHECK(replica.shards[0].id == 4);
@@ -57,16 +56,15 @@ TEST_CASE("every message type survives encode and decode with its fields") {
   CHECK(replica.shards[0].released_round == 9);
   CHECK(replica.shards[0].momentum);
   CHECK_FALSE(replica.shards[1].momentum);
-  CHECK_THROWS_WITH_AS(
-      decode_header(encode_header(
-          Header{1, Replica{std::vector<ReplicaShard>(kMaxReplicaShards + 1), 0}})),
-      doctest::Contains("replica lists 1025 shards, limit 1024"), WireError);
+  CHECK_THROWS_WITH_AS(decode_header(encode_header(Header{
+                           1, Replica{std::vector<ReplicaShard>(kMaxReplicaShards + 1), 0}})),
+                       doctest::Contains("replica lists 1025 shards, limit 1024"), WireError);
   // The standby's error codes keep their names.
   CHECK(std::string(error_code_name(ErrorCode::not_serving)) == "notServing");
   CHECK(std::string(error_code_name(ErrorCode::replaced)) == "replaced");
-  CHECK(std::get<Error>(decode_header(encode_header(Header{1, Error{ErrorCode::replaced, "x"}}))
-                            .body)
-            .code == ErrorCode::replaced);
+  CHECK(
+      std::get<Error>(decode_header(encode_header(Header{1, Error{ErrorCode::replaced, "x"}})).body)
+          .code == ErrorCode::replaced);
   CHECK(heartbeat_reply.answered == std::vector<uint64_t>{7, 9, uint64_t{1} << 40});
   // A longer list than the protocol allows is refused by name.
   CHECK_THROWS_WITH_AS(
