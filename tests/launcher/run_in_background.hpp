@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <optional>
@@ -67,6 +68,22 @@ inline int rounds_done(const std::filesystem::path& run, const std::string& regi
   for (const auto& e : launcher::read_jsonl(run / ("worker-" + region + "-0.metrics.jsonl")))
     if (e.value("event", "") == "round" && e.value("steps", 0) > 0) ++n;
   return n;
+}
+
+// The run folder under `out` once both regions of the two-region runs (us-east, eu-west) have
+// finished `rounds` rounds, polled every 100 ms; nullopt when that takes longer than `within`.
+inline std::optional<std::filesystem::path> wait_for_rounds(
+    const std::filesystem::path& out, int rounds,
+    std::chrono::seconds within = std::chrono::seconds(120)) {
+  const auto deadline = std::chrono::steady_clock::now() + within;
+  std::optional<std::filesystem::path> dir;
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (!dir) dir = run_folder(out);
+    if (dir && rounds_done(*dir, "us-east") >= rounds && rounds_done(*dir, "eu-west") >= rounds)
+      return dir;
+  }
+  return std::nullopt;
 }
 
 #ifdef GEOTRAIN_SOURCE_DIR

@@ -151,30 +151,20 @@ TEST_CASE(
   std::ofstream(config) << config_text(kSigstopRounds, "");
   const auto out = tmp.path() / "runs";
   constexpr double kStopS = 9;  // past dead_after (6 s)
-  const auto t0 = std::chrono::steady_clock::now();
   Background run("run " + config.string() + " --out " + out.string());
-  std::optional<fs::path> dir;
-  bool stopped = false;
-  const auto deadline = t0 + std::chrono::seconds(120);
-  while (!stopped && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    if (!dir) dir = run_folder(out);
-    if (!dir || rounds_done(*dir, "us-east") < 4 || rounds_done(*dir, "eu-west") < 4) continue;
-    const auto pid = pid_of(*dir, "server-eu-west");
-    REQUIRE(pid.has_value());
-    REQUIRE(::kill(*pid, SIGSTOP) == 0);
-    stopped = true;
-    const int before = rounds_done(*dir, "us-east");
-    std::this_thread::sleep_for(std::chrono::duration<double>(kStopS));
-    const int during = rounds_done(*dir, "us-east");
-    REQUIRE(::kill(*pid, SIGCONT) == 0);
-    // Synchronous rounds wait for the stopped server: at most the round in flight finished.
-    CHECK(during <= before + 1);
-    MESSAGE("SIGSTOP of server-eu-west for " << kStopS << " s at round " << before);
-  }
-  const auto& result = run.wait();
-  REQUIRE(stopped);
+  const auto dir = geotrain::test::wait_for_rounds(out, 4);
   REQUIRE(dir.has_value());
+  const auto pid = pid_of(*dir, "server-eu-west");
+  REQUIRE(pid.has_value());
+  REQUIRE(::kill(*pid, SIGSTOP) == 0);
+  const int before = rounds_done(*dir, "us-east");
+  std::this_thread::sleep_for(std::chrono::duration<double>(kStopS));
+  const int during = rounds_done(*dir, "us-east");
+  REQUIRE(::kill(*pid, SIGCONT) == 0);
+  // Synchronous rounds wait for the stopped server: at most the round in flight finished.
+  CHECK(during <= before + 1);
+  MESSAGE("SIGSTOP of server-eu-west for " << kStopS << " s at round " << before);
+  const auto& result = run.wait();
   const auto s = check_completed(result, *dir, kSigstopRounds);
   for (const auto* region : {"us-east", "eu-west"}) {
     const auto m = membership(*dir, region);

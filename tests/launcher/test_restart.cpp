@@ -35,7 +35,6 @@ using geotrain::test::Background;
 using geotrain::test::Finished;
 using geotrain::test::pid_of;
 using geotrain::test::rounds_done;
-using geotrain::test::run_folder;
 
 constexpr const char* kRestart = "{max_restarts: 2, backoff_s: 0.5}";
 
@@ -64,25 +63,16 @@ json run_and_kill(const std::string& name, const std::string& victim,
   const auto t0 = std::chrono::steady_clock::now();
   Background run("run " + config.string() + " --out " + out.string());
 
-  std::optional<fs::path> dir;
-  bool killed = false;
-  const auto deadline = t0 + std::chrono::seconds(120);
-  while (!killed && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    if (!dir) dir = run_folder(out);
-    if (!dir || rounds_done(*dir, "us-east") < 4 || rounds_done(*dir, "eu-west") < 4) continue;
-    const auto pid = pid_of(*dir, victim);
-    REQUIRE(pid.has_value());
-    REQUIRE(::kill(*pid, SIGKILL) == 0);
-    killed = true;
-    MESSAGE(victim << " killed after "
-                   << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()
-                   << " s, at round " << rounds_done(*dir, "us-east"));
-  }
+  const auto dir = geotrain::test::wait_for_rounds(out, 4);
+  REQUIRE(dir.has_value());
+  const auto pid = pid_of(*dir, victim);
+  REQUIRE(pid.has_value());
+  REQUIRE(::kill(*pid, SIGKILL) == 0);
+  MESSAGE(victim << " killed after "
+                 << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()
+                 << " s, at round " << rounds_done(*dir, "us-east"));
   const auto& result = run.wait();
   INFO(result.text);
-  REQUIRE(killed);
-  REQUIRE(dir.has_value());
   CHECK(result.code == 0);
   CHECK(result.text.find("restart(s) after faults") != std::string::npos);
   std::ifstream sf(*dir / "summary.json");

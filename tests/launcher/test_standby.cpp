@@ -28,7 +28,6 @@ namespace {
 using geotrain::test::Background;
 using geotrain::test::pid_of;
 using geotrain::test::rounds_done;
-using geotrain::test::run_folder;
 
 constexpr double kTakeoverS = 1.5;
 
@@ -57,21 +56,12 @@ Outcome run_with(const geotrain::test::TempDir& tmp, int rounds, Fault fault) {
   std::ofstream(config) << config_text(rounds);
   const auto out = tmp.path() / "runs";
   Background run("run " + config.string() + " --out " + out.string());
-  std::optional<fs::path> dir;
-  bool done = false;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  while (!done && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    if (!dir) dir = run_folder(out);
-    if (!dir || rounds_done(*dir, "us-east") < 4 || rounds_done(*dir, "eu-west") < 4) continue;
-    const auto pid = pid_of(*dir, "server-eu-west");
-    REQUIRE(pid.has_value());
-    fault(*pid, *dir);
-    done = true;
-  }
-  const auto& result = run.wait();
-  REQUIRE(done);
+  const auto dir = geotrain::test::wait_for_rounds(out, 4);
   REQUIRE(dir.has_value());
+  const auto pid = pid_of(*dir, "server-eu-west");
+  REQUIRE(pid.has_value());
+  fault(*pid, *dir);
+  const auto& result = run.wait();
   INFO(result.text);
   CHECK(result.code == 0);
   std::ifstream sf(*dir / "summary.json");
