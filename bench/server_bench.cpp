@@ -81,8 +81,8 @@ std::string endpoint_for(const std::string& transport, const std::string& name) 
 // [header, reply payload of the size the request's header names]. No protocol beyond that.
 class RawEcho {
  public:
-  RawEcho(zmq::context_t& context, const std::string& endpoint, size_t max_reply)
-      : socket_(context, zmq::socket_type::router), reply_(max_reply) {
+  RawEcho(wire::Context& context, const std::string& endpoint, size_t max_reply)
+      : socket_(context.zmq(), zmq::socket_type::router), reply_(max_reply) {
     int linger = 0;
     GT_ZMQ_CHECK(zmq_setsockopt(socket_.handle(), ZMQ_LINGER, &linger, sizeof linger));
     GT_ZMQ_CHECK(zmq_bind(socket_.handle(), endpoint.c_str()));
@@ -141,7 +141,7 @@ struct Sizes {
 class ServerSession {
  public:
   // keys_dir non-empty: CURVE on (the keys of region "bench" in it).
-  ServerSession(zmq::context_t& context, const std::string& transport, const std::string& codec,
+  ServerSession(wire::Context& context, const std::string& transport, const std::string& codec,
                 size_t elements, const std::filesystem::path& keys_dir = {})
       : elements_(elements) {
     config_.regions = {"bench"};
@@ -222,12 +222,12 @@ class ServerSession {
 // The same frames and bytes through raw DEALER/ROUTER request/reply.
 class RawSession {
  public:
-  RawSession(zmq::context_t& context, const std::string& transport, const std::string& name,
+  RawSession(wire::Context& context, const std::string& transport, const std::string& name,
              const Sizes& sizes)
       : sizes_(sizes),
         echo_(context, endpoint_for(transport, "raw-" + name),
               std::max(sizes.pull_payload, size_t{1})),
-        dealer_(context, zmq::socket_type::dealer),
+        dealer_(context.zmq(), zmq::socket_type::dealer),
         push_payload_(sizes.push_payload) {
     int linger = 0;
     GT_ZMQ_CHECK(zmq_setsockopt(dealer_.handle(), ZMQ_LINGER, &linger, sizeof linger));
@@ -320,7 +320,7 @@ std::vector<ServerBenchResult> measure_server(const ServerBenchOptions& options)
                "bench server: size {} must be a multiple of 4, at least 4096", s);
   std::optional<TempKeys> keys;
   if (options.curve) keys.emplace();
-  zmq::context_t context;
+  wire::Context context;
   std::vector<ServerBenchResult> results;
   const size_t total = options.transports.size() * options.codecs.size() * options.sizes.size();
   for (const auto& transport : options.transports) {
@@ -350,7 +350,7 @@ std::vector<ServerBenchResult> measure_server(const ServerBenchOptions& options)
         r.note = server_bench_note(transport, codec, bytes, sizes.push_payload);
         if (options.curve && transport == "tcp") {
           // Its own context: one ZAP handler per context (wire/zap_authenticator.hpp).
-          zmq::context_t curve_context;
+          wire::Context curve_context;
           ServerSession curve(curve_context, transport, codec, bytes / 4, keys->path);
           const auto [plain, secured] = time_alternately(
               options.seconds, [&] { server.round_trip(); }, [&] { curve.round_trip(); });
@@ -383,7 +383,7 @@ ServerSoakResult soak_server(const ServerBenchOptions& options) {
   soak.curve = options.curve;
   std::optional<TempKeys> keys;
   if (options.curve) keys.emplace();
-  zmq::context_t context;
+  wire::Context context;
   ServerSession session(context, soak.transport, soak.codec, soak.bytes / 4,
                         keys ? keys->path : std::filesystem::path());
   // Warm-up: pools filled, buffers touched; then the reading that counts as the start.

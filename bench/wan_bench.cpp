@@ -70,7 +70,7 @@ wire::Frame copy_of(const Bytes& b) { return wire::Frame(b.data(), b.size()); }
 // without payload is answered with the payload.
 class Server {
  public:
-  Server(zmq::context_t& context, const wire::ChannelOptions& options, const Bytes& payload)
+  Server(wire::Context& context, const wire::ChannelOptions& options, const Bytes& payload)
       : payload_(payload), router_(wire::bind_router(context, "tcp://127.0.0.1:0", options)) {
     thread_ = std::thread([this] { loop(); });
   }
@@ -107,7 +107,7 @@ struct Measured {
 
 Measured measure(const Link& link, const WanBenchOptions& o, const Bytes& payload, uint32_t streams,
                  bool curve) {
-  zmq::context_t server_ctx(o.io_threads), client_ctx(o.io_threads);
+  wire::Context server_ctx(o.io_threads), client_ctx(o.io_threads);
   wire::ChannelOptions server_opts, client_opts;
   server_opts.max_frame_bytes = client_opts.max_frame_bytes = int64_t{1} << 31;
   server_opts.socket_buffer_bytes = client_opts.socket_buffer_bytes = o.socket_buffer_kib * 1024;

@@ -62,7 +62,7 @@ int run_server(const ServerArgs& args) {
   // server.standby: this process also holds the previous region's standby shards
   // (server/standby.hpp), in a loop of its own, started first so that a restarting primary finds
   // it; its own context, as another server's would be.
-  zmq::context_t standby_context;
+  wire::Context standby_context;
   std::exception_ptr standby_failed;
   std::jthread standby;
   if (config.standby.on) {
@@ -80,7 +80,7 @@ int run_server(const ServerArgs& args) {
       }
     });
   }
-  zmq::context_t context;
+  wire::Context context;
   try {
     server::ParamServer srv(config, region, context, options);
     srv.run(stop.get_token());

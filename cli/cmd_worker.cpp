@@ -79,7 +79,7 @@ int run_worker(const WorkerArgs& args) {
     }
   }
 
-  zmq::context_t context;
+  wire::Context context;
   worker::Trainer trainer(config, region, rank, context,
                           {args.resume, args.generation, args.rejoin});
   std::stop_source stop;

@@ -226,7 +226,7 @@ class Recorder {
 
  private:
   server::ServerConfig config_;
-  zmq::context_t context_;
+  wire::Context context_;
   fuzz::ServerHarness harness_;
   fuzz::Conversation input_;
   std::vector<wire::ShardInfo> shards_;

@@ -1,7 +1,7 @@
 // The server the server_message fuzz target talks to, shared with the seed generator
 // (fuzz/make_seeds.cpp) so that its seeds are conversations the server accepts.
 //
-// ServerHarness owns one ParamServer on inproc:// of the caller's zmq::context_t (one per process:
+// ServerHarness owns one ParamServer on inproc:// of the caller's wire::Context (one per process:
 // a context per input would cost its threads' start and stop every time), kPeers region clients
 // (DEALER) and a manual clock, all driven from one thread: send() queues a message from
 // one peer, then runs the server's step() once (the message is in the server's queue by then:
@@ -68,7 +68,7 @@ server:
 class ServerHarness {
  public:
   // `name`: the inproc endpoint's, unique in `context`.
-  ServerHarness(zmq::context_t& context, const server::ServerConfig& config,
+  ServerHarness(wire::Context& context, const server::ServerConfig& config,
                 const std::string& name) {
     std::filesystem::remove_all(config.run_dir);
     std::filesystem::create_directories(config.run_dir);

@@ -75,10 +75,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // Terminating the context waits until every socket is closed, so the pile is bounded, and a
   // socket the server failed to close would hang here (a -timeout report) instead of piling up.
   constexpr uint64_t kInputsPerContext = 64;
-  static std::unique_ptr<zmq::context_t> context;
+  static std::unique_ptr<wire::Context> context;
   if (inputs % kInputsPerContext == 0) {
     context.reset();
-    context = std::make_unique<zmq::context_t>();
+    context = std::make_unique<wire::Context>();
   }
   if (inputs == 0) spdlog::set_level(spdlog::level::off);  // the server logs every join and refusal
   fuzz::InputReader in(data, size);

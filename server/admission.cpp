@@ -7,7 +7,7 @@
 
 namespace geotrain::server {
 
-Admission admit_clients(const ServerConfig& config, uint32_t region, zmq::context_t& context,
+Admission admit_clients(const ServerConfig& config, uint32_t region, wire::Context& context,
                         wire::ZapAuthenticator* given, wire::ChannelOptions& channel) {
   wire::ZapPolicy policy;
   policy.curve = config.security.curve_on();

@@ -7,13 +7,12 @@
 // error and the cap alone is only not enforced (logged).
 #pragma once
 
-#include <zmq.hpp>
-
 #include <cstdint>
 #include <memory>
 
 #include "server/config.hpp"
 #include "wire/channel.hpp"
+#include "wire/context.hpp"
 #include "wire/zap_authenticator.hpp"
 
 namespace geotrain::server {
@@ -26,7 +25,7 @@ struct Admission {
 
 // The admission of region `region`'s server, and the CURVE server key, connection monitor and
 // ZAP domain it needs set in `channel`. `given`: a handler of `context` to use (null: make one).
-Admission admit_clients(const ServerConfig& config, uint32_t region, zmq::context_t& context,
+Admission admit_clients(const ServerConfig& config, uint32_t region, wire::Context& context,
                         wire::ZapAuthenticator* given, wire::ChannelOptions& channel);
 
 }  // namespace geotrain::server

@@ -59,7 +59,7 @@ std::string listen_endpoint(const ServerConfig& config, uint32_t region,
 
 }  // namespace
 
-ParamServer::ParamServer(const ServerConfig& config, uint32_t region, zmq::context_t& context,
+ParamServer::ParamServer(const ServerConfig& config, uint32_t region, wire::Context& context,
                          ServerOptions options)
     : config_(config),
       region_(region),

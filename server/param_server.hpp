@@ -20,8 +20,6 @@
 // standby shards in param_server_standby.cpp (server/standby.hpp).
 #pragma once
 
-#include <zmq.hpp>
-
 #include <chrono>
 #include <functional>
 #include <map>
@@ -45,6 +43,7 @@
 #include "server/shard.hpp"
 #include "server/standby.hpp"
 #include "wire/channel.hpp"
+#include "wire/context.hpp"
 #include "wire/messages.hpp"
 #include "wire/metrics_endpoint.hpp"
 #include "wire/zap_authenticator.hpp"
@@ -80,7 +79,7 @@ struct ServerOptions {
 
 class ParamServer {
  public:
-  ParamServer(const ServerConfig& config, uint32_t region, zmq::context_t& context,
+  ParamServer(const ServerConfig& config, uint32_t region, wire::Context& context,
               ServerOptions options = {});
 
   std::string endpoint() const { return channel_->endpoint(); }

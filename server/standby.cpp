@@ -190,7 +190,7 @@ ReplicaMessage ReplicaEncoder::next(const std::vector<Shard>& shards, bool momen
   return out;
 }
 
-StandbyLink::StandbyLink(const ServerConfig& config, uint32_t region, zmq::context_t& context)
+StandbyLink::StandbyLink(const ServerConfig& config, uint32_t region, wire::Context& context)
     : region_(config.regions.at(region)),
       every_rounds_(config.standby.every_rounds),
       heartbeat_(config.heartbeat),

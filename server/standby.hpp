@@ -19,8 +19,6 @@
 // ParamServer's (param_server_standby.cpp). Not thread-safe: the server loop's thread.
 #pragma once
 
-#include <zmq.hpp>
-
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -35,6 +33,7 @@
 #include "server/config.hpp"
 #include "server/shard.hpp"
 #include "wire/client.hpp"
+#include "wire/context.hpp"
 #include "wire/messages.hpp"
 
 namespace geotrain::server {
@@ -104,7 +103,7 @@ class StandbyLink {
   using TimePoint = std::chrono::steady_clock::time_point;
 
   // Connects to config.standby.endpoints[region] (InputError when it has none).
-  StandbyLink(const ServerConfig& config, uint32_t region, zmq::context_t& context);
+  StandbyLink(const ServerConfig& config, uint32_t region, wire::Context& context);
 
   const std::string& endpoint() const { return endpoint_; }
 

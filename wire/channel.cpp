@@ -190,19 +190,20 @@ double tcp_window_bytes(int socket_buffer_bytes) {
   return 3.0 * 1024 * 1024;
 }
 
-std::unique_ptr<Channel> bind_router(zmq::context_t& context, const std::string& endpoint,
+std::unique_ptr<Channel> bind_router(Context& context, const std::string& endpoint,
                                      const ChannelOptions& options) {
   GT_REQUIRE(options.lanes == 1, "a ROUTER channel has one socket (lanes is {})", options.lanes);
   return std::make_unique<StripedRouter>(
-      std::make_unique<ZmqChannel>(context, zmq::socket_type::router, endpoint, options), options);
+      std::make_unique<ZmqChannel>(context.zmq(), zmq::socket_type::router, endpoint, options),
+      options);
 }
 
-std::unique_ptr<Channel> connect_dealer(zmq::context_t& context, const std::string& endpoint,
+std::unique_ptr<Channel> connect_dealer(Context& context, const std::string& endpoint,
                                         const ChannelOptions& options) {
   GT_REQUIRE(options.lanes >= 1 && options.lanes <= kMaxLanes,
              "lanes (streams per server) is {}, must be in [1, {}]", options.lanes, kMaxLanes);
   if (options.lanes == 1)
-    return std::make_unique<ZmqChannel>(context, zmq::socket_type::dealer, endpoint, options);
+    return std::make_unique<ZmqChannel>(context.zmq(), zmq::socket_type::dealer, endpoint, options);
   return std::make_unique<StripedDealer>(context, endpoint, options);
 }
 

@@ -2,7 +2,7 @@
 // Servers bind a ROUTER channel, region leaders connect a DEALER channel; the same code runs
 // over tcp:// (and through the netsim proxy) and inproc:// in tests.
 //
-// Owns: one ZeroMQ socket (RAII; the zmq::context_t is the caller's and must outlive it).
+// Owns: one ZeroMQ socket (RAII; the wire::Context is the caller's and must outlive it).
 // Blocking: receive() waits up to its timeout; send() never blocks (it returns false when the
 // peer's queue is at its high-water mark, an expected outcome). Not thread-safe: one thread per
 // channel, like the socket under it. Frames are moved in and out, so payloads are never copied.
@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "wire/context.hpp"
 #include "wire/frame.hpp"
 
 namespace geotrain::wire {
@@ -121,9 +122,9 @@ uint32_t streams_for_link(double rtt_s, double mbps, double window_bytes);
 double tcp_window_bytes(int socket_buffer_bytes);
 
 // Endpoints must be tcp://host:port, inproc://name or ipc://path (InputError otherwise).
-std::unique_ptr<Channel> bind_router(zmq::context_t& context, const std::string& endpoint,
+std::unique_ptr<Channel> bind_router(Context& context, const std::string& endpoint,
                                      const ChannelOptions& options = {});
-std::unique_ptr<Channel> connect_dealer(zmq::context_t& context, const std::string& endpoint,
+std::unique_ptr<Channel> connect_dealer(Context& context, const std::string& endpoint,
                                         const ChannelOptions& options = {});
 
 }  // namespace geotrain::wire

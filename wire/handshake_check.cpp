@@ -86,7 +86,7 @@ void on_event(Probe& p, uint16_t event, uint32_t value, int closed_limit) {
 
 }  // namespace
 
-std::vector<HandshakeResult> check_handshakes(zmq::context_t& context,
+std::vector<HandshakeResult> check_handshakes(Context& context,
                                               const std::vector<HandshakeTarget>& targets,
                                               std::chrono::milliseconds timeout, int closed_limit) {
   std::vector<std::unique_ptr<Probe>> probes;
@@ -94,8 +94,8 @@ std::vector<HandshakeResult> check_handshakes(zmq::context_t& context,
     for (size_t i = 0; i < targets.size(); ++i) {
       const auto& t = targets[i];
       auto p = std::make_unique<Probe>();
-      p->dealer = zmq::socket_t(context, zmq::socket_type::dealer);
-      p->monitor = zmq::socket_t(context, zmq::socket_type::pair);
+      p->dealer = zmq::socket_t(context.zmq(), zmq::socket_type::dealer);
+      p->monitor = zmq::socket_t(context.zmq(), zmq::socket_type::pair);
       p->curve = t.curve.has_value();
       void* s = p->dealer.handle();
       const int linger = 0;

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "wire/channel.hpp"
+#include "wire/context.hpp"
 
 namespace geotrain::wire {
 
@@ -45,7 +46,7 @@ struct HandshakeResult {
   int closed = 0;      // connections closed during the handshake (any outcome)
 };
 
-std::vector<HandshakeResult> check_handshakes(zmq::context_t& context,
+std::vector<HandshakeResult> check_handshakes(Context& context,
                                               const std::vector<HandshakeTarget>& targets,
                                               std::chrono::milliseconds timeout,
                                               int closed_limit = 5);

@@ -22,8 +22,8 @@ std::string http_response(std::string_view status, std::string_view content_type
 }
 }  // namespace
 
-MetricsEndpoint::MetricsEndpoint(zmq::context_t& context, const std::string& host, uint16_t port)
-    : socket_(context, zmq::socket_type::stream), host_(host) {
+MetricsEndpoint::MetricsEndpoint(Context& context, const std::string& host, uint16_t port)
+    : socket_(context.zmq(), zmq::socket_type::stream), host_(host) {
   void* s = socket_.handle();
   int linger = 0;
   GT_ZMQ_CHECK(zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger));

@@ -21,6 +21,8 @@
 #include <list>
 #include <string>
 
+#include "wire/context.hpp"
+
 namespace geotrain::wire {
 
 class MetricsEndpoint {
@@ -29,7 +31,7 @@ class MetricsEndpoint {
   static constexpr size_t kMaxConnections = 64;
 
   // Binds tcp://host:port (port 0: any free port). SystemError if the port cannot be bound.
-  MetricsEndpoint(zmq::context_t& context, const std::string& host, uint16_t port);
+  MetricsEndpoint(Context& context, const std::string& host, uint16_t port);
 
   uint16_t port() const { return port_; }
   std::string url() const;  // http://host:port/metrics

@@ -67,7 +67,7 @@ ChannelOptions lane_options(ChannelOptions o, const std::string& session, uint16
 
 }  // namespace
 
-StripedDealer::StripedDealer(zmq::context_t& context, const std::string& endpoint,
+StripedDealer::StripedDealer(Context& context, const std::string& endpoint,
                              const ChannelOptions& options)
     : endpoint_(endpoint),
       striper_(static_cast<uint16_t>(options.lanes), random_id()),
@@ -76,7 +76,7 @@ StripedDealer::StripedDealer(zmq::context_t& context, const std::string& endpoin
   const uint64_t id = random_id();
   std::memcpy(session.data() + 1, &id, sizeof id);
   for (uint16_t lane = 0; lane < options.lanes; ++lane)
-    lanes_.push_back(std::make_unique<ZmqChannel>(context, zmq::socket_type::dealer, endpoint,
+    lanes_.push_back(std::make_unique<ZmqChannel>(context.zmq(), zmq::socket_type::dealer, endpoint,
                                                   lane_options(options, session, lane)));
 }
 

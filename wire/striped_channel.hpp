@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "wire/channel.hpp"
+#include "wire/context.hpp"
 #include "wire/stripe.hpp"
 #include "wire/zmq_channel.hpp"
 
@@ -30,8 +31,7 @@ namespace geotrain::wire {
 
 class StripedDealer final : public Channel {
  public:
-  StripedDealer(zmq::context_t& context, const std::string& endpoint,
-                const ChannelOptions& options);
+  StripedDealer(Context& context, const std::string& endpoint, const ChannelOptions& options);
 
   std::string endpoint() const override { return endpoint_; }
   // False when lane 0 is full (nothing sent) or a later chunk could not be queued (the message

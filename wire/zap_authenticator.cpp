@@ -81,13 +81,13 @@ uint64_t next_handler_number() {
 
 }  // namespace
 
-ZapAuthenticator::ZapAuthenticator(zmq::context_t& context, ZapPolicy policy)
+ZapAuthenticator::ZapAuthenticator(Context& context, ZapPolicy policy)
     : policy_(std::move(policy)),
       // A number of its own: an inproc endpoint outlives its socket for a moment, and a new
       // handler at a freed one's address must not find the name taken.
       monitor_endpoint_(fmt::format("inproc://geotrain.zap-monitor.{}", next_handler_number())),
-      zap_(context, zmq::socket_type::rep),
-      monitor_(context, zmq::socket_type::pair) {
+      zap_(context.zmq(), zmq::socket_type::rep),
+      monitor_(context.zmq(), zmq::socket_type::pair) {
   for (const auto& [key, name] : policy_.allowed) allowed_[z85_to_binary(key)] = name;
   int linger = 0;
   GT_ZMQ_CHECK(zmq_setsockopt(zap_.handle(), ZMQ_LINGER, &linger, sizeof linger));

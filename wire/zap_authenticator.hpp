@@ -1,5 +1,5 @@
 // ZapAuthenticator: the ZAP handler (ZeroMQ authentication protocol, RFC 27) of one
-// zmq::context_t: who may complete a handshake with the server sockets of that context.
+// wire::Context: who may complete a handshake with the server sockets of that context.
 //
 // libzmq asks the handler bound at inproc://zeromq.zap.01 of the socket's context about every
 // handshake on a CURVE server socket, and on a NULL server socket that sets a ZAP domain
@@ -34,6 +34,8 @@
 #include <string>
 #include <thread>
 
+#include "wire/context.hpp"
+
 namespace geotrain::wire {
 
 struct ZapPolicy {
@@ -44,7 +46,7 @@ struct ZapPolicy {
 
 class ZapAuthenticator {
  public:
-  ZapAuthenticator(zmq::context_t& context, ZapPolicy policy);
+  ZapAuthenticator(Context& context, ZapPolicy policy);
   ~ZapAuthenticator();
   ZapAuthenticator(const ZapAuthenticator&) = delete;
   ZapAuthenticator& operator=(const ZapAuthenticator&) = delete;

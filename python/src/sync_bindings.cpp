@@ -17,7 +17,6 @@
 #include <fmt/format.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
-#include <zmq.hpp>
 
 #include <filesystem>
 #include <memory>
@@ -28,6 +27,7 @@
 #include "core/error.hpp"
 #include "core/param_table.hpp"
 #include "json_dict.hpp"
+#include "wire/context.hpp"
 #include "wire/handshake_check.hpp"
 #include "wire/security_config.hpp"
 #include "worker/config.hpp"
@@ -263,7 +263,7 @@ class RegionLeader {
     if (finished_) throw py::value_error("RegionSync: finish() ended training: no step after it");
   }
 
-  zmq::context_t context_;
+  wire::Context context_;
   ParamTable table_;
   std::unique_ptr<worker::LeaderSession> session_;
   bool finished_ = false;  // finish() or goodbye(): the schedule has stopped

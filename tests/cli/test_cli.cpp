@@ -255,7 +255,7 @@ TEST_CASE(
   CHECK(endpoint != "tcp://127.0.0.1:0");
 
   {
-    zmq::context_t context;
+    wire::Context context;
     wire::Client client(wire::connect_dealer(context, endpoint));
     auto reply = [&](wire::Body body, std::vector<wire::Frame> payloads = {}) {
       auto r = client.call(std::move(body), std::move(payloads), std::chrono::seconds(20));

@@ -48,7 +48,7 @@ model: {{tensors: [{{name: w, size: 4096}}]}}
 server: {{wait_for_all_regions: false, run_dir: "{}"}}
 {})",
                                                               dir.string(), security));
-  zmq::context_t context;
+  wire::Context context;
   server::ServerOptions options;
   options.endpoint = "tcp://127.0.0.1:0";
   options.write_metrics = false;
@@ -145,7 +145,7 @@ TEST_CASE("a server process refuses an unauthenticated client and its log says s
   std::ofstream(config) << config_text(c, dir.path(), {port});
   Process server({"server", "--config", config.string(), "--region", "us"},
                  dir.path() / "server.log");
-  zmq::context_t context;
+  wire::Context context;
   wire::Client plain(wire::connect_dealer(context, fmt::format("tcp://127.0.0.1:{}", port)));
   CHECK_FALSE(plain.call(wire::Hello{"us", wire::kProtocolVersion, 0, {}}, {}, 3s).has_value());
   std::string log;

@@ -16,7 +16,7 @@ namespace geotrain::netsim::test {
 
 TEST_CASE("striped over a link that is reset, later requests are answered whole and in order") {
   using namespace std::chrono_literals;
-  zmq::context_t ctx;
+  wire::Context ctx;
   auto router = wire::bind_router(ctx, "tcp://127.0.0.1:0");
   const auto at = router->endpoint();
   const auto port = static_cast<uint16_t>(std::stoi(at.substr(at.rfind(':') + 1)));

@@ -78,7 +78,7 @@ class Cluster {
   wire::Client client() { return wire::Client(wire::connect_dealer(context_, endpoint_)); }
   uint64_t table_hash() const { return hash_; }
   ManualClock& clock() { return clock_; }
-  zmq::context_t& context() { return context_; }
+  wire::Context& context() { return context_; }
   // Stops the loop; the server's state may be read afterwards.
   const server::ParamServer& stop() {
     thread_.request_stop();
@@ -88,7 +88,7 @@ class Cluster {
 
  private:
   server::ServerConfig config_;
-  zmq::context_t context_;
+  wire::Context context_;
   ManualClock clock_;
   std::unique_ptr<server::ParamServer> server_;
   std::string endpoint_;

@@ -298,7 +298,7 @@ server:
   run_dir: "{}"
 )",
                                                               tmp.path().string()));
-  zmq::context_t context;
+  wire::Context context;
   server::ServerOptions options;
   options.endpoint = "inproc://busy-server";
   options.poll = 5ms;

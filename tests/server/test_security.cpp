@@ -44,7 +44,7 @@ class TcpServer {
   int port() const { return std::stoi(endpoint_.substr(endpoint_.rfind(':') + 1)); }
 
  private:
-  zmq::context_t context_;
+  wire::Context context_;
   std::unique_ptr<server::ParamServer> server_;
   std::string endpoint_;
   uint64_t hash_ = 0;
@@ -213,7 +213,7 @@ TEST_CASE(
                                          stranger.secret_key}},
       {"wrong server key", srv.endpoint(), wrong_server},
   };
-  zmq::context_t context;
+  wire::Context context;
   const auto t0 = std::chrono::steady_clock::now();
   const auto r = wire::check_handshakes(context, targets, 20s);
   const auto took = std::chrono::steady_clock::now() - t0;
@@ -233,7 +233,7 @@ TEST_CASE(
 }
 
 TEST_CASE("a handshake check against nothing listening answers no_answer at the deadline") {
-  zmq::context_t context;
+  wire::Context context;
   // A port bound but not listening: every connection is refused and retried, never made.
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   REQUIRE(fd >= 0);
@@ -272,7 +272,7 @@ TEST_CASE(
   // Keys are read when the server starts: a missing key file names the file and keygen.
   auto cfg = parse(
       fmt::format("security: {{curve: true, keys_dir: \"{}\"}}", (dir.path() / "none").string()));
-  zmq::context_t ctx;
+  wire::Context ctx;
   server::ServerOptions options;
   options.endpoint = "tcp://127.0.0.1:0";
   options.write_metrics = false;

@@ -108,7 +108,7 @@ class StandbyPair {
   std::string primary_at_;
   int starts_ = 0;
   server::ServerConfig config_;
-  zmq::context_t context_;
+  wire::Context context_;
   ManualClock standby_clock_;
   std::unique_ptr<server::ParamServer> standby_;
   std::unique_ptr<server::ParamServer> primary_;
@@ -239,7 +239,7 @@ TEST_CASE("standby: a lost standby starts again empty, and its primary sends it 
 TEST_CASE("standby: a standby with no replica never serves; bad replicas are refused whole") {
   TempDir dir("standby");
   auto config = small_config(dir.path(), 1, standby_yaml("alone"));
-  zmq::context_t context;
+  wire::Context context;
   server::ServerOptions s;
   s.standby = true;
   ManualClock clock;
@@ -417,7 +417,7 @@ server: {standby: on}
 )"),
                        doctest::Contains("needs two regions or more"), InputError);
   // A primary needs its standby's endpoint.
-  zmq::context_t context;
+  wire::Context context;
   server::ServerOptions p;
   p.endpoint = "inproc://needs-standby";
   p.write_metrics = false;

@@ -23,7 +23,7 @@ void echo_once(Channel& router) {
 }
 
 void round_trip(const std::string& bind_at, uint32_t lanes = 1) {
-  zmq::context_t ctx;
+  wire::Context ctx;
   auto router = bind_router(ctx, bind_at);
   ChannelOptions options;
   options.lanes = lanes;
@@ -58,7 +58,7 @@ TEST_CASE("a message striped over several connections arrives whole, and so does
 }
 
 TEST_CASE("striped and plain peers share a server; each gets its own replies, in order") {
-  zmq::context_t ctx;
+  wire::Context ctx;
   auto router = bind_router(ctx, "tcp://127.0.0.1:0");
   ChannelOptions striped;
   striped.lanes = 8;
@@ -113,7 +113,7 @@ TEST_CASE("striped and plain peers share a server; each gets its own replies, in
 }
 
 TEST_CASE("a dealer refuses a lane count outside 1..64") {
-  zmq::context_t ctx;
+  wire::Context ctx;
   ChannelOptions o;
   o.lanes = 65;
   CHECK_THROWS_WITH_AS(connect_dealer(ctx, "tcp://127.0.0.1:1", o),
@@ -121,7 +121,7 @@ TEST_CASE("a dealer refuses a lane count outside 1..64") {
 }
 
 TEST_CASE("a channel refuses endpoints of other transports") {
-  zmq::context_t ctx;
+  wire::Context ctx;
   CHECK_THROWS_WITH_AS(bind_router(ctx, "udp://1.2.3.4:5"), doctest::Contains("is not allowed"),
                        InputError);
   CHECK_THROWS_WITH_AS(connect_dealer(ctx, "tcp://"), doctest::Contains("is not allowed"),
@@ -129,7 +129,7 @@ TEST_CASE("a channel refuses endpoints of other transports") {
 }
 
 TEST_CASE("a frame above the maximum message size never reaches the server") {
-  zmq::context_t ctx;
+  wire::Context ctx;
   ChannelOptions small;
   small.max_frame_bytes = 4096;
   auto router = bind_router(ctx, "tcp://127.0.0.1:0", small);
@@ -147,7 +147,7 @@ TEST_CASE("a frame above the maximum message size never reaches the server") {
 }
 
 TEST_CASE("receive returns nothing after its timeout when no message arrives") {
-  zmq::context_t ctx;
+  wire::Context ctx;
   auto router = bind_router(ctx, "inproc://quiet");
   CHECK_FALSE(router->receive(10ms));
 }
@@ -168,7 +168,7 @@ TEST_CASE("a socket buffer asked for is what the kernel grants: capped at its ma
   if (b.receive_max >= 0) CHECK(b.receive_bytes == std::min<int64_t>(64 << 20, b.receive_max));
   CHECK(effective_socket_buffer(0).send_bytes == 0);  // the OS default
   // And a channel with one set still carries messages.
-  zmq::context_t ctx;
+  wire::Context ctx;
   ChannelOptions o;
   o.socket_buffer_bytes = 1 << 20;
   auto router = bind_router(ctx, "tcp://127.0.0.1:0", o);
@@ -179,7 +179,7 @@ TEST_CASE("a socket buffer asked for is what the kernel grants: capped at its ma
 
 TEST_CASE("a DEALER counts the connections that broke; a ROUTER and inproc count none") {
   using namespace std::chrono_literals;
-  zmq::context_t ctx;
+  wire::Context ctx;
   auto router = wire::bind_router(ctx, "tcp://127.0.0.1:0");
   const auto at = router->endpoint();
   auto dealer = wire::connect_dealer(ctx, at);

@@ -19,7 +19,7 @@ using namespace std::chrono_literals;
 
 struct RegionServer {
   std::filesystem::path dir;
-  zmq::context_t context;
+  wire::Context context;
   std::unique_ptr<server::ParamServer> srv;
   std::jthread loop;
 

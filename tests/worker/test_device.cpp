@@ -2,11 +2,11 @@
 // is built (before any data is read or any connection made), with a message that names the key
 // and what is missing. Runs on CPU-only machines (label worker, not gpu).
 #include <doctest/doctest.h>
-#include <zmq.hpp>
 
 #include <string>
 
 #include "core/error.hpp"
+#include "wire/context.hpp"
 #include "worker/backend/backend_factory.hpp"
 #include "worker/backend/model_backend.hpp"
 #include "worker/config.hpp"
@@ -56,7 +56,7 @@ TEST_CASE(
   CHECK(why.find("built without CUDA") != std::string::npos);
 #endif
 
-  zmq::context_t context;
+  wire::Context context;
   CHECK_THROWS_WITH_AS(Trainer(config_on("cuda"), "a", 0, context),
                        doctest::Contains("worker.device is 'cuda'"), InputError);
 }
@@ -64,7 +64,7 @@ TEST_CASE(
 TEST_CASE(
     "device: cpu is accepted everywhere, and an unknown device is refused by the config parser") {
   CHECK_NOTHROW(require_device_available("cpu"));
-  zmq::context_t context;
+  wire::Context context;
   CHECK_NOTHROW(Trainer(config_on("cpu"), "a", 0, context));
   CHECK_THROWS_WITH_AS(config_on("tpu"), doctest::Contains("worker.device"), InputError);
   CHECK_THROWS_WITH_AS(require_device_available("tpu"),
@@ -108,7 +108,7 @@ TEST_CASE(
                        doctest::Contains("on the CPU only"), InputError);
   // Region a's worker is built here; region b's is refused as device: cuda is, when this build
   // or machine has no GPU.
-  zmq::context_t context;
+  wire::Context context;
   CHECK_NOTHROW(Trainer(c, "a", 0, context));
   if (!cuda_refusal().empty())
     CHECK_THROWS_WITH_AS(Trainer(c, "b", 0, context), doctest::Contains("worker.device is 'cuda'"),

@@ -63,7 +63,7 @@ server:
     c.timeout = 20s;
     return c;
   }
-  zmq::context_t& context() { return context_; }
+  wire::Context& context() { return context_; }
 
   // The servers' loops stop (their sockets keep what arrives) so that their shards can be read,
   // and go on with resume().
@@ -104,7 +104,7 @@ server:
 
   std::filesystem::path dir_;
   server::ServerConfig config_;
-  zmq::context_t context_;
+  wire::Context context_;
   std::vector<std::unique_ptr<server::ParamServer>> servers_;
   std::vector<std::jthread> threads_;
 };

@@ -56,12 +56,12 @@ server:
     c.timeout = 20s;
     return c;
   }
-  zmq::context_t& context() { return context_; }
+  wire::Context& context() { return context_; }
 
  private:
   std::filesystem::path dir_;
   server::ServerConfig config_;
-  zmq::context_t context_;
+  wire::Context context_;
   std::vector<std::unique_ptr<server::ParamServer>> servers_;
   std::vector<std::jthread> threads_;
 };

@@ -249,7 +249,7 @@ TEST_CASE(
     for (int r = 0; r < 2; ++r)
       restarted.emplace_back([&, r] {
         try {
-          zmq::context_t context;
+          wire::Context context;
           const auto c = leader_config(config, r, servers[0].server->endpoint(),
                                        servers[1].server->endpoint());
           plain_next[r] = worker::RegionSync(table, c, context).connect();
@@ -303,7 +303,7 @@ TEST_CASE(
   for (int r = 0; r < 2; ++r)
     leaders.emplace_back([&, r] {
       try {
-        zmq::context_t context;
+        wire::Context context;
         auto c = two.deferring_leader(r);
         c.timeout = 5s;  // what settle() would wait out
         worker::RegionSync sync(table, c, context);

@@ -91,12 +91,12 @@ class Deployment {
     c.timeout = 20s;
     return c;
   }
-  zmq::context_t& context() { return context_; }
+  wire::Context& context() { return context_; }
 
  private:
   server::ServerConfig config_;
   std::filesystem::path dir_;
-  zmq::context_t context_;
+  wire::Context context_;
   std::vector<std::unique_ptr<server::ParamServer>> servers_;
   std::vector<std::jthread> threads_;
 };
@@ -817,7 +817,7 @@ namespace {
 // Its own thread; the leader's requests are answered in order, with their request ids.
 class LyingServer {
  public:
-  LyingServer(zmq::context_t& context, const std::string& name, wire::HelloReply hello,
+  LyingServer(wire::Context& context, const std::string& name, wire::HelloReply hello,
               wire::PullReply pull)
       : channel_(wire::bind_router(context, "inproc://" + name)),
         thread_([this, hello, pull](std::stop_token st) {
@@ -852,7 +852,7 @@ class LyingServer {
 TEST_CASE(
     "a server whose shard or pull segment ranges wrap around 2^64 is refused before anything is "
     "allocated for them") {
-  zmq::context_t context;
+  wire::Context context;
   const ParamTable table({{"w", 64}}, {});
   const uint64_t half = uint64_t{1} << 63;
   auto sync = [&](const LyingServer& s) {
@@ -1331,7 +1331,7 @@ server:
 }
 
 TEST_CASE("a leader refuses servers that name different streaming layouts") {
-  zmq::context_t context;
+  wire::Context context;
   const ParamTable table({{"w", 64}}, {});
   const wire::PullReply pull{0, 1, 0, true, {{0, 40 + 32 * 4}}};
   wire::HelloReply two{"a", {{0, 0, 32, false, 0}}, 1, 100, {}, 2, false};

@@ -32,7 +32,7 @@ TEST_CASE("two workers rendezvous through the server and AllReduce over Gloo") {
 }
 
 TEST_CASE("a rendezvous whose peer never comes times out with a message naming the server") {
-  zmq::context_t context;
+  wire::Context context;
   // Nothing listens here: the request is queued and never answered.
   worker::ServerStore store(context, "inproc://nobody-home", "gloo/x/", 200ms);
   CHECK_THROWS_WITH_AS(store.get("rank1"),
@@ -41,7 +41,7 @@ TEST_CASE("a rendezvous whose peer never comes times out with a message naming t
 }
 
 TEST_CASE("a rendezvous waiting for a peer ends within a fraction of a second of a stop") {
-  zmq::context_t context;
+  wire::Context context;
   std::stop_source stop;
   // Nothing answers: without the stop the wait would last its 60 s.
   worker::ServerStore store(context, "inproc://nobody-home-either", "gloo/x/", 60s, {},

@@ -21,7 +21,7 @@ namespace {
 // Region a as a scripted client of both servers: its hellos, its pushes (a whole-shard fp32 step
 // of `value`), and the replies it waits for.
 struct ScriptedRegion {
-  ScriptedRegion(TwoServers& two, const ParamTable& table, zmq::context_t& context) {
+  ScriptedRegion(TwoServers& two, const ParamTable& table, wire::Context& context) {
     for (uint32_t s = 0; s < 2; ++s) {
       clients.push_back(std::make_unique<wire::Client>(
           wire::connect_dealer(context, two.servers[s].server->endpoint())));
@@ -101,7 +101,7 @@ TEST_CASE(
   // round per exchange, b would hold a back for eight exchanges.)
   TwoServers two("frontier");
   const ParamTable table(two.config.tensors, two.config.critical);
-  zmq::context_t context;
+  wire::Context context;
   ScriptedRegion a(two, table, context);
   std::vector<uint64_t> waiting;
   for (uint32_t s = 0; s < 2; ++s) waiting.push_back(a.push(s, 10, 0.0f, /*skip=*/true));
@@ -137,7 +137,7 @@ TEST_CASE(
   // and a's exchange waited out shard_wait: the deferral went back and forth between regions).
   TwoServers two("absent");
   const ParamTable table(two.config.tensors, two.config.critical);
-  zmq::context_t context;
+  wire::Context context;
   ScriptedRegion a(two, table, context);
   worker::RegionSync b(table, two.deferring_leader(1), context);
   REQUIRE(b.connect() == 1);

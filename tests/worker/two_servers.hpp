@@ -62,7 +62,7 @@ struct RunningServer {
 };
 
 inline RunningServer start_server(const server::ServerConfig& config, uint32_t region,
-                                  zmq::context_t& context, const std::string& endpoint) {
+                                  wire::Context& context, const std::string& endpoint) {
   server::ServerOptions options;
   options.endpoint = endpoint;
   options.poll = 5ms;
@@ -137,7 +137,7 @@ struct TwoServers {
     for (int r = 0; r < 2; ++r)
       leaders.emplace_back([&, r] {
         try {
-          zmq::context_t leader_context;
+          wire::Context leader_context;
           worker::RegionSync sync(table, config_of(r), leader_context);
           sync.connect();
           body(r, sync);
@@ -150,6 +150,20 @@ struct TwoServers {
     leaders.clear();  // joins
     return errors;
   }
+  // Server s's shards as a failed test should show them: each one's released round and version,
+  // and every region's clock. Ends the server's loop first (it is read, not raced).
+  std::string describe(uint32_t s) {
+    if (servers[s].thread.joinable()) stop_loop(s);
+    std::string out = fmt::format("server {}:", config.regions[s]);
+    for (const auto& shard : servers[s].server->shards()) {
+      out +=
+          fmt::format(" [released {}, version {}, clocks", shard.released_round(), shard.version());
+      for (size_t r = 0; r < config.regions.size(); ++r)
+        out += fmt::format(" {}={}", config.regions[r], shard.gate().clock(r));
+      out += "]";
+    }
+    return out;
+  }
   worker::SyncConfig leader(int r) const {
     return leader_config(config, r, servers[0].server->endpoint(), servers[1].server->endpoint());
   }
@@ -160,7 +174,7 @@ struct TwoServers {
   }
   const std::filesystem::path dir;
   const server::ServerConfig config;
-  zmq::context_t context;
+  wire::Context context;
   std::vector<RunningServer> servers;
 };
 
@@ -192,7 +206,7 @@ struct DeferringLeaders {
     for (int r = 0; r < 2; ++r)
       leaders.emplace_back([&, r] {
         try {
-          zmq::context_t context;
+          wire::Context context;
           worker::RegionSync sync(table, two.deferring_leader(r), context);
           sync.connect();
           const float step = step_of(r);

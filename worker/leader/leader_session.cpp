@@ -7,7 +7,7 @@
 namespace geotrain::worker {
 
 LeaderSession::LeaderSession(const ParamTable& table, SyncConfig sync, StreamingConfig streaming,
-                             zmq::context_t& context)
+                             wire::Context& context)
     : sync_(std::make_unique<RegionSync>(table, std::move(sync), context)),
       streaming_config_(streaming) {}
 

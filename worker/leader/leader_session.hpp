@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "wire/context.hpp"
 #include "worker/leader/region_sync.hpp"
 #include "worker/leader/streaming_sync.hpp"
 
@@ -26,7 +27,7 @@ namespace geotrain::worker {
 class LeaderSession {
  public:
   LeaderSession(const ParamTable& table, SyncConfig sync, StreamingConfig streaming,
-                zmq::context_t& context);
+                wire::Context& context);
   ~LeaderSession();
   LeaderSession(const LeaderSession&) = delete;
   LeaderSession& operator=(const LeaderSession&) = delete;

@@ -9,7 +9,7 @@
 
 namespace geotrain::worker {
 
-LeaderShards::LeaderShards(const ParamTable& layout, SyncConfig config, zmq::context_t& context)
+LeaderShards::LeaderShards(const ParamTable& layout, SyncConfig config, wire::Context& context)
     : layout_(layout),
       config_(std::move(config)),
       links_(config_, context),

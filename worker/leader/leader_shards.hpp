@@ -13,8 +13,6 @@
 // up to config.timeout per reply. Not thread-safe: RegionSync's thread.
 #pragma once
 
-#include <zmq.hpp>
-
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -26,6 +24,7 @@
 #include "core/fragments.hpp"
 #include "core/param_table.hpp"
 #include "core/span.hpp"
+#include "wire/context.hpp"
 #include "worker/leader/reply_wait.hpp"
 #include "worker/leader/server_hellos.hpp"
 #include "worker/leader/server_links.hpp"
@@ -47,7 +46,7 @@ class LeaderShards {
   using Clock = std::chrono::steady_clock;
   using Shards = std::vector<LeaderShard*>;
 
-  LeaderShards(const ParamTable& layout, SyncConfig config, zmq::context_t& context);
+  LeaderShards(const ParamTable& layout, SyncConfig config, wire::Context& context);
 
   // RegionSync's calls of the same names (worker/leader/region_sync.hpp says what they do).
   void set_origin(ConstFloatSpan origin);

@@ -31,8 +31,6 @@
 // for running it in the background). Buffers: base() is owned here; callers pass spans in.
 #pragma once
 
-#include <zmq.hpp>
-
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -47,6 +45,7 @@
 #include "core/param_table.hpp"
 #include "core/span.hpp"
 #include "wire/client.hpp"
+#include "wire/context.hpp"
 #include "worker/leader/leader_shards.hpp"
 #include "worker/leader/shard_wait.hpp"
 #include "worker/leader/sync_config.hpp"
@@ -57,7 +56,7 @@ class RegionSync {
  public:
   using Clock = std::chrono::steady_clock;
 
-  RegionSync(const ParamTable& layout, SyncConfig config, zmq::context_t& context)
+  RegionSync(const ParamTable& layout, SyncConfig config, wire::Context& context)
       : shards_(layout, std::move(config), context),
         shard_wait_(shards_.config().shard_wait, shards_.config().shard_wait_auto,
                     shards_.config().timeout / 2) {}

@@ -8,7 +8,7 @@
 
 namespace geotrain::worker {
 
-std::unique_ptr<wire::Client> open_server_client(zmq::context_t& context,
+std::unique_ptr<wire::Client> open_server_client(wire::Context& context,
                                                  const ServerAddress& server, uint32_t streams,
                                                  int socket_buffer_bytes) {
   wire::ChannelOptions options;
@@ -18,7 +18,7 @@ std::unique_ptr<wire::Client> open_server_client(zmq::context_t& context,
   return std::make_unique<wire::Client>(wire::connect_dealer(context, server.endpoint, options));
 }
 
-uint32_t choose_streams(zmq::context_t& context, const ServerAddress& server,
+uint32_t choose_streams(wire::Context& context, const ServerAddress& server,
                         const std::string& ours, double link_mbps, int socket_buffer_bytes,
                         std::chrono::milliseconds timeout, const ReplyWait& how) {
   // Heartbeats on a throwaway connection: the first waits for the server to come up (and carries

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "wire/client.hpp"
+#include "wire/context.hpp"
 #include "worker/leader/reply_wait.hpp"
 
 namespace geotrain::worker {
@@ -38,13 +39,13 @@ struct ServerAddress {
 
 // A client for `server` over `streams` connections (wire::ChannelOptions::lanes), with socket
 // buffers of `socket_buffer_bytes` (0: the OS default).
-std::unique_ptr<wire::Client> open_server_client(zmq::context_t& context,
+std::unique_ptr<wire::Client> open_server_client(wire::Context& context,
                                                  const ServerAddress& server, uint32_t streams,
                                                  int socket_buffer_bytes);
 // worker.streams_per_server: auto. The round trip to `server` measured over a throwaway
 // connection (waiting up to `timeout` for the server to come up), then wire::streams_for_link
 // with `link_mbps` and this host's TCP window; logs the choice for region `ours`.
-uint32_t choose_streams(zmq::context_t& context, const ServerAddress& server,
+uint32_t choose_streams(wire::Context& context, const ServerAddress& server,
                         const std::string& ours, double link_mbps, int socket_buffer_bytes,
                         std::chrono::milliseconds timeout, const ReplyWait& how);
 

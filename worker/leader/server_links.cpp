@@ -8,7 +8,7 @@
 
 namespace geotrain::worker {
 
-ServerLinks::ServerLinks(const SyncConfig& config, zmq::context_t& context)
+ServerLinks::ServerLinks(const SyncConfig& config, wire::Context& context)
     : config_(config), context_(context) {
   GT_REQUIRE(!config_.servers.empty(), "region {}: no servers to synchronise with", config_.region);
   for (const auto& s : config_.servers) links_.emplace_back(s.region);

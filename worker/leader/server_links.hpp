@@ -9,14 +9,13 @@
 // Not thread-safe: RegionSync's thread.
 #pragma once
 
-#include <zmq.hpp>
-
 #include <chrono>
 #include <cstdint>
 #include <memory>
 #include <stop_token>
 #include <vector>
 
+#include "wire/context.hpp"
 #include "worker/leader/reply_wait.hpp"
 #include "worker/leader/server_link.hpp"
 #include "worker/leader/sync_config.hpp"
@@ -28,7 +27,7 @@ class ServerLinks {
   // Links to config.servers (InputError when there are none); with a fixed
   // config.streams_per_server, connected now (ZeroMQ connects in the background), with auto (0) at
   // open().
-  ServerLinks(const SyncConfig& config, zmq::context_t& context);
+  ServerLinks(const SyncConfig& config, wire::Context& context);
 
   size_t size() const { return links_.size(); }
   ServerLink& operator[](size_t s) { return links_[s]; }
@@ -71,7 +70,7 @@ class ServerLinks {
   void connect(size_t s, uint32_t streams);
 
   SyncConfig config_;
-  zmq::context_t& context_;
+  wire::Context& context_;
   std::vector<ServerLink> links_;
   std::stop_token stop_;
   uint64_t rejoins_ = 0;

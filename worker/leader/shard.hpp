@@ -31,8 +31,6 @@
 // borrowed (bind()).
 #pragma once
 
-#include <zmq.hpp>
-
 #include <cstdint>
 #include <map>
 #include <optional>

@@ -3,6 +3,7 @@
 #include <gloo/allgatherv.h>
 #include <gloo/allreduce.h>
 #include <gloo/alltoallv.h>
+#include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
@@ -36,6 +37,12 @@ GlooCommunicator::GlooCommunicator(gloo::rendezvous::Store& store, int rank, int
     auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
     context->setTimeout(options.timeout);
     context->connectFullMesh(store, device);
+    // connectFullMesh returns once this rank's pairs are connected, not the others': a rank that
+    // closed its context at once (a group formed and left) would cut a slower rank's handshake.
+    // The barrier makes the group whole before anyone can leave it.
+    gloo::BarrierOptions barrier(context);
+    barrier.setTag(tag_++);
+    gloo::barrier(barrier);
     context_ = std::move(context);
   } catch (const InputError&) {
     throw;

@@ -7,7 +7,7 @@
 
 namespace geotrain::worker {
 
-ServerStore::ServerStore(zmq::context_t& context, const std::string& server_endpoint,
+ServerStore::ServerStore(wire::Context& context, const std::string& server_endpoint,
                          std::string prefix, std::chrono::milliseconds timeout,
                          const wire::ChannelOptions& options, std::stop_token stop)
     : client_(

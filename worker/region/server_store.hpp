@@ -12,7 +12,6 @@
 #pragma once
 
 #include <gloo/rendezvous/store.h>
-#include <zmq.hpp>
 
 #include <chrono>
 #include <memory>
@@ -22,12 +21,13 @@
 #include <vector>
 
 #include "wire/client.hpp"
+#include "wire/context.hpp"
 
 namespace geotrain::worker {
 
 class ServerStore final : public gloo::rendezvous::Store {
  public:
-  ServerStore(zmq::context_t& context, const std::string& server_endpoint, std::string prefix,
+  ServerStore(wire::Context& context, const std::string& server_endpoint, std::string prefix,
               std::chrono::milliseconds timeout = std::chrono::seconds(60),
               const wire::ChannelOptions& options = {}, std::stop_token stop = {});
 

@@ -18,7 +18,7 @@ constexpr std::chrono::milliseconds kSettle{300};
 }  // namespace
 
 RegionCollective::RegionCollective(const WorkerConfig& config, const std::string& region,
-                                   uint32_t rank, zmq::context_t& context, ModelBackend& backend,
+                                   uint32_t rank, wire::Context& context, ModelBackend& backend,
                                    uint32_t generation, bool rejoin, std::stop_token stop)
     : config_(config), region_(region), rank_(rank), backend_(backend) {
   const uint32_t slots = config.workers.in(region);

@@ -12,14 +12,13 @@
 // backend, the config and the ZeroMQ context, which outlive it.
 #pragma once
 
-#include <zmq.hpp>
-
 #include <chrono>
 #include <memory>
 #include <optional>
 #include <stop_token>
 #include <string>
 
+#include "wire/context.hpp"
 #include "worker/region/communicator.hpp"
 #include "worker/region/region_group.hpp"
 #include "worker/region/server_store.hpp"
@@ -37,7 +36,7 @@ class RegionCollective {
   // (SystemError when none did). InputError when `rejoin` is asked of a region that cannot take a
   // worker back (not elastic).
   RegionCollective(const WorkerConfig& config, const std::string& region, uint32_t rank,
-                   zmq::context_t& context, ModelBackend& backend, uint32_t generation, bool rejoin,
+                   wire::Context& context, ModelBackend& backend, uint32_t generation, bool rejoin,
                    std::stop_token stop);
 
   // The group's communicator (host spans); null for a joiner that found training over.

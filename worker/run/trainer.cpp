@@ -41,7 +41,7 @@ namespace geotrain::worker {
 namespace f = events::field;
 
 WorkerRun::WorkerRun(const WorkerConfig& config, const std::string& region, uint32_t region_index,
-                     uint32_t rank, zmq::context_t& context, TrainerOptions options,
+                     uint32_t rank, wire::Context& context, TrainerOptions options,
                      std::stop_token stop)
     : config_(config),
       schedule_{config.local_steps, config.fragments, config.merge_delay()},
@@ -393,7 +393,7 @@ void WorkerRun::log_snapshots() {
                                            {f::path, w.folder.string()}});
 }
 
-Trainer::Trainer(WorkerConfig config, std::string region, uint32_t rank, zmq::context_t& context,
+Trainer::Trainer(WorkerConfig config, std::string region, uint32_t rank, wire::Context& context,
                  TrainerOptions options)
     : config_(std::move(config)),
       region_(std::move(region)),

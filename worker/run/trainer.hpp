@@ -31,8 +31,6 @@
 // region's server (a restarted group must not read the dead group's addresses).
 #pragma once
 
-#include <zmq.hpp>
-
 #include <cstdint>
 #include <filesystem>
 #include <optional>
@@ -42,6 +40,7 @@
 
 #include "core/param_table.hpp"
 #include "models/model.hpp"
+#include "wire/context.hpp"
 #include "worker/config.hpp"
 #include "worker/run/local_step_config.hpp"
 #include "worker/run/metrics_log.hpp"
@@ -59,7 +58,7 @@ struct TrainerOptions {
 
 class Trainer {
  public:
-  Trainer(WorkerConfig config, std::string region, uint32_t rank, zmq::context_t& context,
+  Trainer(WorkerConfig config, std::string region, uint32_t rank, wire::Context& context,
           TrainerOptions options = {});
   TrainResult run(std::stop_token stop = {});
 
@@ -68,7 +67,7 @@ class Trainer {
   std::string region_;
   uint32_t region_index_;
   uint32_t rank_;
-  zmq::context_t& context_;
+  wire::Context& context_;
   TrainerOptions options_;
 };
 

@@ -110,7 +110,7 @@ std::string WorkerMetrics::render() const {
   return out.take();
 }
 
-MetricsExporter::MetricsExporter(zmq::context_t& context, const std::string& host, uint16_t port,
+MetricsExporter::MetricsExporter(wire::Context& context, const std::string& host, uint16_t port,
                                  std::function<std::string()> render)
     : endpoint_(context, host, port), render_(std::move(render)) {
   thread_ = std::jthread([this](std::stop_token stop) {

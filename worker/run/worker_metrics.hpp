@@ -13,7 +13,6 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
-#include <zmq.hpp>
 
 #include <chrono>
 #include <cstdint>
@@ -24,6 +23,7 @@
 #include <string>
 #include <thread>
 
+#include "wire/context.hpp"
 #include "wire/metrics_endpoint.hpp"
 
 namespace geotrain::worker {
@@ -55,7 +55,7 @@ class WorkerMetrics {
 // cannot be bound.
 class MetricsExporter {
  public:
-  MetricsExporter(zmq::context_t& context, const std::string& host, uint16_t port,
+  MetricsExporter(wire::Context& context, const std::string& host, uint16_t port,
                   std::function<std::string()> render);
   ~MetricsExporter();
   MetricsExporter(const MetricsExporter&) = delete;

@@ -5,8 +5,6 @@
 // flight, the global model, `done`). Not thread-safe: the worker's thread.
 #pragma once
 
-#include <zmq.hpp>
-
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -17,6 +15,7 @@
 
 #include "core/param_table.hpp"
 #include "models/model.hpp"
+#include "wire/context.hpp"
 #include "worker/backend/model_backend.hpp"
 #include "worker/backend/step_engine.hpp"
 #include "worker/config.hpp"
@@ -55,7 +54,7 @@ class WorkerRun {
 
   // `stop` ends the rendezvous with the region's other ranks (ServerStore).
   WorkerRun(const WorkerConfig& config, const std::string& region, uint32_t region_index,
-            uint32_t rank, zmq::context_t& context, TrainerOptions options, std::stop_token stop);
+            uint32_t rank, wire::Context& context, TrainerOptions options, std::stop_token stop);
   // `stop` also ends the leader's waits for a dead server (RegionSync::stop_waits_on). Where
   // training starts: a round's beginning, or for a restarted worker (--rejoin) the leader's place.
   RegionPosition start(std::stop_token stop);
@@ -130,7 +129,7 @@ class WorkerRun {
   uint64_t steps_taken_ = 0;  // local steps over the run (resumed: from the snapshot's round)
   const std::string& region_;
   const uint32_t region_index_, rank_;
-  zmq::context_t& context_;
+  wire::Context& context_;
   const TrainerOptions options_;
   const Clock::time_point start_ = Clock::now();
   const bool leader_;
