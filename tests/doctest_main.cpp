@@ -20,8 +20,7 @@
 // A suite that hangs is killed by ctest at its TIMEOUT, and its output says nothing of where it
 // hung. The watchdog knows: given GEOTRAIN_TEST_DEADLINE_S (set by geotrain_add_suite a little
 // under the suite's TIMEOUT), it names the test case running when the deadline passes and how long
-// that case has run, prints every thread's stack, then
-// aborts the suite.
+// that case has run, prints every thread's stack, then aborts the suite.
 namespace {
 
 using Clock = std::chrono::steady_clock;
