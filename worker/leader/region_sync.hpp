@@ -178,6 +178,9 @@ class RegionSync {
   // holds wire::max_waiting_per_peer(its shards) of ours: every shard's pull goes right behind
   // its push (a leader never has more than all of a server's shards in flight).
   static constexpr uint32_t kMaxRejoinAttempts = 4;
+  // How long an exchange that defers looks for the answer of a server that lost this region
+  // before it pushes to the others (its hellos go out at every exchange and keep_alive).
+  static constexpr std::chrono::milliseconds kAwayLook{20};
   // The flush's final pulls wait at their server: at most this many per server at once.
   static constexpr size_t kMaxFinalPulls = wire::kMaxWaitingPerPeer;
   static constexpr std::chrono::milliseconds kFlushPoll{20};
