@@ -19,6 +19,10 @@ namespace geotrain::kernels::cpu {
 // set_threads (kernels/ops/threads.hpp), which also sets the GPT ops' threads.
 void set_blas_threads(int threads);
 
+// Subnormal floats flushed to zero on the calling thread and the threads it starts afterwards:
+// declared with its reasons in kernels/ops/threads.hpp. Trainers call it before set_blas_threads.
+bool flush_denormals();
+
 // y (B, out) = x (B, in) W^T (W: (out, in)) + b (out).
 void linear_forward(const float* x, const float* w, const float* b, size_t batch, size_t in,
                     size_t out, float* y);

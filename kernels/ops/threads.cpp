@@ -2,6 +2,11 @@
 
 #include <cblas.h>
 
+#if defined(__SSE2__)
+#include <pmmintrin.h>
+#include <xmmintrin.h>
+#endif
+
 #include <atomic>
 #include <condition_variable>
 #include <functional>
@@ -127,6 +132,23 @@ void set_threads(int threads) {
 }
 
 int threads() { return g_threads.load(std::memory_order_relaxed); }
+
+bool flush_denormals() {
+#if defined(__SSE2__)
+  _MM_SET_FLUSH_ZERO_MODE(_MM_FLUSH_ZERO_ON);
+  _MM_SET_DENORMALS_ZERO_MODE(_MM_DENORMALS_ZERO_ON);
+#endif
+  return flushing_denormals();
+}
+
+bool flushing_denormals() {
+#if defined(__SSE2__)
+  return _MM_GET_FLUSH_ZERO_MODE() == _MM_FLUSH_ZERO_ON &&
+         _MM_GET_DENORMALS_ZERO_MODE() == _MM_DENORMALS_ZERO_ON;
+#else
+  return false;
+#endif
+}
 
 void parallel_for(size_t tasks, const std::function<void(size_t)>& task) {
   GT_ASSERT(tasks < (uint64_t{1} << 32), "parallel_for: {} tasks", tasks);

@@ -40,6 +40,18 @@ int threads();
 // in order.
 void parallel_for(size_t tasks, const std::function<void(size_t task)>& task);
 
+// Subnormal floats flushed to zero, as results (FTZ) and as operands (DAZ), on the calling thread
+// and on the threads it starts afterwards (they inherit its floating-point environment: the pool
+// of set_threads when called first, OpenBLAS's threads when set_threads adds them). Training sets
+// it before set_threads: a classifier that has grown confident has a softmax gradient that is
+// mostly subnormal (exp of margins past 87), and a GEMM on subnormal operands ran 64x slower here
+// than on normal ones (OpenBLAS, SkylakeX); the demo's MLP stepped 3x slower once its loss fell
+// below 1e-3. A subnormal is below 1.2e-38: flushing it changes no value a model can tell from
+// zero. x86-64 only; elsewhere it does nothing and returns false. Returns flushing_denormals().
+bool flush_denormals();
+// Whether the calling thread flushes subnormals to zero (FTZ and DAZ both on).
+bool flushing_denormals();
+
 // The BLAS library and the kernels it chose for this CPU, as OpenBLAS says
 // ("OpenBLAS 0.3.21 ... DYNAMIC_ARCH ... Cooperlake ..."): each kernel set sums in its own order,
 // so runs on two CPUs differ in their bits unless OPENBLAS_CORETYPE names the same set on both.

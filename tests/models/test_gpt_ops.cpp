@@ -8,6 +8,7 @@
 #include <cmath>
 #include <functional>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "kernels/ops/attention.hpp"
@@ -303,4 +304,29 @@ TEST_CASE("parallel_for runs every task exactly once, on 2 threads and nested") 
   parallel_for(runs.size(), [&](size_t i) { runs[i] += 1; });
   CHECK(std::count(runs.begin(), runs.end(), 2) == 1000);
   CHECK(std::count(inner.begin(), inner.end(), 1) == 64);
+}
+
+// kernels/ops/threads.hpp: what training sets on its thread. Run on a thread of its own, since the
+// floating-point environment is per thread and the cases above need subnormals.
+TEST_CASE(
+    "flush_denormals: subnormal results and operands become zero, on the thread and on "
+    "the threads it starts") {
+  bool before = true, kept = false, flushed = false, result_zero = false, operand_zero = false,
+       inherited = false;
+  std::thread([&] {
+    volatile float small = 1e-37f, subnormal = 1e-39f;
+    before = flushing_denormals();
+    kept = small * 0.01f != 0.0f && subnormal * 1e10f != 0.0f;  // IEEE: kept, and read
+    flushed = flush_denormals();
+    result_zero = small * 0.01f == 0.0f;       // FTZ: a subnormal result is zero
+    operand_zero = subnormal * 1e10f == 0.0f;  // DAZ: a subnormal operand reads as zero
+    std::thread([&] { inherited = flushing_denormals(); }).join();
+  }).join();
+  CHECK_FALSE(before);
+  CHECK(kept);
+  REQUIRE(flushed);
+  CHECK(result_zero);
+  CHECK(operand_zero);
+  CHECK(inherited);
+  CHECK_FALSE(flushing_denormals());  // this thread's environment is its own
 }

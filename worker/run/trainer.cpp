@@ -59,6 +59,9 @@ WorkerRun::WorkerRun(const WorkerConfig& config, const std::string& region, uint
       snapshots_(worker_checkpoint_dir(config.run_dir, config.checkpoint.dir, region, rank),
                  config.checkpoint.keep),
       identity_(worker_identity(config, table_.layout_hash())) {
+  // Subnormals flushed on the training thread and the threads started after it (the ops' pool,
+  // OpenBLAS's, the exchange's): kernels/ops/threads.hpp says why.
+  kernels::cpu::flush_denormals();
   kernels::cpu::set_blas_threads(static_cast<int>(config_.blas_threads));
   model_->init(params_, config_.seed);
   backend_ = make_model_backend(config_.device_in(region_), config_.model, static_cast<int>(rank_),
