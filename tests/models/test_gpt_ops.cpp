@@ -306,8 +306,8 @@ TEST_CASE("parallel_for runs every task exactly once, on 2 threads and nested") 
   CHECK(std::count(inner.begin(), inner.end(), 1) == 64);
 }
 
-// kernels/ops/threads.hpp: what training sets on its thread. Run on a thread of its own, since the
-// floating-point environment is per thread and the cases above need subnormals.
+// kernels/ops/threads.hpp: what training sets on its thread. Run on a thread of its own: the
+// floating-point environment is per thread, and the other cases run with IEEE subnormals.
 TEST_CASE(
     "flush_denormals: subnormal results and operands become zero, on the thread and on "
     "the threads it starts") {
