@@ -108,15 +108,9 @@ std::string status_of(const RunOutcome& r) {
 }
 
 std::optional<uint64_t> restarts_of(const fs::path& run_dir) {
-  std::ifstream in(run_dir / "summary.json");
-  if (!in) return std::nullopt;
-  try {
-    const auto s = json::parse(in);
-    if (s.contains(k::restarts) && s[k::restarts].is_number())
-      return s[k::restarts].get<uint64_t>();
-  } catch (const std::exception&) {
-  }
-  return std::nullopt;
+  const auto s = read_summary(run_dir);
+  if (!s || !s->contains(k::restarts) || !(*s)[k::restarts].is_number()) return std::nullopt;
+  return (*s)[k::restarts].get<uint64_t>();
 }
 }  // namespace
 

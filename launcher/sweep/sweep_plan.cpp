@@ -370,7 +370,7 @@ std::string results_csv(const SweepPlan& plan, const std::vector<SweepRow>& rows
       out += csv_text(value_of(*r.point, k));
     }
     out += fmt::format(",{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
-                       r.summary.is_object() ? r.summary.value("status", "") : "not run",
+                       r.summary.is_object() ? r.summary.value(k::status, "") : "not run",
                        csv_cell(d.accuracy), csv_cell(d.delta), csv_cell(d.ttt), csv_cell(d.wall),
                        csv_cell(d.wan), csv_cell(d.reduction), csv_cell(d.speedup),
                        &r == &rows[plan.baseline] ? "yes" : "", csv_text(r.run_dir.string()),

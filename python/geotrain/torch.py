@@ -476,20 +476,15 @@ class OuterSync:
                                           if global_model else None, global_error or ""))
             self._log.write("done", done)
             self._log.close()
-            path = os.path.join(self.settings["run_dir"], f"params-{self.region}.f32")
             self._gather()
-            self._flat_np.tofile(path)
+            _core.write_region_params(self.settings["run_dir"], self.region, self._flat_np)
 
     def _write_global_model(self):
         """<run_dir>/model.safetensors: the global model under the model's parameter names and
-        shapes, written to a temporary file and renamed into place."""
-        path = os.path.join(self.settings["run_dir"], "model.safetensors")
+        shapes, as the native leaders write it."""
         tensors = [(name, [int(d) for d in p.shape], self._flat_np[off:off + n])
                    for (name, p), (off, n) in zip(self._named, self._slices)]
-        os.makedirs(self.settings["run_dir"], exist_ok=True)
-        _core.write_safetensors(path + ".part", tensors,
-                                {"weights": "global model", "rounds": str(self.rounds_done)})
-        os.replace(path + ".part", path)
+        _core.write_global_model(self.settings["run_dir"], tensors, self.rounds_done)
 
     def close(self):
         """Drops the connections (finish() does too; close() without finish() abandons the

@@ -13,6 +13,7 @@ namespace geotrain::python {
 namespace py = pybind11;
 void bind_codecs(py::module_& m);
 void bind_sync(py::module_& m);
+void bind_schedule(py::module_& m);
 void bind_run(py::module_& m);
 void bind_events(py::module_& m);
 }  // namespace geotrain::python
@@ -33,6 +34,7 @@ PYBIND11_MODULE(_core, m) {
   });
   geotrain::python::bind_codecs(m);
   geotrain::python::bind_sync(m);
+  geotrain::python::bind_schedule(m);
   geotrain::python::bind_run(m);
   geotrain::python::bind_events(m);
 }

@@ -20,10 +20,12 @@
 #include "core/error.hpp"
 #include "core/metrics_events_check.hpp"
 #include "core/wan_profile.hpp"
+#include "json_dict.hpp"
 #include "models/model_spec.hpp"
 #include "models/safetensors.hpp"
 #include "worker/config.hpp"
-#include "worker/leader/overlap_merge.hpp"
+#include "worker/config_keys.hpp"
+#include "worker/run/final_model.hpp"
 
 namespace py = pybind11;
 
@@ -31,26 +33,35 @@ namespace geotrain::python {
 
 namespace {
 
-// A codec schedule as Python holds it (compression/codec_schedule.hpp): the spec string for one
-// phase, else [{"until_round": N, "codec": SPEC}, ..., {"codec": SPEC}], as the YAML writes it.
-py::object schedule_to_py(const compression::CodecSchedule& s) {
-  if (!s.scheduled()) return py::str(s.phases().front().codec);
-  py::list phases;
-  for (const auto& p : s.phases()) {
-    py::dict d;
-    if (p.until_round) d["until_round"] = *p.until_round;
-    d["codec"] = p.codec;
-    phases.append(d);
+// A tensor as Python hands it to the model writers: (name, shape, float32 array).
+using NamedTensor = std::tuple<std::string, std::vector<uint64_t>, py::handle>;
+
+// The tensors as safetensors views; `keep` holds the values (float_view may stage a copy).
+std::vector<models::SafetensorView> safetensor_views(const std::vector<NamedTensor>& tensors,
+                                                     std::vector<std::vector<float>>& keep) {
+  keep.reserve(tensors.size());  // the views point into it
+  std::vector<models::SafetensorView> views;
+  for (const auto& [name, shape, values] : tensors) {
+    auto v = float_view(values, false, name.c_str());
+    uint64_t n = 1;
+    for (auto d : shape) n *= d;
+    if (n != v.span.size())
+      throw py::value_error(
+          fmt::format("tensor {}: shape holds {} values, the array {}", name, n, v.span.size()));
+    keep.emplace_back(v.span.begin(), v.span.end());
+    views.push_back({name, shape, ConstFloatSpan(keep.back())});
   }
-  return phases;
+  return views;
 }
 
-// What a leader of `region` needs from a deployment config, as the native worker reads it.
+// What a leader of `region` needs from a deployment config, as the native worker reads it: the
+// `worker` section's effective values (worker/config_keys.hpp, a key per region as `region`'s),
+// and the deployment's keys around it.
 py::dict leader_settings(const std::string& yaml_text, const std::string& source,
                          const std::string& region) {
   const auto c = worker::parse_worker_config(yaml_text, source);
   c.region_index(region);  // InputError naming the allowed regions
-  py::dict d;
+  py::dict d = to_dict(worker::worker_settings(c, region));
   d["region"] = region;
   d["regions"] = c.regions;
   py::list servers;
@@ -65,83 +76,32 @@ py::dict leader_settings(const std::string& yaml_text, const std::string& source
   for (const auto& t : specs) tensors.append(py::make_tuple(t.name, t.size));
   d["tensors"] = tensors;
   d["critical"] = c.model.critical;
-  d["critical_codec"] = schedule_to_py(c.critical_codec);
-  d["noncritical_codec"] = schedule_to_py(c.noncritical_codec);
-  d["chunk_align"] = c.tensor_segments ? "tensor" : "segment";  // worker.chunk_align
-  py::dict feedback;                                            // worker.error_feedback
-  feedback["decay"] = c.error_feedback_decay;
-  d["error_feedback"] = feedback;
-  d["staleness_bound"] = c.staleness_bound;
-  d["overlap"] = std::string(worker::overlap_mode_name(c.overlap_mode));  // false|true|eager|...
-  d["fragments"] = c.fragments;
-  d["stream_critical"] = c.stream_critical;
-  // As written (None: the default, H / P with overlap, 0 without; OuterSync derives it).
-  d["fragment_delay"] = c.fragment_delay ? py::object(py::int_(*c.fragment_delay)) : py::none();
+  d["staleness_bound"] = c.staleness_bound;  // server.staleness_bound
   py::dict outer;  // server.optimizer, which the eager and delayed merges predict
   outer["lr"] = c.outer.lr;
   outer["momentum"] = c.outer.momentum;
   outer["nesterov"] = c.outer.nesterov;
   d["outer"] = outer;
-  d["local_steps"] = c.local_steps;
-  d["round_time_ms"] = c.round_time_ms;  // time-budgeted rounds (0: none)
-  d["max_local_steps"] = c.max_local_steps;
-  d["rounds"] = c.rounds;
-  d["workers_per_region"] = c.workers.in(region);  // the leader's region's
-  d["batch_size"] = c.batch_size.in(region);       // the leader's region's
-  d["lr"] = c.lr;
-  d["seed"] = c.seed;
-  d["eval_every"] = c.eval_every;
-  d["timeout_ms"] = c.timeout.count();
-  if (c.shard_wait_auto)
-    d["shard_wait_ms"] = "auto";
-  else
-    d["shard_wait_ms"] = c.shard_wait.count();
-  d["streams_per_server"] = c.streams_per_server;  // 0: auto
-  d["link_mbps"] = c.link_mbps;
-  d["socket_buffer_kib"] = c.socket_buffer_kib;
-  d["run_dir"] = c.run_dir.string();
-  d["external"] = c.external;
   py::dict security;  // the top-level security section (curve: auto is refused by the parser)
   security["curve"] = c.security.curve_on();
   security["keys_dir"] = c.security.keys_dir.empty()
                              ? py::object(py::none())
                              : py::object(py::str(c.security.keys_dir.string()));
   d["security"] = security;
-  // The local training settings, for a Python loop that wants to train like the native worker.
-  py::dict opt;
-  opt["kind"] = worker::optimizer_kind_name(c.optimizer.kind);
-  opt["momentum"] = c.optimizer.momentum;
-  opt["nesterov"] = c.optimizer.nesterov;
-  opt["weight_decay"] = c.optimizer.weight_decay;
-  opt["beta1"] = c.optimizer.beta1;
-  opt["beta2"] = c.optimizer.beta2;
-  opt["eps"] = c.optimizer.eps;
-  opt["no_decay"] = c.optimizer.no_decay;
-  opt["muon_lr"] = c.optimizer.muon_lr;
-  opt["muon_momentum"] = c.optimizer.muon_momentum;
-  opt["muon_nesterov"] = c.optimizer.muon_nesterov;
-  opt["muon_ns_steps"] = c.optimizer.muon_ns_steps;
-  opt["adamw_tensors"] = c.optimizer.adamw_tensors;
-  d["optimizer"] = opt;
-  d["warmup_steps"] = c.warmup_steps;
-  d["lr_decay"] = c.decay == worker::LrDecay::kCosine   ? "cosine"
-                  : c.decay == worker::LrDecay::kCyclic ? "cyclic"
-                                                        : "constant";
-  if (c.decay == worker::LrDecay::kCyclic) {
-    py::dict cycle;
-    cycle["period"] = c.lr_cycle_steps;
-    cycle["multiplier"] = c.lr_cycle_mult;
-    d["lr_cycle"] = cycle;
-  }
-  d["min_lr"] = c.min_lr;
-  d["max_grad_norm"] = c.max_grad_norm;
-  py::dict data;
-  data["kind"] = c.data.kind;
-  data["path"] = c.data.path.string();
-  data["validation_fraction"] = c.data.validation_fraction;
-  data["eval_windows"] = c.data.eval_windows;
-  d["data"] = data;
   return d;
+}
+
+// A dict of numeric figures ({"test_accuracy": 0.9}) as JSON numbers; ValueError for a value
+// that is not a number.
+nlohmann::json figures_json(const py::dict& d) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [key, value] : d) {
+    const auto name = py::str(key).cast<std::string>();
+    if (!py::isinstance<py::float_>(value) && !py::isinstance<py::int_>(value))
+      throw py::value_error(fmt::format("figure '{}' is not a number", name));
+    j[name] = value.cast<double>();
+  }
+  return j;
 }
 
 // `yaml_text` with model.tensors (and model.critical, when given) replaced: the table of a model
@@ -213,27 +173,50 @@ py::dict metrics_events() {
 void bind_run(py::module_& m) {
   m.def(
       "write_safetensors",
-      [](const std::string& path,
-         const std::vector<std::tuple<std::string, std::vector<uint64_t>, py::handle>>& tensors,
+      [](const std::string& path, const std::vector<NamedTensor>& tensors,
          const std::map<std::string, std::string>& metadata) {
-        std::vector<std::vector<float>> keep;  // float_view may stage a copy; hold it
-        std::vector<models::SafetensorView> views;
-        for (const auto& [name, shape, values] : tensors) {
-          auto v = float_view(values, false, name.c_str());
-          uint64_t n = 1;
-          for (auto d : shape) n *= d;
-          if (n != v.span.size())
-            throw py::value_error(fmt::format("tensor {}: shape holds {} values, the array {}",
-                                              name, n, v.span.size()));
-          keep.emplace_back(v.span.begin(), v.span.end());
-          views.push_back({name, shape, ConstFloatSpan(keep.back())});
-        }
-        models::write_safetensors(path, views, metadata);
+        std::vector<std::vector<float>> keep;
+        models::write_safetensors(path, safetensor_views(tensors, keep), metadata);
       },
       py::arg("path"), py::arg("tensors"),
       py::arg("metadata") = std::map<std::string, std::string>{},
       "writes [(name, shape, float32 array), ...] as a safetensors file (models/safetensors.hpp: "
       "the layout `geotrain export-init` and the native run's model.safetensors use)");
+  m.def(
+      "write_global_model",
+      [](const std::string& run_dir, const std::vector<NamedTensor>& tensors, uint64_t rounds) {
+        std::vector<std::vector<float>> keep;
+        const auto views = safetensor_views(tensors, keep);
+        return worker::write_global_model(run_dir, rounds,
+                                          [&](const std::filesystem::path& part,
+                                              const std::map<std::string, std::string>& metadata) {
+                                            models::write_safetensors(part, views, metadata);
+                                          })
+            .string();
+      },
+      py::arg("run_dir"), py::arg("tensors"), py::arg("rounds"),
+      "writes [(name, shape, float32 array), ...] as <run_dir>/model.safetensors, the global "
+      "model as the native leaders write it (worker/run/final_model.hpp); returns its path");
+  m.def(
+      "write_region_params",
+      [](const std::string& run_dir, const std::string& region, py::handle flat) {
+        const auto v = float_view(flat, false, "params");
+        worker::write_region_params(run_dir, region, v.span);
+      },
+      py::arg("run_dir"), py::arg("region"), py::arg("params"),
+      "writes a region's own final parameters (a float32 array in the table's order) to "
+      "<run_dir>/params-<region>.f32, as the native leaders do");
+  m.def(
+      "end_figures",
+      [](const py::dict& own, const py::object& global, const std::string& error) {
+        std::optional<nlohmann::json> g;
+        if (!global.is_none()) g = figures_json(global.cast<py::dict>());
+        return to_dict(worker::end_figures(figures_json(own), g, error));
+      },
+      py::arg("own"), py::arg("global_figures"), py::arg("error") = "",
+      "the done event's end figures as the native leaders write them (worker::end_figures): "
+      "region_* of `own`, final_* of `global_figures` only when there is a global model (None: "
+      "none), global_model, and global_model_error (`error`) without one");
   m.def("leader_settings", &leader_settings, py::arg("yaml_text"), py::arg("source"),
         py::arg("region"),
         "what a region's leader reads from a deployment config, parsed by the native worker's "

@@ -27,6 +27,7 @@
 #include "core/error.hpp"
 #include "core/param_table.hpp"
 #include "json_dict.hpp"
+#include "round_position.hpp"
 #include "wire/context.hpp"
 #include "wire/handshake_check.hpp"
 #include "wire/security_config.hpp"
@@ -39,7 +40,6 @@
 #include "worker/run/final_model.hpp"
 #include "worker/run/metrics_log.hpp"
 #include "worker/run/worker_events.hpp"
-#include "worker/training/round_budget.hpp"
 
 namespace geotrain::python {
 
@@ -52,14 +52,6 @@ using worker::StreamingSync;
 using worker::SyncConfig;
 
 py::dict report_dict(const RoundReport& r) { return to_dict(worker::report_fields(r)); }
-
-// A step's place in a round of any length: ValueError unless 1 <= in_round <= round_steps.
-void check_position(uint32_t in_round, uint32_t round_steps) {
-  if (in_round < 1 || in_round > round_steps)
-    throw py::value_error(
-        fmt::format("a step's place in its round is {} of {}: allowed 1 <= in_round <= round_steps",
-                    in_round, round_steps));
-}
 
 py::list report_list(const std::vector<RoundReport>& reports) {
   py::list out;
@@ -422,102 +414,6 @@ std::unique_ptr<RegionLeader> region_leader_from_config(
   return std::make_unique<RegionLeader>(specs, w.model.critical, std::move(plan), w.security);
 }
 
-// A dict of numeric figures ({"test_accuracy": 0.9}) as JSON numbers; ValueError for a value
-// that is not a number.
-nlohmann::json figures_json(const py::dict& d) {
-  nlohmann::json j = nlohmann::json::object();
-  for (const auto& [key, value] : d) {
-    const auto name = py::str(key).cast<std::string>();
-    if (!py::isinstance<py::float_>(value) && !py::isinstance<py::int_>(value))
-      throw py::value_error(fmt::format("figure '{}' is not a number", name));
-    j[name] = value.cast<double>();
-  }
-  return j;
-}
-
-// The fragment schedule every rank of a Python region follows.
-void bind_schedule(py::module_& m) {
-  m.def("merge_delay", &merge_delay, py::arg("local_steps"), py::arg("fragments"),
-        py::arg("overlap"), py::arg("fragment_delay") = py::none(),
-        "steps from a fragment's push to its merge, as the native worker computes it");
-  using worker::FragmentSchedule;
-  py::class_<FragmentSchedule>(
-      m, "FragmentSchedule",
-      "when each streaming fragment is exchanged and merged "
-      "(worker/leader/fragment_schedule.hpp): H local steps, P fragments, a "
-      "merge `delay` steps after each push")
-      .def(py::init([](uint32_t local_steps, uint32_t fragments, uint32_t delay) {
-             if (local_steps < 1 || fragments < 1 || fragments > local_steps || delay > local_steps)
-               throw py::value_error(fmt::format(
-                   "local_steps {}, fragments {}, delay {}: allowed 1 <= fragments <= local_steps "
-                   "and delay <= local_steps",
-                   local_steps, fragments, delay));
-             return FragmentSchedule{local_steps, fragments, delay};
-           }),
-           py::arg("local_steps"), py::arg("fragments"), py::arg("delay"))
-      .def_readonly("local_steps", &FragmentSchedule::local_steps)
-      .def_readonly("fragments", &FragmentSchedule::fragments)
-      .def_readonly("delay", &FragmentSchedule::delay)
-      .def("due", py::overload_cast<uint64_t, uint32_t>(&FragmentSchedule::due, py::const_),
-           py::arg("step"), py::arg("fragment"),
-           "whether fragment `fragment` is pushed after local step `step` (1-based)")
-      .def("changes_after", &FragmentSchedule::changes_after, py::arg("step"),
-           "whether a leader's exchanges change the parameters after local step `step` (a "
-           "fragment due, or merged `delay` steps after one): when a region's other ranks take "
-           "a broadcast");
-  m.def(
-      "changes_after",
-      [](uint64_t step, uint32_t fragments, uint32_t local_steps, uint32_t delay) {
-        return FragmentSchedule{local_steps, fragments, delay}.changes_after(step);
-      },
-      py::arg("step"), py::arg("fragments"), py::arg("local_steps"), py::arg("delay"),
-      "FragmentSchedule(local_steps, fragments, delay).changes_after(step)");
-  m.def(
-      "end_figures",
-      [](const py::dict& own, const py::object& global, const std::string& error) {
-        std::optional<nlohmann::json> g;
-        if (!global.is_none()) g = figures_json(global.cast<py::dict>());
-        return to_dict(worker::end_figures(figures_json(own), g, error));
-      },
-      py::arg("own"), py::arg("global_figures"), py::arg("error") = "",
-      "the done event's end figures as the native leaders write them (worker::end_figures): "
-      "region_* of `own`, final_* of `global_figures` only when there is a global model (None: "
-      "none), global_model, and global_model_error (`error`) without one");
-  py::class_<worker::MergeCalendar>(
-      m, "MergeCalendar",
-      "changes_after() in rounds of any length (time-budgeted rounds): remembers the steps at "
-      "which the pushes made so far are merged; one per rank, fed every step in order")
-      .def(py::init<FragmentSchedule>(), py::arg("schedule"))
-      .def("set_schedule", &worker::MergeCalendar::set_schedule, py::arg("schedule"))
-      .def(
-          "changes_after",
-          [](worker::MergeCalendar& c, uint64_t step, uint32_t in_round, uint32_t round_steps) {
-            check_position(in_round, round_steps);
-            return c.changes_after(worker::StepPosition{step, in_round, round_steps});
-          },
-          py::arg("step"), py::arg("in_round"), py::arg("round_steps"),
-          "whether the leader's exchanges change the parameters after local step `step` "
-          "(1-based over the run), the `in_round`th of a round of `round_steps`");
-  py::class_<worker::RoundBudget>(
-      m, "RoundBudget",
-      "how many local steps a time-budgeted round takes (worker/training/round_budget.hpp): the "
-      "steps that fit in the budget at the pace of the round before, the rounding carried")
-      .def(py::init([](double budget_s, uint32_t max_steps, uint32_t first_steps) {
-             if (!(budget_s > 0) || max_steps < 1)
-               throw py::value_error(fmt::format(
-                   "RoundBudget: budget_s {} and max_steps {}: allowed budget_s > 0 and "
-                   "max_steps >= 1",
-                   budget_s, max_steps));
-             return worker::RoundBudget(budget_s, max_steps, first_steps);
-           }),
-           py::arg("budget_s"), py::arg("max_steps"), py::arg("first_steps"))
-      .def("record_step", &worker::RoundBudget::record_step, py::arg("seconds"),
-           "one step of the round under way took `seconds`")
-      .def("plan", &worker::RoundBudget::plan,
-           "the next round's count, from the pace of the steps recorded since the last call")
-      .def_property_readonly("pace_s", &worker::RoundBudget::pace_s);
-}
-
 // RegionSync's end of training: finish, the round fields and tensor motion it logs, the flush,
 // end (all of it as the native leaders do it) and goodbye.
 void bind_run_end(py::class_<RegionLeader>& leader) {
@@ -660,7 +556,9 @@ connect() raises HandshakeError (a ConnectionError) when a server refuses the co
            "round_steps, the round's count, and in_round, the step's place in it (1-based)");
   bind_run_end(leader);
   bind_views(leader);
-  bind_schedule(m);
+  m.def("merge_delay", &merge_delay, py::arg("local_steps"), py::arg("fragments"),
+        py::arg("overlap"), py::arg("fragment_delay") = py::none(),
+        "steps from a fragment's push to its merge, as the native worker computes it");
 }
 
 }  // namespace geotrain::python

@@ -50,7 +50,7 @@ TEST_CASE("the worker's sections parse into their fields, and their errors name 
   CHECK_THROWS_WITH_AS(
       worker::parse_worker_config("regions: [a]\nmodel: {arch: 784-10}\nworker: {checkpoint: 3}\n",
                                   "w.yaml"),
-      doctest::Contains("worker.checkpoint must be a mapping"), InputError);
+      doctest::Contains("'worker.checkpoint' must be a mapping"), InputError);
 }
 
 TEST_CASE("emulated step times and slowdowns parse per region, and their errors name the key") {

@@ -303,5 +303,5 @@ TEST_CASE("worker.checkpoint is read strictly") {
   CHECK_THROWS_WITH_AS(parse_worker_config(base + "worker: {checkpoint: {keep: 0}}\n", "t.yaml"),
                        doctest::Contains("worker.checkpoint.keep"), InputError);
   CHECK_THROWS_WITH_AS(parse_worker_config(base + "worker: {checkpoint: 3}\n", "t.yaml"),
-                       doctest::Contains("worker.checkpoint must be a mapping"), InputError);
+                       doctest::Contains("'worker.checkpoint' must be a mapping"), InputError);
 }

@@ -85,26 +85,49 @@ ExchangeEnd end_exchange(LeaderSession& session, uint64_t last_step, FloatSpan p
   return end;
 }
 
-std::optional<std::filesystem::path> FinalModel::write(
-    const std::filesystem::path& run_dir, const models::Model& model, const ParamTable& table,
-    ConstFloatSpan params, const models::ModelSpec& spec, uint64_t seed, uint64_t rounds) {
-  if (!global_) return std::nullopt;
+std::filesystem::path write_global_model(const std::filesystem::path& run_dir, uint64_t rounds,
+                                         const ModelFileWriter& write_file) {
   const auto file = global_model_path(run_dir);
   auto part = file;
   part += ".part";
   try {
-    models::write_model_file(part, model, table, params, spec, seed,
-                             {{"weights", "global model"}, {"rounds", std::to_string(rounds)}});
+    std::filesystem::create_directories(run_dir);
+    write_file(part, {{"weights", "global model"}, {"rounds", std::to_string(rounds)}});
     std::filesystem::rename(part, file);
-  } catch (const std::exception& e) {
-    spdlog::warn("region {}: the global model could not be written to {}: {}", region_,
-                 file.string(), e.what());
+  } catch (...) {
     std::error_code ignored;
     std::filesystem::remove(part, ignored);
+    throw;
+  }
+  return file;
+}
+
+void write_region_params(const std::filesystem::path& run_dir, const std::string& region,
+                         ConstFloatSpan params) {
+  const auto file = run_dir / fmt::format("params-{}.f32", region);
+  std::ofstream out(file, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(params.data()),
+            std::streamsize(params.size() * sizeof(float)));
+  GT_REQUIRE(out.good(), "cannot write the final parameters to '{}'", file.string());
+}
+
+std::optional<std::filesystem::path> FinalModel::write(
+    const std::filesystem::path& run_dir, const models::Model& model, const ParamTable& table,
+    ConstFloatSpan params, const models::ModelSpec& spec, uint64_t seed, uint64_t rounds) {
+  if (!global_) return std::nullopt;
+  try {
+    const auto file = write_global_model(
+        run_dir, rounds,
+        [&](const std::filesystem::path& part, const std::map<std::string, std::string>& meta) {
+          models::write_model_file(part, model, table, params, spec, seed, meta);
+        });
+    spdlog::info("region {}: wrote the global model to {}", region_, file.string());
+    return file;
+  } catch (const std::exception& e) {
+    spdlog::warn("region {}: the global model could not be written to {}: {}", region_,
+                 global_model_path(run_dir).string(), e.what());
     return std::nullopt;
   }
-  spdlog::info("region {}: wrote the global model to {}", region_, file.string());
-  return file;
 }
 
 void FinalModel::evaluate(const TrainingData& data, ModelBackend& backend, ConstFloatSpan params) {
@@ -141,11 +164,7 @@ void FinalModel::report(nlohmann::json& done, TrainResult& result) const {
 }
 
 void FinalModel::write_own(const std::filesystem::path& run_dir) const {
-  const auto file = run_dir / fmt::format("params-{}.f32", region_);
-  std::ofstream out(file, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(own_.data()),
-            std::streamsize(own_.size() * sizeof(float)));
-  GT_REQUIRE(out.good(), "cannot write the final parameters to '{}'", file.string());
+  write_region_params(run_dir, region_, own_);
 }
 
 }  // namespace geotrain::worker

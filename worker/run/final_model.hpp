@@ -27,6 +27,7 @@
 #include <chrono>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -43,6 +44,22 @@ namespace geotrain::worker {
 
 // The run folder's file of the global model.
 std::filesystem::path global_model_path(const std::filesystem::path& run_dir);
+
+// Writes a safetensors file to `path` with `metadata` (the native model's writer, or the Python
+// API's named tensors).
+using ModelFileWriter = std::function<void(const std::filesystem::path& path,
+                                           const std::map<std::string, std::string>& metadata)>;
+// The global model's file, the native leaders' (FinalModel::write) and the Python API's: written
+// by `write_file` to a temporary file with {"weights": "global model", "rounds": N} and renamed
+// into place (a reader never sees half a model). Returns the path; throws what write_file throws,
+// the temporary file removed.
+std::filesystem::path write_global_model(const std::filesystem::path& run_dir, uint64_t rounds,
+                                         const ModelFileWriter& write_file);
+
+// The region's own final parameters, raw little-endian fp32 in the table's layout:
+// <run_dir>/params-<region>.f32. InputError when it cannot be written.
+void write_region_params(const std::filesystem::path& run_dir, const std::string& region,
+                         ConstFloatSpan params);
 
 // A flush's outcome: its `flush` event, and why there is no global model (empty: there is one).
 struct FlushOutcome {
@@ -99,8 +116,7 @@ class FinalModel {
   // Evaluates the region's own parameters and, when there is one, the global model (`params`).
   void evaluate(const TrainingData& data, ModelBackend& backend, ConstFloatSpan params);
   const Evaluation& own_evaluation() const { return *own_eval_; }
-  // The region's own final parameters, raw little-endian fp32 in the table's layout:
-  // <run_dir>/params-<region>.f32. InputError when it cannot be written.
+  // The region's own final parameters to <run_dir>/params-<region>.f32 (write_region_params).
   void write_own(const std::filesystem::path& run_dir) const;
 
   // After evaluate(): the `done` event's fields and the result's figures (final_* are the global
