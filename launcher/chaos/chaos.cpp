@@ -406,7 +406,7 @@ std::string describe_chaos(const json& r) {
         f.value("partition", 0), c.value("restarts", 0));
   }
   s += fmt::format("goodput: {} of fault-free\n", num(r["goodput"], "{:.3f}"));
-  if (r.contains("verify")) {
+  if (r.contains("verify") && r["verify"].is_object()) {  // false: not asked for
     const auto& v = r["verify"];
     s += fmt::format("verify: {} rounds, {}; global model {}; {} round(s) trained again\n",
                      v.value("rounds", 0), v.value("status", std::string("no summary")),

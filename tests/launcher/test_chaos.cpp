@@ -14,6 +14,7 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "launcher/chaos/chaos.hpp"
 #include "launcher/chaos/chaos_plan.hpp"
 #include "launcher/report/jsonl_tail.hpp"
 #include "tests/temp_dir.hpp"
@@ -152,6 +153,34 @@ TEST_CASE("a reference run folder's rate comes from its leaders' round events") 
   CHECK(w->rounds() == 9);
   CHECK(w->end_s == 12.5);
   CHECK_THROWS_AS(folder_timeline(tmp.path() / "nothing"), geotrain::InputError);
+}
+
+TEST_CASE("the printed report of a failed chaos run without --verify names the failure") {
+  // chaos.json as a run that failed mid-window writes it (verify: false, not asked for).
+  const json report = {
+      {"reference",
+       {{"source", "measured"},
+        {"rounds", 123},
+        {"window_s", 300.0},
+        {"rounds_per_s", 0.41},
+        {"run_dir", "ref"}}},
+      {"chaos",
+       {{"rounds", 54},
+        {"window_s", 155.8},
+        {"rounds_per_s", 0.35},
+        {"status", "failed"},
+        {"run_dir", "chaos"},
+        {"restarts", 5}}},
+      {"faults", {{"injected", 7}, {"planned", 15}, {"kill", 5}, {"stop", 1}, {"partition", 1}}},
+      {"goodput", 0.845},
+      {"verify", false},
+      {"leftover_pids", json::array()},
+      {"ok", false},
+      {"failure", "the chaos run failed"}};
+  const auto text = describe_chaos(report);
+  CHECK(text.find("goodput: 0.845") != std::string::npos);
+  CHECK(text.find("verify:") == std::string::npos);
+  CHECK(text.find("chaos: FAILED: the chaos run failed") != std::string::npos);
 }
 
 TEST_CASE("planned partitions are added to the user's netsim.links") {

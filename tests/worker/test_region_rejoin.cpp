@@ -524,6 +524,49 @@ TEST_CASE(
 
 namespace {
 
+// A server that answers each request, in order, with the next of `answers`.
+class ScriptedChannel final : public AnsweringChannel {
+ public:
+  explicit ScriptedChannel(std::deque<wire::Body> answers) : answers_(std::move(answers)) {}
+  std::string endpoint() const override { return "inproc://scripted"; }
+  bool send(wire::Envelope&& message) override {
+    const auto h = wire::decode_header(message.frames.front());
+    REQUIRE(!answers_.empty());
+    answer(h.request_id, std::move(answers_.front()));
+    answers_.pop_front();
+    return true;
+  }
+
+ private:
+  std::deque<wire::Body> answers_;
+};
+
+}  // namespace
+
+TEST_CASE(
+    "a refusal parked while another wait ran is a lost place when its own wait takes it, not an "
+    "answer of the wrong type") {
+  // The deferred push is refused (badRound: the server counts the region's rounds otherwise, as
+  // after a restarted netsim) while the leader waits for another request; that wait parks it.
+  wire::Client client(std::make_unique<ScriptedChannel>(std::deque<wire::Body>{
+      wire::Error{wire::ErrorCode::bad_round, "round 7 was released"}, wire::Ack{}}));
+  const auto deferred = client.send(wire::Heartbeat{});
+  const auto other = client.send(wire::Heartbeat{});
+  REQUIRE((deferred && other));
+  std::map<uint64_t, wire::Reply> parked;
+  worker::ReplyWait how;
+  how.parked = &parked;
+  how.parked_ids = {*deferred};
+  CHECK(worker::collect(client, "b", {*other}, 1s, "push and pull", how).size() == 1);
+  REQUIRE(parked.count(*deferred) == 1);
+  how.parked_ids.clear();
+  CHECK_THROWS_WITH_AS(worker::collect(client, "b", {*deferred}, 1s, "deferred push and pull", how),
+                       doctest::Contains("(badRound): rejoining it"), worker::ServerLost);
+  CHECK(parked.empty());
+}
+
+namespace {
+
 // A server that answers heartbeats at once, listing the requests it "answered": every other
 // request it got, whose replies it loses (a connection that broke after the server queued them).
 // `partly` says a message is partly received meanwhile (striped chunks on their way).

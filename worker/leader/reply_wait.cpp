@@ -18,6 +18,23 @@ std::vector<uint64_t> answered_not_received(const std::vector<uint64_t>& ids,
       out.push_back(id);
   return out;
 }
+
+// An answer to one of the awaited requests that is an error: a lost place (ServerLost: the
+// server does not count this region, or counts its rounds otherwise than we do: a leader
+// restarted between its pushes of one round, or a reply lost; a rejoin, a hello, a full pull and
+// the rounds mapped again, finds it again), or a refusal (InputError naming `what`).
+void check_answer(const wire::Reply& reply, const std::string& region, const char* what) {
+  const auto* e = std::get_if<wire::Error>(&reply.header.body);
+  if (!e) return;
+  if (e->code == wire::ErrorCode::unregistered)
+    throw ServerLost(
+        fmt::format("server of region {} answered {} with: {}", region, what, e->message));
+  if (e->code == wire::ErrorCode::bad_round)
+    throw ServerLost(fmt::format("server of region {} refused {}: {} (badRound): rejoining it",
+                                 region, what, e->message));
+  throw InputError(fmt::format("server of region {} refused {}: {} ({})", region, what, e->message,
+                               wire::error_code_name(e->code)));
+}
 }  // namespace
 
 std::map<uint64_t, wire::Reply> collect(wire::Client& client, const std::string& region,
@@ -28,8 +45,10 @@ std::map<uint64_t, wire::Reply> collect(wire::Client& client, const std::string&
   if (waiting.parked)
     for (uint64_t id : ids)
       if (auto it = waiting.parked->find(id); it != waiting.parked->end()) {
-        replies.emplace(id, std::move(it->second));
+        auto reply = std::move(it->second);
         waiting.parked->erase(it);
+        check_answer(reply, region, what);  // parked while another wait ran: unchecked so far
+        replies.emplace(id, std::move(reply));
       }
   auto contains = [](const std::vector<uint64_t>& v, uint64_t id) {
     return std::find(v.begin(), v.end(), id) != v.end();
@@ -123,15 +142,7 @@ std::map<uint64_t, wire::Reply> collect(wire::Client& client, const std::string&
       }
       continue;
     }
-    // The server counts this region's rounds otherwise than we do (a leader restarted between
-    // its pushes of one round, or a reply lost): not bad input but a lost place, which a rejoin
-    // (a hello, a full pull, the rounds mapped again) finds again.
-    if (e && e->code == wire::ErrorCode::bad_round && ours)
-      throw ServerLost(fmt::format("server of region {} refused {}: {} (badRound): rejoining it",
-                                   region, what, e->message));
-    if (e)
-      throw InputError(fmt::format("server of region {} refused {}: {} ({})", region, what,
-                                   e->message, wire::error_code_name(e->code)));
+    check_answer(*reply, region, what);
     replies.emplace(id, std::move(*reply));
   }
   return replies;
