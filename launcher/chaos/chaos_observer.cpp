@@ -41,11 +41,11 @@ class RunObserver::State {
         out_parent_(std::move(out_parent)),
         regions_(std::move(regions)),
         window_s_(window_s),
-        trained_(regions_),
         faults_(std::move(faults)),
         kill_kinds_(std::move(kill_kinds)),
         t0_(t0),
-        run_stop_(std::move(run_stop)) {}
+        run_stop_(std::move(run_stop)),
+        trained_(regions_) {}
 
   // Returns false once it has nothing more to do (the window ended, or the user stopped).
   bool tick(const std::stop_token& user_stop) {

@@ -978,6 +978,84 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "a fragment's first exchange since connect waits four shard waits before it defers, the next "
+    "one a shard wait") {
+  // A leader started again may be a round ahead of the others on a fragment its predecessor had
+  // pushed: only a wait of about a round puts it back in step. Region b pushes each round 250 ms
+  // after region a: a's first exchange (shard wait 100 ms) waits for it, its second defers.
+  const auto dir = temp_dir("first-wait");
+  Deployment d(two_region_config(dir, 0, "fp32"), "first-wait");
+  const ParamTable table = d.table();
+  auto config_a = Leaders::config(d, "a", 1);
+  config_a.shard_wait = 100ms;
+  worker::RegionSync a(table, config_a, d.context());
+  worker::RegionSync b(table, Leaders::config(d, "b", 1), d.context());
+  a.connect();
+  b.connect();
+  const size_t n = table.total_elements();
+  const std::vector<float> la(n, 1.0f), lb(n, 3.0f);
+  for (int round = 1; round <= 2; ++round) {
+    CAPTURE(round);
+    auto late_b = std::async(std::launch::async, [&] {
+      std::this_thread::sleep_for(250ms);
+      b.exchange(lb);
+    });
+    const auto r = a.exchange(la, std::nullopt, /*defer=*/true);
+    late_b.get();
+    CHECK(r.shard_wait_seconds == doctest::Approx(round == 1 ? 0.4 : 0.1));
+    CHECK(r.deferred.size() == (round == 1 ? 0u : 2u));
+  }
+  CHECK(a.settle().size() == 2);
+  CHECK(a.deferred_shards() == 0);
+}
+
+TEST_CASE(
+    "a deferred shard whose reply comes after its merge starts with its fragment's next push, not "
+    "a round later") {
+  // H = 2, the merge a step after each push. Server b is stopped through round 1's merge (step
+  // 3), and its reply comes before round 2's push (step 4): the shard is merged there and pushed
+  // with round 2, as if it had been in time. Round 1 averages a's 1 and b's 3 (2); a trains on by
+  // 10 (12 after the merge); round 2 averages a's 10 and b's 3 (8.5); round 3 adds nothing. With
+  // the shard still deferred at round 2's push, server b would release round 2 without region a
+  // (told absent) and take a's 10 a round later: the same values at the end, one round out of
+  // step on the way.
+  ServerBStops s("defer-late-reply");
+  auto& d = s.d;
+  auto &a = s.a, &b = s.b;
+  const size_t n = s.n;
+  worker::StreamingSync sa(a, streaming_config(2, 1, worker::OverlapMode::carry));
+  std::vector<float> x(n, 1.0f);
+  CHECK(sa.after_step(1, x).empty());
+  CHECK(sa.after_step(2, x).empty());  // round 1 pushed
+  s.start_b([&] { s.b_rounds(); });
+  for (float& v : x) v += 10.0f;
+  std::this_thread::sleep_for(300ms);
+  auto merged = sa.after_step(3, x);  // round 1: server b's shard deferred
+  REQUIRE(merged.size() == 1);
+  CHECK(merged[0].deferred == std::vector<ElementRange>{s.on_b});
+  d.resume(1);
+  std::this_thread::sleep_for(300ms);  // server b answers round 1 meanwhile
+  CHECK(sa.after_step(4, x).empty());  // merges it, then pushes round 2 with it
+  CHECK(a.deferred_shards() == 0);
+  merged = sa.after_step(5, x);
+  REQUIRE(merged.size() == 1);
+  CHECK(merged[0].late_shards == 1);
+  CHECK(merged[0].deferred.empty());
+  sa.finish(5, x);
+  a.goodbye(2s);
+  s.region_b.join();
+  REQUIRE(s.b_error.empty());
+  size_t wrong = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (x[i] != 8.5f || b.base()[i] != 8.5f) {
+      if (wrong < 3) MESSAGE("element " << i << ": a " << x[i] << ", b " << b.base()[i]);
+      ++wrong;
+    }
+  }
+  CHECK(wrong == 0);
+}
+
+TEST_CASE(
     "a run that flushes leaves a shard still deferred at its end to the flush, which merges it "
     "and sends it last") {
   // As above, but the run ends with the flush while server b is still stopped, and region b,

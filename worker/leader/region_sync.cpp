@@ -57,11 +57,18 @@ RoundReport RegionSync::exchange(ConstFloatSpan local, std::optional<uint32_t> f
   // Deferred shards not pushed in this exchange: their servers release the round without them.
   for (auto* sh : skipped) shards_.send_absent(*sh);
   for (auto* sh : take) sh->set_tokens(tokens > 0 ? tokens : config.tokens_per_round);
-  push_and_pull(local, take, report, tally, defer);
+  // A first exchange since connect() may wait a round for the others (kFirstExchangeWaits): its
+  // time says nothing of a healthy exchange.
+  bool first = false;
+  for (uint32_t f = 0; f < config.fragment_count(); ++f)
+    if (!fragment || f == *fragment) first = exchanges_.at(f)++ == 0 || first;
+  const auto wait = first ? kFirstExchangeWaits * shard_wait_.current() : shard_wait_.current();
+  push_and_pull(local, take, report, tally, defer, wait);
   if (defer) {
-    report.shard_wait_seconds = std::chrono::duration<double>(shard_wait_.current()).count();
-    if (!take.empty() && std::none_of(take.begin(), take.end(),
-                                      [](const LeaderShard* sh) { return sh->deferred(); }))
+    report.shard_wait_seconds = std::chrono::duration<double>(wait).count();
+    if (!first && !take.empty() &&
+        std::none_of(take.begin(), take.end(),
+                     [](const LeaderShard* sh) { return sh->deferred(); }))
       shard_wait_.healthy_exchange(report.push_seconds);
   }
   report.released_round = tally.released == UINT64_MAX ? 0 : tally.released;
@@ -90,7 +97,7 @@ std::chrono::milliseconds RegionSync::RoundClock::left() const {
 }
 
 void RegionSync::push_and_pull(ConstFloatSpan local, const Shards& shards, RoundReport& report,
-                               ShardTally& tally, bool defer) {
+                               ShardTally& tally, bool defer, std::chrono::milliseconds wait) {
   const auto& config = shards_.config();
   // Every push goes out before any reply is awaited. Shards of a server still lost, or not
   // pulled in full since it was rejoined, are redone in that server's turn below.
@@ -115,7 +122,7 @@ void RegionSync::push_and_pull(ConstFloatSpan local, const Shards& shards, Round
       shards_.send_pull(*sh, sh->server_round(shards_.our_round(*sh)));
   // Deferring: every server gets until shard_wait after the pushes; what has not come by then
   // stays in flight (the shard is deferred).
-  const RoundClock clock{t0 + shard_wait_.current(), defer, config.timeout};
+  const RoundClock clock{t0 + wait, defer, config.timeout};
   // Servers in the same order in every region: a leader that redoes its round on one server
   // (below) never waits there for a leader that waits on it at another.
   auto each_server = [&](const std::vector<bool>& busy, const char* what) {

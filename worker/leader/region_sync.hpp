@@ -87,7 +87,9 @@ class RegionSync {
   // With ResumeRound::exactly, the region goes on from `resume_at` whatever the servers count (a
   // leader started again beside members that hold the region's state for that round).
   uint64_t connect(uint64_t resume_at = 0, ResumeRound how = ResumeRound::at_least) {
-    return shards_.connect(resume_at, how);
+    const uint64_t next = shards_.connect(resume_at, how);
+    exchanges_.assign(shards_.config().fragment_count(), 0);
+    return next;
   }
 
   // One round: pushes local - base, pulls the new values into base. Returns what it measured.
@@ -181,6 +183,13 @@ class RegionSync {
   // How long an exchange that defers looks for the answer of a server that lost this region
   // before it pushes to the others (its hellos go out at every exchange and keep_alive).
   static constexpr std::chrono::milliseconds kAwayLook{20};
+  // A fragment's first exchange since connect() waits this many shard waits before it defers. A
+  // leader started again between its fragments' pushes pushes those its predecessor had pushed
+  // a round ahead of the other regions (their round shift), so their pulls wait a round for the
+  // others' pushes; only a wait that long puts the region back in step. Deferring after one shard
+  // wait, every later exchange of those fragments deferred again, the region a round out of step
+  // (for a minute and a half once on the LM demo under chaos).
+  static constexpr int kFirstExchangeWaits = 4;
   // The flush's final pulls wait at their server: at most this many per server at once.
   static constexpr size_t kMaxFinalPulls = wire::kMaxWaitingPerPeer;
   static constexpr std::chrono::milliseconds kFlushPoll{20};
@@ -195,10 +204,10 @@ class RegionSync {
   };
 
   // The round for `shards`: pushes, then pulls; a server that lost this region is rejoined and
-  // the round redone there (redo) in its turn. With `defer`, what has not come within
-  // config.shard_wait is deferred.
+  // the round redone there (redo) in its turn. With `defer`, what has not come within `wait` of
+  // the pushes is deferred.
   void push_and_pull(ConstFloatSpan local, const Shards& shards, RoundReport& report,
-                     ShardTally& tally, bool defer);
+                     ShardTally& tally, bool defer, std::chrono::milliseconds wait);
   // The replies of server s to this exchange's requests; what has not come when the wait ends
   // is deferred (its requests left in flight on the link).
   void await_round(size_t s, const RoundClock& clock, const char* what, ShardTally& tally);
@@ -221,7 +230,8 @@ class RegionSync {
   void pull_final(FlushReport& report);
 
   LeaderShards shards_;
-  ShardWait shard_wait_;  // how long an exchange that may defer waits for a server
+  ShardWait shard_wait_;             // how long an exchange that may defer waits for a server
+  std::vector<uint64_t> exchanges_;  // per fragment: exchanges since connect()
 };
 
 }  // namespace geotrain::worker

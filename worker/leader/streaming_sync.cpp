@@ -42,6 +42,7 @@ StreamingSync::StreamingSync(RegionSync& sync, StreamingConfig config)
     ranges_.push_back(sync_.fragment_ranges(p));
   last_start_.assign(ranges_.size(), 0);
   deferred_.resize(ranges_.size());
+  late_.resize(ranges_.size());
   if (background() && config_.device_params)
     device_ = config_.device_params(config_.mode, config_.outer, config_.regions, sync_.base());
   else if (background())
@@ -75,6 +76,20 @@ std::shared_ptr<StreamingSync::Job> StreamingSync::new_job(uint32_t fragment) {
 void StreamingSync::finished(Job& job) {
   spare_.push_back(std::move(job.push));
   spare_.push_back(std::move(job.base));
+}
+
+void StreamingSync::merge_late(Job& job, LeaderParams& params) {
+  auto& deferred = deferred_[job.fragment];
+  if (deferred.empty()) return;
+  std::unique_lock in_use(sync_mutex_, std::try_to_lock);
+  if (!in_use.owns_lock()) return;
+  for (const auto& r : sync_.take_ready(job.fragment)) {
+    std::copy(sync_.base().begin() + r.offset, sync_.base().begin() + r.end(),
+              job.base.span().begin() + r.offset);
+    params.merge(r, job.base);
+    std::erase(deferred, r);
+    ++late_[job.fragment];
+  }
 }
 
 void StreamingSync::copy_ranges(uint32_t fragment, ConstFloatSpan from, FloatSpan to) const {
@@ -148,6 +163,7 @@ RoundReport StreamingSync::wait_and_merge(Job& job, LeaderParams& params) {
   // Not while another fragment's exchange holds the connection: they wait for a later merge.
   auto& deferred = deferred_[job.fragment];
   deferred = job.report->deferred;
+  job.report->late_shards += std::exchange(late_[job.fragment], 0);  // merged at its start
   if (!deferred.empty()) {
     std::unique_lock in_use(sync_mutex_, std::try_to_lock);
     if (in_use.owns_lock()) {
@@ -263,6 +279,7 @@ std::vector<RoundReport> StreamingSync::after_step(const StepPosition& at, Float
     job->merge_at = at.step + config_.delay;
     job->tokens = tokens;
     const auto t0 = Clock::now();
+    merge_late(*job, params);
     for (const auto& r : without(ranges_[p], deferred_[p])) params.start(r, job->push);
     boundary_.start += seconds_since(t0);
     in_flight_.push_back(job);

@@ -149,6 +149,11 @@ class StreamingSync {
   // StreamingConfig::tokens_per_step).
   uint64_t take_tokens(uint32_t fragment, uint64_t step);
   void copy_ranges(uint32_t fragment, ConstFloatSpan from, FloatSpan to) const;
+  // Before `job`'s fragment starts: its deferred shards whose replies came since its last merge
+  // are merged now (staged in job.base) and start with it, instead of sitting out this round too
+  // (their servers told absent) and coming back a round later. Not while another fragment's
+  // exchange holds the connection.
+  void merge_late(Job& job, LeaderParams& params);
   // A job with its two full-table buffers, spare ones when there are (a large model's are
   // hundreds of megabytes: allocating and zeroing them at every start was time the steps waited
   // for); finished() gives a merged job's buffers back. Only the fragment's ranges of a buffer
@@ -167,7 +172,8 @@ class StreamingSync {
   // Per fragment: the ranges of its deferred shards (RegionSync) after its last merged exchange;
   // neither merged nor started until an exchange merges them.
   std::vector<std::vector<ElementRange>> deferred_;
-  HostLeaderParams host_;                 // the overlap rule when delay > 0 (on the host)
+  std::vector<uint32_t> late_;  // per fragment: shards merged late at its start (merge_late)
+  HostLeaderParams host_;       // the overlap rule when delay > 0 (on the host)
   std::unique_ptr<LeaderParams> device_;  // the parameters and rule on a device, until finish()
   BoundaryTimes boundary_;                // since take_boundary_times() (the caller's thread)
   std::deque<std::shared_ptr<Job>> in_flight_;  // started, not merged; oldest first

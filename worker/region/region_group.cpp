@@ -1,5 +1,6 @@
 #include "worker/region/region_group.hpp"
 
+#include <fmt/ranges.h>
 #include <gloo/rendezvous/prefix_store.h>
 
 #include <algorithm>
@@ -21,9 +22,7 @@ std::vector<char> store_value(const std::string& s) { return {s.begin(), s.end()
 std::string store_text(const std::vector<char>& v) { return {v.begin(), v.end()}; }
 
 std::string members_text(const std::vector<uint32_t>& members) {
-  std::string out;
-  for (const auto m : members) out += (out.empty() ? "" : ",") + std::to_string(m);
-  return out;
+  return fmt::format("{}", fmt::join(members, ","));
 }
 
 // A number the store holds ("what" names it): InputError when it is not one.

@@ -29,7 +29,7 @@ struct RegionPosition {
   uint64_t steps_taken = 0;           // local steps over the run (the exchange calendar's clock)
   uint64_t micro_batches = 0;         // data position
   uint32_t fragments = 1, delay = 0;  // the fragment schedule the leader's servers set
-  std::vector<MergeCalendar::Merge> merges;  // due (MergeCalendar::pending), at most 65536
+  std::vector<MergeCalendar::Merge> merges{};  // due (MergeCalendar::pending), at most 65536
   bool operator==(const RegionPosition&) const = default;
 };
 
