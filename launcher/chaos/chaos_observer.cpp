@@ -21,19 +21,18 @@ namespace {
 double since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
-
-// A process of the run, as events.jsonl tells it.
-struct Proc {
-  int pid = 0;
-  std::string kind;         // process_kind()
-  std::string region;       // servers
-  bool restarting = false;  // the launcher saw it die and has not seen it recover yet
-};
-
 }  // namespace
 
 class RunObserver::State {
  public:
+  // A process of the run, as events.jsonl tells it.
+  struct Proc {
+    int pid = 0;
+    std::string kind;         // process_kind()
+    std::string region;       // servers
+    bool restarting = false;  // the launcher saw it die and has not seen it recover yet
+  };
+
   State(fs::path out_parent, std::vector<std::string> regions, double window_s,
         std::vector<PlannedFault> faults, std::vector<std::string> kill_kinds, Clock::time_point t0,
         std::stop_source run_stop, bool finish_after_window)

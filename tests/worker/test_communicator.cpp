@@ -189,7 +189,7 @@ namespace {
 // A communicator with only allreduce_sum and broadcast of its own (Gloo's underneath): the
 // reduce-scatter and allgather it offers are Communicator's defaults.
 struct DefaultsOnly final : Communicator {
-  explicit DefaultsOnly(GlooCommunicator& gloo) : gloo(gloo) {}
+  explicit DefaultsOnly(GlooCommunicator& inner) : gloo(inner) {}
   int rank() const override { return gloo.rank(); }
   int size() const override { return gloo.size(); }
   void allreduce_sum(FloatSpan data) override { gloo.allreduce_sum(data); }

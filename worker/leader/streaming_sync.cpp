@@ -78,16 +78,23 @@ void StreamingSync::finished(Job& job) {
   spare_.push_back(std::move(job.base));
 }
 
-void StreamingSync::merge_late(Job& job, LeaderParams& params) {
+std::vector<ElementRange> StreamingSync::take_late(Job& job) {
   auto& deferred = deferred_[job.fragment];
-  if (deferred.empty()) return;
+  if (deferred.empty()) return {};
   std::unique_lock in_use(sync_mutex_, std::try_to_lock);
-  if (!in_use.owns_lock()) return;
-  for (const auto& r : sync_.take_ready(job.fragment)) {
+  if (!in_use.owns_lock()) return {};
+  auto ready = sync_.take_ready(job.fragment);
+  for (const auto& r : ready) {
     std::copy(sync_.base().begin() + r.offset, sync_.base().begin() + r.end(),
               job.base.span().begin() + r.offset);
-    params.merge(r, job.base);
     std::erase(deferred, r);
+  }
+  return ready;
+}
+
+void StreamingSync::merge_late(Job& job, LeaderParams& params) {
+  for (const auto& r : take_late(job)) {
+    params.merge(r, job.base);
     ++late_[job.fragment];
   }
 }
@@ -159,27 +166,15 @@ RoundReport StreamingSync::wait_and_merge(Job& job, LeaderParams& params) {
   job.report->merge_wait_seconds = seconds_since(t0);
   const auto t1 = Clock::now();
   // Deferred shards keep their local values (and their start) until their replies come; those
-  // that have come by now are merged here and started again with the fragment (take_ready).
-  // Not while another fragment's exchange holds the connection: they wait for a later merge.
-  auto& deferred = deferred_[job.fragment];
-  deferred = job.report->deferred;
-  job.report->late_shards += std::exchange(late_[job.fragment], 0);  // merged at its start
-  if (!deferred.empty()) {
-    std::unique_lock in_use(sync_mutex_, std::try_to_lock);
-    if (in_use.owns_lock()) {
-      const auto ready = sync_.take_ready(job.fragment);
-      for (const auto& r : ready) {
-        std::copy(sync_.base().begin() + r.offset, sync_.base().begin() + r.end(),
-                  job.base.span().begin() + r.offset);
-        if (auto it = std::find(deferred.begin(), deferred.end(), r); it != deferred.end())
-          deferred.erase(it);
-      }
-      job.report->late_shards += static_cast<uint32_t>(ready.size());
-      // Their progress since their start is pushed by the next start, or by finish().
-      if (!ready.empty()) last_start_[job.fragment] = 0;
-    }
-  }
-  for (const auto& r : without(ranges_[job.fragment], deferred)) params.merge(r, job.base);
+  // that have come by now are merged here and started again with the fragment (take_late).
+  deferred_[job.fragment] = job.report->deferred;
+  const auto late = take_late(job);
+  job.report->late_shards +=
+      static_cast<uint32_t>(late.size()) + std::exchange(late_[job.fragment], 0);
+  // Their progress since their start is pushed by the next start, or by finish().
+  if (!late.empty()) last_start_[job.fragment] = 0;
+  for (const auto& r : without(ranges_[job.fragment], deferred_[job.fragment]))
+    params.merge(r, job.base);
   boundary_.merge += seconds_since(t1);
   return *job.report;
 }

@@ -149,10 +149,13 @@ class StreamingSync {
   // StreamingConfig::tokens_per_step).
   uint64_t take_tokens(uint32_t fragment, uint64_t step);
   void copy_ranges(uint32_t fragment, ConstFloatSpan from, FloatSpan to) const;
+  // The deferred shards of `job`'s fragment whose replies have come (RegionSync::take_ready):
+  // their global values staged in job.base, their ranges out of deferred_. None while another
+  // fragment's exchange holds the connection (they wait for a later look).
+  std::vector<ElementRange> take_late(Job& job);
   // Before `job`'s fragment starts: its deferred shards whose replies came since its last merge
-  // are merged now (staged in job.base) and start with it, instead of sitting out this round too
-  // (their servers told absent) and coming back a round later. Not while another fragment's
-  // exchange holds the connection.
+  // are merged now and start with it, instead of sitting out this round too (their servers told
+  // absent) and coming back a round later.
   void merge_late(Job& job, LeaderParams& params);
   // A job with its two full-table buffers, spare ones when there are (a large model's are
   // hundreds of megabytes: allocating and zeroing them at every start was time the steps waited
