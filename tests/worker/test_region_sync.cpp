@@ -913,6 +913,18 @@ struct ServerBStops {
     }
     return local;
   }
+  // Elements where region a's parameters `x` or region b's values are not `expected` (the first
+  // few logged).
+  size_t differing(const std::vector<float>& x, float expected) const {
+    size_t wrong = 0;
+    for (size_t i = 0; i < n; ++i) {
+      if (x[i] != expected || b.base()[i] != expected) {
+        if (wrong < 3) MESSAGE("element " << i << ": a " << x[i] << ", b " << b.base()[i]);
+        ++wrong;
+      }
+    }
+    return wrong;
+  }
   float on_b_or(size_t i, float in_b, float elsewhere) const {
     return i >= on_b.offset && i < on_b.end() ? in_b : elsewhere;
   }
@@ -967,14 +979,7 @@ TEST_CASE(
   a.goodbye(2s);
   s.region_b.join();
   REQUIRE(s.b_error.empty());
-  wrong = 0;
-  for (size_t i = 0; i < n; ++i) {
-    if (x[i] != 8.5f || b.base()[i] != 8.5f) {
-      if (wrong < 3) MESSAGE("element " << i << ": a " << x[i] << ", b " << b.base()[i]);
-      ++wrong;
-    }
-  }
-  CHECK(wrong == 0);
+  CHECK(s.differing(x, 8.5f) == 0);
 }
 
 TEST_CASE(
@@ -1045,14 +1050,7 @@ TEST_CASE(
   a.goodbye(2s);
   s.region_b.join();
   REQUIRE(s.b_error.empty());
-  size_t wrong = 0;
-  for (size_t i = 0; i < n; ++i) {
-    if (x[i] != 8.5f || b.base()[i] != 8.5f) {
-      if (wrong < 3) MESSAGE("element " << i << ": a " << x[i] << ", b " << b.base()[i]);
-      ++wrong;
-    }
-  }
-  CHECK(wrong == 0);
+  CHECK(s.differing(x, 8.5f) == 0);
 }
 
 TEST_CASE(
