@@ -468,7 +468,7 @@ TEST_CASE(
   std::fill(params->x.begin(), params->x.end(), 1.0f);  // trained "on the device"
   CHECK(eager.after_step(1, {}).empty());
   for (size_t i = 0; i < n; ++i) REQUIRE(params->x[i] == 0.5f);  // theta_g + q / R, in place
-  CHECK(counts.tables == 2);   // the job's two buffers come from the device's allocator
+  CHECK(counts.tables == 2);   // the job's push and staging come from the device's allocator
   CHECK(counts.commits == 1);  // once per after_step that ran
   for (float& v : params->x) v += 10.0f;
   std::vector<float> local_b(n, 3.0f);

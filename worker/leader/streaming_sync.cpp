@@ -61,7 +61,9 @@ StreamingSync::~StreamingSync() {
 std::shared_ptr<StreamingSync::Job> StreamingSync::new_job(uint32_t fragment) {
   auto job = std::make_shared<Job>();
   job->fragment = fragment;
-  for (auto* buffer : {&job->push, &job->base}) {
+  std::vector<HostTable*> buffers{&job->push};
+  if (device_) buffers.push_back(&job->staging);
+  for (auto* buffer : buffers) {
     if (!spare_.empty()) {
       *buffer = std::move(spare_.back());
       spare_.pop_back();
@@ -74,8 +76,12 @@ std::shared_ptr<StreamingSync::Job> StreamingSync::new_job(uint32_t fragment) {
 }
 
 void StreamingSync::finished(Job& job) {
-  spare_.push_back(std::move(job.push));
-  spare_.push_back(std::move(job.base));
+  for (auto* buffer : {&job.push, &job.staging})
+    if (buffer->size() > 0) spare_.push_back(std::move(*buffer));
+}
+
+ConstFloatSpan StreamingSync::global(const Job& job) const {
+  return job.staging.size() > 0 ? ConstFloatSpan(job.staging) : sync_.base();
 }
 
 std::vector<ElementRange> StreamingSync::take_late(Job& job) {
@@ -85,8 +91,9 @@ std::vector<ElementRange> StreamingSync::take_late(Job& job) {
   if (!in_use.owns_lock()) return {};
   auto ready = sync_.take_ready(job.fragment);
   for (const auto& r : ready) {
-    std::copy(sync_.base().begin() + r.offset, sync_.base().begin() + r.end(),
-              job.base.span().begin() + r.offset);
+    if (job.staging.size() > 0)
+      std::copy(sync_.base().begin() + r.offset, sync_.base().begin() + r.end(),
+                job.staging.span().begin() + r.offset);
     std::erase(deferred, r);
   }
   return ready;
@@ -94,7 +101,7 @@ std::vector<ElementRange> StreamingSync::take_late(Job& job) {
 
 void StreamingSync::merge_late(Job& job, LeaderParams& params) {
   for (const auto& r : take_late(job)) {
-    params.merge(r, job.base);
+    params.merge(r, global(job));
     ++late_[job.fragment];
   }
 }
@@ -129,8 +136,8 @@ void StreamingSync::loop(std::stop_token stop) {
     try {
       std::lock_guard in_use(sync_mutex_);
       report = sync_.exchange(job->push, job->fragment, job->defer, job->tokens);
-      // Copied here, on the only thread that writes base: the merge reads the copy.
-      copy_ranges(job->fragment, sync_.base(), job->base);
+      // Staged here, off the training thread, for a device's merge (Job::staging).
+      if (job->staging.size() > 0) copy_ranges(job->fragment, sync_.base(), job->staging);
     } catch (...) {
       error = std::current_exception();
     }
@@ -174,7 +181,7 @@ RoundReport StreamingSync::wait_and_merge(Job& job, LeaderParams& params) {
   // Their progress since their start is pushed by the next start, or by finish().
   if (!late.empty()) last_start_[job.fragment] = 0;
   for (const auto& r : without(ranges_[job.fragment], deferred_[job.fragment]))
-    params.merge(r, job.base);
+    params.merge(r, global(job));
   boundary_.merge += seconds_since(t1);
   return *job.report;
 }
@@ -215,7 +222,7 @@ RoundReport StreamingSync::run_queued(uint32_t fragment, LeaderParams& params, u
   GT_ASSERT(job->report.has_value(), "exchange finished without a report");
   job->report->merge_wait_seconds = seconds_since(t0);
   const auto t1 = Clock::now();
-  for (const auto& r : ranges_[fragment]) params.take_global(r, job->base);
+  for (const auto& r : ranges_[fragment]) params.take_global(r, global(*job));
   boundary_.merge += seconds_since(t1);
   const RoundReport report = *job->report;
   finished(*job);

@@ -130,7 +130,12 @@ class StreamingSync {
     bool defer = true;      // its shards may be deferred (not the blocking critical fragment)
     uint64_t tokens = 0;    // what its push stands for (StreamingConfig::tokens_per_step)
     HostTable push;         // the values pushed (only the fragment's ranges are read)
-    HostTable base;         // the global values after the exchange (the fragment's ranges)
+    // Parameters on a device only: the global values after the exchange (the fragment's ranges),
+    // copied from the region's base by the exchange thread into page-locked memory, from which
+    // the merge's copy to the device runs at the bus's speed (from base itself, pageable, the
+    // driver stages it at a fraction of that, on the training thread). Empty on the host, whose
+    // merge reads base (global()).
+    HostTable staging;
     std::optional<RoundReport> report;
     std::exception_ptr error;
     bool done = false;
@@ -149,18 +154,24 @@ class StreamingSync {
   // StreamingConfig::tokens_per_step).
   uint64_t take_tokens(uint32_t fragment, uint64_t step);
   void copy_ranges(uint32_t fragment, ConstFloatSpan from, FloatSpan to) const;
+  // The global values `job`'s merge takes, on its fragment's ranges: the region's base (one copy
+  // of the region's view of the global model: a fragment's ranges of it change only in that
+  // fragment's exchanges, on the exchange thread before the job is done, and in take_late() on
+  // the caller's, so the merge reads them there while another fragment's exchange writes its
+  // own), or the job's staging copy on a device.
+  ConstFloatSpan global(const Job& job) const;
   // The deferred shards of `job`'s fragment whose replies have come (RegionSync::take_ready):
-  // their global values staged in job.base, their ranges out of deferred_. None while another
-  // fragment's exchange holds the connection (they wait for a later look).
+  // their global values in base (and the job's staging), their ranges out of deferred_. None
+  // while another fragment's exchange holds the connection (they wait for a later look).
   std::vector<ElementRange> take_late(Job& job);
   // Before `job`'s fragment starts: its deferred shards whose replies came since its last merge
   // are merged now and start with it, instead of sitting out this round too (their servers told
   // absent) and coming back a round later.
   void merge_late(Job& job, LeaderParams& params);
-  // A job with its two full-table buffers, spare ones when there are (a large model's are
-  // hundreds of megabytes: allocating and zeroing them at every start was time the steps waited
-  // for); finished() gives a merged job's buffers back. Only the fragment's ranges of a buffer
-  // are ever written or read, so what a spare held before does not matter.
+  // A job with its full-table buffers (push; staging on a device), spare ones when there are (a
+  // large model's are hundreds of megabytes: allocating and zeroing them at every start was time
+  // the steps waited for); finished() gives a merged job's buffers back. Only the fragment's
+  // ranges of a buffer are ever written or read, so what a spare held before does not matter.
   // New buffers come from the parameters' LeaderParams (HostTable: page-locked for a device).
   std::shared_ptr<Job> new_job(uint32_t fragment);
   void finished(Job& job);
