@@ -2,8 +2,14 @@
 // past rounds keep one offset on every server; a region further behind a server's frontier than
 // the staleness bound sits out the rounds up to it; a deferred shard not pushed in an exchange is
 // sat out at its server at once (wire::Push::absent), so that the other regions' round there
-// does not wait for it. Two regions, two ParamServers over loopback TCP (two_servers.hpp).
+// does not wait for it; a leader started again between its fragments' pushes sits out the round
+// on the fragments its predecessor had not pushed. Two regions, two ParamServers over loopback
+// TCP (two_servers.hpp).
 #include <doctest/doctest.h>
+
+#include <algorithm>
+#include <functional>
+#include <future>
 
 #include "compression/factory.hpp"
 #include "server/param_server.hpp"
@@ -170,5 +176,71 @@ TEST_CASE(
     const auto stats = nlohmann::json::parse(std::get<wire::StatsReply>(reply->header.body).json);
     CHECK(stats["regions"]["b"]["rounds_sat_out"] == 1);
     CHECK(clocks_of(two, s) == std::vector<uint64_t>{4, 4});
+  }
+}
+
+TEST_CASE(
+    "a leader started again between its fragments' pushes maps every fragment's rounds alike: the "
+    "fragments it had not pushed sit out the round") {
+  // Two fragments, each a shard per server. Region a's leader exchanges round 1 of both fragments
+  // with b, and round 2 of fragment 0, and stops; its successor goes on from round 2 (beside
+  // members that hold it). The servers expect a's round 3 of fragment 0 and round 2 of fragment 1.
+  // Mapped as each server expects, the successor's round 2 would be the servers' round 3 of
+  // fragment 0 and round 2 of fragment 1: early on one fragment, late on the other, which no
+  // waiting puts back in step (the LM demo under chaos). Mapped alike, both are the servers'
+  // round 3, fragment 1 sitting out round 2: b's round 2 of fragment 1 is released without a,
+  // and b's round 3 of both fragments with a's round 2. (Mapped as the servers expect, b's round
+  // 3 of fragment 1 waits for a push of a's that never comes, and b's exchange times out.)
+  TwoServers two("one-shift", 2);
+  const ParamTable table(two.config.tensors, two.config.critical);
+  const size_t n = table.total_elements();
+  auto b_config = leader_config(two.config, 1, two.servers[0].server->endpoint(),
+                                two.servers[1].server->endpoint());
+  b_config.timeout = 3s;
+  wire::Context b_context;
+  worker::RegionSync b(table, b_config, b_context);
+  const std::vector<float> la(n, 0.01f), lb(n, 0.02f);
+  // a's leader (on this thread) and b's (on its own) at once.
+  const auto together = [](const std::function<void()>& a_part,
+                           const std::function<void()>& b_part) {
+    auto b_done = std::async(std::launch::async, b_part);
+    a_part();
+    b_done.get();
+  };
+  {
+    wire::Context a_context;
+    worker::RegionSync a(table, two.deferring_leader(0), a_context);
+    REQUIRE(a.connect() == 1);
+    REQUIRE(b.connect() == 1);
+    REQUIRE(a.config().fragments == 2);
+    const auto rounds = [](worker::RegionSync& sync, const std::vector<float>& local) {
+      for (uint32_t fragment : {0, 1, 0}) sync.exchange(local, fragment);
+    };
+    together([&] { rounds(a, la); }, [&] { rounds(b, lb); });
+  }  // a's leader stops between its fragments' pushes of round 2
+  wire::Context a_context;
+  worker::RegionSync a(table, two.deferring_leader(0), a_context);
+  REQUIRE(a.connect(2, worker::ResumeRound::exactly) == 2);
+  std::vector<ElementRange> deferred;
+  together(
+      [&] {
+        // Fragment 1 first: the servers' round 3 needs b's, which comes after b's round 3 of
+        // fragment 0: deferred. Then fragment 0, the servers' round 3 with b's.
+        deferred = a.exchange(la, 1, /*defer=*/true).deferred;
+        CHECK(a.exchange(la, 0, true).deferred.empty());
+      },
+      [&] {
+        for (uint32_t fragment : {1, 0, 1}) b.exchange(lb, fragment);
+      });
+  const auto fragment_1 = a.fragment_ranges(1);
+  CHECK(deferred.size() == 2);
+  for (const auto& r : deferred)
+    CHECK(std::find(fragment_1.begin(), fragment_1.end(), r) != fragment_1.end());
+  CHECK(a.settle().size() == 2);
+  for (uint32_t s = 0; s < 2; ++s) {
+    CAPTURE(s);
+    if (two.servers[s].thread.joinable()) two.stop_loop(s);
+    for (const auto& shard : two.servers[s].server->shards())
+      CHECK(shard.gate().clocks() == std::vector<uint64_t>{3, 3});  // a's, b's
   }
 }

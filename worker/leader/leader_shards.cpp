@@ -56,6 +56,7 @@ uint64_t LeaderShards::connect(uint64_t resume_at, ResumeRound how) {
     sh.connected(next);
     sh.round_shift = static_cast<int64_t>(first) - static_cast<int64_t>(next);
   }
+  same_shift_everywhere();
   for (uint32_t f = 0; f < frags; ++f) align(f);
   // A shard whose server still holds the zeros it started from needs no pull: base = origin.
   const Shards pulled = where([](const LeaderShard& sh) { return !sh.zero_start; });
@@ -75,6 +76,24 @@ uint64_t LeaderShards::connect(uint64_t resume_at, ResumeRound how) {
       config_.region, links_.size(), shards_.size(), frags, first, pulled.size(),
       startup_bytes_pulled_, shards_.size() - pulled.size(), fmt::join(shifts, " "));
   return first;
+}
+
+void LeaderShards::same_shift_everywhere() {
+  int64_t lowest = INT64_MAX;
+  for (const auto& sh : shards_) lowest = std::min(lowest, sh.round_shift);
+  std::vector<uint32_t> sitting_out;
+  for (auto& sh : shards_) {
+    if (sh.round_shift == lowest) continue;
+    if (std::find(sitting_out.begin(), sitting_out.end(), sh.fragment) == sitting_out.end())
+      sitting_out.push_back(sh.fragment);
+    sh.round_shift = lowest;
+  }
+  if (!sitting_out.empty())
+    spdlog::info(
+        "region {}: its servers expect a later round of some fragments than of others (a leader "
+        "stopped between its fragments' pushes); fragment(s) {} sit out the rounds between, so "
+        "that every fragment's rounds map onto the servers' shifted by {}",
+        config_.region, fmt::join(sitting_out, ", "), lowest);
 }
 
 void LeaderShards::align(uint32_t fragment) {
