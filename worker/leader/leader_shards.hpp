@@ -159,7 +159,7 @@ class LeaderShards {
   // successor, mapping each fragment as its servers expect, was then early on those (it waits for
   // the other regions there) and late on the rest (they wait for it there, and defer): waiting
   // on some fragments made it later on the others, so the fleet never came back in step (on the
-  // LM demo under chaos the other regions deferred the late fragments at every round for 100 s;
+  // LM demo under chaos the other regions deferred half their shards at every round from then on;
   // docs/benchmarks.md). Early on every fragment, its first exchanges wait for the others once
   // (RegionSync::kFirstExchangeWaits) and the region is in step again.
   void same_shift_everywhere();
