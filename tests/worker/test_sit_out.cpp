@@ -3,8 +3,9 @@
 // the staleness bound sits out the rounds up to it; a deferred shard not pushed in an exchange is
 // sat out at its server at once (wire::Push::absent), so that the other regions' round there
 // does not wait for it; a leader started again between its fragments' pushes sits out the round
-// on the fragments its predecessor had not pushed. Two regions, two ParamServers over loopback
-// TCP (two_servers.hpp).
+// on the fragments its predecessor had not pushed; an exchange does not wait on a server that
+// holds back an earlier round of the region's. Two regions, two ParamServers over loopback TCP
+// (two_servers.hpp).
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -242,5 +243,61 @@ TEST_CASE(
     if (two.servers[s].thread.joinable()) two.stop_loop(s);
     for (const auto& shard : two.servers[s].server->shards())
       CHECK(shard.gate().clocks() == std::vector<uint64_t>{3, 3});  // a's, b's
+  }
+}
+
+TEST_CASE(
+    "an exchange does not wait on a server that holds back an earlier round of ours, and waits "
+    "again once it released it; looking there takes nothing") {
+  // Two fragments, each a shard per server. Round 1 with both regions; then region b is late.
+  // Region a's round 2 of fragment 0 waits its shard wait (2 s) on both servers and defers;
+  // fragment 1's does not wait there again: both servers hold back a's round 2 of fragment 0, for
+  // a region that has not pushed it. (Waiting, it would take the shard wait again.) Then b pushes
+  // its round 2, which releases both of a's; a takes fragment 1's back and exchanges round 3 of
+  // fragment 1 with b: its look at the servers finds fragment 0's round 2 released, so it waits
+  // there as usual (b's round 3 comes), and leaves those replies to fragment 0's take_ready().
+  TwoServers two("held-back", 2);
+  const ParamTable table(two.config.tensors, two.config.critical);
+  const size_t n = table.total_elements();
+  auto a_config = two.deferring_leader(0);
+  a_config.shard_wait = 2s;
+  auto b_config = leader_config(two.config, 1, two.servers[0].server->endpoint(),
+                                two.servers[1].server->endpoint());
+  wire::Context a_context, b_context;
+  worker::RegionSync a(table, a_config, a_context);
+  worker::RegionSync b(table, b_config, b_context);
+  REQUIRE(a.connect() == 1);
+  REQUIRE(b.connect() == 1);
+  const std::vector<float> la(n, 0.01f), lb(n, 0.02f);
+  auto b_round_1 = std::async(std::launch::async, [&] {
+    for (uint32_t fragment : {0, 1}) b.exchange(lb, fragment);
+  });
+  for (uint32_t fragment : {0, 1}) a.exchange(la, fragment);
+  b_round_1.get();
+
+  const auto waited = a.exchange(la, 0, /*defer=*/true);
+  CHECK(waited.deferred.size() == 2);
+  CHECK(waited.push_seconds >= 1.9);
+  const auto held_back = a.exchange(la, 1, true);
+  CHECK(held_back.deferred.size() == 2);
+  CHECK(held_back.push_seconds < 1.0);
+
+  for (uint32_t fragment : {0, 1}) b.exchange(lb, fragment);  // b's round 2 releases a's
+  std::this_thread::sleep_for(200ms);  // a's replies, sent with b's, are on their way
+  CHECK(a.take_ready(1).size() == 2);
+  auto b_round_3 = std::async(std::launch::async, [&] { b.exchange(lb, 1); });
+  CHECK(a.exchange(la, 1, true).deferred.empty());
+  b_round_3.get();
+  CHECK(a.take_ready(0).size() == 2);
+  CHECK(a.deferred_shards() == 0);
+  for (uint32_t s = 0; s < 2; ++s) {
+    CAPTURE(s);
+    two.stop_loop(s);
+    const auto& shards = two.servers[s].server->shards();
+    REQUIRE(shards.size() == 2);
+    std::vector<std::vector<uint64_t>> clocks;  // a's, b's: fragment 0's shard, then 1's
+    for (const auto& shard : shards) clocks.push_back(shard.gate().clocks());
+    std::sort(clocks.begin(), clocks.end());
+    CHECK(clocks == std::vector<std::vector<uint64_t>>{{2, 2}, {3, 3}});
   }
 }

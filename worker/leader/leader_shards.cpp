@@ -222,6 +222,22 @@ void LeaderShards::take_deferred(size_t s, const Shards& shards, std::chrono::mi
   }
 }
 
+bool LeaderShards::holds_back(size_t s) {
+  const Shards waiting =
+      where([&](const LeaderShard& sh) { return sh.server == s && sh.in_flight(); });
+  if (waiting.empty()) return false;
+  std::vector<uint64_t> ids;
+  for (const auto* sh : waiting)
+    for (auto id : {sh->push_id(), sh->pull_id()})
+      if (id) ids.push_back(*id);
+  const auto answered = links_[s].look_in_flight(ids, config_.heartbeat, links_.waiting(s, false));
+  // A pull's answer is its round released; a shard whose pull has not gone yet (its push not
+  // answered) is not released either.
+  return std::any_of(waiting.begin(), waiting.end(), [&](const LeaderShard* sh) {
+    return !sh->pull_id() || !answered.contains(*sh->pull_id());
+  });
+}
+
 void LeaderShards::lose(size_t s, const std::string& why) {
   spdlog::warn("region {}: lost the server of region {} ({}); rejoining it", config_.region,
                links_[s].region(), why);

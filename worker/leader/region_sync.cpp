@@ -63,7 +63,7 @@ RoundReport RegionSync::exchange(ConstFloatSpan local, std::optional<uint32_t> f
   for (uint32_t f = 0; f < config.fragment_count(); ++f)
     if (!fragment || f == *fragment) first = exchanges_.at(f)++ == 0 || first;
   const auto wait = first ? kFirstExchangeWaits * shard_wait_.current() : shard_wait_.current();
-  push_and_pull(local, take, report, tally, defer, wait);
+  push_and_pull(local, take, report, tally, defer, wait, defer && !first);
   if (defer) {
     report.shard_wait_seconds = std::chrono::duration<double>(wait).count();
     if (!first && !take.empty() &&
@@ -97,12 +97,14 @@ std::chrono::milliseconds RegionSync::RoundClock::left() const {
 }
 
 void RegionSync::push_and_pull(ConstFloatSpan local, const Shards& shards, RoundReport& report,
-                               ShardTally& tally, bool defer, std::chrono::milliseconds wait) {
+                               ShardTally& tally, bool defer, std::chrono::milliseconds wait,
+                               bool skip_held_back) {
   const auto& config = shards_.config();
   // Every push goes out before any reply is awaited. Shards of a server still lost, or not
   // pulled in full since it was rejoined, are redone in that server's turn below.
   std::vector<bool> redo_on(shards_.servers());
   std::vector<size_t> pushed_on(shards_.servers());
+  const std::vector<bool> held_back = held_back_servers(shards, skip_held_back);
   const auto t0 = Clock::now();
   for (auto* sh : shards) {
     if (shards_.link(sh->server).lost() || sh->needs_full_pull()) {
@@ -133,7 +135,7 @@ void RegionSync::push_and_pull(ConstFloatSpan local, const Shards& shards, Round
       }
       if (!busy[s]) continue;
       try {
-        await_round(s, clock, what, tally);
+        await_round(s, clock, what, tally, held_back[s]);
       } catch (const ServerLost& e) {
         shards_.lose(s, e.what());
         redo(s, local, LeaderShards::on(s, shards), clock, report, tally);
@@ -146,13 +148,33 @@ void RegionSync::push_and_pull(ConstFloatSpan local, const Shards& shards, Round
   report.push_seconds += seconds_since(t0);
 }
 
-void RegionSync::await_round(size_t s, const RoundClock& clock, const char* what,
-                             ShardTally& tally) {
+std::vector<bool> RegionSync::held_back_servers(const Shards& shards, bool look) {
+  std::vector<bool> held_back(shards_.servers());
+  if (!look) return held_back;
+  for (size_t s = 0; s < shards_.servers(); ++s) {
+    if (LeaderShards::on(s, shards).empty() || shards_.link(s).lost()) continue;
+    try {
+      held_back[s] = shards_.holds_back(s);
+    } catch (const ServerLost& e) {
+      shards_.lose(s, e.what());  // its shards are redone in its turn (push_and_pull)
+    }
+  }
+  return held_back;
+}
+
+void RegionSync::await_round(size_t s, const RoundClock& clock, const char* what, ShardTally& tally,
+                             bool look_only) {
   const Shards mine =
       shards_.where([&](const LeaderShard& sh) { return sh.server == s && sh.exchanging(); });
   ReplyWait how = shards_.waiting(s, true);
   how.partial = clock.defer;
-  shards_.await(s, mine, clock.left(), what, std::move(how), tally);
+  // A server holding back an earlier round of ours waits for a region that is late, gone, cut
+  // off or stopped: this round's pushes wait there with it, deferred at once, and are merged
+  // once it releases them. Waiting a shard wait there at every fragment's exchange until that
+  // region came back cost every other region about a shard wait per fragment per fault (the LM
+  // demo under chaos, docs/benchmarks.md).
+  const auto wait = look_only ? std::chrono::milliseconds(0) : clock.left();
+  shards_.await(s, mine, wait, what, std::move(how), tally);
   // What has not come is deferred (its requests stay in flight, their replies parked until
   // take_ready() or settle() asks for them); a push answered without its pull waits for the
   // pulls that follow.

@@ -90,6 +90,18 @@ std::map<uint64_t, wire::Reply> ServerLink::collect_in_flight(const std::vector<
   return replies;
 }
 
+std::set<uint64_t> ServerLink::look_in_flight(const std::vector<uint64_t>& ids,
+                                              std::chrono::milliseconds heartbeat, ReplyWait how) {
+  std::set<uint64_t> answered;
+  for (auto& [id, reply] :
+       collect_in_flight(ids, std::chrono::milliseconds(0), heartbeat, std::move(how))) {
+    answered.insert(id);
+    in_flight_.insert(id);
+    parked_.emplace(id, std::move(reply));
+  }
+  return answered;
+}
+
 void ServerLink::lose() {
   if (!lost_) hellos_sent_.clear();
   lost_ = true;

@@ -107,6 +107,11 @@ class ServerLink {
                                                     std::chrono::milliseconds heartbeat,
                                                     ReplyWait how);
 
+  // Which of the in-flight `ids` have been answered by now: collect_in_flight() without waiting,
+  // the replies parked again (still in flight) for whoever asks for them next.
+  std::set<uint64_t> look_in_flight(const std::vector<uint64_t>& ids,
+                                    std::chrono::milliseconds heartbeat, ReplyWait how);
+
   // The server answered `unregistered` (or lost us otherwise): what was in flight will not be
   // answered. rejoin() before any other request.
   void lose();
