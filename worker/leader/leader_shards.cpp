@@ -222,20 +222,14 @@ void LeaderShards::take_deferred(size_t s, const Shards& shards, std::chrono::mi
   }
 }
 
-bool LeaderShards::holds_back(size_t s) {
-  const Shards waiting =
-      where([&](const LeaderShard& sh) { return sh.server == s && sh.in_flight(); });
+bool LeaderShards::silent(size_t s) {
+  const Shards waiting = where(
+      [&](const LeaderShard& sh) { return sh.server == s && sh.in_flight() && sh.push_id(); });
   if (waiting.empty()) return false;
   std::vector<uint64_t> ids;
-  for (const auto* sh : waiting)
-    for (auto id : {sh->push_id(), sh->pull_id()})
-      if (id) ids.push_back(*id);
+  for (const auto* sh : waiting) ids.push_back(*sh->push_id());
   const auto answered = links_[s].look_in_flight(ids, config_.heartbeat, links_.waiting(s, false));
-  // A pull's answer is its round released; a shard whose pull has not gone yet (its push not
-  // answered) is not released either.
-  return std::any_of(waiting.begin(), waiting.end(), [&](const LeaderShard* sh) {
-    return !sh->pull_id() || !answered.contains(*sh->pull_id());
-  });
+  return answered.size() < ids.size();
 }
 
 void LeaderShards::lose(size_t s, const std::string& why) {

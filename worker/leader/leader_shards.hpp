@@ -125,12 +125,12 @@ class LeaderShards {
   // for them all, ServerLink::collect_in_flight), sending a pull behind each push answered.
   // Throws ServerLost when the server lost this region.
   void take_deferred(size_t s, const Shards& shards, std::chrono::milliseconds wait);
-  // Whether server s still holds back a round of ours that an earlier exchange stopped waiting
-  // for: a deferred shard there whose pull has not been answered (looked at without waiting and
-  // without taking anything: ServerLink::look_in_flight). Such a server waits for a region that
-  // is late, gone, cut off or stopped, and is unlikely to release another round of ours within
-  // a shard wait (RegionSync::push_and_pull). Throws ServerLost.
-  bool holds_back(size_t s);
+  // Whether server s is silent: it has not answered a push of ours that an earlier exchange
+  // stopped waiting for (looked at without waiting and without taking anything:
+  // ServerLink::look_in_flight). A live server answers a push as it takes it, whatever round it
+  // waits for; one that has not for a shard wait is stopped or cut off from this region
+  // (RegionSync::push_and_pull). Throws ServerLost.
+  bool silent(size_t s);
 
   // The server answered `unregistered`: its requests are gone, its shards need full pulls.
   void lose(size_t s, const std::string& why);

@@ -98,13 +98,13 @@ std::chrono::milliseconds RegionSync::RoundClock::left() const {
 
 void RegionSync::push_and_pull(ConstFloatSpan local, const Shards& shards, RoundReport& report,
                                ShardTally& tally, bool defer, std::chrono::milliseconds wait,
-                               bool skip_held_back) {
+                               bool skip_silent) {
   const auto& config = shards_.config();
   // Every push goes out before any reply is awaited. Shards of a server still lost, or not
   // pulled in full since it was rejoined, are redone in that server's turn below.
   std::vector<bool> redo_on(shards_.servers());
   std::vector<size_t> pushed_on(shards_.servers());
-  const std::vector<bool> held_back = held_back_servers(shards, skip_held_back);
+  const std::vector<bool> silent = silent_servers(shards, skip_silent);
   const auto t0 = Clock::now();
   for (auto* sh : shards) {
     if (shards_.link(sh->server).lost() || sh->needs_full_pull()) {
@@ -135,7 +135,7 @@ void RegionSync::push_and_pull(ConstFloatSpan local, const Shards& shards, Round
       }
       if (!busy[s]) continue;
       try {
-        await_round(s, clock, what, tally, held_back[s]);
+        await_round(s, clock, what, tally, silent[s]);
       } catch (const ServerLost& e) {
         shards_.lose(s, e.what());
         redo(s, local, LeaderShards::on(s, shards), clock, report, tally);
@@ -148,18 +148,18 @@ void RegionSync::push_and_pull(ConstFloatSpan local, const Shards& shards, Round
   report.push_seconds += seconds_since(t0);
 }
 
-std::vector<bool> RegionSync::held_back_servers(const Shards& shards, bool look) {
-  std::vector<bool> held_back(shards_.servers());
-  if (!look) return held_back;
+std::vector<bool> RegionSync::silent_servers(const Shards& shards, bool look) {
+  std::vector<bool> silent(shards_.servers());
+  if (!look) return silent;
   for (size_t s = 0; s < shards_.servers(); ++s) {
     if (LeaderShards::on(s, shards).empty() || shards_.link(s).lost()) continue;
     try {
-      held_back[s] = shards_.holds_back(s);
+      silent[s] = shards_.silent(s);
     } catch (const ServerLost& e) {
       shards_.lose(s, e.what());  // its shards are redone in its turn (push_and_pull)
     }
   }
-  return held_back;
+  return silent;
 }
 
 void RegionSync::await_round(size_t s, const RoundClock& clock, const char* what, ShardTally& tally,
@@ -168,11 +168,10 @@ void RegionSync::await_round(size_t s, const RoundClock& clock, const char* what
       shards_.where([&](const LeaderShard& sh) { return sh.server == s && sh.exchanging(); });
   ReplyWait how = shards_.waiting(s, true);
   how.partial = clock.defer;
-  // A server holding back an earlier round of ours waits for a region that is late, gone, cut
-  // off or stopped: this round's pushes wait there with it, deferred at once, and are merged
-  // once it releases them. Waiting a shard wait there at every fragment's exchange until that
-  // region came back cost every other region about a shard wait per fragment per fault (the LM
-  // demo under chaos, docs/benchmarks.md).
+  // A silent server (stopped, or cut off from this region) does not answer within a shard wait
+  // either: this round's pushes wait there behind the earlier ones, deferred at once, and are
+  // merged once it answers. Waiting a shard wait there at every fragment's exchange cost a
+  // shard wait per fragment per stop (the LM demo under chaos, docs/benchmarks.md).
   const auto wait = look_only ? std::chrono::milliseconds(0) : clock.left();
   shards_.await(s, mine, wait, what, std::move(how), tally);
   // What has not come is deferred (its requests stay in flight, their replies parked until

@@ -205,18 +205,18 @@ class RegionSync {
 
   // The round for `shards`: pushes, then pulls; a server that lost this region is rejoined and
   // the round redone there (redo) in its turn. With `defer`, what has not come within `wait` of
-  // the pushes is deferred; with `skip_held_back` too, at once on servers that hold back an
-  // earlier round of ours (LeaderShards::holds_back, looked at before the pushes go out: a look
-  // takes the replies of requests left in flight only, and drops any other).
+  // the pushes is deferred; with `skip_silent` too, at once on servers that are silent
+  // (LeaderShards::silent, looked at before the pushes go out: a look takes the replies of
+  // requests left in flight only, and drops any other).
   void push_and_pull(ConstFloatSpan local, const Shards& shards, RoundReport& report,
                      ShardTally& tally, bool defer, std::chrono::milliseconds wait,
-                     bool skip_held_back);
+                     bool skip_silent);
+  // Servers (of those `shards` are on) that are silent, when `look`; a server found to have lost
+  // this region is lost (LeaderShards::lose), not silent.
+  std::vector<bool> silent_servers(const Shards& shards, bool look);
   // The replies of server s to this exchange's requests; what has not come when the wait ends
-  // is deferred (its requests left in flight on the link).
-  // Servers (of those `shards` are on) that hold back an earlier round of ours, when `look`;
-  // a server found to have lost this region is lost (LeaderShards::lose), not held back.
-  std::vector<bool> held_back_servers(const Shards& shards, bool look);
-  // With `look_only`, what has come already, without waiting (a server holding back a round).
+  // is deferred (its requests left in flight on the link). With `look_only`, what has come
+  // already, without waiting (a silent server).
   void await_round(size_t s, const RoundClock& clock, const char* what, ShardTally& tally,
                    bool look_only = false);
   // Rejoins server s, pulls `shards` (on s) in full and pushes and pulls them again (the pulls
