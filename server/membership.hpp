@@ -41,6 +41,9 @@ class Membership {
   std::optional<uint32_t> region_of(const std::string& peer) const;
   const std::optional<std::string>& peer(uint32_t r) const { return regions_.at(r).peer; }
   void seen(uint32_t r, TimePoint now) { regions_.at(r).last_seen = now; }
+  // When region r's last message came (its hello, for a region never heard from since; the
+  // server's start for one never registered), moved on by excuse().
+  TimePoint last_seen(uint32_t r) const { return regions_.at(r).last_seen; }
 
   struct Death {
     uint32_t region = 0;

@@ -402,7 +402,8 @@ ParamServer::Outcome ParamServer::on_push(uint32_t r, const wire::Header& h, con
     c.gate_wait_us += waited_us;
   }
   reply(membership_.peer(r).value_or(std::string()), id,
-        wire::PushReply{m.shard, m.round, result.staleness, waited_us});
+        wire::PushReply{m.shard, m.round, result.staleness, waited_us,
+                        longest_silence_ms(shard.holding_back(m.round, live_now, r))});
   staged.commit();
   release_rounds();
   return Outcome::done;

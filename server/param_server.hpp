@@ -128,6 +128,10 @@ class ParamServer {
   // push no more rounds there (as after a goodbye; one that waits for the others' flushes must not
   // hold back a round they still push).
   static std::vector<bool> in_rounds(const Shard& shard, std::vector<bool> live);
+  // The longest time the server has heard nothing from one of `regions`, in ms (0: none), for
+  // wire::PushReply::awaited_silence_ms: a leader does not wait on a round held for a region
+  // that is silent (cut off from this server, or its leader dead) rather than late.
+  uint32_t longest_silence_ms(const std::vector<size_t>& regions) const;
   Shard& shard_for(uint32_t id, uint64_t request_id);
   void reply(const std::string& peer, uint64_t request_id, wire::Body body,
              std::vector<wire::Frame> payloads = {});

@@ -4,6 +4,9 @@
 // as the regions' silence. The rest of the loop is in param_server.cpp.
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <limits>
+
 #include "core/error.hpp"
 #include "server/param_server.hpp"
 
@@ -80,6 +83,16 @@ bool ParamServer::sweep() {
   }
   if (!deaths.empty()) release_rounds();
   return !deaths.empty();
+}
+
+uint32_t ParamServer::longest_silence_ms(const std::vector<size_t>& regions) const {
+  const auto now = options_.clock();
+  std::chrono::milliseconds longest{0};
+  for (const size_t r : regions)
+    longest = std::max(longest, std::chrono::duration_cast<std::chrono::milliseconds>(
+                                    now - membership_.last_seen(static_cast<uint32_t>(r))));
+  return static_cast<uint32_t>(
+      std::min<int64_t>(longest.count(), std::numeric_limits<uint32_t>::max()));
 }
 
 void ParamServer::excuse_own_stall(std::chrono::steady_clock::time_point waited_from,

@@ -336,6 +336,17 @@ std::vector<Shard::Released> Shard::release_ready(const std::vector<bool>& live,
   return out;
 }
 
+std::vector<size_t> Shard::holding_back(uint64_t round, const std::vector<bool>& live,
+                                        size_t pusher) const {
+  std::vector<size_t> out;
+  if (settings_.consistency.is_quorum() || round <= settings_.staleness_bound) return out;
+  const uint64_t awaited = round - settings_.staleness_bound;
+  if (awaited <= released_round_) return out;
+  for (size_t r = 0; r < live.size(); ++r)
+    if (live[r] && r != pusher && gate_.clock(r) < awaited) out.push_back(r);
+  return out;
+}
+
 std::optional<Shard::TimePoint> Shard::grace_deadline() const {
   const auto& policy = settings_.consistency;
   if (!policy.is_quorum()) return std::nullopt;

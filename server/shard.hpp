@@ -170,6 +170,12 @@ class Shard {
   // Releases, in order, every round that all live regions have pushed, and under the quorum
   // policy every round that a quorum has pushed and whose grace window expired by `now`.
   std::vector<Released> release_ready(const std::vector<bool>& live, TimePoint now = {});
+  // The live regions (but `pusher`) that a pull naming `round` still waits for: round -
+  // staleness_bound is not released and their clocks have not reached it (they neither pushed
+  // it nor sat it out). None under the quorum policy, whose grace window releases a round
+  // without them.
+  std::vector<size_t> holding_back(uint64_t round, const std::vector<bool>& live,
+                                   size_t pusher) const;
   // Quorum policy: when the oldest unreleased round will be released by its grace window expiring
   // (it has a quorum); none otherwise. The server's loop wakes up then.
   std::optional<TimePoint> grace_deadline() const;

@@ -107,6 +107,7 @@ void build(schema::Header::Builder h, const Body& body) {
             b.setRound(m.round);
             b.setStaleness(m.staleness);
             b.setGateWaitUs(m.gate_wait_us);
+            b.setAwaitedSilenceMs(m.awaited_silence_ms);
           },
           [&](const PullRequest& m) {
             auto b = h.initPull();
@@ -203,7 +204,8 @@ Body read(schema::Header::Reader h, uint64_t request_id) {
     }
     case schema::Header::PUSH_REPLY: {
       auto r = h.getPushReply();
-      return PushReply{r.getShard(), r.getRound(), r.getStaleness(), r.getGateWaitUs()};
+      return PushReply{r.getShard(), r.getRound(), r.getStaleness(), r.getGateWaitUs(),
+                       r.getAwaitedSilenceMs()};
     }
     case schema::Header::PULL: {
       auto r = h.getPull();

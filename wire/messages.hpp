@@ -135,6 +135,8 @@ struct PushReply {
   uint64_t round = 0;
   uint32_t staleness = 0;
   uint64_t gate_wait_us = 0;
+  // The longest silence of a region the pull's round still waits for (protocol.capnp).
+  uint32_t awaited_silence_ms = 0;
 };
 struct PullRequest {
   uint32_t shard = 0;

@@ -80,6 +80,12 @@ struct PushReply {
   round @1 :UInt64;
   staleness @2 :UInt32;         # tau used to weight the non-critical part
   gateWaitUs @3 :UInt64;        # time this push waited at the staleness gate
+  awaitedSilenceMs @4 :UInt32;  # the round this push's pull waits for (round - the staleness
+                                # bound) still waits for regions that have neither pushed nor
+                                # sat it out: the longest time the server has heard nothing from
+                                # one of them (no message at all), in ms; 0 when it waits for none,
+                                # under the quorum policy, and from an older server
+                                # (docs/protocol.md, "A round held for a silent region")
 }
 
 struct PullRequest {

@@ -50,6 +50,47 @@ TEST_CASE("a region marked dead stops blocking synchronous rounds, and rejoins w
   CHECK(pa.header.round == 2);
 }
 
+TEST_CASE(
+    "a push's answer says how long the server has not heard from a region its pull's round waits "
+    "for (none under the quorum policy)") {
+  TempDir tmp("silence");
+  // Staleness bound 1: a pull of round t waits for round t - 1. dead_after 1000 ms, not reached.
+  Cluster cluster(small_config(tmp.path(), 1, kOnlyRegistered));
+  auto a = cluster.client(), b = cluster.client();
+  hello(a, "a", cluster.table_hash());
+  hello(b, "b", cluster.table_hash());  // both heard from at 0
+  cluster.clock().set(300);
+  CHECK(push(a, 1, filled(kShard, 1.0f)).awaited_silence_ms == 0);  // waits for round 0: none
+  cluster.clock().set(500);
+  CHECK(push(a, 2, filled(kShard, 1.0f)).awaited_silence_ms == 500);  // round 1: b, silent
+  cluster.clock().set(600);
+  as<wire::HeartbeatReply>(expect_reply(b, wire::Heartbeat{}));  // b heard from at 600
+  cluster.clock().set(700);
+  // b's round-1 pull waits for round 0: for nobody.
+  CHECK(push(b, 1, filled(kShard, 1.0f)).awaited_silence_ms == 0);
+  CHECK(stats(a)["shards"][0]["released_round"] == 1);
+  cluster.clock().set(900);
+  CHECK(push(b, 2, filled(kShard, 1.0f)).awaited_silence_ms == 0);  // round 1 released
+  // Round 2, which a's round-3 push waits for, is pushed by both: nobody holds it back.
+  CHECK(push(a, 3, filled(kShard, 1.0f)).awaited_silence_ms == 0);
+  cluster.clock().set(1000);
+  // b's round 3 waits for round 2, released; a is not waited for.
+  CHECK(push(b, 3, filled(kShard, 1.0f)).awaited_silence_ms == 0);
+
+  // The quorum policy releases a round without the silent region once its grace window passed.
+  TempDir tmp_q("silence-quorum");
+  Cluster quorum(
+      small_config(tmp_q.path(), 1,
+                   std::string(kOnlyRegistered) +
+                       "\n  consistency: {policy: quorum, quorum: 1, grace_ms: 100000}"));
+  auto qa = quorum.client(), qb = quorum.client();
+  hello(qa, "a", quorum.table_hash());
+  hello(qb, "b", quorum.table_hash());
+  quorum.clock().set(500);
+  push(qa, 1, filled(kShard, 1.0f));
+  CHECK(push(qa, 2, filled(kShard, 1.0f)).awaited_silence_ms == 0);
+}
+
 TEST_CASE("a region that says goodbye stops blocking synchronous rounds at once") {
   TempDir tmp("goodbye");
   const auto& dir = tmp.path();

@@ -17,7 +17,7 @@ TEST_CASE("every message type survives encode and decode with its fields") {
                  true},
       Heartbeat{},
       Push{3, 9, 41, {{0, 168}, {1024, 60}}, 32768},
-      PushReply{3, 9, 2, 1500},
+      PushReply{3, 9, 2, 1500, 2400},
       PullRequest{3, 40, true, 8},
       PullReply{3, 44, 9, false, {{0, 4200}}},
       Error{ErrorCode::bad_shard, "shard 9 is not owned"},
@@ -49,6 +49,10 @@ TEST_CASE("every message type survives encode and decode with its fields") {
   const auto heartbeat_reply =
       std::get<HeartbeatReply>(decode_header(encode_header(Header{1, bodies[19]})).body);
   const auto replica = std::get<Replica>(decode_header(encode_header(Header{1, bodies[20]})).body);
+  const auto push_reply =
+      std::get<PushReply>(decode_header(encode_header(Header{1, bodies[4]})).body);
+  CHECK(push_reply.gate_wait_us == 1500);
+  CHECK(push_reply.awaited_silence_ms == 2400);
   CHECK(replica.epoch == 3);
   REQUIRE(replica.shards.size() == 2);
   CHECK(replica.shards[0].id == 4);

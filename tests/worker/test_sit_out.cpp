@@ -4,13 +4,14 @@
 // sat out at its server at once (wire::Push::absent), so that the other regions' round there
 // does not wait for it; a leader started again between its fragments' pushes sits out the round
 // on the fragments its predecessor had not pushed; an exchange does not wait on a server silent
-// since an earlier exchange deferred a push there. Two regions, two ParamServers over loopback
-// TCP (two_servers.hpp).
+// since an earlier exchange deferred a push there, nor on a round its server holds for a region
+// silent there. Two regions, two ParamServers over loopback TCP (two_servers.hpp).
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <functional>
 #include <future>
+#include <thread>
 
 #include "compression/factory.hpp"
 #include "server/param_server.hpp"
@@ -248,7 +249,8 @@ TEST_CASE(
 
 TEST_CASE(
     "an exchange does not wait on a server silent since an earlier exchange deferred a push "
-    "there; a server that answers is waited for even while it holds back an earlier round") {
+    "there, nor on a round held for a region silent at its server; a server that holds a round "
+    "for a region that is late is waited for") {
   // Two fragments, each a shard per server; round 1 with both regions, then round 2 with a
   // shard wait of 2 s, deferring.
   TwoServers two("silent", 2);
@@ -287,14 +289,39 @@ TEST_CASE(
     two.servers[0].thread = std::jthread([raw](std::stop_token st) { raw->run(st); });
   }
   SUBCASE("a server that answers, holding back a round for a region that is late: waited for") {
-    // Region b pushes its round 2 only after region a's exchanges. Both servers take a's pushes
-    // and hold a's round 2 of fragment 0 for b: a's fragment 1 waits its shard wait there too
-    // (a region merely late may come within it: not waiting, the regions would stay out of step).
+    // Region b pushes its round 2 only after region a's exchanges, its leader alive meanwhile
+    // (its heartbeats reach both servers). Both servers take a's pushes and hold a's round 2 of
+    // fragment 0 for b: a's fragment 1 waits its shard wait there too (a region merely late may
+    // come within it: not waiting, the regions would stay out of step).
+    std::jthread b_alive([&](std::stop_token stop) {
+      while (!stop.stop_requested()) {
+        b.keep_alive();
+        std::this_thread::sleep_for(50ms);
+      }
+    });
     for (uint32_t fragment : {0, 1}) reports.push_back(a.exchange(la, fragment, true));
+    b_alive.request_stop();
+    b_alive.join();
     for (const auto& r : reports) {
       CHECK(r.deferred.size() == 2);
       CHECK(r.push_seconds >= 1.9);
+      CHECK(r.held_for_silent == 0);
     }
+    for (uint32_t fragment : {0, 1}) b.exchange(lb, fragment, true);  // releases a's
+  }
+  SUBCASE(
+      "a server that answers, holding back a round for a region silent there: one shard "
+      "wait, then only a look") {
+    // Region b sends nothing at all (cut off from both servers, or its leader dead): a's
+    // fragment 0 waits its shard wait (b was heard from a moment ago); by fragment 1's
+    // exchange both servers have not heard from b for more than two heartbeats (400 ms), say
+    // so in their answers to a's pushes, and a defers there without waiting.
+    for (uint32_t fragment : {0, 1}) reports.push_back(a.exchange(la, fragment, true));
+    for (const auto& r : reports) CHECK(r.deferred.size() == 2);
+    CHECK(reports[0].push_seconds >= 1.9);
+    CHECK(reports[0].held_for_silent == 0);
+    CHECK(reports[1].push_seconds < 1.0);
+    CHECK(reports[1].held_for_silent == 2);
     for (uint32_t fragment : {0, 1}) b.exchange(lb, fragment, true);  // releases a's
   }
   size_t deferred = 0;

@@ -180,12 +180,15 @@ bool LeaderShards::send_absent(LeaderShard& sh) {
   return links_[sh.server].try_send(std::move(absent)).has_value();
 }
 
-void LeaderShards::await(size_t s, const Shards& shards, std::chrono::milliseconds timeout,
-                         const char* what, ReplyWait how, ShardTally& tally) {
+void LeaderShards::await_requests(size_t s, const Shards& shards, std::chrono::milliseconds timeout,
+                                  const char* what, ReplyWait how, ShardTally& tally,
+                                  bool pushes_only) {
   std::vector<uint64_t> ids;
   for (const auto* sh : shards) {
     if (sh->push_id()) ids.push_back(*sh->push_id());
-    if (sh->pull_id()) ids.push_back(*sh->pull_id());
+    if (!sh->pull_id()) continue;
+    // A pull answered while only the pushes are awaited is kept for the wait that asks for it.
+    (pushes_only ? how.parked_ids : ids).push_back(*sh->pull_id());
   }
   if (ids.empty()) return;
   auto replies = links_[s].collect(ids, timeout, what, std::move(how));

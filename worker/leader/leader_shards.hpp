@@ -120,7 +120,14 @@ class LeaderShards {
   // Waits on server s for the requests `shards` have in flight (ServerLink::collect with `how`)
   // and hands each reply to its shard (LeaderShard::take). Throws what collect() throws.
   void await(size_t s, const Shards& shards, std::chrono::milliseconds timeout, const char* what,
-             ReplyWait how, ShardTally& tally);
+             ReplyWait how, ShardTally& tally) {
+    await_requests(s, shards, timeout, what, std::move(how), tally, false);
+  }
+  // The same for their pushes only (the pulls behind them stay in flight).
+  void await_pushes(size_t s, const Shards& shards, std::chrono::milliseconds timeout,
+                    const char* what, ReplyWait how, ShardTally& tally) {
+    await_requests(s, shards, timeout, what, std::move(how), tally, true);
+  }
   // Deferred shards among `shards` (all on s): takes the replies that came (waiting up to `wait`
   // for them all, ServerLink::collect_in_flight), sending a pull behind each push answered.
   // Throws ServerLost when the server lost this region.
@@ -157,6 +164,9 @@ class LeaderShards {
   // How long keep_alive() looks for a lost server's answer to its hello before it lets an
   // exchange have the links again (it looks again at its next call).
   static constexpr std::chrono::milliseconds kKeepAliveLook{100};
+
+  void await_requests(size_t s, const Shards& shards, std::chrono::milliseconds timeout,
+                      const char* what, ReplyWait how, ShardTally& tally, bool pushes_only);
 
   wire::Hello hello() const;
   // connect(): every shard given the smallest shift of all (the fragments whose servers expect an

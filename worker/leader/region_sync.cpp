@@ -75,6 +75,7 @@ RoundReport RegionSync::exchange(ConstFloatSpan local, std::optional<uint32_t> f
   report.bytes_pulled += tally.bytes_pulled;
   report.max_staleness = tally.max_staleness;
   report.gate_wait_us = tally.gate_wait_us;
+  report.held_for_silent = tally.held_for_silent;
 
   // Deferred shards pulled in full here (their server lost this region) go back to the caller;
   // their server expects them from the next exchange on, in the round it counts then.
@@ -172,13 +173,24 @@ void RegionSync::await_round(size_t s, const RoundClock& clock, const char* what
   // either: this round's pushes wait there behind the earlier ones, deferred at once, and are
   // merged once it answers. Waiting a shard wait there at every fragment's exchange cost a
   // shard wait per fragment per stop (the LM demo under chaos, docs/benchmarks.md).
-  const auto wait = look_only ? std::chrono::milliseconds(0) : clock.left();
+  // A live server answers a push at once and says whether the round it holds waits for a silent
+  // region (wire::PushReply::awaited_silence_ms): then it is only looked at, as a silent server.
+  bool held_for_silent = false;
+  if (clock.defer && !look_only) {
+    shards_.await_pushes(s, mine, clock.left(), what, how, tally);
+    const auto silent_after = kSilentRegionHeartbeats * shards_.config().heartbeat;
+    held_for_silent = std::any_of(mine.begin(), mine.end(), [&](const LeaderShard* sh) {
+      return !sh->push_id() && sh->awaited_silence() >= silent_after;
+    });
+  }
+  const auto wait = look_only || held_for_silent ? std::chrono::milliseconds(0) : clock.left();
   shards_.await(s, mine, wait, what, std::move(how), tally);
   // What has not come is deferred (its requests stay in flight, their replies parked until
   // take_ready() or settle() asks for them); a push answered without its pull waits for the
   // pulls that follow.
   for (auto* sh : mine) {
     if (!sh->exchanging() || sh->phase() == ShardPhase::pushed) continue;
+    if (held_for_silent) ++tally.held_for_silent;
     sh->defer(sh->server_round(shards_.our_round(*sh)));
     for (auto id : {sh->push_id(), sh->pull_id()})
       if (id) shards_.link(s).leave_in_flight(*id);

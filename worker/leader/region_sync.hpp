@@ -190,6 +190,12 @@ class RegionSync {
   // wait, every later exchange of those fragments deferred again, the region a round out of step
   // (for a minute and a half once on the LM demo under chaos).
   static constexpr int kFirstExchangeWaits = 4;
+  // A region that a server has not heard from for this many heartbeats (config.heartbeat: every
+  // live leader contacts every server at least that often) is silent there, not late: cut off
+  // from it by a partition, or its leader dead. A round held for it is not released within a
+  // shard wait either; every fragment's exchange waiting one out there cost the others about a
+  // shard wait per fragment per partition (the LM demo under chaos, docs/benchmarks.md).
+  static constexpr int kSilentRegionHeartbeats = 2;
   // The flush's final pulls wait at their server: at most this many per server at once.
   static constexpr size_t kMaxFinalPulls = wire::kMaxWaitingPerPeer;
   static constexpr std::chrono::milliseconds kFlushPoll{20};
@@ -216,7 +222,9 @@ class RegionSync {
   std::vector<bool> silent_servers(const Shards& shards, bool look);
   // The replies of server s to this exchange's requests; what has not come when the wait ends
   // is deferred (its requests left in flight on the link). With `look_only`, what has come
-  // already, without waiting (a silent server).
+  // already, without waiting (a silent server). Deferring, the pushes' answers are awaited
+  // first: where one says the round waits for a region that server has not heard from for
+  // kSilentRegionHeartbeats heartbeats, the pulls are only looked at.
   void await_round(size_t s, const RoundClock& clock, const char* what, ShardTally& tally,
                    bool look_only = false);
   // Rejoins server s, pulls `shards` (on s) in full and pushes and pulls them again (the pulls

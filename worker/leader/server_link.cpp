@@ -59,7 +59,7 @@ void ServerLink::heartbeat_if_quiet(std::chrono::milliseconds period) {
 std::map<uint64_t, wire::Reply> ServerLink::collect(const std::vector<uint64_t>& ids,
                                                     std::chrono::milliseconds timeout,
                                                     const char* what, ReplyWait how) {
-  how.parked_ids.assign(in_flight_.begin(), in_flight_.end());
+  how.parked_ids.insert(how.parked_ids.end(), in_flight_.begin(), in_flight_.end());
   if (probe_) how.parked_ids.push_back(*probe_);
   how.parked = &parked_;
   how.disconnects_seen = seen_disconnects_;

@@ -133,6 +133,7 @@ bool LeaderShard::take(std::map<uint64_t, wire::Reply>& replies, const std::stri
       const auto& pr = body_as<wire::PushReply>(it->second, region);
       tally.max_staleness = std::max(tally.max_staleness, pr.staleness);
       tally.gate_wait_us = std::max(tally.gate_wait_us, pr.gate_wait_us);
+      awaited_silence_ = std::chrono::milliseconds(pr.awaited_silence_ms);
       replies.erase(it);
       push_answered();
       took = true;
@@ -229,6 +230,7 @@ void LeaderShard::push(uint64_t request, uint64_t server_round) {
   push_id_ = request;
   expects_next_ = server_round + 1;
   pulled_early_ = false;
+  awaited_silence_ = std::chrono::milliseconds(0);
 }
 
 void LeaderShard::push_answered() {

@@ -31,6 +31,7 @@
 // borrowed (bind()).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -73,6 +74,9 @@ struct ShardTally {
   uint64_t bytes_pulled = 0;   // payload bytes of the pull replies
   uint32_t max_staleness = 0;  // the largest staleness a server reported for our pushes
   uint64_t gate_wait_us = 0;   // the longest time a push waited at a server's gate
+  // Shards deferred without a wait: their server held the round for a region silent there
+  // (RegionSync::await_round).
+  uint32_t held_for_silent = 0;
   // The oldest round released among the pulled shards, in this region's count (UINT64_MAX: none).
   uint64_t released = UINT64_MAX;
 };
@@ -167,6 +171,9 @@ class LeaderShard {
   std::optional<uint64_t> pull_id() const { return pull_id_; }
   // The round its server counts for the push it was deferred in.
   uint64_t deferred_round() const { return deferred_round_; }
+  // Its server's answer to its last push: how long the region that the round its pull waits for
+  // still waits for has been silent there (wire::PushReply::awaited_silence_ms; 0 until then).
+  std::chrono::milliseconds awaited_silence() const { return awaited_silence_; }
   // What the push of its exchange stands for (wire::Push::tokens), set when the exchange starts,
   // so that a push sent again carries the same.
   void set_tokens(uint64_t tokens) { tokens_ = tokens; }
@@ -243,6 +250,7 @@ class LeaderShard {
   // resync).
   uint64_t expects_next_ = 0;
   uint64_t frontier_ = 0;
+  std::chrono::milliseconds awaited_silence_{0};
 };
 
 }  // namespace geotrain::worker

@@ -84,6 +84,10 @@ struct RoundReport {
   // How long this exchange would wait for a server before deferring its shards (0: it would
   // not defer): worker.shard_wait_ms, or what `auto` made of it.
   double shard_wait_seconds = 0;
+  // Of the shards deferred in this exchange, those deferred without waiting the shard wait:
+  // their server held the round for a region it had not heard from for two heartbeats (cut off
+  // from it, or its leader dead; docs/training.md, "Deferred shards").
+  uint32_t held_for_silent = 0;
 };
 
 // What the flush at the end of a run moved (RegionSync::flush).

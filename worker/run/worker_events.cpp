@@ -47,11 +47,12 @@ nlohmann::json exchange_fields(const std::vector<RoundReport>& reports) {
   nlohmann::json j = nlohmann::json::object();
   if (reports.empty()) return j;
   double push = 0, pull = 0, gate = 0, merge_wait = 0;
-  uint64_t pushed = 0, pulled = 0, largest = 0, deferred = 0, late = 0;
+  uint64_t pushed = 0, pulled = 0, largest = 0, deferred = 0, late = 0, held_for_silent = 0;
   uint32_t staleness = 0;
   for (const auto& r : reports) {
     deferred += r.deferred.size();
     late += r.late_shards;
+    held_for_silent += r.held_for_silent;
     largest = std::max(largest, r.bytes_pushed + r.bytes_pulled);
     push += r.push_seconds;
     pull += r.pull_seconds;
@@ -77,6 +78,7 @@ nlohmann::json exchange_fields(const std::vector<RoundReport>& reports) {
   j[f::deferred_shards] = deferred;
   j[f::late_shards] = late;
   j[f::shard_wait_s] = reports.back().shard_wait_seconds;
+  j[f::held_for_silent] = held_for_silent;  // deferred at once: held for a silent region
   return j;
 }
 
@@ -93,7 +95,8 @@ nlohmann::json report_fields(const RoundReport& r) {
           {f::released_round, r.released_round},
           {f::deferred_shards, r.deferred.size()},  // worker.shard_wait_ms: still on the WAN
           {f::late_shards, r.late_shards},          // deferred earlier, merged in this exchange
-          {f::shard_wait_s, r.shard_wait_seconds}};
+          {f::shard_wait_s, r.shard_wait_seconds},
+          {f::held_for_silent, r.held_for_silent}};
 }
 
 nlohmann::json flush_fields(const FlushReport& r) {
