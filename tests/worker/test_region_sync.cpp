@@ -957,7 +957,7 @@ TEST_CASE(
   // round 2 averages a's 10 and b's 3 (8.5); the last rounds add nothing.
   ServerBStops s("defer");
   auto& d = s.d;
-  auto &a = s.a, &b = s.b;
+  auto& a = s.a;
   const size_t n = s.n;
   worker::StreamingSync sa(a, streaming_config(1, 1, worker::OverlapMode::carry));
   std::vector<float> x(n, 1.0f);
@@ -1026,7 +1026,7 @@ TEST_CASE(
   // step on the way.
   ServerBStops s("defer-late-reply");
   auto& d = s.d;
-  auto &a = s.a, &b = s.b;
+  auto& a = s.a;
   const size_t n = s.n;
   worker::StreamingSync sa(a, streaming_config(2, 1, worker::OverlapMode::carry));
   std::vector<float> x(n, 1.0f);
