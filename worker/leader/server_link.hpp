@@ -87,10 +87,9 @@ class ServerLink {
   void heartbeat_if_quiet(std::chrono::milliseconds period);
 
   // The replies to `ids` (reply_wait.hpp's collect() with `how`): replies to the requests left
-  // in flight, and to how.parked_ids, are parked meanwhile, and those parked earlier for `ids` are
-  // taken first. Any reply
-  // counts as contact. Throws what collect() throws (ServerLost, SystemError, InputError,
-  // Stopped).
+  // in flight, and to how.parked_ids, are parked meanwhile, and those parked earlier for `ids`
+  // are taken first. Any reply counts as contact. Throws what collect() throws (ServerLost,
+  // SystemError, InputError, Stopped).
   std::map<uint64_t, wire::Reply> collect(const std::vector<uint64_t>& ids,
                                           std::chrono::milliseconds timeout, const char* what,
                                           ReplyWait how = {});
