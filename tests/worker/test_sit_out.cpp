@@ -2,10 +2,11 @@
 // past rounds keep one offset on every server; a region further behind a server's frontier than
 // the staleness bound sits out the rounds up to it; a deferred shard not pushed in an exchange is
 // sat out at its server at once (wire::Push::absent), so that the other regions' round there
-// does not wait for it; a leader started again between its fragments' pushes sits out the round
-// on the fragments its predecessor had not pushed; an exchange does not wait on a server silent
-// since an earlier exchange deferred a push there, nor on a round its server holds for a region
-// silent there. Two regions, two ParamServers over loopback TCP (two_servers.hpp).
+// does not wait for it, and so is one pulled in full after its server declared the region dead;
+// a leader started again between its fragments' pushes sits out the round on the fragments its
+// predecessor had not pushed; an exchange does not wait on a server silent since an earlier
+// exchange deferred a push there, nor on a round its server holds for a region silent there.
+// Two regions, two ParamServers over loopback TCP (two_servers.hpp), one link through netsim.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include <thread>
 
 #include "compression/factory.hpp"
+#include "netsim/proxy.hpp"
 #include "server/param_server.hpp"
 #include "tests/worker/two_servers.hpp"
 #include "wire/channel.hpp"
@@ -336,4 +338,90 @@ TEST_CASE(
     for (const auto& shard : two.servers[s].server->shards())
       CHECK(shard.gate().clocks() == std::vector<uint64_t>{2, 2});  // a's, b's
   }
+}
+
+TEST_CASE(
+    "a shard pulled in full after its server declared the region dead sits out the round of that "
+    "exchange at once: the other region's round there does not wait for its next push") {
+  // After a partition's heal on the LM demo, each fragment's round on the cut server waited a
+  // round (about 3 s) for the region's next push. Here region a reaches server a through a
+  // netsim link partitioned from 1 s to 3 s after its start (server.dead_after_ms 800).
+  // a's round 2 is deferred there, its push held; server a declares a dead and releases round 2
+  // with b's push alone; at the heal the push arrives and is refused, a rejoins. a's round 3
+  // pulls that shard in full, merges it and pushes it from round 4 on. b's round 3 there must
+  // not wait for that push (b's shard wait is 2 s).
+  TwoServers two("absent-after-resync", 1, 800ms);
+  const auto target = two.servers[0].server->endpoint();
+  const auto port = static_cast<uint16_t>(std::stoi(target.substr(target.rfind(':') + 1)));
+  netsim::Fault cut;
+  cut.at_s = 1.0;
+  cut.until_s = 3.0;
+  netsim::WanProxy link({netsim::LinkConfig{.from = "a",
+                                            .to = "a-server",
+                                            .listen = {"127.0.0.1", 0},
+                                            .target = {"127.0.0.1", port},
+                                            .properties = {},
+                                            .faults = {cut}}},
+                        netsim::ProxyOptions{});
+  const ParamTable table(two.config.tensors, two.config.critical);
+  const size_t n = table.total_elements();
+  auto a_config = two.deferring_leader(0), b_config = two.deferring_leader(1);
+  a_config.servers[0].endpoint = fmt::format("tcp://127.0.0.1:{}", link.listen_endpoint(0).port);
+  b_config.shard_wait = 2s;
+  wire::Context a_context, b_context;
+  worker::RegionSync a(table, a_config, a_context);
+  worker::RegionSync b(table, b_config, b_context);
+  const auto t0 = std::chrono::steady_clock::now();
+  link.start();
+  REQUIRE(a.connect() == 1);
+  REQUIRE(b.connect() == 1);
+  const std::vector<float> la(n, 0.01f), lb(n, 0.02f);
+  // A round of both leaders; a heartbeats while b's goes on, as its leader's thread would.
+  const auto together = [&](uint64_t round) {
+    auto b_done =
+        std::async(std::launch::async, [&] { return b.exchange(lb, std::nullopt, true); });
+    const auto a_report = a.exchange(la, std::nullopt, true);
+    CAPTURE(round);
+    REQUIRE(a.deferred_shards() == a_report.deferred.size());
+    while (b_done.wait_for(20ms) != std::future_status::ready) a.keep_alive();
+    return b_done.get();
+  };
+  const auto since_start = [&] { return std::chrono::steady_clock::now() - t0; };
+  together(1);
+  // Both heartbeat until shortly before the cut (a probe then is answered before it).
+  while (since_start() < 800ms) {
+    a.keep_alive();
+    b.keep_alive();
+    std::this_thread::sleep_for(50ms);
+  }
+  REQUIRE(since_start() < 950ms);
+  std::this_thread::sleep_for(1100ms - since_start());
+  CHECK(a.exchange(la, std::nullopt, true).deferred.size() == 2);  // b has not pushed round 2
+  // b's round 2 waits (probing both servers) until server a declares a dead; meanwhile, and until
+  // the heal, a merges its shard on server b and heartbeats there; the refusal of its held push
+  // tells it server a lost it, and its keep-alive rejoins it. b heartbeats once its round is done.
+  auto b_round_2 = std::async(std::launch::async, [&] { b.exchange(lb); });
+  while (a.rejoins() == 0) {
+    REQUIRE_MESSAGE(since_start() < 10s, "a never rejoined server a");
+    a.take_ready(0);
+    a.keep_alive();
+    if (b_round_2.wait_for(0s) == std::future_status::ready) b.keep_alive();
+    std::this_thread::sleep_for(50ms);
+  }
+  b_round_2.get();
+  CHECK(b.rejoins() == 0);          // b was never declared dead
+  CHECK(a.deferred_shards() == 1);  // its shard on server a, lost there
+
+  const auto b_round_3 = together(3);
+  CHECK(b_round_3.deferred.empty());
+  CHECK(b_round_3.push_seconds < 1.0);  // waiting for a's round 4: its shard wait, 2 s
+  CHECK(a.deferred_shards() == 0);
+  together(4);
+  for (uint32_t s = 0; s < 2; ++s) {
+    CAPTURE(s);
+    two.stop_loop(s);
+    for (const auto& shard : two.servers[s].server->shards())
+      CHECK(shard.gate().clocks() == std::vector<uint64_t>{4, 4});  // a's, b's
+  }
+  CHECK(std::equal(a.base().begin(), a.base().end(), b.base().begin()));
 }

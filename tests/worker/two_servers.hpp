@@ -26,7 +26,9 @@ namespace geotrain::test {
 
 using namespace std::chrono_literals;
 
-inline server::ServerConfig config_in(const std::filesystem::path& dir, uint32_t fragments) {
+// `dead_after`: server.dead_after_ms (server.heartbeat_ms a quarter of it, at most 1 s).
+inline server::ServerConfig config_in(const std::filesystem::path& dir, uint32_t fragments,
+                                      std::chrono::milliseconds dead_after = 60s) {
   return server::parse_server_config(fmt::format(R"(
 worker: {{fragments: {}}}
 regions: [a, b]
@@ -36,11 +38,14 @@ model:
 server:
   staleness_bound: 0
   downlink_codec: fp32
-  dead_after_ms: 60000
+  dead_after_ms: {}
+  heartbeat_ms: {}
   checkpoint: {{every: 1, keep: 2}}
   run_dir: "{}"
 )",
-                                                 fragments, dir.string()));
+                                                 fragments, dead_after.count(),
+                                                 std::min<int64_t>(1000, dead_after.count() / 4),
+                                                 dir.string()));
 }
 
 // Region r's leader on the two servers, fp32 codecs both ways.
@@ -78,10 +83,11 @@ inline float step_of(int r) { return 0.01f * static_cast<float>(r + 1); }
 
 // Both regions' servers over loopback TCP, with their run folder `geotrain-<name>-<pid>`.
 struct TwoServers {
-  explicit TwoServers(const std::string& name, uint32_t fragments = 1)
+  explicit TwoServers(const std::string& name, uint32_t fragments = 1,
+                      std::chrono::milliseconds dead_after = 60s)
       : dir(std::filesystem::temp_directory_path() /
             fmt::format("geotrain-{}-{}", name, ::getpid())),
-        config((std::filesystem::remove_all(dir), config_in(dir, fragments))) {
+        config((std::filesystem::remove_all(dir), config_in(dir, fragments, dead_after))) {
     for (uint32_t r = 0; r < 2; ++r)
       servers.push_back(start_server(config, r, context, "tcp://127.0.0.1:0"));
   }

@@ -173,9 +173,15 @@ void LeaderShards::send_full_pull(LeaderShard& sh, FullPull kind) {
 }
 
 bool LeaderShards::send_absent(LeaderShard& sh) {
-  if (sh.phase() != ShardPhase::deferred || sh.push_id() || links_[sh.server].lost()) return false;
+  if (sh.push_id() || links_[sh.server].lost()) return false;
   const uint64_t round = sh.server_round(our_round(sh));
-  if (round <= sh.deferred_round()) return false;
+  // Only a round the server still expects of this region: later than a deferred shard's push;
+  // for a merged one (pulled in full by this exchange: its server had lost this region), later
+  // than the rounds released when it was pulled.
+  const bool expected = sh.phase() == ShardPhase::deferred ? round > sh.deferred_round()
+                        : sh.phase() == ShardPhase::merged ? !sh.released_round(our_round(sh))
+                                                           : false;
+  if (!expected) return false;
   wire::Push absent{sh.id, round, sh.version, {}, 0, false, false, true};
   return links_[sh.server].try_send(std::move(absent)).has_value();
 }

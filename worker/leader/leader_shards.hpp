@@ -111,9 +111,11 @@ class LeaderShards {
                  uint32_t* segments = nullptr);
   void send_pull(LeaderShard& sh, uint64_t server_round);
   void send_full_pull(LeaderShard& sh, FullPull kind);
-  // A deferred shard whose push was answered, not pushed in this exchange: its server is told
-  // the region sits out the round it counts for this exchange (wire::Push::absent), so that the
-  // other regions' round there is released without waiting for the shard's next push. Not
+  // A deferred shard whose push was answered, or one pulled in full by this exchange (its server
+  // had lost this region; merged, handed back for the next exchange), not pushed in this
+  // exchange: its server is told the region sits out the round it counts for this exchange
+  // (wire::Push::absent), so that the other regions' round there is released without waiting
+  // for the shard's next push (after a partition's heal, a round per fragment). Not
   // awaited: its answer is dropped, and the shard's next push skips to its round whatever came
   // of it. Returns whether it was sent.
   bool send_absent(LeaderShard& sh);

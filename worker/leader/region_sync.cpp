@@ -54,7 +54,8 @@ RoundReport RegionSync::exchange(ConstFloatSpan local, std::optional<uint32_t> f
   // One shift for the fragment's shards (a resync may have lowered one of them).
   for (uint32_t f = 0; f < config.fragment_count(); ++f)
     if (!fragment || f == *fragment) shards_.align(f);
-  // Deferred shards not pushed in this exchange: their servers release the round without them.
+  // Deferred shards not pushed in this exchange (those just pulled in full too): their servers
+  // release the round without them.
   for (auto* sh : skipped) shards_.send_absent(*sh);
   for (auto* sh : take) sh->set_tokens(tokens > 0 ? tokens : config.tokens_per_round);
   // A first exchange since connect() may wait a round for the others (kFirstExchangeWaits): its
@@ -78,7 +79,7 @@ RoundReport RegionSync::exchange(ConstFloatSpan local, std::optional<uint32_t> f
   report.held_for_silent = tally.held_for_silent;
 
   // Deferred shards pulled in full here (their server lost this region) go back to the caller;
-  // their server expects them from the next exchange on, in the round it counts then.
+  // they sat this round out (send_absent above), and push from the next exchange on.
   for (auto* sh : skipped)
     if (sh->phase() == ShardPhase::merged) shards_.hand_back(*sh, shards_.our_round(*sh) + 1);
   for (auto* sh : wanted)
