@@ -327,7 +327,8 @@ ChaosResult run_chaos(const ChaosOptions& o, std::stop_token stop) {
     GT_REQUIRE(fs::is_directory(*o.reference),
                "chaos: --reference '{}' is not a run folder: no such directory",
                o.reference->string());
-    given = window_rate(folder_timeline(*o.reference), std::nullopt);
+    given =
+        given_rate(folder_timeline(*o.reference), o.reference_duration_s.value_or(o.duration_s));
     GT_REQUIRE(given && given->rounds_per_s() > 0,
                "chaos: --reference '{}' has no rounds to take a rate from (its leaders' "
                "worker-<region>-0.metrics.jsonl)",

@@ -151,6 +151,12 @@ std::optional<WindowRate> window_rate(const std::vector<ProgressPoint>& timeline
   return w;
 }
 
+std::optional<WindowRate> given_rate(const std::vector<ProgressPoint>& timeline, double window_s) {
+  const auto whole = window_rate(timeline, std::nullopt);
+  if (!whole || whole->window_s() <= window_s) return whole;
+  return window_rate(timeline, whole->ready_s + window_s);
+}
+
 bool TrainedRounds::finished(const std::string& region, uint64_t round) {
   auto& newest = newest_[region];
   if (round <= newest) return false;

@@ -107,6 +107,11 @@ struct WindowRate {
 };
 std::optional<WindowRate> window_rate(const std::vector<ProgressPoint>& timeline,
                                       std::optional<double> until);
+// A given reference's window (`--reference RUN_DIR`): as long as a measured one, `window_s` from
+// every region's first round, or up to the folder's last round when it ends earlier. (A measured
+// reference is stopped at its window's end and finishes a round or two after it: counted, they
+// raised its rate by 1% on the LM demo against the same run measured.)
+std::optional<WindowRate> given_rate(const std::vector<ProgressPoint>& timeline, double window_s);
 
 // A run folder's timeline, from its leaders' metrics (worker-<region>-0.metrics.jsonl, `round`
 // events with steps > 0; times are the leaders' own, which start within a fraction of a second

@@ -152,6 +152,14 @@ TEST_CASE("a reference run folder's rate comes from its leaders' round events") 
   CHECK(w->ready_s == 3.5);  // b's first round
   CHECK(w->rounds() == 9);
   CHECK(w->end_s == 12.5);
+  // Given as a reference: a window as long as a measured one (rounds after it not counted), or
+  // the whole folder when it is shorter.
+  const auto given = given_rate(folder_timeline(tmp.path()), 5.0);
+  REQUIRE(given.has_value());
+  CHECK(given->ready_s == 3.5);
+  CHECK(given->end_s == 8.5);
+  CHECK(given->rounds() == 5);
+  CHECK(given_rate(folder_timeline(tmp.path()), 60.0)->end_s == 12.5);
   CHECK_THROWS_AS(folder_timeline(tmp.path() / "nothing"), geotrain::InputError);
 }
 
